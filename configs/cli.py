@@ -1,0 +1,83 @@
+"""Command-line overrides for every config field.
+
+`add_config_args(parser)` adds `--preset` and one option per field of ModelConfig,
+TrainConfig and DataConfig (spelled with underscores or dashes). Options left out
+keep the preset's value; unknown options are rejected by argparse.
+`config_from_args(args)` builds the preset, applies the overrides and validates.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+from configs.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from configs.presets import PRESETS, get_preset
+
+SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+
+
+def _parse_bool(s: str) -> bool:
+    v = s.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+
+
+def _parse_list(s: str) -> list[str]:
+    return [p for p in s.split(",") if p]
+
+
+def _field_type(cls, f: dataclasses.Field):
+    hint = typing.get_type_hints(cls)[f.name]
+    if hint is bool:
+        return _parse_bool, "BOOL"
+    if hint is int:
+        return int, "N"
+    if hint is float:
+        return float, "X"
+    if typing.get_origin(hint) is list:
+        return _parse_list, "A,B,..."
+    return str, "STR"
+
+
+def _all_fields():
+    seen: dict[str, str] = {}
+    for section, cls in SECTIONS.items():
+        for f in dataclasses.fields(cls):
+            assert f.name not in seen, f"config field {f.name} is in both {seen[f.name]} and {section}"
+            seen[f.name] = section
+            yield section, cls, f
+
+
+def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "tiny") -> None:
+    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS),
+                        help=f"named starting config (default {default_preset})")
+    for section, cls, f in _all_fields():
+        typ, metavar = _field_type(cls, f)
+        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        parser.add_argument(*names, dest=f"cfg__{f.name}", type=typ, metavar=metavar,
+                            default=argparse.SUPPRESS, help=f"[{section}] default in tiny preset: {default}")
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, object]:
+    return {k[len("cfg__"):]: v for k, v in vars(args).items() if k.startswith("cfg__")}
+
+
+def apply_overrides(cfg: RunConfig, overrides: dict[str, object]) -> RunConfig:
+    """Return a new, validated RunConfig with `overrides` ({field: value}) applied."""
+    where = {f.name: section for section, _, f in _all_fields()}
+    parts = {s: dataclasses.asdict(getattr(cfg, s)) for s in SECTIONS}
+    for name, value in overrides.items():
+        if name not in where:
+            raise ConfigError(f"unknown config field {name!r}")
+        parts[where[name]][name] = value
+    return RunConfig(model=ModelConfig(**parts["model"]), train=TrainConfig(**parts["train"]),
+                     data=DataConfig(**parts["data"]), preset=cfg.preset)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    return apply_overrides(get_preset(args.preset), overrides_from_args(args))

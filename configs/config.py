@@ -1,0 +1,192 @@
+"""Configuration dataclasses: one per concern, each validating itself.
+
+A run is described by a `RunConfig` holding a `ModelConfig`, a `TrainConfig` and a
+`DataConfig`. Field names are unique across the three, so every field can be set
+from the command line as `--field value` (see `configs.cli`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work; the message names the field and the fix."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+QK_NORM_MODES = ("learned", "frozen", "none")
+
+
+@dataclass
+class ModelConfig:
+    """The transformer. d_head = d_model // n_heads."""
+
+    vocab_size: int = 4096
+    n_layers: int = 6
+    d_model: int = 128
+    n_heads: int = 2
+    n_kv_heads: int = 1
+    d_ff: int = 512
+    max_seq_len: int = 2048  # RoPE tables are built for positions < max_seq_len
+    rope_theta: float = 10000.0
+    qk_norm: str = "learned"  # learned | frozen | none
+    norm_eps: float = 1e-6
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        _check(self.qk_norm in QK_NORM_MODES,
+               f"qk_norm={self.qk_norm!r}: choose one of {', '.join(QK_NORM_MODES)}")
+        for name in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
+            _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
+        _check(self.d_model % self.n_heads == 0,
+               f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}: "
+               f"pick n_heads so that d_model / n_heads is a whole head size (e.g. 64)")
+        _check(self.n_heads % self.n_kv_heads == 0,
+               f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}: "
+               f"each KV head must serve the same number of query heads")
+        _check(self.d_head % 2 == 0, f"d_head={self.d_head} must be even for RoPE (rotates pairs of dims)")
+        _check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive")
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and the loop. Token counts are global (all ranks, all micro-batches)."""
+
+    tokens: int = 1_000_000  # total training tokens; steps = tokens // tokens_per_step
+    batch_size: int = 16  # sequences per micro-batch (global, split across ranks)
+    grad_accum: int = 1
+    muon_lr: float = 0.024
+    adamw_lr: float = 0.006
+    momentum: float = 0.95
+    nesterov: bool = True
+    weight_decay: float = 0.2
+    wd_on_gains: bool = True  # the write-ups decay norm gains too; it pulls key norms down
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping
+    schedule: str = "constant"  # constant | cosine (warmup then cosine decay)
+    warmup_frac: float = 0.0
+    min_lr_frac: float = 0.1  # cosine decays to this fraction of the peak
+    orthogonalizer: str = "polar_express"  # polar_express | newton_schulz
+    ortho_steps: int = 5
+    eval_every: int = 0  # optimizer steps between validations; 0: only at the end
+    eval_batches: int = 4
+    log_every: int = 10
+    ckpt_every: int = 0  # 0: only at the end
+    keep_last: int = 2
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto | fp32 | bf16 (autocast)
+    compile: bool = False
+    grad_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "batch_size", "grad_accum", "eval_batches", "log_every", "keep_last", "ortho_steps"):
+            _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
+        for name in ("muon_lr", "adamw_lr"):
+            _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
+        _check(0 <= self.momentum < 1, f"momentum={self.momentum} must be in [0, 1)")
+        _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
+        _check(self.grad_clip >= 0, f"grad_clip={self.grad_clip} must be >= 0 (0 disables it)")
+        _check(self.schedule in ("constant", "cosine"), f"schedule={self.schedule!r}: choose constant or cosine")
+        _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
+        _check(0 <= self.min_lr_frac <= 1, f"min_lr_frac={self.min_lr_frac} must be in [0, 1]")
+        _check(self.orthogonalizer in ("polar_express", "newton_schulz"),
+               f"orthogonalizer={self.orthogonalizer!r}: choose polar_express or newton_schulz")
+        _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: choose auto, fp32 or bf16")
+        _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
+
+
+@dataclass
+class DataConfig:
+    """Where text comes from, how it is tokenized and cut into blocks."""
+
+    source: str = "stdlib"  # stdlib | files | hub
+    paths: list[str] = field(default_factory=list)  # for source=files: .txt/.jsonl/.json/.parquet
+    text_field: str = "text"
+    hub_dataset: str = "HuggingFaceTB/smollm-corpus"
+    hub_subset: str = "cosmopedia-v2"
+    hub_docs: int = 200_000  # documents streamed from the hub dataset
+    tokenizer: str = "bpe"  # bpe: train byte-level BPE (vocab_size of the model) on the corpus; else a dir or hub id
+    seq_len: int = 128
+    val_frac: float = 0.02
+    cache_dir: str = ".cache/data"
+
+    def __post_init__(self) -> None:
+        _check(self.source in ("stdlib", "files", "hub"), f"source={self.source!r}: choose stdlib, files or hub")
+        _check(self.source != "files" or len(self.paths) > 0,
+               "source=files needs --paths a.txt,b.jsonl,... (text, jsonl or parquet files)")
+        _check(self.seq_len > 1, f"seq_len={self.seq_len} must be > 1")
+        _check(0 < self.val_frac < 0.5, f"val_frac={self.val_frac} must be in (0, 0.5)")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    preset: str = "custom"
+
+    def __post_init__(self) -> None:
+        _check(self.data.seq_len <= self.model.max_seq_len,
+               f"seq_len={self.data.seq_len} exceeds max_seq_len={self.model.max_seq_len} (the RoPE range): "
+               f"raise --max_seq_len or lower --seq_len")
+        _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
+               f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch_size * self.train.grad_accum * self.data.seq_len
+
+    @property
+    def steps(self) -> int:
+        return max(1, self.train.tokens // self.tokens_per_step)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        try:
+            return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**d["train"]),
+                       data=DataConfig(**d["data"]), preset=d.get("preset", "custom"))
+        except (KeyError, TypeError) as e:
+            raise ConfigError(f"not a run config ({e}); expected keys model, train, data") from e
+
+    def save(self, path: str | Path) -> None:
+        from utils.io import atomic_write_text
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunConfig":
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError, ConfigError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}") from e
+
+
+def flops_per_token(m: ModelConfig, seq_len: int) -> float:
+    """Training FLOPs per token: 6 * (non-embedding matmul params + LM head) + attention.
+
+    Forward matmuls cost 2 FLOPs per weight per token; backward twice that. Attention
+    scores and the weighted sum add 2 * 2 * T * d_model per layer forward for full
+    (non-causal) attention; causal masking halves the useful work, which we count.
+    """
+    d, kv = m.d_model, m.n_kv_heads * m.d_head
+    per_layer = d * d * 2 + d * kv * 2 + 2 * d * m.d_ff  # wq, wo, wk, wv, up, down
+    matmul_params = m.n_layers * per_layer + m.vocab_size * d  # + LM head
+    attn = m.n_layers * 2 * seq_len * d  # causal: half of 4*T*d per layer, forward
+    return 6 * matmul_params + 3 * attn

@@ -1,0 +1,66 @@
+"""Named presets. Each is a function returning a fresh RunConfig.
+
+88m and 1b are the write-ups' models and optimizer settings (they trained on the
+cosmopedia-v2 subset of smollm-corpus with the SmolLM2-135M tokenizer, vocab 49152).
+`tiny` is the CPU default, sized by measurement (see README, "Choosing tiny").
+`debug` is for tests: it trains in a fraction of a second.
+"""
+from __future__ import annotations
+
+from configs.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+
+_WRITEUP_DATA = dict(source="hub", tokenizer="HuggingFaceTB/SmolLM2-135M", seq_len=2048)
+
+
+def tiny() -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(vocab_size=4096, n_layers=6, d_model=128, n_heads=2, n_kv_heads=1, d_ff=512,
+                          max_seq_len=1024),
+        train=TrainConfig(tokens=1_000_000, batch_size=16, grad_accum=1, muon_lr=0.024, adamw_lr=0.006,
+                          eval_every=100, ckpt_every=100),
+        data=DataConfig(seq_len=128),
+        preset="tiny",
+    )
+
+
+def m88() -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(vocab_size=49152, n_layers=22, d_model=512, n_heads=8, n_kv_heads=4, d_ff=2048,
+                          max_seq_len=2048),
+        train=TrainConfig(tokens=8_000_000, batch_size=4, grad_accum=1, muon_lr=0.024, adamw_lr=0.006,
+                          weight_decay=0.2, grad_clip=1.0, eval_every=100, ckpt_every=200),
+        data=DataConfig(**_WRITEUP_DATA),
+        preset="88m",
+    )
+
+
+def b1() -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(vocab_size=49152, n_layers=32, d_model=2048, n_heads=16, n_kv_heads=8, d_ff=8192,
+                          max_seq_len=2048),
+        train=TrainConfig(tokens=50_000_000, batch_size=8, grad_accum=4, muon_lr=0.012, adamw_lr=0.003,
+                          weight_decay=0.2, grad_clip=1.0, schedule="cosine", warmup_frac=0.01,
+                          eval_every=100, ckpt_every=100, grad_checkpointing=True),
+        data=DataConfig(**_WRITEUP_DATA),
+        preset="1b",
+    )
+
+
+def debug() -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(vocab_size=512, n_layers=2, d_model=128, n_heads=2, n_kv_heads=1, d_ff=256,
+                          max_seq_len=64),
+        train=TrainConfig(tokens=8 * 32 * 4, batch_size=8, grad_accum=1, log_every=1, eval_batches=2),
+        data=DataConfig(seq_len=32),
+        preset="debug",
+    )
+
+
+PRESETS = {"tiny": tiny, "88m": m88, "1b": b1, "debug": debug}
+
+
+def get_preset(name: str) -> RunConfig:
+    try:
+        return PRESETS[name]()
+    except KeyError:
+        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}") from None

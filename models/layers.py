@@ -1,0 +1,132 @@
+"""Building blocks of the Gemma-style decoder.
+
+Shape legend: B batch, T sequence, d d_model, H query heads, K key/value heads,
+D head size (d_head), F feed-forward size.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from configs.config import ModelConfig
+
+
+class HookPoint(nn.Identity):
+    """A named identity at a tensor worth measuring; probes attach forward hooks here."""
+
+
+class RMSNorm(nn.Module):
+    """y = x / sqrt(mean(x^2) + eps) * gain, over the last dimension.
+
+    learnable=False fixes the gain at exactly 1: it stays a Parameter (so the
+    module looks the same to checkpoints and probes) but with requires_grad=False,
+    which keeps it out of every optimizer.
+    """
+
+    def __init__(self, dim: int, eps: float, learnable: bool = True):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim), requires_grad=learnable)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalize in float32: under bf16 autocast the mean of squares loses precision.
+        y = F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps)
+        return y.type_as(x)
+
+
+def make_qk_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.qk_norm == "none":
+        return nn.Identity()
+    return RMSNorm(cfg.d_head, cfg.norm_eps, learnable=cfg.qk_norm == "learned")
+
+
+class Rotary(nn.Module):
+    """Rotary position embedding, rotating pairs (i, i + D/2) of each head's dims.
+
+    The angle of pair i at position t is t * theta^(-2i/D), so a query at position m
+    and a key at position n interact only through m - n.
+    """
+
+    def __init__(self, d_head: int, max_seq_len: int, theta: float):
+        super().__init__()
+        inv_freq = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # [D/2]
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # [T_max, D/2]
+        # Non-persistent: rebuilt from the config, never stored in checkpoints.
+        self.register_buffer("cos", angles.cos().float(), persistent=False)
+        self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def forward(self, x_BTHD: torch.Tensor) -> torch.Tensor:
+        T = x_BTHD.shape[1]
+        if T > self.cos.shape[0]:
+            raise ValueError(f"sequence of {T} tokens exceeds max_seq_len={self.cos.shape[0]}")
+        cos = self.cos[:T, None, :]  # [T, 1, D/2], broadcast over B and heads
+        sin = self.sin[:T, None, :]
+        x1, x2 = x_BTHD.float().chunk(2, dim=-1)
+        y = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        return y.type_as(x_BTHD)
+
+
+class Attention(nn.Module):
+    """Causal grouped-query attention with per-head q/k RMSNorm before RoPE.
+
+    q_norm and k_norm normalize each head's D-vector with one gain shared by all
+    heads of the layer, after the head split and before RoPE (as Qwen3 and Gemma 3).
+    Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
+    qk_norm='none' the raw projections), hook_q_rope, hook_k_rope.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        d, D = cfg.d_model, cfg.d_head
+        self.wq = nn.Linear(d, cfg.n_heads * D, bias=False)
+        self.wk = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
+        self.wv = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * D, d, bias=False)
+        self.q_norm = make_qk_norm(cfg)
+        self.k_norm = make_qk_norm(cfg)
+        self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
+        self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
+
+    def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
+        B, T, _ = x_BTd.shape
+        q_BTHD = self.wq(x_BTd).view(B, T, self.n_heads, self.d_head)
+        k_BTKD = self.wk(x_BTd).view(B, T, self.n_kv_heads, self.d_head)
+        v_BTKD = self.wv(x_BTd).view(B, T, self.n_kv_heads, self.d_head)
+        q_BTHD = self.hook_q_norm(self.q_norm(q_BTHD))
+        k_BTKD = self.hook_k_norm(self.k_norm(k_BTKD))
+        q_BTHD = self.hook_q_rope(rotary(q_BTHD))
+        k_BTKD = self.hook_k_rope(rotary(k_BTKD))
+        # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
+        y_BHTD = F.scaled_dot_product_attention(
+            q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2), v_BTKD.transpose(1, 2),
+            is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads)
+        return self.wo(y_BHTD.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head))
+
+
+class FeedForward(nn.Module):
+    """down(relu(up(x))^2): the squared-ReLU MLP of the write-ups."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x_BTd: torch.Tensor) -> torch.Tensor:
+        return self.down(F.relu(self.up(x_BTd)).square())
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.attn = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.ffn = FeedForward(cfg)
+
+    def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
+        x_BTd = x_BTd + self.attn(self.attn_norm(x_BTd), rotary)
+        return x_BTd + self.ffn(self.ffn_norm(x_BTd))

@@ -1,0 +1,60 @@
+"""MinimalLLM: the Gemma-style decoder-only language model."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from configs.config import ModelConfig
+from models.layers import Block, RMSNorm, Rotary
+
+
+class MinimalLLM(nn.Module):
+    """Token embedding * sqrt(d_model) -> n_layers pre-norm blocks -> RMSNorm -> tied LM head.
+
+    Parameter names the optimizer split relies on: `embed.weight` (shared with the
+    LM head), `blocks.{i}.attn.{wq,wk,wv,wo}.weight`, `blocks.{i}.ffn.{up,down}.weight`
+    (2-D, Muon), and 1-D norm gains ending in `norm.weight` (AdamW).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
+        self.grad_checkpointing = False
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        # Residual outputs are scaled down with depth (GPT-2) so the stream's
+        # variance at init does not grow with n_layers.
+        out_std = std / math.sqrt(2 * self.cfg.n_layers)
+        for name, p in self.named_parameters():
+            if p.ndim == 1:
+                nn.init.ones_(p)
+            elif name.endswith(("attn.wo.weight", "ffn.down.weight")):
+                nn.init.normal_(p, std=out_std)
+            else:
+                nn.init.normal_(p, std=std)
+
+    def forward(self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, vocab] without targets; mean cross-entropy (float32 scalar) with them."""
+        x_BTd = self.embed(idx_BT) * math.sqrt(self.cfg.d_model)
+        for block in self.blocks:
+            if self.grad_checkpointing and self.training:
+                x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False)
+            else:
+                x_BTd = block(x_BTd, self.rotary)
+        logits_BTV = F.linear(self.final_norm(x_BTd), self.embed.weight)
+        if targets_BT is None:
+            return logits_BTV
+        return F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
+
+    def num_params(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
