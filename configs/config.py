@@ -119,6 +119,7 @@ class DataConfig:
     hub_dataset: str = "HuggingFaceTB/smollm-corpus"
     hub_subset: str = "cosmopedia-v2"
     hub_docs: int = 200_000  # documents streamed from the hub dataset
+    stdlib_max_bytes: int = 20_000_000  # cap on the stdlib corpus: library code first, then test suites
     tokenizer: str = "bpe"  # bpe: train byte-level BPE (vocab_size of the model) on the corpus; else a dir or hub id
     seq_len: int = 128
     val_frac: float = 0.02

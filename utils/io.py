@@ -1,9 +1,12 @@
-"""Atomic file writes: a crash mid-write never leaves a half-written file behind."""
+"""Atomic writes: a crash mid-write never leaves a half-written file or folder that looks complete."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -24,3 +27,43 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _finish_tree(root: Path) -> None:
+    """fsync every file and give the usual permissions (mkdtemp/mkstemp make them private)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for dirpath, _, filenames in os.walk(root):
+        os.chmod(dirpath, 0o777 & ~umask)
+        for fn in filenames:
+            path = os.path.join(dirpath, fn)
+            os.chmod(path, 0o666 & ~umask)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+@contextmanager
+def atomic_dir(final: Path) -> Iterator[Path]:
+    """Yield an empty temporary folder beside `final`; when the block exits normally the
+    folder is fsynced and renamed to `final`. On an exception (or a kill) `final` never
+    appears; the hidden `.tmp-*` folder is removed on exceptions and ignored otherwise.
+    If `final` appeared meanwhile (another process finished first) the new copy is dropped.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{final.name}-"))
+    try:
+        yield tmp
+        _finish_tree(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,196 @@
+"""Tokenizers: a byte-level BPE trained on the corpus, or a local / Hub tokenizer.
+
+`get_tokenizer(...)` returns a `TokenizerInfo` whose `directory` always loads with
+`transformers.AutoTokenizer.from_pretrained(directory)`:
+- tokenizer="bpe": trained with the `tokenizers` library (vocab = the model's vocab_size,
+  `<|endoftext|>` as EOS and document separator), saved under
+  <cache_dir>/tokenizers/bpe-v1-<source_hash[:12]>-V<vocab> and reused from there.
+- an existing local folder: loaded in place.
+- anything else is a Hub id: loaded from our saved copy (<cache_dir>/tokenizers/hub-...),
+  else from the local Hugging Face cache, else downloaded after a quick reachability check
+  (so it fails within seconds without a network).
+The tokenizer hash is the sha256 of tokenizer.json (of the sorted vocab if there is none).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from utils.io import atomic_dir
+from data.corpus import DataError, Source, check_hub_reachable
+from utils.io import atomic_write_text
+
+EOT = "<|endoftext|>"
+BPE_RECIPE = "bpe-v1"  # bump when train_bpe changes: old cached tokenizers then live in other folders
+META_NAME = "data_tokenizer.json"
+
+
+@dataclass
+class TokenizerInfo:
+    tokenizer: Any  # a transformers tokenizer (PreTrainedTokenizerFast / TokenizersBackend)
+    directory: Path
+    tokenizer_hash: str
+    eos_id: int
+    name: str  # what the user asked for: "bpe", a folder or a Hub id
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+
+def train_bpe(texts: Iterator[str | list[str]], vocab_size: int):
+    """A byte-level BPE (GPT-2 style pre-tokenization, no prefix space) with EOT as its only
+    special token (id 0). Decoding an encoding gives back the exact text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOT],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    return tok
+
+
+def wrap_tokenizer(tok):
+    """A transformers fast tokenizer around a `tokenizers.Tokenizer` trained by train_bpe."""
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOT, clean_up_tokenization_spaces=False)
+
+
+def hash_tokenizer(directory: Path, tokenizer=None) -> str:
+    p = Path(directory) / "tokenizer.json"
+    if p.is_file():
+        return hashlib.sha256(p.read_bytes()).hexdigest()
+    if tokenizer is None:
+        raise DataError(f"{directory}: no tokenizer.json to hash")
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def _auto_load(where: str | Path, **kwargs):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(where), **kwargs)
+
+
+def _eos_id(tok, name: str) -> int:
+    if tok.eos_token_id is not None:
+        return int(tok.eos_token_id)
+    vocab = tok.get_vocab()
+    if EOT in vocab:
+        return int(vocab[EOT])
+    raise DataError(f"tokenizer {name!r} has no EOS token (and no {EOT}); documents need a separator: "
+                    f"use --tokenizer bpe or a tokenizer with an eos_token")
+
+
+def _cache_error(folder: Path, problem: str) -> DataError:
+    return DataError(f"tokenizer cache {folder} is unusable: {problem}. Fix: delete {folder} "
+                     f"(it is rebuilt) or pass another --cache_dir")
+
+
+def _load_cached(folder: Path, expect: dict, name: str):
+    try:
+        meta = json.loads((folder / META_NAME).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise _cache_error(folder, f"cannot read {META_NAME} ({e})") from e
+    bad = [f"{k}={meta.get(k)!r} (expected {v!r})" for k, v in expect.items() if meta.get(k) != v]
+    if bad:
+        raise _cache_error(folder, "it was made for other settings: " + ", ".join(bad))
+    try:
+        tok = _auto_load(folder)
+    except Exception as e:
+        raise _cache_error(folder, f"AutoTokenizer cannot load it ({type(e).__name__}: {e})") from e
+    tok_hash = hash_tokenizer(folder, tok)
+    if meta.get("tokenizer_hash") not in (None, tok_hash):
+        raise _cache_error(folder, "tokenizer.json does not match the hash recorded when it was saved")
+    return tok, tok_hash
+
+
+def _looks_like_path(s: str) -> bool:
+    return s.startswith((".", "/", "~")) or s.count("/") > 1 or "\\" in s or Path(s).exists()
+
+
+def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Callable[[], Any],
+                  cache_root: Path, log: Callable[[str], None] = print) -> TokenizerInfo:
+    """Train, load or fetch the tokenizer named by data_cfg.tokenizer (see module doc).
+    `corpus()` returns the documents as a datasets.Dataset; it is only called to train."""
+    name = data_cfg.tokenizer
+    cache_root = Path(cache_root)
+    if name == "bpe":
+        info = _bpe_tokenizer(model_vocab_size, source, corpus, cache_root, log)
+    elif Path(name).expanduser().is_dir():
+        folder = Path(name).expanduser().resolve()
+        try:
+            tok = _auto_load(folder)
+        except Exception as e:
+            raise DataError(f"tokenizer folder {folder}: AutoTokenizer cannot load it ({type(e).__name__}: {e})") from e
+        info = TokenizerInfo(tok, folder, hash_tokenizer(folder, tok), _eos_id(tok, name), name)
+    elif _looks_like_path(name):
+        problem = "is a file, not a tokenizer folder" if Path(name).expanduser().exists() else "no such folder"
+        raise DataError(f"tokenizer={name!r}: {problem}. Pass --tokenizer bpe, an existing tokenizer folder "
+                        f"(loadable by AutoTokenizer) or a Hub id such as HuggingFaceTB/SmolLM2-135M")
+    else:
+        info = _hub_tokenizer(name, cache_root, log)
+    if info.vocab_size > model_vocab_size:
+        raise DataError(f"tokenizer {name!r} has {info.vocab_size} tokens but the model's vocab_size is "
+                        f"{model_vocab_size}: pass --vocab_size {info.vocab_size} (or larger)")
+    return info
+
+
+def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, log) -> TokenizerInfo:
+    folder = cache_root / "tokenizers" / f"{BPE_RECIPE}-{source.source_hash[:12]}-V{vocab_size}"
+    expect = {"recipe": BPE_RECIPE, "source_hash": source.source_hash, "requested_vocab_size": vocab_size}
+    if folder.exists():
+        tok, tok_hash = _load_cached(folder, expect, "bpe")
+        log(f"data: tokenizer from cache {folder}")
+        return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
+    t0 = time.time()
+    ds = corpus()
+
+    def texts():
+        for batch in ds.iter(batch_size=1000):
+            yield [t for t in batch["text"] if t]
+
+    raw = train_bpe(texts(), vocab_size)
+    wrapped = wrap_tokenizer(raw)
+    with atomic_dir(folder) as tmp:
+        wrapped.save_pretrained(str(tmp))
+        tok_hash = hash_tokenizer(tmp)
+        atomic_write_text(tmp / META_NAME, json.dumps({**expect, "tokenizer_hash": tok_hash,
+                                                       "vocab_size": len(wrapped), "eos_token": EOT}, indent=2) + "\n")
+    tok, tok_hash = _load_cached(folder, expect, "bpe")
+    log(f"data: trained byte-level BPE (vocab {len(tok)}) in {time.time() - t0:.1f}s -> {folder}")
+    return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
+
+
+def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "--", repo_id)
+    folder = cache_root / "tokenizers" / f"hub-{safe}"
+    expect = {"repo_id": repo_id}
+    if folder.exists():
+        tok, tok_hash = _load_cached(folder, expect, repo_id)
+        log(f"data: tokenizer {repo_id} from cache {folder}")
+        return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, repo_id), repo_id)
+    try:
+        tok = _auto_load(repo_id, local_files_only=True)  # the Hugging Face cache, no network
+    except Exception:
+        check_hub_reachable(repo_id, "model", "tokenizer")
+        try:
+            tok = _auto_load(repo_id)
+        except Exception as e:
+            raise DataError(f"tokenizer {repo_id!r}: AutoTokenizer cannot load it from the Hub "
+                            f"({type(e).__name__}: {e})") from e
+    with atomic_dir(folder) as tmp:
+        tok.save_pretrained(str(tmp))
+        atomic_write_text(tmp / META_NAME, json.dumps({**expect, "tokenizer_hash": hash_tokenizer(tmp, tok)},
+                                                      indent=2) + "\n")
+    tok, tok_hash = _load_cached(folder, expect, repo_id)
+    log(f"data: tokenizer {repo_id} saved to {folder}")
+    return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, repo_id), repo_id)
