@@ -1,0 +1,93 @@
+"""Split a MinimalLLM's parameters between Muon and AdamW.
+
+Muon: every trainable 2-D parameter except the token embedding `embed.weight` (tied to the LM
+head). AdamW: the embedding (weight decay cfg.weight_decay) and every 1-D parameter (norm gains;
+weight decay cfg.weight_decay if cfg.wd_on_gains else 0), in separate param groups.
+Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from configs.config import TrainConfig
+from optimizers.muon import Muon
+
+EMBED_NAME = "embed.weight"
+
+
+def _summarize(named: list[tuple[str, torch.Tensor]]) -> dict:
+    return {"tensors": len(named), "params": sum(p.numel() for _, p in named)}
+
+
+def check_coverage(model: nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
+    """Assert every trainable parameter is in exactly one optimizer group and no frozen one is in any."""
+    seen: dict[int, int] = {}
+    for opt in optimizers:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                seen[id(p)] = seen.get(id(p), 0) + 1
+    names = {}
+    for name, p in model.named_parameters():
+        names[id(p)] = name
+        n = seen.get(id(p), 0)
+        if p.requires_grad:
+            assert n == 1, (f"parameter {name!r} is in {n} optimizer param groups; "
+                            f"every trainable parameter must be in exactly one")
+        else:
+            assert n == 0, f"frozen parameter {name!r} (requires_grad=False) is in an optimizer"
+    unknown = set(seen) - set(names)
+    assert not unknown, f"{len(unknown)} optimized tensor(s) are not parameters of the model"
+
+
+def build_optimizers(model: nn.Module, cfg: TrainConfig,
+                     device_type: str = "cpu") -> tuple[list[torch.optim.Optimizer], dict]:
+    """[Muon, AdamW] over model's parameters, and a summary of the split (see format_split).
+
+    Param groups carry a "name" ("muon", "embed", "gains") and "base_lr" (the peak LR that the
+    trainer's schedule scales).
+    """
+    muon_p, embed_p, gain_p, frozen = [], [], [], []
+    for name, p in model.named_parameters():  # tied parameters are listed once
+        if not p.requires_grad:
+            frozen.append((name, p))
+        elif name == EMBED_NAME:
+            embed_p.append((name, p))
+        elif p.ndim == 2:
+            muon_p.append((name, p))
+        elif p.ndim <= 1:
+            gain_p.append((name, p))
+        else:
+            raise ValueError(f"parameter {name!r} of shape {tuple(p.shape)}: no optimizer rule for "
+                             f"{p.ndim}-D parameters (Muon takes 2-D, AdamW the embedding and 1-D)")
+
+    optimizers: list[torch.optim.Optimizer] = []
+    if muon_p:
+        optimizers.append(Muon([{"params": [p for _, p in muon_p], "name": "muon"}],
+                               lr=cfg.muon_lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                               weight_decay=cfg.weight_decay, orthogonalizer=cfg.orthogonalizer,
+                               ortho_steps=cfg.ortho_steps))
+    adam_groups = []
+    if embed_p:
+        adam_groups.append({"params": [p for _, p in embed_p], "weight_decay": cfg.weight_decay,
+                            "name": "embed"})
+    if gain_p:
+        adam_groups.append({"params": [p for _, p in gain_p], "name": "gains",
+                            "weight_decay": cfg.weight_decay if cfg.wd_on_gains else 0.0})
+    if adam_groups:
+        extra = {"fused": True} if device_type == "cuda" else {}
+        optimizers.append(torch.optim.AdamW(adam_groups, lr=cfg.adamw_lr,
+                                            betas=(cfg.adam_beta1, cfg.adam_beta2), eps=1e-8, **extra))
+    for opt in optimizers:
+        for group in opt.param_groups:
+            group.setdefault("base_lr", group["lr"])
+
+    check_coverage(model, optimizers)
+    summary = {"muon": _summarize(muon_p), "adamw": _summarize(embed_p + gain_p), "frozen": _summarize(frozen)}
+    return optimizers, summary
+
+
+def format_split(summary: dict) -> str:
+    """One line: tensors and parameters per optimizer, e.g. for the trainer's start-up log."""
+    parts = [f"{key} {v['tensors']} tensors / {v['params']:,} params" for key, v in summary.items()]
+    return "optimizer split: " + " | ".join(parts)

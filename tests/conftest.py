@@ -1,0 +1,36 @@
+"""Shared fixtures: a small offline text corpus and tiny run configs."""
+from __future__ import annotations
+
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from configs import apply_overrides, get_preset
+
+# A few stdlib modules: real code text, ~100k characters, identical on every machine with this Python.
+_CORPUS_MODULES = ["textwrap.py", "bisect.py", "heapq.py", "colorsys.py", "fnmatch.py", "glob.py", "shlex.py",
+                   "string.py", "this.py", "keyword.py", "numbers.py", "copy.py"]
+
+
+@pytest.fixture(scope="session")
+def corpus_file(tmp_path_factory) -> Path:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text("\n\n".join((stdlib / m).read_text(encoding="utf-8") for m in _CORPUS_MODULES))
+    return path
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("data_cache")
+
+
+@pytest.fixture
+def debug_cfg(corpus_file, cache_dir):
+    """The debug preset on the small corpus: 2 layers, d_model 128, vocab 512, 32-token blocks."""
+    def make(**overrides):
+        base = {"source": "files", "paths": [str(corpus_file)], "cache_dir": str(cache_dir),
+                "precision": "fp32", "eval_batches": 2}
+        return apply_overrides(get_preset("debug"), {**base, **overrides})
+    return make

@@ -1,0 +1,161 @@
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from configs import ConfigError, ModelConfig, get_preset
+from models import MinimalLLM, Rotary
+
+
+def small_cfg(**kw) -> ModelConfig:
+    return dataclasses.replace(get_preset("debug").model, **kw)
+
+
+def test_config_validation_names_the_problem():
+    with pytest.raises(ConfigError, match="n_heads=3 is not divisible by n_kv_heads=2"):
+        ModelConfig(d_model=192, n_heads=3, n_kv_heads=2)
+    with pytest.raises(ConfigError, match="d_model=100 is not divisible by n_heads=3"):
+        ModelConfig(d_model=100, n_heads=3, n_kv_heads=1)
+    with pytest.raises(ConfigError, match="qk_norm='rms'"):
+        ModelConfig(qk_norm="rms")
+
+
+def test_causality():
+    torch.manual_seed(0)
+    model = MinimalLLM(small_cfg()).eval()
+    idx = torch.randint(0, 512, (2, 20))
+    changed = idx.clone()
+    t = 11
+    changed[:, t] = (idx[:, t] + 7) % 512
+    with torch.no_grad():
+        a, b = model(idx), model(changed)
+    assert torch.equal(a[:, :t], b[:, :t])  # positions before t are untouched, bit for bit
+    assert not torch.allclose(a[:, t], b[:, t])  # and the change is visible at t
+
+
+def test_rope_scores_depend_only_on_offset():
+    torch.manual_seed(0)
+    D, T = 64, 40
+    rot = Rotary(D, T, theta=10000.0)
+    q, k = torch.randn(D), torch.randn(D)
+    # The same q at every position and the same k at every position.
+    qr = rot(q.expand(1, T, 1, D))[0, :, 0]  # [T, D]
+    kr = rot(k.expand(1, T, 1, D))[0, :, 0]
+    scores = qr @ kr.T  # scores[m, n] = <R_m q, R_n k>
+    for offset in (0, 1, 5, 17):
+        diag = torch.diagonal(scores, offset=-offset)  # all (m, m - offset)
+        assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-4), offset
+    # Rotation preserves length.
+    assert torch.allclose(qr.norm(dim=-1), q.norm().expand(T), rtol=1e-5)
+
+
+def test_gqa_with_equal_heads_is_multi_head_attention():
+    torch.manual_seed(0)
+    cfg = small_cfg(n_heads=2, n_kv_heads=2)
+    attn = MinimalLLM(cfg).blocks[0].attn
+    rot = Rotary(cfg.d_head, 64, cfg.rope_theta)
+    x = torch.randn(3, 10, cfg.d_model)
+    with torch.no_grad():
+        got = attn(x, rot)
+        # Plain multi-head attention written out by hand.
+        B, T, H, D = 3, 10, 2, cfg.d_head
+        q = rot(attn.q_norm(attn.wq(x).view(B, T, H, D))).transpose(1, 2)
+        k = rot(attn.k_norm(attn.wk(x).view(B, T, H, D))).transpose(1, 2)
+        v = attn.wv(x).view(B, T, H, D).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+        want = attn.wo((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, T, H * D))
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_gqa_shares_kv_heads_across_query_groups():
+    torch.manual_seed(0)
+    cfg = small_cfg(d_model=256, n_heads=4, n_kv_heads=2)
+    attn = MinimalLLM(cfg).blocks[0].attn
+    rot = Rotary(cfg.d_head, 64, cfg.rope_theta)
+    x = torch.randn(2, 9, cfg.d_model)
+    with torch.no_grad():
+        got = attn(x, rot)
+        B, T, H, K, D = 2, 9, 4, 2, cfg.d_head
+        q = rot(attn.q_norm(attn.wq(x).view(B, T, H, D))).transpose(1, 2)
+        k = rot(attn.k_norm(attn.wk(x).view(B, T, K, D))).transpose(1, 2)
+        v = attn.wv(x).view(B, T, K, D).transpose(1, 2)
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)  # q heads 0,1 -> kv 0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        want = attn.wo(y.transpose(1, 2).reshape(B, T, H * D))
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def _k_norm_outputs(model, idx):
+    keys = []
+    handles = [b.attn.hook_k_norm.register_forward_hook(lambda m, i, o: keys.append(o)) for b in model.blocks]
+    try:
+        with torch.no_grad():
+            model(idx)
+    finally:
+        for h in handles:
+            h.remove()
+    return keys
+
+
+@pytest.mark.parametrize("mode", ["learned", "frozen"])
+def test_keys_have_norm_sqrt_d_head_at_init(mode):
+    torch.manual_seed(0)
+    cfg = small_cfg(qk_norm=mode)
+    model = MinimalLLM(cfg)
+    keys = _k_norm_outputs(model, torch.randint(0, 512, (2, 16)))
+    assert len(keys) == cfg.n_layers
+    for k in keys:
+        assert k.shape == (2, 16, cfg.n_kv_heads, cfg.d_head)
+        # RMSNorm gives sqrt(D) * sqrt(ms / (ms + eps)); with eps = 1e-6 that is 8 to ~1e-5.
+        assert torch.allclose(k.norm(dim=-1), torch.full(k.shape[:-1], 8.0), rtol=1e-4)
+
+
+def test_no_qk_norm_keys_are_raw_projections():
+    torch.manual_seed(0)
+    model = MinimalLLM(small_cfg(qk_norm="none"))
+    assert not any("q_norm" in n or "k_norm" in n for n, _ in model.named_parameters())
+    keys = _k_norm_outputs(model, torch.randint(0, 512, (2, 16)))
+    assert keys[0].norm(dim=-1).mean() < 4.0  # far from sqrt(D): nothing normalizes them
+
+
+def test_frozen_gain_stays_exactly_one_after_training():
+    from optimizers import build_optimizers
+
+    torch.manual_seed(0)
+    run = get_preset("debug")
+    model = MinimalLLM(dataclasses.replace(run.model, qk_norm="frozen"))
+    opts, _ = build_optimizers(model, run.train)
+    idx = torch.randint(0, 512, (4, 17))
+    for _ in range(3):
+        model(idx[:, :-1], idx[:, 1:]).backward()
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=True)
+    for b in model.blocks:
+        for norm in (b.attn.q_norm, b.attn.k_norm):
+            assert not norm.weight.requires_grad
+            assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+    assert not torch.equal(model.blocks[0].attn_norm.weight, torch.ones(run.model.d_model))  # others did train
+
+
+def test_parameter_count_matches_formula():
+    cfg = small_cfg()
+    d, D, V, F_ = cfg.d_model, cfg.d_head, cfg.vocab_size, cfg.d_ff
+    per_layer = d * d * 2 + d * cfg.n_kv_heads * D * 2 + 2 * d * F_ + 2 * d + 2 * D
+    assert MinimalLLM(cfg).num_params() == V * d + cfg.n_layers * per_layer + d
+
+
+def test_gradient_checkpointing_gives_same_gradients():
+    torch.manual_seed(0)
+    model = MinimalLLM(small_cfg())
+    idx = torch.randint(0, 512, (2, 17))
+    model(idx[:, :-1], idx[:, 1:]).backward()
+    want = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model.grad_checkpointing = True
+    model(idx[:, :-1], idx[:, 1:]).backward()
+    for g, p in zip(want, model.parameters()):
+        assert torch.allclose(g, p.grad, atol=1e-6)

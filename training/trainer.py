@@ -1,0 +1,280 @@
+"""The training loop: accumulation, clipping, schedule, precision, compile, DDP, checkpoints.
+
+One Trainer trains one model described by a RunConfig into an output folder:
+
+    DIR/config.json        the final config
+    DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...})
+                           and per validation ({"step", "tokens", "val_loss"})
+    DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
+    DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
+    DIR/summary.json       final losses, steps, timings, provenance
+
+Works alone or under torchrun (DDP); only rank 0 writes. Callbacks registered with
+`add_callback(fn)` are called as fn(trainer, step) at step 0 and after every
+optimizer step (the key probe uses this); they run on every rank and must not
+change the model or any RNG.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from tqdm import tqdm
+
+from configs.config import ConfigError, RunConfig
+from data import BlockLoader, prepare_data, val_batches
+from models import MinimalLLM
+from optimizers import build_optimizers, format_split
+from training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from training.distributed import init_distributed, shutdown_distributed
+from training.schedule import lr_factor
+from utils.io import atomic_write_text
+from utils.runtime import autocast, local_cpu_threads, provenance, resolve_device, resolve_precision
+
+# Fields that may change when a run is resumed: they do not alter what the
+# remaining steps compute (tokens extends or shortens the run).
+RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
+                     "cache_dir"}
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
+    a, b = _flatten(old.to_dict()), _flatten(new.to_dict())
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and k.split(".")[-1] not in RESUMABLE_CHANGES]
+
+
+class Trainer:
+    def __init__(self, cfg: RunConfig, out_dir: str | Path, resume: bool = False, log: Callable = print,
+                 progress: bool = True):
+        self.cfg, self.out = cfg, Path(out_dir)
+        tc = cfg.train
+        probe_device = resolve_device(tc.device)
+        self.dist = init_distributed(probe_device.type)
+        self.device = resolve_device(tc.device, self.dist.local_rank)
+        if self.device.type == "cpu":
+            torch.set_num_threads(local_cpu_threads(self.dist.local_world_size))
+        self.precision = resolve_precision(tc.precision, self.device)
+        self.is_main = self.dist.is_main
+        self._log = log if self.is_main else (lambda *a, **k: None)
+        self.progress = progress and self.is_main
+        self.callbacks: list[Callable[[Trainer, int], None]] = []
+
+        if tc.batch_size % self.dist.world_size:
+            raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
+                              f"processes: the global batch is split evenly across ranks")
+        self._check_out_dir(resume)
+
+        # Data: rank 0 builds the caches, the others then read them.
+        if self.is_main:
+            self.data = prepare_data(cfg, log=self._log)
+        self.dist.barrier()
+        if not self.is_main:
+            self.data = prepare_data(cfg, log=lambda *a, **k: None)
+        if self.data.vocab_size > cfg.model.vocab_size:
+            raise ConfigError(f"the tokenizer has {self.data.vocab_size} tokens but the model's vocab_size is "
+                              f"{cfg.model.vocab_size}: pass --vocab_size {self.data.vocab_size} (or larger)")
+
+        torch.manual_seed(tc.seed)  # same initial weights on every rank
+        self.model = MinimalLLM(cfg.model).to(self.device)
+        self.model.grad_checkpointing = tc.grad_checkpointing
+        self.optimizers, split = build_optimizers(self.model, tc, self.device.type)
+        self.split = split
+        self.steps = cfg.steps
+        self.step = 0
+        self.loader = BlockLoader(self.data.train, tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
+        self.val = val_batches(self.data.val, tc.batch_size, tc.eval_batches, self.dist.rank,
+                               self.dist.world_size)
+        self.wall_time = 0.0  # seconds of training so far, summed over resumed sessions
+        if resume:
+            self._resume()
+
+        fwd = torch.compile(self.model) if tc.compile else self.model
+        self.fwd = DDP(fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
+            if self.dist.enabled else fwd
+
+        self._log(f"run: preset={cfg.preset} device={self.device} precision={self.precision} "
+                  f"processes={self.dist.world_size} compile={tc.compile}")
+        self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
+                  f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "
+                  f"{cfg.model.d_head}, qk_norm={cfg.model.qk_norm}")
+        self._log(format_split(split))
+        self._log(f"data: {len(self.data.train):,} train / {len(self.data.val):,} val blocks of "
+                  f"{cfg.data.seq_len} tokens; {self.steps} steps of {cfg.tokens_per_step:,} tokens")
+
+    # ----------------------------------------------------------------- setup
+    def _check_out_dir(self, resume: bool) -> None:
+        ckpt_root = self.out / "checkpoints"
+        has_run = (self.out / "config.json").exists() or latest_checkpoint(ckpt_root) is not None
+        if has_run and not resume:
+            raise FileExistsError(f"{self.out} already holds a run: pass --resume to continue it, or choose "
+                                  f"another --out (nothing was overwritten)")
+        if resume and (self.out / "config.json").exists():
+            diffs = config_differences(RunConfig.load(self.out / "config.json"), self.cfg)
+            if diffs:
+                raise ConfigError(f"cannot resume {self.out} with a different config ({'; '.join(diffs)}): "
+                                  f"use the original options, or choose another --out")
+
+    def _resume(self) -> None:
+        ckpt = latest_checkpoint(self.out / "checkpoints")
+        if ckpt is None:
+            self._log(f"resume: no checkpoint in {self.out / 'checkpoints'}, starting from step 0")
+            return
+        load_checkpoint(ckpt, self.model, self.optimizers)
+        self.loader.load_state_dict(ckpt.state["loader"])
+        self.step = ckpt.state["step"]
+        self.wall_time = ckpt.state.get("wall_time", 0.0)
+        self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
+        if self.is_main:  # drop log lines written after that checkpoint
+            path = self.out / "metrics.jsonl"
+            if path.exists():
+                keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
+                atomic_write_text(path, "".join(ln + "\n" for ln in keep))
+
+    def add_callback(self, fn: Callable[["Trainer", int], None]) -> None:
+        self.callbacks.append(fn)
+
+    @property
+    def tokens_seen(self) -> int:
+        return self.step * self.cfg.tokens_per_step
+
+    # --------------------------------------------------------------- logging
+    def _write_metrics(self, record: dict) -> None:
+        if self.is_main:
+            with open(self.out / "metrics.jsonl", "a") as f:
+                f.write(json.dumps(record) + "\n")
+
+    def _save(self) -> None:
+        if self.is_main:
+            save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizers,
+                            {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
+                             "wall_time": self.wall_time, "config": self.cfg.to_dict()},
+                            keep_last=self.cfg.train.keep_last)
+        self.dist.barrier()
+
+    # ------------------------------------------------------------ the loop
+    @torch.no_grad()
+    def evaluate(self) -> float:
+        """Mean loss over the fixed validation batches (all ranks)."""
+        was_training = self.model.training
+        self.model.eval()
+        total = 0.0
+        for x, y in self.val:
+            with autocast(self.device, self.precision):
+                total += self.model(x.to(self.device), y.to(self.device)).item()
+        self.model.train(was_training)
+        return self.dist.mean(total / len(self.val), self.device)
+
+    def train_step(self) -> tuple[float, float]:
+        """One optimizer step over grad_accum micro-batches; returns (mean loss, grad norm)."""
+        tc = self.cfg.train
+        factor = lr_factor(self.step, self.steps, tc)
+        for opt in self.optimizers:
+            for g in opt.param_groups:
+                g["lr"] = g["base_lr"] * factor
+        loss_sum = torch.zeros((), device=self.device)
+        for micro in range(tc.grad_accum):
+            x, y = self.loader.next_batch()
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            last = micro == tc.grad_accum - 1
+            sync = nullcontext() if (last or not self.dist.enabled) else self.fwd.no_sync()
+            with sync:
+                with autocast(self.device, self.precision):
+                    loss = self.fwd(x, y)
+                (loss / tc.grad_accum).backward()
+            loss_sum += loss.detach()
+        loss_value = self.dist.mean(loss_sum.item() / tc.grad_accum, self.device)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf).item()
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            self._fail_non_finite(loss_value, grad_norm)
+        for opt in self.optimizers:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return loss_value, grad_norm
+
+    def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
+        ckpt = latest_checkpoint(self.out / "checkpoints")
+        kept = f"the last good checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint was written yet"
+        raise NonFiniteLossError(
+            f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
+            f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.")
+
+    def _run_callbacks(self) -> None:
+        for fn in self.callbacks:
+            fn(self, self.step)
+
+    def fit(self) -> dict:
+        tc = self.cfg.train
+        if self.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.cfg.save(self.out / "config.json")
+            shutil.copytree(self.data.tokenizer_dir, self.out / "tokenizer", dirs_exist_ok=True)
+        self.model.train()
+        if self.step == 0:
+            self._run_callbacks()
+        bar = tqdm(total=self.steps, initial=self.step, disable=not self.progress, unit="step",
+                   dynamic_ncols=True, desc="train")
+        window_tokens, window_time = 0, 0.0
+        last_loss, val_loss = None, None
+        try:
+            while self.step < self.steps:
+                t0 = time.perf_counter()
+                last_loss, grad_norm = self.train_step()
+                dt = time.perf_counter() - t0
+                self.wall_time += dt
+                window_tokens, window_time = window_tokens + self.cfg.tokens_per_step, window_time + dt
+                bar.update(1)
+                if self.step % tc.log_every == 0 or self.step == self.steps:
+                    tok_s = window_tokens / window_time
+                    bar.set_postfix(loss=f"{last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
+                    self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "loss": last_loss,
+                                         "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
+                                         "tokens_per_s": tok_s, "wall_time": self.wall_time})
+                    window_tokens, window_time = 0, 0.0
+                self._run_callbacks()
+                if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:
+                    val_loss = self.evaluate()
+                    self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "val_loss": val_loss})
+                    bar.write(f"step {self.step}/{self.steps}: loss {last_loss:.4f}, val_loss {val_loss:.4f}") \
+                        if self.progress else None
+                if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
+                    self._save()
+        finally:
+            bar.close()
+        if val_loss is None:  # resumed a finished run: nothing trained, still report
+            val_loss = self.evaluate()
+        summary = {"steps": self.step, "tokens": self.tokens_seen, "final_loss": last_loss,
+                   "final_val_loss": val_loss, "wall_time_s": self.wall_time,
+                   "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
+                   "precision": self.precision, "world_size": self.dist.world_size,
+                   "optimizer_split": self.split, "data": {"source_hash": self.data.source_hash,
+                                                           "tokenizer_hash": self.data.tokenizer_hash},
+                   **provenance(self.device)}
+        if self.is_main:
+            atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def close(self) -> None:
+        shutdown_distributed(self.dist)
