@@ -2,7 +2,9 @@
 
 88m and 1b are the write-ups' models and optimizer settings (they trained on the
 cosmopedia-v2 subset of smollm-corpus with the SmolLM2-135M tokenizer, vocab 49152).
-`tiny` is the CPU default, sized by measurement (see README, "Choosing tiny").
+`tiny` is the CPU default, sized by measurement (README, "Choosing tiny"): 6 layers so
+that early, middle and final pairs of layers exist, d_head 64 so keys start at norm 8,
+and two KV heads per layer so heads within a layer can be compared.
 `debug` is for tests: it trains in a fraction of a second.
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ _WRITEUP_DATA = dict(source="hub", tokenizer="HuggingFaceTB/SmolLM2-135M", seq_l
 
 def tiny() -> RunConfig:
     return RunConfig(
-        model=ModelConfig(vocab_size=4096, n_layers=6, d_model=128, n_heads=2, n_kv_heads=1, d_ff=512,
+        model=ModelConfig(vocab_size=4096, n_layers=6, d_model=128, n_heads=2, n_kv_heads=2, d_ff=512,
                           max_seq_len=1024),
         train=TrainConfig(tokens=1_000_000, batch_size=16, grad_accum=1, muon_lr=0.024, adamw_lr=0.006,
                           eval_every=100, ckpt_every=100),

@@ -257,8 +257,9 @@ class Trainer:
                 if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:
                     val_loss = self.evaluate()
                     self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "val_loss": val_loss})
-                    bar.write(f"step {self.step}/{self.steps}: loss {last_loss:.4f}, val_loss {val_loss:.4f}") \
-                        if self.progress else None
+                    msg = (f"step {self.step}/{self.steps}: loss {last_loss:.4f}, val_loss {val_loss:.4f}, "
+                           f"{self.tokens_seen / max(self.wall_time, 1e-9):,.0f} tokens/s")
+                    bar.write(msg) if self.progress else self._log(msg)
                 if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
                     self._save()
         finally:
