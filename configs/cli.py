@@ -1,7 +1,7 @@
 """Command-line overrides for every config field.
 
 `add_config_args(parser)` adds `--preset` and one option per field of ModelConfig,
-TrainConfig and DataConfig (spelled with underscores or dashes). Options left out
+TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes). Options left out
 keep the preset's value; unknown options are rejected by argparse.
 `config_from_args(args)` builds the preset, applies the overrides and validates.
 """
@@ -11,10 +11,10 @@ import argparse
 import dataclasses
 import typing
 
-from configs.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, RunConfig, TrainConfig
 from configs.presets import PRESETS, get_preset
 
-SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig}
+SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
 
 
 def _parse_bool(s: str) -> bool:
@@ -75,8 +75,7 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, object]) -> RunConfig:
         if name not in where:
             raise ConfigError(f"unknown config field {name!r}")
         parts[where[name]][name] = value
-    return RunConfig(model=ModelConfig(**parts["model"]), train=TrainConfig(**parts["train"]),
-                     data=DataConfig(**parts["data"]), preset=cfg.preset)
+    return RunConfig(**{s: cls(**parts[s]) for s, cls in SECTIONS.items()}, preset=cfg.preset)
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:

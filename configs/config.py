@@ -134,10 +134,25 @@ class DataConfig:
 
 
 @dataclass
+class ProbeConfig:
+    """The key probe (research/probe.py): when, on how many sequences, in which precision."""
+
+    probe_every: int = 0  # optimizer steps between probes (and step 0); 0: no probing
+    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks)
+    probe_precision: str = "fp32"  # fp32 | bf16: precision of the probe's forward pass
+
+    def __post_init__(self) -> None:
+        _check(self.probe_every >= 0, f"probe_every={self.probe_every} must be >= 0 (0 disables probing)")
+        _check(self.probe_batch > 0, f"probe_batch={self.probe_batch} must be positive")
+        _check(self.probe_precision in ("fp32", "bf16"), f"probe_precision={self.probe_precision!r}: fp32 or bf16")
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
     preset: str = "custom"
 
     def __post_init__(self) -> None:
@@ -162,7 +177,8 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         try:
             return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**d["train"]),
-                       data=DataConfig(**d["data"]), preset=d.get("preset", "custom"))
+                       data=DataConfig(**d["data"]), probe=ProbeConfig(**d.get("probe", {})),
+                       preset=d.get("preset", "custom"))
         except (KeyError, TypeError) as e:
             raise ConfigError(f"not a run config ({e}); expected keys model, train, data") from e
 

@@ -43,15 +43,19 @@ class MinimalLLM(nn.Module):
             else:
                 nn.init.normal_(p, std=std)
 
-    def forward(self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits [B, T, vocab] without targets; mean cross-entropy (float32 scalar) with them."""
+    def hidden(self, idx_BT: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden states [B, T, d]: everything but the LM head."""
         x_BTd = self.embed(idx_BT) * math.sqrt(self.cfg.d_model)
         for block in self.blocks:
             if self.grad_checkpointing and self.training:
                 x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False)
             else:
                 x_BTd = block(x_BTd, self.rotary)
-        logits_BTV = F.linear(self.final_norm(x_BTd), self.embed.weight)
+        return self.final_norm(x_BTd)
+
+    def forward(self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, vocab] without targets; mean cross-entropy (float32 scalar) with them."""
+        logits_BTV = F.linear(self.hidden(idx_BT), self.embed.weight)
         if targets_BT is None:
             return logits_BTV
         return F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())

@@ -15,6 +15,7 @@ against the measured matmul ceiling of the precision the step runs in.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import subprocess
@@ -31,6 +32,9 @@ from utils.runtime import autocast, resolve_precision
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
                          max_seq_len=256), 8, 256)
+
+
+DEFAULT_PROBE_EVERY = 25  # the studies' default probe interval
 
 
 def configs() -> dict[str, tuple[ModelConfig, int, int]]:
@@ -87,8 +91,66 @@ def measure_training(name: str, precision: str, steps: int) -> dict:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
+def _best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure_probe(name: str, probe_precision: str, repeats: int = 3) -> dict:
+    """Full key probe vs a plain no-grad forward on the same evaluation batch (B x T of the config)."""
+    from research.probe import KeyProbe
+
+    mc, B, T = configs()[name]
+    torch.manual_seed(0)
+    model = MinimalLLM(mc).eval()
+    ids = torch.randint(0, mc.vocab_size, (B, T))
+    probe = KeyProbe(ids, probe_precision)
+    with torch.no_grad():
+        fwd_fp32 = _best_time(lambda: model(ids), repeats)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fwd_bf16 = _best_time(lambda: model(ids), repeats)
+    return {"config": name, "probe_precision": probe_precision, "probe_s": _best_time(lambda: probe(model), repeats),
+            "forward_fp32_s": fwd_fp32, "forward_bf16_s": fwd_bf16,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def measure_probe_memory(n_layers: int) -> dict:
+    """Peak RSS of probing the 1b preset's layer shape (d_model 2048, 16/8 heads, d_head 128) on an
+    8 x 2048 batch, with `n_layers` layers of random weights. Weights are measured separately so the
+    probe's own working set can be compared with its bound."""
+    from research.probe import KeyProbe
+
+    mc = dataclasses.replace(get_preset("1b").model, n_layers=n_layers)
+    torch.manual_seed(0)
+    model = MinimalLLM(mc).eval()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ids = torch.randint(0, mc.vocab_size, (8, 2048))
+    t = time.perf_counter()
+    rec = KeyProbe(ids)(model)
+    return {"n_layers": n_layers, "params": model.num_params(), "rss_after_weights_mib": base,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "probe_s": time.perf_counter() - t, "mean_pr": rec["mean_pr"]}
+
+
 def child(args) -> None:
-    print(json.dumps(measure_training(args.child, args.precision, args.steps)))
+    if args.child == "probe-memory":
+        print(json.dumps(measure_probe_memory(args.layers)))
+    elif args.probe_child:
+        print(json.dumps(measure_probe(args.child, args.precision)))
+    else:
+        print(json.dumps(measure_training(args.child, args.precision, args.steps)))
+
+
+def run_child(*argv: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *argv], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"benchmark child {argv} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -96,7 +158,14 @@ def main() -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per config (after 3 warm-up)")
     p.add_argument("--configs", nargs="+", default=list(configs()), choices=list(configs()))
+    p.add_argument("--probe-every", type=int, default=DEFAULT_PROBE_EVERY,
+                   help="probe interval (optimizer steps) for the overhead estimate")
+    p.add_argument("--no-probe", action="store_true", help="skip the probe measurements")
+    p.add_argument("--probe-memory-layers", type=int, default=2,
+                   help="layers of the 1b-shaped model for the probe memory check (0 skips it)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--probe-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--layers", type=int, default=2, help=argparse.SUPPRESS)
     p.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -109,15 +178,22 @@ def main() -> None:
     for name in args.configs:
         runs = {}
         for prec in ("fp32", "bf16"):
-            out = subprocess.run([sys.executable, __file__, "--child", name, "--precision", prec,
-                                  "--steps", str(args.steps)], capture_output=True, text=True, check=True)
-            r = json.loads(out.stdout.strip().splitlines()[-1])
+            r = run_child("--child", name, "--precision", prec, "--steps", str(args.steps))
             r["mfu_fp32"] = r["tokens_per_s"] * r["flops_per_token"] / ceil["fp32"]
             r["mfu_bf16"] = r["tokens_per_s"] * r["flops_per_token"] / ceil["bf16"]
             r["mfu"] = r[f"mfu_{prec}"]
             runs[prec] = r
         # Top-level numbers are those of the precision training uses here (precision=auto).
-        result["configs"][name] = {**runs[auto], "by_precision": runs}
+        result["configs"][name] = entry = {**runs[auto], "by_precision": runs}
+        if not args.no_probe:
+            entry["probe"] = {pp: run_child("--child", name, "--probe-child", "--precision", pp)
+                              for pp in ("fp32", "bf16")}
+            step_s = runs[auto]["step_ms"] / 1e3
+            for pp, r in entry["probe"].items():
+                r["overhead_share"] = r["probe_s"] / (r["probe_s"] + args.probe_every * step_s)
+            entry["probe_every"] = args.probe_every
+    if not args.no_probe and args.probe_memory_layers:
+        result["probe_memory_1b"] = run_child("--child", "probe-memory", "--layers", str(args.probe_memory_layers))
 
     if args.json:
         print(json.dumps(result, indent=2))
@@ -130,6 +206,16 @@ def main() -> None:
         for prec, r in entry["by_precision"].items():
             print(f"{name:<10} {prec:<5} {r['params']:>10,} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>9.1f} "
                   f"{r['mfu']:>7.1%} {r['muon_share']:>10.1%} {r['peak_rss_mib']:>12.0f}")
+    for name, entry in result["configs"].items():
+        for pp, r in entry.get("probe", {}).items():
+            print(f"probe {name} ({pp} forward, batch {' x '.join(map(str, entry['batch']))}): {r['probe_s']:.3f} s; "
+                  f"plain no-grad forward {r['forward_fp32_s']:.3f} s fp32 / {r['forward_bf16_s']:.3f} s bf16; "
+                  f"overhead at probe_every={entry['probe_every']}: {r['overhead_share']:.2%} of training time")
+    if "probe_memory_1b" in result:
+        m = result["probe_memory_1b"]
+        print(f"probe memory, 1b layer shape x {m['n_layers']} layers ({m['params']:,} params), batch 8 x 2048: "
+              f"RSS {m['rss_after_weights_mib']:.0f} MiB after weights, peak {m['peak_rss_mib']:.0f} MiB "
+              f"({m['probe_s']:.1f} s)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ One Trainer trains one model described by a RunConfig into an output folder:
 Works alone or under torchrun (DDP); only rank 0 writes. Callbacks registered with
 `add_callback(fn)` are called as fn(trainer, step) at step 0 and after every
 optimizer step (the key probe uses this); they run on every rank and must not
-change the model or any RNG.
+change the model or any RNG. A callback with state_dict()/load_state_dict() has its
+state saved in every checkpoint and restored on resume.
 """
 from __future__ import annotations
 
@@ -79,6 +80,8 @@ class Trainer:
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
         self.callbacks: list[Callable[[Trainer, int], None]] = []
+        self.resume_state: dict = {}  # state.json of the checkpoint resumed from
+        self.last_loss: float | None = None  # training loss of the latest step
 
         if tc.batch_size % self.dist.world_size:
             raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
@@ -143,6 +146,7 @@ class Trainer:
         load_checkpoint(ckpt, self.model, self.optimizers)
         self.loader.load_state_dict(ckpt.state["loader"])
         self.step = ckpt.state["step"]
+        self.resume_state = ckpt.state
         self.wall_time = ckpt.state.get("wall_time", 0.0)
         self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
         if self.is_main:  # drop log lines written after that checkpoint
@@ -152,6 +156,9 @@ class Trainer:
                 atomic_write_text(path, "".join(ln + "\n" for ln in keep))
 
     def add_callback(self, fn: Callable[["Trainer", int], None]) -> None:
+        saved = self.resume_state.get("callbacks", {}).get(type(fn).__name__)
+        if saved is not None and hasattr(fn, "load_state_dict"):
+            fn.load_state_dict(saved)
         self.callbacks.append(fn)
 
     @property
@@ -168,7 +175,9 @@ class Trainer:
         if self.is_main:
             save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
-                             "wall_time": self.wall_time, "config": self.cfg.to_dict()},
+                             "wall_time": self.wall_time, "config": self.cfg.to_dict(),
+                             "callbacks": {type(fn).__name__: fn.state_dict() for fn in self.callbacks
+                                           if hasattr(fn, "state_dict")}},
                             keep_last=self.cfg.train.keep_last)
         self.dist.barrier()
 
@@ -237,19 +246,19 @@ class Trainer:
         bar = tqdm(total=self.steps, initial=self.step, disable=not self.progress, unit="step",
                    dynamic_ncols=True, desc="train")
         window_tokens, window_time = 0, 0.0
-        last_loss, val_loss = None, None
+        val_loss = None
         try:
             while self.step < self.steps:
                 t0 = time.perf_counter()
-                last_loss, grad_norm = self.train_step()
+                self.last_loss, grad_norm = self.train_step()
                 dt = time.perf_counter() - t0
                 self.wall_time += dt
                 window_tokens, window_time = window_tokens + self.cfg.tokens_per_step, window_time + dt
                 bar.update(1)
                 if self.step % tc.log_every == 0 or self.step == self.steps:
                     tok_s = window_tokens / window_time
-                    bar.set_postfix(loss=f"{last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
-                    self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "loss": last_loss,
+                    bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
+                    self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
                                          "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
                                          "tokens_per_s": tok_s, "wall_time": self.wall_time})
                     window_tokens, window_time = 0, 0.0
@@ -257,7 +266,7 @@ class Trainer:
                 if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:
                     val_loss = self.evaluate()
                     self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "val_loss": val_loss})
-                    msg = (f"step {self.step}/{self.steps}: loss {last_loss:.4f}, val_loss {val_loss:.4f}, "
+                    msg = (f"step {self.step}/{self.steps}: loss {self.last_loss:.4f}, val_loss {val_loss:.4f}, "
                            f"{self.tokens_seen / max(self.wall_time, 1e-9):,.0f} tokens/s")
                     bar.write(msg) if self.progress else self._log(msg)
                 if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
@@ -266,7 +275,7 @@ class Trainer:
             bar.close()
         if val_loss is None:  # resumed a finished run: nothing trained, still report
             val_loss = self.evaluate()
-        summary = {"steps": self.step, "tokens": self.tokens_seen, "final_loss": last_loss,
+        summary = {"steps": self.step, "tokens": self.tokens_seen, "final_loss": self.last_loss,
                    "final_val_loss": val_loss, "wall_time_s": self.wall_time,
                    "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
                    "precision": self.precision, "world_size": self.dist.world_size,

@@ -1,0 +1,207 @@
+"""Metrics of attention keys and attention patterns: pure tensor functions.
+
+No hooks and no model here: the probe collects the tensors and calls these. Every
+function runs under torch.no_grad() itself (callers need not), works on the inputs' device
+and accepts bfloat16, float16, float32 or float64 input (converted internally). Definitions follow DESIGN.md,
+section "Metrics".
+
+Shape legend: H heads (Hq query heads, Hkv key/value heads, G = Hq // Hkv), B batch,
+T sequence, D head size, N = B*T tokens. A "key" is one D-vector; K is the [N, D]
+matrix of one head's keys.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",
+               "cos_mean", "pr_sv", "pr_var", "erank", "pr_vec")
+ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio")
+
+
+def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """num / den, with 0 where den == 0 (the 0/0 cases: zero keys, zero matrices)."""
+    return torch.where(den > 0, num / den, 0)
+
+
+def _pop_std(x: torch.Tensor) -> torch.Tensor:
+    """Population std (unbiased=False) over dim 1 of [H, n], two-pass."""
+    return (x - x.mean(1, keepdim=True)).square_().mean(1).sqrt()
+
+
+def _participation(x: torch.Tensor) -> torch.Tensor:
+    """(sum x)^2 / sum x^2 over the last dim; 0 when all x are 0."""
+    return _ratio_or_zero(x.sum(-1).square(), x.square().sum(-1))
+
+
+@torch.no_grad()
+def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
+    """All key metrics of each head, batched over heads.
+
+    keys: [H, B, T, D] (any float dtype). Returns name -> float64 tensor [H] for the names in
+    KEY_METRICS. Units: norm_mean, norm_std, max_abs, mean_max_abs, std are in the units of
+    the keys; cos_mean is a cosine in [-1, 1]; peak_frac is a fraction in [1/D, 1]; pr_sv,
+    pr_var, erank, pr_vec are numbers of dimensions in [1, D] (or 0, see below).
+
+    - norm_mean, norm_std: mean and population std (unbiased=False) over the N tokens of |k|_2.
+    - max_abs: max over tokens and components of |k_j|; mean_max_abs: mean over tokens of max_j |k_j|.
+    - peak_frac: mean over tokens of max_j k_j^2 / sum_j k_j^2.
+    - std: population std (unbiased=False) of all N*D components, as sqrt(E[x^2] - E[x]^2) in
+      float64 (relative error ~1e-16 * E[x^2] / var: exact enough unless |mean| >> std).
+    - cos_mean: exact mean cosine over all ordered pairs (i, j), i != j, of keys of the same
+      sequence, pooled over sequences (same T(T-1) pairs per sequence), via
+      sum_{i!=j} u_i.u_j = |sum_i u_i|^2 - sum_i |u_i|^2 with u = k/|k|: O(B*T*D). NaN if T == 1.
+    - pr_sv: (sum s)^2 / sum s^2, s = singular values of the uncentered K.
+    - pr_var: (sum l)^2 / sum l^2, l = eigenvalues of the (population) covariance of K.
+    - erank: exp(-sum p ln p), p = s / sum s (Roy & Vetterli 2007), 0 ln 0 = 0.
+    - pr_vec: mean over tokens of (sum_j k_j^2)^2 / sum_j k_j^4.
+
+    Precision: the per-key reductions over D (|k|^2, sum k^4, max |k_j|) and sum_t u_t run in
+    float32 (relative error ~1e-7; with the Gram matrix these are the only passes over all
+    N*D values); everything after them is float64. Spectra are float64 from the input values:
+    s = sqrt(N * eigenvalues of M = K^T K / N) and l = eigenvalues of C = M - mu mu^T (mu =
+    mean key), from one batched torch.linalg.eigvalsh over the D x D matrices. Eigenvalues of
+    M or C below lambda_max(M) * D * eps(float64) are rounding noise of this route (as in
+    matrix_rank's default tolerance) and are set to 0: for singular values, s < ~1.2e-7 s_max.
+
+    Conventions for degenerate input: a zero key has unit vector 0 (its cosine with every
+    other key counts as 0, its pairs stay in the denominator) and contributes 0 to peak_frac
+    and pr_vec; an all-zero K has pr_sv = erank = 0; a K with zero covariance (all keys
+    equal) has pr_var = 0.
+    """
+    if keys.dim() != 4:
+        raise ValueError(f"keys must be [H, B, T, D], got shape {tuple(keys.shape)}")
+    H, B, T, D = keys.shape
+    N = B * T
+    k = keys.detach().float()                                                  # [H, B, T, D]
+
+    # Per-key reductions over D in float32 (the [H, B, T, D] passes), then float64 ([H, B, T]).
+    sq = k.square()                                                            # [H, B, T, D]
+    energy = sq.sum(-1)                                                        # [H, B, T]  sum_j k_j^2
+    fourth = sq.square_().sum(-1).double()                                     # [H, B, T]  sum_j k_j^4
+    peak = torch.maximum(k.amax(-1), -k.amin(-1)).double()                     # [H, B, T]  max_j |k_j|
+    nonzero = energy > 0                                                       # [H, B, T]
+    inv_norm = torch.where(nonzero, energy.rsqrt(), 0)                         # [H, B, T]  1/|k| or 0
+    energy = energy.double()
+    norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
+    per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
+
+    # Cosines: u = k/|k| (0 for zero keys); sum_i |u_i|^2 = number of nonzero keys.
+    u_sum = (inv_norm.unsqueeze(-2) @ k).squeeze(-2).double()                  # [H, B, D]  sum_t u_t
+    pair_sum = u_sum.square().sum((1, 2)) - nonzero.sum((1, 2))                # [H]
+    cos_mean = pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
+
+    # Spectra from D x D matrices: second moment M and covariance C, one eigvalsh call.
+    K = keys.detach().reshape(H, N, D).to(torch.float64)                       # [H, N, D], input values
+    M = K.mT @ K / N                                                           # [H, D, D]
+    mu = K.mean(1)                                                             # [H, D]
+    C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                  # [H, D, D]
+    eig = torch.linalg.eigvalsh(torch.cat([M, C]))                             # [2H, D] ascending
+    tol = eig[:H, -1:].clamp_min(0) * D * torch.finfo(torch.float64).eps       # [H, 1]
+    eig = torch.where(eig > tol.repeat(2, 1), eig, 0)
+    s, lam = (eig[:H] * N).sqrt(), eig[H:]                                     # [H, D] each
+    p = _ratio_or_zero(s, s.sum(-1, keepdim=True))                             # [H, D]
+    erank = torch.where(s.sum(-1) > 0, torch.exp(-torch.special.xlogy(p, p).sum(-1)), 0)
+
+    # Population std of all N*D components from the float64 moments: E[x^2] - E[x]^2.
+    std = (M.diagonal(dim1=1, dim2=2).mean(1) - mu.mean(1).square()).clamp_min(0).sqrt()
+
+    return {
+        "norm_mean": per_token(norm).mean(1),
+        "norm_std": _pop_std(per_token(norm)),
+        "max_abs": per_token(peak).amax(1),
+        "mean_max_abs": per_token(peak).mean(1),
+        "peak_frac": per_token(_ratio_or_zero(peak.square(), energy)).mean(1),
+        "std": std,
+        "cos_mean": cos_mean,
+        "pr_sv": _participation(s),
+        "pr_var": _participation(lam),
+        "erank": erank,
+        "pr_vec": per_token(_ratio_or_zero(energy.square(), fourth)).mean(1),
+    }
+
+
+@torch.no_grad()
+def attention_metrics(q: torch.Tensor, k: torch.Tensor, block_size: int = 64) -> dict[str, torch.Tensor]:
+    """Causal attention statistics of each query head, as the model's SDPA computes them.
+
+    q: [Hq, B, T, D], k: [Hkv, B, T, D] (post-RoPE; Hq a multiple of Hkv; query head h reads
+    KV head h // (Hq // Hkv), as SDPA's enable_gqa). p_t = softmax_{j <= t}(q_t . k_j / sqrt(D)),
+    in float32. Returns name -> float32 tensor [Hq]:
+    - entropy: mean over batch and ALL query positions t (t = 0 included, where it is 0) of
+      -sum_j p_tj ln p_tj, in nats.
+    - sink_mass: mean over batch and all t (t = 0 included, where it is 1) of p_t0.
+    - qk_ratio: mean over tokens of |q| / mean over tokens of |k| of the head's KV head.
+
+    Entropy via log-softmax written out: with s'_j = s_j - max_j s_j <= 0 and Z = sum_j exp(s'_j),
+    ln p_j = s'_j - ln Z, so H = ln Z - sum_j p_j s'_j, two non-negative terms (no cancellation),
+    and ln Z = -ln max_j p_j (the max has s' = 0): one exp pass (inside softmax) per score.
+    Future keys get the score -1e30 rather than -inf (exp gives exactly 0 either way) so that
+    p_j s'_j = 0 * finite = 0 there (the 0 ln 0 = 0 convention); real scores are far above that.
+
+    Queries are processed block_size positions at a time against keys 0..end-of-block only,
+    so masked work is skipped outside the diagonal block. Peak extra memory: two float32
+    [Hq, B, block_size, T] tensors (scores and probabilities), 8 * Hq * B * block_size * T
+    bytes, plus float32 copies of q (one) and k (up to two): 4 * (Hq + 2 * Hkv) * B * T * D bytes.
+    At T=2048, Hq=16, B=8, D=64, block_size=64: 134 MB + 67 MB + 8.4 MB per KV head (about
+    270 MB with Hkv=8); the first term scales with block_size (268 MB at 128).
+    """
+    if q.dim() != 4 or k.dim() != 4 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
+        raise ValueError(f"need q [Hq, B, T, D], k [Hkv, B, T, D], Hq % Hkv == 0; "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    Hq, B, T, D = q.shape
+    Hkv = k.shape[0]
+    G = Hq // Hkv
+    # Queries grouped on their KV head, position-major, in one float32 copy: row t*G + g of
+    # qg[kv*B + b] is query head kv*G + g at position t, so a block of positions is a slice of rows.
+    qg = torch.empty(Hkv, B, T, G, D, device=q.device)
+    qg.copy_(q.detach().unflatten(0, (Hkv, G)).permute(0, 2, 3, 1, 4))   # [Hkv, B, T, G, D]
+    kf = k.detach().float()                                                  # [Hkv, B, T, D]
+    q_norm = qg.norm(dim=-1).mean((1, 2)).reshape(Hq)                       # [Hq] mean |q|
+    k_norm = kf.norm(dim=-1).mean((1, 2)).repeat_interleave(G)              # [Hq] mean |k| of the KV head
+    qg = qg.view(Hkv * B, T * G, D)
+    kg = (kf * D ** -0.5).reshape(Hkv * B, T, D)                            # 1/sqrt(D) folded into keys
+    future = torch.ones(block_size, block_size, dtype=torch.bool, device=q.device).triu(1)  # [query, key]
+    future_bias = torch.zeros(future.shape, device=q.device).masked_fill_(future, -1e30).unsqueeze(1)
+    ent_sum = torch.zeros(Hkv * B, G, dtype=torch.float64, device=q.device)
+    sink_sum = torch.zeros(Hkv * B, G, dtype=torch.float64, device=q.device)
+    for start in range(0, T, block_size):
+        end = min(start + block_size, T)
+        n = end - start
+        # s [Hkv*B, n, G, end]: queries at start..end-1 against keys 0..end-1
+        s = torch.bmm(qg[:, start * G:end * G], kg[:, :end].mT).view(Hkv * B, n, G, end)
+        s[..., start:end].add_(future_bias[:n, :, :n])                       # only this block has future keys
+        s.sub_(s.amax(-1, keepdim=True))                                     # s' <= 0, max 0
+        p = torch.softmax(s, dim=-1)
+        log_z = -p.amax(-1).log()                                            # [Hkv*B, n, G]
+        sink_sum += p[..., 0].sum(1)
+        ent_sum += (log_z - p.mul_(s).sum(-1)).sum(1)
+        del s, p
+
+    def per_head(total: torch.Tensor) -> torch.Tensor:  # [Hkv*B, G] sums -> [Hq] means
+        return (total.view(Hkv, B, G).sum(1) / (B * T)).reshape(Hq).float()
+
+    return {"entropy": per_head(ent_sum), "sink_mass": per_head(sink_sum), "qk_ratio": q_norm / k_norm}
+
+
+@torch.no_grad()
+def gamma_stats(weight: torch.Tensor | None) -> dict | None:
+    """Statistics of a 1-D RMSNorm gain vector [D]; None (qk_norm='none') gives None.
+
+    Returns Python floats mean, std (population), cv = std / |mean| (NaN if mean == 0),
+    min, max, and values (list of D floats).
+    """
+    if weight is None:
+        return None
+    w = weight.detach().to(torch.float64).reshape(-1)
+    mean, std = w.mean().item(), w.std(correction=0).item()
+    return {"mean": mean, "std": std, "cv": std / abs(mean) if mean != 0 else math.nan,
+            "min": w.min().item(), "max": w.max().item(), "values": w.tolist()}
+
+
+def layer_means(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Mean over heads of each per-head metric: {name: [H] tensor} -> {name: float}."""
+    return {name: torch.as_tensor(v, dtype=torch.float64).mean().item() for name, v in metrics.items()}
