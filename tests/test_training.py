@@ -109,7 +109,7 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_port", "29517", str(REPO / "train_llm.py"), "--out", str(tmp_path / "two"),
-                           *common], env=env, capture_output=True, text=True, timeout=300)
+                           "--probe-every", "3", *common], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(one) == len(two) == steps
@@ -119,3 +119,8 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     diffs = [abs(a - b) for a, b in zip(one, two)]
     assert diffs[0] < 1e-6
     assert max(diffs) < 5e-4
+    # The key probe ran on rank 0 only and recorded the global losses.
+    from research.results import load_results
+    res = load_results(tmp_path / "two" / "results.json")
+    assert res["steps"] == [0, 3, 6] and res["provenance"]["device"] == "cpu"
+    assert res["loss"][1] == pytest.approx(sum(two[:3]) / 3)
