@@ -52,9 +52,10 @@ def _all_fields():
             yield section, cls, f
 
 
-def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "tiny") -> None:
-    parser.add_argument("--preset", default=default_preset, choices=sorted(PRESETS),
-                        help=f"named starting config (default {default_preset})")
+def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "tiny", extra_presets=(),
+                    preset_help: str | None = None) -> None:
+    parser.add_argument("--preset", default=default_preset, choices=[*extra_presets, *sorted(PRESETS)],
+                        help=preset_help or f"named starting config (default {default_preset})")
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])

@@ -1,0 +1,17 @@
+"""What happens to attention keys as the model trains: norm, outliers and redundancy per layer.
+
+One QK-norm model, probed every N steps. Writes research_results/key_dynamics_study/:
+key_analysis_report.png (smoothed norm of early / middle / final layer groups,
+outlier magnitude of the first, middle and last layer, redundancy by group, final
+norm per layer against sqrt(d_head)), key_norm_evolution.png and report.md (which
+layers ended above and below sqrt(d_head)).
+
+    python research/key_dynamics_study.py
+"""
+from research.studies import Study, run_study
+
+STUDY = Study(name="key_dynamics_study", kind="keys", gpu_preset="88m", description=__doc__,
+              conditions={"QK": {"qk_norm": "learned"}})
+
+if __name__ == "__main__":
+    run_study(STUDY)

@@ -1,0 +1,22 @@
+"""QK-norm and rank collapse: does the learned gain or the normalization drive the keys' rank?
+
+Three conditions, same seed and data order: QK (RMSNorm on q and k with a learned
+gain), QK_frozen (the same normalization with the gain frozen at 1), NoQK (no
+QK-norm). Every condition is probed every N steps; the figures 1_loss.png,
+2_key_pr_causal.png, 3_per_layer.png, 4_causal_decomposition.png, 5_gamma_cv.png,
+combined.json and report.md (table and triangulation verdict) land in
+research_results/qk_norm_50m_study/.
+
+    python research/qk_norm_25m_study.py                   # tiny preset on CPU (~10 min), 1b on CUDA
+    python research/qk_norm_25m_study.py --seeds 0 1 2     # mean +- 95% CI and Welch t-tests
+    python research/qk_norm_25m_study.py --preset 88m --tokens 8000000 --out runs/qk88m
+"""
+from research.studies import Study, run_study
+
+STUDY = Study(
+    name="qk_norm_50m_study", kind="qk_norm", gpu_preset="1b", description=__doc__,
+    conditions={"QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"}},
+)
+
+if __name__ == "__main__":
+    run_study(STUDY)

@@ -1,0 +1,31 @@
+"""Redraw every figure and the report of a study folder from its JSON files alone.
+
+    python research/split_panels.py research_results/qk_norm_50m_study
+    python research/split_panels.py ../shared/reference/qk_norm_50m_study
+
+The study is recognised from the files (see research/plots/__init__.py). Needs
+numpy and matplotlib only: torch is never imported.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from research.plots import render_study
+from research.results import ResultsError
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folder", nargs="?", default="research_results/qk_norm_50m_study",
+                   help="study folder (default research_results/qk_norm_50m_study)")
+    args = p.parse_args(argv)
+    try:
+        for path in render_study(args.folder):
+            print(f"wrote {path}")
+    except ResultsError as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()
