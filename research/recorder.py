@@ -1,6 +1,7 @@
 """ProbeRecorder: the trainer callback that probes keys and keeps results.json up to date."""
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 
 from research.probe import KeyProbe
@@ -15,8 +16,9 @@ class ProbeRecorder:
 
     At each probe: the validation loss (all ranks take part), then on rank 0 the key
     probe on the fixed batch (the first `probe_batch` validation blocks) and an atomic
-    rewrite of results.json. `loss` at a probe is the mean training loss of the steps
-    since the previous probe, as in the write-ups.
+    rewrite of results.json. `loss` at a probe is the mean training loss of the last
+    `probe_every` steps: the steps since the previous probe, as in the write-ups, except
+    at a final probe that comes sooner, whose window reaches back so it is as long.
     """
 
     def __init__(self, trainer, tag: str | None = None, path: str | Path | None = None):
@@ -28,7 +30,7 @@ class ProbeRecorder:
         self.path = Path(path) if path else trainer.out / "results.json"
         ids = trainer.data.val[: cfg.probe.probe_batch, :-1].long()
         self.probe = KeyProbe(ids, cfg.probe.probe_precision)
-        self.loss_sum, self.loss_n = 0.0, 0
+        self.recent_losses: deque[float] = deque(maxlen=self.every)
         self.results = None
         if trainer.is_main:
             if trainer.step > 0 and self.path.exists():  # resumed: drop probes after the checkpoint
@@ -41,21 +43,20 @@ class ProbeRecorder:
 
     def __call__(self, trainer, step: int) -> None:
         if step > 0:
-            self.loss_sum += trainer.last_loss
-            self.loss_n += 1
+            self.recent_losses.append(trainer.last_loss)
         if step % self.every and step != trainer.steps:
             return
         val_loss = trainer.evaluate() if step > 0 else None
         if trainer.is_main:
             record = self.probe(trainer.model)
             add_probe(self.results, record, step=step, tokens=trainer.tokens_seen,
-                      loss=self.loss_sum / self.loss_n if self.loss_n else None, val_loss=val_loss,
+                      loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
+                      val_loss=val_loss,
                       wall_time_s=trainer.wall_time, qk_norm=self.qk_norm)
             save_results(self.path, self.results)
-        self.loss_sum, self.loss_n = 0.0, 0
 
     def state_dict(self) -> dict:
-        return {"loss_sum": self.loss_sum, "loss_n": self.loss_n}
+        return {"recent_losses": list(self.recent_losses)}
 
     def load_state_dict(self, d: dict) -> None:
-        self.loss_sum, self.loss_n = d["loss_sum"], d["loss_n"]
+        self.recent_losses.extend(d["recent_losses"])

@@ -4,7 +4,8 @@ The write-ups' fields keep their names and meanings, one entry per probe:
 
     tag          condition name ("QK", "QK_frozen", "NoQK", ...)
     tokens       [training tokens seen at each probe]
-    loss         [mean training loss over the steps since the previous probe] (None at step 0)
+    loss         [mean training loss over the last probe_every steps, i.e. since the previous
+                  probe; a short final window reaches back to the same length] (None at step 0)
     val_loss     [validation loss at the probe] (None at step 0)
     mean_pr      [mean over layers of pr_sv of the k_norm keys]
     layer_pr     {layer: [pr_sv of the layer (mean over KV heads) per probe]}

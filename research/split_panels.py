@@ -1,7 +1,7 @@
 """Redraw every figure and the report of a study folder from its JSON files alone.
 
     python research/split_panels.py research_results/qk_norm_50m_study
-    python research/split_panels.py ../shared/reference/qk_norm_50m_study
+    python research/split_panels.py ../shared/reference/qk_norm_50m_study --out /tmp/writeups
 
 The study is recognised from the files (see research/plots/__init__.py). Needs
 numpy and matplotlib only: torch is never imported.
@@ -19,9 +19,10 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("folder", nargs="?", default="research_results/qk_norm_50m_study",
                    help="study folder (default research_results/qk_norm_50m_study)")
+    p.add_argument("--out", help="write figures and report here instead of into the study folder")
     args = p.parse_args(argv)
     try:
-        for path in render_study(args.folder):
+        for path in render_study(args.folder, args.out):
             print(f"wrote {path}")
     except ResultsError as e:
         sys.exit(f"error: {e}")

@@ -76,12 +76,11 @@ def test_single_condition_studies(module, files, corpus_file, cache_dir, tmp_pat
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_split_panels_on_writeup_results_without_torch(tmp_path):
-    folder = tmp_path / "ref"
-    shutil.copytree(REFERENCE, folder)
-    for png in folder.glob("*.png"):
-        png.unlink()
+    src, folder = tmp_path / "ref", tmp_path / "figures"
+    shutil.copytree(REFERENCE, src)
+    before = sorted(p.name for p in src.rglob("*"))
     script = REPO / "research" / "split_panels.py"
-    code = (f"import runpy, sys; sys.argv = ['split_panels.py', {str(folder)!r}]; "
+    code = (f"import runpy, sys; sys.argv = ['split_panels.py', {str(src)!r}, '--out', {str(folder)!r}]; "
             f"runpy.run_path({str(script)!r}, run_name='__main__'); "
             "assert 'torch' not in sys.modules, 'split_panels imported torch'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -89,6 +88,7 @@ def test_split_panels_on_writeup_results_without_torch(tmp_path):
     for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
                  "5_gamma_cv.png", "report.md"):
         assert (folder / name).stat().st_size > 1000, name
+    assert sorted(p.name for p in src.rglob("*")) == before  # --out leaves the study folder untouched
     report = (folder / "report.md").read_text()
     for value in ("65.7", "59.6", "63.3", "3.618", "3.614", "3.683"):
         assert value in report, value

@@ -66,10 +66,12 @@ def load_study(folder: str | Path) -> tuple[str, dict[str, list[dict]]]:
                        f"holding results.json")
 
 
-def render_study(folder: str | Path) -> list[Path]:
-    """Draw every figure and the report of the study in `folder`; returns the files written."""
-    folder = Path(folder)
+def render_study(folder: str | Path, out: str | Path | None = None) -> list[Path]:
+    """Draw every figure and the report of the study in `folder` (into `out`, default the same
+    folder); returns the files written."""
     kind, runs = load_study(folder)
+    folder = Path(out or folder)
+    folder.mkdir(parents=True, exist_ok=True)
     mod = importlib.import_module(KINDS[kind])
     written = list(mod.render(folder, runs))
     written.append(mod.write_report(folder, runs))
