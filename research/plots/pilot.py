@@ -160,7 +160,7 @@ def _panel_a(path, summ) -> Path:
         ax.plot(x, _arr(e["train_loss"]), color=color(cond), lw=2, label=f"{label(cond)}: train{_seeds_txt(e)}")
         ax.plot(x, _arr(e["val_loss"]), color=color(cond), lw=2, ls="--", label=f"{label(cond)}: validation")
     ax.set_ylabel("loss (cross-entropy, nats per token)")
-    ax.set_title("(a) Loss: train (solid, mean since the previous probe) and validation (dashed)")
+    ax.set_title("(a) Loss: train (solid, mean of the last probe_every steps) and validation (dashed)")
     ax.legend()
     return save(fig, path)
 
@@ -284,7 +284,7 @@ def write_report(folder, runs: dict[str, list[dict]], top: int = 3) -> Path:
     lines = ["# Pilot: QK-norm vs no QK-norm", "",
              "PR = participation ratio of the keys at the k_norm output (pre-RoPE), pr_sv = (Σs)² / Σs² of the "
              "singular values; mean PR = mean over layers. Final = last probe. Train loss = mean training loss "
-             "since the previous probe.", "",
+             "of the last probe_every steps before the probe.", "",
              "| condition | seeds | tokens | final mean PR | final train loss | final val loss |",
              "|---|---|---|---|---|---|"]
     for cond, s in summ.items():

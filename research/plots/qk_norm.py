@@ -221,7 +221,7 @@ def _fig_loss(folder: Path, runs: dict) -> Path:
             ax.set_ylim(lo - pad, hi + pad)
         ax.set_title("Zoom: second half of training (numbers: final train loss)")
         _end_labels(ax, [(series[c][0][-1], _nanmean_last(series[c][1]), color(c), c) for c in conds], 3)
-    style = [plt.Line2D([], [], color="0.25", ls="-", lw=2.0, label="train (mean over steps since last probe)"),
+    style = [plt.Line2D([], [], color="0.25", ls="-", lw=2.0, label="train (mean over the last probe_every steps)"),
              plt.Line2D([], [], color="0.25", ls="--", lw=1.6, label="validation")]
     handles, labels = axes[0].get_legend_handles_labels()
     axes[0].legend(handles + style, labels + [h.get_label() for h in style], loc="upper right")
