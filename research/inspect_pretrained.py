@@ -1,0 +1,59 @@
+"""Inspect a pretrained causal LM the way the Llama 2 7B write-up does.
+
+    python research/inspect_pretrained.py --model M [--prompt TEXT] [--out DIR]
+
+M: a local Hugging Face model folder, a hub id (needs a network or the local cache), or a
+training folder written by train_llm.py. Writes DIR/inspect.json, the figures
+(weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics) and
+DIR/report.md. Statistics are reduced layer by layer during one forward (see
+research/inspection.py for the memory bound). Use --dtype bfloat16 for large models.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from research.inspection import DEFAULT_PROMPT, InspectError, inspect_model, load_model
+from research.inspection_report import write_figures, write_report
+from research.results import save_results
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="HF folder, hub id, or train_llm.py output folder")
+    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to run through the model")
+    p.add_argument("--out", default=None, help="output folder (default research_results/inspect/<model name>)")
+    p.add_argument("--positions", type=int, nargs="+", default=None,
+                   help="token positions for the logit lens (negative from the end; default: last)")
+    p.add_argument("--top_k", type=int, default=5, help="tokens per layer in the logit lens")
+    p.add_argument("--layer", type=int, default=None, help="layer of the heads x positions heatmap (default middle)")
+    p.add_argument("--max_tokens", type=int, default=512, help="truncate the prompt to this many tokens")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="weights' dtype (statistics are computed in float32 either way)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out) if args.out else Path("research_results/inspect") / re.sub(r"[^\w.-]+", "_",
+                                                                                     args.model.strip("/"))
+    try:
+        model, tokenizer, adapter = load_model(args.model, args.dtype)
+        result = inspect_model(adapter, tokenizer, args.prompt, positions=args.positions, top_k=args.top_k,
+                               heatmap_layer=args.layer, max_tokens=args.max_tokens)
+    except InspectError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
+    write_figures(result, out)
+    report = write_report(result, out)
+    print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
+          f"wrote {out / 'inspect.json'}, {report} and figures in {result['time_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
