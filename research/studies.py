@@ -71,7 +71,7 @@ def train_condition(cfg, run_dir: Path, tag: str, progress: bool) -> None:
     from research.recorder import ProbeRecorder
     from training.trainer import Trainer
 
-    trainer = Trainer(cfg, run_dir, resume=(run_dir / "config.json").exists(), progress=progress)
+    trainer = Trainer(cfg, run_dir, resume=(run_dir / "config.json").exists(), progress=progress, name=tag)
     try:
         trainer.add_callback(ProbeRecorder(trainer, tag=tag))
         trainer.fit()

@@ -67,8 +67,8 @@ def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
 
 class Trainer:
     def __init__(self, cfg: RunConfig, out_dir: str | Path, resume: bool = False, log: Callable = print,
-                 progress: bool = True):
-        self.cfg, self.out = cfg, Path(out_dir)
+                 progress: bool = True, name: str = "train"):
+        self.cfg, self.out, self.name = cfg, Path(out_dir), name
         tc = cfg.train
         probe_device = resolve_device(tc.device)
         self.dist = init_distributed(probe_device.type)
@@ -244,7 +244,7 @@ class Trainer:
         if self.step == 0:
             self._run_callbacks()
         bar = tqdm(total=self.steps, initial=self.step, disable=not self.progress, unit="step",
-                   dynamic_ncols=True, desc="train")
+                   dynamic_ncols=True, desc=self.name)
         window_tokens, window_time = 0, 0.0
         val_loss = None
         try:
