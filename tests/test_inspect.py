@@ -8,8 +8,7 @@ import math
 import pytest
 import torch
 
-from research.inspection import (SINK_THRESHOLD, InspectError, blockwise_attention, inspect_model, load_model,
-                                 param_tally)
+from research.inspection import SINK_THRESHOLD, InspectError, blockwise_attention, inspect_model, load_model
 from research.metrics import attention_metrics
 
 SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and the sky is blue",

@@ -1,5 +1,4 @@
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -7,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from research.results import ResultsError, load_results
+from research.results import load_results
 from research.studies import run_study
 
 REPO = Path(__file__).resolve().parents[1]

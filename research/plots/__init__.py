@@ -81,7 +81,5 @@ def render_study(folder: str | Path, out: str | Path | None = None) -> list[Path
                                             "summary": mod.summary(runs)}, indent=2) + "\n")
         written.append(path)
     elif kind == "pilot":
-        path = folder / "combined_results.json"
-        atomic_write_text(path, json.dumps(mod.combined_from_runs(runs), indent=1) + "\n")
-        written.append(path)
+        written.append(mod.write_combined(folder, runs))
     return written

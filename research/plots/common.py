@@ -4,6 +4,8 @@ Imports matplotlib (Agg backend) and numpy only; never torch.
 """
 from __future__ import annotations
 
+import math
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -70,3 +72,51 @@ def save(fig, path: str | Path) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def as_array(values) -> np.ndarray:
+    """A list of numbers (None allowed) as a float array, None -> nan."""
+    return np.array([math.nan if v is None else float(v) for v in (values or [])], dtype=float)
+
+
+def nanmean(a, axis=None):
+    """np.nanmean without the all-NaN warning (all-NaN slices give NaN)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(a, axis=axis)
+
+
+def mean_over_seeds(series) -> np.ndarray:
+    """Probe-by-probe mean of one series per seed (arrays, or lists with None), cut to the shortest
+    run, NaN-aware. Empty input gives an empty array."""
+    arrays = [a if isinstance(a, np.ndarray) else as_array(a) for a in series]
+    arrays = [a for a in arrays if a.size]
+    if not arrays:
+        return np.zeros((0, 0))
+    n = min(a.shape[0] for a in arrays)
+    return nanmean(np.stack([a[:n] for a in arrays]), axis=0)
+
+
+def fmt_num(v, nd: int = 3) -> str:
+    """A number for a report table; None and NaN read as n/a."""
+    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
+
+
+def fmt_tokens(t: float) -> str:
+    """Token counts as 12.3M / 456k / 789."""
+    if not np.isfinite(t):
+        return "?"
+    if t >= 1e6:
+        return f"{t / 1e6:.3g}M"
+    if t >= 1e3:
+        return f"{t / 1e3:.3g}k"
+    return f"{t:.0f}"
+
+
+def message_figure(path: str | Path, title: str, text: str, size=(8, 4)) -> Path:
+    """A figure that says why there is nothing to draw (instead of a missing or blank file)."""
+    fig, ax = plt.subplots(figsize=size)
+    ax.axis("off")
+    ax.set_title(title)
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes)
+    return save(fig, path)

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 from matplotlib.colors import Normalize
 
-from research.plots.common import label, plt, save, tokens_axis
-from research.plots.keys import (d_head_of, fmt_tokens, figure_name, layer_series, mean_over_seeds, message_figure,
-                                 probe_tokens)
+from research.plots.common import (fmt_num, fmt_tokens, label, mean_over_seeds, message_figure, plt, save,
+                                   tokens_axis)
+from research.plots.keys import d_head_of, figure_name, layer_series, probe_tokens
 
 MARGIN = 0.1
 SITE = "k_norm"
@@ -274,10 +274,6 @@ def render(folder, runs: dict[str, list[dict]], layer: int | None = None) -> lis
 
 # ----------------------------------------------------------------------------- report
 
-def _num(v, nd=3) -> str:
-    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
-
-
 def _heads_text(pairs) -> str:
     return "; ".join(f"layer {i} KV head {k}" for i, k in pairs) if pairs else "none"
 
@@ -331,10 +327,10 @@ def write_report(folder, runs: dict[str, list[dict]]) -> Path:
                           "|---|---|---|---|---|---|---|---|---|"]
                 for i in range(h["n_layers"]):
                     for k in range(h["n_kv"]):
-                        lines.append(f"| {i} | {k} | {_num(s['norm_mean'][-1, i, k])} | "
-                                     f"{_num(s['max_abs'][-1, i, k])} | {_num(s['pr_vec'][-1, i, k], 2)} | "
-                                     f"{_num(s['entropy'][-1, i, k])} | {_num(s['sink_mass'][-1, i, k], 4)} | "
-                                     f"{_num(s['qk_ratio'][-1, i, k])} | {c[i, k]} |")
+                        lines.append(f"| {i} | {k} | {fmt_num(s['norm_mean'][-1, i, k])} | "
+                                     f"{fmt_num(s['max_abs'][-1, i, k])} | {fmt_num(s['pr_vec'][-1, i, k], 2)} | "
+                                     f"{fmt_num(s['entropy'][-1, i, k])} | {fmt_num(s['sink_mass'][-1, i, k], 4)} | "
+                                     f"{fmt_num(s['qk_ratio'][-1, i, k])} | {c[i, k]} |")
             lines.append("")
     path = folder / "report.md"
     folder.mkdir(parents=True, exist_ok=True)

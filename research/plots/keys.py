@@ -21,12 +21,12 @@ here (probe series, seed means, d_head, message figures) are also used by heads.
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 
-from research.plots.common import GROUP_COLORS, label, plt, save, smooth, tokens_axis
+from research.plots.common import (GROUP_COLORS, fmt_num, fmt_tokens, label, mean_over_seeds, message_figure,
+                                   nanmean, plt, save, smooth, tokens_axis)
 
 SITE = "k_norm"
 METRICS = ("norm_mean", "max_abs", "peak_frac", "cos_mean", "std")
@@ -39,13 +39,6 @@ GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "fin
 
 def _f(v) -> float:
     return math.nan if v is None else float(v)
-
-
-def nanmean(a, axis=None):
-    """np.nanmean without the all-NaN warning (all-NaN slices give NaN)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(a, axis=axis)
 
 
 def probe_tokens(res: dict) -> np.ndarray:
@@ -75,15 +68,6 @@ def layer_series(res: dict, metric: str, site: str = SITE) -> np.ndarray:
             if rec["layer"] < out.shape[1]:
                 out[p, rec["layer"]] = _f(v)
     return out
-
-
-def mean_over_seeds(arrays: list[np.ndarray]) -> np.ndarray:
-    """Probe-by-probe mean of same-shaped series, cut to the shortest run (NaN-aware)."""
-    arrays = [np.asarray(a, dtype=float) for a in arrays if np.asarray(a).size]
-    if not arrays:
-        return np.zeros((0, 0))
-    n = min(a.shape[0] for a in arrays)
-    return nanmean(np.stack([a[:n] for a in arrays]), axis=0)
 
 
 def d_head_of(res: dict) -> tuple[int, str]:
@@ -125,31 +109,12 @@ def figure_name(base: str, condition: str, n_conditions: int) -> str:
     return f"{base}.png" if n_conditions == 1 else f"{base}_{condition}.png"
 
 
-def message_figure(path: Path, title: str, text: str, size=(8, 4)) -> Path:
-    """A figure that says why there is nothing to draw (instead of a missing or blank file)."""
-    fig, ax = plt.subplots(figsize=size)
-    ax.axis("off")
-    ax.set_title(title)
-    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes)
-    return save(fig, path)
-
-
 def seeds_text(runs_of_condition: list[dict]) -> str:
     n = len(runs_of_condition)
     if n == 1:
         seed = runs_of_condition[0].get("seed")
         return f"seed {seed}" if seed is not None else "1 run"
     return f"mean over {n} seeds"
-
-
-def fmt_tokens(t: float) -> str:
-    if not np.isfinite(t):
-        return "?"
-    if t >= 1e6:
-        return f"{t / 1e6:.3g}M"
-    if t >= 1e3:
-        return f"{t / 1e3:.3g}k"
-    return f"{t:.0f}"
 
 
 # ----------------------------------------------------------------------------- data of one condition
@@ -303,10 +268,6 @@ def _layers_text(layers: list[int]) -> str:
     return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
 
 
-def _num(v, nd=3) -> str:
-    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
-
-
 def write_report(folder, runs: dict[str, list[dict]]) -> Path:
     folder = Path(folder)
     lines = ["# Key dynamics: what happens with attention keys as the LLM trains", "",
@@ -344,19 +305,19 @@ def write_report(folder, runs: dict[str, list[dict]]) -> Path:
             where = "above" if i in cls["above"] else "below" if i in cls["below"] else \
                 "at" if i in cls["at"] else "n/a"
             n0, n1 = s["norm_mean"][0, i], s["norm_mean"][-1, i]
-            lines.append(f"| {i} | {group_of(i, groups)} | {_num(n0)} | {_num(n1)} | {_num(n1 - n0, 3)} | {where} | "
-                         f"{_num(s['max_abs'][0, i])} | {_num(s['max_abs'][-1, i])} | "
-                         f"{_num(s['cos_mean'][0, i], 4)} | {_num(s['cos_mean'][-1, i], 4)} | "
-                         f"{_num(s['peak_frac'][-1, i], 4)} |")
+            lines.append(f"| {i} | {group_of(i, groups)} | {fmt_num(n0)} | {fmt_num(n1)} | {fmt_num(n1 - n0, 3)} | {where} | "
+                         f"{fmt_num(s['max_abs'][0, i])} | {fmt_num(s['max_abs'][-1, i])} | "
+                         f"{fmt_num(s['cos_mean'][0, i], 4)} | {fmt_num(s['cos_mean'][-1, i], 4)} | "
+                         f"{fmt_num(s['peak_frac'][-1, i], 4)} |")
         lines += ["", "### Layer groups (mean over the group's layers)", "",
                   "| group | layers | initial norm | final norm | initial max_abs | final max_abs | "
                   "initial cos_mean | final cos_mean |", "|---|---|---|---|---|---|---|---|"]
         for g, layers in groups.items():
             def gm(m, p):
                 return float(_group_mean(s[m][[p]], layers)[0])
-            lines.append(f"| {g} | {', '.join(map(str, layers))} | {_num(gm('norm_mean', 0))} | "
-                         f"{_num(gm('norm_mean', -1))} | {_num(gm('max_abs', 0))} | {_num(gm('max_abs', -1))} | "
-                         f"{_num(gm('cos_mean', 0), 4)} | {_num(gm('cos_mean', -1), 4)} |")
+            lines.append(f"| {g} | {', '.join(map(str, layers))} | {fmt_num(gm('norm_mean', 0))} | "
+                         f"{fmt_num(gm('norm_mean', -1))} | {fmt_num(gm('max_abs', 0))} | {fmt_num(gm('max_abs', -1))} | "
+                         f"{fmt_num(gm('cos_mean', 0), 4)} | {fmt_num(gm('cos_mean', -1), 4)} |")
         if data["n_seeds"] > 1:
             per_seed = np.array([layer_series(r, "norm_mean")[-1] for r in results if r.get("probes")])
             lines += ["", "Final norm per layer, spread over seeds (std): "

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from pathlib import Path
 
 import numpy as np
 from matplotlib.patches import Patch
 
-from research.plots.common import color, label, plt, save, tokens_axis
+from research.plots.common import as_array, color, fmt_num, label, mean_over_seeds, plt, save, tokens_axis
 from research.results import save_results
 
 COMBINED_NAME = "combined_results.json"
@@ -37,21 +36,6 @@ _NOQK_NAMES = ("no_qk_norm", "NoQK")
 
 
 # ----------------------------------------------------------------------------- data
-
-def _arr(values) -> np.ndarray:
-    return np.array([math.nan if v is None else float(v) for v in (values or [])], dtype=float)
-
-
-def _seed_mean(lists) -> np.ndarray:
-    """Probe-by-probe mean over seeds (None/NaN ignored), cut to the shortest run."""
-    arrays = [_arr(v) for v in lists]
-    if not arrays:
-        return np.zeros(0)
-    n = min(len(a) for a in arrays)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(np.stack([a[:n] for a in arrays]), axis=0)
-
 
 def _jsonable(a: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in a]
@@ -78,10 +62,10 @@ def combined_from_runs(runs: dict[str, list[dict]]) -> dict:
         entry = {"tag": cond, "n_seeds": n_seeds, "seeds": seeds,
                  "tokens": [int(t) if t is not None else None for t in results[0]["tokens"][:n]]}
         for key, src in (("train_loss", "loss"), ("val_loss", "val_loss"), ("mean_pr", "mean_pr")):
-            entry[key] = _jsonable(_seed_mean([r.get(src) for r in results])[:n])
+            entry[key] = _jsonable(mean_over_seeds([r.get(src) for r in results])[:n])
         for key in ("layer_pr", "gamma_cv"):
             layers = sorted(set().union(*[(r.get(key) or {}).keys() for r in results]), key=int)
-            entry[key] = {layer: _jsonable(_seed_mean([r[key][layer] for r in results
+            entry[key] = {layer: _jsonable(mean_over_seeds([r[key][layer] for r in results
                                                        if layer in (r.get(key) or {})])[:n])
                           for layer in layers}
         out[cond] = entry
@@ -129,7 +113,7 @@ def pair(runs) -> tuple[str | None, str | None]:
 
 def _final(values) -> float:
     """Last finite value of a per-probe list (NaN if none)."""
-    a = _arr(values)
+    a = as_array(values)
     a = a[np.isfinite(a)]
     return float(a[-1]) if a.size else math.nan
 
@@ -157,8 +141,8 @@ def _panel_a(path, summ) -> Path:
     for cond, s in summ.items():
         e = s["e"]
         x = tokens_axis(ax, e["tokens"])
-        ax.plot(x, _arr(e["train_loss"]), color=color(cond), lw=2, label=f"{label(cond)}: train{_seeds_txt(e)}")
-        ax.plot(x, _arr(e["val_loss"]), color=color(cond), lw=2, ls="--", label=f"{label(cond)}: validation")
+        ax.plot(x, as_array(e["train_loss"]), color=color(cond), lw=2, label=f"{label(cond)}: train{_seeds_txt(e)}")
+        ax.plot(x, as_array(e["val_loss"]), color=color(cond), lw=2, ls="--", label=f"{label(cond)}: validation")
     ax.set_ylabel("loss (cross-entropy, nats per token)")
     ax.set_title("(a) Loss: train (solid, mean of the last probe_every steps) and validation (dashed)")
     ax.legend()
@@ -170,7 +154,7 @@ def _panel_b(path, summ) -> Path:
     for cond, s in summ.items():
         e = s["e"]
         x = tokens_axis(ax, e["tokens"])
-        ax.plot(x, _arr(e["mean_pr"]), color=color(cond), lw=2, marker="o", ms=3,
+        ax.plot(x, as_array(e["mean_pr"]), color=color(cond), lw=2, marker="o", ms=3,
                 label=f"{label(cond)}{_seeds_txt(e)}")
     ax.set_ylabel("mean key PR over layers (pr_sv, dimensions)")
     ax.set_title("(b) Key participation ratio over training (keys at k_norm, pre-RoPE)")
@@ -225,7 +209,7 @@ def _heatmap(path, summ) -> Path:
     for cond in conds:
         e = summ[cond]["e"]
         layers = sorted(e["layer_pr"], key=int)
-        mats[cond] = np.array([_arr(e["layer_pr"][l]) for l in layers]) if layers else np.zeros((0, 0))
+        mats[cond] = np.array([as_array(e["layer_pr"][l]) for l in layers]) if layers else np.zeros((0, 0))
     finite = np.concatenate([m[np.isfinite(m)] for m in mats.values()]) if mats else np.zeros(0)
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     fig, axes = plt.subplots(1, max(1, len(conds)), figsize=(5.5 * max(1, len(conds)) + 1.2, 5.2), squeeze=False,
@@ -269,10 +253,6 @@ def render(folder, runs: dict[str, list[dict]]) -> list[Path]:
 
 # ----------------------------------------------------------------------------- report
 
-def _num(v, nd=3) -> str:
-    return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
-
-
 def _signed(v, nd=3) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:+.{nd}f}"
 
@@ -289,7 +269,7 @@ def write_report(folder, runs: dict[str, list[dict]], top: int = 3) -> Path:
              "|---|---|---|---|---|---|"]
     for cond, s in summ.items():
         lines.append(f"| {label(cond)} (`{cond}`) | {s['e'].get('n_seeds', 1)} | {s['tokens']:,.0f} | "
-                     f"{_num(s['final_pr'], 2)} | {_num(s['final_loss'])} | {_num(s['final_val'])} |")
+                     f"{fmt_num(s['final_pr'], 2)} | {fmt_num(s['final_loss'])} | {fmt_num(s['final_val'])} |")
     lines.append("")
     if a is None or b is None:
         lines += ["Only one condition: the QK-norm minus no-QK-norm difference needs both.", ""]
@@ -304,12 +284,12 @@ def write_report(folder, runs: dict[str, list[dict]], top: int = 3) -> Path:
         layers = sorted(set(sa["final_layer"]) & set(sb["final_layer"]))
         delta = {i: sa["final_layer"][i] - sb["final_layer"][i] for i in layers}
         ranked = sorted((i for i in layers if np.isfinite(delta[i])), key=lambda i: -abs(delta[i]))
-        lines += [f"- Layers that differ most (largest |Δ final PR|): "
+        lines += ["- Layers that differ most (largest |Δ final PR|): "
                   + (", ".join(f"layer {i} ({_signed(delta[i], 2)})" for i in ranked[:top]) or "none"),
                   f"- {label(a)} higher in {sum(delta[i] > 0 for i in ranked)} of {len(ranked)} layers, "
                   f"lower in {sum(delta[i] < 0 for i in ranked)}", "",
                   f"| layer | {label(a)} final PR | {label(b)} final PR | Δ |", "|---|---|---|---|"]
-        lines += [f"| {i} | {_num(sa['final_layer'][i], 2)} | {_num(sb['final_layer'][i], 2)} | "
+        lines += [f"| {i} | {fmt_num(sa['final_layer'][i], 2)} | {fmt_num(sb['final_layer'][i], 2)} | "
                   f"{_signed(delta[i], 2)} |" for i in layers]
         lines.append("")
     path = folder / "report.md"
