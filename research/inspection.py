@@ -30,6 +30,7 @@ from collections import deque
 import torch
 
 from research.metrics import gamma_stats, key_metrics, layer_means
+from research.probe import as_lists
 from research.inspection_models import Adapter, InspectError, load_model  # noqa: F401 (re-export)
 
 SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head is a sink head if its mean first-token attention exceeds this
@@ -191,12 +192,11 @@ class _Collector:
         self.peak_ring_bytes = max(self.peak_ring_bytes, sum(x.numel() * 4 for _, x in self.ring))
 
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
-        self.keys.setdefault(i, {})[site] = {n: v.double().tolist() for n, v in key_metrics(k_HBTD).items()}
+        self.keys.setdefault(i, {})[site] = as_lists(key_metrics(k_HBTD))
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
         out, st = blockwise_attention(q, k, v, scaling, window, softcap)
-        keys = key_metrics(k.permute(1, 0, 2, 3))
-        self.keys.setdefault(i, {})["k_rope"] = {n: x.double().tolist() for n, x in keys.items()}
+        self.keys.setdefault(i, {})["k_rope"] = as_lists(key_metrics(k.permute(1, 0, 2, 3)))
         self.attn[i] = {"first_token": st["sink_mass"].tolist(), "entropy": st["entropy"].tolist(),
                         "qk_ratio": st["qk_ratio"].tolist(), "scaling": scaling, "sliding_window": window,
                         "softcap": softcap}

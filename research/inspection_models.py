@@ -33,6 +33,8 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
+from research.probe import heads_first
+
 
 class InspectError(RuntimeError):
     """A model that cannot be found, loaded or inspected; the message says why and what to do."""
@@ -48,10 +50,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
-
-
-def _heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
-    return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
 
 
 class Adapter:
@@ -186,11 +184,11 @@ class OwnAdapter(Adapter):
 
                     def k_proj(module, inp, out, i=i, a=a):
                         B, T, _ = out.shape
-                        sink.on_keys(i, "k_proj", _heads_first(out.view(B, T, a.n_kv_heads, a.d_head)))
+                        sink.on_keys(i, "k_proj", heads_first(out.view(B, T, a.n_kv_heads, a.d_head)))
                     handles.append(a.wk.register_forward_hook(k_proj))
                     if hasattr(a.k_norm, "weight"):
                         handles.append(a.hook_k_norm.register_forward_hook(
-                            lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", _heads_first(out))))
+                            lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
 
                     def q_rope(m, inp, out, scratch=scratch):
                         scratch["q"] = out.detach().transpose(1, 2)  # [B, H, T, D]
@@ -285,13 +283,13 @@ class HFAdapter(Adapter):
                         B, T, _ = out.shape
                         if self.family == "gpt2":
                             out = out[..., self.d_model:2 * self.d_model]
-                        sink.on_keys(i, "k_proj", _heads_first(out.reshape(B, T, self.n_kv_heads, self.head_dim)))
+                        sink.on_keys(i, "k_proj", heads_first(out.reshape(B, T, self.n_kv_heads, self.head_dim)))
                         if k_norm is not None:
                             if k_norm.weight.numel() == self.head_dim:  # per head (Qwen3, Gemma 3)
                                 kn = k_norm(out.reshape(B, T, self.n_kv_heads, self.head_dim))
                             else:  # over the whole projection (OLMo 2)
                                 kn = k_norm(out).reshape(B, T, self.n_kv_heads, self.head_dim)
-                            sink.on_keys(i, "k_norm", _heads_first(kn))
+                            sink.on_keys(i, "k_norm", heads_first(kn))
                     handles.append(proj.register_forward_hook(k_hook))
                 yield
             finally:

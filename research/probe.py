@@ -38,7 +38,8 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def _heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
+def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
+    """[B, T, H, D] hook output -> [H, B, T, D] (detached view), the layout research.metrics takes."""
     return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
 
 
@@ -56,11 +57,11 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
 
             def keep(name, scratch=scratch):
                 def hook(module, inputs, output):
-                    scratch[name] = _heads_first(output)
+                    scratch[name] = heads_first(output)
                 return hook
 
             def finish(module, inputs, output, i=i, scratch=scratch):
-                scratch["k_rope"] = _heads_first(output)
+                scratch["k_rope"] = heads_first(output)
                 on_layer(i, scratch)
                 scratch.clear()
 
@@ -74,7 +75,8 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
             h.remove()
 
 
-def _as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Per-head metric tensors as JSON-ready lists of floats."""
     return {k: v.double().tolist() for k, v in metrics.items()}
 
 
@@ -98,7 +100,7 @@ class KeyProbe:
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
                 for name, m in (("k_norm", key_metrics(t["k_norm"])), ("k_rope", key_metrics(t["k_rope"])),
                                 ("attn", attention_metrics(t["q_rope"], t["k_rope"]))):
-                    rec[name] = _as_lists(m)
+                    rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
             rec["gamma_k"] = gamma_stats(getattr(attn.k_norm, "weight", None))
             rec["gamma_q"] = gamma_stats(getattr(attn.q_norm, "weight", None))
