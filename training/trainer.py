@@ -82,6 +82,7 @@ class Trainer:
         self.callbacks: list[Callable[[Trainer, int], None]] = []
         self.resume_state: dict = {}  # state.json of the checkpoint resumed from
         self.last_loss: float | None = None  # training loss of the latest step
+        self._val_cache: tuple[int, float] | None = None  # (step, validation loss at that step)
 
         if tc.batch_size % self.dist.world_size:
             raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
@@ -184,7 +185,13 @@ class Trainer:
     # ------------------------------------------------------------ the loop
     @torch.no_grad()
     def evaluate(self) -> float:
-        """Mean loss over the fixed validation batches (all ranks)."""
+        """Mean loss over the fixed validation batches (all ranks).
+
+        Weights change only in train_step, so the value is kept for the current step: the
+        probe recorder and the loop's own validation at the same step share one pass.
+        """
+        if self._val_cache is not None and self._val_cache[0] == self.step:
+            return self._val_cache[1]
         was_training = self.model.training
         self.model.eval()
         total = 0.0
@@ -192,7 +199,9 @@ class Trainer:
             with autocast(self.device, self.precision):
                 total += self.model(x.to(self.device), y.to(self.device)).item()
         self.model.train(was_training)
-        return self.dist.mean(total / len(self.val), self.device)
+        loss = self.dist.mean(total / len(self.val), self.device)
+        self._val_cache = (self.step, loss)
+        return loss
 
     def train_step(self) -> tuple[float, float]:
         """One optimizer step over grad_accum micro-batches; returns (mean loss, grad norm)."""
