@@ -12,43 +12,44 @@ from __future__ import annotations
 import argparse
 import sys
 
-from configs import ConfigError, add_config_args, config_from_args
+from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
+from configs.cli import preset_in
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                allow_abbrev=False)
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    preset = preset_in(argv, "tiny")
+    preset = preset if preset in PRESETS else "tiny"
+    p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of the {preset} preset.",
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--out", required=True, help="output folder (config, metrics, checkpoints, tokenizer)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
-    add_config_args(p)
+    add_config_args(p, get_preset(preset))
     return p
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None) -> dict | None:
+    args = build_parser(argv).parse_args(argv)
     try:
         cfg = config_from_args(args)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
 
     from data import DataError  # heavy imports after argument checks
+    from research.probing.callback import probe_callback
     from research.results import ResultsError
-    from training.trainer import NonFiniteLossError, Trainer
+    from training.run import train_run
+    from training.trainer import NonFiniteLossError
+
+    def callbacks(data, device):
+        return [probe_callback(cfg, data, args.out, device, tag=args.tag)] if cfg.probe.probe_every else []
 
     try:
-        trainer = Trainer(cfg, args.out, resume=args.resume, progress=not args.no_progress)
-        if cfg.probe.probe_every:
-            from research.recorder import ProbeRecorder
-            trainer.add_callback(ProbeRecorder(trainer, tag=args.tag))
-        try:
-            summary = trainer.fit()
-        finally:
-            trainer.close()
+        summary = train_run(cfg, args.out, resume=args.resume, progress=not args.no_progress, callbacks=callbacks)
     except (ConfigError, DataError, FileExistsError, NonFiniteLossError, ResultsError) as e:
         sys.exit(f"error: {e}")
-    if trainer.is_main:
+    if summary is not None:  # rank 0
         print(f"done: {summary['steps']} steps, {summary['tokens']:,} tokens, loss {summary['final_loss']}, "
               f"val_loss {summary['final_val_loss']:.4f}, {summary['tokens_per_s'] or 0:,.0f} tokens/s; "
               f"wrote {args.out}")

@@ -1,7 +1,8 @@
 """Command-line overrides for every config field.
 
-`add_config_args(parser)` adds `--preset` and one option per field of ModelConfig,
-TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes). Options left out
+`add_config_args(parser, defaults)` adds `--preset` and one option per field of ModelConfig,
+TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes); each option's
+help shows its value in `defaults`, the config the user gets without it. Options left out
 keep the preset's value; unknown options are rejected by argparse.
 `config_from_args(args)` builds the preset, applies the overrides and validates.
 """
@@ -52,16 +53,28 @@ def _all_fields():
             yield section, cls, f
 
 
-def add_config_args(parser: argparse.ArgumentParser, default_preset: str = "tiny", extra_presets=(),
-                    preset_help: str | None = None) -> None:
+def preset_in(argv: list[str] | None, default: str) -> str:
+    """The --preset named in argv (or `default`), read before the full parser exists, so that
+    --help can show the chosen preset's values. An unknown name is left for the parser to reject."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--preset", default=default)
+    return pre.parse_known_args(argv)[0].preset
+
+
+def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, default_preset: str = "tiny",
+                    extra_presets=(), preset_help: str | None = None, notes: dict[str, str] | None = None) -> None:
+    """--preset and one option per config field; `defaults` is the config a user gets when the
+    option is left out (its value is printed in the help), `notes` replace a field's default text."""
     parser.add_argument("--preset", default=default_preset, choices=[*extra_presets, *sorted(PRESETS)],
                         help=preset_help or f"named starting config (default {default_preset})")
+    notes = notes or {}
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        value = getattr(getattr(defaults, section), f.name)
+        shown = notes.get(f.name, (",".join(map(str, value)) or "none") if isinstance(value, list) else value)
         parser.add_argument(*names, dest=f"cfg__{f.name}", type=typ, metavar=metavar,
-                            default=argparse.SUPPRESS, help=f"[{section}] default in tiny preset: {default}")
+                            default=argparse.SUPPRESS, help=f"[{section}] default: {shown}")
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, object]:

@@ -1,32 +1,30 @@
 """Token blocks: tokenize documents, join them with EOS, cut into blocks, cache on disk.
 
-A cache folder <cache_dir>/<source_hash[:12]>-<tokenizer_hash[:12]>-L<seq_len> holds
+A cache folder (BlockKey.folder) holds
   train.npy, val.npy   [n, seq_len + 1] uint16 (vocab <= 65535) or int32
-  meta.json            full hashes, settings, counts and the sha256 of both arrays
+  meta.json            the key, the source description, counts and the sha256 of both arrays
 It is written under a hidden temporary name and renamed when complete, so an interrupted
-preparation never leaves a folder that looks valid. On reuse everything in meta.json is
-checked against the request and the arrays; any mismatch raises DataError naming the
-folder and the fix instead of being used.
+preparation never leaves a folder that looks valid. On reuse the key in meta.json and the
+arrays are checked; any mismatch raises DataError naming the folder and the fix instead of
+being used.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from utils.io import atomic_dir
 from data.corpus import DataError
-from utils.io import atomic_write_text
+from utils.io import atomic_dir, atomic_write_text
 
 FORMAT = 1
 SPLIT_SEED = 0x5EED_DA7A  # fixed: the train/val split never depends on the training seed
-# Measured on this 2-core machine (stdlib, vocab 4096): one process tokenizes ~2 MB/s; with
-# num_proc=2 the same corpus took 8.1-8.5 s instead of 6.2-6.6 s (the two processes slow each
-# other down ~3x), and the tokenizers library's own thread pool did not help either. So: 1.
-TOKENIZE_NUM_PROC = None
+TOKENIZE_NUM_PROC = None  # one process: two were slower on 2 cores (README, "Data")
 TOKENIZE_BATCH = 256
 
 
@@ -34,8 +32,31 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 65535 else np.dtype(np.int32)
 
 
-def blocks_folder(cache_root: Path, source_hash: str, tokenizer_hash: str, seq_len: int) -> Path:
-    return Path(cache_root) / f"{source_hash[:12]}-{tokenizer_hash[:12]}-L{seq_len}"
+@dataclass(frozen=True)
+class BlockKey:
+    """Everything the token blocks depend on: the cache is built for one key and used only for it."""
+
+    source_hash: str
+    tokenizer_hash: str
+    seq_len: int
+    vocab_size: int
+    eos_id: int
+    val_frac: float
+
+    def folder(self, cache_root: Path) -> Path:
+        return Path(cache_root) / f"{self.source_hash[:12]}-{self.tokenizer_hash[:12]}-L{self.seq_len}"
+
+    @property
+    def dtype(self) -> np.dtype:
+        return token_dtype(self.vocab_size)
+
+    def meta(self) -> dict:
+        """The key as meta.json records it."""
+        return {"format": FORMAT, **dataclasses.asdict(self), "dtype": self.dtype.name, "split_seed": SPLIT_SEED}
+
+    def mismatches(self, meta: dict) -> list[str]:
+        """The fields where a cache's meta.json differs from this key."""
+        return [f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in self.meta().items() if meta.get(k) != v]
 
 
 def tokenize_documents(ds, backend, eos_id: int, fingerprint: str, log=print) -> np.ndarray:
@@ -114,9 +135,9 @@ def _cache_error(folder: Path, problem: str) -> DataError:
                      f"from the source) or pass another --cache_dir")
 
 
-def load_blocks(folder: Path, expect: dict) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Memory-map train/val from `folder` after checking meta.json against `expect` (which
-    must contain seq_len and dtype) and the arrays against meta.json."""
+def load_blocks(folder: Path, key: BlockKey) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Memory-map train/val from `folder` after checking meta.json against `key` and the arrays
+    against meta.json."""
     folder = Path(folder)
     try:
         meta = json.loads((folder / "meta.json").read_text())
@@ -124,11 +145,11 @@ def load_blocks(folder: Path, expect: dict) -> tuple[np.ndarray, np.ndarray, dic
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
         raise _cache_error(folder, f"meta.json is missing or unreadable ({e})") from e
-    bad = [f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in expect.items() if meta.get(k) != v]
+    bad = key.mismatches(meta)
     if bad:
         raise _cache_error(folder, "meta.json does not match the requested settings: " + "; ".join(bad))
     arrays = []
-    L = expect["seq_len"] + 1
+    L = key.seq_len + 1
     for name in ("train", "val"):
         path = folder / f"{name}.npy"
         n = meta.get(f"n_{name}")
@@ -140,9 +161,9 @@ def load_blocks(folder: Path, expect: dict) -> tuple[np.ndarray, np.ndarray, dic
             arr = np.load(path, mmap_mode="c", allow_pickle=False)
         except Exception as e:
             raise _cache_error(folder, f"{name}.npy cannot be read ({type(e).__name__}: {e})") from e
-        if arr.shape != (n, L) or arr.dtype != np.dtype(expect["dtype"]):
+        if arr.shape != (n, L) or arr.dtype != key.dtype:
             raise _cache_error(folder, f"{name}.npy has shape {arr.shape} dtype {arr.dtype}, meta.json says "
-                                       f"({n}, {L}) {expect['dtype']}")
+                                       f"({n}, {L}) {key.dtype.name}")
         arrays.append(arr)
     return arrays[0], arrays[1], meta
 
@@ -154,17 +175,17 @@ def _sha256_file_safe(path: Path) -> str | None:
         return None
 
 
-def build_blocks(folder: Path, ds, backend, eos_id: int, seq_len: int, val_frac: float, vocab_size: int,
-                 meta: dict, log=print) -> None:
-    """Tokenize `ds`, cut, split and write the cache folder."""
+def build_blocks(folder: Path, ds, backend, key: BlockKey, about: dict, log=print) -> None:
+    """Tokenize `ds`, cut, split and write the cache folder for `key`; `about` adds descriptive
+    fields to meta.json (source, tokenizer name) that are not part of the key."""
     t0 = time.time()
-    dtype = token_dtype(vocab_size)
-    tokens = tokenize_documents(ds, backend, eos_id, fingerprint=f"tok-{folder.name}", log=log)
-    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise DataError(f"token ids span [{tokens.min()}, {tokens.max()}], outside the tokenizer's {vocab_size} ids")
+    tokens = tokenize_documents(ds, backend, key.eos_id, fingerprint=f"tok-{folder.name}", log=log)
+    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= key.vocab_size):
+        raise DataError(f"token ids span [{tokens.min()}, {tokens.max()}], outside the tokenizer's "
+                        f"{key.vocab_size} ids")
     t_tok = time.time() - t0
-    train, val = split_blocks(tokens, seq_len, val_frac, dtype)
-    write_blocks(folder, train, val, {**meta, "n_docs": len(ds), "n_tokens": int(len(tokens)),
-                                      "tokenize_seconds": round(t_tok, 2)})
+    train, val = split_blocks(tokens, key.seq_len, key.val_frac, key.dtype)
+    write_blocks(folder, train, val, {**key.meta(), **about, "created": time.time(), "n_docs": len(ds),
+                                      "n_tokens": int(len(tokens)), "tokenize_seconds": round(t_tok, 2)})
     log(f"data: tokenized {len(ds)} documents -> {len(tokens):,} tokens in {t_tok:.1f}s; "
-        f"{len(train)} train + {len(val)} val blocks of {seq_len + 1} -> {folder}")
+        f"{len(train)} train + {len(val)} val blocks of {key.seq_len + 1} -> {folder}")

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from utils.hub import hub_problem
+
 if TYPE_CHECKING:  # imported where used: `import data` stays light
     import datasets
 
@@ -35,8 +37,6 @@ OFFLINE_OPTIONS = (
     "and --tokenizer bpe (train a byte-level BPE on the corpus) or --tokenizer /path/to/local/tokenizer_dir."
 )
 
-HUB_TIMEOUT_S = 5.0  # reachability check before any Hub download (datasets itself retries for ~25 s)
-
 # ---------------------------------------------------------------- stdlib
 # Measured on CPython 3.11.7 on the 2-core dev machine: without site-packages the stdlib has
 # 31.5 MB of .py = 10.7 MB library code (612 files, not counting the 1.4 MB of generated codec
@@ -50,40 +50,17 @@ STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "
 STDLIB_TEST_DIRS = frozenset({"test", "tests", "idle_test"})
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().upper() in ("1", "ON", "YES", "TRUE")
-
-
-def hub_offline_reason() -> str | None:
-    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if _env_flag(name):
-            return f"{name}={os.environ[name]} is set"
-    return None
-
-
 def check_hub_reachable(repo_id: str, repo_type: str, what: str) -> None:
     """Fail fast (a few seconds at most) if `repo_id` on the Hub cannot be reached.
 
     `repo_type` is "dataset" or "model"; `what` names the config field for the message.
     """
-    reason = hub_offline_reason()
-    if reason is None:
-        from huggingface_hub import HfApi
-        from huggingface_hub import errors as hf_errors
-
-        api = HfApi()
-        info = api.dataset_info if repo_type == "dataset" else api.model_info
-        try:
-            info(repo_id, timeout=HUB_TIMEOUT_S)
-            return
-        except (hf_errors.RepositoryNotFoundError, hf_errors.GatedRepoError) as e:
-            raise DataError(
-                f"{what} {repo_id!r}: not found on the Hugging Face Hub or not accessible "
-                f"(check the name; gated repos need `hf auth login`): {type(e).__name__}. {OFFLINE_OPTIONS}") from e
-        except hf_errors.HfHubHTTPError as e:
-            reason = f"the Hub answered with an error ({str(e).splitlines()[0][:200]})"
-        except Exception as e:  # connection refused, DNS failure, timeout, offline mode, ...
-            reason = f"the Hub is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    problem = hub_problem(repo_id, repo_type)
+    if problem is None:
+        return
+    kind, reason = problem
+    if kind == "missing":
+        raise DataError(f"{what} {repo_id!r}: {reason}. Check the name. {OFFLINE_OPTIONS}")
     raise DataError(f"cannot load {what} {repo_id!r} from the Hugging Face Hub: {reason}. {OFFLINE_OPTIONS}")
 
 

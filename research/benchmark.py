@@ -103,7 +103,7 @@ def _best_time(fn, repeats: int) -> float:
 
 def measure_probe(name: str, probe_precision: str, repeats: int = 3) -> dict:
     """Full key probe vs a plain no-grad forward on the same evaluation batch (B x T of the config)."""
-    from research.probe import KeyProbe
+    from research.probing.probe import KeyProbe
 
     mc, B, T = configs()[name]
     torch.manual_seed(0)
@@ -123,7 +123,7 @@ def measure_probe_memory(n_layers: int) -> dict:
     """Peak RSS of probing the 1b preset's layer shape (d_model 2048, 16/8 heads, d_head 128) on an
     8 x 2048 batch, with `n_layers` layers of random weights. Weights are measured separately so the
     probe's own working set can be compared with its bound."""
-    from research.probe import KeyProbe
+    from research.probing.probe import KeyProbe
 
     mc = dataclasses.replace(get_preset("1b").model, n_layers=n_layers)
     torch.manual_seed(0)

@@ -6,10 +6,8 @@ and report.md (sinks / gatherers at the last probe, with the thresholds used).
 
     python research/head_specialization_study.py
 """
-from research.studies import Study, run_study
-
-STUDY = Study(name="head_specialization_study", kind="heads", gpu_preset="88m", description=__doc__,
-              conditions={"QK": {"qk_norm": "learned"}})
+from research.studies import HEAD_SPECIALIZATION
+from research.studies.runner import run_study
 
 if __name__ == "__main__":
-    run_study(STUDY)
+    run_study(HEAD_SPECIALIZATION, description=__doc__)

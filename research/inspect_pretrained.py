@@ -6,7 +6,7 @@ M: a local Hugging Face model folder, a hub id (needs a network or the local cac
 training folder written by train_llm.py. Writes DIR/inspect.json, the figures
 (weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics) and
 DIR/report.md. Statistics are reduced layer by layer during one forward (see
-research/inspection.py for the memory bound). Use --dtype bfloat16 for large models.
+research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models.
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 
 from research.inspection import DEFAULT_PROMPT, InspectError, inspect_model, load_model
-from research.inspection_report import write_figures, write_report
+from research.plots import inspection as figures
+from research.plots.common import save_figures
 from research.results import save_results
+from utils.io import atomic_write_text
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -48,8 +50,9 @@ def main(argv=None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
-    write_figures(result, out)
-    report = write_report(result, out)
+    save_figures(out, figures.figures(result))
+    report = out / "report.md"
+    atomic_write_text(report, figures.report(result))
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
           f"wrote {out / 'inspect.json'}, {report} and figures in {result['time_s']:.1f} s")
     return 0

@@ -8,10 +8,8 @@ layers ended above and below sqrt(d_head)).
 
     python research/key_dynamics_study.py
 """
-from research.studies import Study, run_study
-
-STUDY = Study(name="key_dynamics_study", kind="keys", gpu_preset="88m", description=__doc__,
-              conditions={"QK": {"qk_norm": "learned"}})
+from research.studies import KEY_DYNAMICS
+from research.studies.runner import run_study
 
 if __name__ == "__main__":
-    run_study(STUDY)
+    run_study(KEY_DYNAMICS, description=__doc__)

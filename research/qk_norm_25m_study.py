@@ -11,12 +11,8 @@ research_results/qk_norm_50m_study/.
     python research/qk_norm_25m_study.py --seeds 0 1 2     # mean +- 95% CI and Welch t-tests
     python research/qk_norm_25m_study.py --preset 88m --tokens 8000000 --out runs/qk88m
 """
-from research.studies import Study, run_study
-
-STUDY = Study(
-    name="qk_norm_50m_study", kind="qk_norm", gpu_preset="1b", description=__doc__,
-    conditions={"QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"}},
-)
+from research.studies import QK_NORM
+from research.studies.runner import run_study
 
 if __name__ == "__main__":
-    run_study(STUDY)
+    run_study(QK_NORM, description=__doc__)

@@ -6,12 +6,8 @@ panel_d_delta.png, layer_pr_heatmap_500k.png and report.md.
 
     python research/qk_norm_500k_study.py
 """
-from research.studies import Study, run_study
-
-STUDY = Study(
-    name="qk_norm_500k_study", kind="pilot", gpu_preset="88m", default_tokens=500_000, description=__doc__,
-    conditions={"qk_norm": {"qk_norm": "learned"}, "no_qk_norm": {"qk_norm": "none"}},
-)
+from research.studies import PILOT
+from research.studies.runner import run_study
 
 if __name__ == "__main__":
-    run_study(STUDY)
+    run_study(PILOT, description=__doc__)

@@ -3,16 +3,16 @@
     python research/split_panels.py research_results/qk_norm_50m_study
     python research/split_panels.py ../shared/reference/qk_norm_50m_study --out /tmp/writeups
 
-The study is recognised from the files (see research/plots/__init__.py). Needs
-numpy and matplotlib only: torch is never imported.
+The study is recognised from the files (research/results/layout.py). Needs numpy and
+matplotlib only: torch is never imported.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from research.plots import render_study
 from research.results import ResultsError
+from research.studies.render import render_study
 
 
 def main(argv: list[str] | None = None) -> None:

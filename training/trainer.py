@@ -9,11 +9,10 @@ One Trainer trains one model described by a RunConfig into an output folder:
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
     DIR/summary.json       final losses, steps, timings, provenance
 
-Works alone or under torchrun (DDP); only rank 0 writes. Callbacks registered with
-`add_callback(fn)` are called as fn(trainer, step) at step 0 and after every
-optimizer step (the key probe uses this); they run on every rank and must not
-change the model or any RNG. A callback with state_dict()/load_state_dict() has its
-state saved in every checkpoint and restored on resume.
+The trainer receives prepared data (data.prepare_data) and a process group
+(training.distributed); `training.run.train_run` does both for one config. Works alone
+or under torchrun (DDP); only rank 0 writes. Callbacks (training.callbacks) see each
+step through a StepInfo and keep their own state in checkpoints.
 """
 from __future__ import annotations
 
@@ -30,11 +29,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configs.config import ConfigError, RunConfig
-from data import BlockLoader, prepare_data, val_batches
+from data import BlockLoader, TokenData, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
+from training.callbacks import Callback, StepInfo
 from training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from training.distributed import init_distributed, shutdown_distributed
+from training.distributed import Dist
 from training.schedule import lr_factor
 from utils.io import atomic_write_text
 from utils.runtime import autocast, local_cpu_threads, provenance, resolve_device, resolve_precision
@@ -66,12 +66,10 @@ def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, out_dir: str | Path, resume: bool = False, log: Callable = print,
-                 progress: bool = True, name: str = "train"):
-        self.cfg, self.out, self.name = cfg, Path(out_dir), name
+    def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, dist: Dist = Dist(),
+                 resume: bool = False, log: Callable = print, progress: bool = True, name: str = "train"):
+        self.cfg, self.data, self.out, self.name, self.dist = cfg, data, Path(out_dir), name, dist
         tc = cfg.train
-        probe_device = resolve_device(tc.device)
-        self.dist = init_distributed(probe_device.type)
         self.device = resolve_device(tc.device, self.dist.local_rank)
         if self.device.type == "cpu":
             torch.set_num_threads(local_cpu_threads(self.dist.local_world_size))
@@ -79,7 +77,7 @@ class Trainer:
         self.is_main = self.dist.is_main
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
-        self.callbacks: list[Callable[[Trainer, int], None]] = []
+        self.callbacks: list[Callback] = []
         self.resume_state: dict = {}  # state.json of the checkpoint resumed from
         self.last_loss: float | None = None  # training loss of the latest step
         self._val_cache: tuple[int, float] | None = None  # (step, validation loss at that step)
@@ -89,16 +87,6 @@ class Trainer:
                               f"processes: the global batch is split evenly across ranks")
         self._check_out_dir(resume)
 
-        # Data: rank 0 builds the caches, the others then read them.
-        if self.is_main:
-            self.data = prepare_data(cfg, log=self._log)
-        self.dist.barrier()
-        if not self.is_main:
-            self.data = prepare_data(cfg, log=lambda *a, **k: None)
-        if self.data.vocab_size > cfg.model.vocab_size:
-            raise ConfigError(f"the tokenizer has {self.data.vocab_size} tokens but the model's vocab_size is "
-                              f"{cfg.model.vocab_size}: pass --vocab_size {self.data.vocab_size} (or larger)")
-
         torch.manual_seed(tc.seed)  # same initial weights on every rank
         self.model = MinimalLLM(cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
@@ -106,6 +94,7 @@ class Trainer:
         self.split = split
         self.steps = cfg.steps
         self.step = 0
+        self.start_step = 0  # where this session began: a resumed run's checkpoint step
         self.loader = BlockLoader(self.data.train, tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
         self.val = val_batches(self.data.val, tc.batch_size, tc.eval_batches, self.dist.rank,
                                self.dist.world_size)
@@ -146,7 +135,7 @@ class Trainer:
             return
         load_checkpoint(ckpt, self.model, self.optimizers)
         self.loader.load_state_dict(ckpt.state["loader"])
-        self.step = ckpt.state["step"]
+        self.step = self.start_step = ckpt.state["step"]
         self.resume_state = ckpt.state
         self.wall_time = ckpt.state.get("wall_time", 0.0)
         self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
@@ -156,11 +145,14 @@ class Trainer:
                 keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
                 atomic_write_text(path, "".join(ln + "\n" for ln in keep))
 
-    def add_callback(self, fn: Callable[["Trainer", int], None]) -> None:
-        saved = self.resume_state.get("callbacks", {}).get(type(fn).__name__)
-        if saved is not None and hasattr(fn, "load_state_dict"):
-            fn.load_state_dict(saved)
-        self.callbacks.append(fn)
+    def add_callback(self, callback: Callback) -> None:
+        """Register a callback; on a resumed run it gets back the state saved under its name."""
+        if any(c.name == callback.name for c in self.callbacks):
+            raise ValueError(f"a callback named {callback.name!r} is already registered")
+        saved = self.resume_state.get("callbacks", {}).get(callback.name)
+        if saved is not None:
+            callback.load_state_dict(saved)
+        self.callbacks.append(callback)
 
     @property
     def tokens_seen(self) -> int:
@@ -177,8 +169,7 @@ class Trainer:
             save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
                              "wall_time": self.wall_time, "config": self.cfg.to_dict(),
-                             "callbacks": {type(fn).__name__: fn.state_dict() for fn in self.callbacks
-                                           if hasattr(fn, "state_dict")}},
+                             "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
                             keep_last=self.cfg.train.keep_last)
         self.dist.barrier()
 
@@ -240,8 +231,14 @@ class Trainer:
             f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.")
 
     def _run_callbacks(self) -> None:
-        for fn in self.callbacks:
-            fn(self, self.step)
+        if not self.callbacks:
+            return
+        info = StepInfo(step=self.step, total_steps=self.steps, start_step=self.start_step,
+                        tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
+                        wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
+                        is_main=self.is_main)
+        for callback in self.callbacks:
+            callback(info)
 
     def fit(self) -> dict:
         tc = self.cfg.train
@@ -294,6 +291,3 @@ class Trainer:
         if self.is_main:
             atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
-
-    def close(self) -> None:
-        shutdown_distributed(self.dist)

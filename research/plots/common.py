@@ -1,11 +1,9 @@
-"""Shared figure style: one colour and one label per condition across every figure.
-
-Imports matplotlib (Agg backend) and numpy only; never torch.
+"""Shared figure style: one colour per condition across every figure, and the small helpers
+every figure module uses. Figure builders return matplotlib Figures (laid out, not saved);
+`save_figures` writes them. Imports matplotlib (Agg backend) and numpy only; never torch.
 """
 from __future__ import annotations
 
-import math
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -14,21 +12,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from research.results.vocabulary import label  # noqa: E402,F401 (re-exported for the figure modules)
+
 # Conditions keep their colour in every figure of every study.
 CONDITION_COLORS = {
     "QK": "#1f77b4",         # blue: QK-norm with learned gain
     "QK_frozen": "#ff7f0e",  # orange: QK-norm with gain frozen at 1
     "NoQK": "#2ca02c",       # green: no QK-norm
+    "qk_norm": "#1f77b4",    # the pilot's names
+    "no_qk_norm": "#2ca02c",
 }
-CONDITION_LABELS = {
-    "QK": "QK-norm, learned gain",
-    "QK_frozen": "QK-norm, gain frozen at 1",
-    "NoQK": "no QK-norm",
-}
-# Aliases used by the pilot's combined_results.json.
-CONDITION_COLORS.update(qk_norm=CONDITION_COLORS["QK"], no_qk_norm=CONDITION_COLORS["NoQK"])
-CONDITION_LABELS.update(qk_norm=CONDITION_LABELS["QK"], no_qk_norm=CONDITION_LABELS["NoQK"])
-
 # Layer groups (early / middle / final) keep theirs.
 GROUP_COLORS = {"early": "#4c72b0", "middle": "#dd8452", "final": "#c44e52"}
 
@@ -41,10 +34,6 @@ plt.rcParams.update({
 
 def color(condition: str) -> str:
     return CONDITION_COLORS.get(condition, "#7f7f7f")
-
-
-def label(condition: str) -> str:
-    return CONDITION_LABELS.get(condition, condition)
 
 
 def tokens_axis(ax, tokens) -> np.ndarray:
@@ -65,36 +54,16 @@ def smooth(y, window: int) -> np.ndarray:
     return out
 
 
-def save(fig, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def as_array(values) -> np.ndarray:
-    """A list of numbers (None allowed) as a float array, None -> nan."""
-    return np.array([math.nan if v is None else float(v) for v in (values or [])], dtype=float)
-
-
-def nanmean(a, axis=None):
-    """np.nanmean without the all-NaN warning (all-NaN slices give NaN)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return np.nanmean(a, axis=axis)
-
-
-def mean_over_seeds(series) -> np.ndarray:
-    """Probe-by-probe mean of one series per seed (arrays, or lists with None), cut to the shortest
-    run, NaN-aware. Empty input gives an empty array."""
-    arrays = [a if isinstance(a, np.ndarray) else as_array(a) for a in series]
-    arrays = [a for a in arrays if a.size]
-    if not arrays:
-        return np.zeros((0, 0))
-    n = min(a.shape[0] for a in arrays)
-    return nanmean(np.stack([a[:n] for a in arrays]), axis=0)
+def save_figures(folder: str | Path, figures: dict[str, "plt.Figure"]) -> list[Path]:
+    """Write each figure as folder/<name> and close it; returns the paths in order."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, fig in figures.items():
+        fig.savefig(folder / name)
+        plt.close(fig)
+        paths.append(folder / name)
+    return paths
 
 
 def fmt_num(v, nd: int = 3) -> str:
@@ -113,10 +82,11 @@ def fmt_tokens(t: float) -> str:
     return f"{t:.0f}"
 
 
-def message_figure(path: str | Path, title: str, text: str, size=(8, 4)) -> Path:
+def message_figure(title: str, text: str, size=(8, 4)):
     """A figure that says why there is nothing to draw (instead of a missing or blank file)."""
     fig, ax = plt.subplots(figsize=size)
     ax.axis("off")
     ax.set_title(title)
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes)
-    return save(fig, path)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,95 @@
+"""Data preparation, one way through: source -> tokenizer -> token blocks -> cache.
+
+    data = prepare_data(cfg)           # on rank 0 first, then (after a barrier) on the others
+
+Everything expensive is cached under cfg.data.cache_dir and keyed by content hashes
+(blocks.BlockKey), so a second call with the same settings only hashes the source and
+checks the cache. See corpus.py (sources), tokenizer.py and blocks.py (cache format).
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from data.blocks import BlockKey, build_blocks, load_blocks
+from data.corpus import Source, open_source
+from data.tokenizer import TokenizerInfo, get_tokenizer
+
+
+@dataclass
+class TokenData:
+    train: torch.Tensor  # [N_train, seq_len + 1] int32 (int32 memmap, or uint16 memmap copied to int32)
+    val: torch.Tensor  # [N_val, seq_len + 1]
+    tokenizer_dir: Path  # loadable by transformers.AutoTokenizer.from_pretrained
+    vocab_size: int  # len(tokenizer)
+    source_hash: str
+    tokenizer_hash: str
+    cache_dir: Path  # the blocks folder holding train.npy, val.npy, meta.json
+    eos_id: int = 0
+    n_tokens: int = 0  # tokens in the whole tokenized corpus (before cutting into blocks)
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    if a.dtype == np.int32:
+        return torch.from_numpy(a)  # a copy-on-write memmap: no copy
+    return torch.from_numpy(a.astype(np.int32))
+
+
+class _LazyCorpus:
+    """Loads the source's documents on first use, into a scratch folder removed by close()."""
+
+    def __init__(self, source: Source, root: Path):
+        self.source, self.root = source, root
+        self._ds, self._work = None, None
+
+    def __call__(self):
+        if self._ds is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._work = Path(tempfile.mkdtemp(dir=self.root, prefix=".work-"))
+            self._ds = self.source.load(self._work)
+        return self._ds
+
+    def close(self) -> None:
+        self._ds = None
+        if self._work is not None:
+            shutil.rmtree(self._work, ignore_errors=True)
+
+
+def prepare_data(cfg, log: Callable[[str], None] = print) -> TokenData:
+    """Source -> tokenizer -> blocks, each step cached under cfg.data.cache_dir.
+
+    Only one process should build (call it on rank 0, barrier, then on the other ranks:
+    they hit the cache). Raises DataError with the cause and the fix on any failure.
+    """
+    t0 = time.time()
+    dc = cfg.data
+    root = Path(dc.cache_dir).expanduser()
+    source = open_source(dc, log)
+    corpus = _LazyCorpus(source, root)
+    try:
+        tk: TokenizerInfo = get_tokenizer(dc, cfg.model.vocab_size, source, corpus, root, log)
+        key = BlockKey(source_hash=source.source_hash, tokenizer_hash=tk.tokenizer_hash, seq_len=dc.seq_len,
+                       vocab_size=tk.vocab_size, eos_id=tk.eos_id, val_frac=dc.val_frac)
+        folder = key.folder(root)
+        hit = folder.exists()
+        if not hit:
+            about = {"source": dc.source, "source_description": source.description, "tokenizer": tk.name,
+                     "tokenizer_dir": str(tk.directory)}
+            build_blocks(folder, corpus(), tk.tokenizer.backend_tokenizer, key, about, log)
+    finally:
+        corpus.close()
+    train, val, meta = load_blocks(folder, key)
+    data = TokenData(train=_tensor(train), val=_tensor(val), tokenizer_dir=tk.directory, vocab_size=tk.vocab_size,
+                     source_hash=source.source_hash, tokenizer_hash=tk.tokenizer_hash, cache_dir=folder,
+                     eos_id=tk.eos_id, n_tokens=int(meta.get("n_tokens", 0)))
+    log(f"data: {'cache hit' if hit else 'built'} {folder} | {source.description} | tokenizer {tk.name} "
+        f"(vocab {tk.vocab_size}) | {len(train)} train + {len(val)} val blocks of {dc.seq_len + 1} "
+        f"({data.n_tokens:,} tokens) | {time.time() - t0:.1f}s")
+    return data

@@ -1,0 +1,179 @@
+"""Head specialization: per-head series, the layer to show, and the sink / gatherer taxonomy.
+
+Per KV head over training, from the probe records: key norm (k_norm.norm_mean), max_abs,
+pr_vec, attention entropy, sink mass and q/k norm ratio, plus the layer's k_norm gains.
+Attention metrics are measured per query head; a KV head gets the MEAN over the query
+heads that share it (query head h belongs to KV head h // (n_heads // n_kv_heads)).
+Heads are not matched across seeds, so per-head series are never averaged over seeds.
+
+Taxonomy at the last probe, relative to the medians over all (layer, KV head) of the run
+(margin m = 0.1):
+    sink      key norm > median_norm * (1 + m)  and  entropy < median_entropy * (1 - m)
+    gatherer  key norm < median_norm * (1 - m)  and  entropy > median_entropy * (1 + m)
+    neither   otherwise
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from research.analysis.series import mean_over_seeds
+from research.results.read import d_head_of, layer_series, probe_tokens, seed_of
+from research.results.values import as_float
+
+MARGIN = 0.1
+SITE = "k_norm"
+HEAD_METRICS = ("norm_mean", "max_abs", "pr_vec")          # per KV head, from probes[*].layers[*].k_norm
+ATTN_METRICS = ("entropy", "sink_mass", "qk_ratio")        # per query head, grouped onto KV heads
+
+
+@dataclass(frozen=True)
+class HeadSeries:
+    """One run's per-head series: metric -> [n_probes, n_layers, n_kv_heads]."""
+
+    series: dict
+    tokens: np.ndarray
+    n_layers: int
+    n_kv: int
+    group: int  # query heads per KV head
+    gains: list  # [probe][layer] -> k_norm gain vector or None
+    qk_norm: str | None
+    d_head: int | None
+    seed: object
+
+
+def _nan_list(values, n):
+    return [as_float(v) for v in values] if values else [math.nan] * n
+
+
+def head_series(res: dict) -> HeadSeries | None:
+    """Per-head series of one run; None if the run has no probe records."""
+    probes = res.get("probes") or []
+    if not probes:
+        return None
+    L = len(probes[0]["layers"])
+    first = probes[0]["layers"][0]
+    n_kv = len(first[SITE]["norm_mean"])
+    model = ((res.get("config") or {}).get("model") or {})
+    n_q = model.get("n_heads") or len((first.get("attn") or {}).get("entropy") or []) or n_kv
+    group = max(1, int(n_q) // n_kv)
+    P = len(probes)
+    out = {m: np.full((P, L, n_kv), np.nan) for m in (*HEAD_METRICS, *ATTN_METRICS)}
+    gains: list[list[np.ndarray | None]] = [[None] * L for _ in range(P)]
+    for p, probe in enumerate(probes):
+        for rec in probe["layers"]:
+            i = rec["layer"]
+            for m in HEAD_METRICS:
+                out[m][p, i] = _nan_list(rec[SITE].get(m), n_kv)
+            attn = rec.get("attn") or {}
+            for m in ATTN_METRICS:
+                q = np.array(_nan_list(attn.get(m), n_kv * group), dtype=float)
+                if q.size == n_kv * group:
+                    out[m][p, i] = q.reshape(n_kv, group).mean(axis=1)
+            g = rec.get("gamma_k")
+            if g and g.get("values"):
+                gains[p][i] = np.asarray(g["values"], dtype=float)
+    return HeadSeries(series=out, tokens=probe_tokens(res), n_layers=L, n_kv=n_kv, group=group, gains=gains,
+                      qk_norm=model.get("qk_norm"), d_head=d_head_of(res)[0], seed=res.get("seed"))
+
+
+@dataclass(frozen=True)
+class LayerChoice:
+    layer: int
+    why: str
+
+
+def choose_layer(h: HeadSeries) -> LayerChoice:
+    """The layer whose KV-head key norms spread most (max - min) at the last probe, and why."""
+    last = h.series["norm_mean"][-1]
+    if h.n_kv > 1:
+        spread = np.nan_to_num(np.nanmax(last, axis=1) - np.nanmin(last, axis=1), nan=-1.0)
+        i = int(np.argmax(spread))
+        return LayerChoice(i, f"largest spread of KV-head norms at the last probe ({spread[i]:.2f})")
+    change = np.nan_to_num(np.abs(last[:, 0] - h.series["norm_mean"][0][:, 0]), nan=-1.0)
+    i = int(np.argmax(change))
+    return LayerChoice(i, f"one KV head per layer: largest norm change over training ({change[i]:.2f})")
+
+
+def _nanmedian(a) -> float:
+    a = np.asarray(a, float)
+    a = a[np.isfinite(a)]
+    return float(np.median(a)) if a.size else math.nan
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    classes: np.ndarray  # of str: sink / gatherer / neither / n/a, shaped like the inputs
+    median_norm: float
+    median_entropy: float
+    margin: float
+    sink_norm: float  # sink: norm above this ...
+    sink_entropy: float  # ... and entropy below this
+    gatherer_norm: float  # gatherer: norm below this ...
+    gatherer_entropy: float  # ... and entropy above this
+
+    def heads(self, name: str) -> list[tuple[int, int]]:
+        """(layer, KV head) of every head of class `name`, for [n_layers, n_kv] inputs."""
+        return [tuple(int(x) for x in ix) for ix in zip(*np.nonzero(self.classes == name))]
+
+
+def classify(norms, entropies, margin: float = MARGIN) -> Taxonomy:
+    """Sink / gatherer / neither for every head, relative to the medians of the given heads.
+
+    norms, entropies: arrays of the same shape (e.g. [n_layers, n_kv_heads] at the last probe)."""
+    norms, entropies = np.asarray(norms, float), np.asarray(entropies, float)
+    med_n, med_e = _nanmedian(norms), _nanmedian(entropies)
+    hi_n, lo_n = med_n * (1 + margin), med_n * (1 - margin)
+    hi_e, lo_e = med_e * (1 + margin), med_e * (1 - margin)
+    classes = np.full(norms.shape, "neither", dtype=object)
+    classes[(norms > hi_n) & (entropies < lo_e)] = "sink"
+    classes[(norms < lo_n) & (entropies > hi_e)] = "gatherer"
+    classes[~np.isfinite(norms) | ~np.isfinite(entropies)] = "n/a"
+    return Taxonomy(classes, med_n, med_e, margin, hi_n, lo_e, lo_n, hi_e)
+
+
+@dataclass(frozen=True)
+class RunHeads:
+    """One seed: its per-head series, the layer of widest head divergence, the layer the figures
+    show (that one unless the caller fixed another) and the taxonomy at the last probe."""
+
+    heads: HeadSeries
+    divergence: LayerChoice
+    shown: LayerChoice
+    taxonomy: Taxonomy
+
+
+@dataclass(frozen=True)
+class HeadsCondition:
+    runs: list  # RunHeads per seed that has probe records (the figures draw the first)
+    n_seeds: int
+    erank: np.ndarray  # [n_probes, n_layers] effective rank, layer mean over KV heads, mean over seeds
+    erank_tokens: np.ndarray
+    erank_seeds: str
+
+
+def analyze(runs: dict[str, list[dict]], layer: int | None = None) -> dict[str, HeadsCondition | None]:
+    """condition -> its head analysis (None: no probe records). `layer` fixes the layer shown
+    (default: the layer whose KV-head norms spread most at the last probe)."""
+    out = {}
+    for cond, results in runs.items():
+        with_probes = [r for r in results if r.get("probes")]
+        if not with_probes:
+            out[cond] = None
+            continue
+        per_run = []
+        for res in with_probes:
+            h = head_series(res)
+            if layer is not None and not 0 <= layer < h.n_layers:
+                raise ValueError(f"layer {layer} does not exist: the model has layers 0..{h.n_layers - 1}")
+            widest = choose_layer(h)
+            shown = LayerChoice(layer, "set by the caller") if layer is not None else widest
+            per_run.append(RunHeads(h, widest, shown, classify(h.series["norm_mean"][-1], h.series["entropy"][-1])))
+        er = mean_over_seeds([layer_series(r, "erank", SITE) for r in with_probes])
+        n = len(with_probes)
+        seed0 = seed_of(with_probes[0])
+        seeds = f"mean over {n} seeds" if n > 1 else (f"seed {seed0}" if seed0 is not None else "1 run")
+        out[cond] = HeadsCondition(per_run, n, er, probe_tokens(with_probes[0])[:er.shape[0]], seeds)
+    return out

@@ -1,0 +1,108 @@
+"""The pilot's numbers: QK-norm against no QK-norm (conditions "qk_norm" and "no_qk_norm").
+
+Reads only the write-ups' top-level fields (tokens, loss, val_loss, mean_pr, layer_pr,
+gamma_cv), so everything can be recomputed from combined_results.json alone. With several
+seeds every per-probe value is the mean over seeds (probe by probe). The conditions
+"QK"/"NoQK" of the other studies are accepted as the pair too; with other names the first
+two conditions are compared (first minus second).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from research.analysis.series import mean_over_seeds
+from research.results.values import as_array
+
+_QK_NAMES = ("qk_norm", "QK")
+_NOQK_NAMES = ("no_qk_norm", "NoQK")
+
+
+def _jsonable(a: np.ndarray) -> list:
+    return [None if not np.isfinite(v) else float(v) for v in a]
+
+
+def combined_from_runs(runs: dict[str, list[dict]]) -> dict:
+    """{condition: {tag, n_seeds, seeds, tokens, train_loss, val_loss, mean_pr, layer_pr, gamma_cv}}:
+    combined_results.json, the write-ups' pilot format. train_loss is the results' `loss`; with
+    several seeds, values are means over seeds."""
+    out = {}
+    for cond, results in runs.items():
+        if not results:
+            continue
+        n = min(len(r["tokens"]) for r in results)
+        if len(results) == 1 and "n_seeds" in results[0]:  # came from a combined file: keep its seed count
+            n_seeds, seeds = results[0]["n_seeds"], results[0].get("seeds", [None])
+        else:
+            n_seeds, seeds = len(results), [r.get("seed") for r in results]
+        entry = {"tag": cond, "n_seeds": n_seeds, "seeds": seeds,
+                 "tokens": [int(t) if t is not None else None for t in results[0]["tokens"][:n]]}
+        for key, src in (("train_loss", "loss"), ("val_loss", "val_loss"), ("mean_pr", "mean_pr")):
+            entry[key] = _jsonable(mean_over_seeds([r.get(src) for r in results])[:n])
+        for key in ("layer_pr", "gamma_cv"):
+            layers = sorted(set().union(*[(r.get(key) or {}).keys() for r in results]), key=int)
+            entry[key] = {layer: _jsonable(mean_over_seeds([r[key][layer] for r in results
+                                                            if layer in (r.get(key) or {})])[:n])
+                          for layer in layers}
+        out[cond] = entry
+    return out
+
+
+def pair(conditions) -> tuple[str | None, str | None]:
+    """(QK-norm condition, no-QK-norm condition) among the names; delta = first - second."""
+    names = list(conditions)
+    qk = next((n for n in _QK_NAMES if n in names), None)
+    noqk = next((n for n in _NOQK_NAMES if n in names), None)
+    if qk and noqk:
+        return qk, noqk
+    rest = [n for n in names if n not in (qk, noqk)]
+    a = qk or (rest.pop(0) if rest else None)
+    b = noqk or (rest.pop(0) if rest else None)
+    return a, b
+
+
+def final(values) -> float:
+    """Last finite value of a per-probe list (NaN if none)."""
+    a = as_array(values)
+    a = a[np.isfinite(a)]
+    return float(a[-1]) if a.size else math.nan
+
+
+@dataclass(frozen=True)
+class PilotCondition:
+    combined: dict  # this condition's combined_results.json entry (seed means)
+    final_layer: dict  # layer (int) -> final PR
+    final_pr: float
+    final_loss: float
+    final_val: float
+    tokens: float
+
+
+@dataclass(frozen=True)
+class PilotAnalysis:
+    conditions: dict  # condition -> PilotCondition, in the runs' order
+    a: str | None  # QK-norm side of the difference
+    b: str | None  # no-QK-norm side
+    layers: list[int]  # layers both sides have
+    delta: dict  # layer -> final PR of a minus b
+    ranked: list[int]  # layers by |delta|, largest first (finite deltas only)
+
+
+def analyze(runs: dict[str, list[dict]]) -> PilotAnalysis:
+    comb = combined_from_runs(runs)
+    conds = {}
+    for cond, e in comb.items():
+        layers = sorted(e["layer_pr"], key=int)
+        conds[cond] = PilotCondition(combined=e, final_layer={int(l): final(e["layer_pr"][l]) for l in layers},
+                                     final_pr=final(e["mean_pr"]), final_loss=final(e["train_loss"]),
+                                     final_val=final(e["val_loss"]), tokens=final(e["tokens"]))
+    a, b = pair(conds)
+    if a is None or b is None:
+        return PilotAnalysis(conds, a, b, [], {}, [])
+    sa, sb = conds[a], conds[b]
+    layers = sorted(set(sa.final_layer) & set(sb.final_layer))
+    delta = {i: sa.final_layer[i] - sb.final_layer[i] for i in layers}
+    ranked = sorted((i for i in layers if np.isfinite(delta[i])), key=lambda i: -abs(delta[i]))
+    return PilotAnalysis(conds, a, b, layers, delta, ranked)

@@ -1,0 +1,348 @@
+"""Where things are inside a causal LM: one adapter class per model family.
+
+    adapter = ADAPTERS[model_type](hf_model)      # or OwnAdapter(minimal_llm)
+    with adapter.capture(sink): adapter.forward(ids_BT)
+
+An adapter exposes, uniformly across families: the decoder layers, per layer the q/k/v/o
+weights in nn.Linear layout [out, in] (GPT-2's fused Conv1D c_attn is transposed and split),
+the k_norm/q_norm gains where the model has them, the per-layer norm gains (Gemma's RMSNorm
+multiplies by 1 + weight: the effective gain is reported), the final norm and the output
+embedding. Families differ by overriding a few small methods, never by if-chains on a name.
+During `capture`, forward hooks call back into a sink, layer by layer, with:
+
+    sink.on_state(l, h_BTd)                         residual stream entering layer l (l = n_layers: leaving
+                                                    the last layer, before the final norm)
+    sink.on_keys(i, site, k_HBTD)                   keys of layer i at "k_proj" / "k_norm"
+    sink.on_attention(i, q_BHTD, k_BKTD, v, scaling, window, softcap) -> output [B, T, H, Dv] or None
+
+Attention of Hugging Face models: the model is switched, inside `capture` only, to an
+attention implementation registered here that receives the post-RoPE q and k exactly as the
+model's attention uses them (its own scaling, sliding window and soft-cap arguments) and
+returns the output the sink computes, so the fused kernel is never needed and no [T, T]
+matrix of all heads is kept. This project's MinimalLLM gets q/k from its hook points
+(hook_q_rope, hook_k_rope) and keeps its own SDPA output.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.nn as nn
+
+from research.probing.probe import heads_first
+
+_ATTN_IMPL = "research_inspect"
+
+
+class InspectError(RuntimeError):
+    """A model that cannot be found, loaded or inspected; the message says why and what to do."""
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+class Adapter:
+    """The common interface; subclasses fill in where a family keeps things."""
+
+    family = "?"
+    gain_offset = 0.0  # Gemma RMSNorm: y = x_hat * (1 + w)
+    logit_softcap: float | None = None
+    source = "?"  # where the model was loaded from (set by the loader)
+    model_type = "?"
+    layers: list[nn.Module]
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_model: int
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    # --- structure -------------------------------------------------------------------------
+    def qkvo(self, i: int) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def qk_norms(self, i: int) -> tuple[nn.Module | None, nn.Module | None]:
+        return None, None
+
+    def layer_gains(self, i: int) -> dict[str, torch.Tensor]:
+        """Effective gain vectors of the layer's own norms (not q/k norms), by module name."""
+        out = {}
+        for name, mod in self.layers[i].named_children():
+            w = getattr(mod, "weight", None)
+            if ("norm" in name or name.startswith("ln")) and isinstance(w, torch.Tensor) and w.dim() == 1:
+                out[name] = w.detach().float() + self.gain_offset
+        return out
+
+    def gain(self, module: nn.Module | None) -> torch.Tensor | None:
+        w = getattr(module, "weight", None) if module is not None else None
+        return None if w is None else w.detach().float() + self.gain_offset
+
+    def final_norm_module(self) -> nn.Module:
+        raise NotImplementedError
+
+    def output_embedding(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def model_param_count(self) -> int:
+        return self.model.num_parameters()
+
+    def logits(self, h_BTd: torch.Tensor) -> torch.Tensor:
+        """Final norm and output embedding (+ final soft-cap) of residual states, float32."""
+        W = self.output_embedding()
+        x = self.final_norm_module()(h_BTd.to(W.dtype))
+        z = (x @ W.T).float()
+        if self.logit_softcap:
+            z = torch.tanh(z / self.logit_softcap) * self.logit_softcap
+        return z
+
+    # --- running ---------------------------------------------------------------------------
+    def forward(self, ids_BT: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    @contextmanager
+    def capture(self, sink) -> Iterator[None]:
+        raise NotImplementedError
+
+    @contextmanager
+    def _hooks(self, sink) -> Iterator[list]:
+        """Yields a list to append hook handles to; on_state hooks are registered already. Every
+        handle is removed on exit, also when the forward raises."""
+        handles = []
+        try:
+            for l, layer in enumerate(self.layers):
+                def pre(module, args, kwargs, l=l):
+                    sink.on_state(l, (args[0] if args else kwargs["hidden_states"]).detach())
+                handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+            last = self.n_layers
+            handles.append(self.layers[-1].register_forward_hook(
+                lambda module, args, out: sink.on_state(last, _first(out).detach())))
+            yield handles
+        finally:
+            for h in handles:
+                h.remove()
+
+
+class OwnAdapter(Adapter):
+    """This project's MinimalLLM (models/llm.py)."""
+
+    family = "minimal_llm"
+
+    def __init__(self, model):
+        super().__init__(model)
+        c = model.cfg
+        self.layers = list(model.blocks)
+        self.n_layers, self.n_heads, self.n_kv_heads = c.n_layers, c.n_heads, c.n_kv_heads
+        self.head_dim, self.d_model = c.d_head, c.d_model
+        self.model_type = f"MinimalLLM(qk_norm={c.qk_norm})"
+
+    def qkvo(self, i):
+        a = self.layers[i].attn
+        return {"q": a.wq.weight, "k": a.wk.weight, "v": a.wv.weight, "o": a.wo.weight}
+
+    def qk_norms(self, i):
+        a = self.layers[i].attn
+        return tuple(m if hasattr(m, "weight") else None for m in (a.q_norm, a.k_norm))  # qk_norm='none': Identity
+
+    def final_norm_module(self):
+        return self.model.final_norm
+
+    def output_embedding(self):
+        return self.model.embed.weight
+
+    def model_param_count(self):
+        return self.model.num_params()
+
+    def forward(self, ids_BT):
+        return self.model(ids_BT)
+
+    @contextmanager
+    def capture(self, sink):
+        with self._hooks(sink) as handles:
+            for i, block in enumerate(self.layers):
+                a = block.attn
+                scratch = {}
+
+                def k_proj(module, inp, out, i=i, a=a):
+                    B, T, _ = out.shape
+                    sink.on_keys(i, "k_proj", heads_first(out.view(B, T, a.n_kv_heads, a.d_head)))
+                handles.append(a.wk.register_forward_hook(k_proj))
+                if self.qk_norms(i)[1] is not None:
+                    handles.append(a.hook_k_norm.register_forward_hook(
+                        lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
+
+                def q_rope(m, inp, out, scratch=scratch):
+                    scratch["q"] = out.detach().transpose(1, 2)  # [B, H, T, D]
+
+                def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
+                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), None, a.d_head ** -0.5,
+                                      None, None)
+                handles.append(a.hook_q_rope.register_forward_hook(q_rope))
+                handles.append(a.hook_k_rope.register_forward_hook(k_rope))
+            yield
+
+
+class HFAdapter(Adapter):
+    """Hugging Face causal LMs with the Llama layout: model.model.layers[i].self_attn.{q,k,v,o}_proj,
+    model.model.norm; q_norm / k_norm per head where the family has them (Qwen3, Gemma 3)."""
+
+    family = "llama"
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.model_type = model.config.model_type
+        self.base = self._base()
+        self.layers = list(self._layer_list())
+        self.n_layers = len(self.layers)
+        self._set_dims(model.config)
+
+    def _base(self) -> nn.Module:
+        return self.model.model
+
+    def _layer_list(self):
+        return self.base.layers
+
+    def _set_dims(self, c) -> None:
+        self.n_heads = c.num_attention_heads
+        self.n_kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        self.d_model = c.hidden_size
+        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+
+    def attn(self, i: int) -> nn.Module:
+        return self.layers[i].self_attn
+
+    def qkvo(self, i):
+        a = self.attn(i)
+        return {"q": a.q_proj.weight, "k": a.k_proj.weight, "v": a.v_proj.weight, "o": a.o_proj.weight}
+
+    def qk_norms(self, i):
+        a = self.attn(i)
+        return getattr(a, "q_norm", None), getattr(a, "k_norm", None)
+
+    def final_norm_module(self):
+        return self.base.norm
+
+    def output_embedding(self):
+        return self.model.get_output_embeddings().weight
+
+    def forward(self, ids_BT):
+        return self.model(input_ids=ids_BT, use_cache=False).logits
+
+    # --- keys ------------------------------------------------------------------------------
+    def key_projection(self, i: int) -> nn.Module:
+        """The module whose output holds layer i's keys."""
+        return self.attn(i).k_proj
+
+    def keys_of(self, projected: torch.Tensor) -> torch.Tensor:
+        """Keys [B, T, Hkv * D] from that module's output."""
+        return projected
+
+    def normed_keys(self, k_norm: nn.Module, k_BTC: torch.Tensor) -> torch.Tensor:
+        """k_norm applied as the model applies it: per head."""
+        B, T, _ = k_BTC.shape
+        return k_norm(k_BTC.reshape(B, T, self.n_kv_heads, self.head_dim))
+
+    @contextmanager
+    def capture(self, sink):
+        from transformers import AttentionInterface
+        index = {id(self.attn(i)): i for i in range(self.n_layers)}
+
+        def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                      sliding_window=None, softcap=None, **kwargs):
+            if scaling is None:
+                scaling = query.shape[-1] ** -0.5
+            out = sink.on_attention(index[id(module)], query.detach(), key.detach(), value.detach(),
+                                    scaling, sliding_window, softcap)
+            return out.to(query.dtype), None
+
+        AttentionInterface.register(_ATTN_IMPL, attention)
+        config = self.model.config
+        previous = config._attn_implementation_internal
+        with self._hooks(sink) as handles:
+            try:
+                config._attn_implementation_internal = _ATTN_IMPL
+                for i in range(self.n_layers):
+                    k_norm = self.qk_norms(i)[1]
+
+                    def k_hook(module, inp, out, i=i, k_norm=k_norm):
+                        k = self.keys_of(out.detach())
+                        B, T, _ = k.shape
+                        sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
+                        if k_norm is not None:
+                            kn = self.normed_keys(k_norm, k).reshape(B, T, self.n_kv_heads, self.head_dim)
+                            sink.on_keys(i, "k_norm", heads_first(kn))
+                    handles.append(self.key_projection(i).register_forward_hook(k_hook))
+                yield
+            finally:
+                config._attn_implementation_internal = previous
+
+
+class Qwen3Adapter(HFAdapter):
+    family = "qwen3"
+
+
+class Olmo2Adapter(HFAdapter):
+    """OLMo 2 normalizes the whole key projection (all heads together), before the head split."""
+
+    family = "olmo2"
+
+    def normed_keys(self, k_norm, k_BTC):
+        return k_norm(k_BTC)
+
+
+class Gemma3Adapter(HFAdapter):
+    """Gemma 3 (text): RMSNorm gains act as 1 + weight; final logits are soft-capped."""
+
+    family = "gemma3"
+    gain_offset = 1.0
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.logit_softcap = getattr(model.config, "final_logit_softcapping", None)
+
+
+class GPT2Adapter(HFAdapter):
+    """GPT-2: model.transformer.h[i].attn with a fused Conv1D c_attn ([in, out] layout) and c_proj."""
+
+    family = "gpt2"
+
+    def _base(self):
+        return self.model.transformer
+
+    def _layer_list(self):
+        return self.base.h
+
+    def _set_dims(self, c):
+        self.n_heads = self.n_kv_heads = c.n_head
+        self.d_model = c.n_embd
+        self.head_dim = c.n_embd // c.n_head
+
+    def attn(self, i):
+        return self.layers[i].attn
+
+    def qkvo(self, i):
+        a = self.attn(i)
+        q, k, v = a.c_attn.weight.T.split(self.d_model, dim=0)
+        return {"q": q, "k": k, "v": v, "o": a.c_proj.weight.T}
+
+    def qk_norms(self, i):
+        return None, None
+
+    def final_norm_module(self):
+        return self.base.ln_f
+
+    def key_projection(self, i):
+        return self.attn(i).c_attn
+
+    def keys_of(self, projected):
+        return projected[..., self.d_model:2 * self.d_model]
+
+
+# model_type -> adapter. Tested: llama, qwen3, gemma3_text, gpt2; mistral, qwen2 and olmo2 share a
+# tested layout and are accepted.
+ADAPTERS: dict[str, type[HFAdapter]] = {
+    "llama": HFAdapter, "mistral": HFAdapter, "qwen2": HFAdapter, "qwen3": Qwen3Adapter, "olmo2": Olmo2Adapter,
+    "gemma3_text": Gemma3Adapter, "gpt2": GPT2Adapter}

@@ -1,0 +1,98 @@
+"""Loading a model to inspect: a local Hugging Face folder, a hub id, or a training folder of this project."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from research.inspection.adapters import ADAPTERS, Adapter, InspectError, OwnAdapter
+from utils.hub import hub_problem
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _is_own_run(path: Path) -> bool:
+    try:
+        d = json.loads((path / "config.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return isinstance(d, dict) and {"model", "train", "data"} <= set(d)
+
+
+def _load_own(path: Path, dtype: torch.dtype):
+    from configs import RunConfig
+    from models.llm import MinimalLLM
+    from training.checkpoint import latest_checkpoint, load_model_weights
+    cfg = RunConfig.load(path / "config.json")
+    ckpt = latest_checkpoint(path / "checkpoints")
+    if ckpt is None:
+        raise InspectError(f"{path} is a training folder of this project but has no complete checkpoint under "
+                           f"{path / 'checkpoints'} (train with --ckpt_every, or wait for the first checkpoint)")
+    model = MinimalLLM(cfg.model)
+    load_model_weights(ckpt.path, model)
+    tok_dir = path / "tokenizer"
+    if not tok_dir.is_dir():
+        raise InspectError(f"{path} has no tokenizer/ folder: the logit lens and the prompt need it")
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    model = model.to(dtype).eval()
+    adapter = OwnAdapter(model)
+    adapter.source = f"{path} (checkpoint step {ckpt.step})"
+    return model, tokenizer, adapter
+
+
+def _hf_config(name: str, path: Path, local: bool):
+    """The model's config: from the folder, else the local cache, else the hub after a fast check.
+    Returns (config, whether it came from local files)."""
+    from transformers import AutoConfig
+    try:
+        return AutoConfig.from_pretrained(str(path) if local else name, local_files_only=True), True
+    except Exception as e:  # noqa: BLE001 - hub/IO errors have many types; re-raised with the cause
+        if local:
+            raise InspectError(f"cannot read the config of {path}: {e}") from e
+        cached_error = e
+    problem = hub_problem(name, "model")
+    try:
+        if problem is not None:
+            raise ConnectionError(problem[1])
+        return AutoConfig.from_pretrained(name), False
+    except Exception as e:  # noqa: BLE001
+        raise InspectError(f"model {name!r} is neither a local folder nor in the local Hugging Face cache, "
+                           f"and fetching it from the hub failed ({type(e).__name__}: {e}). Without a "
+                           f"network, pass a local folder (save_pretrained) or a train_llm.py output "
+                           f"folder.") from cached_error
+
+
+def load_model(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, object, Adapter]:
+    """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, or a hub id."""
+    if dtype not in DTYPES:
+        raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    path = Path(name).expanduser()
+    if path.is_dir() and _is_own_run(path):
+        return _load_own(path, DTYPES[dtype])
+    local = path.exists()
+    looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
+                         and "\\" not in name)
+    if not local and not looks_like_hub_id:
+        raise InspectError(f"model {name!r} not found: no such folder, and it is not a hub id (owner/name)")
+    if local and not (path / "config.json").is_file():
+        raise InspectError(f"{path} has no config.json: expected a Hugging Face model folder "
+                           f"(save_pretrained) or a training folder written by train_llm.py")
+    config, from_local = _hf_config(name, path, local)
+    adapter_cls = ADAPTERS.get(config.model_type)
+    if adapter_cls is None:
+        raise InspectError(f"unsupported architecture {config.model_type!r} "
+                           f"({', '.join(getattr(config, 'architectures', None) or [])}): supported model types are "
+                           f"{', '.join(sorted(ADAPTERS))} and this project's train_llm.py checkpoints")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    src = str(path) if local else name
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], local_files_only=from_local)
+        tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local)
+    except Exception as e:  # noqa: BLE001
+        raise InspectError(f"cannot load the weights or tokenizer of {src} ({type(e).__name__}: {e})") from e
+    model.eval()
+    adapter = adapter_cls(model)
+    adapter.source = src
+    return model, tokenizer, adapter

@@ -1,0 +1,261 @@
+"""Inspect a pretrained causal LM's internals (the Llama 2 7B write-up's tour), for any supported family.
+
+    model, tokenizer, adapter = load_model("path")         # research.inspection.loading
+    result = inspect_model(adapter, tokenizer, prompt)     # a JSON-ready dict (inspect.json)
+
+Sections of the result: params (tally by kind), weights (sigma/mean|w| of Wq/Wk/Wv/Wo per
+layer in two orientations), attention (first-token attention per layer and head, a
+heads x query positions heatmap for one layer, the sink rate), hidden (cosine similarity
+across 1/5/15-layer gaps with the product-of-one-layer prediction, neighbour-token
+similarity), amplitude (RMS of hidden states, mean norm gains), logit_lens, keys (the
+probe's key metrics (research.probing.metrics) at k_proj, k_norm and k_rope, attention
+metrics and k_norm/q_norm gain statistics), memory (the bound below).
+
+Memory bound beyond the weights. Every statistic is reduced inside the forward, layer
+by layer: attention weights exist only for one layer and one block of queries at a
+time, and of the hidden states only the last 15 layers' are kept (for the 15-layer
+gap) plus the current one: 16 x B x T x d x 4 bytes (float32), e.g. 134 MB for a 7B
+model (d = 4096) at B = 1, T = 512. Attention (the probe's attention_metrics) keeps scores
+and probabilities of one block of Q = 64 queries: 2 x B x Hq x Q x T x 4 bytes (17 MB at
+Hq = 32, T = 512) plus float32 copies of one layer's q, k, v; key metrics hold one layer's keys and a few D x D matrices per head;
+the logit lens holds positions x vocab logits. The model's own activations for one
+layer (no KV cache) come on top, as in any forward.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+
+import torch
+
+from research.inspection.adapters import Adapter, InspectError
+from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
+from research.probing.probe import as_lists
+from research.results.vocabulary import SITES
+
+SINK_THRESHOLD = 0.3  # Gu et al. 2024: a head is a sink head if its mean first-token attention exceeds this
+GAPS = (5, 15)
+GAUSSIAN_RATIO = math.sqrt(math.pi / 2)  # sigma / mean|w| of a zero-centred Gaussian, 1.2533
+DEFAULT_PROMPT = ("The history of science is the study of how people came to understand the natural world. "
+                  "Early astronomers watched the sky, recorded the motion of the planets, and built calendars. "
+                  "Later, careful experiments and mathematics turned these observations into laws of nature.")
+
+
+# ----------------------------------------------------------------------------------------------
+# Static statistics: parameters and weights
+
+def _kind(name: str) -> str:
+    n = name.lower()
+    if "norm" in n or ".ln_" in n or n.startswith("ln_"):
+        return "norms"
+    if any(s in n for s in ("embed", "wte", "wpe", "lm_head")):
+        return "embeddings"
+    if any(s in n for s in ("attn", "attention")):
+        return "attention"
+    if any(s in n for s in ("mlp", "ffn", "feed_forward")):
+        return "feed_forward"
+    return "other"
+
+
+def param_tally(adapter: Adapter) -> dict:
+    """Parameters by kind (each shared tensor once), checked against the model's own count."""
+    by_kind = {"embeddings": 0, "attention": 0, "feed_forward": 0, "norms": 0, "other": 0}
+    for name, p in adapter.model.named_parameters():  # named_parameters yields a tied tensor once
+        by_kind[_kind(name)] += p.numel()
+    total = sum(by_kind.values())
+    own = adapter.model_param_count()
+    return {"by_kind": by_kind, "total": total, "model_count": own, "matches": total == own}
+
+
+def sigma_over_mean_abs(w: torch.Tensor, dim: int | None = None) -> float:
+    """sigma / mean|w| (population sigma): of all entries (dim None) or mean over vectors along `dim`."""
+    w = w.detach().float()
+    if dim is None:
+        return (w.std(correction=0) / w.abs().mean()).item()
+    ratio = w.std(dim=dim, correction=0) / w.abs().mean(dim=dim)
+    return ratio[torch.isfinite(ratio)].mean().item()
+
+
+@torch.no_grad()
+def weight_stats(adapter: Adapter) -> dict:
+    """Per layer, for q/k/v/o: sigma/mean|w| of the whole matrix, of vectors along the model
+    dimension (length d_model: rows of Wq/Wk/Wv, columns of Wo) and of vectors across heads
+    (length heads x head_dim: columns of Wq/Wk/Wv, rows of Wo); mean over vectors."""
+    out = {m: {"whole": [], "model_dim": [], "heads": []} for m in "qkvo"}
+    for i in range(adapter.n_layers):
+        for m, w in adapter.qkvo(i).items():  # Linear layout [out, in]
+            model_axis = 0 if m == "o" else 1  # the axis of length d_model
+            out[m]["whole"].append(sigma_over_mean_abs(w))
+            out[m]["model_dim"].append(sigma_over_mean_abs(w, dim=model_axis))
+            out[m]["heads"].append(sigma_over_mean_abs(w, dim=1 - model_axis))
+    return {"gaussian_reference": GAUSSIAN_RATIO, "matrices": out}
+
+
+# ----------------------------------------------------------------------------------------------
+# The sink that reduces everything during the forward
+
+def _cos(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.cosine_similarity(a, b, dim=-1, eps=1e-12)
+
+
+class _Collector:
+    """Receives the adapter's callbacks and reduces them at once (see the module docstring)."""
+
+    def __init__(self, adapter: Adapter, positions: list[int], top_k: int, heatmap_layer: int):
+        self.a = adapter
+        self.positions, self.top_k, self.heatmap_layer = positions, top_k, heatmap_layer
+        self.ring: deque = deque(maxlen=max(GAPS))   # (l, states) of the last 15 layers
+        self.adjacent: dict[int, tuple[float, float]] = {}
+        self.gaps = {g: {} for g in GAPS}
+        self.neighbour: dict[int, dict] = {}
+        self.rms: dict[int, tuple[float, float]] = {}
+        self.lens: dict[int, torch.Tensor] = {}
+        self.keys: dict[int, dict] = {}
+        self.attn: dict[int, dict] = {}
+        self.heatmap = None
+        self.peak_ring_bytes = 0
+
+    def on_state(self, l: int, h: torch.Tensor) -> None:
+        h = h.float()                                                            # [B, T, d]
+        for prev_l, prev in self.ring:
+            gap = l - prev_l
+            c = _cos(prev, h)                                                    # [B, T]
+            if gap == 1:
+                self.adjacent[prev_l] = (c.mean().item(), c.std(correction=0).item())
+            if gap in self.gaps:
+                self.gaps[gap][prev_l] = c.mean().item()
+        u = h / h.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        T = h.shape[1]
+        nb = {}
+        for d in (1, 2):
+            nb[f"d{d}"] = (u[:, d:] * u[:, :-d]).sum(-1).mean().item() if T > d else math.nan
+        pair = u.sum(1).square().sum(-1) - u.square().sum((1, 2))                # [B] sum over i != j
+        nb["all_pairs"] = (pair.sum() / (h.shape[0] * T * (T - 1))).item() if T > 1 else math.nan
+        self.neighbour[l] = nb
+        self.rms[l] = (h.square().mean().sqrt().item(),
+                       h[:, 1:].square().mean().sqrt().item() if T > 1 else math.nan)
+        with torch.no_grad():
+            self.lens[l] = self.a.logits(h[0, self.positions].unsqueeze(0))[0]  # [P, V] (first sequence)
+        self.ring.append((l, h))
+        self.peak_ring_bytes = max(self.peak_ring_bytes, sum(x.numel() * 4 for _, x in self.ring))
+
+    def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
+        self.keys.setdefault(i, {})[site] = as_lists(key_metrics(k_HBTD))
+
+    def on_attention(self, i, q_BHTD, k_BKTD, v_BKTD, scaling, window, softcap):
+        k = k_BKTD.transpose(0, 1)                                              # [Hkv, B, T, D]
+        st = attention_metrics(q_BHTD.transpose(0, 1), k, None if v_BKTD is None else v_BKTD.transpose(0, 1),
+                               scale=scaling, window=window, softcap=softcap)
+        self.keys.setdefault(i, {})["k_rope"] = as_lists(key_metrics(k))
+        self.attn[i] = {"first_token": st["sink_mass"].tolist(), "entropy": st["entropy"].tolist(),
+                        "qk_ratio": st["qk_ratio"].tolist(), "scaling": scaling, "sliding_window": window,
+                        "softcap": softcap}
+        if i == self.heatmap_layer:
+            self.heatmap = st["sink_by_position"].tolist()
+        return st["output"].permute(1, 2, 0, 3) if "output" in st else None  # [B, T, Hq, Dv]
+
+
+# ----------------------------------------------------------------------------------------------
+
+def _positions(spec: list[int] | None, T: int) -> list[int]:
+    pos = [-1] if not spec else spec
+    out = []
+    for p in pos:
+        if not -T <= p < T:
+            raise InspectError(f"logit-lens position {p} is outside the prompt's {T} tokens")
+        out.append(p % T)
+    return out
+
+
+@torch.no_grad()
+def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, positions: list[int] | None = None,
+                  top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512) -> dict:
+    """Run the whole inspection on one prompt; returns the inspect.json dict."""
+    t0 = time.perf_counter()
+    ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, :max_tokens]
+    B, T = ids.shape
+    if T < 2:
+        raise InspectError(f"the prompt gives {T} token(s); give a longer --prompt")
+    L = adapter.n_layers
+    hl = L // 2 if heatmap_layer is None else heatmap_layer
+    if not 0 <= hl < L:
+        raise InspectError(f"heatmap layer {hl} outside 0..{L - 1}")
+    pos = _positions(positions, T)
+    col = _Collector(adapter, pos, top_k, hl)
+    device = next(adapter.model.parameters()).device
+    with adapter.capture(col):
+        logits = adapter.forward(ids.to(device))
+    model_top = logits[0, pos].float().topk(top_k, dim=-1).indices.tolist()
+
+    # Attention: first-token attention per (layer, head), sink rate.
+    first = [col.attn[i]["first_token"] for i in range(L)]
+    flat = [x for row in first for x in row]
+    attention = {"first_token": first, "entropy": [col.attn[i]["entropy"] for i in range(L)],
+                 "qk_ratio": [col.attn[i]["qk_ratio"] for i in range(L)],
+                 "layer_mean_first_token": [sum(r) / len(r) for r in first],
+                 "sink_threshold": SINK_THRESHOLD, "sink_rate": sum(x > SINK_THRESHOLD for x in flat) / len(flat),
+                 "heatmap_layer": hl, "heatmap": col.heatmap,
+                 "scaling": [col.attn[i]["scaling"] for i in range(L)],
+                 "sliding_window": [col.attn[i]["sliding_window"] for i in range(L)],
+                 "softcap": [col.attn[i]["softcap"] for i in range(L)]}
+
+    # Hidden-state similarity: states 0..L (0 = embeddings, L = last layer's output, pre final norm).
+    adj_mean = [col.adjacent[l][0] for l in range(L)]
+    gaps = {}
+    for g in GAPS:
+        starts = list(range(0, L + 1 - g))
+        gaps[str(g)] = {"start_layer": starts, "measured": [col.gaps[g][l] for l in starts],
+                        "predicted": [math.prod(adj_mean[l:l + g]) for l in starts]}
+    hidden = {"states": L + 1, "adjacent_mean": adj_mean, "adjacent_std": [col.adjacent[l][1] for l in range(L)],
+              "gaps": gaps, "neighbour": {k: [col.neighbour[l][k] for l in range(L + 1)]
+                                          for k in ("d1", "d2", "all_pairs")}}
+
+    gains = {}
+    for i in range(L):
+        for name, g in adapter.layer_gains(i).items():
+            gains.setdefault(name, []).append(g.mean().item())
+    fin = adapter.gain(adapter.final_norm_module())
+    amplitude = {"rms": [col.rms[l][0] for l in range(L + 1)], "rms_excl_first": [col.rms[l][1] for l in range(L + 1)],
+                 "mean_gain": gains, "final_norm_mean_gain": None if fin is None else fin.mean().item()}
+
+    # Logit lens.
+    def decode(i):
+        return tokenizer.decode([i])
+    lens = []
+    for l in range(L + 1):
+        z = col.lens[l]
+        p = torch.softmax(z, dim=-1)
+        top = p.topk(top_k, dim=-1)
+        lens.append({"layer": l, "positions": [
+            {"pos": ps, "ids": top.indices[j].tolist(), "tokens": [decode(t) for t in top.indices[j].tolist()],
+             "probs": top.values[j].tolist()} for j, ps in enumerate(pos)]})
+
+    keys = []
+    for i in range(L):
+        q_norm, k_norm = adapter.qk_norms(i)
+        rec = {"layer": i, **col.keys[i],
+               "attn": {n: attention[n][i] for n in ("entropy", "qk_ratio")} | {"sink_mass": first[i]},
+               "gamma_k": gamma_stats(adapter.gain(k_norm)), "gamma_q": gamma_stats(adapter.gain(q_norm))}
+        rec["means"] = {f"{s}.{n}": v for s in ("k_proj", *SITES) if s in col.keys[i]
+                        for n, v in layer_means({m: torch.tensor(x) for m, x in col.keys[i][s].items()}).items()}
+        keys.append(rec)
+    sites = [s for s in ("k_proj", *SITES) if s in col.keys[0]]
+
+    d = adapter.d_model
+    return {
+        "model": getattr(adapter, "source", "?"), "family": adapter.family, "model_type": adapter.model_type,
+        "dtype": str(next(adapter.model.parameters()).dtype).replace("torch.", ""),
+        "n_layers": L, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim,
+        "d_model": d, "prompt": prompt, "n_tokens": T, "token_ids": ids[0].tolist(),
+        "tokens": [decode(t) for t in ids[0].tolist()],
+        "params": param_tally(adapter), "weights": weight_stats(adapter), "attention": attention,
+        "hidden": hidden, "amplitude": amplitude,
+        "logit_lens": {"positions": pos, "top_k": top_k, "layers": lens, "model_top_ids": model_top},
+        "keys": {"sites": sites, "layers": keys},
+        "memory": {"bound": "16 x B x T x d x 4 bytes of hidden states (ring of the last 15 layers + current), "
+                            "plus 2 x B x Hq x 64 x T x 4 bytes of attention scratch, beyond the weights",
+                   "hidden_ring_bytes_bound": 16 * B * T * d * 4, "hidden_ring_bytes_peak": col.peak_ring_bytes,
+                   "attention_block_bytes": 2 * B * adapter.n_heads * 64 * T * 4},
+        "time_s": time.perf_counter() - t0,
+    }

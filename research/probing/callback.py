@@ -1,0 +1,73 @@
+"""ProbeCallback: probes the keys during training and keeps results.json up to date."""
+from __future__ import annotations
+
+from collections import deque
+from pathlib import Path
+
+import torch
+
+from research.probing.probe import KeyProbe
+from research.results import add_probe, load_results, new_results, save_results, truncate
+from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
+from training.callbacks import StepInfo
+from utils.runtime import provenance
+
+
+class ProbeCallback:
+    """Probe at step 0, every `every` optimizer steps and at the last step.
+
+    At each probe: the validation loss (all ranks take part), then on rank 0 the key probe on
+    the fixed batch and an atomic rewrite of results.json. `loss` at a probe is the mean
+    training loss of the last `every` steps: the steps since the previous probe, as in the
+    write-ups, except at a final probe that comes sooner, whose window reaches back so it is
+    as long. A resumed run continues the file from its checkpoint's step.
+    """
+
+    name = "probe"
+
+    def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
+                 header: dict, qk_norm: str):
+        if every <= 0:
+            raise ValueError(f"ProbeCallback needs every > 0, got {every}")
+        self.path, self.every, self.qk_norm = Path(path), every, qk_norm
+        self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
+        self.probe = KeyProbe(probe_ids_BT, precision)
+        self.recent_losses: deque[float] = deque(maxlen=every)
+        self.results: dict | None = None
+
+    def _open(self, start_step: int) -> dict:
+        if start_step > 0 and self.path.exists():  # resumed: drop probes after the checkpoint
+            return truncate(load_results(self.path), start_step)
+        return new_results(**self.header)
+
+    def __call__(self, info: StepInfo) -> None:
+        if info.step > 0:
+            self.recent_losses.append(info.loss)
+        if info.step % self.every and info.step != info.total_steps:
+            return
+        val_loss = info.evaluate() if info.step > 0 else None
+        if not info.is_main:
+            return
+        if self.results is None:
+            self.results = self._open(info.start_step)
+        record = self.probe(info.model)
+        add_probe(self.results, record, step=info.step, tokens=info.tokens,
+                  loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
+                  val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
+        save_results(self.path, self.results)
+
+    def state_dict(self) -> dict:
+        return {"recent_losses": list(self.recent_losses)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.recent_losses.extend(state["recent_losses"])
+
+
+def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None) -> ProbeCallback:
+    """The probe of a run: the first probe_batch validation blocks, results.json in out_dir."""
+    header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
+              "seed": cfg.train.seed, "provenance": provenance(device),
+              "data": {"source_hash": data.source_hash, "tokenizer_hash": data.tokenizer_hash}}
+    ids = data.val[: cfg.probe.probe_batch, :-1].long()
+    return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
+                         precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm)

@@ -1,0 +1,236 @@
+"""Metrics of attention keys and attention patterns: pure tensor functions.
+
+No hooks and no model here: the probe collects the tensors and calls these. Every
+function runs under torch.no_grad() itself (callers need not), works on the inputs' device
+and accepts bfloat16, float16, float32 or float64 input (converted internally). The definitions
+are in docs/metrics.md.
+
+Shape legend: H heads (Hq query heads, Hkv key/value heads, G = Hq // Hkv), B batch,
+T sequence, D head size, N = B*T tokens. A "key" is one D-vector; K is the [N, D]
+matrix of one head's keys.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: F401 (the names returned)
+
+
+def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """num / den, with 0 where den == 0 (the 0/0 cases: zero keys, zero matrices)."""
+    return torch.where(den > 0, num / den, 0)
+
+
+def _pop_std(x: torch.Tensor) -> torch.Tensor:
+    """Population std (unbiased=False) over dim 1 of [H, n], two-pass."""
+    return (x - x.mean(1, keepdim=True)).square_().mean(1).sqrt()
+
+
+def _participation(x: torch.Tensor) -> torch.Tensor:
+    """(sum x)^2 / sum x^2 over the last dim; 0 when all x are 0."""
+    return _ratio_or_zero(x.sum(-1).square(), x.square().sum(-1))
+
+
+@torch.no_grad()
+def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
+    """All key metrics of each head, batched over heads.
+
+    keys: [H, B, T, D] (any float dtype). Returns name -> float64 tensor [H] for the names in
+    KEY_METRICS. Units: norm_mean, norm_std, max_abs, mean_max_abs, std are in the units of
+    the keys; cos_mean is a cosine in [-1, 1]; peak_frac is a fraction in [1/D, 1]; pr_sv,
+    pr_var, erank, pr_vec are numbers of dimensions in [1, D] (or 0, see below).
+
+    - norm_mean, norm_std: mean and population std (unbiased=False) over the N tokens of |k|_2.
+    - max_abs: max over tokens and components of |k_j|; mean_max_abs: mean over tokens of max_j |k_j|.
+    - peak_frac: mean over tokens of max_j k_j^2 / sum_j k_j^2.
+    - std: population std (unbiased=False) of all N*D components, as sqrt(E[x^2] - E[x]^2) in
+      float64 (relative error ~1e-16 * E[x^2] / var: exact enough unless |mean| >> std).
+    - cos_mean: exact mean cosine over all ordered pairs (i, j), i != j, of keys of the same
+      sequence, pooled over sequences (same T(T-1) pairs per sequence), via
+      sum_{i!=j} u_i.u_j = |sum_i u_i|^2 - sum_i |u_i|^2 with u = k/|k|: O(B*T*D). NaN if T == 1.
+    - pr_sv: (sum s)^2 / sum s^2, s = singular values of the uncentered K.
+    - pr_var: (sum l)^2 / sum l^2, l = eigenvalues of the (population) covariance of K.
+    - erank: exp(-sum p ln p), p = s / sum s (Roy & Vetterli 2007), 0 ln 0 = 0.
+    - pr_vec: mean over tokens of (sum_j k_j^2)^2 / sum_j k_j^4.
+
+    Precision: the per-key reductions over D (|k|^2, sum k^4, max |k_j|) and sum_t u_t run in
+    float32 (relative error ~1e-7; with the Gram matrix these are the only passes over all
+    N*D values); everything after them is float64. Spectra are float64 from the input values:
+    s = sqrt(N * eigenvalues of M = K^T K / N) and l = eigenvalues of C = M - mu mu^T (mu =
+    mean key), from one batched torch.linalg.eigvalsh over the D x D matrices. Eigenvalues of
+    M or C below lambda_max(M) * D * eps(float64) are rounding noise of this route (as in
+    matrix_rank's default tolerance) and are set to 0: for singular values, s < ~1.2e-7 s_max.
+
+    Conventions for degenerate input: a zero key has unit vector 0 (its cosine with every
+    other key counts as 0, its pairs stay in the denominator) and contributes 0 to peak_frac
+    and pr_vec; an all-zero K has pr_sv = erank = 0; a K with zero covariance (all keys
+    equal) has pr_var = 0.
+    """
+    if keys.dim() != 4:
+        raise ValueError(f"keys must be [H, B, T, D], got shape {tuple(keys.shape)}")
+    H, B, T, D = keys.shape
+    N = B * T
+    k = keys.detach().float()                                                  # [H, B, T, D]
+
+    # Per-key reductions over D in float32 (the [H, B, T, D] passes), then float64 ([H, B, T]).
+    sq = k.square()                                                            # [H, B, T, D]
+    energy = sq.sum(-1)                                                        # [H, B, T]  sum_j k_j^2
+    fourth = sq.square_().sum(-1).double()                                     # [H, B, T]  sum_j k_j^4
+    peak = torch.maximum(k.amax(-1), -k.amin(-1)).double()                     # [H, B, T]  max_j |k_j|
+    nonzero = energy > 0                                                       # [H, B, T]
+    inv_norm = torch.where(nonzero, energy.rsqrt(), 0)                         # [H, B, T]  1/|k| or 0
+    energy = energy.double()
+    norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
+    per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
+
+    # Cosines: u = k/|k| (0 for zero keys); sum_i |u_i|^2 = number of nonzero keys.
+    u_sum = (inv_norm.unsqueeze(-2) @ k).squeeze(-2).double()                  # [H, B, D]  sum_t u_t
+    pair_sum = u_sum.square().sum((1, 2)) - nonzero.sum((1, 2))                # [H]
+    cos_mean = pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
+
+    # Spectra from D x D matrices: second moment M and covariance C, one eigvalsh call.
+    K = keys.detach().reshape(H, N, D).to(torch.float64)                       # [H, N, D], input values
+    M = K.mT @ K / N                                                           # [H, D, D]
+    mu = K.mean(1)                                                             # [H, D]
+    C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                  # [H, D, D]
+    eig = torch.linalg.eigvalsh(torch.cat([M, C]))                             # [2H, D] ascending
+    tol = eig[:H, -1:].clamp_min(0) * D * torch.finfo(torch.float64).eps       # [H, 1]
+    eig = torch.where(eig > tol.repeat(2, 1), eig, 0)
+    s, lam = (eig[:H] * N).sqrt(), eig[H:]                                     # [H, D] each
+    p = _ratio_or_zero(s, s.sum(-1, keepdim=True))                             # [H, D]
+    erank = torch.where(s.sum(-1) > 0, torch.exp(-torch.special.xlogy(p, p).sum(-1)), 0)
+
+    # Population std of all N*D components from the float64 moments: E[x^2] - E[x]^2.
+    std = (M.diagonal(dim1=1, dim2=2).mean(1) - mu.mean(1).square()).clamp_min(0).sqrt()
+
+    return {
+        "norm_mean": per_token(norm).mean(1),
+        "norm_std": _pop_std(per_token(norm)),
+        "max_abs": per_token(peak).amax(1),
+        "mean_max_abs": per_token(peak).mean(1),
+        "peak_frac": per_token(_ratio_or_zero(peak.square(), energy)).mean(1),
+        "std": std,
+        "cos_mean": cos_mean,
+        "pr_sv": _participation(s),
+        "pr_var": _participation(lam),
+        "erank": erank,
+        "pr_vec": per_token(_ratio_or_zero(energy.square(), fourth)).mean(1),
+    }
+
+
+@torch.no_grad()
+def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, *,
+                      scale: float | None = None, window: int | None = None, softcap: float | None = None,
+                      block_size: int = 64) -> dict[str, torch.Tensor]:
+    """Causal attention statistics of each query head, computed the way the model's attention computes them.
+
+    q: [Hq, B, T, D], k: [Hkv, B, T, D] (post-RoPE; Hq a multiple of Hkv; query head h reads
+    KV head h // (Hq // Hkv), as SDPA's enable_gqa), v: [Hkv, B, T, Dv] or None.
+    Scores s_tj = scale * q_t . k_j (scale 1/sqrt(D) unless given), soft-capped to
+    softcap * tanh(s / softcap) when softcap is given, over keys j <= t (and t - j < window
+    when window is given); p_t = softmax_j(s_t), in float32. Returns:
+    - entropy [Hq]: mean over batch and ALL query positions t (t = 0 included, where it is 0) of
+      -sum_j p_tj ln p_tj, in nats.
+    - sink_mass [Hq]: mean over batch and all t (t = 0 included, where it is 1) of p_t0.
+    - sink_by_position [Hq, T]: p_t0 at each query position, mean over the batch.
+    - qk_ratio [Hq]: mean over tokens of |q| / mean over tokens of |k| of the head's KV head.
+    - output [Hq, B, T, Dv] (only when v is given): sum_j p_tj v_j, the attention output.
+    All float32.
+
+    Entropy via log-softmax written out: with s'_j = s_j - max_j s_j <= 0 and Z = sum_j exp(s'_j),
+    ln p_j = s'_j - ln Z, so H = ln Z - sum_j p_j s'_j, two non-negative terms (no cancellation),
+    and ln Z = -ln max_j p_j (the max has s' = 0): one exp pass (inside softmax) per score.
+    Masked keys get the score -1e30 rather than -inf (exp gives exactly 0 either way) so that
+    p_j s'_j = 0 * finite = 0 there (the 0 ln 0 = 0 convention); real scores are far above that.
+
+    Queries are processed block_size positions at a time against keys up to the end of the
+    block only (and from the start of the window, when there is one), so masked work is skipped
+    outside the diagonal block. Peak extra memory: two float32 [Hq, B, block_size, T] tensors
+    (scores and probabilities), 8 * Hq * B * block_size * T bytes, plus float32 copies of q (one)
+    and k (up to two): 4 * (Hq + 2 * Hkv) * B * T * D bytes. At T=2048, Hq=16, B=8, D=64,
+    block_size=64: 134 MB + 67 MB + 8.4 MB per KV head (about 270 MB with Hkv=8); the first term
+    scales with block_size (268 MB at 128).
+    """
+    if q.dim() != 4 or k.dim() != 4 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
+        raise ValueError(f"need q [Hq, B, T, D], k [Hkv, B, T, D], Hq % Hkv == 0; "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}")
+    if v is not None and (v.dim() != 4 or v.shape[:3] != k.shape[:3]):
+        raise ValueError(f"need v [Hkv, B, T, Dv] matching k {tuple(k.shape)}; got {tuple(v.shape)}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+    Hq, B, T, D = q.shape
+    Hkv = k.shape[0]
+    G = Hq // Hkv
+    HB = Hkv * B
+    # Queries grouped on their KV head, position-major, in one float32 copy: row t*G + g of
+    # qg[kv*B + b] is query head kv*G + g at position t, so a block of positions is a slice of rows.
+    qg = torch.empty(Hkv, B, T, G, D, device=q.device)
+    qg.copy_(q.detach().unflatten(0, (Hkv, G)).permute(0, 2, 3, 1, 4))   # [Hkv, B, T, G, D]
+    kf = k.detach().float()                                                  # [Hkv, B, T, D]
+    q_norm = qg.norm(dim=-1).mean((1, 2)).reshape(Hq)                       # [Hq] mean |q|
+    k_norm = kf.norm(dim=-1).mean((1, 2)).repeat_interleave(G)              # [Hq] mean |k| of the KV head
+    qg = qg.view(HB, T * G, D)
+    kg = (kf * (D ** -0.5 if scale is None else scale)).reshape(HB, T, D)   # the scale folded into keys
+    vg = v.detach().float().reshape(HB, T, -1) if v is not None else None   # [HB, T, Dv]
+    out = torch.empty(HB, T * G, vg.shape[-1], device=q.device) if vg is not None else None
+    future = torch.ones(block_size, block_size, dtype=torch.bool, device=q.device).triu(1)  # [query, key]
+    future_bias = torch.zeros(future.shape, device=q.device).masked_fill_(future, -1e30).unsqueeze(1)
+    ent_sum = torch.zeros(HB, G, dtype=torch.float64, device=q.device)
+    sink_sum = torch.zeros(HB, G, dtype=torch.float64, device=q.device)
+    sink_pos = torch.zeros(HB, T, G, device=q.device)
+    for start in range(0, T, block_size):
+        end = min(start + block_size, T)
+        n = end - start
+        lo = 0 if window is None else max(0, start - window + 1)              # first key any query here sees
+        # s [HB, n, G, end - lo]: queries at start..end-1 against keys lo..end-1
+        s = torch.bmm(qg[:, start * G:end * G], kg[:, lo:end].mT).view(HB, n, G, end - lo)
+        if softcap:
+            s.div_(softcap).tanh_().mul_(softcap)
+        if window is None:
+            s[..., start:end].add_(future_bias[:n, :, :n])                   # only this block has future keys
+        else:
+            t = torch.arange(start, end, device=q.device)[:, None]
+            j = torch.arange(lo, end, device=q.device)[None, :]
+            s.add_(torch.zeros(n, end - lo, device=q.device).masked_fill_((j > t) | (t - j >= window), -1e30)
+                   .unsqueeze(1))
+        s.sub_(s.amax(-1, keepdim=True))                                     # s' <= 0, max 0
+        p = torch.softmax(s, dim=-1)
+        if lo == 0:
+            sink_pos[:, start:end] = p[..., 0]
+            sink_sum += p[..., 0].sum(1)
+        if out is not None:
+            out[:, start * G:end * G] = p.view(HB, n * G, end - lo) @ vg[:, lo:end]
+        log_z = -p.amax(-1).log()                                            # [HB, n, G]
+        ent_sum += (log_z - p.mul_(s).sum(-1)).sum(1)
+        del s, p
+
+    def per_head(total: torch.Tensor) -> torch.Tensor:  # [HB, G] sums -> [Hq] means
+        return (total.view(Hkv, B, G).sum(1) / (B * T)).reshape(Hq).float()
+
+    result = {"entropy": per_head(ent_sum), "sink_mass": per_head(sink_sum), "qk_ratio": q_norm / k_norm,
+              "sink_by_position": sink_pos.view(Hkv, B, T, G).mean(1).permute(0, 2, 1).reshape(Hq, T)}
+    if out is not None:
+        result["output"] = out.view(Hkv, B, T, G, -1).permute(0, 3, 1, 2, 4).reshape(Hq, B, T, -1)
+    return result
+
+
+@torch.no_grad()
+def gamma_stats(weight: torch.Tensor | None) -> dict | None:
+    """Statistics of a 1-D RMSNorm gain vector [D]; None (qk_norm='none') gives None.
+
+    Returns Python floats mean, std (population), cv = std / |mean| (NaN if mean == 0),
+    min, max, and values (list of D floats).
+    """
+    if weight is None:
+        return None
+    w = weight.detach().to(torch.float64).reshape(-1)
+    mean, std = w.mean().item(), w.std(correction=0).item()
+    return {"mean": mean, "std": std, "cv": std / abs(mean) if mean != 0 else math.nan,
+            "min": w.min().item(), "max": w.max().item(), "values": w.tolist()}
+
+
+def layer_means(metrics: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Mean over heads of each per-head metric: {name: [H] tensor} -> {name: float}."""
+    return {name: torch.as_tensor(v, dtype=torch.float64).mean().item() for name, v in metrics.items()}

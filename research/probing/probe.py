@@ -1,0 +1,127 @@
+"""The key probe: one no-grad forward on a fixed batch, measuring keys at the model's hook points.
+
+    probe = KeyProbe(eval_ids_BT)
+    record = probe(model)        # per-layer key/attention metrics and gain statistics
+
+Hooks are attached only inside `capture_layers`, which removes them in `finally`.
+Each layer's tensors are reduced to metrics as soon as its last hook (post-RoPE keys)
+fires, so memory holds one layer's q and k at a time, never the whole model's.
+The forward runs on the uncompiled module (hooks do not fire inside a compiled
+graph) in eval mode, in float32 unless asked otherwise; the module's previous mode
+and the RNG states are restored afterwards, so probing never changes training.
+
+Sites: `k_norm` = keys after k_norm, before RoPE (the write-ups' hook; for
+qk_norm='none' the raw projection); `k_rope` = keys after RoPE, as attention uses them.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
+from research.results.vocabulary import ATTENTION_METRICS
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain module behind DDP and torch.compile wrappers."""
+    while True:
+        if hasattr(model, "module") and isinstance(model.module, nn.Module):  # DDP
+            model = model.module
+        elif hasattr(model, "_orig_mod"):  # torch.compile
+            model = model._orig_mod
+        else:
+            return model
+
+
+def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
+    """[B, T, H, D] hook output -> [H, B, T, D] (detached view), the layout the metrics take."""
+    return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
+
+
+@contextmanager
+def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None]) -> Iterator[None]:
+    """Call on_layer(i, {"k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward.
+
+    The three hook points of a block fire in the order k_norm, q_rope, k_rope; on_layer
+    runs when k_rope arrives and the layer's tensors are dropped right after.
+    """
+    handles = []
+    try:
+        for i, block in enumerate(model.blocks):
+            scratch: dict[str, torch.Tensor] = {}
+
+            def keep(name, scratch=scratch):
+                def hook(module, inputs, output):
+                    scratch[name] = heads_first(output)
+                return hook
+
+            def finish(module, inputs, output, i=i, scratch=scratch):
+                scratch["k_rope"] = heads_first(output)
+                on_layer(i, scratch)
+                scratch.clear()
+
+            attn = block.attn
+            handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
+            handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
+            handles.append(attn.hook_k_rope.register_forward_hook(finish))
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Per-head metric tensors as JSON-ready lists of floats."""
+    return {k: v.double().tolist() for k, v in metrics.items()}
+
+
+class KeyProbe:
+    """Measures a model's keys on a fixed evaluation batch of token ids [B, T]."""
+
+    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32"):
+        self.ids = eval_ids_BT
+        self.precision = precision
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> dict:
+        model = unwrap(model)
+        device = next(model.parameters()).device
+        layers: list[dict] = []
+
+        def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
+            attn = model.blocks[i].attn
+            rec: dict = {"layer": i}
+            means: dict[str, float] = {}
+            with torch.autocast(device.type, enabled=False):  # metrics in full precision
+                attn_m = attention_metrics(t["q_rope"], t["k_rope"])
+                for name, m in (("k_norm", key_metrics(t["k_norm"])), ("k_rope", key_metrics(t["k_rope"])),
+                                ("attn", {n: attn_m[n] for n in ATTENTION_METRICS})):
+                    rec[name] = as_lists(m)
+                    means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
+            rec["gamma_k"] = gamma_stats(getattr(attn.k_norm, "weight", None))
+            rec["gamma_q"] = gamma_stats(getattr(attn.q_norm, "weight", None))
+            rec["means"] = means
+            layers.append(rec)
+
+        was_training = model.training
+        cpu_rng = torch.get_rng_state()
+        cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+        t0 = time.perf_counter()
+        model.eval()
+        try:
+            with capture_layers(model, on_layer), torch.autocast(device.type, dtype=torch.bfloat16,
+                                                                 enabled=self.precision == "bf16"):
+                model.hidden(self.ids.to(device))  # the LM head's logits are not needed
+        finally:
+            model.train(was_training)
+            torch.set_rng_state(cpu_rng)
+            if cuda_rng is not None:
+                torch.cuda.set_rng_state_all(cuda_rng)
+        layers.sort(key=lambda r: r["layer"])
+        return {"layers": layers, "mean_pr": sum(r["means"]["k_norm.pr_sv"] for r in layers) / len(layers),
+                "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
+                "precision": self.precision}

@@ -1,0 +1,73 @@
+"""Reading results dicts: the accessors analysis and plots share (no torch).
+
+Every function takes a validated results dict (research.results.schema.validate) and
+works on files that carry only the write-ups' fields as well: whatever is missing comes
+back empty, NaN or None, never as an exception.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from research.results.values import as_float
+
+
+def seed_of(res: dict):
+    """The run's seed: the top-level field, else the config's, else None."""
+    if res.get("seed") is not None:
+        return res["seed"]
+    return ((res.get("config") or {}).get("train") or {}).get("seed")
+
+
+def d_head_of(res: dict) -> tuple[int | None, str]:
+    """(key dimension D, where it came from); (None, ...) when the file does not say."""
+    model = (res.get("config") or {}).get("model") or {}
+    if model.get("d_head") or model.get("head_dim"):
+        return int(model.get("d_head") or model["head_dim"]), "config d_head"
+    if model.get("d_model") and model.get("n_heads"):
+        return int(model["d_model"]) // int(model["n_heads"]), "config d_model / n_heads"
+    for probe in res.get("probes") or []:
+        for rec in probe["layers"]:
+            g = rec.get("gamma_k")
+            if g and g.get("values"):
+                return len(g["values"]), "length of the k_norm gain vector (no model config in the file)"
+    for values in (res.get("gamma_final") or {}).values():
+        if values:
+            return len(values), "length of gamma_final (no model config in the file)"
+    return None, "not recorded in the file"
+
+
+def last(res: dict, field: str) -> float:
+    """The last value of a per-probe field (NaN when there is none)."""
+    values = res.get(field) or []
+    return as_float(values[-1]) if values else math.nan
+
+
+def probe_tokens(res: dict) -> np.ndarray:
+    """Training tokens at each probe record (the top-level `tokens` when there are no records)."""
+    probes = res.get("probes") or []
+    if probes:
+        return np.array([as_float(p.get("tokens")) for p in probes], dtype=float)
+    return np.array([as_float(t) for t in res.get("tokens", [])], dtype=float)
+
+
+def layer_series(res: dict, metric: str, site: str = "k_norm") -> np.ndarray:
+    """[n_probes, n_layers] layer means of `site.metric` from the probe records (NaN where missing)."""
+    probes = res.get("probes") or []
+    if not probes:
+        return np.zeros((0, 0))
+    out = np.full((len(probes), len(probes[0]["layers"])), np.nan)
+    for p, probe in enumerate(probes):
+        for rec in probe["layers"]:
+            if rec["layer"] < out.shape[1]:
+                out[p, rec["layer"]] = as_float((rec.get("means") or {}).get(f"{site}.{metric}"))
+    return out
+
+
+def layer_keys(runs: list[dict], field: str = "layer_pr") -> list[str]:
+    """The layer keys of a per-layer field over several runs, in numeric order."""
+    keys: set[str] = set()
+    for r in runs:
+        keys |= set((r.get(field) or {}).keys())
+    return sorted(keys, key=lambda k: (int(k) if str(k).lstrip("-").isdigit() else math.inf, str(k)))

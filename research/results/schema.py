@@ -1,0 +1,117 @@
+"""results.json: one file per condition, a superset of the write-ups' schema.
+
+The write-ups' fields keep their names and meanings, one entry per probe:
+
+    tag          condition name ("QK", "QK_frozen", "NoQK", ...)
+    tokens       [training tokens seen at each probe]
+    loss         [mean training loss over the last probe_every steps, i.e. since the previous
+                  probe; a short final window reaches back to the same length] (None at step 0)
+    val_loss     [validation loss at the probe] (None at step 0)
+    mean_pr      [mean over layers of pr_sv of the k_norm keys]
+    layer_pr     {layer: [pr_sv of the layer (mean over KV heads) per probe]}
+    gamma_cv     {layer: [coefficient of variation of the k_norm gain per probe]}  (QK-norm conditions)
+    gamma_final  {layer: [D gain values at the last probe]}                        (learned gain only)
+
+Beside them: schema/schema_version, config, preset, seed, provenance (git commit,
+versions, device), data hashes, steps, wall times, probe times, and `probes`: the
+full per-layer, per-head records of research/probing/probe.py. The file is rewritten
+atomically after every probe. No torch here.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from research.results.values import json_safe
+from research.results.vocabulary import PER_PROBE, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
+from utils.io import atomic_write_text
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be used; the message names the file, the problem and the fix."""
+
+
+def new_results(tag: str, *, config: dict | None = None, preset: str | None = None, seed: int | None = None,
+                provenance: dict | None = None, data: dict | None = None) -> dict:
+    return {"tag": tag, "tokens": [], "loss": [], "val_loss": [], "mean_pr": [], "layer_pr": {}, "gamma_cv": {},
+            "gamma_final": {}, "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "config": config,
+            "preset": preset, "seed": seed, "provenance": provenance or {}, "data": data or {},
+            "steps": [], "wall_time_s": [], "probe_time_s": [], "probes": []}
+
+
+def add_probe(res: dict, record: dict, *, step: int, tokens: int, loss: float | None, val_loss: float | None,
+              wall_time_s: float, qk_norm: str) -> None:
+    """Append one probe record (research.probing.probe.KeyProbe output) to `res` in place."""
+    res["steps"].append(step)
+    res["tokens"].append(tokens)
+    res["loss"].append(loss)
+    res["val_loss"].append(val_loss)
+    res["mean_pr"].append(record["mean_pr"])
+    res["wall_time_s"].append(wall_time_s)
+    res["probe_time_s"].append(record["probe_time_s"])
+    for layer in record["layers"]:
+        key = str(layer["layer"])
+        res["layer_pr"].setdefault(key, []).append(layer["means"]["k_norm.pr_sv"])
+        if qk_norm != "none" and layer["gamma_k"] is not None:
+            res["gamma_cv"].setdefault(key, []).append(layer["gamma_k"]["cv"])
+        if qk_norm == "learned" and layer["gamma_k"] is not None:
+            res["gamma_final"][key] = layer["gamma_k"]["values"]
+    res["probes"].append({"step": step, "tokens": tokens, **record})
+
+
+def truncate(res: dict, step: int) -> dict:
+    """Keep only probes taken at or before `step` (a resumed run redoes the rest)."""
+    keep = [i for i, s in enumerate(res.get("steps", [])) if s <= step]
+    out = dict(res)
+    for k in (*PER_PROBE, "steps", "wall_time_s", "probe_time_s", "probes"):
+        out[k] = [res[k][i] for i in keep]
+    for k in ("layer_pr", "gamma_cv"):
+        out[k] = {layer: [v[i] for i in keep] for layer, v in res[k].items()}
+    if out["probes"] and out.get("gamma_final"):
+        out["gamma_final"] = {str(r["layer"]): r["gamma_k"]["values"] for r in out["probes"][-1]["layers"]
+                              if r["gamma_k"] is not None}
+    return out
+
+
+def save_results(path: str | Path, res: dict) -> None:
+    """Write any JSON-ready dict atomically, NaN and infinities as null."""
+    atomic_write_text(path, json.dumps(json_safe(res), indent=1) + "\n")
+
+
+def validate(res, path: str | Path = "<results>") -> dict:
+    """Check a loaded results dict; fill optional fields; raise ResultsError naming the problem."""
+    if not isinstance(res, dict):
+        raise ResultsError(f"{path}: expected a JSON object, found {type(res).__name__}; this is not a results.json")
+    missing = [k for k in ("tag", *PER_PROBE, "layer_pr") if k not in res]
+    if missing:
+        raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}; not a results.json of this project "
+                           f"or of the write-ups (expected at least {', '.join(WRITEUP_FIELDS[:6])})")
+    if res.get("schema", SCHEMA) != SCHEMA:
+        raise ResultsError(f"{path}: schema {res['schema']!r} is not {SCHEMA!r}")
+    n = len(res["tokens"])
+    for k in PER_PROBE:
+        if not isinstance(res[k], list) or len(res[k]) != n:
+            raise ResultsError(f"{path}: field {k!r} should be a list of {n} values (one per probe, like 'tokens'), "
+                               f"found {len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__}")
+    for k in ("layer_pr", "gamma_cv"):
+        for layer, values in (res.get(k) or {}).items():
+            if not isinstance(values, list) or len(values) != n:
+                raise ResultsError(f"{path}: {k}[{layer!r}] should have {n} values (one per probe)")
+    res.setdefault("gamma_cv", {})
+    res.setdefault("gamma_final", {})
+    res["gamma_cv"] = res["gamma_cv"] or {}
+    res["gamma_final"] = res["gamma_final"] or {}
+    res.setdefault("probes", [])
+    return res
+
+
+def load_results(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ResultsError(f"{path}: no such results file")
+    try:
+        res = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
+                           f"a copy, or delete it and rerun that condition (its checkpoints are kept)") from e
+    return validate(res, path)

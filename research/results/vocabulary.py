@@ -1,0 +1,44 @@
+"""The one vocabulary of results: sites, metric names, condition tags, file names.
+
+Writers (the probe, the studies) and readers (analysis, plots) import these names from
+here, so a metric or a condition is spelled in exactly one place. No torch.
+"""
+from __future__ import annotations
+
+# Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
+# the raw projection), and after RoPE, as attention uses them.
+SITES = ("k_norm", "k_rope")
+KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",
+               "cos_mean", "pr_sv", "pr_var", "erank", "pr_vec")
+ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio")
+
+# The write-ups' top-level fields (names and meanings kept), and those with one value per probe.
+WRITEUP_FIELDS = ("tag", "tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv", "gamma_final")
+PER_PROBE = ("tokens", "loss", "val_loss", "mean_pr")
+SCHEMA = "qk-keys/results"
+SCHEMA_VERSION = 1
+
+# The three-condition QK-norm study: tags, the letters its report uses, and labels for people.
+QK_CONDITIONS = ("QK", "QK_frozen", "NoQK")
+LETTERS = {"QK": "A", "QK_frozen": "B", "NoQK": "C"}
+TAG_BY_QK_NORM = {"learned": "QK", "frozen": "QK_frozen", "none": "NoQK"}
+CONDITION_LABELS = {
+    "QK": "QK-norm, learned gain",
+    "QK_frozen": "QK-norm, gain frozen at 1",
+    "NoQK": "no QK-norm",
+    # the pilot's names (its combined_results.json keys)
+    "qk_norm": "QK-norm, learned gain",
+    "no_qk_norm": "no QK-norm",
+}
+
+# File names inside a study folder.
+RESULTS_FILE = "results.json"
+STUDY_INDEX = "study.json"
+QK_COMBINED = "combined.json"
+PILOT_COMBINED = "combined_results.json"
+REPORT = "report.md"
+
+
+def label(condition: str) -> str:
+    """A condition's name for people ('QK-norm, learned gain'); unknown tags are shown as they are."""
+    return CONDITION_LABELS.get(condition, condition)

@@ -1,0 +1,113 @@
+"""The one training path every study shares: arguments, conditions, probing, resume, outputs.
+
+`run_study(study)` parses the command line, trains every condition (per seed) with the key
+probe attached, then draws the figures and the report from the results files
+(research.studies.render), exactly as split_panels.py would redraw them.
+
+    research_results/<study>/<condition>/results.json          one seed
+    research_results/<study>/<condition>/seed_<s>/results.json  several seeds
+
+An interrupted study started again resumes: finished conditions are kept (their folder is
+resumed, which trains nothing), the running one continues from its newest checkpoint.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
+from configs.cli import overrides_from_args, preset_in
+from data import DataError
+from research.probing.callback import probe_callback
+from research.results import ResultsError
+from research.results.layout import condition_dir, write_study_index
+from research.results.vocabulary import RESULTS_FILE
+from research.studies.catalog import Study
+from research.studies.render import render_study
+from training.run import train_run
+from training.trainer import NonFiniteLossError
+from utils.runtime import resolve_device, resolve_precision
+
+PROBES_PER_RUN = 20  # probe_every defaults to steps // 20
+
+
+def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
+    """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
+    if name != "auto":
+        return name
+    wants_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    return gpu_preset if wants_cuda else "tiny"
+
+
+def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
+    """The preset with the study's defaults (its tiny token count, ~20 probes per run) and the overrides."""
+    overrides = dict(overrides)
+    if preset == "tiny" and study.default_tokens and "tokens" not in overrides:
+        overrides["tokens"] = study.default_tokens
+    cfg = apply_overrides(get_preset(preset), overrides)
+    if "probe_every" not in overrides:
+        cfg = apply_overrides(cfg, {"probe_every": max(1, cfg.steps // PROBES_PER_RUN)})
+    return cfg
+
+
+def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--device", default="auto")
+    preset = resolve_preset(preset_in(argv, "auto"), pre.parse_known_args(argv)[0].device, study.gpu_preset)
+    preset = preset if preset in PRESETS else "tiny"
+    defaults = base_config(study, preset, {})
+    p = argparse.ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for "
+                                            f"this study.", allow_abbrev=False,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", help="train every condition once per seed (default: --seed)")
+    p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
+                    preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
+                    notes={"probe_every": f"steps // {PROBES_PER_RUN} ({defaults.probe.probe_every} with these "
+                                          f"defaults)"})
+    return p
+
+
+def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool) -> None:
+    def callbacks(data, device):
+        return [probe_callback(cfg, data, run_dir, device, tag=tag)]
+    train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), progress=progress, name=tag,
+              callbacks=callbacks)
+
+
+def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
+    args = build_parser(study, description, argv).parse_args(argv)
+    overrides = overrides_from_args(args)
+    try:
+        base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
+                           overrides)
+    except ConfigError as e:
+        sys.exit(f"config error: {e}")
+    out = Path(args.out or Path("research_results") / study.name)
+    seeds = args.seeds or [base.train.seed]
+    device = resolve_device(base.train.device)
+    print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "
+          f"{len(study.conditions)} conditions x {len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
+          f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
+
+    paths: dict[str, list[str]] = {}
+    for seed in seeds:
+        for cond, cond_overrides in study.conditions.items():
+            cfg = apply_overrides(base, {**cond_overrides, "seed": seed})
+            run_dir = condition_dir(out, cond, seed, several_seeds=len(seeds) > 1)
+            print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
+            try:
+                train_condition(cfg, run_dir, cond, progress=not args.no_progress)
+            except (ConfigError, DataError, FileExistsError, NonFiniteLossError, ResultsError) as e:
+                sys.exit(f"error in condition {cond}, seed {seed}: {e}\n(finished conditions in {out} are kept; "
+                         f"run the same command again to resume)")
+            paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
+
+    write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths)
+    for path in render_study(out):
+        print(f"wrote {path}")
+    return out

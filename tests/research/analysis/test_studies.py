@@ -1,0 +1,117 @@
+"""research/analysis/{keys,heads,pilot}.py on hand-built results whose answers are known."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from research.analysis import heads, keys, pilot
+from research.results.layout import runs_from_combined
+from tests.research.synthetic import (
+    FINAL_LAYER_NORM,
+    GATHERER,
+    SINK,
+    TOKENS,
+    L,
+    make_results,
+    writeups_only,
+)
+
+# ----------------------------------------------------------------------------- keys
+
+def test_key_dynamics_where_layers_end():
+    k = keys.analyze({"QK": [make_results()]})["QK"]
+    assert k.ended == {"above": [0, 1], "below": [4, 5], "at": [2, 3]}
+    assert (k.d_head, k.d_source) == (64, "config d_model / n_heads")
+    np.testing.assert_allclose(k.series["norm_mean"][0], [8.0] * L)
+    np.testing.assert_allclose(k.series["norm_mean"][-1], FINAL_LAYER_NORM)
+    assert k.seeds == "seed 0" and k.final_norm_std is None and list(k.tokens) == TOKENS
+
+
+def test_key_dynamics_groups_and_d_head_fallbacks():
+    assert keys.layer_groups(6) == {"early": [0, 1], "middle": [2, 3], "final": [4, 5]}
+    assert keys.layer_groups(22) == {"early": [0, 1], "middle": [10, 11], "final": [20, 21]}
+    assert keys.layer_groups(1) == {"early": [0], "middle": [0], "final": [0]}
+    k = keys.condition_dynamics([make_results(with_config=False)])
+    assert k.d_head == 64 and "gain" in k.d_source
+    k = keys.condition_dynamics([make_results(with_config=False, qk_norm="none")])
+    assert k.d_head == keys.DEFAULT_D_HEAD and "assumed" in k.d_source
+    assert keys.classify_layers([8.2, 7.8, 8.05, float("nan")], 64) == {"above": [0], "below": [1], "at": [2]}
+
+
+def test_key_dynamics_mean_over_seeds_and_no_records():
+    k = keys.condition_dynamics([make_results(seed=0, norm_offset=-0.5), make_results(seed=1, norm_offset=0.5)])
+    np.testing.assert_allclose(k.series["norm_mean"][-1], FINAL_LAYER_NORM)
+    np.testing.assert_allclose(k.final_norm_std, 0.5)
+    assert k.seeds == "mean over 2 seeds" and k.n_seeds == 2
+    assert keys.analyze({"QK": [writeups_only(make_results())]}) == {"QK": None}
+
+
+# ----------------------------------------------------------------------------- heads
+
+def test_head_taxonomy_and_layer_choice():
+    c = heads.analyze({"QK": [make_results()]})["QK"]
+    run = c.runs[0]
+    assert run.divergence.layer == 4 and run.shown == run.divergence  # KV-head norms 12 vs 2: the widest spread
+    t = run.taxonomy
+    assert t.median_norm == pytest.approx(8.0) and t.median_entropy == pytest.approx(2.0)
+    assert (t.sink_norm, t.sink_entropy, t.gatherer_norm, t.gatherer_entropy) == pytest.approx((8.8, 1.8, 7.2, 2.2))
+    assert t.heads("sink") == [SINK] and t.heads("gatherer") == [GATHERER]
+    assert (t.classes == "neither").sum() == L * 2 - 2
+
+
+def test_heads_fixed_layer_grouping_and_no_records():
+    c = heads.analyze({"NoQK": [make_results("NoQK", qk_norm="none")]}, layer=2)["NoQK"]
+    assert c.runs[0].shown.layer == 2 and c.runs[0].shown.why == "set by the caller"
+    assert c.runs[0].divergence.layer == 4
+    with pytest.raises(ValueError, match="layer 9"):
+        heads.analyze({"QK": [make_results()]}, layer=9)
+    h = heads.head_series(make_results(n_kv=1, n_q=2))  # one KV head, two query heads with entropies e -/+ 0.5
+    assert h.n_kv == 1 and h.group == 2
+    np.testing.assert_allclose(h.series["entropy"][-1, :, 0], 2.0)
+    assert "one KV head" in heads.choose_layer(h).why
+    assert heads.analyze({"QK": [writeups_only(make_results())]}) == {"QK": None}
+
+
+def test_heads_erank_is_the_seed_mean():
+    a, b = make_results(seed=0), make_results(seed=1)
+    c = heads.analyze({"QK": [a, b]})["QK"]
+    assert c.n_seeds == 2 and c.erank_seeds == "mean over 2 seeds" and len(c.runs) == 2
+    np.testing.assert_allclose(c.erank[-1], [56.0 - 2 * (i + 1) for i in range(L)])
+
+
+# ----------------------------------------------------------------------------- pilot
+
+def pilot_runs():
+    return {"qk_norm": [make_results("qk_norm")],
+            "no_qk_norm": [make_results("no_qk_norm", qk_norm="none", pr_drop=[0, 0, 1, 2, 5, 10])]}
+
+
+def test_pilot_differences_by_layer():
+    a = pilot.analyze(pilot_runs())
+    assert (a.a, a.b) == ("qk_norm", "no_qk_norm")
+    assert a.delta == pytest.approx({0: 0, 1: 0, 2: 1, 3: 2, 4: 5, 5: 10})
+    assert a.ranked[:3] == [5, 4, 3]
+    assert a.conditions["qk_norm"].final_pr == pytest.approx(30.0)
+    assert a.conditions["no_qk_norm"].final_pr == pytest.approx(27.0)
+    assert (a.conditions["qk_norm"].final_loss, a.conditions["qk_norm"].final_val) == (6.0, pytest.approx(6.1))
+    assert pilot.pair(["QK", "NoQK"]) == ("QK", "NoQK") and pilot.pair(["x", "y"]) == ("x", "y")
+    assert pilot.analyze({"qk_norm": pilot_runs()["qk_norm"]}).b is None
+
+
+def test_pilot_combined_round_trip_and_seed_mean():
+    runs = pilot_runs()
+    comb = pilot.combined_from_runs(runs)
+    assert set(comb) == {"qk_norm", "no_qk_norm"}
+    assert comb["qk_norm"]["train_loss"] == runs["qk_norm"][0]["loss"]
+    back = runs_from_combined(comb)
+    for cond, (res,) in runs.items():
+        (b,) = back[cond]
+        for k in ("tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv"):
+            assert b[k] == res[k], (cond, k)
+        assert b["tag"] == cond and b["gamma_final"] == {}
+    a, b = make_results("qk_norm", seed=0), make_results("qk_norm", seed=1, pr_drop=[2.0] * L)
+    comb = pilot.combined_from_runs({"qk_norm": [a, b]})
+    assert comb["qk_norm"]["n_seeds"] == 2
+    assert comb["qk_norm"]["layer_pr"]["0"][-1] == pytest.approx(29.0)  # (30 + 28) / 2
+    again = pilot.combined_from_runs(runs_from_combined(comb))  # a redraw keeps the seed count
+    assert again["qk_norm"]["n_seeds"] == 2 and again["qk_norm"]["seeds"] == [0, 1]

@@ -1,0 +1,243 @@
+"""Pretrained-model inspection (research/inspection/, research/inspect_pretrained.py) on tiny random
+models of each supported family, built locally from configs (no download)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from research.inspection import InspectError, inspect_model, load_model
+from research.inspection.tour import SINK_THRESHOLD
+
+SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and the sky is blue",
+             "we read a book about the sea", "birds fly over the old town at night"]
+PROMPT = "the cat ran over the old park at night and the dog sat on the mat"
+
+
+def make_tokenizer(out_dir):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>")
+    fast.save_pretrained(out_dir)
+    return fast
+
+
+def _hf_config(family):
+    import transformers as tf
+    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    if family == "llama":
+        return tf.LlamaConfig(**common)
+    if family == "qwen3":
+        return tf.Qwen3Config(**common, head_dim=16)
+    if family == "gemma3":
+        return tf.Gemma3TextConfig(**common, head_dim=16, sliding_window=4, query_pre_attn_scalar=32,
+                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if family == "gpt2":
+        return tf.GPT2Config(vocab_size=300, n_embd=64, n_layer=3, n_head=4, n_positions=128)
+    raise ValueError(family)
+
+
+def make_hf_model(family, out_dir, seed=0):
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(_hf_config(family))
+    with torch.no_grad():  # random norm gains, so gain statistics and the norms' role are exercised
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and ("norm" in name or ".ln_" in name):
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(out_dir)
+    make_tokenizer(out_dir)
+    return out_dir
+
+
+def make_own_run(out_dir, qk_norm="learned"):
+    from configs import get_preset
+    from models.llm import MinimalLLM
+    from training.checkpoint import save_checkpoint
+    cfg = get_preset("debug")
+    cfg.model.vocab_size, cfg.model.n_layers, cfg.model.qk_norm = 300, 3, qk_norm
+    cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.d_model = 4, 2, 64
+    torch.manual_seed(0)
+    model = MinimalLLM(cfg.model)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cfg.save(out_dir / "config.json")
+    save_checkpoint(out_dir / "checkpoints", 3, model, [], {"tokens": 0}, keep_last=1)
+    make_tokenizer(out_dir / "tokenizer")
+    return out_dir
+
+
+FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "own"]
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    dirs = {f: make_hf_model(f, root / f) for f in FAMILIES if f != "own"}
+    dirs["own"] = make_own_run(root / "own")
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def results(model_dirs):
+    out = {}
+    for f, d in model_dirs.items():
+        model, tok, adapter = load_model(str(d))
+        out[f] = (model, tok, adapter, inspect_model(adapter, tok, PROMPT, positions=[-1, 3], top_k=4))
+    return out
+
+
+def test_outputs_have_expected_shapes_and_json_roundtrip(results):
+    for family, (model, tok, adapter, r) in results.items():
+        L, Hq, Hkv, T = r["n_layers"], r["n_heads"], r["n_kv_heads"], r["n_tokens"]
+        assert (L, Hq) == (3, 4) and Hkv == (4 if family == "gpt2" else 2), family
+        assert json.loads(json.dumps(r))["n_tokens"] == T
+        assert all(len(r["weights"]["matrices"][m][o]) == L for m in "qkvo" for o in ("whole", "model_dim", "heads"))
+        a = r["attention"]
+        assert [len(row) for row in a["first_token"]] == [Hq] * L and len(a["heatmap"]) == Hq
+        assert all(len(row) == T for row in a["heatmap"])
+        assert a["heatmap"][0][0] == pytest.approx(1.0)  # query 0 sees only token 0
+        h = r["hidden"]
+        assert len(h["adjacent_mean"]) == len(h["adjacent_std"]) == L
+        assert all(len(h["neighbour"][k]) == L + 1 for k in ("d1", "d2", "all_pairs"))
+        assert h["gaps"]["5"]["measured"] == [] and h["gaps"]["15"]["predicted"] == []  # 3 layers only
+        assert len(r["amplitude"]["rms"]) == L + 1 and all(len(g) == L for g in r["amplitude"]["mean_gain"].values())
+        lens = r["logit_lens"]
+        assert len(lens["layers"]) == L + 1 and lens["positions"] == [T - 1, 3]
+        assert all(len(e["tokens"]) == 4 for layer in lens["layers"] for e in layer["positions"])
+        sites = ["k_proj", "k_rope"] if family in ("llama", "gpt2") else ["k_proj", "k_norm", "k_rope"]
+        assert r["keys"]["sites"] == sites
+        for layer in r["keys"]["layers"]:
+            assert all(len(layer[s]["pr_sv"]) == Hkv for s in sites)
+            assert (layer["gamma_k"] is None) == ("k_norm" not in sites)
+        assert r["memory"]["hidden_ring_bytes_peak"] <= r["memory"]["hidden_ring_bytes_bound"]
+
+
+def test_param_tally_sums_to_model_count(results):
+    for family, (model, tok, adapter, r) in results.items():
+        p = r["params"]
+        assert p["matches"] and p["total"] == adapter.model_param_count(), family
+        assert sum(p["by_kind"].values()) == p["total"] and p["by_kind"]["other"] == 0
+        assert all(p["by_kind"][k] > 0 for k in ("embeddings", "attention", "feed_forward", "norms"))
+
+
+def test_logit_lens_last_layer_is_the_models_own_top_k(results):
+    for family, (model, tok, adapter, r) in results.items():
+        lens = r["logit_lens"]
+        assert [e["ids"] for e in lens["layers"][-1]["positions"]] == lens["model_top_ids"], family
+        ids = torch.tensor([r["token_ids"]])
+        with torch.no_grad():
+            logits = adapter.forward(ids)
+        assert lens["model_top_ids"][0] == logits[0, -1].topk(4).indices.tolist()
+
+
+def test_capture_leaves_model_output_unchanged_and_attention_matches_eager(model_dirs):
+    """The recomputed attention (inside the model's forward) equals eager output_attentions, and the
+    model's logits under the capturing attention equal its eager logits (Gemma 3: sliding window 4)."""
+    from transformers import AutoModelForCausalLM
+
+    from research.inspection.tour import _Collector
+    ids = torch.randint(3, 300, (2, 12))
+    for family in ("llama", "qwen3", "gemma3", "gpt2"):
+        model, tok, adapter = load_model(str(model_dirs[family]))
+        eager = AutoModelForCausalLM.from_pretrained(model_dirs[family], attn_implementation="eager").eval()
+        with torch.no_grad():
+            ref = eager(input_ids=ids, output_attentions=True, use_cache=False)
+        for layer in range(adapter.n_layers):
+            col = _Collector(adapter, [11], 3, heatmap_layer=layer)
+            with torch.no_grad(), adapter.capture(col):
+                logits = adapter.forward(ids)
+            torch.testing.assert_close(logits, ref.logits, atol=1e-4, rtol=1e-4)
+            first = ref.attentions[layer][..., 0].mean(0)                # [H, T] mean over batch
+            torch.testing.assert_close(torch.tensor(col.heatmap), first, atol=1e-5, rtol=0)
+            torch.testing.assert_close(torch.tensor(col.attn[layer]["first_token"]), first.mean(1),
+                                       atol=1e-5, rtol=0)
+        assert adapter.model.config._attn_implementation != "research_inspect"  # restored
+
+
+def test_uniform_attention_gives_one_over_t_plus_one(model_dirs, tmp_path):
+    """Zero q and k projections: all scores 0, so query t attends 1/(t+1) to token 0; no sink heads."""
+    for family in ("llama", "gpt2", "own"):
+        model, tok, adapter = load_model(str(model_dirs[family]))
+        with torch.no_grad():
+            for i in range(adapter.n_layers):
+                for m in ("q", "k"):
+                    adapter.qkvo(i)[m].zero_()  # views of the real parameters (GPT-2: of c_attn)
+                if family == "gpt2":
+                    adapter.attn(i).c_attn.bias.zero_()
+        r = inspect_model(adapter, tok, PROMPT, heatmap_layer=1)
+        T = r["n_tokens"]
+        expect = [1 / (t + 1) for t in range(T)]
+        for row in r["attention"]["heatmap"]:
+            assert row == pytest.approx(expect, abs=1e-6)
+        mean = sum(expect) / T
+        assert all(x == pytest.approx(mean, abs=1e-6) for row in r["attention"]["first_token"] for x in row)
+        assert r["attention"]["sink_rate"] == (1.0 if mean > SINK_THRESHOLD else 0.0)
+
+
+def test_weight_ratio_of_gaussian_is_sqrt_pi_over_2():
+    from research.inspection.tour import GAUSSIAN_RATIO, sigma_over_mean_abs
+    torch.manual_seed(0)
+    w = torch.randn(512, 256)
+    assert sigma_over_mean_abs(w) == pytest.approx(GAUSSIAN_RATIO, rel=0.01)
+    assert sigma_over_mean_abs(w, dim=0) == pytest.approx(GAUSSIAN_RATIO, rel=0.02)
+    assert sigma_over_mean_abs(w, dim=1) == pytest.approx(GAUSSIAN_RATIO, rel=0.02)
+
+
+def test_hidden_gap_prediction_is_product_of_adjacent(tmp_path):
+    d = make_hf_model("llama", tmp_path / "deep")
+    import transformers as tf
+    cfg = _hf_config("llama")
+    cfg.num_hidden_layers = 6
+    torch.manual_seed(1)
+    tf.AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
+    model, tok, adapter = load_model(str(d))
+    r = inspect_model(adapter, tok, PROMPT)
+    g = r["hidden"]["gaps"]["5"]
+    assert g["start_layer"] == [0, 1]
+    adj = r["hidden"]["adjacent_mean"]
+    assert g["predicted"][1] == pytest.approx(math.prod(adj[1:6]))
+    assert all(-1 <= x <= 1 for x in g["measured"])
+
+
+def test_cli_writes_json_figures_report_and_clear_errors(model_dirs, tmp_path, capsys):
+    from research import inspect_pretrained
+    from research.plots.inspection import FIGURES
+    out = tmp_path / "out"
+    assert inspect_pretrained.main(["--model", str(model_dirs["qwen3"]), "--prompt", PROMPT, "--out", str(out),
+                                    "--positions", "-1", "2", "--layer", "0"]) == 0
+    assert all((out / f).is_file() for f in ("inspect.json", "report.md", *FIGURES))
+    assert "Sink rate" in (out / "report.md").read_text()
+    assert inspect_pretrained.main(["--model", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    assert "not found" in capsys.readouterr().err
+
+
+def test_missing_and_unsupported_models_raise_clear_errors(tmp_path, monkeypatch):
+    import transformers as tf
+    with pytest.raises(InspectError, match="not found"):
+        load_model(str(tmp_path / "nope"))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InspectError, match="no config.json"):
+        load_model(str(empty))
+    bert = tmp_path / "bert"
+    tf.BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                  intermediate_size=64).save_pretrained(bert)
+    with pytest.raises(InspectError, match="unsupported architecture 'bert'"):
+        load_model(str(bert))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(InspectError, match="local Hugging Face cache"):
+        load_model("no-such-owner/no-such-model")
+
+
+def test_each_family_gets_its_adapter(results):
+    expect = {"llama": "HFAdapter", "qwen3": "Qwen3Adapter", "gemma3": "Gemma3Adapter", "gpt2": "GPT2Adapter",
+              "own": "OwnAdapter"}
+    for family, (model, tok, adapter, r) in results.items():
+        assert type(adapter).__name__ == expect[family] and r["family"] == adapter.family
+    assert results["gemma3"][2].gain_offset == 1.0 and results["llama"][2].gain_offset == 0.0

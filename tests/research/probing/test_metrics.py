@@ -1,0 +1,315 @@
+"""Key and attention metrics against hand-computed values and slow references."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from research.probing.metrics import (
+    ATTENTION_METRICS,
+    KEY_METRICS,
+    attention_metrics,
+    gamma_stats,
+    key_metrics,
+    layer_means,
+)
+
+
+def close(actual, expected, rel=1e-6, abs=1e-9):
+    return actual == pytest.approx(expected, rel=rel, abs=abs)
+
+
+# ---------------------------------------------------------------- slow references
+
+def ref_key_metrics(keys: torch.Tensor) -> dict[str, list[float]]:
+    """One head at a time, full T x T cosine matrices, svdvals and the covariance matrix."""
+    out = {name: [] for name in KEY_METRICS}
+    H, B, T, D = keys.shape
+    for h in range(H):
+        K = keys[h].reshape(B * T, D).double()
+        norms = K.norm(dim=1)
+        out["norm_mean"].append(norms.mean().item())
+        out["norm_std"].append(math.sqrt(((norms - norms.mean()) ** 2).mean().item()))
+        out["max_abs"].append(K.abs().max().item())
+        out["mean_max_abs"].append(K.abs().max(dim=1).values.mean().item())
+        out["peak_frac"].append((K.abs().max(dim=1).values ** 2 / (K ** 2).sum(1)).mean().item())
+        out["std"].append(math.sqrt(((K - K.mean()) ** 2).mean().item()))
+        cos_total = 0.0
+        for b in range(B):
+            Kb = keys[h, b].double()
+            U = Kb / Kb.norm(dim=1, keepdim=True)
+            C = U @ U.T
+            cos_total += (C.sum() - C.diagonal().sum()).item() / (T * (T - 1))
+        out["cos_mean"].append(cos_total / B)
+        s = torch.linalg.svdvals(K)
+        out["pr_sv"].append((s.sum() ** 2 / (s ** 2).sum()).item())
+        p = s / s.sum()
+        out["erank"].append(math.exp(-sum(pi * math.log(pi) for pi in p.tolist() if pi > 0)))
+        lam = torch.linalg.eigvalsh(torch.cov(K.T, correction=0))
+        out["pr_var"].append((lam.sum() ** 2 / (lam ** 2).sum()).item())
+        out["pr_vec"].append((((K ** 2).sum(1) ** 2) / (K ** 4).sum(1)).mean().item())
+    return out
+
+
+def ref_attention(q, k, v=None, scale=None, window=None, softcap=None):
+    """Explicit loops over query heads and batch; the full masked T x T softmax in float64.
+    Returns the three per-head metrics, sink_by_position [Hq][T] and, with v, the output [Hq, B, T, Dv]."""
+    Hq, B, T, D = q.shape
+    G = Hq // k.shape[0]
+    scale = D ** -0.5 if scale is None else scale
+    t, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    masked = (j > t) | ((t - j >= window) if window else torch.zeros(T, T, dtype=torch.bool))
+    out = {name: [] for name in ATTENTION_METRICS} | {"sink_by_position": []}
+    outputs = torch.zeros(Hq, B, T, v.shape[-1], dtype=torch.float64) if v is not None else None
+    for h in range(Hq):
+        kv = h // G
+        ent, sink = 0.0, torch.zeros(T, dtype=torch.float64)
+        for b in range(B):
+            S = q[h, b].double() @ k[kv, b].double().T * scale
+            if softcap:
+                S = softcap * torch.tanh(S / softcap)
+            P = torch.softmax(S.masked_fill(masked, -math.inf), dim=1)
+            ent += -torch.special.xlogy(P, P).sum().item()
+            sink += P[:, 0]
+            if v is not None:
+                outputs[h, b] = P @ v[kv, b].double()
+        out["entropy"].append(ent / (B * T))
+        out["sink_mass"].append(sink.sum().item() / (B * T))
+        out["sink_by_position"].append((sink / B).tolist())
+        out["qk_ratio"].append((q[h].double().norm(dim=-1).mean() / k[kv].double().norm(dim=-1).mean()).item())
+    return out, outputs
+
+
+def ref_attention_metrics(q: torch.Tensor, k: torch.Tensor) -> dict[str, list[float]]:
+    return {n: v for n, v in ref_attention(q, k)[0].items() if n in ATTENTION_METRICS}
+
+
+def assert_matches(got: dict[str, torch.Tensor], ref: dict[str, list[float]], rel: float, abs: float = 1e-9):
+    got = {n: got[n] for n in ref}
+    for name, values in ref.items():
+        assert got[name].tolist() == pytest.approx(values, rel=rel, abs=abs), name
+
+
+# ---------------------------------------------------------------- key metrics, hand values
+
+def test_identical_keys():
+    D = 8
+    v = torch.zeros(D)
+    v[:2] = torch.tensor([3.0, 4.0])
+    keys = torch.stack([v, -v]).view(2, 1, 1, D).expand(2, 3, 5, D).contiguous()  # [H=2, B=3, T=5, D]
+    m = key_metrics(keys)
+    assert set(m) == set(KEY_METRICS)
+    for name, t in m.items():
+        assert t.shape == (2,) and t.dtype == torch.float64, name
+    expected = {"norm_mean": 5, "norm_std": 0, "cos_mean": 1, "pr_sv": 1, "erank": 1, "pr_var": 0,
+                "pr_vec": 25 ** 2 / (81 + 256), "peak_frac": 16 / 25, "max_abs": 4, "mean_max_abs": 4,
+                # components: one 3, one 4 and six zeros per key: mean 7/8, E[x^2] 25/8
+                "std": math.sqrt(25 / 8 - (7 / 8) ** 2)}
+    for name, value in expected.items():
+        assert close(m[name].tolist(), [value] * 2, abs=1e-12), name
+
+
+def test_orthogonal_keys():
+    D, B = 64, 2
+    keys = (8 * torch.eye(D)).expand(1, B, D, D).contiguous()  # [H=1, B, T=D, D]: one-hot * 8
+    m = key_metrics(keys)
+    expected = {"cos_mean": 0, "pr_sv": D, "erank": D, "norm_mean": 8, "norm_std": 0, "max_abs": 8,
+                "mean_max_abs": 8, "peak_frac": 1, "pr_vec": 1,
+                "std": math.sqrt(63) / 8,  # mean 1/8, E[x^2] = 64/64 = 1, var = 1 - 1/64
+                "pr_var": 63}              # covariance I - 11^T/64: eigenvalues 1 (x63) and 0
+    for name, value in expected.items():
+        assert close(m[name].item(), value, abs=1e-12), name
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_known_singular_values(seed):
+    g = torch.Generator().manual_seed(seed)
+    N, D = 200, 16
+    spectra = [torch.linspace(0.1, 5.0, D, dtype=torch.float64),
+               torch.tensor([10.0, 3.0, 1.0] + [1e-3] * (D - 3), dtype=torch.float64)]
+    heads = []
+    for s in spectra:
+        U, _ = torch.linalg.qr(torch.randn(N, D, generator=g, dtype=torch.float64))  # [N, D] orthonormal columns
+        V, _ = torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))
+        heads.append((U * s) @ V.T)
+    keys = torch.stack(heads).view(2, 4, 50, D)  # [H=2, B=4, T=50, D]
+    m = key_metrics(keys)
+    for h, s in enumerate(spectra):
+        p = s / s.sum()
+        assert close(m["pr_sv"][h].item(), (s.sum() ** 2 / (s ** 2).sum()).item(), rel=1e-6)
+        assert close(m["erank"][h].item(), math.exp(-(p * p.log()).sum().item()), rel=1e-6)
+
+
+def test_pr_var_known_covariance():
+    g = torch.Generator().manual_seed(0)
+    D, r = 16, 8
+    Q, _ = torch.linalg.qr(torch.randn(D, D, generator=g, dtype=torch.float64))
+    c = torch.arange(1, r + 1, dtype=torch.float64)
+    offset = 10 * torch.ones(D, dtype=torch.float64)  # must be removed by centering
+    rows = [offset + sign * c[i] * Q[:, i] for i in range(r) for sign in (1, -1)]
+    keys = torch.stack(rows).view(1, 2, r, D)  # N = 2r: covariance eigenvalues 2 c_i^2 / N and zeros
+    expected = (c ** 2).sum() ** 2 / (c ** 4).sum()
+    assert close(key_metrics(keys)["pr_var"].item(), expected.item(), rel=1e-9)
+
+
+def test_zero_keys_conventions():
+    keys = torch.zeros(1, 2, 4, 8)
+    m = key_metrics(keys)
+    for name in ("pr_sv", "erank", "pr_var", "pr_vec", "peak_frac", "cos_mean", "norm_mean", "std"):
+        assert m[name].item() == 0, name
+    # One zero key among unit keys: its cosines count as 0, its pairs stay in the denominator.
+    keys = torch.zeros(1, 1, 3, 2)
+    keys[0, 0, 0] = torch.tensor([1.0, 0.0])
+    keys[0, 0, 1] = torch.tensor([2.0, 0.0])
+    assert close(key_metrics(keys)["cos_mean"].item(), 2 / 6)  # pairs (0,1), (1,0) have cosine 1
+    assert math.isnan(key_metrics(torch.randn(1, 2, 1, 4))["cos_mean"].item())  # T = 1: no pairs
+
+
+# ---------------------------------------------------------------- key metrics, slow references
+
+def test_key_metrics_match_reference():
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(3, 4, 20, 16, generator=g) * torch.linspace(0.2, 3, 16) + 0.5  # anisotropic, off-centre
+    keys[1] = keys[1] @ torch.randn(16, 16, generator=g)  # correlated dimensions in head 1
+    assert_matches(key_metrics(keys), ref_key_metrics(keys), rel=1e-6)
+
+
+def test_key_metrics_bf16():
+    keys = torch.randn(2, 2, 16, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
+    got, ref = key_metrics(keys), key_metrics(keys.float())
+    for name in KEY_METRICS:
+        assert torch.equal(got[name], ref[name]), name
+    assert_matches(got, ref_key_metrics(keys), rel=1e-6)
+
+
+# ---------------------------------------------------------------- attention metrics
+
+def test_zero_queries_uniform_attention():
+    T = 8
+    q = torch.zeros(2, 3, T, 16)
+    k = torch.randn(1, 3, T, 16)
+    m = attention_metrics(q, k, block_size=3)
+    entropy = sum(math.log(t + 1) for t in range(T)) / T
+    sink = sum(1 / (t + 1) for t in range(T)) / T
+    assert close(m["entropy"].tolist(), [entropy] * 2, rel=1e-6)
+    assert close(m["sink_mass"].tolist(), [sink] * 2, rel=1e-6)
+    assert m["qk_ratio"].tolist() == [0.0, 0.0]
+
+
+def test_attention_to_first_token_only():
+    B, T, D = 2, 12, 16
+    k = torch.randn(1, B, T, D)
+    k[..., 0] = 0
+    k[:, :, 0] = 0
+    k[:, :, 0, 0] = 100.0  # key 0 along e_0, every other key orthogonal to e_0
+    q = torch.zeros(1, B, T, D)
+    q[..., 0] = 10.0        # score 250 on key 0, 0 elsewhere
+    m = attention_metrics(q, k, block_size=5)
+    assert m["sink_mass"].item() == pytest.approx(1.0, abs=1e-6)
+    assert m["entropy"].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_gqa_grouping():
+    g = torch.Generator().manual_seed(0)
+    B, T, D = 2, 10, 8
+    q = torch.randn(1, B, T, D, generator=g).expand(4, B, T, D).contiguous()  # same query in all 4 heads
+    k = torch.stack([torch.randn(B, T, D, generator=g), 3 * torch.randn(B, T, D, generator=g)])  # [Hkv=2]
+    m = attention_metrics(q, k, block_size=4)
+    one_head = [attention_metrics(q[:1], k[kv:kv + 1]) for kv in (0, 1)]
+    for name in ATTENTION_METRICS:
+        expected = [one_head[h // 2][name].item() for h in range(4)]  # heads 0, 1 -> kv 0; 2, 3 -> kv 1
+        assert m[name].tolist() == pytest.approx(expected, rel=1e-5), name
+        assert m[name][0].item() != pytest.approx(m[name][2].item(), rel=1e-3), name
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_metrics_match_reference(dtype):
+    g = torch.Generator().manual_seed(0)
+    Hq, Hkv, B, T, D = 4, 2, 3, 37, 16
+    q = (2 * torch.randn(Hq, B, T, D, generator=g)).to(dtype)
+    k = (2 * torch.randn(Hkv, B, T, D, generator=g)).to(dtype)
+    k[:, :, 0] *= 3  # a more sink-like first key
+    m = attention_metrics(q, k, block_size=16)  # T not a multiple of the block
+    for name in ATTENTION_METRICS:
+        assert m[name].shape == (Hq,) and m[name].dtype == torch.float32, name
+    assert m["sink_by_position"].shape == (Hq, T) and "output" not in m
+    assert_matches(m, ref_attention_metrics(q, k), rel=1e-5, abs=1e-6)
+    assert_matches(attention_metrics(q, k, block_size=64), ref_attention_metrics(q, k), rel=1e-5, abs=1e-6)
+
+
+def test_sink_mass_matches_sdpa():
+    """SDPA with v_j = [j == 0] outputs p_t0: same causal mask, scale and GQA mapping as the model."""
+    g = torch.Generator().manual_seed(0)
+    Hq, Hkv, B, T, D = 4, 2, 2, 19, 8
+    q = 2 * torch.randn(B, Hq, T, D, generator=g)
+    k = 2 * torch.randn(B, Hkv, T, D, generator=g)
+    v = torch.zeros(B, Hkv, T, 1)
+    v[:, :, 0] = 1
+    p0 = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # [B, Hq, T, 1]
+    m = attention_metrics(q.transpose(0, 1), k.transpose(0, 1), block_size=8)
+    assert m["sink_mass"].tolist() == pytest.approx(p0.mean((0, 2, 3)).tolist(), rel=1e-5)
+
+
+def test_non_contiguous_input():
+    """Hooks give [B, T, heads, D]; a permuted view must give the same numbers as a contiguous copy."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 9, 4, 8, generator=g).permute(2, 0, 1, 3)  # [Hq, B, T, D], non-contiguous
+    k = torch.randn(2, 9, 2, 8, generator=g).permute(2, 0, 1, 3)
+    assert not q.is_contiguous() and not k.is_contiguous()
+    for got, ref in ((key_metrics(k), key_metrics(k.contiguous())),
+                     (attention_metrics(q, k, block_size=4),
+                      attention_metrics(q.contiguous(), k.contiguous(), block_size=4))):
+        for name in got:
+            assert torch.allclose(got[name], ref[name], rtol=1e-6, atol=1e-9, equal_nan=True), name
+
+
+@pytest.mark.parametrize("window,softcap,block", [(None, None, 5), (4, None, 3), (6, 2.5, 4), (None, 1.0, 64)])
+def test_attention_with_window_softcap_scale_and_values_matches_reference(window, softcap, block):
+    """The options pretrained models need (Gemma 3: sliding window, soft-cap, its own scale), and the
+    attention output that inspection hands back to the model in place of its own."""
+    g = torch.Generator().manual_seed(1)
+    Hq, Hkv, B, T, D = 4, 2, 2, 13, 8
+    q, k = 2 * torch.randn(Hq, B, T, D, generator=g), 2 * torch.randn(Hkv, B, T, D, generator=g)
+    v = torch.randn(Hkv, B, T, 5, generator=g)
+    m = attention_metrics(q, k, v, scale=0.3, window=window, softcap=softcap, block_size=block)
+    ref, out = ref_attention(q, k, v, scale=0.3, window=window, softcap=softcap)
+    assert_matches(m, {n: ref[n] for n in ATTENTION_METRICS}, rel=1e-5, abs=1e-6)
+    torch.testing.assert_close(m["sink_by_position"].double(), torch.tensor(ref["sink_by_position"], dtype=torch.float64),
+                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(m["output"].double(), out, atol=1e-5, rtol=1e-5)
+    if window:  # a query more than `window` positions past token 0 cannot see it
+        assert (m["sink_by_position"][:, window:] == 0).all()
+
+
+def test_attention_output_matches_sdpa():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = torch.randn(2, 4, 11, 8, generator=g), torch.randn(2, 2, 11, 8, generator=g), \
+        torch.randn(2, 2, 11, 8, generator=g)  # [B, H, T, D], as SDPA takes them
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    m = attention_metrics(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), block_size=4)
+    torch.testing.assert_close(m["output"].transpose(0, 1), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_attention_metrics_rejects_bad_shapes():
+    with pytest.raises(ValueError):
+        attention_metrics(torch.randn(3, 1, 4, 8), torch.randn(2, 1, 4, 8))
+
+
+# ---------------------------------------------------------------- gamma and layer helpers
+
+def test_gamma_stats():
+    s = gamma_stats(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    assert s["mean"] == pytest.approx(2.5)
+    assert s["std"] == pytest.approx(math.sqrt(1.25))
+    assert s["cv"] == pytest.approx(math.sqrt(1.25) / 2.5)
+    assert (s["min"], s["max"], s["values"]) == (1.0, 4.0, [1.0, 2.0, 3.0, 4.0])
+    assert all(isinstance(s[name], float) for name in ("mean", "std", "cv", "min", "max"))
+    assert gamma_stats(None) is None
+    assert gamma_stats(torch.nn.Parameter(-torch.ones(3)))["cv"] == 0.0  # |mean| in the denominator
+
+
+def test_layer_means():
+    m = layer_means({"a": torch.tensor([1.0, 2.0, 6.0]), "b": torch.tensor([0.5], dtype=torch.float64)})
+    assert m == {"a": pytest.approx(3.0), "b": 0.5}
+    assert all(isinstance(v, float) for v in m.values())

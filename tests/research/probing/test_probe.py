@@ -1,0 +1,116 @@
+import dataclasses
+
+import pytest
+import torch
+
+import train_llm
+from configs import get_preset
+from data import prepare_data
+from models import MinimalLLM
+from research.probing.callback import probe_callback
+from research.probing.probe import KeyProbe, unwrap
+from research.results import load_results
+from tests.helpers import STEP_TOKENS, losses, quiet
+from training.trainer import Trainer
+
+
+def model_for(mode: str) -> MinimalLLM:
+    torch.manual_seed(0)
+    return MinimalLLM(dataclasses.replace(get_preset("debug").model, qk_norm=mode))
+
+
+def ids(B=3, T=24):
+    return torch.randint(0, 512, (B, T), generator=torch.Generator().manual_seed(1))
+
+
+def all_hooks(model):
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+@pytest.mark.parametrize("mode", ["learned", "frozen", "none"])
+def test_probe_record_shapes_and_cleanup(mode):
+    model = model_for(mode).train()
+    rng = torch.get_rng_state()
+    rec = KeyProbe(ids())(model)
+    assert model.training and all_hooks(model) == 0
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert len(rec["layers"]) == 2
+    layer = rec["layers"][0]
+    assert set(layer) >= {"layer", "k_norm", "k_rope", "attn", "gamma_k", "gamma_q", "means"}
+    assert len(layer["k_norm"]["pr_sv"]) == 1 and len(layer["attn"]["entropy"]) == 2  # 1 KV head, 2 query heads
+    assert (layer["gamma_k"] is None) == (mode == "none")
+    assert rec["mean_pr"] == pytest.approx(sum(r["means"]["k_norm.pr_sv"] for r in rec["layers"]) / 2)
+
+
+@pytest.mark.parametrize("mode", ["learned", "frozen"])
+def test_keys_have_norm_sqrt_d_head_at_init(mode):
+    rec = KeyProbe(ids())(model_for(mode))
+    for layer in rec["layers"]:
+        assert layer["k_norm"]["norm_mean"] == pytest.approx([8.0], rel=1e-4)
+        assert layer["k_norm"]["norm_std"][0] < 1e-3
+        assert layer["k_rope"]["norm_mean"] == pytest.approx([8.0], rel=1e-4)  # RoPE preserves length
+        assert layer["gamma_k"]["values"] == [1.0] * 64 and layer["gamma_k"]["cv"] == 0.0
+
+
+def test_no_hook_survives_a_forward_that_raises():
+    model = model_for("learned").train()
+
+    def boom(*a, **k):
+        raise RuntimeError("boom")
+    model.blocks[1].ffn.forward = boom
+    with pytest.raises(RuntimeError, match="boom"):
+        KeyProbe(ids())(model)
+    assert all_hooks(model) == 0 and model.training
+
+
+def test_probe_sees_through_compile_wrapper():
+    model = model_for("learned")
+    compiled = torch.compile(model)
+    assert unwrap(compiled) is model
+    rec = KeyProbe(ids())(compiled)  # runs the plain module: no compilation happens here
+    assert len(rec["layers"]) == 2
+
+
+def probed_trainer(cfg, out) -> Trainer:
+    """A trainer with the probe callback attached when cfg.probe.probe_every > 0."""
+    data = prepare_data(cfg, log=quiet)
+    t = Trainer(cfg, data, out, progress=False, log=quiet)
+    if cfg.probe.probe_every:
+        t.add_callback(probe_callback(cfg, data, out, t.device))
+    return t
+
+
+def test_probing_every_step_does_not_change_training(debug_cfg, tmp_path):
+    outs = {}
+    for every in (0, 1):
+        out = tmp_path / f"every{every}"
+        probed_trainer(debug_cfg(tokens=5 * STEP_TOKENS, probe_every=every), out).fit()
+        outs[every] = out
+    assert losses(outs[0]) == losses(outs[1])
+    res = load_results(outs[1] / "results.json")
+    assert res["steps"] == [0, 1, 2, 3, 4, 5] and res["tokens"] == [s * STEP_TOKENS for s in range(6)]
+    assert res["loss"][0] is None and res["loss"][1:] == pytest.approx(losses(outs[0]))  # one step per probe
+    assert res["val_loss"][0] is None and all(v > 0 for v in res["val_loss"][1:])
+
+
+def test_train_llm_probe_every_writes_results_and_resumes_identically(debug_cfg, tmp_path, corpus_file, cache_dir):
+    common = ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
+              "--precision", "fp32", "--no-progress", "--eval_batches", "2", "--probe-every", "2", "--ckpt_every", "2"]
+    train_llm.main([*common, "--tokens", str(5 * STEP_TOKENS), "--out", str(tmp_path / "straight")])
+    train_llm.main([*common, "--tokens", str(2 * STEP_TOKENS), "--out", str(tmp_path / "split")])
+    train_llm.main([*common, "--tokens", str(5 * STEP_TOKENS), "--out", str(tmp_path / "split"), "--resume"])
+    a, b = load_results(tmp_path / "straight" / "results.json"), load_results(tmp_path / "split" / "results.json")
+    assert a["steps"] == [0, 2, 4, 5] and a["tag"] == "QK"
+    for k in ("steps", "tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv", "gamma_final"):
+        assert a[k] == b[k], k
+    assert a["config"]["model"]["qk_norm"] == "learned" and a["provenance"]["torch"] == torch.__version__
+    assert len(a["gamma_final"]["0"]) == 64 and len(a["gamma_cv"]["1"]) == 4
+
+
+def test_probing_a_compiled_training_run(debug_cfg, tmp_path):
+    t = probed_trainer(debug_cfg(tokens=3 * STEP_TOKENS, probe_every=1, compile=True), tmp_path)
+    t.fit()
+    res = load_results(tmp_path / "results.json")
+    assert res["steps"] == [0, 1, 2, 3] and all(h == 0 for h in [all_hooks(t.model)])
+    # The probe runs the plain module; its keys at init are those of the uncompiled model.
+    assert res["probes"][0]["layers"][0]["k_norm"]["norm_mean"] == pytest.approx([8.0], rel=1e-4)

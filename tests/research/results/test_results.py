@@ -1,0 +1,125 @@
+"""research/results: the schema, reading, null <-> NaN, the study layout, and the torch-free boundary."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from research.results import (
+    ResultsError,
+    add_probe,
+    load_results,
+    new_results,
+    save_results,
+    truncate,
+)
+from research.results.layout import (
+    condition_dir,
+    condition_results,
+    load_study,
+    write_study_index,
+)
+from research.results.read import d_head_of, last, layer_keys, seed_of
+from research.results.values import as_array, json_safe, present
+from tests.helpers import REFERENCE, REPO
+from tests.research.synthetic import make_results, writeups_only
+
+
+def test_load_errors_name_file_and_problem(tmp_path):
+    bad = tmp_path / "results.json"
+    bad.write_text('{"tag": "QK", "tokens": [0, 1')
+    with pytest.raises(ResultsError, match=r"results.json: not valid JSON .*cut off"):
+        load_results(bad)
+    bad.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ResultsError, match="missing field.*tag"):
+        load_results(bad)
+    bad.write_text(json.dumps({"tag": "QK", "tokens": [0, 1], "loss": [None], "val_loss": [None, 1.0],
+                               "mean_pr": [1.0, 2.0], "layer_pr": {}}))
+    with pytest.raises(ResultsError, match="'loss' should be a list of 2 values"):
+        load_results(bad)
+    with pytest.raises(ResultsError, match="no such results file"):
+        load_results(tmp_path / "missing.json")
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
+def test_writeup_results_load():
+    qk = load_results(REFERENCE / "QK" / "results.json")
+    assert qk["mean_pr"][-1] == pytest.approx(65.6977965310216) and len(qk["gamma_final"]) == 32
+    noqk = load_results(REFERENCE / "NoQK" / "results.json")
+    assert noqk["gamma_cv"] == {} and noqk["gamma_final"] == {} and noqk["probes"] == []
+    assert d_head_of(qk) == (128, "length of gamma_final (no model config in the file)")
+    assert d_head_of(noqk) == (None, "not recorded in the file") and seed_of(noqk) is None
+
+
+def _record(pr: float, gain: list[float] | None) -> dict:
+    gamma = None if gain is None else {"cv": float(np.std(gain) / np.mean(gain)), "values": gain}
+    return {"mean_pr": pr, "probe_time_s": 0.1,
+            "layers": [{"layer": 0, "means": {"k_norm.pr_sv": pr}, "gamma_k": gamma}]}
+
+
+def test_add_probe_truncate_and_save_round_trip(tmp_path):
+    res = new_results("QK", seed=3)
+    for step, (pr, gain) in enumerate([(40.0, [1.0, 1.0]), (30.0, [0.5, 1.5]), (20.0, [0.0, 2.0])]):
+        add_probe(res, _record(pr, gain), step=step, tokens=100 * step, loss=None if step == 0 else 5.0 - step,
+                  val_loss=math.nan if step == 0 else 5.5 - step, wall_time_s=float(step), qk_norm="learned")
+    assert res["mean_pr"] == res["layer_pr"]["0"] == [40.0, 30.0, 20.0]
+    assert res["gamma_cv"]["0"] == pytest.approx([0.0, 0.5, 1.0]) and res["gamma_final"]["0"] == [0.0, 2.0]
+    cut = truncate(res, 1)
+    assert cut["steps"] == [0, 1] and cut["layer_pr"]["0"] == [40.0, 30.0] and cut["gamma_final"]["0"] == [0.5, 1.5]
+    save_results(tmp_path / "r.json", res)
+    back = load_results(tmp_path / "r.json")
+    assert back["val_loss"] == [None, 4.5, 3.5] and back["loss"] == [None, 4.0, 3.0]  # NaN written as null
+    assert seed_of(back) == 3 and last(back, "mean_pr") == 20.0 and math.isnan(last(back, "no_such_field"))
+
+
+def test_null_and_nan_conversions():
+    np.testing.assert_array_equal(as_array([1, None, 2.5]), [1.0, np.nan, 2.5])
+    assert as_array(None).size == 0
+    np.testing.assert_array_equal(present([None, 1.0, math.nan, math.inf]), [1.0, math.inf])
+    assert json_safe({"a": [1.0, math.nan, (math.inf, 2)], "b": "x"}) == {"a": [1.0, None, [None, 2]], "b": "x"}
+
+
+def test_d_head_and_layers_read_from_what_the_file_has():
+    assert d_head_of(make_results()) == (64, "config d_model / n_heads")
+    assert d_head_of(make_results(with_config=False))[0] == 64  # from the gains in the probe records
+    assert d_head_of(writeups_only(make_results(with_config=False)))[0] == 64  # from gamma_final
+    assert layer_keys([{"layer_pr": {"10": [], "2": []}}, {"layer_pr": {"1": []}}]) == ["1", "2", "10"]
+
+
+def test_study_layout_and_recognition(tmp_path):
+    one = condition_dir(tmp_path, "QK", 0, several_seeds=False)
+    assert one == tmp_path / "QK" and condition_dir(tmp_path, "QK", 2, True) == tmp_path / "QK" / "seed_2"
+    for seed in (10, 2):
+        save_results(condition_dir(tmp_path, "NoQK", seed, True) / "results.json",
+                     make_results("NoQK", qk_norm="none", seed=seed))
+    assert [p.parent.name for p in condition_results(tmp_path, "NoQK")] == ["seed_2", "seed_10"]
+    kind, runs = load_study(tmp_path)  # condition folders: the three-condition study
+    assert kind == "qk_norm" and [r["seed"] for r in runs["NoQK"]] == [2, 10]
+    write_study_index(tmp_path, name="x", kind="keys", seeds=[2], preset="debug",
+                      conditions={"NoQK": ["NoQK/seed_2/results.json"]})
+    kind, runs = load_study(tmp_path)
+    assert kind == "keys" and [r["seed"] for r in runs["NoQK"]] == [2]
+    (tmp_path / "study.json").write_text("{")
+    with pytest.raises(ResultsError, match="corrupted study index"):
+        load_study(tmp_path)
+    with pytest.raises(ResultsError, match="no study found"):
+        load_study(tmp_path / "NoQK")
+    with pytest.raises(ResultsError, match="no such folder"):
+        load_study(tmp_path / "missing")
+
+
+def test_results_analysis_and_plots_never_import_torch_or_training():
+    """The torch-free boundary: reading, deciding and drawing import none of torch, models, training,
+    data or probing, so figures can be redrawn anywhere."""
+    code = ("import sys; import research.results.layout, research.results.read, research.analysis.qk_norm, "
+            "research.analysis.pilot, research.analysis.keys, research.analysis.heads, research.plots.qk_norm, "
+            "research.plots.qk_norm_report, research.plots.pilot, research.plots.keys, research.plots.heads, "
+            "research.plots.inspection, research.studies.render, research.studies.catalog; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'models', 'training', 'data') "
+            "or m.startswith('research.probing')); assert not bad, bad")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]

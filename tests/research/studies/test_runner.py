@@ -1,0 +1,120 @@
+"""The study runner end to end on the debug preset, resume, seeds, --help, and split_panels."""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from research.results import load_results
+from research.studies import HEAD_SPECIALIZATION, KEY_DYNAMICS, PILOT, QK_NORM
+from research.studies.runner import build_parser, run_study
+from tests.helpers import REFERENCE, REPO, STEP_TOKENS, md_table
+
+
+def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
+    return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
+            "--precision", "fp32", "--tokens", str(tokens), "--probe-every", "2", "--eval_batches", "2",
+            "--no-progress", "--out", str(out), *extra]
+
+
+def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out))
+    assert "preset debug on cpu" in capsys.readouterr().out
+    for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
+                 "5_gamma_cv.png", "report.md", "combined.json", "study.json"):
+        assert (out / name).is_file(), name
+    runs = {c: load_results(out / c / "results.json") for c in ("QK", "QK_frozen", "NoQK")}
+    assert [r["tag"] for r in runs.values()] == ["QK", "QK_frozen", "NoQK"]
+    assert [r["config"]["model"]["qk_norm"] for r in runs.values()] == ["learned", "frozen", "none"]
+    # Same seed and data order: identical initial weights give identical step-0 probes for QK and QK_frozen.
+    assert runs["QK"]["mean_pr"][0] == runs["QK_frozen"]["mean_pr"][0]
+    assert runs["QK_frozen"]["gamma_cv"]["0"] == [0.0] * 3 and runs["NoQK"]["gamma_cv"] == {}
+    # The report is drawn from these files: its table holds each condition's last mean_pr.
+    rows = md_table((out / "report.md").read_text(), "condition")
+    assert [float(r["final PR"]) for r in rows] == pytest.approx([r["mean_pr"][-1] for r in runs.values()], abs=0.05)
+    combined = json.loads((out / "combined.json").read_text())
+    assert combined["summary"]["NoQK"]["final_pr"] == pytest.approx(runs["NoQK"]["mean_pr"][-1])
+
+    # Interrupt: NoQK loses its last checkpoint and results beyond step 2, QK is finished and must be kept.
+    qk_before = (out / "QK" / "results.json").read_text()
+    shutil.rmtree(out / "NoQK" / "checkpoints" / "step-000004")
+    noqk_full = runs["NoQK"]
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out))
+    assert (out / "QK" / "results.json").read_text() == qk_before
+    noqk = load_results(out / "NoQK" / "results.json")
+    assert noqk["steps"] == noqk_full["steps"] and noqk["loss"] == noqk_full["loss"]
+
+
+def test_seeds_give_one_folder_per_seed(corpus_file, cache_dir, tmp_path):
+    out = tmp_path / "pilot"
+    run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1"))
+    a = load_results(out / "qk_norm" / "seed_0" / "results.json")
+    b = load_results(out / "qk_norm" / "seed_1" / "results.json")
+    assert (a["seed"], b["seed"]) == (0, 1) and a["mean_pr"][0] != b["mean_pr"][0]
+    combined = json.loads((out / "combined_results.json").read_text())
+    assert set(combined) == {"qk_norm", "no_qk_norm"}
+    for name in ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
+                 "layer_pr_heatmap_500k.png", "report.md"):
+        assert (out / name).is_file(), name
+
+
+@pytest.mark.parametrize("study,files", [
+    (KEY_DYNAMICS, ["key_analysis_report.png", "key_norm_evolution.png", "report.md"]),
+    (HEAD_SPECIALIZATION, ["norm_divergence.png", "entropy_norm_scatter.png", "effective_rank.png",
+                           "gamma_heatmap.png", "report.md"]),
+])
+def test_single_condition_studies(study, files, corpus_file, cache_dir, tmp_path):
+    out = tmp_path / study.name
+    run_study(study, study_args(corpus_file, cache_dir, out, 6 * STEP_TOKENS, "--n_layers", "6"))
+    for name in files:
+        assert (out / name).is_file(), name
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
+def test_split_panels_on_writeup_results_without_torch(tmp_path):
+    src, folder = tmp_path / "ref", tmp_path / "figures"
+    shutil.copytree(REFERENCE, src)
+    before = sorted(p.name for p in src.rglob("*"))
+    script = REPO / "research" / "split_panels.py"
+    code = (f"import runpy, sys; sys.argv = ['split_panels.py', {str(src)!r}, '--out', {str(folder)!r}]; "
+            f"runpy.run_path({str(script)!r}, run_name='__main__'); "
+            "assert 'torch' not in sys.modules, 'split_panels imported torch'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
+                 "5_gamma_cv.png", "report.md"):
+        assert (folder / name).stat().st_size > 1000, name
+    assert sorted(p.name for p in src.rglob("*")) == before  # --out leaves the study folder untouched
+    report = (folder / "report.md").read_text()
+    for value in ("65.7", "59.6", "63.3", "3.618", "3.614", "3.683"):
+        assert value in report, value
+
+
+def test_split_panels_names_the_problem(tmp_path, capsys):
+    from research.split_panels import main
+    with pytest.raises(SystemExit, match="no study found"):
+        main([str(tmp_path)])
+    (tmp_path / "QK").mkdir()
+    (tmp_path / "QK" / "results.json").write_text("{ not json")
+    with pytest.raises(SystemExit, match=r"QK/results.json: not valid JSON"):
+        main([str(tmp_path)])
+
+
+def _help_default(help_text: str, option: str) -> str:
+    """The 'default: X' an option's help shows (argparse may wrap it onto the next line)."""
+    flat = " ".join(help_text.split())
+    return flat.split(f"{option} ", 1)[1].split("default: ", 1)[1].split(" --", 1)[0].strip()
+
+
+def test_help_shows_the_defaults_a_user_gets(capsys):
+    import train_llm
+    assert _help_default(train_llm.build_parser(["--preset", "88m"]).format_help(), "--n_layers N,") == "22"
+    assert _help_default(train_llm.build_parser([]).format_help(), "--n_layers N,") == "6"
+    pilot = build_parser(PILOT, argv=["--device", "cpu"]).format_help()
+    assert "Defaults below are those of the tiny preset" in pilot
+    assert _help_default(pilot, "--tokens N") == "500000"  # the pilot's own token count on tiny
+    assert _help_default(pilot, "--probe_every N,") == "steps // 20 (12 with these defaults)"
+    qk = build_parser(QK_NORM, argv=["--preset", "88m"]).format_help()
+    assert _help_default(qk, "--tokens N") == "8000000" and _help_default(qk, "--d_model N,") == "512"

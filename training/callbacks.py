@@ -1,0 +1,39 @@
+"""The one interface between the training loop and whatever watches it (the key probe, say).
+
+The trainer calls each callback with a `StepInfo` at step 0 of a fresh run and after every
+optimizer step. A callback gets everything it may use through that object and never reads
+the trainer's attributes; its `state_dict()` is saved in every checkpoint under its `name`
+and handed back to `load_state_dict()` when the run resumes.
+
+Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
+change the model or any RNG, and should write files only where `is_main` is true.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch.nn as nn
+
+
+@dataclass(frozen=True)
+class StepInfo:
+    step: int  # optimizer steps done
+    total_steps: int
+    start_step: int  # the step this session started from (0, or the checkpoint's step when resumed)
+    tokens: int  # training tokens seen, all ranks
+    loss: float | None  # this step's training loss (None at step 0)
+    wall_time_s: float  # training time so far, summed over resumed sessions
+    model: nn.Module  # the plain module, not its DDP or compiled wrapper
+    evaluate: Callable[[], float]  # validation loss at this step (computed once per step, shared)
+    is_main: bool  # rank 0: the process that writes files
+
+
+class Callback(Protocol):
+    name: str  # the key of its state in checkpoints
+
+    def __call__(self, info: StepInfo) -> None: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...

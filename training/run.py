@@ -1,0 +1,41 @@
+"""One training run of one config: process group, data, trainer, callbacks, fit."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from configs.config import RunConfig
+from data import TokenData, prepare_data
+from training.callbacks import Callback
+from training.distributed import init_distributed, shutdown_distributed
+from training.trainer import Trainer
+from utils.runtime import resolve_device
+
+CallbackFactory = Callable[[TokenData, torch.device], list[Callback]]
+
+
+def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
+              name: str = "train", callbacks: CallbackFactory | None = None,
+              log: Callable = print) -> dict | None:
+    """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
+    rank 0 and None on the other ranks.
+
+    Rank 0 prepares the data first (building the caches), the other ranks then read them.
+    `callbacks(data, device)` builds the callbacks once the data and the device are known.
+    """
+    dist = init_distributed(resolve_device(cfg.train.device).type)
+    try:
+        if dist.is_main:
+            data = prepare_data(cfg, log=log)
+        dist.barrier()
+        if not dist.is_main:
+            data = prepare_data(cfg, log=lambda *a, **k: None)
+        trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, progress=progress, name=name, log=log)
+        for callback in (callbacks(data, trainer.device) if callbacks else []):
+            trainer.add_callback(callback)
+        summary = trainer.fit()
+        return summary if dist.is_main else None
+    finally:
+        shutdown_distributed(dist)
