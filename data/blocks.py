@@ -59,7 +59,7 @@ class BlockKey:
         return [f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in self.meta().items() if meta.get(k) != v]
 
 
-def tokenize_documents(ds, backend, eos_id: int, fingerprint: str, log=print) -> np.ndarray:
+def tokenize_documents(ds, backend, eos_id: int, fingerprint: str) -> np.ndarray:
     """All documents' token ids, each document followed by EOS, as one int32 array.
 
     `backend` is a `tokenizers.Tokenizer`; special-token text inside documents is encoded as
@@ -179,7 +179,7 @@ def build_blocks(folder: Path, ds, backend, key: BlockKey, about: dict, log=prin
     """Tokenize `ds`, cut, split and write the cache folder for `key`; `about` adds descriptive
     fields to meta.json (source, tokenizer name) that are not part of the key."""
     t0 = time.time()
-    tokens = tokenize_documents(ds, backend, key.eos_id, fingerprint=f"tok-{folder.name}", log=log)
+    tokens = tokenize_documents(ds, backend, key.eos_id, fingerprint=f"tok-{folder.name}")
     if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= key.vocab_size):
         raise DataError(f"token ids span [{tokens.min()}, {tokens.max()}], outside the tokenizer's "
                         f"{key.vocab_size} ids")

@@ -38,13 +38,7 @@ OFFLINE_OPTIONS = (
 )
 
 # ---------------------------------------------------------------- stdlib
-# Measured on CPython 3.11.7 on the 2-core dev machine: without site-packages the stdlib has
-# 31.5 MB of .py = 10.7 MB library code (612 files, not counting the 1.4 MB of generated codec
-# tables in encodings/, which are skipped) + 19.4 MB of test suites (test/, */tests/, idle_test/).
-# Library code alone gives ~3.2M tokens at vocab 4096 (too few); everything gives 9.4M tokens
-# but tokenizing runs at only ~2 MB/s (one core; see blocks.py), ~35 s for all of it. So:
-# library code first, then test suites, each in sorted order, until STDLIB_MAX_BYTES. 20 MB
-# -> 1155 files, 5.77M tokens, ~18 s to prepare (BPE training ~7 s, tokenizing ~10.6 s).
+# Library code first, then test suites, up to 20 MB: ~5.8M tokens at vocab 4096 (README, "Data").
 STDLIB_MAX_BYTES = 20_000_000
 STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "encodings"})
 STDLIB_TEST_DIRS = frozenset({"test", "tests", "idle_test"})

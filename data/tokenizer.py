@@ -21,9 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from utils.io import atomic_dir
 from data.corpus import DataError, Source, check_hub_reachable
-from utils.io import atomic_write_text
+from utils.io import atomic_dir, atomic_write_text
 
 EOT = "<|endoftext|>"
 BPE_RECIPE = "bpe-v1"  # bump when train_bpe changes: old cached tokenizers then live in other folders
@@ -95,7 +94,7 @@ def _cache_error(folder: Path, problem: str) -> DataError:
                      f"(it is rebuilt) or pass another --cache_dir")
 
 
-def _load_cached(folder: Path, expect: dict, name: str):
+def _load_cached(folder: Path, expect: dict):
     try:
         meta = json.loads((folder / META_NAME).read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -148,7 +147,7 @@ def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, lo
     folder = cache_root / "tokenizers" / f"{BPE_RECIPE}-{source.source_hash[:12]}-V{vocab_size}"
     expect = {"recipe": BPE_RECIPE, "source_hash": source.source_hash, "requested_vocab_size": vocab_size}
     if folder.exists():
-        tok, tok_hash = _load_cached(folder, expect, "bpe")
+        tok, tok_hash = _load_cached(folder, expect)
         log(f"data: tokenizer from cache {folder}")
         return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
     t0 = time.time()
@@ -165,7 +164,7 @@ def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, lo
         tok_hash = hash_tokenizer(tmp)
         atomic_write_text(tmp / META_NAME, json.dumps({**expect, "tokenizer_hash": tok_hash,
                                                        "vocab_size": len(wrapped), "eos_token": EOT}, indent=2) + "\n")
-    tok, tok_hash = _load_cached(folder, expect, "bpe")
+    tok, tok_hash = _load_cached(folder, expect)
     log(f"data: trained byte-level BPE (vocab {len(tok)}) in {time.time() - t0:.1f}s -> {folder}")
     return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
 
@@ -175,7 +174,7 @@ def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
     folder = cache_root / "tokenizers" / f"hub-{safe}"
     expect = {"repo_id": repo_id}
     if folder.exists():
-        tok, tok_hash = _load_cached(folder, expect, repo_id)
+        tok, tok_hash = _load_cached(folder, expect)
         log(f"data: tokenizer {repo_id} from cache {folder}")
         return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, repo_id), repo_id)
     try:
@@ -191,6 +190,6 @@ def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
         tok.save_pretrained(str(tmp))
         atomic_write_text(tmp / META_NAME, json.dumps({**expect, "tokenizer_hash": hash_tokenizer(tmp, tok)},
                                                       indent=2) + "\n")
-    tok, tok_hash = _load_cached(folder, expect, repo_id)
+    tok, tok_hash = _load_cached(folder, expect)
     log(f"data: tokenizer {repo_id} saved to {folder}")
     return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, repo_id), repo_id)

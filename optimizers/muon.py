@@ -8,7 +8,7 @@ Two orthogonalizers are provided, both pure functions of a matrix or a batch of 
 - `newton_schulz`: the classic Muon quintic with fixed coefficients (3.4445, -4.7750, 2.0315).
 
 Both approximate polar(G) = U V^T for G = U S V^T. Neither converges exactly in 5 steps: the
-singular values of the output are only near 1 (see tests/test_muon.py for measured errors).
+singular values of the output are only near 1 (tests/optimizers/test_muon.py asserts the measured errors).
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from collections import defaultdict
 from typing import Callable, Iterable
 
 import torch
+
+from utils.runtime import cpu_has_native_bf16
 
 # Polar Express degree-5 coefficients (a, b, c) for p(x) = a x + b x^3 + c x^5, from Algorithm 1 of
 # the paper (optimal for an initial spectrum in [1e-3, 1]). From the 8th iteration on the optimal
@@ -39,29 +41,11 @@ POLAR_EXPRESS_COEFFS = tuple((a / _PE_SAFETY, b / _PE_SAFETY ** 3, c / _PE_SAFET
 
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)
 
-# Compute dtype of the iteration. CUDA: bfloat16 (tensor cores; the paper's safety factor is there
-# for bf16 round-off). CPU: bfloat16 when the CPU has native bf16 dot products (AVX512-BF16 or AMX),
-# else float32. Measured on this project's 2-core AMD EPYC (Zen 4, avx512_bf16; torch 2.13 + MKL/
-# oneDNN, 2 threads, machine otherwise idle), 5-step polar_express over the 48 Muon matrices of the
-# 8-layer d_model-256 reference model (16x[256,256], 16x[128,256], 16x[256,1024], batched by shape):
-#     float32 230-280 ms, bfloat16 105-115 ms (medians of 7, several runs; a whole Muon step:
-#     float32 232-286 ms, bfloat16 122-129 ms, against ~0.86-1.1 s for the model's fwd+bwd).
-# Per matmul [16,256,1024] @ [16,1024,256]: fp32 21.5 ms, bf16 5.8 ms. Accuracy barely moves:
-# max |sigma - 1| 0.133 (bf16) vs 0.130 (fp32) on Gaussian rectangular matrices, and the same
-# 0.084-0.090 relative Frobenius distance to U V^T (the 5-step approximation error dominates).
-# Without native bf16 (e.g. AVX2-only CPUs) oneDNN emulates bf16 and it is slower than fp32.
-def _cpu_has_native_bf16() -> bool:
-    try:
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except AttributeError:  # private helpers missing in some torch version: be conservative
-        return False
-
-
-_CPU_BF16 = _cpu_has_native_bf16()
-
 
 def default_compute_dtype(device: torch.device) -> torch.dtype:
-    if device.type == "cuda" or (device.type == "cpu" and _CPU_BF16):
+    """bfloat16 on CUDA and on CPUs with native bf16 dot products (2.5x faster than float32 there, same
+    accuracy: README, "Speed"), else float32 (emulated bf16 is slower than float32)."""
+    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
         return torch.bfloat16
     return torch.float32
 

@@ -225,7 +225,8 @@ class Trainer:
 
     def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
         ckpt = latest_checkpoint(self.out / "checkpoints")
-        kept = f"the last good checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint was written yet"
+        kept = (f"the last good checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
+                else "no checkpoint was written yet")
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
             f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.")

@@ -1,6 +1,7 @@
 """Device, precision, seeding and provenance helpers."""
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -21,21 +22,19 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return dev
 
 
+@functools.cache
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU has bf16 matmul instructions (AVX512-BF16 or AMX), which oneDNN uses."""
+    """True when the CPU has bf16 dot-product instructions (AVX512-BF16 or AMX); without them oneDNN
+    emulates bf16, which is slower than fp32."""
     try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
+        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # private helpers missing in some torch version: be conservative
         return False
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
-    """'auto' -> 'bf16' on CUDA with bf16 support and on CPUs with native bf16 matmuls, else 'fp32'.
-
-    On this project's 2-core AVX512-BF16 machine, bf16 autocast trains the tiny and
-    reference configs several times faster than fp32 (research/benchmark.py prints
-    both); on a CPU without native bf16 it is slower, so auto keeps fp32 there.
-    """
+    """'auto' -> 'bf16' on CUDA with bf16 support and on CPUs with native bf16 dot products, else 'fp32'
+    (research/benchmark.py measures both)."""
     if precision != "auto":
         return precision
     if device.type == "cuda":

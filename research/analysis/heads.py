@@ -20,11 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.series import mean_over_seeds
-from research.results.read import d_head_of, layer_series, probe_tokens, seed_of
+from research.results.read import d_head_of, layer_series, probe_tokens, seed_of, seeds_text
 from research.results.values import as_float
+from research.results.vocabulary import MAIN_SITE
 
 MARGIN = 0.1
-SITE = "k_norm"
+SITE = MAIN_SITE
 HEAD_METRICS = ("norm_mean", "max_abs", "pr_vec")          # per KV head, from probes[*].layers[*].k_norm
 ATTN_METRICS = ("entropy", "sink_mass", "qk_ratio")        # per query head, grouped onto KV heads
 
@@ -41,7 +42,7 @@ class HeadSeries:
     gains: list  # [probe][layer] -> k_norm gain vector or None
     qk_norm: str | None
     d_head: int | None
-    seed: object
+    seed: int | None
 
 
 def _nan_list(values, n):
@@ -76,7 +77,7 @@ def head_series(res: dict) -> HeadSeries | None:
             if g and g.get("values"):
                 gains[p][i] = np.asarray(g["values"], dtype=float)
     return HeadSeries(series=out, tokens=probe_tokens(res), n_layers=L, n_kv=n_kv, group=group, gains=gains,
-                      qk_norm=model.get("qk_norm"), d_head=d_head_of(res)[0], seed=res.get("seed"))
+                      qk_norm=model.get("qk_norm"), d_head=d_head_of(res)[0], seed=seed_of(res))
 
 
 @dataclass(frozen=True)
@@ -172,8 +173,6 @@ def analyze(runs: dict[str, list[dict]], layer: int | None = None) -> dict[str, 
             shown = LayerChoice(layer, "set by the caller") if layer is not None else widest
             per_run.append(RunHeads(h, widest, shown, classify(h.series["norm_mean"][-1], h.series["entropy"][-1])))
         er = mean_over_seeds([layer_series(r, "erank", SITE) for r in with_probes])
-        n = len(with_probes)
-        seed0 = seed_of(with_probes[0])
-        seeds = f"mean over {n} seeds" if n > 1 else (f"seed {seed0}" if seed0 is not None else "1 run")
-        out[cond] = HeadsCondition(per_run, n, er, probe_tokens(with_probes[0])[:er.shape[0]], seeds)
+        out[cond] = HeadsCondition(per_run, len(with_probes), er, probe_tokens(with_probes[0])[:er.shape[0]],
+                                   seeds_text(with_probes))
     return out

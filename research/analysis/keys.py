@@ -13,20 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.series import mean_over_seeds, nanmean
-from research.results.read import d_head_of, layer_series, probe_tokens, seed_of
+from research.results.read import d_head_of, layer_series, probe_tokens, seeds_text
+from research.results.vocabulary import MAIN_SITE
 
-SITE = "k_norm"
+SITE = MAIN_SITE
 METRICS = ("norm_mean", "max_abs", "peak_frac", "cos_mean", "std")
 DEFAULT_D_HEAD = 64  # when a file records neither the config nor any gain
 AT_TOLERANCE = 0.01  # a final norm within +-1% of sqrt(d_head) counts as "at" sqrt(d_head)
-
-
-def seeds_text(runs: list[dict]) -> str:
-    """'seed 3', '1 run' (seed unknown) or 'mean over n seeds'."""
-    if len(runs) == 1:
-        seed = seed_of(runs[0])
-        return f"seed {seed}" if seed is not None else "1 run"
-    return f"mean over {len(runs)} seeds"
 
 
 def layer_groups(n_layers: int) -> dict[str, list[int]]:

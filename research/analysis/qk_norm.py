@@ -3,13 +3,14 @@
 Pure functions of results dicts (runs: condition -> one results dict per seed), each returning
 a small frozen dataclass that the figures and the report receive:
 
-    compare(a, b, rel_tol)  -> Comparison     the equality rule on two conditions' per-seed values
-    triangulate(runs)       -> Verdict        A != B ~ C: gain; A ~ B != C: normalization; all differ: both
-    claims(runs)            -> dict[str, Claim]   the write-ups' four claims
-    u_shape(trajectory)     -> UShape
-    analyze(runs)           -> QkNormAnalysis everything the figures and report need
+    triangulate(runs)   -> Verdict          A != B ~ C: gain; A ~ B != C: normalization; all differ: both
+    summary(runs)       -> dict             finals per condition (combined.json)
+    pairwise(runs)      -> [PairDifference] every pair in final PR and losses
+    layer_effects(runs) -> LayerEffects     the causal decomposition per layer
+    analyze(runs)       -> QkNormAnalysis   all of the above and the write-ups' claims (research.analysis.claims)
 
-"Final" values are the last entry of a run's `mean_pr`, `loss` and `val_loss`.
+The equality rule is research.analysis.rules; "final" values are the last entry of a run's
+`mean_pr`, `loss` and `val_loss`.
 """
 from __future__ import annotations
 
@@ -18,88 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.series import aligned
-from research.analysis.stats import diff_ci95, mean_ci95, roughly_equal, spearman_rho, welch_t_test
-from research.results.read import last, layer_keys, seed_of
+from research.analysis.claims import claims
+from research.analysis.rules import ALPHA, FINAL_FIELDS, PR_REL_TOL, compare, conditions, finals, rule_text, runs_of
+from research.analysis.stats import diff_ci95, mean_ci95, welch_t_test
+from research.results.read import layer_keys, seed_of
 from research.results.values import as_float, json_safe
 from research.results.vocabulary import LETTERS, QK_CONDITIONS, label
-
-# The equality rule (stated in report.md): two conditions are "equal" in a quantity when the difference of
-# their means is below REL_TOL of the mean of the two, AND, when both have >= 2 seeds, Welch's t-test does
-# not reject equality at ALPHA. Key PR differences of a few percent are visible in the write-ups' curves;
-# losses of the three conditions sit within ~2% of each other, so loss uses a finer threshold (0.5% is
-# ~0.02 nats at loss 3.6).
-PR_REL_TOL = 0.03
-LOSS_REL_TOL = 0.005
-ALPHA = 0.05
-# U-shaped trajectory: the minimum of mean_pr lies strictly inside, and both the start and the end are
-# above the minimum by at least U_MARGIN of the minimum.
-U_MARGIN = 0.05
-FINAL_FIELDS = ("mean_pr", "loss", "val_loss")
-
-
-def conditions(runs: dict) -> list[str]:
-    """Conditions with at least one run: the study's three in A, B, C order, then any others."""
-    known = [c for c in QK_CONDITIONS if runs.get(c)]
-    return known + [c for c in runs if c not in QK_CONDITIONS and runs.get(c)]
-
-
-def runs_of(runs: dict, cond: str) -> list[dict]:
-    r = runs.get(cond) or []
-    return [r] if isinstance(r, dict) else list(r)
-
-
-def finals(runs: dict, cond: str, field: str) -> list[float]:
-    """The last value of `field` in every seed of a condition."""
-    return [last(r, field) for r in runs_of(runs, cond)]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The equality rule and the verdict
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Two conditions' per-seed values under the equality rule (first minus second)."""
-
-    mean_a: float
-    mean_b: float
-    diff: float
-    diff_ci95: float
-    rel: float  # |difference| / mean of the two magnitudes
-    close: bool  # below the threshold
-    tested: bool  # both sides have >= 2 seeds, so Welch's test ran
-    t: float
-    dof: float
-    p: float
-    equal: bool
-    n_a: int
-    n_b: int
-    rel_tol: float
-
-
-def compare(a_values, b_values, rel_tol: float, alpha: float = ALPHA) -> Comparison:
-    """equal = |mean_a - mean_b| < rel_tol * mean of |means| (research.analysis.stats.roughly_equal), AND,
-    when both sides have >= 2 values, Welch's p >= alpha."""
-    ma, _ = mean_ci95(a_values)
-    mb, _ = mean_ci95(b_values)
-    na = int(np.isfinite(np.array([as_float(v) for v in a_values], dtype=float)).sum())
-    nb = int(np.isfinite(np.array([as_float(v) for v in b_values], dtype=float)).sum())
-    close = roughly_equal(ma, mb, rel_tol)
-    scale = (abs(ma) + abs(mb)) / 2
-    rel = abs(ma - mb) / scale if scale > 0 else 0.0
-    tested = na >= 2 and nb >= 2
-    t, dof, p = welch_t_test(a_values, b_values) if tested else (math.nan, math.nan, math.nan)
-    diff, diff_half = diff_ci95(a_values, b_values)
-    equal = close and (not tested or p >= alpha)
-    return Comparison(mean_a=ma, mean_b=mb, diff=diff, diff_ci95=diff_half, rel=rel, close=close, tested=tested,
-                      t=t, dof=dof, p=p, equal=equal, n_a=na, n_b=nb, rel_tol=rel_tol)
-
-
-def rule_text(rel_tol: float, quantity: str) -> str:
-    return (f"two conditions are called equal in {quantity} when the difference of their means is below "
-            f"{rel_tol:.1%} of the mean of the two AND, when both have at least 2 seeds, Welch's t-test does "
-            f"not reject equality (p \u2265 {ALPHA})")
 
 
 @dataclass(frozen=True)
@@ -160,163 +85,6 @@ def triangulate(runs: dict, rel_tol: float = PR_REL_TOL) -> Verdict:
              + (f" and Welch p \u2265 {ALPHA}" if any(tested) else " (one run each: no test)"))
     return Verdict(verdict=verdict, key=key, tentative=bool(weak), pairs=pairs, rule=rule_text(rel_tol, "final PR"),
                    rule_short=short, rule_applied=applied)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The write-ups' claims
-
-
-@dataclass(frozen=True)
-class UShape:
-    u: bool
-    reason: str  # why not, when not
-    start: float
-    min: float
-    end: float
-    i_min: int  # index of the minimum in the trajectory (-1 when untestable)
-    n: int
-
-
-def u_shape(y) -> UShape:
-    """Is a trajectory U-shaped? min strictly inside, start and end above it by >= U_MARGIN of the min."""
-    y = np.array([as_float(v) for v in y], dtype=float)
-    ok = np.isfinite(y)
-    if ok.sum() < 3:
-        return UShape(False, "fewer than 3 probes", math.nan, math.nan, math.nan, -1, len(y))
-    idx = np.flatnonzero(ok)
-    vals = y[idx]
-    i = int(np.argmin(vals))
-    start, low, end = float(vals[0]), float(vals[i]), float(vals[-1])
-    margin = U_MARGIN * abs(low)
-    inside = 0 < i < len(vals) - 1
-    falls, rises = start - low >= margin, end - low >= margin
-    if not inside:
-        reason = "minimum at the " + ("start" if i == 0 else "end")
-    elif not falls:
-        reason = f"falls by only {start - low:.2f} (< margin {margin:.2f})"
-    elif not rises:
-        reason = f"recovers by only {end - low:.2f} (< margin {margin:.2f})"
-    else:
-        reason = ""
-    return UShape(inside and falls and rises, reason, start, low, end, int(idx[i]), len(y))
-
-
-@dataclass(frozen=True)
-class Claim:
-    claim: str
-    status: str  # holds / does not hold / partly / cannot be tested (+ " (tentative)")
-    text: str  # the evidence
-
-
-def _mean_traj(runs: dict, cond: str) -> tuple[np.ndarray, np.ndarray]:
-    x, y = aligned(runs_of(runs, cond), lambda r: r["mean_pr"])
-    return x, (np.nanmean(y, axis=0) if y.size else np.zeros(0))
-
-
-def _claim_gain(runs: dict, tri: Verdict) -> Claim:
-    ab, bc = tri.pairs.get(("QK", "QK_frozen")), tri.pairs.get(("QK_frozen", "NoQK"))
-    if ab and bc:
-        status = "holds" if tri.key == "gain" else "does not hold"
-        if tri.tentative:
-            status += " (tentative)"
-        text = (f"A\u2212B = {ab.diff:+.1f} ({ab.rel:.1%} of the mean, "
-                f"{'equal' if ab.equal else 'different'}), B\u2212C = {bc.diff:+.1f} ({bc.rel:.1%}, "
-                f"{'equal' if bc.equal else 'different'}); verdict: {tri.verdict}.")
-    else:
-        status, text = "cannot be tested", "needs QK, QK_frozen and NoQK."
-    return Claim("the learned gain drives key PR (A\u2260B and B\u2248C)", status, text)
-
-
-def _claim_pr_not_loss(runs: dict, conds: list[str], fin: dict) -> Claim:
-    claim = "key PR does not predict loss"
-    if len(conds) < 2:
-        return Claim(claim, "cannot be tested", "needs at least two conditions.")
-    lines, n_conc, n_other = [], 0, 0
-    for i, x in enumerate(conds):
-        for y in conds[i + 1:]:
-            pr = compare(finals(runs, x, "mean_pr"), finals(runs, y, "mean_pr"), PR_REL_TOL)
-            lo = compare(finals(runs, x, "loss"), finals(runs, y, "loss"), LOSS_REL_TOL)
-            lx, ly = LETTERS[x], LETTERS[y]
-            if not all(map(math.isfinite, (pr.mean_a, pr.mean_b, lo.mean_a, lo.mean_b))):
-                lines.append(f"{lx} vs {ly}: no final PR or train loss to compare")
-                continue
-            if pr.equal and lo.equal:
-                kind = "neither PR nor loss differs"
-            elif pr.equal:
-                kind, n_other = "loss differs but PR does not", n_other + 1
-            elif lo.equal:
-                kind, n_other = "PR differs but loss does not", n_other + 1
-            elif (pr.diff > 0) == (lo.diff < 0):
-                kind, n_conc = "concordant: the higher-PR condition has the lower loss", n_conc + 1
-            else:
-                kind, n_other = "discordant: the higher-PR condition has the higher loss", n_other + 1
-            lines.append(f"{lx} vs {ly}: PR {pr.diff:+.1f} ({pr.rel:.1%}), train loss "
-                         f"{lo.diff:+.3f} ({lo.rel:.2%}) \u2192 {kind}")
-    by_pr = sorted(conds, key=lambda c: -fin[c]["mean_pr"])
-    by_loss = sorted(conds, key=lambda c: fin[c]["loss"])
-    rho = spearman_rho([fin[c]["mean_pr"] for c in conds], [fin[c]["loss"] for c in conds])
-    status = "holds" if n_other else ("does not hold" if n_conc else "cannot be tested")
-    text = (f"order by final PR (highest first): {' > '.join(LETTERS[c] for c in by_pr)}; by final train "
-            f"loss (lowest first): {' < '.join(LETTERS[c] for c in by_loss)}; Spearman \u03c1(PR, loss) = "
-            f"{rho:+.2f} over {len(conds)} conditions (\u22121 would mean higher PR always goes with lower "
-            f"loss). Pairs (PR rule {PR_REL_TOL:.0%}, loss rule {LOSS_REL_TOL:.1%}): " + "; ".join(lines) + ".")
-    return Claim(claim, status, text)
-
-
-def _claim_u_shape(runs: dict, conds: list[str]) -> Claim:
-    claim = "the PR trajectory is U-shaped (falls, then recovers)"
-    if not conds:
-        return Claim(claim, "cannot be tested", "no runs.")
-    parts, n_u = [], 0
-    for c in conds:
-        x, traj = _mean_traj(runs, c)
-        u = u_shape(traj)
-        n_u += u.u
-        per_seed = [u_shape(r["mean_pr"]).u for r in runs_of(runs, c)]
-        seeds = f" (U-shaped in {sum(per_seed)} of {len(per_seed)} seeds)" if len(per_seed) > 1 else ""
-        parts.append(f"{LETTERS[c]}: {u.start:.1f} \u2192 min {u.min:.1f} "
-                     + (f"(at {x[u.i_min] / 1e6:.3g}M tokens) " if u.i_min >= 0 else "")
-                     + f"\u2192 {u.end:.1f}, " + ("U-shaped" if u.u else f"not U-shaped ({u.reason})") + seeds)
-    testable = sum(len(_mean_traj(runs, c)[1]) >= 3 for c in conds)
-    status = "holds" if n_u == len(conds) else ("does not hold" if n_u == 0 else "partly")
-    if not testable:
-        status = "cannot be tested"
-    text = (f"rule: the minimum of mean PR lies strictly inside the run and both the start and the end are "
-            f"above it by at least {U_MARGIN:.0%} of the minimum. " + "; ".join(parts) + ".")
-    return Claim(claim, status, text)
-
-
-def _claim_frozen_worse(runs: dict, conds: list[str]) -> Claim:
-    claim = "a frozen gain is worse than no QK-norm (final train loss B > C)"
-    if not ("QK_frozen" in conds and "NoQK" in conds):
-        return Claim(claim, "cannot be tested", "needs QK_frozen and NoQK.")
-    lo = compare(finals(runs, "QK_frozen", "loss"), finals(runs, "NoQK", "loss"), LOSS_REL_TOL)
-    va = compare(finals(runs, "QK_frozen", "val_loss"), finals(runs, "NoQK", "val_loss"), LOSS_REL_TOL)
-    pr = compare(finals(runs, "QK_frozen", "mean_pr"), finals(runs, "NoQK", "mean_pr"), PR_REL_TOL)
-    if not (math.isfinite(lo.mean_a) and math.isfinite(lo.mean_b)):
-        status, how = "cannot be tested", "a final train loss is missing"
-    elif lo.equal:
-        status, how = "does not hold", "no difference by the rule"
-    elif lo.diff > 0:
-        status, how = "holds", "B's loss is higher"
-    else:
-        status, how = "does not hold", "B's loss is lower: the frozen gain trains better"
-    text = (f"final train loss B {lo.mean_a:.3f} vs C {lo.mean_b:.3f} (B\u2212C {lo.diff:+.3f}, "
-            f"{lo.rel:.2%}" + (f", Welch p = {lo.p:.3g}" if lo.tested else "") + f"): {how}. "
-            f"Validation loss B\u2212C {va.diff:+.3f}" + (f" (p = {va.p:.3g})" if va.tested else "")
-            + f". In key PR, B\u2212C = {pr.diff:+.1f} ("
-            + ("no difference by the rule" if pr.equal else
-               f"{'lower' if pr.diff < 0 else 'higher'} rank with the frozen gain") + ").")
-    return Claim(claim, status, text)
-
-
-def claims(runs: dict, tri: Verdict | None = None) -> dict[str, Claim]:
-    """The write-ups' four claims checked on these runs, keyed a-d."""
-    tri = tri or triangulate(runs)
-    conds = [c for c in QK_CONDITIONS if runs.get(c)]
-    fin = {c: {f: mean_ci95(finals(runs, c, f))[0] for f in FINAL_FIELDS} for c in conds}
-    return {"a": _claim_gain(runs, tri), "b": _claim_pr_not_loss(runs, conds, fin),
-            "c": _claim_u_shape(runs, conds), "d": _claim_frozen_worse(runs, conds)}
 
 
 # ---------------------------------------------------------------------------------------------------------

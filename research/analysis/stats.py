@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from research.results.values import as_array, present as _clean
+from research.results.values import as_array
+from research.results.values import present as _clean
 
 _TINY = 1e-300
 _EPS = 1e-15

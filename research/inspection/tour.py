@@ -17,9 +17,9 @@ time, and of the hidden states only the last 15 layers' are kept (for the 15-lay
 gap) plus the current one: 16 x B x T x d x 4 bytes (float32), e.g. 134 MB for a 7B
 model (d = 4096) at B = 1, T = 512. Attention (the probe's attention_metrics) keeps scores
 and probabilities of one block of Q = 64 queries: 2 x B x Hq x Q x T x 4 bytes (17 MB at
-Hq = 32, T = 512) plus float32 copies of one layer's q, k, v; key metrics hold one layer's keys and a few D x D matrices per head;
-the logit lens holds positions x vocab logits. The model's own activations for one
-layer (no KV cache) come on top, as in any forward.
+Hq = 32, T = 512) plus float32 copies of one layer's q, k, v; key metrics hold one layer's
+keys and a few D x D matrices per head; the logit lens holds positions x vocab logits. The
+model's own activations for one layer (no KV cache) come on top, as in any forward.
 """
 from __future__ import annotations
 
@@ -168,6 +168,70 @@ def _positions(spec: list[int] | None, T: int) -> list[int]:
     return out
 
 
+def _attention(col: _Collector, L: int, heatmap_layer: int) -> dict:
+    """First-token attention per (layer, head), the sink rate, and the attention arguments per layer."""
+    first = [col.attn[i]["first_token"] for i in range(L)]
+    flat = [x for row in first for x in row]
+    return {"first_token": first, "entropy": [col.attn[i]["entropy"] for i in range(L)],
+            "qk_ratio": [col.attn[i]["qk_ratio"] for i in range(L)],
+            "layer_mean_first_token": [sum(r) / len(r) for r in first],
+            "sink_threshold": SINK_THRESHOLD, "sink_rate": sum(x > SINK_THRESHOLD for x in flat) / len(flat),
+            "heatmap_layer": heatmap_layer, "heatmap": col.heatmap,
+            "scaling": [col.attn[i]["scaling"] for i in range(L)],
+            "sliding_window": [col.attn[i]["sliding_window"] for i in range(L)],
+            "softcap": [col.attn[i]["softcap"] for i in range(L)]}
+
+
+def _hidden(col: _Collector, L: int) -> dict:
+    """Similarity of hidden states 0..L (0 = embeddings, L = the last layer's output, before the final norm)."""
+    adj_mean = [col.adjacent[l][0] for l in range(L)]
+    gaps = {}
+    for g in GAPS:
+        starts = list(range(0, L + 1 - g))
+        gaps[str(g)] = {"start_layer": starts, "measured": [col.gaps[g][l] for l in starts],
+                        "predicted": [math.prod(adj_mean[l:l + g]) for l in starts]}
+    return {"states": L + 1, "adjacent_mean": adj_mean, "adjacent_std": [col.adjacent[l][1] for l in range(L)],
+            "gaps": gaps,
+            "neighbour": {k: [col.neighbour[l][k] for l in range(L + 1)] for k in ("d1", "d2", "all_pairs")}}
+
+
+def _amplitude(col: _Collector, adapter: Adapter) -> dict:
+    """RMS of the hidden states and the mean gains of the layers' norms."""
+    L = adapter.n_layers
+    gains = {}
+    for i in range(L):
+        for name, g in adapter.layer_gains(i).items():
+            gains.setdefault(name, []).append(g.mean().item())
+    fin = adapter.gain(adapter.final_norm_module())
+    return {"rms": [col.rms[l][0] for l in range(L + 1)], "rms_excl_first": [col.rms[l][1] for l in range(L + 1)],
+            "mean_gain": gains, "final_norm_mean_gain": None if fin is None else fin.mean().item()}
+
+
+def _logit_lens(col: _Collector, L: int, positions: list[int], top_k: int, decode) -> list[dict]:
+    lens = []
+    for l in range(L + 1):
+        top = torch.softmax(col.lens[l], dim=-1).topk(top_k, dim=-1)
+        lens.append({"layer": l, "positions": [
+            {"pos": ps, "ids": top.indices[j].tolist(), "tokens": [decode(t) for t in top.indices[j].tolist()],
+             "probs": top.values[j].tolist()} for j, ps in enumerate(positions)]})
+    return lens
+
+
+def _keys(col: _Collector, adapter: Adapter, attention: dict) -> dict:
+    """Key metrics per layer and site, the layer's attention metrics and its q/k gain statistics."""
+    layers = []
+    for i in range(adapter.n_layers):
+        q_norm, k_norm = adapter.qk_norms(i)
+        rec = {"layer": i, **col.keys[i],
+               "attn": {"entropy": attention["entropy"][i], "qk_ratio": attention["qk_ratio"][i],
+                        "sink_mass": attention["first_token"][i]},
+               "gamma_k": gamma_stats(adapter.gain(k_norm)), "gamma_q": gamma_stats(adapter.gain(q_norm))}
+        rec["means"] = {f"{s}.{n}": v for s in ("k_proj", *SITES) if s in col.keys[i]
+                        for n, v in layer_means({m: torch.tensor(x) for m, x in col.keys[i][s].items()}).items()}
+        layers.append(rec)
+    return {"sites": [s for s in ("k_proj", *SITES) if s in col.keys[0]], "layers": layers}
+
+
 @torch.no_grad()
 def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, positions: list[int] | None = None,
                   top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512) -> dict:
@@ -183,76 +247,24 @@ def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, pos
         raise InspectError(f"heatmap layer {hl} outside 0..{L - 1}")
     pos = _positions(positions, T)
     col = _Collector(adapter, pos, top_k, hl)
-    device = next(adapter.model.parameters()).device
     with adapter.capture(col):
-        logits = adapter.forward(ids.to(device))
-    model_top = logits[0, pos].float().topk(top_k, dim=-1).indices.tolist()
+        logits = adapter.forward(ids.to(next(adapter.model.parameters()).device))
 
-    # Attention: first-token attention per (layer, head), sink rate.
-    first = [col.attn[i]["first_token"] for i in range(L)]
-    flat = [x for row in first for x in row]
-    attention = {"first_token": first, "entropy": [col.attn[i]["entropy"] for i in range(L)],
-                 "qk_ratio": [col.attn[i]["qk_ratio"] for i in range(L)],
-                 "layer_mean_first_token": [sum(r) / len(r) for r in first],
-                 "sink_threshold": SINK_THRESHOLD, "sink_rate": sum(x > SINK_THRESHOLD for x in flat) / len(flat),
-                 "heatmap_layer": hl, "heatmap": col.heatmap,
-                 "scaling": [col.attn[i]["scaling"] for i in range(L)],
-                 "sliding_window": [col.attn[i]["sliding_window"] for i in range(L)],
-                 "softcap": [col.attn[i]["softcap"] for i in range(L)]}
-
-    # Hidden-state similarity: states 0..L (0 = embeddings, L = last layer's output, pre final norm).
-    adj_mean = [col.adjacent[l][0] for l in range(L)]
-    gaps = {}
-    for g in GAPS:
-        starts = list(range(0, L + 1 - g))
-        gaps[str(g)] = {"start_layer": starts, "measured": [col.gaps[g][l] for l in starts],
-                        "predicted": [math.prod(adj_mean[l:l + g]) for l in starts]}
-    hidden = {"states": L + 1, "adjacent_mean": adj_mean, "adjacent_std": [col.adjacent[l][1] for l in range(L)],
-              "gaps": gaps, "neighbour": {k: [col.neighbour[l][k] for l in range(L + 1)]
-                                          for k in ("d1", "d2", "all_pairs")}}
-
-    gains = {}
-    for i in range(L):
-        for name, g in adapter.layer_gains(i).items():
-            gains.setdefault(name, []).append(g.mean().item())
-    fin = adapter.gain(adapter.final_norm_module())
-    amplitude = {"rms": [col.rms[l][0] for l in range(L + 1)], "rms_excl_first": [col.rms[l][1] for l in range(L + 1)],
-                 "mean_gain": gains, "final_norm_mean_gain": None if fin is None else fin.mean().item()}
-
-    # Logit lens.
     def decode(i):
         return tokenizer.decode([i])
-    lens = []
-    for l in range(L + 1):
-        z = col.lens[l]
-        p = torch.softmax(z, dim=-1)
-        top = p.topk(top_k, dim=-1)
-        lens.append({"layer": l, "positions": [
-            {"pos": ps, "ids": top.indices[j].tolist(), "tokens": [decode(t) for t in top.indices[j].tolist()],
-             "probs": top.values[j].tolist()} for j, ps in enumerate(pos)]})
-
-    keys = []
-    for i in range(L):
-        q_norm, k_norm = adapter.qk_norms(i)
-        rec = {"layer": i, **col.keys[i],
-               "attn": {n: attention[n][i] for n in ("entropy", "qk_ratio")} | {"sink_mass": first[i]},
-               "gamma_k": gamma_stats(adapter.gain(k_norm)), "gamma_q": gamma_stats(adapter.gain(q_norm))}
-        rec["means"] = {f"{s}.{n}": v for s in ("k_proj", *SITES) if s in col.keys[i]
-                        for n, v in layer_means({m: torch.tensor(x) for m, x in col.keys[i][s].items()}).items()}
-        keys.append(rec)
-    sites = [s for s in ("k_proj", *SITES) if s in col.keys[0]]
-
+    attention = _attention(col, L, hl)
     d = adapter.d_model
     return {
-        "model": getattr(adapter, "source", "?"), "family": adapter.family, "model_type": adapter.model_type,
+        "model": adapter.source, "family": adapter.family, "model_type": adapter.model_type,
         "dtype": str(next(adapter.model.parameters()).dtype).replace("torch.", ""),
         "n_layers": L, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim,
         "d_model": d, "prompt": prompt, "n_tokens": T, "token_ids": ids[0].tolist(),
         "tokens": [decode(t) for t in ids[0].tolist()],
         "params": param_tally(adapter), "weights": weight_stats(adapter), "attention": attention,
-        "hidden": hidden, "amplitude": amplitude,
-        "logit_lens": {"positions": pos, "top_k": top_k, "layers": lens, "model_top_ids": model_top},
-        "keys": {"sites": sites, "layers": keys},
+        "hidden": _hidden(col, L), "amplitude": _amplitude(col, adapter),
+        "logit_lens": {"positions": pos, "top_k": top_k, "layers": _logit_lens(col, L, pos, top_k, decode),
+                       "model_top_ids": logits[0, pos].float().topk(top_k, dim=-1).indices.tolist()},
+        "keys": _keys(col, adapter, attention),
         "memory": {"bound": "16 x B x T x d x 4 bytes of hidden states (ring of the last 15 layers + current), "
                             "plus 2 x B x Hq x 64 x T x 4 bytes of attention scratch, beyond the weights",
                    "hidden_ring_bytes_bound": 16 * B * T * d * 4, "hidden_ring_bytes_peak": col.peak_ring_bytes,

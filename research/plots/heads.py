@@ -148,6 +148,7 @@ def gamma_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: str):
 
 
 def _seed_txt(h: HeadSeries, n: int) -> str:
+    """Per-head figures show one run: which one."""
     base = f"seed {h.seed}" if h.seed is not None else "first run"
     return base + (f" (first of {n} seeds)" if n > 1 else "")
 

@@ -36,72 +36,76 @@ def _sqrt_line(ax, d_head: int) -> None:
                label=f"√d_head = {math.sqrt(d_head):.2f} (d_head = {d_head})")
 
 
-def analysis_figure(cond: str, data: KeyDynamics):
-    s, L = data.series, data.n_layers
-    groups = data.groups
+def _panel_norm(ax, data: KeyDynamics) -> None:
     w = smoothing_window(len(data.tokens))
     smooth_txt = (f"moving average over {w} probes; faint: raw" if w > 1
                   else f"not smoothed: only {len(data.tokens)} probes")
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    (a, b), (c, d) = axes
-
-    x = tokens_axis(a, data.tokens)
-    for g, layers in groups.items():
-        y = group_mean(s["norm_mean"], layers)
+    x = tokens_axis(ax, data.tokens)
+    for g, layers in data.groups.items():
+        y = group_mean(data.series["norm_mean"], layers)
         if w > 1:
-            a.plot(x, y, color=GROUP_COLORS[g], alpha=0.25, lw=1)
-        a.plot(x, smooth(y, w), color=GROUP_COLORS[g], lw=2,
-               label=f"{GROUP_NAMES[g]} ({', '.join(map(str, layers))})")
-    _sqrt_line(a, data.d_head)
-    a.set_ylabel("mean key L2 norm")
-    a.set_title(f"(a) key norm by layer group ({smooth_txt})")
-    a.legend()
+            ax.plot(x, y, color=GROUP_COLORS[g], alpha=0.25, lw=1)
+        ax.plot(x, smooth(y, w), color=GROUP_COLORS[g], lw=2, label=f"{GROUP_NAMES[g]} ({', '.join(map(str, layers))})")
+    _sqrt_line(ax, data.d_head)
+    ax.set_ylabel("mean key L2 norm")
+    ax.set_title(f"(a) key norm by layer group ({smooth_txt})")
+    ax.legend()
 
-    x = tokens_axis(b, data.tokens)
-    picks = [("first", 0, "early"), ("middle", L // 2, "middle"), ("last", L - 1, "final")]
+
+def _panel_outliers(ax, data: KeyDynamics) -> None:
+    L = data.n_layers
+    x = tokens_axis(ax, data.tokens)
     seen = set()
-    for name, layer, g in picks:
-        if layer in seen:
-            continue
-        seen.add(layer)
-        b.plot(x, s["max_abs"][:, layer], color=GROUP_COLORS[g], lw=2, marker="o", ms=3,
-               label=f"layer {layer} ({name})")
-    b.set_ylabel("largest |key component| (outlier magnitude)")
-    b.set_title("(b) outlier magnitude: max |k_j| over all keys, mean over KV heads")
-    b.legend()
+    for name, layer, g in (("first", 0, "early"), ("middle", L // 2, "middle"), ("last", L - 1, "final")):
+        if layer not in seen:
+            seen.add(layer)
+            ax.plot(x, data.series["max_abs"][:, layer], color=GROUP_COLORS[g], lw=2, marker="o", ms=3,
+                    label=f"layer {layer} ({name})")
+    ax.set_ylabel("largest |key component| (outlier magnitude)")
+    ax.set_title("(b) outlier magnitude: max |k_j| over all keys, mean over KV heads")
+    ax.legend()
 
-    x = tokens_axis(c, data.tokens)
-    for g, layers in groups.items():
-        c.plot(x, group_mean(s["cos_mean"], layers), color=GROUP_COLORS[g], lw=2,
-               label=f"{GROUP_NAMES[g]} ({', '.join(map(str, layers))})")
-    c.axhline(0, color="grey", lw=0.8)
-    c.set_ylabel("mean cosine similarity between keys")
-    c.set_title("(c) redundancy: mean pairwise key cosine within a sequence")
-    c.legend()
 
-    final = s["norm_mean"][-1]
+def _panel_redundancy(ax, data: KeyDynamics) -> None:
+    x = tokens_axis(ax, data.tokens)
+    for g, layers in data.groups.items():
+        ax.plot(x, group_mean(data.series["cos_mean"], layers), color=GROUP_COLORS[g], lw=2,
+                label=f"{GROUP_NAMES[g]} ({', '.join(map(str, layers))})")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_ylabel("mean cosine similarity between keys")
+    ax.set_title("(c) redundancy: mean pairwise key cosine within a sequence")
+    ax.legend()
+
+
+def _panel_final_norms(ax, data: KeyDynamics) -> None:
+    L, groups, ref = data.n_layers, data.groups, math.sqrt(data.d_head)
+    final = data.series["norm_mean"][-1]
     colors = [GROUP_COLORS[group_of(i, groups).split("/")[-1]] if group_of(i, groups) != "-" else "#9a9a9a"
               for i in range(L)]
-    d.bar(np.arange(L), final, color=colors, edgecolor="black", lw=0.5)
-    _sqrt_line(d, data.d_head)
-    ref = math.sqrt(data.d_head)
-    d.axhspan(ref * (1 - AT_TOLERANCE), ref * (1 + AT_TOLERANCE), color="grey", alpha=0.2, lw=0,
-              label=f"±{AT_TOLERANCE:.0%}: counted as at √d_head in the report")
+    ax.bar(np.arange(L), final, color=colors, edgecolor="black", lw=0.5)
+    _sqrt_line(ax, data.d_head)
+    ax.axhspan(ref * (1 - AT_TOLERANCE), ref * (1 + AT_TOLERANCE), color="grey", alpha=0.2, lw=0,
+               label=f"±{AT_TOLERANCE:.0%}: counted as at √d_head in the report")
     finite = final[np.isfinite(final)]
     if finite.size:
-        lo = min(finite.min(), math.sqrt(data.d_head))
-        hi = max(finite.max(), math.sqrt(data.d_head))
+        lo, hi = min(finite.min(), ref), max(finite.max(), ref)
         pad = 0.15 * (hi - lo) + 0.05 * hi
-        d.set_ylim(max(0.0, lo - pad), hi + pad)
-    d.set_xlabel("layer")
-    d.set_ylabel("final mean key L2 norm")
-    d.set_xticks(np.arange(L))
-    d.set_title(f"(d) final key norm per layer (at {fmt_tokens(data.tokens[-1])} tokens; y axis not from 0)")
+        ax.set_ylim(max(0.0, lo - pad), hi + pad)
+    ax.set_xlabel("layer")
+    ax.set_ylabel("final mean key L2 norm")
+    ax.set_xticks(np.arange(L))
+    ax.set_title(f"(d) final key norm per layer (at {fmt_tokens(data.tokens[-1])} tokens; y axis not from 0)")
     handles = [Patch(color=GROUP_COLORS[g], label=GROUP_NAMES[g]) for g in groups]
-    if any(c == "#9a9a9a" for c in colors):
+    if "#9a9a9a" in colors:
         handles.append(Patch(color="#9a9a9a", label="other layers"))
-    d.legend(handles=[*handles, *d.get_legend_handles_labels()[0]], fontsize=8)
+    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8)
 
+
+def analysis_figure(cond: str, data: KeyDynamics):
+    """The four-panel key analysis report of one condition."""
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    for ax, panel in zip(axes.ravel(), (_panel_norm, _panel_outliers, _panel_redundancy, _panel_final_norms)):
+        panel(ax, data)
     fig.suptitle(f"Key dynamics: {label(cond)} ({data.seeds}); keys at the k_norm output (pre-RoPE), "
                  f"layer = mean over KV heads", fontsize=12)
     fig.tight_layout()

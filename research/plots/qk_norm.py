@@ -14,7 +14,8 @@ import math
 import matplotlib.transforms as mtransforms
 import numpy as np
 
-from research.analysis.qk_norm import QkNormAnalysis, layer_matrix, runs_of
+from research.analysis.qk_norm import QkNormAnalysis, layer_matrix
+from research.analysis.rules import runs_of
 from research.analysis.series import aligned, mean_band
 from research.plots.common import color, label, message_figure, plt, tokens_axis
 from research.results.read import d_head_of, layer_keys

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from research.analysis.qk_norm import ALPHA, QkNormAnalysis, runs_of
+from research.analysis.qk_norm import QkNormAnalysis
+from research.analysis.rules import ALPHA, runs_of
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.vocabulary import LETTERS

@@ -120,6 +120,15 @@ def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
+def _window_bias(start: int, end: int, lo: int, window: int, device) -> torch.Tensor:
+    """[n, 1, end - lo] additive mask of queries start..end-1 against keys lo..end-1: -1e30 where the key
+    is in the future or `window` or more positions back."""
+    t = torch.arange(start, end, device=device)[:, None]
+    j = torch.arange(lo, end, device=device)[None, :]
+    return torch.zeros(end - start, end - lo, device=device).masked_fill_((j > t) | (t - j >= window), -1e30) \
+        .unsqueeze(1)
+
+
 @torch.no_grad()
 def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, *,
                       scale: float | None = None, window: int | None = None, softcap: float | None = None,
@@ -191,10 +200,7 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
         if window is None:
             s[..., start:end].add_(future_bias[:n, :, :n])                   # only this block has future keys
         else:
-            t = torch.arange(start, end, device=q.device)[:, None]
-            j = torch.arange(lo, end, device=q.device)[None, :]
-            s.add_(torch.zeros(n, end - lo, device=q.device).masked_fill_((j > t) | (t - j >= window), -1e30)
-                   .unsqueeze(1))
+            s.add_(_window_bias(start, end, lo, window, q.device))
         s.sub_(s.amax(-1, keepdim=True))                                     # s' <= 0, max 0
         p = torch.softmax(s, dim=-1)
         if lo == 0:

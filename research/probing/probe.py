@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
-from research.results.vocabulary import ATTENTION_METRICS
+from research.results.vocabulary import ATTENTION_METRICS, PR
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -122,6 +122,6 @@ class KeyProbe:
             if cuda_rng is not None:
                 torch.cuda.set_rng_state_all(cuda_rng)
         layers.sort(key=lambda r: r["layer"])
-        return {"layers": layers, "mean_pr": sum(r["means"]["k_norm.pr_sv"] for r in layers) / len(layers),
+        return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
                 "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
                 "precision": self.precision}

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from research.results.values import as_float
+from research.results.vocabulary import MAIN_SITE
 
 
 def seed_of(res: dict):
@@ -18,6 +19,14 @@ def seed_of(res: dict):
     if res.get("seed") is not None:
         return res["seed"]
     return ((res.get("config") or {}).get("train") or {}).get("seed")
+
+
+def seeds_text(runs: list[dict]) -> str:
+    """How a figure or report names the runs it averages: 'seed 3', '1 run' (seed unknown) or 'mean over n seeds'."""
+    if len(runs) == 1:
+        seed = seed_of(runs[0])
+        return f"seed {seed}" if seed is not None else "1 run"
+    return f"mean over {len(runs)} seeds"
 
 
 def d_head_of(res: dict) -> tuple[int | None, str]:
@@ -52,7 +61,7 @@ def probe_tokens(res: dict) -> np.ndarray:
     return np.array([as_float(t) for t in res.get("tokens", [])], dtype=float)
 
 
-def layer_series(res: dict, metric: str, site: str = "k_norm") -> np.ndarray:
+def layer_series(res: dict, metric: str, site: str = MAIN_SITE) -> np.ndarray:
     """[n_probes, n_layers] layer means of `site.metric` from the probe records (NaN where missing)."""
     probes = res.get("probes") or []
     if not probes:

@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from research.results.values import json_safe
-from research.results.vocabulary import PER_PROBE, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
+from research.results.vocabulary import PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
 from utils.io import atomic_write_text
 
 
@@ -51,7 +51,7 @@ def add_probe(res: dict, record: dict, *, step: int, tokens: int, loss: float | 
     res["probe_time_s"].append(record["probe_time_s"])
     for layer in record["layers"]:
         key = str(layer["layer"])
-        res["layer_pr"].setdefault(key, []).append(layer["means"]["k_norm.pr_sv"])
+        res["layer_pr"].setdefault(key, []).append(layer["means"][PR])
         if qk_norm != "none" and layer["gamma_k"] is not None:
             res["gamma_cv"].setdefault(key, []).append(layer["gamma_k"]["cv"])
         if qk_norm == "learned" and layer["gamma_k"] is not None:

@@ -17,13 +17,7 @@ import torch
 
 from configs import get_preset
 from models import MinimalLLM
-from optimizers import (
-    Muon,
-    build_optimizers,
-    format_split,
-    newton_schulz,
-    polar_express,
-)
+from optimizers import Muon, build_optimizers, format_split, newton_schulz, polar_express
 from optimizers.muon import NEWTON_SCHULZ_COEFFS, POLAR_EXPRESS_COEFFS
 from optimizers.split import check_coverage
 

@@ -1,11 +1,11 @@
-"""research/analysis/qk_norm.py: the equality rule, the verdict, the claims and the tables, on runs whose
-answers are known and on the write-ups' own results."""
+"""research/analysis/{rules,qk_norm,claims}.py: the equality rule, the verdict, the claims and the tables,
+on runs whose answers are known and on the write-ups' own results."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from research.analysis import qk_norm
+from research.analysis import claims, qk_norm, rules
 from research.results.layout import load_study
 from tests.helpers import REFERENCE
 from tests.research.synthetic import qk_run, qk_runs
@@ -53,15 +53,15 @@ def test_equality_rule_needs_small_difference_and_no_significance():
     c = tri.pairs[("QK", "QK_frozen")]
     assert c.tested and c.p > 0.05 and not c.close and not c.equal
     assert tri.key == "gain" and tri.tentative and "not significant" in tri.verdict
-    assert qk_norm.claims(noisy)["a"].status == "holds (tentative)"
+    assert qk_norm.analyze(noisy).claims["a"].status == "holds (tentative)"
     one_seed = {c: [r[0]] for c, r in noisy.items()}
     assert not qk_norm.triangulate(one_seed).pairs[("QK", "QK_frozen")].tested
 
 
 def test_compare_by_hand():
-    c = qk_norm.compare([10.0, 11.0, 12.0], [10.0, 10.5, 11.0], rel_tol=0.1)
+    c = rules.compare([10.0, 11.0, 12.0], [10.0, 10.5, 11.0], rel_tol=0.1)
     assert (c.mean_a, c.mean_b, c.diff) == (11.0, 10.5, pytest.approx(0.5))
-    assert c.rel == pytest.approx(0.5 / 10.75) and c.close and c.tested and c.n_a == c.n_b == 3
+    assert c.rel == pytest.approx(0.5 / 10.75) and c.close and c.tested
     assert c.p > 0.05 and c.equal
 
 
@@ -75,10 +75,10 @@ def test_claims_with_seeds():
 
 
 def test_u_shape_by_hand():
-    assert qk_norm.u_shape([80, 60, 40, 45, 50]).u
-    u = qk_norm.u_shape([80, 60, 40, 40.5])           # recovers by less than 5% of the minimum
+    assert claims.u_shape([80, 60, 40, 45, 50]).u
+    u = claims.u_shape([80, 60, 40, 40.5])           # recovers by less than 5% of the minimum
     assert not u.u and u.reason.startswith("recovers by only 0.50") and u.i_min == 2
-    assert qk_norm.u_shape([1, 2]).reason == "fewer than 3 probes"
+    assert claims.u_shape([1, 2]).reason == "fewer than 3 probes"
 
 
 def test_summary_and_pairwise_with_seeds():

@@ -6,17 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from research.analysis.stats import (
-    betainc,
-    diff_ci95,
-    mean_ci95,
-    roughly_equal,
-    spearman_rho,
-    t_cdf,
-    t_critical,
-    t_sf2,
-    welch_t_test,
-)
+from research.analysis.stats import (betainc, diff_ci95, mean_ci95, roughly_equal, spearman_rho, t_cdf, t_critical,
+                                     t_sf2, welch_t_test)
 
 
 def _t_pdf(x, dof):

@@ -6,15 +6,7 @@ import pytest
 
 from research.analysis import heads, keys, pilot
 from research.results.layout import runs_from_combined
-from tests.research.synthetic import (
-    FINAL_LAYER_NORM,
-    GATHERER,
-    SINK,
-    TOKENS,
-    L,
-    make_results,
-    writeups_only,
-)
+from tests.research.synthetic import FINAL_LAYER_NORM, GATHERER, SINK, TOKENS, L, make_results, writeups_only
 
 # ----------------------------------------------------------------------------- keys
 

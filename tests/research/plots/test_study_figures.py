@@ -11,14 +11,7 @@ from research.analysis import pilot as pilot_analysis
 from research.plots import heads, keys, pilot
 from research.results.vocabulary import label
 from tests.helpers import bullet, labelled_lines, md_table
-from tests.research.synthetic import (
-    FINAL_LAYER_NORM,
-    GATHERER,
-    SINK,
-    L,
-    make_results,
-    writeups_only,
-)
+from tests.research.synthetic import FINAL_LAYER_NORM, GATHERER, SINK, L, make_results, writeups_only
 
 # ----------------------------------------------------------------------------- keys
 

@@ -6,14 +6,8 @@ import math
 import pytest
 import torch
 
-from research.probing.metrics import (
-    ATTENTION_METRICS,
-    KEY_METRICS,
-    attention_metrics,
-    gamma_stats,
-    key_metrics,
-    layer_means,
-)
+from research.probing.metrics import (ATTENTION_METRICS, KEY_METRICS, attention_metrics, gamma_stats, key_metrics,
+                                      layer_means)
 
 
 def close(actual, expected, rel=1e-6, abs=1e-9):
@@ -275,8 +269,8 @@ def test_attention_with_window_softcap_scale_and_values_matches_reference(window
     m = attention_metrics(q, k, v, scale=0.3, window=window, softcap=softcap, block_size=block)
     ref, out = ref_attention(q, k, v, scale=0.3, window=window, softcap=softcap)
     assert_matches(m, {n: ref[n] for n in ATTENTION_METRICS}, rel=1e-5, abs=1e-6)
-    torch.testing.assert_close(m["sink_by_position"].double(), torch.tensor(ref["sink_by_position"], dtype=torch.float64),
-                               atol=1e-6, rtol=0)
+    expected_sink = torch.tensor(ref["sink_by_position"], dtype=torch.float64)
+    torch.testing.assert_close(m["sink_by_position"].double(), expected_sink, atol=1e-6, rtol=0)
     torch.testing.assert_close(m["output"].double(), out, atol=1e-5, rtol=1e-5)
     if window:  # a query more than `window` positions past token 0 cannot see it
         assert (m["sink_by_position"][:, window:] == 0).all()

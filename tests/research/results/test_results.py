@@ -9,20 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from research.results import (
-    ResultsError,
-    add_probe,
-    load_results,
-    new_results,
-    save_results,
-    truncate,
-)
-from research.results.layout import (
-    condition_dir,
-    condition_results,
-    load_study,
-    write_study_index,
-)
+from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
+from research.results.layout import condition_dir, condition_results, load_study, write_study_index
 from research.results.read import d_head_of, last, layer_keys, seed_of
 from research.results.values import as_array, json_safe, present
 from tests.helpers import REFERENCE, REPO

@@ -1,0 +1,1 @@
+"""Speed and memory measurements behind research/benchmark.py."""

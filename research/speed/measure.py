@@ -1,0 +1,157 @@
+"""Measurements of this machine and of the training step and probe (research/benchmark.py runs them).
+
+Each measurement of a model config runs in a fresh process (`python -m research.speed.measure ...`)
+so that its peak RSS is its own; it prints one JSON object. Training steps use random tokens (the
+data pipeline is not on the hot path: batches are slices of a memory-mapped array).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+from configs import ModelConfig, TrainConfig, flops_per_token, get_preset
+from models import MinimalLLM
+from optimizers import build_optimizers
+from utils.runtime import autocast
+
+# The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
+REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
+                         max_seq_len=256), 8, 256)
+
+
+def configs() -> dict[str, tuple[ModelConfig, int, int]]:
+    tiny = get_preset("tiny")
+    return {"tiny": (tiny.model, tiny.train.batch_size, tiny.data.seq_len), "reference": REFERENCE}
+
+
+def matmul_ceiling(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
+    """Best-of-`repeats` FLOP/s of an n x n x n matmul."""
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best
+
+
+def measure_training(name: str, precision: str, steps: int) -> dict:
+    mc, B, T = configs()[name]
+    torch.manual_seed(0)
+    model = MinimalLLM(mc)
+    opts, _ = build_optimizers(model, TrainConfig())
+    muon = [o for o in opts if type(o).__name__ == "Muon"]
+    others = [o for o in opts if o not in muon]
+    device = torch.device("cpu")
+    x = torch.randint(0, mc.vocab_size, (B, T + 1))
+
+    def step() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        with autocast(device, precision):
+            loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for o in others:
+            o.step()
+        t1 = time.perf_counter()
+        for o in muon:
+            o.step()
+        t2 = time.perf_counter()
+        for o in opts:
+            o.zero_grad(set_to_none=True)
+        return t2 - t0, t2 - t1
+
+    for _ in range(3):
+        step()
+    times = [step() for _ in range(steps)]
+    total = sum(t for t, _ in times)
+    tokens_per_s = steps * B * T / total
+    return {"config": name, "precision": precision, "batch": [B, T], "params": model.num_params(),
+            "flops_per_token": flops_per_token(mc, T), "tokens_per_s": tokens_per_s,
+            "step_ms": 1e3 * total / steps, "muon_share": sum(m for _, m in times) / total,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def _best_time(fn, repeats: int) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def measure_probe(name: str, probe_precision: str, repeats: int = 3) -> dict:
+    """Full key probe vs a plain no-grad forward on the same evaluation batch (B x T of the config)."""
+    from research.probing.probe import KeyProbe
+
+    mc, B, T = configs()[name]
+    torch.manual_seed(0)
+    model = MinimalLLM(mc).eval()
+    ids = torch.randint(0, mc.vocab_size, (B, T))
+    probe = KeyProbe(ids, probe_precision)
+    with torch.no_grad():
+        fwd_fp32 = _best_time(lambda: model(ids), repeats)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            fwd_bf16 = _best_time(lambda: model(ids), repeats)
+    return {"config": name, "probe_precision": probe_precision, "probe_s": _best_time(lambda: probe(model), repeats),
+            "forward_fp32_s": fwd_fp32, "forward_bf16_s": fwd_bf16,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def measure_probe_memory(n_layers: int) -> dict:
+    """Peak RSS of probing the 1b preset's layer shape (d_model 2048, 16/8 heads, d_head 128) on an
+    8 x 2048 batch, with `n_layers` layers of random weights. Weights are measured separately so the
+    probe's own working set can be compared with its bound."""
+    from research.probing.probe import KeyProbe
+
+    mc = dataclasses.replace(get_preset("1b").model, n_layers=n_layers)
+    torch.manual_seed(0)
+    model = MinimalLLM(mc).eval()
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ids = torch.randint(0, mc.vocab_size, (8, 2048))
+    t = time.perf_counter()
+    rec = KeyProbe(ids)(model)
+    return {"n_layers": n_layers, "params": model.num_params(), "rss_after_weights_mib": base,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "probe_s": time.perf_counter() - t, "mean_pr": rec["mean_pr"]}
+
+
+def run(kind: str, config: str, precision: str, steps: int, layers: int) -> dict:
+    """One measurement, as a child process runs it."""
+    if kind == "training":
+        return measure_training(config, precision, steps)
+    if kind == "probe":
+        return measure_probe(config, precision)
+    if kind == "probe-memory":
+        return measure_probe_memory(layers)
+    raise ValueError(f"unknown measurement {kind!r}")
+
+
+def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: int = 10, layers: int = 2) -> dict:
+    """Run one measurement in a fresh Python process and return its JSON result."""
+    argv = [kind, "--config", config, "--precision", precision, "--steps", str(steps), "--layers", str(layers)]
+    out = subprocess.run([sys.executable, "-m", "research.speed.measure", *argv], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"benchmark child {argv} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
+    p = argparse.ArgumentParser(description="One measurement in this process; prints one JSON object.")
+    p.add_argument("kind", choices=["training", "probe", "probe-memory"])
+    p.add_argument("--config", default="tiny", choices=list(configs()))
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--steps", type=int, default=10, help="timed training steps (after 3 warm-up)")
+    p.add_argument("--layers", type=int, default=2, help="layers of the 1b-shaped model (probe-memory)")
+    a = p.parse_args()
+    print(json.dumps(run(a.kind, a.config, a.precision, a.steps, a.layers)))
