@@ -135,7 +135,7 @@ class DataConfig:
 
 @dataclass
 class ProbeConfig:
-    """The key probe (research/probe.py): when, on how many sequences, in which precision."""
+    """The key probe (research/probing/): when, on how many sequences, in which precision."""
 
     probe_every: int = 0  # optimizer steps between probes (and step 0); 0: no probing
     probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks)

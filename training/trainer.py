@@ -179,7 +179,7 @@ class Trainer:
         """Mean loss over the fixed validation batches (all ranks).
 
         Weights change only in train_step, so the value is kept for the current step: the
-        probe recorder and the loop's own validation at the same step share one pass.
+        callbacks (the probe) and the loop's own validation at the same step share one pass.
         """
         if self._val_cache is not None and self._val_cache[0] == self.step:
             return self._val_cache[1]

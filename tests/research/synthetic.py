@@ -25,7 +25,7 @@ def _final_head(layer: int, n_kv: int) -> list[tuple[float, float]]:
 
 def make_results(tag="QK", *, n_kv=2, n_q=2, qk_norm="learned", seed=0, norm_offset=0.0, pr_drop=None,
                  with_config=True) -> dict:
-    """A results dict like research/results.py writes: 6 layers, D = 64, 5 probes.
+    """A results dict like the probe callback writes: 6 layers, D = 64, 5 probes.
 
     Key norms go linearly from 8 to their final values; entropies from 3.5 to their final values.
     pr_drop[layer] is subtracted from the final layer PR (30 for every layer otherwise).

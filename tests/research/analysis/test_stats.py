@@ -1,4 +1,4 @@
-"""research/stats.py: Student t from the incomplete beta function, CIs, Welch's test, the equality rule."""
+"""research/analysis/stats.py: Student t from the incomplete beta function, CIs, Welch's test, the equality rule."""
 from __future__ import annotations
 
 import math
