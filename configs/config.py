@@ -62,7 +62,12 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    """Optimisation and the loop. Token counts are global (all ranks, all micro-batches)."""
+    """Optimisation and the loop. Token counts are global (all ranks, all micro-batches).
+
+    The defaults are the write-ups' recipe: Muon (lr 0.024, momentum 0.95, Nesterov, 5 steps) without
+    weight decay on the hidden matrices; AdamW (lr 0.006, PyTorch's betas) with weight decay 0.2 on the
+    embedding and the norm gains; gradient clipping at 1.0.
+    """
 
     tokens: int = 1_000_000  # total training tokens; steps = tokens // tokens_per_step
     batch_size: int = 16  # sequences per micro-batch (global, split across ranks)
@@ -71,10 +76,11 @@ class TrainConfig:
     adamw_lr: float = 0.006
     momentum: float = 0.95
     nesterov: bool = True
-    weight_decay: float = 0.2
+    muon_weight_decay: float = 0.0  # the write-ups' Muon decays nothing
+    adamw_weight_decay: float = 0.2  # embedding and (with wd_on_gains) the norm gains
     wd_on_gains: bool = True  # the write-ups decay norm gains too; it pulls key norms down
     adam_beta1: float = 0.9
-    adam_beta2: float = 0.95
+    adam_beta2: float = 0.999  # PyTorch's default, which the write-ups used
     grad_clip: float = 1.0  # 0 disables clipping
     schedule: str = "constant"  # constant | cosine (warmup then cosine decay)
     warmup_frac: float = 0.0
@@ -98,7 +104,10 @@ class TrainConfig:
         for name in ("muon_lr", "adamw_lr"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         _check(0 <= self.momentum < 1, f"momentum={self.momentum} must be in [0, 1)")
-        _check(self.weight_decay >= 0, f"weight_decay={self.weight_decay} must be >= 0")
+        for name in ("muon_weight_decay", "adamw_weight_decay"):
+            _check(getattr(self, name) >= 0, f"{name}={getattr(self, name)} must be >= 0")
+        for name in ("adam_beta1", "adam_beta2"):
+            _check(0 <= getattr(self, name) < 1, f"{name}={getattr(self, name)} must be in [0, 1)")
         _check(self.grad_clip >= 0, f"grad_clip={self.grad_clip} must be >= 0 (0 disables it)")
         _check(self.schedule in ("constant", "cosine"), f"schedule={self.schedule!r}: choose constant or cosine")
         _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
@@ -138,7 +147,7 @@ class ProbeConfig:
     """The key probe (research/probing/): when, on how many sequences, in which precision."""
 
     probe_every: int = 0  # optimizer steps between probes (and step 0); 0: no probing
-    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks)
+    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks); see docs/metrics.md
     probe_precision: str = "fp32"  # fp32 | bf16: precision of the probe's forward pass
 
     def __post_init__(self) -> None:
@@ -176,7 +185,12 @@ class RunConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         try:
-            return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**d["train"]),
+            train = dict(d["train"])
+            if "weight_decay" in train:  # configs written before Muon's decay had its own field decayed both
+                wd = train.pop("weight_decay")
+                train.setdefault("muon_weight_decay", wd)
+                train.setdefault("adamw_weight_decay", wd)
+            return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**train),
                        data=DataConfig(**d["data"]), probe=ProbeConfig(**d.get("probe", {})),
                        preset=d.get("preset", "custom"))
         except (KeyError, TypeError) as e:

@@ -9,7 +9,7 @@ and two KV heads per layer so heads within a layer can be compared.
 """
 from __future__ import annotations
 
-from configs.config import ConfigError, DataConfig, ModelConfig, RunConfig, TrainConfig
+from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, RunConfig, TrainConfig
 
 _WRITEUP_DATA = dict(source="hub", tokenizer="HuggingFaceTB/SmolLM2-135M", seq_len=2048)
 
@@ -21,6 +21,7 @@ def tiny() -> RunConfig:
         train=TrainConfig(tokens=1_000_000, batch_size=16, grad_accum=1, muon_lr=0.024, adamw_lr=0.006,
                           eval_every=100, ckpt_every=100),
         data=DataConfig(seq_len=128),
+        probe=ProbeConfig(probe_batch=64),  # 8,192 tokens: isotropic keys of size 64 read pr_var within 1% of 64
         preset="tiny",
     )
 
@@ -30,7 +31,7 @@ def m88() -> RunConfig:
         model=ModelConfig(vocab_size=49152, n_layers=22, d_model=512, n_heads=8, n_kv_heads=4, d_ff=2048,
                           max_seq_len=2048),
         train=TrainConfig(tokens=8_000_000, batch_size=4, grad_accum=1, muon_lr=0.024, adamw_lr=0.006,
-                          weight_decay=0.2, grad_clip=1.0, eval_every=100, ckpt_every=200),
+                          grad_clip=1.0, eval_every=100, ckpt_every=200),
         data=DataConfig(**_WRITEUP_DATA),
         preset="88m",
     )
@@ -41,7 +42,7 @@ def b1() -> RunConfig:
         model=ModelConfig(vocab_size=49152, n_layers=32, d_model=2048, n_heads=16, n_kv_heads=8, d_ff=8192,
                           max_seq_len=2048),
         train=TrainConfig(tokens=50_000_000, batch_size=8, grad_accum=4, muon_lr=0.012, adamw_lr=0.003,
-                          weight_decay=0.2, grad_clip=1.0, schedule="cosine", warmup_frac=0.01,
+                          grad_clip=1.0, schedule="cosine", warmup_frac=0.01,
                           eval_every=100, ckpt_every=100, grad_checkpointing=True),
         data=DataConfig(**_WRITEUP_DATA),
         preset="1b",

@@ -1,8 +1,9 @@
 """Split a MinimalLLM's parameters between Muon and AdamW.
 
 Muon: every trainable 2-D parameter except the token embedding `embed.weight` (tied to the LM
-head). AdamW: the embedding (weight decay cfg.weight_decay) and every 1-D parameter (norm gains;
-weight decay cfg.weight_decay if cfg.wd_on_gains else 0), in separate param groups.
+head), weight decay cfg.muon_weight_decay. AdamW: the embedding (weight decay cfg.adamw_weight_decay)
+and every 1-D parameter (norm gains; cfg.adamw_weight_decay if cfg.wd_on_gains else 0), in separate
+param groups.
 Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer.
 """
 from __future__ import annotations
@@ -65,15 +66,15 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig,
     if muon_p:
         optimizers.append(Muon([{"params": [p for _, p in muon_p], "name": "muon"}],
                                lr=cfg.muon_lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                               weight_decay=cfg.weight_decay, orthogonalizer=cfg.orthogonalizer,
+                               weight_decay=cfg.muon_weight_decay, orthogonalizer=cfg.orthogonalizer,
                                ortho_steps=cfg.ortho_steps))
     adam_groups = []
     if embed_p:
-        adam_groups.append({"params": [p for _, p in embed_p], "weight_decay": cfg.weight_decay,
+        adam_groups.append({"params": [p for _, p in embed_p], "weight_decay": cfg.adamw_weight_decay,
                             "name": "embed"})
     if gain_p:
         adam_groups.append({"params": [p for _, p in gain_p], "name": "gains",
-                            "weight_decay": cfg.weight_decay if cfg.wd_on_gains else 0.0})
+                            "weight_decay": cfg.adamw_weight_decay if cfg.wd_on_gains else 0.0})
     if adam_groups:
         extra = {"fused": True} if device_type == "cuda" else {}
         optimizers.append(torch.optim.AdamW(adam_groups, lr=cfg.adamw_lr,

@@ -6,11 +6,14 @@ Attention metrics are measured per query head; a KV head gets the MEAN over the 
 heads that share it (query head h belongs to KV head h // (n_heads // n_kv_heads)).
 Heads are not matched across seeds, so per-head series are never averaged over seeds.
 
-Taxonomy at the last probe, relative to the medians over all (layer, KV head) of the run
-(margin m = 0.1):
-    sink      key norm > median_norm * (1 + m)  and  entropy < median_entropy * (1 - m)
-    gatherer  key norm < median_norm * (1 - m)  and  entropy > median_entropy * (1 + m)
+Taxonomy at the last probe, by attention alone (so it works when key norms cannot move, as with
+frozen gains), the entropy relative to its median over all (layer, KV head) of the run, m = 0.1:
+    sink      sink mass > 0.3 (Gu et al. 2024: a head attending mostly to the first token)
+              and entropy < median_entropy * (1 - m)
+    gatherer  sink mass <= 0.3 and entropy > median_entropy * (1 + m)
     neither   otherwise
+The write-ups' claim that sinks have high key norms and gatherers low ones is then decided per seed:
+the mean key norm of a seed's sinks minus that of its gatherers (research.analysis.rules).
 """
 from __future__ import annotations
 
@@ -19,12 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, Paired, decide
 from research.analysis.series import mean_over_seeds
 from research.results.read import d_head_of, layer_series, probe_tokens, seed_of, seeds_text
 from research.results.values import as_float
 from research.results.vocabulary import MAIN_SITE
 
-MARGIN = 0.1
+TAXONOMY_MARGIN = 0.1
+SINK_MASS = 0.3  # Gu et al. 2024
 SITE = MAIN_SITE
 HEAD_METRICS = ("norm_mean", "max_abs", "pr_vec")          # per KV head, from probes[*].layers[*].k_norm
 ATTN_METRICS = ("entropy", "sink_mass", "qk_ratio")        # per query head, grouped onto KV heads
@@ -107,32 +112,30 @@ def _nanmedian(a) -> float:
 @dataclass(frozen=True)
 class Taxonomy:
     classes: np.ndarray  # of str: sink / gatherer / neither / n/a, shaped like the inputs
-    median_norm: float
     median_entropy: float
     margin: float
-    sink_norm: float  # sink: norm above this ...
+    sink_mass: float  # sink: sink mass above this (gatherer: at most this) ...
     sink_entropy: float  # ... and entropy below this
-    gatherer_norm: float  # gatherer: norm below this ...
-    gatherer_entropy: float  # ... and entropy above this
+    gatherer_entropy: float  # gatherer: entropy above this
 
     def heads(self, name: str) -> list[tuple[int, int]]:
         """(layer, KV head) of every head of class `name`, for [n_layers, n_kv] inputs."""
         return [tuple(int(x) for x in ix) for ix in zip(*np.nonzero(self.classes == name))]
 
 
-def classify(norms, entropies, margin: float = MARGIN) -> Taxonomy:
-    """Sink / gatherer / neither for every head, relative to the medians of the given heads.
+def classify(sink_mass, entropies, margin: float = TAXONOMY_MARGIN, sink_threshold: float = SINK_MASS) -> Taxonomy:
+    """Sink / gatherer / neither for every head, by its attention: sink mass against `sink_threshold`, entropy
+    relative to the median of the given heads.
 
-    norms, entropies: arrays of the same shape (e.g. [n_layers, n_kv_heads] at the last probe)."""
-    norms, entropies = np.asarray(norms, float), np.asarray(entropies, float)
-    med_n, med_e = _nanmedian(norms), _nanmedian(entropies)
-    hi_n, lo_n = med_n * (1 + margin), med_n * (1 - margin)
+    sink_mass, entropies: arrays of the same shape (e.g. [n_layers, n_kv_heads] at the last probe)."""
+    sink_mass, entropies = np.asarray(sink_mass, float), np.asarray(entropies, float)
+    med_e = _nanmedian(entropies)
     hi_e, lo_e = med_e * (1 + margin), med_e * (1 - margin)
-    classes = np.full(norms.shape, "neither", dtype=object)
-    classes[(norms > hi_n) & (entropies < lo_e)] = "sink"
-    classes[(norms < lo_n) & (entropies > hi_e)] = "gatherer"
-    classes[~np.isfinite(norms) | ~np.isfinite(entropies)] = "n/a"
-    return Taxonomy(classes, med_n, med_e, margin, hi_n, lo_e, lo_n, hi_e)
+    classes = np.full(entropies.shape, "neither", dtype=object)
+    classes[(sink_mass > sink_threshold) & (entropies < lo_e)] = "sink"
+    classes[(sink_mass <= sink_threshold) & (entropies > hi_e)] = "gatherer"
+    classes[~np.isfinite(sink_mass) | ~np.isfinite(entropies)] = "n/a"
+    return Taxonomy(classes, med_e, margin, sink_threshold, lo_e, hi_e)
 
 
 @dataclass(frozen=True)
@@ -153,9 +156,27 @@ class HeadsCondition:
     erank: np.ndarray  # [n_probes, n_layers] effective rank, layer mean over KV heads, mean over seeds
     erank_tokens: np.ndarray
     erank_seeds: str
+    norm_gap: Decision | None  # sinks' mean key norm minus gatherers' (seeds that have both); None if none does
+
+    @property
+    def norm_gap_claim(self) -> str:
+        """The write-ups' claim that sinks have higher key norms than gatherers: holds / fails /
+        inconclusive / not tested."""
+        d = self.norm_gap
+        if d is None or d.outcome == DESCRIPTIVE:
+            return "not tested"
+        return "holds" if d.differs and d.diff > 0 else "fails" if d.decided else "inconclusive"
 
 
-def analyze(runs: dict[str, list[dict]], layer: int | None = None) -> dict[str, HeadsCondition | None]:
+def norm_gap(run: RunHeads) -> float:
+    """Mean key norm of a run's sinks minus that of its gatherers at the last probe (NaN without both)."""
+    norms, cls = run.heads.series["norm_mean"][-1], run.taxonomy.classes
+    sinks, gatherers = norms[cls == "sink"], norms[cls == "gatherer"]
+    return float(sinks.mean() - gatherers.mean()) if sinks.size and gatherers.size else math.nan
+
+
+def analyze(runs: dict[str, list[dict]], layer: int | None = None,
+            margin: float = MARGIN) -> dict[str, HeadsCondition | None]:
     """condition -> its head analysis (None: no probe records). `layer` fixes the layer shown
     (default: the layer whose KV-head norms spread most at the last probe)."""
     out = {}
@@ -171,8 +192,11 @@ def analyze(runs: dict[str, list[dict]], layer: int | None = None) -> dict[str, 
                 raise ValueError(f"layer {layer} does not exist: the model has layers 0..{h.n_layers - 1}")
             widest = choose_layer(h)
             shown = LayerChoice(layer, "set by the caller") if layer is not None else widest
-            per_run.append(RunHeads(h, widest, shown, classify(h.series["norm_mean"][-1], h.series["entropy"][-1])))
+            per_run.append(RunHeads(h, widest, shown, classify(h.series["sink_mass"][-1], h.series["entropy"][-1])))
         er = mean_over_seeds([layer_series(r, "erank", SITE) for r in with_probes])
+        gaps = [norm_gap(r) for r in per_run]
+        scale = float(np.nanmean([np.nanmean(r.heads.series["norm_mean"][-1]) for r in per_run]))
+        gap = decide({"gap": Paired.one_sample(gaps, scale)}, margin)["gap"] if np.isfinite(gaps).any() else None
         out[cond] = HeadsCondition(per_run, len(with_probes), er, probe_tokens(with_probes[0])[:er.shape[0]],
-                                   seeds_text(with_probes))
+                                   seeds_text(with_probes), gap)
     return out

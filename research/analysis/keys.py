@@ -1,17 +1,28 @@
-"""Key dynamics: the per-layer key series over training, layer groups, and where each layer ended.
+"""Key dynamics: the per-layer key series over training, where each layer ended, and how much of the
+change weight decay on the gains explains.
 
 Per layer, over training, at the k_norm hook (pre-RoPE keys, mean over the layer's KV heads):
-norm_mean, max_abs ("outlier magnitude"), peak_frac, cos_mean ("redundancy") and std, read
-from `probes[*].layers[*].means["k_norm.<metric>"]`. With several seeds the per-layer series
-are averaged over seeds (probe by probe).
+norm_mean, max_abs ("outlier magnitude"), peak_frac, cos_mean ("redundancy") and std, read from
+`probes[*].layers[*].means["k_norm.<metric>"]`. Series are averaged over seeds for the figures;
+every claim is decided per seed by research.analysis.rules:
+
+- where a layer ended: its final norm minus sqrt(d_head) (Holm over the layers);
+- how a layer group's norm changed: final minus initial group norm (Holm over groups and conditions);
+- what weight decay on the gains explains (when the study ran QK with and without it): the group's
+  change with weight decay minus its change without, paired by seed.
+
+Under QK-norm a key's norm is about sqrt(d_head) x rms(gain), and AdamW's decoupled weight decay
+alone multiplies the gains by (1 - lr x wd) per step, about exp(-lr x wd x steps) in all.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from research.analysis.rules import DESCRIPTIVE, MARGIN, Paired, by_seed, decide
 from research.analysis.series import mean_over_seeds, nanmean
 from research.results.read import d_head_of, layer_series, probe_tokens, seeds_text
 from research.results.vocabulary import MAIN_SITE
@@ -19,7 +30,7 @@ from research.results.vocabulary import MAIN_SITE
 SITE = MAIN_SITE
 METRICS = ("norm_mean", "max_abs", "peak_frac", "cos_mean", "std")
 DEFAULT_D_HEAD = 64  # when a file records neither the config nor any gain
-AT_TOLERANCE = 0.01  # a final norm within +-1% of sqrt(d_head) counts as "at" sqrt(d_head)
+WITH_WD, WITHOUT_WD = "QK", "QK_no_gain_wd"  # the study's conditions: weight decay on the gains on and off
 
 
 def layer_groups(n_layers: int) -> dict[str, list[int]]:
@@ -40,20 +51,9 @@ def group_mean(values: np.ndarray, layers: list[int]) -> np.ndarray:
     return nanmean(values[:, layers], axis=1)
 
 
-def classify_layers(final_norms, d_head: int, tol: float = AT_TOLERANCE) -> dict[str, list[int]]:
-    """Layers whose final norm ends above / below / within tol of sqrt(d_head)."""
-    ref = math.sqrt(d_head)
-    out = {"above": [], "below": [], "at": []}
-    for i, v in enumerate(final_norms):
-        if not np.isfinite(v):
-            continue
-        out["above" if v > ref * (1 + tol) else "below" if v < ref * (1 - tol) else "at"].append(i)
-    return out
-
-
 @dataclass(frozen=True)
 class KeyDynamics:
-    """One condition: seed-averaged per-layer series and the decisions drawn from them."""
+    """One condition: seed-averaged per-layer series and where each layer ended."""
 
     tokens: np.ndarray  # [n_probes]
     series: dict  # metric -> [n_probes, n_layers]
@@ -63,33 +63,104 @@ class KeyDynamics:
     n_seeds: int
     seeds: str  # seeds_text
     groups: dict  # layer_groups(n_layers)
-    ended: dict  # classify_layers of the final norms
+    ended: dict  # layer -> Decision of its final norm minus sqrt(d_head)
     final_norm_std: np.ndarray | None  # per layer, spread over seeds (None with one seed)
 
+    def ended_where(self, layer: int) -> str:
+        """above / below / at sqrt(d_head), or undecided (descriptive with one seed: sign beyond the margin)."""
+        d = self.ended[layer]
+        if d.outcome == DESCRIPTIVE:
+            return "above" if d.diff > d.margin else "below" if d.diff < -d.margin else "at"
+        if d.differs:
+            return "above" if d.diff > 0 else "below"
+        return "at" if d.same else "undecided"
 
-def condition_dynamics(results: list[dict]) -> KeyDynamics | None:
+
+def _final_norm(res: dict, layer: int) -> float:
+    s = layer_series(res, "norm_mean", SITE)
+    return float(s[-1, layer]) if s.size else math.nan
+
+
+def condition_dynamics(results: list[dict], margin: float = MARGIN) -> KeyDynamics | None:
     """The key dynamics of one condition, or None if no run has probe records."""
     with_probes = [r for r in results if r.get("probes")]
     if not with_probes:
         return None
     series = {m: mean_over_seeds([layer_series(r, m, SITE) for r in with_probes]) for m in METRICS}
-    n = series["norm_mean"].shape[0]
-    L = series["norm_mean"].shape[1]
+    n, L = series["norm_mean"].shape
     if n == 0 or L == 0:
         return None
     d_head, d_source = d_head_of(with_probes[0])
     if d_head is None:
         d_head, d_source = DEFAULT_D_HEAD, f"not recorded in the file; assumed {DEFAULT_D_HEAD}"
+    ref = math.sqrt(d_head)
+    ended = decide({i: Paired.one_sample([_final_norm(r, i) - ref for r in with_probes], ref) for i in range(L)},
+                   margin)
     spread = None
     if len(with_probes) > 1:
-        per_seed = np.array([layer_series(r, "norm_mean", SITE)[-1] for r in with_probes])
-        spread = np.nanstd(per_seed, axis=0)
+        spread = np.nanstd(np.array([layer_series(r, "norm_mean", SITE)[-1] for r in with_probes]), axis=0)
     return KeyDynamics(tokens=probe_tokens(with_probes[0])[:n], series=series, n_layers=L, d_head=d_head,
                        d_source=d_source, n_seeds=len(with_probes), seeds=seeds_text(with_probes),
-                       groups=layer_groups(L), ended=classify_layers(series["norm_mean"][-1], d_head),
-                       final_norm_std=spread)
+                       groups=layer_groups(L), ended=ended, final_norm_std=spread)
 
 
-def analyze(runs: dict[str, list[dict]]) -> dict[str, KeyDynamics | None]:
-    """condition -> its key dynamics (None: no probe records, only the write-ups' summary fields)."""
-    return {cond: condition_dynamics(results) for cond, results in runs.items()}
+def _group_change(res: dict, layers: list[int]) -> float:
+    """Final minus initial mean key norm of a group of layers in one run."""
+    s = layer_series(res, "norm_mean", SITE)
+    if s.shape[0] < 2:
+        return math.nan
+    g = group_mean(s, layers)
+    return float(g[-1] - g[0])
+
+
+def weight_decay_shrink(res: dict) -> float | None:
+    """(1 - lr x wd)^steps: the factor AdamW's decoupled weight decay alone applies to the gains over the run,
+    at the peak learning rate (1 without weight decay on the gains; None when the file does not say)."""
+    train = (res.get("config") or {}).get("train") or {}
+    steps = res.get("steps") or []
+    if not train or not steps:
+        return None
+    if not train.get("wd_on_gains"):
+        return 1.0
+    wd = train.get("adamw_weight_decay", train.get("weight_decay", 0.0))
+    return (1 - train["adamw_lr"] * wd) ** steps[-1]
+
+
+@dataclass(frozen=True)
+class KeysAnalysis:
+    conditions: dict  # condition -> KeyDynamics or None (no probe records)
+    group_changes: dict  # (condition, group) -> Decision of final minus initial group norm
+    weight_decay: dict  # group -> Decision of the change with minus without weight decay on the gains
+    shrink: dict  # condition -> factor weight decay alone applies to the gains (None if unknown)
+    margin: float
+
+    def early_shrink_late_grow(self, cond: str) -> str:
+        """The write-ups' claim in one condition: the early group's norm falls and the final group's rises
+        (holds / fails / inconclusive / not tested)."""
+        early, final = self.group_changes.get((cond, "early")), self.group_changes.get((cond, "final"))
+        if early is None or final is None or DESCRIPTIVE in (early.outcome, final.outcome):
+            return "not tested"
+        if early.differs and early.diff < 0 and final.differs and final.diff > 0:
+            return "holds"
+        return "fails" if early.decided and final.decided else "inconclusive"
+
+
+def analyze(runs: dict[str, list[dict]], margin: float = MARGIN) -> KeysAnalysis:
+    conds = {cond: condition_dynamics(results, margin) for cond, results in runs.items()}
+    changes = {}
+    for cond, k in conds.items():
+        if k is None:
+            continue
+        with_probes = [r for r in runs[cond] if r.get("probes")]
+        for g, layers in k.groups.items():
+            start = float(group_mean(k.series["norm_mean"], layers)[0])
+            changes[(cond, g)] = Paired.one_sample([_group_change(r, layers) for r in with_probes], start)
+    wd = {}
+    if conds.get(WITH_WD) and conds.get(WITHOUT_WD):
+        for g, layers in conds[WITH_WD].groups.items():
+            on = by_seed([r for r in runs[WITH_WD] if r.get("probes")], lambda r: _group_change(r, layers))
+            off = by_seed([r for r in runs[WITHOUT_WD] if r.get("probes")], lambda r: _group_change(r, layers))
+            start = float(group_mean(conds[WITH_WD].series["norm_mean"], layers)[0])
+            wd[g] = dataclasses.replace(Paired.of(on, off), scale=start)  # margin: a share of the norm
+    shrink = {cond: weight_decay_shrink(results[0]) if results else None for cond, results in runs.items()}
+    return KeysAnalysis(conds, decide(changes, margin), decide(wd, margin), shrink, margin)

@@ -1,10 +1,12 @@
 """The pilot's numbers: QK-norm against no QK-norm (conditions "qk_norm" and "no_qk_norm").
 
 Reads only the write-ups' top-level fields (tokens, loss, val_loss, mean_pr, layer_pr,
-gamma_cv), so everything can be recomputed from combined_results.json alone. With several
-seeds every per-probe value is the mean over seeds (probe by probe). The conditions
-"QK"/"NoQK" of the other studies are accepted as the pair too; with other names the first
-two conditions are compared (first minus second).
+gamma_cv), so the curves can be redrawn from combined_results.json alone; there every per-probe
+value is the mean over seeds. The differences between the conditions (final mean PR, losses, and
+each layer's PR) are decided per seed by research.analysis.rules, which needs the per-seed results
+files: from a combined file alone they are descriptive. The conditions "QK"/"NoQK" of the other
+studies are accepted as the pair too; with other names the first two conditions are compared
+(first minus second).
 """
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, by_seed, decide, finals
 from research.analysis.series import mean_over_seeds
-from research.results.values import as_array
+from research.results.values import as_array, as_float
 
 _QK_NAMES = ("qk_norm", "QK")
 _NOQK_NAMES = ("no_qk_norm", "NoQK")
@@ -86,11 +89,15 @@ class PilotAnalysis:
     a: str | None  # QK-norm side of the difference
     b: str | None  # no-QK-norm side
     layers: list[int]  # layers both sides have
-    delta: dict  # layer -> final PR of a minus b
+    delta: dict  # layer -> final PR of a minus b (difference of the seed means)
     ranked: list[int]  # layers by |delta|, largest first (finite deltas only)
+    decisions: dict  # "mean_pr" / "loss" / "val_loss" -> Decision of a minus b, per seed
+    layer_decisions: dict  # layer -> Decision of a's final layer PR minus b's (Holm over the layers)
+    margin: float
+    loss_margin: float
 
 
-def analyze(runs: dict[str, list[dict]]) -> PilotAnalysis:
+def analyze(runs: dict[str, list[dict]], margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> PilotAnalysis:
     comb = combined_from_runs(runs)
     conds = {}
     for cond, e in comb.items():
@@ -100,9 +107,15 @@ def analyze(runs: dict[str, list[dict]]) -> PilotAnalysis:
                                      final_val=final(e["val_loss"]), tokens=final(e["tokens"]))
     a, b = pair(conds)
     if a is None or b is None:
-        return PilotAnalysis(conds, a, b, [], {}, [])
+        return PilotAnalysis(conds, a, b, [], {}, [], {}, {}, margin, loss_margin)
     sa, sb = conds[a], conds[b]
     layers = sorted(set(sa.final_layer) & set(sb.final_layer))
     delta = {i: sa.final_layer[i] - sb.final_layer[i] for i in layers}
     ranked = sorted((i for i in layers if np.isfinite(delta[i])), key=lambda i: -abs(delta[i]))
-    return PilotAnalysis(conds, a, b, layers, delta, ranked)
+    decisions = {f: decide({f: Paired.of(finals(runs, a, f), finals(runs, b, f))},
+                           margin if f == "mean_pr" else loss_margin)[f] for f in ("mean_pr", "loss", "val_loss")}
+
+    def final_layer(cond: str, layer: int) -> dict:
+        return by_seed(runs[cond], lambda r: as_float(((r.get("layer_pr") or {}).get(str(layer)) or [None])[-1]))
+    layer_decisions = decide({i: Paired.of(final_layer(a, i), final_layer(b, i)) for i in layers}, margin)
+    return PilotAnalysis(conds, a, b, layers, delta, ranked, decisions, layer_decisions, margin, loss_margin)

@@ -1,16 +1,17 @@
 """Decisions of the QK-norm study: learned gain (A), gain frozen at 1 (B), no QK-norm (C).
 
-Pure functions of results dicts (runs: condition -> one results dict per seed), each returning
-a small frozen dataclass that the figures and the report receive:
+Pure functions of results dicts (runs: condition -> one results dict per seed), decided by the
+procedure of research.analysis.rules (paired by seed, Holm over the three pairs, equivalence by a
+margin):
 
-    triangulate(runs)   -> Verdict          A != B ~ C: gain; A ~ B != C: normalization; all differ: both
-    summary(runs)       -> dict             finals per condition (combined.json)
-    pairwise(runs)      -> [PairDifference] every pair in final PR and losses
-    layer_effects(runs) -> LayerEffects     the causal decomposition per layer
-    analyze(runs)       -> QkNormAnalysis   all of the above and the write-ups' claims (research.analysis.claims)
+    pair_decisions(runs, field)  the three pairs in one final quantity
+    triangulate(decisions)       A != B ~ C: the gain drives it; A ~ B != C: the normalization does
+    decomposition(runs)          the A - B PR difference split into the gain's arithmetic and geometry
+    ablation(runs)               the trained models with their gains replaced by 1 or by their mean
+    layer_effects(runs)          A - B and B - C per layer
+    analyze(runs)                all of it, and the write-ups' claims (research.analysis.claims)
 
-The equality rule is research.analysis.rules; "final" values are the last entry of a run's
-`mean_pr`, `loss` and `val_loss`.
+"Final" values are the last entry of a run's `mean_pr`, `loss` and `val_loss`.
 """
 from __future__ import annotations
 
@@ -20,71 +21,131 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.claims import claims
-from research.analysis.rules import ALPHA, FINAL_FIELDS, PR_REL_TOL, compare, conditions, finals, rule_text, runs_of
-from research.analysis.stats import diff_ci95, mean_ci95, welch_t_test
-from research.results.read import layer_keys, seed_of
+from research.analysis.rules import (DESCRIPTIVE, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN, Decision, Paired,
+                                     by_seed, conditions, decide, finals, runs_of)
+from research.analysis.stats import mean_ci95
+from research.results.read import d_head_of, layer_keys, seed_of
 from research.results.values import as_float, json_safe
-from research.results.vocabulary import LETTERS, QK_CONDITIONS, label
+from research.results.vocabulary import LETTERS, PRE_GAIN_SITES, QK_CONDITIONS, label
+
+PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK"))
+
+
+def pair_decisions(runs: dict, field: str, margin: float = MARGIN) -> dict:
+    """{(x, y): Decision} for the pairs of conditions present, in one final quantity (x minus y)."""
+    family = {(x, y): Paired.of(finals(runs, x, field), finals(runs, y, field))
+              for x, y in PAIRS if runs.get(x) and runs.get(y)}
+    return decide(family, margin)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """The triangulation verdict on the final mean key PR."""
-
-    verdict: str
-    key: str  # gain / normalization / both / neither / unclear / qknorm / none
-    tentative: bool  # a "different" call rests on a difference Welch's test does not find significant
-    pairs: dict  # (x, y) -> Comparison
-    rule: str
-    rule_short: str
-    rule_applied: str
+    key: str  # gain / normalization / both / neither / small / qknorm / inconclusive / descriptive / none
+    text: str
 
 
-def triangulate(runs: dict, rel_tol: float = PR_REL_TOL) -> Verdict:
-    """A != B ~ C: the gain drives rank; A ~ B != C: the normalization does; all differ: both."""
-    pairs = {}
-    for x, y in (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK")):
-        if runs.get(x) and runs.get(y) and np.isfinite(finals(runs, x, "mean_pr")).any() \
-                and np.isfinite(finals(runs, y, "mean_pr")).any():
-            pairs[(x, y)] = compare(finals(runs, x, "mean_pr"), finals(runs, y, "mean_pr"), rel_tol)
-    ab, bc, ac = pairs.get(("QK", "QK_frozen")), pairs.get(("QK_frozen", "NoQK")), pairs.get(("QK", "NoQK"))
-    if ab and bc:
-        if not ab.equal and bc.equal:
-            key, verdict = "gain", "gain drives rank (A\u2260B\u2248C)"
-        elif ab.equal and not bc.equal:
-            key, verdict = "normalization", "normalization drives rank (A\u2248B\u2260C)"
-        elif not ab.equal and not bc.equal:
-            key, verdict = "both", "both gain and normalization drive rank (all differ: A\u2260B, B\u2260C)"
-            if ac and ac.equal:
-                verdict += "; their effects cancel (A\u2248C)"
-        elif ac and not ac.equal:
-            key, verdict = "unclear", ("unclear: A\u2248B and B\u2248C but A\u2260C (small effects of both, "
-                                       "each below the threshold)")
-        else:
-            key, verdict = "neither", "neither: A\u2248B\u2248C, QK-norm does not change key rank here"
-    elif ac:
-        key = "qknorm"
-        verdict = ("QK-norm " + ("does not change" if ac.equal else "changes") + " key rank (A"
-                   + ("\u2248" if ac.equal else "\u2260") + "C); without the frozen-gain run (B) gain and "
-                   "normalization cannot be separated")
-    else:
-        key, verdict = "none", "no verdict: needs at least two of QK, QK_frozen, NoQK"
-    weak = [f"{LETTERS[x]} vs {LETTERS[y]} (p = {c.p:.2g})" for (x, y), c in pairs.items()
-            if c.tested and not c.equal and c.p >= ALPHA]
-    if weak and key != "none":
-        verdict += ("; tentative: the difference " + ", ".join(weak) + " is above the threshold but not "
-                    "significant, more seeds would be needed")
-    tested = [p.tested for p in pairs.values()]
-    if tested and all(tested):
-        applied = "threshold and Welch test (every condition has at least 2 seeds)"
-    elif any(tested):
-        applied = "threshold and Welch test where both conditions have at least 2 seeds, threshold only elsewhere"
-    else:
-        applied = "threshold only (one run per condition, so no test is possible)"
-    short = (f"equal when |difference| < {rel_tol:.0%} of the mean"
-             + (f" and Welch p \u2265 {ALPHA}" if any(tested) else " (one run each: no test)"))
-    return Verdict(verdict=verdict, key=key, tentative=bool(weak), pairs=pairs, rule=rule_text(rel_tol, "final PR"),
-                   rule_short=short, rule_applied=applied)
+def _pair_text(x: str, y: str, d: Decision) -> str:
+    sign = {True: "\u2260", False: "\u2248"}[d.differs]
+    return f"{LETTERS[x]}{sign}{LETTERS[y]}" if d.decided else f"{LETTERS[x]} vs {LETTERS[y]} {d.outcome}"
+
+
+def triangulate(dec: dict, what: str = "it") -> Verdict:
+    """A != B ~ C: the gain drives `what`; A ~ B != C: the normalization does; all differ: both.
+    '~' is equal or different within the margin; any pair that is inconclusive leaves the verdict open."""
+    ab, bc, ac = (dec.get(p) for p in PAIRS)
+    if not ab or not bc:
+        if not ac:
+            return Verdict("none", "no verdict: needs at least two of QK, QK_frozen, NoQK")
+        if ac.outcome == DESCRIPTIVE:
+            return Verdict("descriptive", "no verdict: one seed per condition (descriptive only)")
+        if not ac.decided:
+            return Verdict("inconclusive", "inconclusive: A vs C is inconclusive; without the frozen-gain run "
+                                           "(B) gain and normalization cannot be separated")
+        return Verdict("qknorm", f"QK-norm {'changes' if ac.differs else 'does not change'} {what} "
+                                 f"({_pair_text('QK', 'NoQK', ac)}); without the frozen-gain run (B) gain and "
+                                 f"normalization cannot be separated")
+    if DESCRIPTIVE in (ab.outcome, bc.outcome):
+        return Verdict("descriptive", "no verdict: one seed per condition (descriptive only)")
+    if not (ab.decided and bc.decided):
+        open_pairs = [f"{LETTERS[x]} vs {LETTERS[y]}" + (f" (about {d.seeds_needed} seeds would decide it)"
+                                                          if d.seeds_needed else "")
+                      for (x, y), d in ((PAIRS[0], ab), (PAIRS[1], bc)) if not d.decided]
+        return Verdict("inconclusive", f"inconclusive: {', '.join(open_pairs)} undecided "
+                                       f"({_pair_text('QK', 'QK_frozen', ab)}, {_pair_text('QK_frozen', 'NoQK', bc)})")
+    pairs = f"{_pair_text('QK', 'QK_frozen', ab)}, {_pair_text('QK_frozen', 'NoQK', bc)}"
+    if ab.differs and bc.same:
+        return Verdict("gain", f"the gain drives {what} ({pairs})")
+    if ab.same and bc.differs:
+        return Verdict("normalization", f"the normalization drives {what} ({pairs})")
+    if ab.differs and bc.differs:
+        cancel = "; their effects cancel (A\u2248C)" if ac and ac.same else ""
+        return Verdict("both", f"both the gain and the normalization drive {what} ({pairs}){cancel}")
+    if ac and ac.differs:
+        return Verdict("small", f"small effects of both, each within the margin, add up to A\u2260C ({pairs})")
+    return Verdict("neither", f"neither: QK-norm does not change {what} here ({pairs}, A\u2248C)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The gain's arithmetic against the normalized keys' geometry, and the trained models with the gain replaced
+
+
+def _final_site_mean(res: dict, site: str, metric: str) -> float:
+    """Mean over layers of <site>.<metric> at the last probe record (NaN without records)."""
+    probes = res.get("probes") or []
+    if not probes:
+        return math.nan
+    values = [as_float((layer.get("means") or {}).get(f"{site}.{metric}")) for layer in probes[-1]["layers"]]
+    return float(np.mean(values)) if values else math.nan
+
+
+def decomposition(runs: dict, margin: float = MARGIN) -> dict:
+    """The final A - B difference of a key metric split per seed into
+    gain:     A's keys minus A's pre-gain keys (what multiplying by the learned gain does), and
+    geometry: A's pre-gain keys minus B's keys (how the normalized keys themselves differ),
+    for pr_sv and pr_var at k_norm and after RoPE. {(site, metric): {"total"|"gain"|"geometry": Decision}},
+    empty without pre-gain records (files written before they existed, or no QK / QK_frozen run)."""
+    a_runs, b_runs = runs_of(runs, "QK"), runs_of(runs, "QK_frozen")
+    if not a_runs or not b_runs:
+        return {}
+    out = {}
+    for site, pre in PRE_GAIN_SITES.items():
+        for metric in ("pr_sv", "pr_var"):
+            a = by_seed(a_runs, lambda r: _final_site_mean(r, site, metric))
+            a_hat = by_seed(a_runs, lambda r: _final_site_mean(r, pre, metric))
+            b = by_seed(b_runs, lambda r: _final_site_mean(r, site, metric))
+            if not any(math.isfinite(v) for v in a_hat.values()):
+                continue
+            out[(site, metric)] = decide({"total": Paired.of(a, b), "gain": Paired.of(a, a_hat),
+                                          "geometry": Paired.of(a_hat, b)}, margin)
+    return out
+
+
+def ablation(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> dict:
+    """Per learned-gain run, the gain ablation (research.probing.ablation): {quantity: {mode: Decision}} of
+    the trained model with its gains replaced ('ones', 'mean') minus the model as trained, for the
+    validation loss and the mean PR; empty when no run recorded it."""
+    qk = [r for r in runs_of(runs, "QK") if r.get("gain_ablation")]
+    if not qk:
+        return {}
+    out = {}
+    for quantity in ("val_loss", "mean_pr"):
+        learned = by_seed(qk, lambda r: r["gain_ablation"]["learned"][quantity])
+        out[quantity] = decide({mode: Paired.of(by_seed(qk, lambda r, m=mode: r["gain_ablation"][m][quantity]),
+                                                learned) for mode in ("ones", "mean")},
+                               loss_margin if quantity == "val_loss" else margin)
+    return out
+
+
+def probe_bias(runs: dict) -> dict | None:
+    """What isotropic keys would read as pr_var at the probe batch used: D / (1 + D / N) for N tokens
+    (the finite-sample bias of the covariance spectrum), and the shortfall from D."""
+    for r in (r for c in conditions(runs) for r in runs_of(runs, c)):
+        probes, d = r.get("probes") or [], d_head_of(r)[0]
+        if probes and d and probes[-1].get("batch"):
+            n = int(np.prod(probes[-1]["batch"]))
+            isotropic = d / (1 + d / n)
+            return {"tokens": n, "d_head": d, "isotropic_pr_var": isotropic, "shortfall": 1 - isotropic / d}
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -103,37 +164,12 @@ def summary(runs: dict) -> dict:
         entry = {"tag": c, "label": label(c), "n": len(rl), "seeds": [seed_of(r) for r in rl],
                  "tokens": [r["tokens"][-1] if r["tokens"] else None for r in rl]}
         for name, field in (("final_pr", "mean_pr"), ("final_loss", "loss"), ("final_val_loss", "val_loss")):
-            values = finals(runs, c, field)
+            values = list(finals(runs, c, field).values())
             mean, half = mean_ci95(values)
             entry[name] = json_safe(mean)
             entry[f"{name}_ci95"] = json_safe(half)
             entry[f"{name}_per_seed"] = [json_safe(v) for v in values]
         out[c] = entry
-    return out
-
-
-@dataclass(frozen=True)
-class PairDifference:
-    """First minus second condition in one final quantity: difference, its 95% CI (Welch), p."""
-
-    a: str
-    b: str
-    field: str
-    diff: float
-    ci95: float
-    p: float
-
-
-def pairwise(runs: dict) -> list[PairDifference]:
-    """Every pair of conditions (in A, B, C order) in final PR, train loss and val loss."""
-    conds = conditions(runs)
-    out = []
-    for i, x in enumerate(conds):
-        for y in conds[i + 1:]:
-            for field in FINAL_FIELDS:
-                a, b = finals(runs, x, field), finals(runs, y, field)
-                d, h = diff_ci95(a, b)
-                out.append(PairDifference(x, y, field, d, h, welch_t_test(a, b)[2]))
     return out
 
 
@@ -155,13 +191,21 @@ def layer_matrix(run_list: list[dict], layers: list[str], probe: int) -> tuple[n
 
 @dataclass(frozen=True)
 class LayerEffect:
-    """Per layer, the difference of the final layer PR of two conditions (first minus second)."""
+    """Per layer, the final layer PR of one condition minus another's, decided per layer (Holm over layers)."""
 
     a: str
     b: str
     kind: str  # gain (A-B), normalization (B-C) or total (A-C, when B is missing)
-    mean: np.ndarray  # [n_layers]
-    ci95: np.ndarray  # [n_layers], NaN with one run per condition
+    decisions: list  # one Decision per layer
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.array([d.diff for d in self.decisions])
+
+    @property
+    def ci(self) -> np.ndarray:
+        """[n_layers, 2] CI bounds (NaN with one seed)."""
+        return np.array([d.ci for d in self.decisions], dtype=float).reshape(-1, 2)
 
 
 @dataclass(frozen=True)
@@ -171,7 +215,7 @@ class LayerEffects:
     one_run_each: bool
 
 
-def layer_effects(runs: dict) -> LayerEffects:
+def layer_effects(runs: dict, margin: float = MARGIN) -> LayerEffects:
     """The causal decomposition per layer: A-B (gain) and B-C (normalization); A-C when B is missing."""
     have = [c for c in QK_CONDITIONS if runs.get(c)]
     pairs = []
@@ -182,12 +226,14 @@ def layer_effects(runs: dict) -> LayerEffects:
     if not pairs and "QK" in have and "NoQK" in have:
         pairs.append(("QK", "NoQK", "total"))
     layers = layer_keys([r for c in have for r in runs_of(runs, c)])
-    mats = {c: layer_matrix(runs_of(runs, c), layers, -1)[0] for c in have}
+
+    def final_layer(cond: str, layer: str) -> dict:
+        return by_seed(runs_of(runs, cond), lambda r: as_float(((r.get("layer_pr") or {}).get(layer) or [None])[-1]))
     effects = []
     for a, b, kind in (pairs if layers else []):
-        d = np.array([diff_ci95(mats[a][:, i], mats[b][:, i]) for i in range(len(layers))]).reshape(-1, 2)
-        effects.append(LayerEffect(a, b, kind, d[:, 0], d[:, 1]))
-    return LayerEffects(layers, effects, all(m.shape[0] == 1 for m in mats.values()))
+        dec = decide({layer: Paired.of(final_layer(a, layer), final_layer(b, layer)) for layer in layers}, margin)
+        effects.append(LayerEffect(a, b, kind, [dec[layer] for layer in layers]))
+    return LayerEffects(layers, effects, all(len(runs_of(runs, c)) == 1 for c in have))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -198,14 +244,35 @@ class QkNormAnalysis:
     """Everything the figures and the report of the QK-norm study draw from."""
 
     conditions: list[str]
-    verdict: Verdict
-    claims: dict  # a-d -> Claim
+    margin: float  # equivalence margin of key metrics, a share of the mean
+    loss_margin: float  # that of losses
+    decisions: dict  # field -> {(x, y): Decision}
+    verdict: Verdict  # on the final PR
+    loss_verdict: Verdict  # on the final training loss
+    claims: dict  # letter -> Claim
     summary: dict  # combined.json's per-condition finals
-    pairwise: list[PairDifference]
+    decomposition: dict
+    ablation: dict
     layer_effects: LayerEffects
+    probe_bias: dict | None
+
+    @property
+    def descriptive(self) -> bool:
+        """One seed per condition: no test, no verdict."""
+        return all(d.outcome == DESCRIPTIVE for d in self.decisions["mean_pr"].values())
+
+    @property
+    def undecided(self) -> list:
+        """Every (field, pair) the procedure left inconclusive."""
+        return [(f, p) for f, ds in self.decisions.items() for p, d in ds.items() if d.outcome == INCONCLUSIVE]
 
 
-def analyze(runs: dict) -> QkNormAnalysis:
-    tri = triangulate(runs)
-    return QkNormAnalysis(conditions=conditions(runs), verdict=tri, claims=claims(runs, tri),
-                          summary=summary(runs), pairwise=pairwise(runs), layer_effects=layer_effects(runs))
+def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> QkNormAnalysis:
+    decisions = {field: pair_decisions(runs, field, margin if field == "mean_pr" else loss_margin)
+                 for field in FINAL_FIELDS}
+    pr, loss = triangulate(decisions["mean_pr"], "key PR"), triangulate(decisions["loss"], "the loss")
+    return QkNormAnalysis(
+        conditions=conditions(runs), margin=margin, loss_margin=loss_margin, decisions=decisions, verdict=pr,
+        loss_verdict=loss, claims=claims(runs, decisions, pr, loss, margin), summary=summary(runs),
+        decomposition=decomposition(runs, margin), ablation=ablation(runs, margin, loss_margin),
+        layer_effects=layer_effects(runs, margin), probe_bias=probe_bias(runs))

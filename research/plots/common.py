@@ -4,6 +4,7 @@ every figure module uses. Figure builders return matplotlib Figures (laid out, n
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import matplotlib
@@ -12,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from research.analysis.rules import DESCRIPTIVE  # noqa: E402
 from research.results.vocabulary import label  # noqa: E402,F401 (re-exported for the figure modules)
 
 # Conditions keep their colour in every figure of every study.
@@ -80,6 +82,35 @@ def fmt_tokens(t: float) -> str:
     if t >= 1e3:
         return f"{t / 1e3:.3g}k"
     return f"{t:.0f}"
+
+
+def fmt_p(p: float) -> str:
+    if not math.isfinite(p):
+        return "n/a"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def fmt_ci(d, decimals: int) -> str:
+    """A Decision's CI and its (Holm-adjusted) level."""
+    lo, hi = d.ci
+    return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
+
+
+def decision_table(decisions: dict, decimals: int, name_of=str) -> list[str]:
+    """Markdown rows of research.analysis.rules Decisions: difference, its CI, the equivalence interval,
+    Holm's p and the outcome."""
+    rows = ["| comparison | n | difference | % of mean | CI (Holm level) | 90% CI | p (Holm) | outcome |",
+            "|---|---|---|---|---|---|---|---|"]
+    for key, d in decisions.items():
+        if d.outcome == DESCRIPTIVE:
+            rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | n/a | n/a | n/a | "
+                        f"descriptive (one seed) |")
+            continue
+        lo90, hi90 = d.ci90
+        outcome = d.outcome + (f" ({d.seeds_needed} seeds would decide it)" if d.seeds_needed else "")
+        rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | {fmt_ci(d, decimals)} | "
+                    f"[{lo90:+.{decimals}f}, {hi90:+.{decimals}f}] | {fmt_p(d.p_holm)} | {outcome} |")
+    return rows
 
 
 def message_figure(title: str, text: str, size=(8, 4)):

@@ -18,8 +18,9 @@ import math
 import numpy as np
 from matplotlib.colors import Normalize
 
-from research.analysis.heads import MARGIN, HeadsCondition, HeadSeries, LayerChoice, Taxonomy
-from research.plots.common import fmt_num, fmt_tokens, label, message_figure, plt, tokens_axis
+from research.analysis.heads import SINK_MASS, TAXONOMY_MARGIN, HeadsCondition, HeadSeries, LayerChoice, Taxonomy
+from research.analysis.rules import DESCRIPTIVE
+from research.plots.common import fmt_num, fmt_p, fmt_tokens, label, message_figure, plt, tokens_axis
 from research.plots.keys import figure_name
 
 FIGURE_BASES = ("norm_divergence", "entropy_norm_scatter", "effective_rank", "gamma_heatmap")
@@ -61,37 +62,29 @@ def divergence_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: st
 
 
 def scatter_figure(cond: str, h: HeadSeries, cls: Taxonomy, seed_txt: str):
+    """Key norm against attention entropy of every head at every probe; the last probe's heads marked by
+    their class (the taxonomy is by attention: sink mass and entropy)."""
     P = len(h.tokens)
     norms, ents = h.series["norm_mean"].reshape(P, -1), h.series["entropy"].reshape(P, -1)
     tok = np.repeat(h.tokens[:, None], norms.shape[1], axis=1) / 1e6
     fig, ax = plt.subplots(figsize=(9.5, 6.5))
     sc = ax.scatter(norms.ravel(), ents.ravel(), c=tok.ravel(), cmap="viridis", s=18, alpha=0.8,
                     norm=Normalize(np.nanmin(tok), max(np.nanmax(tok), np.nanmin(tok) + 1e-9)), lw=0)
-    ax.scatter(norms[-1], ents[-1], facecolors="none", edgecolors="black", s=60, lw=1.2,
-               label="heads at the last probe (classified)")
     fig.colorbar(sc, ax=ax, label="training tokens (millions)")
-    xl, yl = ax.get_xlim(), ax.get_ylim()
-    for norm_at, ent_at, col in ((cls.sink_norm, cls.sink_entropy, "#c44e52"),
-                                 (cls.gatherer_norm, cls.gatherer_entropy, "#2a9d8f")):
-        ax.axvline(norm_at, color=col, lw=1, ls="--")
-        ax.axhline(ent_at, color=col, lw=1, ls="--")
-    x0, x1 = min(xl[0], cls.gatherer_norm), max(xl[1], cls.sink_norm)
-    y0, y1 = min(yl[0], cls.sink_entropy), max(yl[1], cls.gatherer_entropy)
-    px, py = 0.04 * (x1 - x0), 0.04 * (y1 - y0)  # keep threshold lines off the frame
-    x0, x1, y0, y1 = x0 - px, x1 + px, y0 - py, y1 + py
-    ax.fill_between([cls.sink_norm, x1], y0, cls.sink_entropy, color="#c44e52", alpha=0.12, lw=0,
-                    label=f"sinks (high norm, low entropy):\nnorm > {cls.sink_norm:.2f}, "
-                          f"entropy < {cls.sink_entropy:.2f}")
-    ax.fill_between([x0, cls.gatherer_norm], cls.gatherer_entropy, y1, color="#2a9d8f", alpha=0.12, lw=0,
-                    label=f"gatherers (low norm, high entropy):\nnorm < {cls.gatherer_norm:.2f}, "
-                          f"entropy > {cls.gatherer_entropy:.2f}")
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(y0, y1)
+    last = cls.classes.ravel()
+    for name, col, marker in (("sink", "#c44e52", "s"), ("gatherer", "#2a9d8f", "D"), ("neither", "black", "o")):
+        pick = last == name
+        ax.scatter(norms[-1][pick], ents[-1][pick], facecolors="none", edgecolors=col, marker=marker, s=70, lw=1.4,
+                   label=f"last probe: {name} ({int(pick.sum())})")
+    ax.axhline(cls.sink_entropy, color="#c44e52", lw=1, ls="--",
+               label=f"sinks: sink mass > {cls.sink_mass:g} and entropy < {cls.sink_entropy:.2f}")
+    ax.axhline(cls.gatherer_entropy, color="#2a9d8f", lw=1, ls="--",
+               label=f"gatherers: sink mass \u2264 {cls.sink_mass:g} and entropy > {cls.gatherer_entropy:.2f}")
     ax.set_xlabel("mean key L2 norm of the KV head")
     ax.set_ylabel("attention entropy (nats), mean over the KV head's query heads")
     ax.set_title(f"Every head at every probe: {label(cond)}, {seed_txt}\n"
-                 f"one dot per (layer, KV head) per probe; thresholds = medians at the last probe "
-                 f"× (1 ± {cls.margin:g})")
+                 f"one dot per (layer, KV head) per probe; entropy thresholds = median at the last probe "
+                 f"\u00d7 (1 \u00b1 {cls.margin:g})")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     return fig
@@ -189,6 +182,21 @@ def _table(h: HeadSeries, cls: Taxonomy) -> list[str]:
     return lines
 
 
+def _norm_gap(c: HeadsCondition) -> list[str]:
+    if c.norm_gap is None:
+        return ["No seed has both a sink and a gatherer: the write-ups' claim that sinks have higher key norms "
+                "than gatherers cannot be tested here.", ""]
+    d = c.norm_gap
+    if d.outcome == DESCRIPTIVE:
+        verdict = "descriptive only (one seed)"
+    else:
+        lo, hi = d.ci
+        verdict = f"{d.outcome} (95% CI [{lo:+.3f}, {hi:+.3f}], p = {fmt_p(d.p_holm)})"
+    return [f"Sinks' mean key norm minus gatherers', per seed that has both ({d.n}): {d.diff:+.3f} ({d.rel:+.1%} of "
+            f"the mean key norm), {verdict}. The write-ups' claim that sinks have high and gatherers low key norms: "
+            f"**{c.norm_gap_claim}**.", ""]
+
+
 def report(analysis: dict[str, HeadsCondition | None]) -> str:
     lines = ["# Head specialization: sinks vs gatherers", "",
              "Per KV head, on the fixed evaluation batch. Key metrics at the k_norm output (pre-RoPE): norm = mean "
@@ -196,26 +204,29 @@ def report(analysis: dict[str, HeadsCondition | None]) -> str:
              "metrics are measured per query head; the entropy (nats), sink mass (attention on position 0) and "
              "q/k norm ratio of a KV head are the MEAN over the query heads that share it "
              "(query head h -> KV head h // (n_heads / n_kv_heads)).", "",
-             f"Taxonomy at the last probe, relative to the medians over all (layer, KV head) pairs of the run, "
-             f"margin m = {MARGIN:g}:", "",
-             f"- **sink**: norm > median norm × {1 + MARGIN:g} and entropy < median entropy × {1 - MARGIN:g}",
-             f"- **gatherer**: norm < median norm × {1 - MARGIN:g} and entropy > median entropy × {1 + MARGIN:g}",
+             f"Taxonomy at the last probe, by attention alone (it works when key norms cannot move), entropy "
+             f"relative to its median over all (layer, KV head) pairs of the run, margin m = {TAXONOMY_MARGIN:g}:",
+             "",
+             f"- **sink**: sink mass > {SINK_MASS:g} (Gu et al. 2024) and entropy < median entropy "
+             f"\u00d7 {1 - TAXONOMY_MARGIN:g}",
+             f"- **gatherer**: sink mass \u2264 {SINK_MASS:g} and entropy > median entropy "
+             f"\u00d7 {1 + TAXONOMY_MARGIN:g}",
              "- **neither**: every other head", ""]
     for cond, c in analysis.items():
         lines += [f"## {label(cond)} (`{cond}`)", ""]
         if c is None:
             lines += ["No per-probe head records ('probes') in the results file(s): nothing to classify.", ""]
             continue
+        lines += _norm_gap(c)
         for idx, run in enumerate(c.runs):
             h, cls, widest = run.heads, run.taxonomy, run.divergence
             sinks, gath = cls.heads("sink"), cls.heads("gatherer")
             lines += [f"### {'seed ' + str(h.seed) if h.seed is not None else 'run ' + str(idx + 1)}", "",
-                      f"- Last probe at {fmt_tokens(h.tokens[-1])} training tokens; {h.n_layers} layers × "
+                      f"- Last probe at {fmt_tokens(h.tokens[-1])} training tokens; {h.n_layers} layers \u00d7 "
                       f"{h.n_kv} KV heads ({h.group} query head(s) per KV head)",
-                      f"- Medians over the {h.n_layers * h.n_kv} heads: norm {cls.median_norm:.3f}, "
-                      f"entropy {cls.median_entropy:.3f} nats",
-                      f"- Thresholds: sink if norm > {cls.sink_norm:.3f} and entropy < {cls.sink_entropy:.3f}; "
-                      f"gatherer if norm < {cls.gatherer_norm:.3f} and entropy > {cls.gatherer_entropy:.3f}",
+                      f"- Median entropy over the {h.n_layers * h.n_kv} heads: {cls.median_entropy:.3f} nats",
+                      f"- Thresholds: sink if sink mass > {cls.sink_mass:g} and entropy < {cls.sink_entropy:.3f}; "
+                      f"gatherer if sink mass \u2264 {cls.sink_mass:g} and entropy > {cls.gatherer_entropy:.3f}",
                       f"- Sinks ({len(sinks)}): {_heads_text(sinks)}",
                       f"- Gatherers ({len(gath)}): {_heads_text(gath)}",
                       f"- Neither: {int((cls.classes == 'neither').sum())} heads",
@@ -224,7 +235,7 @@ def report(analysis: dict[str, HeadsCondition | None]) -> str:
             if g_last is not None:
                 lines.append(f"- k_norm gain of layer {widest.layer} at the last probe: mean {np.mean(g_last):.3f}, "
                              f"min {np.min(g_last):.3f}, max {np.max(g_last):.3f}, "
-                             f"cv {np.std(g_last) / abs(np.mean(g_last)):.4f}")
+                             f"cv {np.std(g_last, ddof=1) / abs(np.mean(g_last)):.4f}")
             if idx == 0:
                 lines += _table(h, cls)
             lines.append("")

@@ -15,8 +15,10 @@ import math
 import numpy as np
 from matplotlib.patches import Patch
 
-from research.analysis.keys import AT_TOLERANCE, KeyDynamics, group_mean, group_of
-from research.plots.common import GROUP_COLORS, fmt_num, fmt_tokens, label, message_figure, plt, smooth, tokens_axis
+from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
+from research.analysis.rules import rule_text
+from research.plots.common import (GROUP_COLORS, decision_table, fmt_num, fmt_tokens, label, message_figure, plt,
+                                   smooth, tokens_axis)
 
 GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "final layers"}
 NO_RECORDS = ("This results file has no per-probe key records ('probes'),\n"
@@ -77,15 +79,15 @@ def _panel_redundancy(ax, data: KeyDynamics) -> None:
     ax.legend()
 
 
-def _panel_final_norms(ax, data: KeyDynamics) -> None:
+def _panel_final_norms(ax, data: KeyDynamics, margin: float) -> None:
     L, groups, ref = data.n_layers, data.groups, math.sqrt(data.d_head)
     final = data.series["norm_mean"][-1]
     colors = [GROUP_COLORS[group_of(i, groups).split("/")[-1]] if group_of(i, groups) != "-" else "#9a9a9a"
               for i in range(L)]
     ax.bar(np.arange(L), final, color=colors, edgecolor="black", lw=0.5)
     _sqrt_line(ax, data.d_head)
-    ax.axhspan(ref * (1 - AT_TOLERANCE), ref * (1 + AT_TOLERANCE), color="grey", alpha=0.2, lw=0,
-               label=f"±{AT_TOLERANCE:.0%}: counted as at √d_head in the report")
+    ax.axhspan(ref * (1 - margin), ref * (1 + margin), color="grey", alpha=0.2, lw=0,
+               label=f"±{margin:.0%}: the equivalence margin around √d_head")
     finite = final[np.isfinite(final)]
     if finite.size:
         lo, hi = min(finite.min(), ref), max(finite.max(), ref)
@@ -101,11 +103,12 @@ def _panel_final_norms(ax, data: KeyDynamics) -> None:
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8)
 
 
-def analysis_figure(cond: str, data: KeyDynamics):
+def analysis_figure(cond: str, data: KeyDynamics, margin: float):
     """The four-panel key analysis report of one condition."""
     fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    for ax, panel in zip(axes.ravel(), (_panel_norm, _panel_outliers, _panel_redundancy, _panel_final_norms)):
+    for ax, panel in zip(axes.ravel()[:3], (_panel_norm, _panel_outliers, _panel_redundancy)):
         panel(ax, data)
+    _panel_final_norms(axes[1, 1], data, margin)
     fig.suptitle(f"Key dynamics: {label(cond)} ({data.seeds}); keys at the k_norm output (pre-RoPE), "
                  f"layer = mean over KV heads", fontsize=12)
     fig.tight_layout()
@@ -131,17 +134,19 @@ def evolution_figure(cond: str, data: KeyDynamics):
     return fig
 
 
-def figures(analysis: dict[str, KeyDynamics | None]) -> dict:
+def figures(analysis: KeysAnalysis) -> dict:
     """Both figures of every condition, by file name."""
     out = {}
-    for cond, data in analysis.items():
-        a_name = figure_name("key_analysis_report", cond, len(analysis))
-        e_name = figure_name("key_norm_evolution", cond, len(analysis))
+    conds = analysis.conditions
+    for cond, data in conds.items():
+        a_name = figure_name("key_analysis_report", cond, len(conds))
+        e_name = figure_name("key_norm_evolution", cond, len(conds))
         if data is None:
             out[a_name] = message_figure(f"Key dynamics: {label(cond)}", NO_RECORDS)
             out[e_name] = message_figure(f"Key norm over training: {label(cond)}", NO_RECORDS)
         else:
-            out[a_name], out[e_name] = analysis_figure(cond, data), evolution_figure(cond, data)
+            out[a_name] = analysis_figure(cond, data, analysis.margin)
+            out[e_name] = evolution_figure(cond, data)
     return out
 
 
@@ -153,57 +158,86 @@ def _layers_text(layers: list[int]) -> str:
     return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
 
 
-def report(analysis: dict[str, KeyDynamics | None]) -> str:
+def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
+    s, L, d_head, groups, t = data.series, data.n_layers, data.d_head, data.groups, data.tokens
+    ref = math.sqrt(d_head)
+    where = {i: data.ended_where(i) for i in range(L)}
+    rule = ("one seed: descriptive, by the sign of the difference beyond the margin" if data.n_seeds < 2 else
+            "decided per seed, Holm over the layers")
+    lines = [f"- Runs: {data.seeds}" + (" (every number below is the mean over seeds, probe by probe)"
+                                        if data.n_seeds > 1 else ""),
+             f"- Probes: {len(t)}, from {fmt_tokens(t[0])} to {fmt_tokens(t[-1])} training tokens",
+             f"- d_head = {d_head} ({data.d_source}), so sqrt(d_head) = {ref:.2f}; margin \u00b1{margin:.0%} "
+             f"({ref * (1 - margin):.2f} to {ref * (1 + margin):.2f}); {rule}"]
+    for side in ("above", "below", "at", "undecided"):
+        lines.append(f"- Ended {side if side == 'undecided' else side + ' sqrt(d_head)'}: "
+                     f"{_layers_text([i for i in range(L) if where[i] == side])}")
+    lines += ["", "### Per layer (initial = first probe, final = last probe)", "",
+              "| layer | group | initial norm | final norm | change | vs sqrt(d_head) | initial max_abs | "
+              "final max_abs | initial cos_mean | final cos_mean | final peak_frac |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i in range(L):
+        n0, n1 = s["norm_mean"][0, i], s["norm_mean"][-1, i]
+        lines.append(f"| {i} | {group_of(i, groups)} | {fmt_num(n0)} | {fmt_num(n1)} | {fmt_num(n1 - n0, 3)} | "
+                     f"{where[i]} | {fmt_num(s['max_abs'][0, i])} | {fmt_num(s['max_abs'][-1, i])} | "
+                     f"{fmt_num(s['cos_mean'][0, i], 4)} | {fmt_num(s['cos_mean'][-1, i], 4)} | "
+                     f"{fmt_num(s['peak_frac'][-1, i], 4)} |")
+    lines += ["", "### Layer groups (mean over the group's layers)", "",
+              "| group | layers | initial norm | final norm | initial max_abs | final max_abs | "
+              "initial cos_mean | final cos_mean |", "|---|---|---|---|---|---|---|---|"]
+    for g, layers in groups.items():
+        def gm(m, p):
+            return float(group_mean(s[m][[p]], layers)[0])
+        lines.append(f"| {g} | {', '.join(map(str, layers))} | {fmt_num(gm('norm_mean', 0))} | "
+                     f"{fmt_num(gm('norm_mean', -1))} | {fmt_num(gm('max_abs', 0))} | "
+                     f"{fmt_num(gm('max_abs', -1))} | {fmt_num(gm('cos_mean', 0), 4)} | "
+                     f"{fmt_num(gm('cos_mean', -1), 4)} |")
+    if data.final_norm_std is not None:
+        lines += ["", "Final norm per layer, spread over seeds (std): "
+                  + ", ".join(f"layer {i}: {data.final_norm_std[i]:.3f}" for i in range(L))]
+    return lines + [""]
+
+
+def _changes(analysis: KeysAnalysis) -> list[str]:
+    if not analysis.group_changes:
+        return []
+    lines = ["## How each layer group's key norm changed", "",
+             f"Final minus initial mean key norm of the group, per seed ({rule_text(analysis.margin)}; margin a "
+             f"share of the group's initial norm):", ""]
+    lines += decision_table(analysis.group_changes, 3, lambda k: f"{k[0]}: {k[1]} layers")
+    lines.append("")
+    for cond in dict.fromkeys(c for c, _ in analysis.group_changes):
+        lines.append(f"- {cond}: the write-ups' claim that early layers' keys shrink and final layers' keys grow "
+                     f"**{analysis.early_shrink_late_grow(cond)}**.")
+    for cond, f in analysis.shrink.items():
+        if f is not None and f < 1:
+            lines.append(f"- {cond}: AdamW's weight decay alone would multiply every norm gain by {f:.3f} over the "
+                         f"run ((1 \u2212 lr \u00d7 wd)^steps at the peak rate), and with it the keys' norm.")
+    if analysis.weight_decay:
+        lines += ["", f"## What weight decay on the gains explains ({WITH_WD} minus {WITHOUT_WD})", "",
+                  "Per group, the norm change with weight decay on the gains minus the change without it, paired by "
+                  "seed: the part of the change weight decay alone explains.", ""]
+        lines += decision_table(analysis.weight_decay, 3, lambda g: f"{g} layers")
+        for g, d in analysis.weight_decay.items():
+            with_wd = analysis.group_changes.get((WITH_WD, g))
+            if with_wd is not None and with_wd.diff:
+                lines.append(f"- {g} layers: change {with_wd.diff:+.3f} with weight decay, of which {d.diff:+.3f} "
+                             f"({d.diff / with_wd.diff:.0%}) is weight decay's.")
+    return lines + [""]
+
+
+def report(analysis: KeysAnalysis) -> str:
     lines = ["# Key dynamics: what happens with attention keys as the LLM trains", "",
              "Keys measured at the k_norm output (pre-RoPE) on the fixed evaluation batch; every per-layer "
              "number is the mean over the layer's KV heads. norm = mean L2 norm of a key; max_abs = largest "
              "absolute key component (outlier magnitude); cos_mean = mean pairwise cosine similarity of keys "
              "within a sequence (redundancy); peak_frac = share of a key's energy in its top dimension.", ""]
-    for cond, data in analysis.items():
+    for cond, data in analysis.conditions.items():
         lines += [f"## {label(cond)} (`{cond}`)", ""]
         if data is None:
             lines += ["No per-probe key records ('probes') in the results file(s): only the write-ups' summary "
                       "fields, so there is nothing to report on keys.", ""]
             continue
-        s, L, d_head = data.series, data.n_layers, data.d_head
-        ref = math.sqrt(d_head)
-        groups = data.groups
-        t = data.tokens
-        cls = data.ended
-        lines += [f"- Runs: {data.seeds}" + (" (every number below is the mean over seeds, probe by probe)"
-                                                if data.n_seeds > 1 else ""),
-                  f"- Probes: {len(t)}, from {fmt_tokens(t[0])} to {fmt_tokens(t[-1])} training tokens",
-                  f"- d_head = {d_head} ({data.d_source}), so sqrt(d_head) = {ref:.2f}; a final norm within "
-                  f"±{AT_TOLERANCE:.0%} of it ({ref * (1 - AT_TOLERANCE):.2f} to {ref * (1 + AT_TOLERANCE):.2f}) "
-                  f"counts as at sqrt(d_head)",
-                  f"- Ended above sqrt(d_head): {_layers_text(cls['above'])}",
-                  f"- Ended below sqrt(d_head): {_layers_text(cls['below'])}",
-                  f"- Ended at sqrt(d_head) (within ±{AT_TOLERANCE:.0%}): {_layers_text(cls['at'])}", "",
-                  "### Per layer (initial = first probe, final = last probe)", "",
-                  "| layer | group | initial norm | final norm | change | vs sqrt(d_head) | initial max_abs | "
-                  "final max_abs | initial cos_mean | final cos_mean | final peak_frac |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        for i in range(L):
-            where = "above" if i in cls["above"] else "below" if i in cls["below"] else \
-                "at" if i in cls["at"] else "n/a"
-            n0, n1 = s["norm_mean"][0, i], s["norm_mean"][-1, i]
-            lines.append(f"| {i} | {group_of(i, groups)} | {fmt_num(n0)} | {fmt_num(n1)} | {fmt_num(n1 - n0, 3)} | "
-                         f"{where} | "
-                         f"{fmt_num(s['max_abs'][0, i])} | {fmt_num(s['max_abs'][-1, i])} | "
-                         f"{fmt_num(s['cos_mean'][0, i], 4)} | {fmt_num(s['cos_mean'][-1, i], 4)} | "
-                         f"{fmt_num(s['peak_frac'][-1, i], 4)} |")
-        lines += ["", "### Layer groups (mean over the group's layers)", "",
-                  "| group | layers | initial norm | final norm | initial max_abs | final max_abs | "
-                  "initial cos_mean | final cos_mean |", "|---|---|---|---|---|---|---|---|"]
-        for g, layers in groups.items():
-            def gm(m, p):
-                return float(group_mean(s[m][[p]], layers)[0])
-            lines.append(f"| {g} | {', '.join(map(str, layers))} | {fmt_num(gm('norm_mean', 0))} | "
-                         f"{fmt_num(gm('norm_mean', -1))} | {fmt_num(gm('max_abs', 0))} | "
-                         f"{fmt_num(gm('max_abs', -1))} | "
-                         f"{fmt_num(gm('cos_mean', 0), 4)} | {fmt_num(gm('cos_mean', -1), 4)} |")
-        if data.final_norm_std is not None:
-            lines += ["", "Final norm per layer, spread over seeds (std): "
-                      + ", ".join(f"layer {i}: {data.final_norm_std[i]:.3f}" for i in range(L))]
-        lines.append("")
+        lines += _condition(cond, data, analysis.margin)
+    lines += _changes(analysis)
     return "\n".join(lines) + "\n"

@@ -14,7 +14,8 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
-from research.plots.common import color, fmt_num, label, plt, tokens_axis
+from research.analysis.rules import rule_text
+from research.plots.common import color, decision_table, fmt_num, label, plt, tokens_axis
 from research.results.values import as_array
 
 FIGURES = ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
@@ -86,13 +87,18 @@ def panel_delta(an: PilotAnalysis):
         ax.set_title("(d) Per-layer difference of final key PR")
         return _finish(fig)
     delta = np.array([an.delta[i] for i in an.layers])
-    ax.bar(an.layers, delta, color=[color(a) if v >= 0 else color(b) for v in delta], edgecolor="black", lw=0.5)
+    half = np.array([an.layer_decisions[i].ci[1] - an.layer_decisions[i].diff for i in an.layers])
+    err = half if np.isfinite(half).any() else None
+    ax.bar(an.layers, delta, color=[color(a) if v >= 0 else color(b) for v in delta], edgecolor="black", lw=0.5,
+           yerr=err, capsize=3 if err is not None else 0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("layer")
     ax.set_ylabel("Δ final key PR (dimensions)")
     if len(an.layers) <= 24:
         ax.set_xticks(an.layers)
-    ax.set_title(f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}")
+    ax.set_title(f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}"
+                 + ("\n(error bars: 95% CI of the per-seed differences, Holm-corrected over the layers)"
+                    if err is not None else ""))
     ax.legend(handles=[Patch(color=color(a), label=f"{label(a)} higher"),
                        Patch(color=color(b), label=f"{label(b)} higher")])
     return _finish(fig)
@@ -162,6 +168,7 @@ def report(an: PilotAnalysis, top: int = 3) -> str:
     sa, sb = an.conditions[a], an.conditions[b]
     dpr = sa.final_pr - sb.final_pr
     rel = dpr / sb.final_pr if sb.final_pr else float("nan")
+    outcomes = [d.outcome for d in an.layer_decisions.values()]
     lines += [f"## Difference: {label(a)} − {label(b)}", "",
               f"- Final mean PR: {_signed(dpr, 2)} ({_signed(100 * rel, 1)}% of {label(b)})",
               f"- Final train loss: {_signed(sa.final_loss - sb.final_loss)}",
@@ -169,9 +176,12 @@ def report(an: PilotAnalysis, top: int = 3) -> str:
               "- Layers that differ most (largest |Δ final PR|): "
               + (", ".join(f"layer {i} ({_signed(an.delta[i], 2)})" for i in an.ranked[:top]) or "none"),
               f"- {label(a)} higher in {sum(an.delta[i] > 0 for i in an.ranked)} of {len(an.ranked)} layers, "
-              f"lower in {sum(an.delta[i] < 0 for i in an.ranked)}", "",
-              f"| layer | {label(a)} final PR | {label(b)} final PR | Δ |", "|---|---|---|---|"]
-    lines += [f"| {i} | {fmt_num(sa.final_layer[i], 2)} | {fmt_num(sb.final_layer[i], 2)} | "
-              f"{_signed(an.delta[i], 2)} |" for i in an.layers]
-    lines.append("")
+              f"lower in {sum(an.delta[i] < 0 for i in an.ranked)}",
+              "- Per-layer decisions: " + (", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
+                                          or "none"), "",
+              f"Decisions, per seed ({rule_text(an.margin, an.loss_margin)}):", ""]
+    names = {"mean_pr": "final mean PR", "loss": "final train loss", "val_loss": "final val loss"}
+    lines += decision_table(an.decisions, 3, names.get) + [""]
+    lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Holm over the {len(an.layers)} layers):", ""]
+    lines += decision_table(an.layer_decisions, 2, lambda i: f"layer {i}") + [""]
     return "\n".join(lines) + "\n"

@@ -150,8 +150,9 @@ def fig_mean_pr(runs: dict, analysis: QkNormAnalysis):
     ax.set_title(f"{title}\n({SITE_TEXT}; {seed_note(runs, conds)})")
     _end_labels(ax, ends)
     ax.legend(loc="best")
-    v = analysis.verdict
-    fig.text(0.01, 0.01, f"Verdict at the last probe: {v.verdict}.   Rule: {v.rule_short}",
+    rule = (f"paired by seed; equal: 90% CI within \u00b1{analysis.margin:.0%}; different: Holm-corrected "
+            f"95% CI excludes 0" if not analysis.descriptive else "one seed per condition: no test")
+    fig.text(0.01, 0.01, f"Verdict at the last probe: {analysis.verdict.text}.   Rule: {rule}",
              fontsize=9, color="0.2", ha="left", va="bottom", wrap=True)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
@@ -206,7 +207,8 @@ def fig_decomposition(analysis: QkNormAnalysis):
     width = 0.8 / len(eff.effects)
     for k, e in enumerate(eff.effects):
         text, col = EFFECT_TEXT[e.kind]
-        err = e.ci95 if np.isfinite(e.ci95).any() else None
+        half = e.ci[:, 1] - e.mean
+        err = half if np.isfinite(half).any() else None
         ax.bar(xs + (k - (len(eff.effects) - 1) / 2) * width, e.mean, width, color=col, alpha=0.85,
                yerr=err, capsize=2 if err is not None else 0, error_kw={"lw": 0.8},
                label=f"{text}; mean over layers {np.nanmean(e.mean):+.1f}")
@@ -222,7 +224,7 @@ def fig_decomposition(analysis: QkNormAnalysis):
     ax.set_xlim(-0.7, len(xs) - 0.3)
     ax.set_ylabel("difference in key PR at the last probe\n(effective dimensions)")
     bars = ("bars: one run per condition" if eff.one_run_each
-            else "bars: difference of seed means, error bars: 95% CI (Welch)")
+            else "bars: mean per-seed difference, error bars: 95% CI, Holm-corrected over the layers")
     ax.set_title(f"{title}: above 0 = the first condition has the higher rank\n({bars})")
     fig.tight_layout()
     return fig

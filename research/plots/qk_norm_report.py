@@ -1,11 +1,11 @@
-"""report.md of the QK-norm study: final values, the verdict with its rule, pairwise tests, the
-write-ups' claims and provenance, as text from the analysis (research.analysis.qk_norm)."""
+"""report.md of the QK-norm study, as text from the analysis (research.analysis.qk_norm): final values,
+every pairwise decision with its CI, the verdicts, the gain's arithmetic against the keys' geometry,
+the gain ablation, the write-ups' claims and provenance."""
 from __future__ import annotations
 
-import math
-
 from research.analysis.qk_norm import QkNormAnalysis
-from research.analysis.rules import ALPHA, runs_of
+from research.analysis.rules import DESCRIPTIVE, rule_text, runs_of
+from research.plots.common import decision_table, fmt_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.vocabulary import LETTERS
@@ -19,12 +19,6 @@ def _fmt(entry: dict, field: str, decimals: int) -> str:
     if half is not None:
         return f"{mean:.{decimals}f} \u00b1 {half:.{decimals}f}"
     return f"{mean:.{decimals}f}"
-
-
-def _fmt_p(p: float) -> str:
-    if not math.isfinite(p):
-        return "n/a"
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
 
 def _provenance(runs: dict, cond: str) -> str:
@@ -53,73 +47,95 @@ def _seeds_sentence(runs: dict, conds: list[str]) -> str:
     if conds and len(known) == len(conds) and all(sorted(map(str, v)) == sorted(map(str, known[0])) for v in known):
         return f"Every condition ran seed(s) {', '.join(map(str, known[0]))}. "
     if known:
-        return "Seeds differ between conditions (see Provenance). "
+        return "Seeds differ between conditions (see Provenance); only seeds both conditions ran are compared. "
     return "Seeds not recorded. "
 
 
-def _verdict_lines(analysis: QkNormAnalysis) -> list[str]:
-    tri = analysis.verdict
-    lines = ["", "## Triangulation verdict", "", f"**{tri.verdict[0].upper()}{tri.verdict[1:]}.**", "",
-             "Reading: A\u2260B\u2248C \u2192 the gain drives rank; A\u2248B\u2260C \u2192 the normalization does; "
-             "all differ \u2192 both.", "",
-             f"Rule: {tri.rule}. Applied here: {tri.rule_applied}.", ""]
-    for (x, y), c in tri.pairs.items():
-        extra = ""
-        if c.tested:
-            extra = f", Welch p = {_fmt_p(c.p)}"
-            if not c.close and c.p >= ALPHA:
-                extra += " (above the threshold but not significant: treat as inconclusive)"
-        lines.append(f"- {LETTERS[x]} vs {LETTERS[y]}: final PR {c.mean_a:.1f} vs {c.mean_b:.1f}, "
-                     f"difference {c.diff:+.1f} = {c.rel:.1%} of the mean{extra} \u2192 "
-                     f"**{'equal' if c.equal else 'different'}**")
+def _pair(key) -> str:
+    x, y = key
+    return f"{LETTERS.get(x, x)} \u2212 {LETTERS.get(y, y)}"
+
+
+def _decisions(a: QkNormAnalysis) -> list[str]:
+    lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}.", ""]
+    for field, title, dec in (("mean_pr", "Final PR", 1), ("loss", "Final train loss", 3),
+                              ("val_loss", "Final validation loss", 3)):
+        lines += [f"### {title}", ""] + decision_table(a.decisions[field], dec, _pair) + [""]
+    lines += ["## Verdicts", "", f"- Key PR: **{a.verdict.text}**.", f"- Training loss: **{a.loss_verdict.text}**.",
+              "", "Reading: A\u2260B\u2248C \u2192 the gain drives it; A\u2248B\u2260C \u2192 the "
+              "normalization does; all differ \u2192 both. \u2248 is equal or different within the margin.", ""]
     return lines
 
 
-def _pairwise_lines(analysis: QkNormAnalysis) -> list[str]:
-    lines = ["", "## Pairwise differences (Welch t-test)", "",
-             "Difference = first minus second condition, with its 95% CI (Welch); p is two-sided.", "",
-             "| pair | \u0394 final PR | p | \u0394 final train loss | p | \u0394 final val loss | p |",
-             "|---|---|---|---|---|---|---|"]
-    decimals = {"mean_pr": 1, "loss": 3, "val_loss": 3}
-    rows: dict[tuple[str, str], list[str]] = {}
-    for d in analysis.pairwise:
-        dec = decimals[d.field]
-        rows.setdefault((d.a, d.b), []).extend(
-            [f"{d.diff:+.{dec}f}" + (f" \u00b1 {d.ci95:.{dec}f}" if math.isfinite(d.ci95) else ""), _fmt_p(d.p)])
-    for (x, y), cells in rows.items():
-        lines.append(f"| {LETTERS.get(x, x)} \u2212 {LETTERS.get(y, y)} | " + " | ".join(cells) + " |")
+def _decomposition(a: QkNormAnalysis) -> list[str]:
+    if not a.decomposition:
+        return ["## The gain's arithmetic and the keys' geometry", "",
+                "Not available: these results carry no pre-gain key records (k_hat), or QK / QK_frozen is missing.",
+                ""]
+    lines = ["## The gain's arithmetic and the keys' geometry", "",
+             "The final A \u2212 B difference of a key metric (mean over layers), split per seed: **gain** = A's "
+             "keys minus A's normalized keys before the gain (k_norm output / gain), what multiplying by the "
+             "learned gain does; **geometry** = A's normalized keys minus B's keys, how the normalized keys "
+             "themselves differ. pr_sv is the write-ups' uncentered PR, pr_var the centered one.", "",
+             "| site | metric | part | n | difference | % | CI (Holm level) | outcome |",
+             "|---|---|---|---|---|---|---|---|"]
+    for (site, metric), parts in a.decomposition.items():
+        for part, d in parts.items():
+            ci = "n/a" if d.outcome == DESCRIPTIVE else fmt_ci(d, 2)
+            lines.append(f"| {site} | {metric} | {part} | {d.n} | {d.diff:+.2f} | {d.rel:+.1%} | {ci} | {d.outcome} |")
+    return lines + [""]
+
+
+def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:
+    lines = ["## The gain ablation (the causal test of the gain)", ""]
+    if not a.ablation:
+        return lines + ["Not available: no learned-gain run recorded it.", ""]
+    qk = [r["gain_ablation"] for r in runs_of(runs, "QK") if r.get("gain_ablation")]
+    mean = {m: sum(g[m]["val_loss"] for g in qk) / len(qk) for m in ("learned", "ones", "mean")}
+    lines += [f"After training, each learned-gain run was evaluated on the validation batches with every k_norm "
+              f"gain as trained ({mean['learned']:.4f} nats, mean over {len(qk)} seed(s)), replaced by 1 "
+              f"({mean['ones']:.4f}) and replaced by its own mean, a scalar per layer ({mean['mean']:.4f}); "
+              f"computed in {qk[0].get('precision', 'fp32')}. Differences are ablated minus trained:", ""]
+    label = {"ones": "gain \u2192 1", "mean": "gain \u2192 its mean"}
+    for quantity, title, dec in (("val_loss", "validation loss", 4), ("mean_pr", "mean key PR", 2)):
+        lines += [f"**{title}**", ""] + decision_table(a.ablation[quantity], dec, label.get) + [""]
     return lines
+
+
+def _probe_bias(a: QkNormAnalysis) -> list[str]:
+    b = a.probe_bias
+    if not b:
+        return []
+    return [f"Probe batch: {b['tokens']:,} tokens per probe. Isotropic keys of size {b['d_head']} would read "
+            f"pr_var = {b['isotropic_pr_var']:.2f} at this batch (a finite-sample bias of "
+            f"{b['shortfall']:.1%}: d / (1 + d / N)).", ""]
 
 
 def report(runs: dict, analysis: QkNormAnalysis) -> str:
     """The text of report.md."""
-    conds = analysis.conditions
+    a = analysis
+    conds = a.conditions
     ns = {c: len(runs_of(runs, c)) for c in conds}
-    several = any(n >= 2 for n in ns.values())
     L = ["# QK-norm study: does the gain or the normalization drive key rank?", ""]
     L.append("Conditions: " + "; ".join(name(c) for c in conds) + ". " + _seeds_sentence(runs, conds) +
              "PR is the participation ratio (sum s)\u00b2 / sum s\u00b2 of the singular values of the keys "
              f"({SITE_TEXT}), averaged over KV heads and layers; 'final' = the last probe.")
     L.append("")
-    if several:
+    if a.descriptive:
+        L.append("One seed per condition: the numbers below are descriptive only. No comparison is tested and "
+                 "no verdict is drawn; run several seeds (--seeds) to decide.")
+    else:
         L.append("Values are mean \u00b1 95% confidence half width over seeds (Student t, n\u22121 degrees of "
                  "freedom); n is the number of seeds.")
-    else:
-        L.append("One run per condition: the values and the claims below are single-run observations, with no "
-                 "confidence interval or test; seed-to-seed differences could be as large as the effects.")
     L += ["", "## Final values", "", "| condition | final PR | final train loss | final val loss | n |",
           "|---|---|---|---|---|"]
     for c in conds:
-        e = analysis.summary[c]
+        e = a.summary[c]
         L.append(f"| {name(c)} | {_fmt(e, 'final_pr', 1)} | {_fmt(e, 'final_loss', 3)} "
                  f"| {_fmt(e, 'final_val_loss', 3)} | {ns[c]} |")
-    L += _verdict_lines(analysis)
-    if several:
-        L += _pairwise_lines(analysis)
-    L += ["", "## The write-ups' claims at this scale", ""]
-    if not several:
-        L += ["(Single-run observations: one seed per condition.)", ""]
-    for k, cl in analysis.claims.items():
+    L += _decisions(a) + _decomposition(a) + _ablation(a, runs) + _probe_bias(a)
+    L += ["## The write-ups' claims at this scale", ""]
+    for k, cl in a.claims.items():
         L.append(f"- ({k}) {cl.claim}: **{cl.status}**. {cl.text}")
     L += ["", "## Figures", "",
           "1_loss.png (train solid, validation dashed), 2_key_pr_causal.png (mean PR over tokens), "

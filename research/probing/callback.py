@@ -6,6 +6,8 @@ from pathlib import Path
 
 import torch
 
+from data import val_batches
+from research.probing.ablation import gain_ablation
 from research.probing.probe import KeyProbe
 from research.results import add_probe, load_results, new_results, save_results, truncate
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
@@ -20,19 +22,22 @@ class ProbeCallback:
     the fixed batch and an atomic rewrite of results.json. `loss` at a probe is the mean
     training loss of the last `every` steps: the steps since the previous probe, as in the
     write-ups, except at a final probe that comes sooner, whose window reaches back so it is
-    as long. A resumed run continues the file from its checkpoint's step.
+    as long. After the last step, where the k_norm gain is learned, the gain ablation
+    (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
+    checkpoint's step.
     """
 
     name = "probe"
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
-                 header: dict, qk_norm: str):
+                 header: dict, qk_norm: str, ablation_batches: list | None = None):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
         self.probe = KeyProbe(probe_ids_BT, precision)
         self.recent_losses: deque[float] = deque(maxlen=every)
+        self.ablation_batches = ablation_batches or []
         self.results: dict | None = None
 
     def _open(self, start_step: int) -> dict:
@@ -54,6 +59,10 @@ class ProbeCallback:
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
+        if info.step == info.total_steps and self.ablation_batches:
+            ablation = gain_ablation(info.model, self.probe, self.ablation_batches)
+            if ablation:
+                self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         save_results(self.path, self.results)
 
     def state_dict(self) -> dict:
@@ -69,5 +78,7 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
               "seed": cfg.train.seed, "provenance": provenance(device),
               "data": {"source_hash": data.source_hash, "tokenizer_hash": data.tokenizer_hash}}
     ids = data.val[: cfg.probe.probe_batch, :-1].long()
+    ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
-                         precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm)
+                         precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
+                         ablation_batches=ablation)

@@ -226,13 +226,13 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
 def gamma_stats(weight: torch.Tensor | None) -> dict | None:
     """Statistics of a 1-D RMSNorm gain vector [D]; None (qk_norm='none') gives None.
 
-    Returns Python floats mean, std (population), cv = std / |mean| (NaN if mean == 0),
-    min, max, and values (list of D floats).
+    Returns Python floats mean, std (unbiased, ddof=1, as the write-ups computed it),
+    cv = std / |mean| (NaN if mean == 0), min, max, and values (list of D floats).
     """
     if weight is None:
         return None
     w = weight.detach().to(torch.float64).reshape(-1)
-    mean, std = w.mean().item(), w.std(correction=0).item()
+    mean, std = w.mean().item(), w.std(correction=1).item()
     return {"mean": mean, "std": std, "cv": std / abs(mean) if mean != 0 else math.nan,
             "min": w.min().item(), "max": w.max().item(), "values": w.tolist()}
 

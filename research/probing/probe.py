@@ -11,7 +11,10 @@ graph) in eval mode, in float32 unless asked otherwise; the module's previous mo
 and the RNG states are restored afterwards, so probing never changes training.
 
 Sites: `k_norm` = keys after k_norm, before RoPE (the write-ups' hook; for
-qk_norm='none' the raw projection); `k_rope` = keys after RoPE, as attention uses them.
+qk_norm='none' the raw projection); `k_rope` = keys after RoPE, as attention uses them;
+where the gain is learned also `k_hat` = k_norm output / gain (the normalized keys before the
+gain) and `k_hat_rope` = RoPE of those, so that a change of PR can be split into the gain's
+arithmetic and the geometry of the normalized keys.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import torch
 import torch.nn as nn
 
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
-from research.results.vocabulary import ATTENTION_METRICS, PR
+from research.results.vocabulary import ATTENTION_METRICS, PR, PRE_GAIN_SITES
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -79,6 +82,17 @@ def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
     return {k: v.double().tolist() for k, v in metrics.items()}
 
 
+def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module) -> dict[str, torch.Tensor]:
+    """{"k_hat": k_norm output / gain, "k_hat_rope": RoPE of it} where attn's k_norm gain is learned; else {}."""
+    gain = getattr(attn.k_norm, "weight", None)
+    if gain is None or not gain.requires_grad:
+        return {}
+    g = gain.detach().float()
+    k_hat = torch.where(g != 0, k_norm_HBTD.float() / g, 0.0)                   # [H, B, T, D]
+    k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
+    return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
+
+
 class KeyProbe:
     """Measures a model's keys on a fixed evaluation batch of token ids [B, T]."""
 
@@ -98,7 +112,8 @@ class KeyProbe:
             means: dict[str, float] = {}
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
                 attn_m = attention_metrics(t["q_rope"], t["k_rope"])
-                for name, m in (("k_norm", key_metrics(t["k_norm"])), ("k_rope", key_metrics(t["k_rope"])),
+                sites = {"k_norm": t["k_norm"], "k_rope": t["k_rope"], **pre_gain_keys(attn, t["k_norm"], model.rotary)}
+                for name, m in (*((s, key_metrics(k)) for s, k in sites.items()),
                                 ("attn", {n: attn_m[n] for n in ATTENTION_METRICS})):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})

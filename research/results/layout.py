@@ -33,12 +33,22 @@ def condition_results(study: Path, condition: str) -> list[Path]:
 
 
 def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str,
-                      conditions: dict[str, list[str]]) -> Path:
-    """study.json: what split_panels needs to find the study's kind and results files."""
+                      conditions: dict[str, list[str]], margin: float, loss_margin: float) -> Path:
+    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins."""
     path = study / STUDY_INDEX
     atomic_write_text(path, json.dumps({"study": name, "kind": kind, "seeds": seeds, "preset": preset,
-                                        "conditions": conditions}, indent=2) + "\n")
+                                        "margin": margin, "loss_margin": loss_margin, "conditions": conditions},
+                                       indent=2) + "\n")
     return path
+
+
+def study_settings(folder: str | Path) -> dict:
+    """study.json of a study folder as a dict ({} when there is none or it cannot be read)."""
+    try:
+        meta = json.loads((Path(folder) / STUDY_INDEX).read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def runs_from_combined(d: dict | str | Path) -> dict[str, list[dict]]:

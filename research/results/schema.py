@@ -67,6 +67,8 @@ def truncate(res: dict, step: int) -> dict:
         out[k] = [res[k][i] for i in keep]
     for k in ("layer_pr", "gamma_cv"):
         out[k] = {layer: [v[i] for i in keep] for layer, v in res[k].items()}
+    if (res.get("gain_ablation") or {}).get("step", 0) > step:  # measured after the last step
+        del out["gain_ablation"]
     if out["probes"] and out.get("gamma_final"):
         out["gamma_final"] = {str(r["layer"]): r["gamma_k"]["values"] for r in out["probes"][-1]["layers"]
                               if r["gamma_k"] is not None}

@@ -8,6 +8,9 @@ from __future__ import annotations
 # Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
 # the raw projection), and after RoPE, as attention uses them.
 SITES = ("k_norm", "k_rope")
+# The same keys before the learned gain (k_norm output / gain), before and after RoPE: what the
+# normalization gives, without the gain's arithmetic (recorded where the gain is learned).
+PRE_GAIN_SITES = {"k_norm": "k_hat", "k_rope": "k_hat_rope"}
 MAIN_SITE = "k_norm"  # the write-ups' site: layer_pr and mean_pr are its pr_sv
 PR = f"{MAIN_SITE}.pr_sv"  # the per-layer mean that layer_pr records
 KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",

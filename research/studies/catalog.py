@@ -11,13 +11,15 @@ class Study:
     conditions: dict[str, dict] = field(default_factory=dict)  # condition -> config overrides
     gpu_preset: str = "88m"  # the write-ups' setting, used on CUDA when --preset is auto
     default_tokens: int | None = None  # tokens per condition on the tiny preset (None: the preset's)
+    default_seeds: tuple[int, ...] = (0, 1, 2)  # enough for the decisions to be tested; --seeds overrides
 
 
 QK_NORM = Study("qk_norm_50m_study", "qk_norm", gpu_preset="1b", conditions={
     "QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"}})
 PILOT = Study("qk_norm_500k_study", "pilot", default_tokens=500_000, conditions={
     "qk_norm": {"qk_norm": "learned"}, "no_qk_norm": {"qk_norm": "none"}})
-KEY_DYNAMICS = Study("key_dynamics_study", "keys", conditions={"QK": {"qk_norm": "learned"}})
+KEY_DYNAMICS = Study("key_dynamics_study", "keys", conditions={
+    "QK": {"qk_norm": "learned"}, "QK_no_gain_wd": {"qk_norm": "learned", "wd_on_gains": False}})
 HEAD_SPECIALIZATION = Study("head_specialization_study", "heads", conditions={"QK": {"qk_norm": "learned"}})
 
 STUDIES = {s.name: s for s in (QK_NORM, PILOT, KEY_DYNAMICS, HEAD_SPECIALIZATION)}

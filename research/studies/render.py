@@ -14,6 +14,7 @@ from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import qk_norm as qk_norm_analysis
+from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.plots import heads as heads_plots
 from research.plots import keys as keys_plots
 from research.plots import pilot as pilot_plots
@@ -21,7 +22,8 @@ from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
 from research.plots.common import save_figures
 from research.results import ResultsError, save_results
-from research.results.layout import load_study
+from research.results.layout import load_study, study_settings
+from research.results.values import json_safe
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
 from utils.io import atomic_write_text
 
@@ -31,45 +33,61 @@ def _write_report(folder: Path, text: str) -> Path:
     return folder / REPORT
 
 
-def render_qk_norm(folder: Path, runs: dict) -> list[Path]:
-    analysis = qk_norm_analysis.analyze(runs)
+def _decision_json(d) -> dict:
+    return json_safe({"n": d.n, "difference": d.diff, "relative": d.rel, "ci": list(d.ci), "ci_level": d.ci_level,
+                      "ci90": list(d.ci90), "p_holm": d.p_holm, "margin": d.margin, "outcome": d.outcome,
+                      "seeds_needed": d.seeds_needed})
+
+
+def render_qk_norm(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+    analysis = qk_norm_analysis.analyze(runs, margin, loss_margin)
     paths = save_figures(folder, qk_norm_plots.figures(runs, analysis))
     paths.append(_write_report(folder, qk_norm_report.report(runs, analysis)))
-    combined = {"study": "qk_norm", "conditions": sorted(runs), "summary": analysis.summary}
+    combined = {"study": "qk_norm", "conditions": sorted(runs), "margin": margin, "loss_margin": loss_margin,
+                "summary": analysis.summary,
+                "decisions": {field: {f"{x}-{y}": _decision_json(d) for (x, y), d in ds.items()}
+                              for field, ds in analysis.decisions.items()},
+                "verdict": analysis.verdict.text, "loss_verdict": analysis.loss_verdict.text,
+                "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}
     atomic_write_text(folder / QK_COMBINED, json.dumps(combined, indent=2) + "\n")
     return paths + [folder / QK_COMBINED]
 
 
-def render_pilot(folder: Path, runs: dict) -> list[Path]:
-    analysis = pilot_analysis.analyze(runs)
+def render_pilot(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+    analysis = pilot_analysis.analyze(runs, margin, loss_margin)
     paths = save_figures(folder, pilot_plots.figures(analysis))
     paths.append(_write_report(folder, pilot_plots.report(analysis)))
     save_results(folder / PILOT_COMBINED, pilot_analysis.combined_from_runs(runs))
     return paths + [folder / PILOT_COMBINED]
 
 
-def render_keys(folder: Path, runs: dict) -> list[Path]:
-    analysis = keys_analysis.analyze(runs)
+def render_keys(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+    analysis = keys_analysis.analyze(runs, margin)
     return save_figures(folder, keys_plots.figures(analysis)) + [_write_report(folder, keys_plots.report(analysis))]
 
 
-def render_heads(folder: Path, runs: dict) -> list[Path]:
-    analysis = heads_analysis.analyze(runs)
+def render_heads(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+    analysis = heads_analysis.analyze(runs, margin=margin)
     return save_figures(folder, heads_plots.figures(analysis)) + [_write_report(folder, heads_plots.report(analysis))]
 
 
 # study kind (as study.json names it) -> how its results become figures and a report
-KINDS: dict[str, Callable[[Path, dict], list[Path]]] = {
+KINDS: dict[str, Callable[[Path, dict, float, float], list[Path]]] = {
     "qk_norm": render_qk_norm, "pilot": render_pilot, "keys": render_keys, "heads": render_heads}
 
 
-def render_study(folder: str | Path, out: str | Path | None = None) -> list[Path]:
-    """Draw every figure and the report of the study in `folder` (into `out`, default the same
-    folder); returns the files written."""
+def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,
+                 loss_margin: float | None = None) -> list[Path]:
+    """Draw every figure and the report of the study in `folder` (into `out`, default the same folder);
+    returns the files written. `margin` / `loss_margin`: the equivalence margins of key metrics and of
+    losses, shares of the mean (default: those the study ran with, else research.analysis.rules')."""
     kind, runs = load_study(folder)
+    settings = study_settings(folder)
+    margin = settings.get("margin", MARGIN) if margin is None else margin
+    loss_margin = settings.get("loss_margin", LOSS_MARGIN) if loss_margin is None else loss_margin
     if kind not in KINDS:
         raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
                            f"(known: {', '.join(KINDS)})")
     target = Path(out or folder)
     target.mkdir(parents=True, exist_ok=True)
-    return KINDS[kind](target, runs)
+    return KINDS[kind](target, runs, margin, loss_margin)

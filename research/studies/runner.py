@@ -21,6 +21,7 @@ import torch
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import overrides_from_args, preset_in
 from data import DataError
+from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.probing.callback import probe_callback
 from research.results import ResultsError
 from research.results.layout import condition_dir, write_study_index
@@ -62,9 +63,15 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     p = argparse.ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for "
                                             f"this study.", allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seeds", type=int, nargs="+", help="train every condition once per seed (default: --seed)")
+    p.add_argument("--seeds", type=int, nargs="+",
+                   help=f"train every condition once per seed (default: {' '.join(map(str, study.default_seeds))}; "
+                        f"--seed N alone: that one seed)")
     p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help=f"equivalence margin of key metrics, a share of the mean (default {MARGIN})")
+    p.add_argument("--loss-margin", type=float, default=LOSS_MARGIN,
+                   help=f"equivalence margin of losses, a share of the mean (default {LOSS_MARGIN})")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
                     notes={"probe_every": f"steps // {PROBES_PER_RUN} ({defaults.probe.probe_every} with these "
@@ -81,6 +88,9 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool) -> 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
     args = build_parser(study, description, argv).parse_args(argv)
+    for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
+        if not 0 < value < 1:
+            sys.exit(f"config error: {name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
     overrides = overrides_from_args(args)
     try:
         base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
@@ -88,7 +98,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     except ConfigError as e:
         sys.exit(f"config error: {e}")
     out = Path(args.out or Path("research_results") / study.name)
-    seeds = args.seeds or [base.train.seed]
+    seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     device = resolve_device(base.train.device)
     print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "
           f"{len(study.conditions)} conditions x {len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
@@ -107,7 +117,8 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
                          f"run the same command again to resume)")
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
 
-    write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths)
-    for path in render_study(out):
+    write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
+                      margin=args.margin, loss_margin=args.loss_margin)
+    for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
         print(f"wrote {path}")
     return out

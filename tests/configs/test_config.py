@@ -16,10 +16,28 @@ def test_presets_have_the_stated_sizes(name, params):
     assert cfg.model.d_head == (128 if name == "1b" else 64)
 
 
-def test_writeup_optimizer_settings():
-    m88, b1 = get_preset("88m").train, get_preset("1b").train
-    assert (m88.muon_lr, m88.adamw_lr, m88.weight_decay, m88.grad_clip) == (0.024, 0.006, 0.2, 1.0)
-    assert (b1.muon_lr, b1.adamw_lr, b1.schedule, b1.warmup_frac) == (0.012, 0.003, "cosine", 0.01)
+@pytest.mark.parametrize("name", ["tiny", "88m", "1b", "debug"])
+def test_every_preset_has_the_writeups_optimizer_recipe(name):
+    """Muon lr 0.024 (0.012 for 1b), momentum 0.95, Nesterov, 5 steps, no weight decay; AdamW lr 0.006
+    (0.003), PyTorch's betas (0.9, 0.999), weight decay 0.2 including the norm gains; clip 1.0."""
+    t = get_preset(name).train
+    big = name == "1b"
+    assert (t.muon_lr, t.momentum, t.nesterov, t.ortho_steps, t.muon_weight_decay) == \
+        (0.012 if big else 0.024, 0.95, True, 5, 0.0)
+    assert (t.adamw_lr, t.adam_beta1, t.adam_beta2, t.adamw_weight_decay, t.wd_on_gains) == \
+        (0.003 if big else 0.006, 0.9, 0.999, 0.2, True)
+    assert t.grad_clip == 1.0 and t.orthogonalizer == "polar_express"
+    assert (t.schedule, t.warmup_frac) == (("cosine", 0.01) if big else ("constant", 0.0))
+
+
+def test_old_configs_keep_their_meaning():
+    """Before Muon's weight decay had its own field, `weight_decay` decayed Muon's and AdamW's parameters."""
+    d = get_preset("tiny").to_dict()
+    for k in ("muon_weight_decay", "adamw_weight_decay"):
+        del d["train"][k]
+    d["train"]["weight_decay"] = 0.1
+    t = RunConfig.from_dict(d).train
+    assert (t.muon_weight_decay, t.adamw_weight_decay) == (0.1, 0.1)
     assert get_preset("1b").tokens_per_step == 8 * 4 * 2048
 
 

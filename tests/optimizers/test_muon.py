@@ -292,12 +292,12 @@ def test_split_counts_debug_model():
     # Hyperparameters come from the TrainConfig; base_lr is the peak LR of each group.
     mg = muon.param_groups[0]
     assert (mg["lr"], mg["base_lr"], mg["momentum"], mg["nesterov"], mg["weight_decay"], mg["orthogonalizer"],
-            mg["ortho_steps"]) == (tcfg.muon_lr, tcfg.muon_lr, tcfg.momentum, tcfg.nesterov, tcfg.weight_decay,
-                                   tcfg.orthogonalizer, tcfg.ortho_steps)
+            mg["ortho_steps"]) == (tcfg.muon_lr, tcfg.muon_lr, tcfg.momentum, tcfg.nesterov,
+                                   tcfg.muon_weight_decay, tcfg.orthogonalizer, tcfg.ortho_steps)
     for g in adamw.param_groups:
         assert g["lr"] == g["base_lr"] == tcfg.adamw_lr
         assert g["betas"] == (tcfg.adam_beta1, tcfg.adam_beta2) and g["eps"] == 1e-8
-        assert g["weight_decay"] == tcfg.weight_decay  # wd_on_gains defaults to True
+        assert g["weight_decay"] == tcfg.adamw_weight_decay  # wd_on_gains defaults to True
         assert not g["fused"]
     text = format_split(summary)
     assert "muon 12 tensors / 229,376 params" in text and "adamw 10 tensors / 66,432 params" in text
@@ -305,7 +305,7 @@ def test_split_counts_debug_model():
 
 def test_split_frozen_qk_norm_and_no_wd_on_gains():
     model, tcfg = debug_model(qk_norm="frozen")
-    tcfg = dataclasses.replace(tcfg, wd_on_gains=False, weight_decay=0.1)
+    tcfg = dataclasses.replace(tcfg, wd_on_gains=False, adamw_weight_decay=0.1, muon_weight_decay=0.05)
     optimizers, summary = build_optimizers(model, tcfg)
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     assert frozen == {f"blocks.{i}.attn.{q}_norm.weight" for i in range(2) for q in "qk"}
@@ -316,7 +316,7 @@ def test_split_frozen_qk_norm_and_no_wd_on_gains():
     assert summary["muon"] == {"tensors": 12, "params": 229376}
     wd = {g["name"]: g["weight_decay"] for g in optimizers[1].param_groups}
     assert wd == {"embed": 0.1, "gains": 0.0}
-    assert optimizers[0].param_groups[0]["weight_decay"] == 0.1
+    assert optimizers[0].param_groups[0]["weight_decay"] == 0.05
 
 
 def test_split_none_qk_norm():

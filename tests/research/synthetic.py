@@ -9,7 +9,7 @@ from research.results.vocabulary import QK_CONDITIONS
 L, D, P = 6, 64, 5
 TOKENS = [0, 250_000, 500_000, 750_000, 1_000_000]
 FINAL_LAYER_NORM = [9.0, 9.0, 8.0, 8.0, 7.0, 7.0]  # layers 0,1 end above sqrt(64) = 8, 4,5 below, 2,3 at it
-SINK, GATHERER = (4, 0), (1, 1)  # (layer, KV head)
+SINK, GATHERER = (4, 0), (1, 1)  # (layer, KV head); the sink ends with sink mass 0.6, every other head 0.1
 
 
 def _final_head(layer: int, n_kv: int) -> list[tuple[float, float]]:
@@ -54,8 +54,9 @@ def make_results(tag="QK", *, n_kv=2, n_q=2, qk_norm="learned", seed=0, norm_off
                   "erank": [56.0 - f * 2 * (i + 1)] * n_kv, "pr_vec": [20.0] * n_kv}
             # query heads of KV head k: entropies e - 0.5 and e + 0.5 when there are two (mean = e)
             spread = [(-0.5 + j / max(group - 1, 1)) if group > 1 else 0.0 for j in range(group)]
-            attn = {"entropy": [e + s for e in ent_kv for s in spread], "sink_mass": [0.1] * n_q,
-                    "qk_ratio": [1.0] * n_q}
+            sink = [0.1 + f * (0.5 if (i, k) == SINK and n_kv == 2 else 0.0) for k in range(n_kv)]
+            attn = {"entropy": [e + s for e in ent_kv for s in spread],
+                    "sink_mass": [m for m in sink for _ in spread], "qk_ratio": [1.0] * n_q}
             gains = (1.0 + f * 0.1 * np.sin(np.arange(D) + i)).tolist()
             gamma = None if qk_norm == "none" else {
                 "mean": float(np.mean(gains)), "std": float(np.std(gains)),
@@ -82,9 +83,14 @@ def writeups_only(res: dict) -> dict:
                                          "gamma_cv", "gamma_final")})
 
 
-def qk_run(tag, seed, final_pr, final_loss, *, shape="u", layers=4, probes=8, learned=None):
-    """A results dict with only the write-ups' fields (+ seed): mean_pr ends exactly at final_pr + seed noise."""
+def qk_run(tag, seed, final_pr, final_loss, *, shape="u", layers=4, probes=8, learned=None, own_noise=0.0):
+    """A results dict with only the write-ups' fields (+ seed): mean_pr ends exactly at final_pr + seed noise.
+
+    The seed noise ((seed - 1) * 0.2) is shared by every condition of a seed, as a shared initialisation and
+    data order would make it, so per-seed differences between conditions are exact; `own_noise` adds noise
+    of that size that belongs to this (condition, seed) alone."""
     noise = (seed - 1) * 0.2                      # seeds 0, 1, 2 -> -0.2, 0, +0.2: mean is exact
+    noise += own_noise * np.random.default_rng([seed, sum(map(ord, tag))]).normal()
     t = np.linspace(0, 1, probes)
     if shape == "u":   # 80 -> dip to 0.6 * final at 30% of training -> final
         pr = np.where(t < 0.3, 80 + (0.6 * final_pr - 80) * t / 0.3, 0.6 * final_pr + 0.4 * final_pr * (t - 0.3) / 0.7)
@@ -102,8 +108,15 @@ def qk_run(tag, seed, final_pr, final_loss, *, shape="u", layers=4, probes=8, le
     return validate(res)
 
 
-def qk_runs(prs, losses, seeds=3, shape="u"):
-    return {c: [qk_run(c, s, pr, lo, shape=shape) for s in range(seeds)]
+def qk_runs(prs, losses, seeds=3, shape="u", own_noise=0.0):
+    return {c: [qk_run(c, s, pr, lo, shape=shape, own_noise=own_noise) for s in range(seeds)]
             for c, pr, lo in zip(QK_CONDITIONS, prs, losses)}
 
 
+def with_final_probe(res: dict, means: dict, batch=(64, 128)) -> dict:
+    """`res` with one probe record at its last probe whose every layer has `means` ({"k_norm.pr_sv": ...})."""
+    out = dict(res)
+    layers = [{"layer": i, "means": dict(means)} for i in range(len(res["layer_pr"]))]
+    out["probes"] = [{"step": len(res["tokens"]) - 1, "tokens": res["tokens"][-1], "layers": layers,
+                      "batch": list(batch)}]
+    return out

@@ -151,3 +151,19 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     res = load_results(tmp_path / "two" / "results.json")
     assert res["steps"] == [0, 3, 6] and res["provenance"]["device"] == "cpu"
     assert res["loss"][1] == pytest.approx(sum(two[:3]) / 3)
+
+
+def test_conditions_of_one_seed_share_initial_hidden_weights_and_data_order(debug_cfg, tmp_path):
+    """The paired design: QK, QK_frozen and NoQK with the same seed start from the same hidden weights (only
+    the q/k norm gains, which start at 1, differ in existence) and see the same batches."""
+    trainers = {mode: build_trainer(debug_cfg(qk_norm=mode, seed=3), tmp_path / mode)
+                for mode in ("learned", "frozen", "none")}
+    states = {m: {k: v for k, v in t.model.state_dict().items() if "q_norm" not in k and "k_norm" not in k}
+              for m, t in trainers.items()}
+    for m in ("frozen", "none"):
+        assert states[m].keys() == states["learned"].keys()
+        assert all(torch.equal(states[m][k], states["learned"][k]) for k in states[m])
+    batches = {m: [t.loader.next_batch()[0] for _ in range(3)] for m, t in trainers.items()}
+    assert all(torch.equal(a, b) for m in ("frozen", "none") for a, b in zip(batches[m], batches["learned"]))
+    other = build_trainer(debug_cfg(qk_norm="learned", seed=4), tmp_path / "other")
+    assert not torch.equal(other.model.state_dict()["embed.weight"], states["learned"]["embed.weight"])

@@ -5,18 +5,49 @@ import numpy as np
 import pytest
 
 from research.analysis import heads, keys, pilot
+from research.analysis.rules import DESCRIPTIVE, DIFFERENT, EQUAL
 from research.results.layout import runs_from_combined
 from tests.research.synthetic import FINAL_LAYER_NORM, GATHERER, SINK, TOKENS, L, make_results, writeups_only
 
 # ----------------------------------------------------------------------------- keys
 
 def test_key_dynamics_where_layers_end():
-    k = keys.analyze({"QK": [make_results()]})["QK"]
-    assert k.ended == {"above": [0, 1], "below": [4, 5], "at": [2, 3]}
+    k = keys.analyze({"QK": [make_results()]}).conditions["QK"]
+    assert [k.ended_where(i) for i in range(L)] == ["above", "above", "at", "at", "below", "below"]
+    assert k.ended[0].outcome == DESCRIPTIVE  # one seed: by the sign beyond the margin, no test
     assert (k.d_head, k.d_source) == (64, "config d_model / n_heads")
     np.testing.assert_allclose(k.series["norm_mean"][0], [8.0] * L)
     np.testing.assert_allclose(k.series["norm_mean"][-1], FINAL_LAYER_NORM)
     assert k.seeds == "seed 0" and k.final_norm_std is None and list(k.tokens) == TOKENS
+
+
+def test_key_dynamics_decided_over_seeds():
+    runs = {"QK": [make_results(seed=s, norm_offset=0.01 * (s - 1)) for s in range(3)]}
+    a = keys.analyze(runs)
+    k = a.conditions["QK"]
+    assert [k.ended_where(i) for i in range(L)] == ["above", "above", "at", "at", "below", "below"]
+    assert k.ended[0].outcome == DIFFERENT and k.ended[2].outcome == EQUAL
+    np.testing.assert_allclose(k.final_norm_std, np.std([-0.01, 0, 0.01]))
+    early, final = a.group_changes[("QK", "early")], a.group_changes[("QK", "final")]
+    assert early.diff == pytest.approx(1.0) and final.diff == pytest.approx(-1.0) and early.outcome == DIFFERENT
+    assert a.early_shrink_late_grow("QK") == "fails"  # here the early layers grow and the final ones shrink
+    assert a.weight_decay == {}
+
+
+def test_weight_decay_part_of_the_norm_change():
+    """With weight decay on the gains the final layers end 1.0 lower (7 instead of 8 + ...): its part."""
+    with_wd = [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]
+    without = [make_results("QK_no_gain_wd", seed=s, norm_offset=0.01 * s) for s in range(3)]
+    for r in without:  # the same runs, but the final layers' keys keep norm 8
+        for probe, f in zip(r["probes"], np.linspace(0, 1, len(r["probes"]))):
+            for rec in probe["layers"][4:]:
+                rec["means"]["k_norm.norm_mean"] += f * 1.0
+    for r, wd in ((with_wd[0], True), (without[0], False)):
+        r["config"]["train"] = {"adamw_lr": 0.006, "adamw_weight_decay": 0.2, "wd_on_gains": wd}
+    a = keys.analyze({"QK": with_wd, "QK_no_gain_wd": without})
+    assert a.weight_decay["final"].diff == pytest.approx(-1.0) and a.weight_decay["final"].outcome == DIFFERENT
+    assert a.weight_decay["early"].outcome == EQUAL
+    assert a.shrink["QK"] == pytest.approx((1 - 0.006 * 0.2) ** 4) and a.shrink["QK_no_gain_wd"] == 1.0
 
 
 def test_key_dynamics_groups_and_d_head_fallbacks():
@@ -27,28 +58,32 @@ def test_key_dynamics_groups_and_d_head_fallbacks():
     assert k.d_head == 64 and "gain" in k.d_source
     k = keys.condition_dynamics([make_results(with_config=False, qk_norm="none")])
     assert k.d_head == keys.DEFAULT_D_HEAD and "assumed" in k.d_source
-    assert keys.classify_layers([8.2, 7.8, 8.05, float("nan")], 64) == {"above": [0], "below": [1], "at": [2]}
-
-
-def test_key_dynamics_mean_over_seeds_and_no_records():
-    k = keys.condition_dynamics([make_results(seed=0, norm_offset=-0.5), make_results(seed=1, norm_offset=0.5)])
-    np.testing.assert_allclose(k.series["norm_mean"][-1], FINAL_LAYER_NORM)
-    np.testing.assert_allclose(k.final_norm_std, 0.5)
-    assert k.seeds == "mean over 2 seeds" and k.n_seeds == 2
-    assert keys.analyze({"QK": [writeups_only(make_results())]}) == {"QK": None}
+    assert keys.analyze({"QK": [writeups_only(make_results())]}).conditions == {"QK": None}
 
 
 # ----------------------------------------------------------------------------- heads
 
-def test_head_taxonomy_and_layer_choice():
+def test_head_taxonomy_by_attention_and_layer_choice():
     c = heads.analyze({"QK": [make_results()]})["QK"]
     run = c.runs[0]
     assert run.divergence.layer == 4 and run.shown == run.divergence  # KV-head norms 12 vs 2: the widest spread
     t = run.taxonomy
-    assert t.median_norm == pytest.approx(8.0) and t.median_entropy == pytest.approx(2.0)
-    assert (t.sink_norm, t.sink_entropy, t.gatherer_norm, t.gatherer_entropy) == pytest.approx((8.8, 1.8, 7.2, 2.2))
+    assert t.median_entropy == pytest.approx(2.0) and (t.sink_entropy, t.gatherer_entropy) == pytest.approx((1.8, 2.2))
     assert t.heads("sink") == [SINK] and t.heads("gatherer") == [GATHERER]
     assert (t.classes == "neither").sum() == L * 2 - 2
+    assert c.norm_gap.diff == pytest.approx(12.0 - 5.0) and c.norm_gap.outcome == DESCRIPTIVE
+    assert c.norm_gap_claim == "not tested"
+
+
+def test_a_low_entropy_head_without_sink_mass_is_no_sink():
+    # two focused heads (entropy 0.5), only the second on the first token; two diffuse ones
+    t = heads.classify([[0.1, 0.5, 0.05, 0.05]], [[0.5, 0.5, 3.0, 3.0]])
+    assert t.median_entropy == 1.75 and t.classes.tolist() == [["neither", "sink", "gatherer", "gatherer"]]
+
+
+def test_sinks_have_higher_norms_across_seeds():
+    c = heads.analyze({"QK": [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]})["QK"]
+    assert c.norm_gap.outcome == DIFFERENT and c.norm_gap_claim == "holds"
 
 
 def test_heads_fixed_layer_grouping_and_no_records():

@@ -10,7 +10,7 @@ from research.analysis import qk_norm as analysis
 from research.plots import qk_norm, qk_norm_report
 from research.results.layout import load_study
 from tests.helpers import REFERENCE, labelled_lines, md_table
-from tests.research.synthetic import qk_run, qk_runs
+from tests.research.synthetic import qk_run, qk_runs, with_final_probe
 
 
 def test_figures_draw_each_condition_from_its_results():
@@ -22,7 +22,7 @@ def test_figures_draw_each_condition_from_its_results():
     for c in ("QK", "QK_frozen", "NoQK"):
         np.testing.assert_allclose(lines[qk_norm.name(c)], runs[c][0]["mean_pr"])
     texts = [t.get_text() for t in figs["2_key_pr_causal.png"].texts]
-    assert any(t.startswith("Verdict at the last probe: both gain and normalization") for t in texts)
+    assert any(t.startswith("Verdict at the last probe: no verdict: one seed per condition") for t in texts)
     # 1: train loss per condition, probes 1.. (step 0 has none)
     loss = labelled_lines(figs["1_loss.png"].axes[0])
     np.testing.assert_allclose(loss[qk_norm.name("QK")][1:], runs["QK"][0]["loss"][1:])
@@ -45,6 +45,8 @@ def test_seed_bands_and_missing_data():
     ax = figs["2_key_pr_causal.png"].axes[0]
     assert len(ax.collections) == 3  # one shaded 95% band per condition
     np.testing.assert_allclose(labelled_lines(ax)[qk_norm.name("QK") + ", n=3"], runs["QK"][1]["mean_pr"])
+    assert any("both the gain and the normalization drive key PR" in t.get_text()
+               for t in figs["2_key_pr_causal.png"].texts)
     no_gain = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
     figs = qk_norm.figures(no_gain, analysis.analyze(no_gain))
     assert "No QK-norm gain" in figs["5_gamma_cv.png"].axes[0].texts[0].get_text()
@@ -61,26 +63,62 @@ def _claim_status(report: str, letter: str) -> str:
     return re.search(r"\*\*(.+?)\*\*", line).group(1)
 
 
-def test_report_states_finals_verdict_and_claims_with_seeds():
+def _section(report: str, title: str) -> str:
+    return report.split(f"### {title}\n\n", 1)[1].split("\n\n", 1)[0]
+
+
+def test_report_states_finals_decisions_verdicts_and_claims_with_seeds():
     report = _report(qk_runs((50, 40, 42), (3.60, 3.70, 3.65)))
     rows = {r["condition"]: r for r in md_table(report, "condition")}
     qk = rows[qk_norm.name("QK")]
     assert qk["final PR"].startswith("50.0 \u00b1 ") and qk["n"] == "3"
     assert rows[qk_norm.name("QK_frozen")]["final train loss"].startswith("3.700 \u00b1 ")
-    pairs = {r["pair"]: r for r in md_table(report, "pair")}
-    assert pairs["A \u2212 B"]["\u0394 final PR"].startswith("+10.0 \u00b1 ")
-    assert "both gain and normalization" in report.split("## Triangulation verdict")[1].split("\n\n")[1].lower()
-    assert [_claim_status(report, k) for k in "abcd"] == ["does not hold", "does not hold", "holds", "holds"]
-    assert "seeds 0, 1, 2" in report and "single-run" not in report
+    pr = {r["comparison"]: r for r in md_table(_section(report, "Final PR"), "comparison")}
+    assert pr["A \u2212 B"]["difference"] == "+10.0" and pr["A \u2212 B"]["outcome"] == "different"
+    assert pr["B \u2212 C"]["% of mean"] == "-4.9%" and pr["B \u2212 C"]["n"] == "3"
+    assert "Key PR: **both the gain and the normalization drive key PR" in report
+    assert "Training loss: **both" in report
+    assert [_claim_status(report, k) for k in "abcde"] == ["fails", "fails", "fails", "holds", "holds"]
+    assert "seeds 0, 1, 2" in report and "the numbers below are descriptive only" not in report
+    assert "\u00b13% of the mean (\u00b10.5% for losses)" in report
 
 
 def test_report_single_runs_and_missing_conditions():
     runs = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
     report = _report(runs)
     assert [r["condition"] for r in md_table(report, "condition")] == [qk_norm.name("QK"), qk_norm.name("NoQK")]
-    assert "single-run observations" in report and "## Pairwise differences" not in report
-    assert _claim_status(report, "a") == "cannot be tested" and "cannot be separated" in report
+    assert "descriptive only" in report and "no verdict: one seed per condition" in report
+    assert md_table(_section(report, "Final PR"), "comparison")[0]["outcome"] == "descriptive (one seed)"
+    assert _claim_status(report, "a") == "not tested"
     assert "preset" not in report.split("## Provenance")[1] and "seed 0" in report
+
+
+def test_report_of_the_gain_decomposition_and_ablation():
+    def run(tag, seed, keys, pre=None):
+        means = {"k_norm.pr_sv": keys + 0.1 * seed, "k_norm.pr_var": keys, "k_rope.pr_sv": keys,
+                 "k_rope.pr_var": keys}
+        if pre is not None:
+            means.update({"k_hat.pr_sv": pre + 0.1 * seed, "k_hat.pr_var": pre, "k_hat_rope.pr_sv": pre,
+                          "k_hat_rope.pr_var": pre})
+        r = with_final_probe(qk_run(tag, seed, keys, 3.6), means)
+        r["config"] = {"model": {"d_model": 128, "n_heads": 2}}
+        if pre is not None:
+            r["gain_ablation"] = {"step": 7, "precision": "fp32",
+                                  "learned": {"val_loss": 3.50 + 0.01 * seed, "mean_pr": keys},
+                                  "ones": {"val_loss": 3.60 + 0.01 * seed, "mean_pr": pre},
+                                  "mean": {"val_loss": 3.52 + 0.01 * seed, "mean_pr": keys}}
+        return r
+    runs = {"QK": [run("QK", s, 40.0, 46.0) for s in range(3)],
+            "QK_frozen": [run("QK_frozen", s, 50.0) for s in range(3)]}
+    report = _report(runs)
+    parts = md_table(report.split("## The gain's arithmetic")[1], "site")
+    gain = next(r for r in parts if (r["site"], r["metric"], r["part"]) == ("k_norm", "pr_sv", "gain"))
+    assert gain["difference"] == "-6.00" and gain["outcome"] == "different"
+    ablation = report.split("## The gain ablation")[1]
+    assert "3.5100 nats" in ablation and "(3.6100)" in ablation
+    loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
+    assert loss_rows["gain \u2192 1"]["difference"] == "+0.1000"
+    assert "Isotropic keys of size 64 would read pr_var = 63.50" in report
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"write-ups' reference results not found at {REFERENCE}")
@@ -91,4 +129,4 @@ def test_report_of_writeup_results():
     assert [r["final PR"] for r in rows] == ["65.7", "59.6", "63.3"]
     assert [r["final train loss"] for r in rows] == ["3.618", "3.614", "3.683"]
     assert [r["final val loss"] for r in rows] == ["3.440", "3.439", "3.505"]
-    assert "write-up results (no provenance recorded)" in report
+    assert "write-up results (no provenance recorded)" in report and "no verdict" in report

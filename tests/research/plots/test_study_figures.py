@@ -41,15 +41,19 @@ def test_key_report_states_where_layers_ended():
     text = keys.report(keys_analysis.analyze({"QK": [make_results()]}))
     assert bullet(text, "Ended above sqrt(d_head)") == "layers 0, 1"
     assert bullet(text, "Ended below sqrt(d_head)") == "layers 4, 5"
-    assert bullet(text, "Ended at sqrt(d_head) (within ±1%)") == "layers 2, 3"
+    assert bullet(text, "Ended at sqrt(d_head)") == "layers 2, 3"
+    assert "margin ±3% (7.76 to 8.24); one seed: descriptive" in text
     assert "d_head = 64 (config d_model / n_heads), so sqrt(d_head) = 8.00" in text
     rows = {r["layer"]: r for r in md_table(text, "layer")}
     assert (rows["0"]["group"], rows["0"]["final norm"], rows["0"]["vs sqrt(d_head)"]) == ("early", "9.000", "above")
     assert (rows["5"]["change"], rows["5"]["vs sqrt(d_head)"]) == ("-1.000", "below")
     groups = {r["group"]: r for r in md_table(text, "group")}
     assert (groups["middle"]["layers"], groups["middle"]["final norm"]) == ("2, 3", "8.000")
-    two = keys.report(keys_analysis.analyze({"QK": [make_results(seed=0), make_results(seed=1)]}))
+    two = keys.report(keys_analysis.analyze({"QK": [make_results(seed=0), make_results(seed=1, norm_offset=0.01)]}))
     assert bullet(two, "Runs").startswith("mean over 2 seeds") and "spread over seeds" in two
+    changes = {r["comparison"]: r for r in md_table(two.split("## How each layer group")[1], "comparison")}
+    assert changes["QK: early layers"]["difference"] == "+1.000" and changes["QK: early layers"]["n"] == "2"
+    assert "early layers' keys shrink and final layers' keys grow **fails**" in two
     assert "No per-probe key records" in keys.report(keys_analysis.analyze({"QK": [writeups_only(make_results())]}))
 
 
@@ -64,7 +68,8 @@ def test_head_figures_show_the_chosen_layer_and_the_taxonomy():
     assert "layer 4 chosen" in figs["norm_divergence.png"]._suptitle.get_text()
     scatter = figs["entropy_norm_scatter.png"].axes[0]
     legend = [t.get_text() for t in scatter.get_legend().get_texts()]
-    assert any("norm > 8.80, entropy < 1.80" in t for t in legend)
+    assert any("sink mass > 0.3 and entropy < 1.80" in t for t in legend)
+    assert "last probe: sink (1)" in legend and "last probe: gatherer (1)" in legend
     erank = labelled_lines(figs["effective_rank.png"].axes[0])
     assert erank["layer 0"][-1] == pytest.approx(54.0)
     gains = figs["gamma_heatmap.png"].axes[0].images[0].get_array()
@@ -84,8 +89,9 @@ def test_head_report_states_sinks_gatherers_and_thresholds():
     text = heads.report(heads_analysis.analyze({"QK": [make_results()]}))
     assert bullet(text, "Sinks (1)") == f"layer {SINK[0]} KV head {SINK[1]}"
     assert bullet(text, "Gatherers (1)") == f"layer {GATHERER[0]} KV head {GATHERER[1]}"
-    assert bullet(text, "Thresholds") == ("sink if norm > 8.800 and entropy < 1.800; "
-                                          "gatherer if norm < 7.200 and entropy > 2.200")
+    assert bullet(text, "Thresholds") == ("sink if sink mass > 0.3 and entropy < 1.800; "
+                                          "gatherer if sink mass \u2264 0.3 and entropy > 2.200")
+    assert "sinks have high and gatherers low key norms: **not tested**" in text  # one seed
     assert "margin m = 0.1" in text and bullet(text, "Neither") == f"{2 * L - 2} heads"
     rows = md_table(text, "layer")
     classes = {(r["layer"], r["KV head"]): r["class"] for r in rows}

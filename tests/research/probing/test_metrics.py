@@ -295,8 +295,8 @@ def test_attention_metrics_rejects_bad_shapes():
 def test_gamma_stats():
     s = gamma_stats(torch.tensor([1.0, 2.0, 3.0, 4.0]))
     assert s["mean"] == pytest.approx(2.5)
-    assert s["std"] == pytest.approx(math.sqrt(1.25))
-    assert s["cv"] == pytest.approx(math.sqrt(1.25) / 2.5)
+    assert s["std"] == pytest.approx(math.sqrt(5 / 3))  # unbiased (ddof=1), as the write-ups computed it
+    assert s["cv"] == pytest.approx(math.sqrt(5 / 3) / 2.5)
     assert (s["min"], s["max"], s["values"]) == (1.0, 4.0, [1.0, 2.0, 3.0, 4.0])
     assert all(isinstance(s[name], float) for name in ("mean", "std", "cv", "min", "max"))
     assert gamma_stats(None) is None

@@ -114,3 +114,46 @@ def test_probing_a_compiled_training_run(debug_cfg, tmp_path):
     assert res["steps"] == [0, 1, 2, 3] and all(h == 0 for h in [all_hooks(t.model)])
     # The probe runs the plain module; its keys at init are those of the uncompiled model.
     assert res["probes"][0]["layers"][0]["k_norm"]["norm_mean"] == pytest.approx([8.0], rel=1e-4)
+
+
+def model_with_random_gains(seed=0):
+    model = model_for("learned")
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.k_norm.weight.copy_(1 + 0.3 * torch.randn(64, generator=g))
+    return model
+
+
+def test_pre_gain_keys_undo_the_gain():
+    """k_hat = k_norm output / gain: the normalized keys, norm sqrt(64) = 8 whatever the gain; only where the
+    gain is learned."""
+    rec = KeyProbe(ids())(model_with_random_gains())
+    for layer in rec["layers"]:
+        m = layer["means"]
+        assert m["k_hat.norm_mean"] == pytest.approx(8.0, rel=1e-4) and m["k_hat_rope.norm_mean"] == pytest.approx(
+            8.0, rel=1e-4)
+        assert abs(m["k_norm.norm_mean"] - 8.0) > 0.05  # the gain moved the keys' norm
+        assert m["k_hat.pr_sv"] != pytest.approx(m["k_norm.pr_sv"], rel=1e-3)
+    for mode in ("frozen", "none"):
+        assert not any(k.startswith("k_hat") for k in KeyProbe(ids())(model_for(mode))["layers"][0]["means"])
+
+
+def test_gain_ablation_replaces_the_gains_and_puts_them_back():
+    from research.probing.ablation import gain_ablation, validation_loss
+    model = model_with_random_gains().train()
+    trained = [b.attn.k_norm.weight.detach().clone() for b in model.blocks]
+    batches = [(ids(2, 24), ids(2, 24))]
+    probe = KeyProbe(ids())
+    learned = probe(model)
+    out = gain_ablation(model, probe, batches)
+    assert all(torch.equal(b.attn.k_norm.weight, t) for b, t in zip(model.blocks, trained)) and model.training
+    assert out["learned"]["val_loss"] == validation_loss(model, batches, "fp32")
+    assert out["learned"]["mean_pr"] == pytest.approx(learned["mean_pr"], rel=1e-9)
+    # In the first layer (its input depends on no gain): gain 1 leaves the pre-gain keys, and a scalar gain
+    # only scales them, which PR does not see. Later layers also see the changed attention before them.
+    pre_gain = learned["layers"][0]["means"]["k_hat.pr_sv"]
+    assert out["ones"]["layer_pr"][0] == pytest.approx(pre_gain, rel=1e-5)
+    assert out["mean"]["layer_pr"][0] == pytest.approx(pre_gain, rel=1e-5)
+    assert out["ones"]["val_loss"] != out["learned"]["val_loss"]
+    assert gain_ablation(model_for("frozen"), probe, batches) == {}

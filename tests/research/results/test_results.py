@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
-from research.results.layout import condition_dir, condition_results, load_study, write_study_index
+from research.results.layout import condition_dir, condition_results, load_study, study_settings, write_study_index
 from research.results.read import d_head_of, last, layer_keys, seed_of
 from research.results.values import as_array, json_safe, present
 from tests.helpers import REFERENCE, REPO
@@ -88,9 +88,10 @@ def test_study_layout_and_recognition(tmp_path):
     kind, runs = load_study(tmp_path)  # condition folders: the three-condition study
     assert kind == "qk_norm" and [r["seed"] for r in runs["NoQK"]] == [2, 10]
     write_study_index(tmp_path, name="x", kind="keys", seeds=[2], preset="debug",
-                      conditions={"NoQK": ["NoQK/seed_2/results.json"]})
+                      conditions={"NoQK": ["NoQK/seed_2/results.json"]}, margin=0.05, loss_margin=0.01)
     kind, runs = load_study(tmp_path)
     assert kind == "keys" and [r["seed"] for r in runs["NoQK"]] == [2]
+    assert (study_settings(tmp_path)["margin"], study_settings(tmp_path)["loss_margin"]) == (0.05, 0.01)
     (tmp_path / "study.json").write_text("{")
     with pytest.raises(ResultsError, match="corrupted study index"):
         load_study(tmp_path)

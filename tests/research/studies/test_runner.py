@@ -20,7 +20,7 @@ def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
 
 def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, capsys):
     out = tmp_path / "study"
-    run_study(QK_NORM, study_args(corpus_file, cache_dir, out))
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
     assert "preset debug on cpu" in capsys.readouterr().out
     for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
                  "5_gamma_cv.png", "report.md", "combined.json", "study.json"):
@@ -31,6 +31,12 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     # Same seed and data order: identical initial weights give identical step-0 probes for QK and QK_frozen.
     assert runs["QK"]["mean_pr"][0] == runs["QK_frozen"]["mean_pr"][0]
     assert runs["QK_frozen"]["gamma_cv"]["0"] == [0.0] * 3 and runs["NoQK"]["gamma_cv"] == {}
+    # The learned gain's ablation after the last step; the pre-gain sites only where the gain is learned.
+    ablation = runs["QK"]["gain_ablation"]
+    assert set(ablation) >= {"learned", "ones", "mean"} and ablation["step"] == 4
+    assert "gain_ablation" not in runs["QK_frozen"] and "gain_ablation" not in runs["NoQK"]
+    assert "k_hat.pr_sv" in runs["QK"]["probes"][-1]["layers"][0]["means"]
+    assert "k_hat.pr_sv" not in runs["QK_frozen"]["probes"][-1]["layers"][0]["means"]
     # The report is drawn from these files: its table holds each condition's last mean_pr.
     rows = md_table((out / "report.md").read_text(), "condition")
     assert [float(r["final PR"]) for r in rows] == pytest.approx([r["mean_pr"][-1] for r in runs.values()], abs=0.05)
@@ -41,7 +47,7 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     qk_before = (out / "QK" / "results.json").read_text()
     shutil.rmtree(out / "NoQK" / "checkpoints" / "step-000004")
     noqk_full = runs["NoQK"]
-    run_study(QK_NORM, study_args(corpus_file, cache_dir, out))
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
     assert (out / "QK" / "results.json").read_text() == qk_before
     noqk = load_results(out / "NoQK" / "results.json")
     assert noqk["steps"] == noqk_full["steps"] and noqk["loss"] == noqk_full["loss"]
@@ -61,7 +67,8 @@ def test_seeds_give_one_folder_per_seed(corpus_file, cache_dir, tmp_path):
 
 
 @pytest.mark.parametrize("study,files", [
-    (KEY_DYNAMICS, ["key_analysis_report.png", "key_norm_evolution.png", "report.md"]),
+    (KEY_DYNAMICS, ["key_analysis_report_QK.png", "key_norm_evolution_QK.png", "key_analysis_report_QK_no_gain_wd.png",
+                    "key_norm_evolution_QK_no_gain_wd.png", "report.md"]),
     (HEAD_SPECIALIZATION, ["norm_divergence.png", "entropy_norm_scatter.png", "effective_rank.png",
                            "gamma_heatmap.png", "report.md"]),
 ])
@@ -70,6 +77,9 @@ def test_single_condition_studies(study, files, corpus_file, cache_dir, tmp_path
     run_study(study, study_args(corpus_file, cache_dir, out, 6 * STEP_TOKENS, "--n_layers", "6"))
     for name in files:
         assert (out / name).is_file(), name
+    index = json.loads((out / "study.json").read_text())
+    assert index["seeds"] == [0, 1, 2] and index["margin"] == 0.03  # the defaults: three seeds, a 3% margin
+    assert all(len(paths) == 3 for paths in index["conditions"].values())
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
