@@ -67,11 +67,12 @@ def triangulate(dec: dict, what: str = "it") -> Verdict:
     if DESCRIPTIVE in (ab.outcome, bc.outcome):
         return Verdict("descriptive", "no verdict: one seed per condition (descriptive only)")
     if not (ab.decided and bc.decided):
+        known = [_pair_text(x, y, d) for (x, y), d in ((PAIRS[0], ab), (PAIRS[1], bc)) if d.decided]
         open_pairs = [f"{LETTERS[x]} vs {LETTERS[y]}" + (f" (about {d.seeds_needed} seeds would decide it)"
                                                           if d.seeds_needed else "")
                       for (x, y), d in ((PAIRS[0], ab), (PAIRS[1], bc)) if not d.decided]
-        return Verdict("inconclusive", f"inconclusive: {', '.join(open_pairs)} undecided "
-                                       f"({_pair_text('QK', 'QK_frozen', ab)}, {_pair_text('QK_frozen', 'NoQK', bc)})")
+        return Verdict("inconclusive", "inconclusive: " + (f"{known[0]}, but " if known else "")
+                       + " and ".join(open_pairs) + (" is" if len(open_pairs) == 1 else " are") + " undecided")
     pairs = f"{_pair_text('QK', 'QK_frozen', ab)}, {_pair_text('QK_frozen', 'NoQK', bc)}"
     if ab.differs and bc.same:
         return Verdict("gain", f"the gain drives {what} ({pairs})")
