@@ -128,3 +128,11 @@ def test_help_shows_the_defaults_a_user_gets(capsys):
     assert _help_default(pilot, "--probe_every N,") == "steps // 20 (12 with these defaults)"
     qk = build_parser(QK_NORM, argv=["--preset", "88m"]).format_help()
     assert _help_default(qk, "--tokens N") == "8000000" and _help_default(qk, "--d_model N,") == "512"
+
+
+def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
+    with pytest.raises(SystemExit, match="--margin 3.0 must be a share of the mean"):
+        run_study(QK_NORM, study_args(corpus_file, cache_dir, tmp_path / "x", 4 * STEP_TOKENS, "--margin", "3"))
+    from research.split_panels import main
+    with pytest.raises(SystemExit, match="--loss-margin 0.0 must be"):
+        main([str(tmp_path), "--loss-margin", "0"])
