@@ -22,7 +22,7 @@ from research.results.read import d_head_of, layer_keys
 from research.results.vocabulary import LETTERS, QK_CONDITIONS
 
 FIGURES = ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
-           "5_gamma_cv.png")
+           "5_gamma_cv.png", "6_gain_vs_geometry.png")
 SITE_TEXT = "k_norm output, pre-RoPE"
 EFFECT_TEXT = {"gain": ("gain effect A\u2212B (learned \u2212 frozen gain)", "#6a3d9a"),
                "normalization": ("normalization effect B\u2212C (frozen gain \u2212 no QK-norm)", "#b15928"),
@@ -263,8 +263,37 @@ def fig_gamma_cv(runs: dict, conds: list[str]):
     return fig
 
 
+def fig_gain_vs_geometry(analysis: QkNormAnalysis):
+    """The final A - B difference of each key metric (total) beside its two parts: what multiplying by the
+    learned gain does (gain) and how the normalized keys differ (geometry), with their CIs."""
+    title = "A \u2212 B in key rank: the gain's arithmetic against the normalized keys' geometry"
+    dec = analysis.decomposition
+    if not dec:
+        return message_figure(title, "No pre-gain key records (k_hat) in these runs, or QK / QK_frozen is missing.",
+                              size=(9, 5))
+    groups = list(dec)
+    xs = np.arange(len(groups))
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    for k, (part, col) in enumerate((("total", "0.35"), ("gain", "#6a3d9a"), ("geometry", "#1b9e77"))):
+        mean = np.array([dec[g][part].diff for g in groups])
+        half = np.array([dec[g][part].ci[1] - dec[g][part].diff for g in groups])
+        err = half if np.isfinite(half).any() else None
+        ax.bar(xs + (k - 1) * 0.27, mean, 0.27, color=col, yerr=err, capsize=3 if err is not None else 0,
+               label={"total": "total A \u2212 B", "gain": "gain: A's keys \u2212 A's keys before the gain",
+                      "geometry": "geometry: A's keys before the gain \u2212 B's keys"}[part])
+    ax.axhline(0, color="black", lw=0.8)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([f"{metric} at {site}" for site, metric in groups])
+    ax.set_ylabel("difference at the last probe\n(effective dimensions, mean over layers)")
+    ax.set_title(f"{title}\n(mean per-seed difference; error bars: CI at the Holm-adjusted level)")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
 def figures(runs: dict, analysis: QkNormAnalysis) -> dict:
-    """The study's five figures, by file name, in order."""
+    """The study's six figures, by file name, in order."""
     conds = analysis.conditions
     return dict(zip(FIGURES, (fig_loss(runs, conds), fig_mean_pr(runs, analysis), fig_per_layer(runs, conds),
-                              fig_decomposition(analysis), fig_gamma_cv(runs, conds))))
+                              fig_decomposition(analysis), fig_gamma_cv(runs, conds),
+                              fig_gain_vs_geometry(analysis))))

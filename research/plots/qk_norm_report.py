@@ -140,7 +140,8 @@ def report(runs: dict, analysis: QkNormAnalysis) -> str:
     L += ["", "## Figures", "",
           "1_loss.png (train solid, validation dashed), 2_key_pr_causal.png (mean PR over tokens), "
           "3_per_layer.png (PR per layer at the last probe), 4_causal_decomposition.png (A\u2212B gain effect, "
-          "B\u2212C normalization effect per layer), 5_gamma_cv.png (gain CV over training).", "",
+          "B\u2212C normalization effect per layer), 5_gamma_cv.png (gain CV over training), 6_gain_vs_geometry.png "
+          "(the A\u2212B difference split into the gain's arithmetic and the keys' geometry).", "",
           "## Provenance", ""]
     for c in conds:
         L.append(f"- {c}: {_provenance(runs, c)}")

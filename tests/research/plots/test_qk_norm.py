@@ -119,6 +119,13 @@ def test_report_of_the_gain_decomposition_and_ablation():
     loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
     assert loss_rows["gain \u2192 1"]["difference"] == "+0.1000"
     assert "Isotropic keys of size 64 would read pr_var = 63.50" in report
+    figs = qk_norm.figures(runs, analysis.analyze(runs))
+    from matplotlib.container import BarContainer
+    total, gain, geometry = [c for c in figs["6_gain_vs_geometry.png"].axes[0].containers
+                             if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in gain][0] == pytest.approx(-6.0)
+    assert [b.get_height() for b in geometry][0] == pytest.approx(-4.0)
+    assert [b.get_height() for b in total][0] == pytest.approx(-10.0)
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"write-ups' reference results not found at {REFERENCE}")

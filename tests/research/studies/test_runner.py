@@ -23,7 +23,7 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
     assert "preset debug on cpu" in capsys.readouterr().out
     for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
-                 "5_gamma_cv.png", "report.md", "combined.json", "study.json"):
+                 "5_gamma_cv.png", "6_gain_vs_geometry.png", "report.md", "combined.json", "study.json"):
         assert (out / name).is_file(), name
     runs = {c: load_results(out / c / "results.json") for c in ("QK", "QK_frozen", "NoQK")}
     assert [r["tag"] for r in runs.values()] == ["QK", "QK_frozen", "NoQK"]
