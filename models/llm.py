@@ -10,6 +10,7 @@ from torch.utils.checkpoint import checkpoint
 
 from configs.config import ModelConfig
 from models.layers import Block, RMSNorm, Rotary
+from models.loss import linear_cross_entropy
 
 
 class MinimalLLM(nn.Module):
@@ -28,6 +29,7 @@ class MinimalLLM(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.grad_checkpointing = False
+        self.fused_loss = True  # LM head and cross-entropy in one chunked pass (models/loss.py)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -55,7 +57,10 @@ class MinimalLLM(nn.Module):
 
     def forward(self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, vocab] without targets; mean cross-entropy (float32 scalar) with them."""
-        logits_BTV = F.linear(self.hidden(idx_BT), self.embed.weight)
+        h_BTd = self.hidden(idx_BT)
+        if targets_BT is not None and self.fused_loss:
+            return linear_cross_entropy(h_BTd.flatten(0, 1), self.embed.weight, targets_BT.flatten())
+        logits_BTV = F.linear(h_BTd, self.embed.weight)
         if targets_BT is None:
             return logits_BTV
         return F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())

@@ -159,3 +159,20 @@ def test_gradient_checkpointing_gives_same_gradients():
     model(idx[:, :-1], idx[:, 1:]).backward()
     for g, p in zip(want, model.parameters()):
         assert torch.allclose(g, p.grad, atol=1e-6)
+
+
+def test_fused_loss_equals_the_plain_lm_head_and_cross_entropy():
+    torch.manual_seed(0)
+    model = MinimalLLM(small_cfg())
+    idx, tgt = torch.randint(0, 512, (3, 20)), torch.randint(0, 512, (3, 20))
+    grads = []
+    for fused in (True, False):
+        model.fused_loss = fused
+        model.zero_grad(set_to_none=True)
+        loss = model(idx, tgt)
+        loss.backward()
+        grads.append((loss.item(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    (fused_loss, fused_grads), (plain_loss, plain_grads) = grads
+    assert fused_loss == pytest.approx(plain_loss, rel=1e-6)
+    for a, b in zip(fused_grads, plain_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)

@@ -1,0 +1,70 @@
+"""The LM head and its cross-entropy in one pass: mean CE of (h @ W^T) against targets.
+
+`linear_cross_entropy(h_Nd, W_Vd, y_N)` equals `F.cross_entropy(F.linear(h, W).float(), y)` (the
+model's unfused loss) up to float rounding, but never holds the [N, V] logits, their
+log-softmax and their gradient at once: rows are taken in chunks, and each chunk's gradients
+with respect to h and W are computed in the forward pass (softmax minus one-hot), while the
+chunk's logits are still in cache. The backward only scales them by the incoming gradient.
+On CPU this replaces log_softmax, its backward and the zero-filled gradient of the logits
+(about a sixth of a tiny-preset step: README, "Speed"); on GPUs it saves the logits' memory,
+N x V x 4 bytes several times over (16,384 x 49,152 x 4 = 3.2 GB per copy for the 1b preset).
+
+Precision follows autocast as the unfused loss would: with bf16 autocast on, the matmuls run in
+bf16 and the softmax in float32.
+"""
+from __future__ import annotations
+
+import torch
+
+CHUNK_ELEMENTS = 2 ** 22  # logits per chunk: 16 MB of float32, so a chunk stays in a large cache
+
+
+def _compute_dtype(h: torch.Tensor) -> torch.dtype:
+    device = h.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h_Nd: torch.Tensor, W_Vd: torch.Tensor, y_N: torch.Tensor, dtype: torch.dtype,
+                chunk: int) -> torch.Tensor:
+        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        N = h_Nd.shape[0]
+        hc, Wc = h_Nd.to(dtype), W_Vd.to(dtype)
+        total = torch.zeros((), dtype=torch.float32, device=h_Nd.device)
+        gh = torch.empty_like(h_Nd) if need_grad else None
+        gW = torch.zeros_like(W_Vd, dtype=torch.float32) if need_grad else None
+        for s in range(0, N, chunk):
+            h_cd, y_c = hc[s:s + chunk], y_N[s:s + chunk]
+            logits_cV = (h_cd @ Wc.T).float()
+            lse_c = torch.logsumexp(logits_cV, dim=1)
+            total += (lse_c - logits_cV.gather(1, y_c[:, None]).squeeze(1)).sum()
+            if need_grad:
+                # d(sum of CE)/d logits = softmax - one_hot(y), built in place of the logits
+                p_cV = logits_cV.sub_(lse_c[:, None]).exp_()
+                p_cV[torch.arange(y_c.shape[0], device=y_c.device), y_c] -= 1
+                p_cV = p_cV.to(dtype)
+                gh[s:s + chunk] = p_cV @ Wc
+                if dtype == torch.float32:
+                    gW.addmm_(p_cV.T, h_cd)
+                else:  # bf16 products, accumulated over chunks in float32
+                    gW += (p_cV.T @ h_cd).float()
+        if need_grad:
+            ctx.save_for_backward(gh, gW.to(W_Vd.dtype))
+        ctx.N = N
+        return total / N
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        gh, gW = ctx.saved_tensors
+        scale = grad_out / ctx.N
+        return gh * scale, gW * scale, None, None, None
+
+
+def linear_cross_entropy(h_Nd: torch.Tensor, W_Vd: torch.Tensor, y_N: torch.Tensor,
+                         chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    """Mean cross-entropy (float32 scalar) of the logits h @ W^T against the target ids y."""
+    chunk = max(1, chunk_elements // W_Vd.shape[0])
+    dtype = _compute_dtype(h_Nd)  # read before autocast is switched off for the explicit casts inside
+    with torch.autocast(h_Nd.device.type, enabled=False):
+        return LinearCrossEntropy.apply(h_Nd, W_Vd, y_N, dtype, chunk)
