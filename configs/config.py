@@ -95,7 +95,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     precision: str = "auto"  # auto | fp32 | bf16 (autocast)
-    compile: bool = False
+    compile: str = "auto"  # auto | on | off: torch.compile of the model's forward and loss (utils.runtime)
+    fused_loss: bool = True  # LM head + cross-entropy in one chunked pass (models/loss.py); false: two steps
     grad_checkpointing: bool = False
 
     def __post_init__(self) -> None:
@@ -115,6 +116,8 @@ class TrainConfig:
         _check(self.orthogonalizer in ("polar_express", "newton_schulz"),
                f"orthogonalizer={self.orthogonalizer!r}: choose polar_express or newton_schulz")
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: choose auto, fp32 or bf16")
+        self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
+        _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: choose auto, on or off")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
 
 

@@ -53,7 +53,8 @@ def debug() -> RunConfig:
     return RunConfig(
         model=ModelConfig(vocab_size=512, n_layers=2, d_model=128, n_heads=2, n_kv_heads=1, d_ff=256,
                           max_seq_len=64),
-        train=TrainConfig(tokens=8 * 32 * 4, batch_size=8, grad_accum=1, log_every=1, eval_batches=2),
+        train=TrainConfig(tokens=8 * 32 * 4, batch_size=8, grad_accum=1, log_every=1, eval_batches=2,
+                          compile="off"),  # compiling would cost tests far more than it saves
         data=DataConfig(seq_len=32),
         preset="debug",
     )

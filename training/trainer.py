@@ -37,12 +37,13 @@ from training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpo
 from training.distributed import Dist
 from training.schedule import lr_factor
 from utils.io import atomic_write_text
-from utils.runtime import autocast, local_cpu_threads, provenance, resolve_device, resolve_precision
+from utils.runtime import (autocast, local_cpu_threads, provenance, resolve_compile, resolve_device,
+                           resolve_precision)
 
 # Fields that may change when a run is resumed: they do not alter what the
 # remaining steps compute (tokens extends or shortens the run).
 RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                     "cache_dir"}
+                     "fused_loss", "cache_dir"}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -90,6 +91,7 @@ class Trainer:
         torch.manual_seed(tc.seed)  # same initial weights on every rank
         self.model = MinimalLLM(cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
+        self.model.fused_loss = tc.fused_loss
         self.optimizers, split = build_optimizers(self.model, tc, self.device.type)
         self.split = split
         self.steps = cfg.steps
@@ -102,12 +104,14 @@ class Trainer:
         if resume:
             self._resume()
 
-        fwd = torch.compile(self.model) if tc.compile else self.model
+        self.compiled, compile_why = resolve_compile(tc.compile, self.device)
+        fwd = torch.compile(self.model) if self.compiled else self.model
         self.fwd = DDP(fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
             if self.dist.enabled else fwd
 
         self._log(f"run: preset={cfg.preset} device={self.device} precision={self.precision} "
-                  f"processes={self.dist.world_size} compile={tc.compile}")
+                  f"processes={self.dist.world_size} compile={self.compiled} ({compile_why}) "
+                  f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
                   f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "
                   f"{cfg.model.d_head}, qk_norm={cfg.model.qk_norm}")

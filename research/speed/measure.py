@@ -19,7 +19,8 @@ import torch
 from configs import ModelConfig, TrainConfig, flops_per_token, get_preset
 from models import MinimalLLM
 from optimizers import build_optimizers
-from utils.runtime import autocast
+from research.speed.reference import ReferenceLM, reference_optimizers
+from utils.runtime import autocast, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
@@ -43,12 +44,24 @@ def matmul_ceiling(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float
     return 2 * n ** 3 / best
 
 
-def measure_training(name: str, precision: str, steps: int) -> dict:
-    mc, B, T = configs()[name]
+def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
+    """(module to call, the model, its optimizers, compile note) for the project or the reference step."""
     torch.manual_seed(0)
+    if impl == "reference":
+        model = ReferenceLM(mc)
+        ortho = torch.bfloat16 if precision == "bf16" else torch.float32
+        return model, model, reference_optimizers(model, ortho_dtype=ortho), False
     model = MinimalLLM(mc)
     opts, _ = build_optimizers(model, TrainConfig())
-    muon = [o for o in opts if type(o).__name__ == "Muon"]
+    compiled, _ = resolve_compile(compile_setting, torch.device("cpu"))
+    return (torch.compile(model) if compiled else model), model, opts, compiled
+
+
+def measure_training(name: str, precision: str, steps: int, impl: str = "project", compile_setting: str = "auto") -> dict:
+    """Median step time of `steps` training steps (after warm-up) of the project or the reference."""
+    mc, B, T = configs()[name]
+    fwd, model, opts, compiled = _build(impl, mc, precision, compile_setting)
+    muon = [o for o in opts if "Muon" in type(o).__name__]
     others = [o for o in opts if o not in muon]
     device = torch.device("cpu")
     x = torch.randint(0, mc.vocab_size, (B, T + 1))
@@ -56,7 +69,7 @@ def measure_training(name: str, precision: str, steps: int) -> dict:
     def step() -> tuple[float, float]:
         t0 = time.perf_counter()
         with autocast(device, precision):
-            loss = model(x[:, :-1], x[:, 1:])
+            loss = fwd(x[:, :-1], x[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for o in others:
@@ -69,15 +82,15 @@ def measure_training(name: str, precision: str, steps: int) -> dict:
             o.zero_grad(set_to_none=True)
         return t2 - t0, t2 - t1
 
-    for _ in range(3):
+    first = step()[0]  # includes compilation when compiled
+    for _ in range(2):
         step()
-    times = [step() for _ in range(steps)]
-    total = sum(t for t, _ in times)
-    tokens_per_s = steps * B * T / total
-    return {"config": name, "precision": precision, "batch": [B, T], "params": model.num_params(),
-            "flops_per_token": flops_per_token(mc, T), "tokens_per_s": tokens_per_s,
-            "step_ms": 1e3 * total / steps, "muon_share": sum(m for _, m in times) / total,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    times = sorted(step() for _ in range(steps))
+    step_s, muon_s = times[len(times) // 2]
+    return {"config": name, "impl": impl, "precision": precision, "compiled": compiled, "batch": [B, T],
+            "params": sum(p.numel() for p in model.parameters()), "flops_per_token": flops_per_token(mc, T),
+            "tokens_per_s": B * T / step_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
+            "first_step_s": first, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -126,10 +139,11 @@ def measure_probe_memory(n_layers: int) -> dict:
             "probe_s": time.perf_counter() - t, "mean_pr": rec["mean_pr"]}
 
 
-def run(kind: str, config: str, precision: str, steps: int, layers: int) -> dict:
+def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: str = "project",
+        compile_setting: str = "auto") -> dict:
     """One measurement, as a child process runs it."""
     if kind == "training":
-        return measure_training(config, precision, steps)
+        return measure_training(config, precision, steps, impl, compile_setting)
     if kind == "probe":
         return measure_probe(config, precision)
     if kind == "probe-memory":
@@ -137,9 +151,11 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int) -> dict
     raise ValueError(f"unknown measurement {kind!r}")
 
 
-def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: int = 10, layers: int = 2) -> dict:
+def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: int = 10, layers: int = 2,
+             impl: str = "project", compile_setting: str = "auto") -> dict:
     """Run one measurement in a fresh Python process and return its JSON result."""
-    argv = [kind, "--config", config, "--precision", precision, "--steps", str(steps), "--layers", str(layers)]
+    argv = [kind, "--config", config, "--precision", precision, "--steps", str(steps), "--layers", str(layers),
+            "--impl", impl, "--compile", compile_setting]
     out = subprocess.run([sys.executable, "-m", "research.speed.measure", *argv], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child {argv} failed:\n{out.stderr[-2000:]}")
@@ -153,5 +169,7 @@ if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.mea
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--steps", type=int, default=10, help="timed training steps (after 3 warm-up)")
     p.add_argument("--layers", type=int, default=2, help="layers of the 1b-shaped model (probe-memory)")
+    p.add_argument("--impl", default="project", choices=["project", "reference"])
+    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"])
     a = p.parse_args()
-    print(json.dumps(run(a.kind, a.config, a.precision, a.steps, a.layers)))
+    print(json.dumps(run(a.kind, a.config, a.precision, a.steps, a.layers, a.impl, a.compile)))

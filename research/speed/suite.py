@@ -4,29 +4,45 @@ from __future__ import annotations
 import torch
 
 from research.speed.measure import in_child, matmul_ceiling
-from utils.runtime import resolve_precision
+from utils.runtime import cpu_has_native_bf16, cpu_name, resolve_precision
+
+
+def _training_runs(name: str, steps: int, auto: str, native_bf16: bool, ceil: dict) -> dict:
+    """The project's step in both precisions and without compilation, the reference's in both precisions."""
+    def n(prec: str) -> int:  # emulated bf16 is ~10x slower: fewer timed steps keep the run short
+        return steps if prec == "fp32" or native_bf16 else max(2, steps // 5)
+
+    def child(prec: str, **kw) -> dict:
+        r = in_child("training", name, prec, n(prec), **kw)
+        r["mfu"] = r["tokens_per_s"] * r["flops_per_token"] / ceil[prec]
+        return r
+
+    project = {prec: child(prec) for prec in ("fp32", "bf16")}
+    reference = {prec: child(prec, impl="reference") for prec in ("fp32", "bf16")}
+    entry = {**project[auto], "by_precision": project, "reference": reference}
+    if project[auto]["compiled"]:
+        entry["not_compiled"] = child(auto, compile_setting="off")
+    best_ref = max(reference.values(), key=lambda r: r["tokens_per_s"])
+    entry["vs_reference_bf16"] = project[auto]["tokens_per_s"] / reference["bf16"]["tokens_per_s"]
+    entry["vs_reference_best"] = project[auto]["tokens_per_s"] / best_ref["tokens_per_s"]
+    entry["reference_best_precision"] = best_ref["precision"]
+    return entry
 
 
 def run_suite(configs: list[str], steps: int, probe_every: int, probe: bool, probe_memory_layers: int) -> dict:
-    """Matmul ceilings, then per config the training step in fp32 and bf16 (tokens/s, MFU, Muon's share,
-    peak RSS), the probe against a plain forward, and the probe's memory at the 1b layer shape."""
+    """Matmul ceilings, then per config the training step of the project (fp32, bf16, and uncompiled) and of
+    the plain reference (research/speed/reference.py) with tokens/s, MFU, Muon's share and peak RSS; the
+    probe against a plain forward; and the probe's memory at the 1b layer shape."""
     ceil = {"fp32": matmul_ceiling(torch.float32), "bf16": matmul_ceiling(torch.bfloat16)}
     auto = resolve_precision("auto", torch.device("cpu"))
-    result = {"threads": torch.get_num_threads(), "auto_precision": auto,
-              "matmul_tflops": {k: v / 1e12 for k, v in ceil.items()}, "configs": {}}
+    result = {"threads": torch.get_num_threads(), "cpu": cpu_name(), "auto_precision": auto,
+              "native_bf16": cpu_has_native_bf16(), "matmul_tflops": {k: v / 1e12 for k, v in ceil.items()},
+              "configs": {}}
     for name in configs:
-        runs = {}
-        for prec in ("fp32", "bf16"):
-            r = in_child("training", name, prec, steps)
-            r["mfu_fp32"] = r["tokens_per_s"] * r["flops_per_token"] / ceil["fp32"]
-            r["mfu_bf16"] = r["tokens_per_s"] * r["flops_per_token"] / ceil["bf16"]
-            r["mfu"] = r[f"mfu_{prec}"]
-            runs[prec] = r
-        # Top-level numbers are those of the precision training uses here (precision=auto).
-        result["configs"][name] = entry = {**runs[auto], "by_precision": runs}
+        result["configs"][name] = entry = _training_runs(name, steps, auto, cpu_has_native_bf16(), ceil)
         if probe:
             entry["probe"] = {pp: in_child("probe", name, pp) for pp in ("fp32", "bf16")}
-            step_s = runs[auto]["step_ms"] / 1e3
+            step_s = entry["step_ms"] / 1e3
             for r in entry["probe"].values():
                 r["overhead_share"] = r["probe_s"] / (r["probe_s"] + probe_every * step_s)
             entry["probe_every"] = probe_every
@@ -38,14 +54,26 @@ def run_suite(configs: list[str], steps: int, probe_every: int, probe: bool, pro
 def table(result: dict) -> str:
     """The suite's result as lines for a terminal."""
     t = result["matmul_tflops"]
-    lines = [f"threads {result['threads']}; matmul 2048^3 ceiling: fp32 {t['fp32']:.3f} TFLOP/s, "
-             f"bf16 {t['bf16']:.3f} TFLOP/s; training precision (auto): {result['auto_precision']}",
-             f"{'config':<10} {'prec':<5} {'params':>10} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} "
-             f"{'Muon share':>10} {'peak RSS MiB':>12}"]
+    lines = [f"{result['cpu']}, {result['threads']} threads; matmul 2048^3 ceiling: fp32 {t['fp32']:.3f} TFLOP/s, "
+             f"bf16 {t['bf16']:.3f} TFLOP/s (native bf16: {result['native_bf16']}); training precision (auto): "
+             f"{result['auto_precision']}",
+             f"{'config':<10} {'impl':<22} {'prec':<5} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} "
+             f"{'Muon share':>10} {'1st step s':>10} {'peak RSS MiB':>12}"]
+
+    def row(name: str, impl: str, r: dict) -> str:
+        return (f"{name:<10} {impl:<22} {r['precision']:<5} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>9.1f} "
+                f"{r['mfu']:>7.1%} {r['muon_share']:>10.1%} {r['first_step_s']:>10.1f} {r['peak_rss_mib']:>12.0f}")
     for name, entry in result["configs"].items():
         for prec, r in entry["by_precision"].items():
-            lines.append(f"{name:<10} {prec:<5} {r['params']:>10,} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>9.1f} "
-                         f"{r['mfu']:>7.1%} {r['muon_share']:>10.1%} {r['peak_rss_mib']:>12.0f}")
+            lines.append(row(name, "project" + (" (compiled)" if r["compiled"] else ""), r))
+        if "not_compiled" in entry:
+            lines.append(row(name, "project, not compiled", entry["not_compiled"]))
+        for prec, r in entry["reference"].items():
+            lines.append(row(name, "reference", r))
+    for name, entry in result["configs"].items():
+        lines.append(f"{name}: project ({entry['precision']}) / reference: {entry['vs_reference_best']:.2f}x its "
+                     f"faster precision here ({entry['reference_best_precision']}), {entry['vs_reference_bf16']:.2f}x "
+                     f"its bf16 autocast")
     for name, entry in result["configs"].items():
         for pp, r in entry.get("probe", {}).items():
             lines.append(f"probe {name} ({pp} forward, batch {' x '.join(map(str, entry['batch']))}): "
