@@ -68,6 +68,8 @@ def resolve_compile(setting: str, device: torch.device) -> tuple[bool, str]:
     once per process: README, "Speed")."""
     if setting != "auto":
         return setting == "on", f"--compile {setting}"
+    import torch._dynamo  # auto: a backend that fails to compile falls back to eager with a warning
+    torch._dynamo.config.suppress_errors = True
     if device.type == "cuda":
         return True, "auto: CUDA"
     if device.type == "cpu":
