@@ -57,8 +57,8 @@ def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
     return (torch.compile(model) if compiled else model), model, opts, compiled
 
 
-def measure_training(name: str, precision: str, steps: int, impl: str = "project", compile_setting: str = "auto") -> dict:
-    """Median step time of `steps` training steps (after warm-up) of the project or the reference."""
+def _stepper(name: str, impl: str, precision: str, compile_setting: str):
+    """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation."""
     mc, B, T = configs()[name]
     fwd, model, opts, compiled = _build(impl, mc, precision, compile_setting)
     muon = [o for o in opts if "Muon" in type(o).__name__]
@@ -81,7 +81,13 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
         for o in opts:
             o.zero_grad(set_to_none=True)
         return t2 - t0, t2 - t1
+    return step, model, compiled
 
+
+def measure_training(name: str, precision: str, steps: int, impl: str = "project", compile_setting: str = "auto") -> dict:
+    """Median step time of `steps` training steps (after warm-up) of the project or the reference."""
+    mc, B, T = configs()[name]
+    step, model, compiled = _stepper(name, impl, precision, compile_setting)
     first = step()[0]  # includes compilation when compiled
     for _ in range(2):
         step()
@@ -91,6 +97,22 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
             "params": sum(p.numel() for p in model.parameters()), "flops_per_token": flops_per_token(mc, T),
             "tokens_per_s": B * T / step_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
             "first_step_s": first, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def measure_pair(name: str, precision: str, steps: int) -> dict:
+    """The project's step against the reference's at one precision, their steps alternating in one process, so
+    that a slower or faster spell of a shared machine touches both: the median of the per-pair time ratios."""
+    mc, B, T = configs()[name]
+    project, _, compiled = _stepper(name, "project", precision, "auto")
+    reference, _, _ = _stepper(name, "reference", precision, "off")
+    for _ in range(3):
+        project(), reference()
+    pairs = [(project()[0], reference()[0]) for _ in range(steps)]
+    ratios = sorted(r / p for p, r in pairs)
+    return {"config": name, "precision": precision, "compiled": compiled, "steps": steps,
+            "project_tokens_per_s": B * T / sorted(p for p, _ in pairs)[steps // 2],
+            "reference_tokens_per_s": B * T / sorted(r for _, r in pairs)[steps // 2],
+            "speedup": ratios[steps // 2], "speedup_range": [ratios[0], ratios[-1]]}
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -144,6 +166,8 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
     """One measurement, as a child process runs it."""
     if kind == "training":
         return measure_training(config, precision, steps, impl, compile_setting)
+    if kind == "pair":
+        return measure_pair(config, precision, steps)
     if kind == "probe":
         return measure_probe(config, precision)
     if kind == "probe-memory":
@@ -164,7 +188,7 @@ def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: in
 
 if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
     p = argparse.ArgumentParser(description="One measurement in this process; prints one JSON object.")
-    p.add_argument("kind", choices=["training", "probe", "probe-memory"])
+    p.add_argument("kind", choices=["training", "pair", "probe", "probe-memory"])
     p.add_argument("--config", default="tiny", choices=list(configs()))
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--steps", type=int, default=10, help="timed training steps (after 3 warm-up)")
