@@ -27,7 +27,7 @@ def test_load_errors_name_file_and_problem(tmp_path):
         load_results(bad)
     bad.write_text(json.dumps({"tag": "QK", "tokens": [0, 1], "loss": [None], "val_loss": [None, 1.0],
                                "mean_pr": [1.0, 2.0], "layer_pr": {}}))
-    with pytest.raises(ResultsError, match="'loss' should be a list of 2 values"):
+    with pytest.raises(ResultsError, match=r"loss should have 2 values \(one per probe"):
         load_results(bad)
     with pytest.raises(ResultsError, match="no such results file"):
         load_results(tmp_path / "missing.json")
