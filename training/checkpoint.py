@@ -27,6 +27,7 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file
 
+from utils.errors import is_disk_full
 from utils.io import atomic_dir, remove_matching, temp_dir_pattern
 from utils.testhook import hook
 
@@ -37,6 +38,10 @@ _ORPHANS = (temp_dir_pattern(r"step-\d+"), re.compile(r"^\.pruning-step-\d+-[A-Z
 
 class CheckpointError(RuntimeError):
     """A checkpoint that cannot be written or read; the message names it and the fix."""
+
+    def __init__(self, message: str, disk_full: bool = False):
+        super().__init__(message)
+        self.disk_full = disk_full
 
 
 @dataclass
@@ -49,6 +54,31 @@ class Checkpoint:
 def _model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     # The LM head is tied to the embedding, so each tensor appears once in the state dict.
     return {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+
+
+def _tensor_bytes(tree) -> int:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in tree)
+    return 0
+
+
+def _write_failure(final: Path, e: Exception, model, optimizers) -> CheckpointError:
+    """Name why a checkpoint could not be written; a full disk is told as such even where the library's
+    error does not say so (torch.save reports it as an 'unexpected pos')."""
+    need = _tensor_bytes(model.state_dict()) + _tensor_bytes([o.state_dict()["state"] for o in optimizers])
+    try:
+        free = shutil.disk_usage(final.parent).free
+    except OSError:
+        free = None
+    if is_disk_full(e) or (free is not None and free < need):
+        free_text = f"{free / 1e6:.1f} MB free" if free is not None else "no room"
+        return CheckpointError(f"could not write checkpoint {final}: the disk is full ({free_text}; a checkpoint "
+                               f"needs about {need / 1e6:.1f} MB)", disk_full=True)
+    return CheckpointError(f"could not write checkpoint {final} ({type(e).__name__}: {e})")
 
 
 def _set_for_removal(path: Path) -> Path:
@@ -66,14 +96,14 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: l
         with atomic_dir(final) as tmp:
             save_file(_model_state(model), str(tmp / "model.safetensors"))
             hook("checkpoint_write")
-            torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
-                        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-                       tmp / "optim.pt")
+            with open(tmp / "optim.pt", "wb") as f:  # closed even when the write fails (its space is freed)
+                torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
+                            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, f)
             (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as SafetensorError, torch as RuntimeError
         if old is not None:
             os.rename(old, final)  # put the earlier copy back
-        raise CheckpointError(f"could not write checkpoint {final} ({type(e).__name__}: {e})") from e
+        raise _write_failure(final, e, model, optimizers) from e
     for ckpt in list_checkpoints(root)[:-keep_last]:
         gone = _set_for_removal(ckpt.path)
         hook("prune")

@@ -44,7 +44,7 @@ from training.errors import NonFiniteLossError, RunError
 from training.resume import check_resume_length, check_same_run
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
-from utils.errors import is_disk_full, os_fix, os_problem
+from utils.errors import os_fix, os_problem
 from utils.runtime import (autocast, local_cpu_threads, provenance, resolve_compile, resolve_device,
                            resolve_precision)
 from utils.testhook import hook
@@ -279,7 +279,7 @@ class Trainer:
         except OSError as e:
             raise RunError(f"cannot write to {self.out}: {os_problem(e)}. Fix: {os_fix(e)}. {self._kept()}") from e
         except CheckpointError as e:
-            fix = "free space on that disk (or point --out elsewhere)" if is_disk_full(e) else "check its disk"
+            fix = "free space on that disk (or point --out elsewhere)" if e.disk_full else "check its disk"
             raise RunError(f"{e}. Fix: {fix}. {self._kept()}") from e
 
     def fit(self) -> dict:
