@@ -12,21 +12,9 @@ import time
 import pytest
 
 import utils.io as io_mod
-from tests.helpers import REPO
+from tests.helpers import hold_lock
 from utils.io import append_line
 from utils.lock import FolderLock, LockError
-
-HOLD = ("import sys, time; from utils.lock import FolderLock; FolderLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(60)")
-
-
-def hold_lock(folder):
-    """Another process that takes folder's lock and keeps it; returns once it holds it."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(folder)], cwd=REPO, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
 
 def test_second_process_is_told_the_holder_and_a_killed_holder_does_not_block(tmp_path):
     proc = hold_lock(tmp_path)
