@@ -50,18 +50,21 @@ class RunFolder:
             bool(checkpoint.step_dirs(self.checkpoints))
 
     def saved_config(self) -> RunConfig | None:
-        """The run's config: config.json, else (missing or unreadable) the newest checkpoint's copy."""
+        """The run's config: config.json, else (missing or unreadable) the newest copy a checkpoint holds."""
         error = None
         if (self.path / CONFIG).exists():
             try:
                 return RunConfig.load(self.path / CONFIG)
             except ConfigError as e:
                 error = e
-        ckpt = checkpoint.latest_checkpoint(self.checkpoints)
-        if ckpt is not None and isinstance(ckpt.state.get("config"), dict):
+        for ckpt in reversed(checkpoint.list_checkpoints(self.checkpoints)):
+            try:
+                cfg = RunConfig.from_dict(json.loads((ckpt.path / "state.json").read_text())["config"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # ConfigError is a ValueError
             if error:
                 self.log(f"warning: {error}; using the config saved in {ckpt.path} (config.json is rewritten)")
-            return RunConfig.from_dict(ckpt.state["config"])
+            return cfg
         if error:
             raise ConfigError(f"{error}. No checkpoint holds a copy: restore config.json, or start again in "
                               f"another --out")

@@ -88,8 +88,8 @@ class FolderLock:
             if on_wait:
                 on_wait(f"waiting for {self.folder}, in use by {holder}")
             fcntl.flock(fd, fcntl.LOCK_EX)
-        info = {"pid": os.getpid(), "host": socket.gethostname(),
-                "started": time.strftime("%Y-%m-%d %H:%M:%S %z"), "command": " ".join([Path(sys.executable).name, *sys.argv])}
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "command": " ".join([Path(sys.executable).name, *sys.argv])}
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
