@@ -22,7 +22,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of the {preset} preset.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--out", required=True, help="output folder (config, metrics, checkpoints, tokenizer)")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out that loads")
+    p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
+                   help="with --resume and another --tokens under a cosine or warmup schedule: the remaining steps "
+                        "follow the schedule of the new total (the lr jumps once, at the resume step)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
     add_config_args(p, get_preset(preset))
@@ -36,19 +39,22 @@ def main(argv: list[str] | None = None) -> dict | None:
     except ConfigError as e:
         sys.exit(f"config error: {e}")
 
-    from data import DataError  # heavy imports after argument checks
-    from research.probing.callback import probe_callback
+    from research.probing.callback import probe_callback  # heavy imports after argument checks
     from research.results import ResultsError
+    from training.errors import USER_ERRORS
     from training.run import train_run
-    from training.trainer import NonFiniteLossError
+    from utils.errors import os_fix, os_problem
 
     def callbacks(data, device):
         return [probe_callback(cfg, data, args.out, device, tag=args.tag)] if cfg.probe.probe_every else []
 
     try:
-        summary = train_run(cfg, args.out, resume=args.resume, progress=not args.no_progress, callbacks=callbacks)
-    except (ConfigError, DataError, FileExistsError, NonFiniteLossError, ResultsError) as e:
+        summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,
+                            progress=not args.no_progress, callbacks=callbacks)
+    except (*USER_ERRORS, ResultsError) as e:
         sys.exit(f"error: {e}")
+    except OSError as e:  # outside the training loop, e.g. a read-only --cache_dir
+        sys.exit(f"error: {os_problem(e)}. Fix: {os_fix(e)}")
     if summary is not None:  # rank 0
         print(f"done: {summary['steps']} steps, {summary['tokens']:,} tokens, loss {summary['final_loss']}, "
               f"val_loss {summary['final_val_loss']:.4f}, {summary['tokens_per_s'] or 0:,.0f} tokens/s; "

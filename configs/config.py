@@ -173,6 +173,11 @@ class RunConfig:
                f"raise --max_seq_len or lower --seq_len")
         _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
                f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
+        t = self.train
+        _check(t.tokens >= self.tokens_per_step,
+               f"tokens={t.tokens:,} is less than one optimizer step: tokens_per_step = batch_size x grad_accum x "
+               f"seq_len = {t.batch_size} x {t.grad_accum} x {self.data.seq_len} = {self.tokens_per_step:,}. "
+               f"Raise --tokens to at least {self.tokens_per_step}, or lower --batch_size / --seq_len")
 
     @property
     def tokens_per_step(self) -> int:
@@ -180,7 +185,7 @@ class RunConfig:
 
     @property
     def steps(self) -> int:
-        return max(1, self.train.tokens // self.tokens_per_step)
+        return self.train.tokens // self.tokens_per_step  # at least 1: __post_init__ checks
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

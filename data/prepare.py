@@ -5,9 +5,13 @@
 Everything expensive is cached under cfg.data.cache_dir and keyed by content hashes
 (blocks.BlockKey), so a second call with the same settings only hashes the source and
 checks the cache. See corpus.py (sources), tokenizer.py and blocks.py (cache format).
+One process at a time looks up or builds a cache folder (a lock on the cache root; others
+wait), so what a killed build left (.work-* scratch folders, .tmp-* half-written cache
+folders) can be removed safely before building.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -20,7 +24,15 @@ import torch
 
 from data.blocks import BlockKey, build_blocks, load_blocks
 from data.corpus import Source, open_source
-from data.tokenizer import TokenizerInfo, get_tokenizer
+from data.tokenizer import TOKENIZER_FOLDER, TokenizerInfo, get_tokenizer
+from utils.io import remove_matching, temp_dir_pattern
+from utils.lock import FolderLock
+
+# What an interrupted preparation leaves: _LazyCorpus scratch folders and atomic_dir temporaries of
+# block folders (<hash12>-<hash12>-L<seq_len>) and of tokenizer folders (bpe-v1-..., hub-...).
+_WORK = re.compile(r"^\.work-[A-Za-z0-9_]+$")
+_BLOCKS_TMP = temp_dir_pattern(r"[0-9a-f]{12}-[0-9a-f]{12}-L\d+")
+_TOKENIZER_TMP = temp_dir_pattern(r"bpe-v\d+-[0-9a-f]{12}-V\d+|hub-[A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -72,6 +84,23 @@ def prepare_data(cfg, log: Callable[[str], None] = print) -> TokenData:
     dc = cfg.data
     root = Path(dc.cache_dir).expanduser()
     source = open_source(dc, log)
+    with FolderLock(root, hint="choose another --cache_dir").acquire(wait=True, on_wait=log, read_only_ok=True) as lock:
+        if lock.key is not None:
+            remove_orphans(root, log)
+        return _prepare(cfg, root, source, t0, log)
+
+
+def remove_orphans(root: Path, log: Callable[[str], None] = print) -> list[Path]:
+    """Remove scratch and temporary folders a killed preparation left (call with the cache root locked)."""
+    removed = remove_matching(root, _WORK) + remove_matching(root, _BLOCKS_TMP)
+    removed += remove_matching(root / TOKENIZER_FOLDER, _TOKENIZER_TMP)
+    for p in removed:
+        log(f"data: removed {p} (left by an interrupted preparation)")
+    return removed
+
+
+def _prepare(cfg, root: Path, source: Source, t0: float, log) -> TokenData:
+    dc = cfg.data
     corpus = _LazyCorpus(source, root)
     try:
         tk: TokenizerInfo = get_tokenizer(dc, cfg.model.vocab_size, source, corpus, root, log)

@@ -27,6 +27,7 @@ from utils.io import atomic_dir, atomic_write_text
 EOT = "<|endoftext|>"
 BPE_RECIPE = "bpe-v1"  # bump when train_bpe changes: old cached tokenizers then live in other folders
 META_NAME = "data_tokenizer.json"
+TOKENIZER_FOLDER = "tokenizers"  # under the cache root
 
 
 @dataclass
@@ -144,7 +145,7 @@ def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Calla
 
 
 def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, log) -> TokenizerInfo:
-    folder = cache_root / "tokenizers" / f"{BPE_RECIPE}-{source.source_hash[:12]}-V{vocab_size}"
+    folder = cache_root / TOKENIZER_FOLDER / f"{BPE_RECIPE}-{source.source_hash[:12]}-V{vocab_size}"
     expect = {"recipe": BPE_RECIPE, "source_hash": source.source_hash, "requested_vocab_size": vocab_size}
     if folder.exists():
         tok, tok_hash = _load_cached(folder, expect)
@@ -171,7 +172,7 @@ def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, lo
 
 def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
     safe = re.sub(r"[^A-Za-z0-9._-]+", "--", repo_id)
-    folder = cache_root / "tokenizers" / f"hub-{safe}"
+    folder = cache_root / TOKENIZER_FOLDER / f"hub-{safe}"
     expect = {"repo_id": repo_id}
     if folder.exists():
         tok, tok_hash = _load_cached(folder, expect)

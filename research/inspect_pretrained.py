@@ -19,6 +19,7 @@ from research.inspection import DEFAULT_PROMPT, InspectError, inspect_model, loa
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
+from utils.errors import os_fix, os_problem
 from utils.io import atomic_write_text
 
 
@@ -48,11 +49,15 @@ def main(argv=None) -> int:
     except InspectError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
-    save_figures(out, figures.figures(result))
     report = out / "report.md"
-    atomic_write_text(report, figures.report(result))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
+        save_figures(out, figures.figures(result))
+        atomic_write_text(report, figures.report(result))
+    except OSError as e:
+        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
+        return 2
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
           f"wrote {out / 'inspect.json'}, {report} and figures in {result['time_s']:.1f} s")
     return 0

@@ -3,8 +3,9 @@
     python research/split_panels.py research_results/qk_norm_50m_study
     python research/split_panels.py ../shared/reference/qk_norm_50m_study --out /tmp/writeups
 
-The study is recognised from the files (research/results/layout.py). Needs numpy and
-matplotlib only: torch is never imported.
+The study is recognised from the files (research/results/layout.py). Every results file is
+validated before anything is drawn; nothing is written unless all of them pass, and each
+output is replaced atomically. Needs numpy and matplotlib only: torch is never imported.
 """
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 
 from research.results import ResultsError
 from research.studies.render import render_study
+from utils.errors import os_fix, os_problem
+from utils.lock import LockError
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,8 +33,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for path in render_study(args.folder, args.out, args.margin, args.loss_margin):
             print(f"wrote {path}")
-    except ResultsError as e:
+    except (ResultsError, LockError) as e:
         sys.exit(f"error: {e}")
+    except OSError as e:
+        sys.exit(f"error: cannot write the figures: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR")
 
 
 if __name__ == "__main__":

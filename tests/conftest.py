@@ -34,3 +34,13 @@ def debug_cfg(corpus_file, cache_dir):
                 "precision": "fp32", "eval_batches": 2}
         return apply_overrides(get_preset("debug"), {**base, **overrides})
     return make
+
+
+@pytest.fixture(scope="session")
+def straight_run(tmp_path_factory, corpus_file, cache_dir) -> Path:
+    """A 6-step debug run through train_llm.py, never interrupted: what every recovered run must equal."""
+    import train_llm
+    from tests.helpers import cli_args
+    out = tmp_path_factory.mktemp("straight") / "run"
+    train_llm.main(cli_args(corpus_file, cache_dir, out, 6))
+    return out

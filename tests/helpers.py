@@ -51,3 +51,52 @@ def labelled_lines(ax) -> dict:
     import numpy as np
     return {ln.get_label(): np.asarray(ln.get_ydata(), float) for ln in ax.get_lines()
             if not ln.get_label().startswith("_")}
+
+
+def cli_args(corpus_file, cache_dir, out, steps: int, *extra) -> list[str]:
+    """train_llm.py arguments of a debug run of `steps` steps: probes and checkpoints every 2 steps."""
+    return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
+            "--precision", "fp32", "--no-progress", "--eval_batches", "2", "--probe-every", "2", "--ckpt_every", "2",
+            "--tokens", str(steps * STEP_TOKENS), "--out", str(out), *extra]
+
+
+def train_rows(out: Path) -> list[tuple]:
+    """(step, loss, grad_norm, lr_factor) of every training row of metrics.jsonl (timings left out)."""
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"], r["grad_norm"], r["lr_factor"]) for r in rows if "loss" in r]
+
+
+def assert_same_run(a: Path, b: Path, last_step: int) -> None:
+    """Two run folders hold the same training: metrics rows (each step once), probes and final weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    from research.results import load_results
+    rows = train_rows(b)
+    assert [r[0] for r in rows] == list(range(1, last_step + 1))  # every step once, in order
+    assert rows == train_rows(a)
+    ra, rb = load_results(a / "results.json"), load_results(b / "results.json")
+    for k in ("steps", "tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv", "gamma_final"):
+        assert ra[k] == rb[k], k
+    wa = load_file(str(a / "checkpoints" / f"step-{last_step:06d}" / "model.safetensors"))
+    wb = load_file(str(b / "checkpoints" / f"step-{last_step:06d}" / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def hidden_files(out: Path) -> list[str]:
+    """Names starting with '.' anywhere under a run folder, the lock file aside: what a crash could leave."""
+    return sorted(str(p.relative_to(out)) for p in out.rglob(".*") if p.name != ".lock")
+
+
+def hold_lock(folder: Path):
+    """Another process that takes folder's lock (utils.lock) and keeps it for a minute; returns it once it
+    holds the lock. Kill it to release."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys, time; from utils.lock import FolderLock; FolderLock(sys.argv[1]).acquire(); "
+            "print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "held"
+    return proc

@@ -6,24 +6,42 @@
                             read back with torch.load(weights_only=True))
         state.json          step, tokens, data-loader position, config
 
-A folder is first written under a hidden temporary name and renamed when complete
-(utils.io.atomic_dir), so a crash mid-write never leaves a folder that looks like a
-checkpoint.
+A folder is first written under a hidden temporary name (.tmp-step-N-*) and renamed when
+complete (utils.io.atomic_dir), so a crash mid-write never leaves a folder that looks like a
+checkpoint. Old checkpoints are renamed to .pruning-step-N-* before they are removed, so a
+crash mid-removal never leaves a half-deleted step-N either. `remove_orphans` clears what
+a killed process left of both. A checkpoint that cannot be read is reported by name and
+the one before it is used (`load_newest`).
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from utils.io import atomic_dir
+from utils.errors import is_disk_full
+from utils.io import atomic_dir, remove_matching, temp_dir_pattern
+from utils.testhook import hook
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
+FILES = ("model.safetensors", "optim.pt", "state.json")
+_ORPHANS = (temp_dir_pattern(r"step-\d+"), re.compile(r"^\.pruning-step-\d+-[A-Za-z0-9_]+$"))
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be written or read; the message names it and the fix."""
+
+    def __init__(self, message: str, disk_full: bool = False):
+        super().__init__(message)
+        self.disk_full = disk_full
 
 
 @dataclass
@@ -38,65 +56,182 @@ def _model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
 
 
+def _tensor_bytes(tree) -> int:
+    if isinstance(tree, torch.Tensor):
+        return tree.numel() * tree.element_size()
+    if isinstance(tree, dict):
+        return sum(_tensor_bytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in tree)
+    return 0
+
+
+def _write_failure(final: Path, e: Exception, model, optimizers) -> CheckpointError:
+    """Name why a checkpoint could not be written; a full disk is told as such even where the library's
+    error does not say so (torch.save reports it as an 'unexpected pos')."""
+    need = _tensor_bytes(model.state_dict()) + _tensor_bytes([o.state_dict()["state"] for o in optimizers])
+    try:
+        free = shutil.disk_usage(final.parent).free
+    except OSError:
+        free = None
+    if is_disk_full(e) or (free is not None and free < need):
+        free_text = f"{free / 1e6:.1f} MB free" if free is not None else "no room"
+        return CheckpointError(f"could not write checkpoint {final}: the disk is full ({free_text}; a checkpoint "
+                               f"needs about {need / 1e6:.1f} MB)", disk_full=True)
+    return CheckpointError(f"could not write checkpoint {final} ({type(e).__name__}: {e})")
+
+
+def _set_for_removal(path: Path) -> Path:
+    """Rename a checkpoint folder out of the step-N namespace (atomic), so it is never half-seen."""
+    target = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".pruning-{path.name}-"))
+    os.rename(path, target)  # replaces the empty folder mkdtemp made
+    return target
+
+
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
                     state: dict, keep_last: int) -> Path:
     final = root / f"step-{step:06d}"
-    if final.exists():  # the same step saved again (a finished run resumed): replace it
-        shutil.rmtree(final)
-    with atomic_dir(final) as tmp:
-        save_file(_model_state(model), str(tmp / "model.safetensors"))
-        torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
-                    "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
-                   tmp / "optim.pt")
-        (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
-    for old in list_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(old.path, ignore_errors=True)
+    old = _set_for_removal(final) if final.exists() else None  # the same step saved again: replaced
+    try:
+        with atomic_dir(final) as tmp:
+            save_file(_model_state(model), str(tmp / "model.safetensors"))
+            hook("checkpoint_write")
+            with open(tmp / "optim.pt", "wb") as f:  # closed even when the write fails (its space is freed)
+                torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
+                            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, f)
+            (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+    except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as SafetensorError, torch as RuntimeError
+        if old is not None:
+            os.rename(old, final)  # put the earlier copy back
+        raise _write_failure(final, e, model, optimizers) from e
+    for ckpt in list_checkpoints(root)[:-keep_last]:
+        gone = _set_for_removal(ckpt.path)
+        hook("prune")
+        shutil.rmtree(gone, ignore_errors=True)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
     return final
 
 
-def list_checkpoints(root: Path) -> list[Checkpoint]:
-    """Complete checkpoints under root, oldest first."""
+def step_dirs(root: Path) -> list[tuple[int, Path]]:
     if not root.is_dir():
         return []
-    found = []
-    for p in root.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and (p / "state.json").is_file() and (p / "model.safetensors").is_file() and (p / "optim.pt").is_file():
-            found.append(Checkpoint(p, int(m.group(1)), {}))
-    return sorted(found, key=lambda c: c.step)
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
+    return sorted(found)
+
+
+def _complete(path: Path) -> bool:
+    return all((path / f).is_file() for f in FILES)
+
+
+def list_checkpoints(root: Path) -> list[Checkpoint]:
+    """Complete checkpoints under root (all three files present), oldest first."""
+    return [Checkpoint(p, step, {}) for step, p in step_dirs(root) if _complete(p)]
 
 
 def latest_checkpoint(root: Path) -> Checkpoint | None:
+    """The newest complete checkpoint, its state.json read where readable ({} otherwise)."""
     ckpts = list_checkpoints(root)
     if not ckpts:
         return None
     c = ckpts[-1]
     try:
         c.state = json.loads((c.path / "state.json").read_text())
-    except json.JSONDecodeError as e:
-        raise RuntimeError(f"checkpoint {c.path} has a corrupted state.json ({e}); delete that folder "
-                           f"to resume from the one before it") from e
+    except (OSError, ValueError):
+        c.state = {}
     return c
 
 
-def load_checkpoint(ckpt: Checkpoint, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer]) -> None:
+def remove_orphans(root: Path) -> list[Path]:
+    """Remove what killed processes left under root: temporary checkpoint folders (.tmp-step-N-*),
+    folders set for removal (.pruning-step-N-*) and incomplete step-N folders older than the
+    newest complete checkpoint (removals cut short by a kill before pruning was atomic)."""
+    removed = [p for pattern in _ORPHANS for p in remove_matching(root, pattern)]
+    complete = list_checkpoints(root)
+    newest = complete[-1].step if complete else -1
+    for step, path in step_dirs(root):
+        if step < newest and not _complete(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def set_aside(ckpt: Checkpoint) -> Path:
+    """Rename an unreadable checkpoint to step-N.unreadable (kept for inspection, never loaded again)."""
+    target = ckpt.path.with_name(f"{ckpt.path.name}.unreadable")
+    n = 1
+    while target.exists():
+        target, n = ckpt.path.with_name(f"{ckpt.path.name}.unreadable-{n}"), n + 1
+    os.rename(ckpt.path, target)
+    return target
+
+
+def _read(path: Path, what: str, reader: Callable):
+    try:
+        return reader(path / what)
+    except Exception as e:  # noqa: BLE001 - every way a damaged file fails to parse means "unreadable"
+        raise CheckpointError(f"{what} cannot be read ({type(e).__name__}: {str(e)[:200]})") from e
+
+
+def _read_state(path: Path) -> dict:
+    state = json.loads(path.read_text())
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "loader" not in state:
+        raise ValueError("not a checkpoint state (expected step and loader)")
+    return state
+
+
+def read_checkpoint(ckpt: Checkpoint, with_optimizer: bool = True) -> tuple[dict, dict, dict | None]:
+    """(state, weights, optimizer blob) read into memory; CheckpointError names the file that fails."""
+    state = _read(ckpt.path, "state.json", _read_state)
+    weights = _read(ckpt.path, "model.safetensors", lambda p: load_file(str(p)))
+    blob = None
+    if with_optimizer:
+        blob = _read(ckpt.path, "optim.pt", lambda p: torch.load(p, weights_only=True, map_location="cpu"))
+        if not isinstance(blob, dict) or not {"optimizers", "torch_rng", "cuda_rng"} <= set(blob):
+            raise CheckpointError("optim.pt cannot be read (not an optimizer state of this project)")
+    return state, weights, blob
+
+
+def load_weights(weights: dict, model: torch.nn.Module, where: Path) -> None:
+    own = model.state_dict()
+    bad = sorted(set(own) ^ set(weights)) + [k for k in own if k in weights and own[k].shape != weights[k].shape]
+    if bad:
+        raise CheckpointError(f"{where} does not match the model ({', '.join(bad[:5])}); was it written with "
+                              f"another config?")
+    model.load_state_dict(weights)
+
+
+def apply_checkpoint(ckpt: Checkpoint, weights: dict, blob: dict, model: torch.nn.Module,
+                     optimizers: list[torch.optim.Optimizer]) -> None:
     """Restore weights, optimizer states and the torch RNG in place."""
-    weights = load_file(str(ckpt.path / "model.safetensors"))
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise RuntimeError(f"checkpoint {ckpt.path} does not match the model: missing {missing}, "
-                           f"unexpected {unexpected}; was it written with another config?")
-    blob = torch.load(ckpt.path / "optim.pt", weights_only=True, map_location="cpu")
+    load_weights(weights, model, ckpt.path)
     if len(blob["optimizers"]) != len(optimizers):
-        raise RuntimeError(f"checkpoint {ckpt.path} holds {len(blob['optimizers'])} optimizers, "
-                           f"the run has {len(optimizers)}")
-    for opt, sd in zip(optimizers, blob["optimizers"]):
-        opt.load_state_dict(sd)
-    torch.set_rng_state(blob["torch_rng"])
+        raise CheckpointError(f"{ckpt.path} holds {len(blob['optimizers'])} optimizers, the run has {len(optimizers)}")
+    try:
+        for opt, sd in zip(optimizers, blob["optimizers"]):
+            opt.load_state_dict(sd)
+        torch.set_rng_state(blob["torch_rng"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"optim.pt does not fit this run's optimizers ({type(e).__name__}: {e})") from e
     if blob["cuda_rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(blob["cuda_rng"])
 
 
+def load_newest(root: Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpoint | None, list[tuple]]:
+    """Try `load` on the complete checkpoints, newest first, until one works.
+
+    Returns (the checkpoint loaded or None, [(checkpoint, reason)] of those that failed, newest first).
+    `load` raises CheckpointError for a checkpoint it cannot use."""
+    failed = []
+    for ckpt in reversed(list_checkpoints(root)):
+        try:
+            load(ckpt)
+            return ckpt, failed
+        except CheckpointError as e:
+            failed.append((ckpt, str(e)))
+    return None, failed
+
+
 def load_model_weights(path: Path, model: torch.nn.Module) -> None:
     """Load only the weights of a checkpoint folder (for inspection and probing)."""
-    model.load_state_dict(load_file(str(Path(path) / "model.safetensors")))
+    load_weights(_read(Path(path), "model.safetensors", lambda p: load_file(str(p))), model, Path(path))

@@ -1,6 +1,7 @@
-"""One training run of one config: process group, data, trainer, callbacks, fit."""
+"""One training run of one config: the folder's lock, process group, data, trainer, callbacks, fit."""
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -11,31 +12,37 @@ from data import TokenData, prepare_data
 from training.callbacks import Callback
 from training.distributed import init_distributed, shutdown_distributed
 from training.trainer import Trainer
+from utils.lock import FolderLock
 from utils.runtime import resolve_device
 
 CallbackFactory = Callable[[TokenData, torch.device], list[Callback]]
 
 
-def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = True,
-              name: str = "train", callbacks: CallbackFactory | None = None,
+def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, replan_schedule: bool = False,
+              progress: bool = True, name: str = "train", callbacks: CallbackFactory | None = None,
               log: Callable = print) -> dict | None:
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
-    Rank 0 prepares the data first (building the caches), the other ranks then read them.
-    `callbacks(data, device)` builds the callbacks once the data and the device are known.
+    Rank 0 locks `out_dir` before anything else (a second process on the same folder stops with
+    utils.lock.LockError naming this one), then prepares the data (building the caches); the
+    other ranks then read them. `callbacks(data, device)` builds the callbacks once the data and
+    the device are known.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
+    lock = FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext()
     try:
-        if dist.is_main:
-            data = prepare_data(cfg, log=log)
-        dist.barrier()
-        if not dist.is_main:
-            data = prepare_data(cfg, log=lambda *a, **k: None)
-        trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, progress=progress, name=name, log=log)
-        for callback in (callbacks(data, trainer.device) if callbacks else []):
-            trainer.add_callback(callback)
-        summary = trainer.fit()
-        return summary if dist.is_main else None
+        with lock:
+            if dist.is_main:
+                data = prepare_data(cfg, log=log)
+            dist.barrier()
+            if not dist.is_main:
+                data = prepare_data(cfg, log=lambda *a, **k: None)
+            trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
+                              progress=progress, name=name, log=log)
+            for callback in (callbacks(data, trainer.device) if callbacks else []):
+                trainer.add_callback(callback)
+            summary = trainer.fit()
+            return summary if dist.is_main else None
     finally:
         shutdown_distributed(dist)

@@ -10,17 +10,21 @@ One Trainer trains one model described by a RunConfig into an output folder:
     DIR/summary.json       final losses, steps, timings, provenance
 
 The trainer receives prepared data (data.prepare_data) and a process group
-(training.distributed); `training.run.train_run` does both for one config. Works alone
-or under torchrun (DDP); only rank 0 writes. Callbacks (training.callbacks) see each
-step through a StepInfo and keep their own state in checkpoints.
+(training.distributed); `training.run.train_run` does both for one config and holds the
+folder's lock. Works alone or under torchrun (DDP); only rank 0 writes. Callbacks
+(training.callbacks) see each step through a StepInfo and keep their own state in checkpoints.
+
+Nothing is written until every check has passed (training.resume: what a resume may change);
+then config.json first. A resume loads the newest checkpoint that reads back (an unreadable
+one is named and set aside), cuts metrics.jsonl back to its step, and clears what a killed
+process left (training.run_files). A full disk or an unwritable folder stops the run with a
+RunError that says what is kept.
 """
 from __future__ import annotations
 
-import json
 import math
-import shutil
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -33,42 +37,25 @@ from data import BlockLoader, TokenData, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from training.callbacks import Callback, StepInfo
-from training.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, load_newest,
+                                 read_checkpoint, save_checkpoint, set_aside)
 from training.distributed import Dist
+from training.errors import NonFiniteLossError, RunError
+from training.resume import check_resume_length, check_same_run
+from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
-from utils.io import atomic_write_text
+from utils.errors import os_fix, os_problem
 from utils.runtime import (autocast, local_cpu_threads, provenance, resolve_compile, resolve_device,
                            resolve_precision)
+from utils.testhook import hook
 
-# Fields that may change when a run is resumed: they do not alter what the
-# remaining steps compute (tokens extends or shortens the run).
-RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                     "fused_loss", "cache_dir"}
-
-
-class NonFiniteLossError(RuntimeError):
-    pass
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
-    a, b = _flatten(old.to_dict()), _flatten(new.to_dict())
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k) and k.split(".")[-1] not in RESUMABLE_CHANGES]
+__all__ = ["Trainer", "NonFiniteLossError"]
 
 
 class Trainer:
     def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, dist: Dist = Dist(),
-                 resume: bool = False, log: Callable = print, progress: bool = True, name: str = "train"):
+                 resume: bool = False, replan_schedule: bool = False, log: Callable = print, progress: bool = True,
+                 name: str = "train"):
         self.cfg, self.data, self.out, self.name, self.dist = cfg, data, Path(out_dir), name, dist
         tc = cfg.train
         self.device = resolve_device(tc.device, self.dist.local_rank)
@@ -78,15 +65,17 @@ class Trainer:
         self.is_main = self.dist.is_main
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
+        self.folder = RunFolder(self.out, self._log)
         self.callbacks: list[Callback] = []
         self.resume_state: dict = {}  # state.json of the checkpoint resumed from
         self.last_loss: float | None = None  # training loss of the latest step
         self._val_cache: tuple[int, float] | None = None  # (step, validation loss at that step)
+        self._unreadable: list[Checkpoint] = []  # checkpoints that failed to load, set aside in fit()
 
         if tc.batch_size % self.dist.world_size:
             raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
                               f"processes: the global batch is split evenly across ranks")
-        self._check_out_dir(resume)
+        saved = self._check_out_dir(resume)
 
         torch.manual_seed(tc.seed)  # same initial weights on every rank
         self.model = MinimalLLM(cfg.model).to(self.device)
@@ -97,12 +86,13 @@ class Trainer:
         self.steps = cfg.steps
         self.step = 0
         self.start_step = 0  # where this session began: a resumed run's checkpoint step
+        self.resumed = resume
         self.loader = BlockLoader(self.data.train, tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
         self.val = val_batches(self.data.val, tc.batch_size, tc.eval_batches, self.dist.rank,
                                self.dist.world_size)
         self.wall_time = 0.0  # seconds of training so far, summed over resumed sessions
         if resume:
-            self._resume()
+            self._resume(saved, replan_schedule)
 
         self.compiled, compile_why = resolve_compile(tc.compile, self.device)
         fwd = torch.compile(self.model) if self.compiled else self.model
@@ -120,34 +110,65 @@ class Trainer:
                   f"{cfg.data.seq_len} tokens; {self.steps} steps of {cfg.tokens_per_step:,} tokens")
 
     # ----------------------------------------------------------------- setup
-    def _check_out_dir(self, resume: bool) -> None:
-        ckpt_root = self.out / "checkpoints"
-        has_run = (self.out / "config.json").exists() or latest_checkpoint(ckpt_root) is not None
-        if has_run and not resume:
-            raise FileExistsError(f"{self.out} already holds a run: pass --resume to continue it, or choose "
-                                  f"another --out (nothing was overwritten)")
-        if resume and (self.out / "config.json").exists():
-            diffs = config_differences(RunConfig.load(self.out / "config.json"), self.cfg)
-            if diffs:
-                raise ConfigError(f"cannot resume {self.out} with a different config ({'; '.join(diffs)}): "
-                                  f"use the original options, or choose another --out")
+    def _check_out_dir(self, resume: bool) -> RunConfig | None:
+        """Refuse to overwrite a run, to resume nothing, or to resume with another config (nothing is
+        written here); returns the saved config of a resumed run."""
+        if not resume:
+            if self.folder.holds_run():
+                raise FileExistsError(f"{self.out} already holds a run: pass --resume to continue it, or choose "
+                                      f"another --out (nothing was overwritten)")
+            return None
+        saved = self.folder.saved_config()
+        if saved is None:
+            raise RunError(f"--resume: {self.out} holds no run to continue (no {CONFIG} and no checkpoint): "
+                           f"drop --resume to start a new run there, or check the --out path")
+        check_same_run(saved, self.cfg, self.out)
+        return saved
 
-    def _resume(self) -> None:
-        ckpt = latest_checkpoint(self.out / "checkpoints")
+    def _load(self, ckpt: Checkpoint) -> None:
+        """Load one checkpoint into the model, optimizers and loader (CheckpointError if it cannot be)."""
+        state, weights, blob = read_checkpoint(ckpt)
+        if state["step"] != ckpt.step:
+            raise CheckpointError(f"state.json says step {state['step']}, the folder step {ckpt.step}")
+        apply_checkpoint(ckpt, weights, blob, self.model, self.optimizers)
+        try:
+            self.loader.load_state_dict(state["loader"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"state.json holds no usable data position ({e})") from e
+        self.step = self.start_step = state["step"]
+        self.resume_state = state
+        self.wall_time = float(state.get("wall_time", 0.0))
+
+    def _resume(self, saved: RunConfig, replan: bool) -> None:
+        root = self.folder.checkpoints
+        ckpt, failed = load_newest(root, self._load)
+        for bad, why in failed:
+            self._log(f"warning: checkpoint {bad.path} cannot be loaded: {why}")
+        if ckpt is None and failed:
+            raise CheckpointError(f"no checkpoint under {root} can be loaded (see above). Restore them from a copy, "
+                                  f"or move {root} away to train {self.out} again from step 0")
+        self._unreadable = [c for c, _ in failed]
         if ckpt is None:
-            self._log(f"resume: no checkpoint in {self.out / 'checkpoints'}, starting from step 0")
+            self._log(f"resume: no checkpoint yet in {root} (the run stopped before its first one): starting again "
+                      f"from step 0; metrics.jsonl and results.json are cut back to step 0")
             return
-        load_checkpoint(ckpt, self.model, self.optimizers)
-        self.loader.load_state_dict(ckpt.state["loader"])
-        self.step = self.start_step = ckpt.state["step"]
-        self.resume_state = ckpt.state
-        self.wall_time = ckpt.state.get("wall_time", 0.0)
+        if failed:
+            self._log(f"resume: falling back to {ckpt.path}, the newest checkpoint that loads; the unreadable "
+                      f"one(s) are kept as step-N.unreadable")
+        replanned = check_resume_length(saved, self.cfg, self.step, replan, self.out)
+        if replanned:
+            self._log(replanned)
         self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
-        if self.is_main:  # drop log lines written after that checkpoint
-            path = self.out / "metrics.jsonl"
-            if path.exists():
-                keep = [ln for ln in path.read_text().splitlines() if ln and json.loads(ln)["step"] <= self.step]
-                atomic_write_text(path, "".join(ln + "\n" for ln in keep))
+
+    def _begin(self) -> None:
+        """Rank 0, before the first step: config.json first, then clear what an interrupted run left."""
+        self.folder.write_config(self.cfg)
+        for ckpt in self._unreadable:
+            self._log(f"set aside {ckpt.path} as {set_aside(ckpt).name}")
+        self.folder.remove_orphans()
+        self.folder.copy_tokenizer(self.data.tokenizer_dir)
+        if self.resumed:
+            self.folder.truncate_metrics(self.step)
 
     def add_callback(self, callback: Callback) -> None:
         """Register a callback; on a resumed run it gets back the state saved under its name."""
@@ -165,12 +186,11 @@ class Trainer:
     # --------------------------------------------------------------- logging
     def _write_metrics(self, record: dict) -> None:
         if self.is_main:
-            with open(self.out / "metrics.jsonl", "a") as f:
-                f.write(json.dumps(record) + "\n")
+            self.folder.append_metrics(record)
 
     def _save(self) -> None:
         if self.is_main:
-            save_checkpoint(self.out / "checkpoints", self.step, self.model, self.optimizers,
+            save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
                              "wall_time": self.wall_time, "config": self.cfg.to_dict(),
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
@@ -228,7 +248,7 @@ class Trainer:
         return loss_value, grad_norm
 
     def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
-        ckpt = latest_checkpoint(self.out / "checkpoints")
+        ckpt = latest_checkpoint(self.folder.checkpoints)
         kept = (f"the last good checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
                 else "no checkpoint was written yet")
         raise NonFiniteLossError(
@@ -245,15 +265,49 @@ class Trainer:
         for callback in self.callbacks:
             callback(info)
 
+    def _kept(self) -> str:
+        ckpt = latest_checkpoint(self.folder.checkpoints)
+        where = (f"the newest checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
+                 else "no checkpoint was written yet (a resume starts again from step 0)")
+        return f"The files written before are intact and {where}; continue with --resume (a study: run it again)"
+
+    @contextmanager
+    def _file_errors(self):
+        """A full disk, a read-only folder or a checkpoint that cannot be written: one message, what is kept."""
+        try:
+            yield
+        except OSError as e:
+            raise RunError(f"cannot write to {self.out}: {os_problem(e)}. Fix: {os_fix(e)}. {self._kept()}") from e
+        except CheckpointError as e:
+            fix = "free space on that disk (or point --out elsewhere)" if e.disk_full else "check its disk"
+            raise RunError(f"{e}. Fix: {fix}. {self._kept()}") from e
+
     def fit(self) -> dict:
+        self.dist.barrier()  # every rank has read its checkpoint before rank 0 tidies the folder
+        with self._file_errors():
+            if self.is_main:
+                self._begin()
+            self.model.train()
+            if self.step == 0:
+                self._run_callbacks()
+            if self.step == self.start_step > 0 and self.step >= self.steps:
+                done = self._finished()
+                if done is not None:
+                    return done
+            val_loss = self._loop()
+            return self._summarize(val_loss)
+
+    def _finished(self) -> dict | None:
+        """A resumed run that has nothing left to train: its summary.json as it is (None if it has none)."""
+        existing = self.folder.read_summary()
+        if existing is not None and existing.get("steps") == self.step:
+            self._log(f"nothing to train: {self.out} finished at step {self.step}; summary.json kept as it is")
+            return existing
+        self.last_loss = self.folder.metric_at(self.step, "loss")
+        return None
+
+    def _loop(self) -> float | None:
         tc = self.cfg.train
-        if self.is_main:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.cfg.save(self.out / "config.json")
-            shutil.copytree(self.data.tokenizer_dir, self.out / "tokenizer", dirs_exist_ok=True)
-        self.model.train()
-        if self.step == 0:
-            self._run_callbacks()
         bar = tqdm(total=self.steps, initial=self.step, disable=not self.progress, unit="step",
                    dynamic_ncols=True, desc=self.name)
         window_tokens, window_time = 0, 0.0
@@ -280,11 +334,15 @@ class Trainer:
                     msg = (f"step {self.step}/{self.steps}: loss {self.last_loss:.4f}, val_loss {val_loss:.4f}, "
                            f"{self.tokens_seen / max(self.wall_time, 1e-9):,.0f} tokens/s")
                     bar.write(msg) if self.progress else self._log(msg)
+                hook("step")
                 if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
                     self._save()
         finally:
             bar.close()
-        if val_loss is None:  # resumed a finished run: nothing trained, still report
+        return val_loss
+
+    def _summarize(self, val_loss: float | None) -> dict:
+        if val_loss is None:  # nothing trained this session (a finished run without its summary)
             val_loss = self.evaluate()
         summary = {"steps": self.step, "tokens": self.tokens_seen, "final_loss": self.last_loss,
                    "final_val_loss": val_loss, "wall_time_s": self.wall_time,
@@ -294,5 +352,5 @@ class Trainer:
                                                            "tokenizer_hash": self.data.tokenizer_hash},
                    **provenance(self.device)}
         if self.is_main:
-            atomic_write_text(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+            self.folder.write_summary(summary)
         return summary

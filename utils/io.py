@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from utils.testhook import hook
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -21,6 +24,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        hook(f"replace:{path.name}")
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -70,3 +74,42 @@ def atomic_dir(final: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append one line and flush it; if the write fails (a full disk) the file is cut back to where it
+    was, so it never ends in a torn line."""
+    with open(path, "ab") as f:
+        start = f.seek(0, os.SEEK_END)
+        try:
+            f.write((line.rstrip("\n") + "\n").encode("utf-8"))
+            f.flush()
+        except BaseException:
+            f.truncate(start)
+            raise
+
+
+def temp_file_pattern(name: str) -> re.Pattern:
+    """The names atomic_write_bytes gives its temporary files for `name`."""
+    return re.compile(rf"^\.{re.escape(name)}\.[A-Za-z0-9_]+\.tmp$")
+
+
+def temp_dir_pattern(name_pattern: str) -> re.Pattern:
+    """The names atomic_dir gives its temporary folders for final names matching `name_pattern` (a regex)."""
+    return re.compile(rf"^\.tmp-(?:{name_pattern})-[A-Za-z0-9_]+$")
+
+
+def remove_matching(folder: str | Path, pattern: re.Pattern) -> list[Path]:
+    """Remove the files and folders directly in `folder` whose name matches `pattern`; returns them."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    removed = []
+    for p in sorted(folder.iterdir()):
+        if pattern.match(p.name):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed

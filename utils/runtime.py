@@ -11,15 +11,30 @@ from pathlib import Path
 import torch
 
 
+def available_devices() -> list[str]:
+    """The devices this machine can train on, as --device spells them."""
+    names = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """'auto' picks cuda:LOCAL_RANK when CUDA is available, else cpu."""
+    """'auto' picks cuda:LOCAL_RANK when CUDA is available, else cpu. Anything this machine does not
+    have raises ConfigError naming the devices it does have."""
+    from configs.config import ConfigError
     if name == "auto":
         return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    dev = torch.device(name)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"--device {name} was asked for but CUDA is not available: use --device cpu or auto")
+    have = available_devices()
+    problem = f"--device {name}: choose auto or one of the devices available here: {', '.join(have)}"
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{problem} (not a device name)") from None
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device(f"cuda:{local_rank}")
+    if dev.type != "cpu" and str(dev) not in have:
+        raise ConfigError(problem)
     return dev
 
 

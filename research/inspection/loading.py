@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -21,16 +22,25 @@ def _is_own_run(path: Path) -> bool:
 
 
 def _load_own(path: Path, dtype: torch.dtype):
-    from configs import RunConfig
+    from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
-    from training.checkpoint import latest_checkpoint, load_model_weights
-    cfg = RunConfig.load(path / "config.json")
-    ckpt = latest_checkpoint(path / "checkpoints")
+    from training.checkpoint import load_model_weights, load_newest
+    try:
+        cfg = RunConfig.load(path / "config.json")
+    except ConfigError as e:
+        raise InspectError(str(e)) from e
+    model = MinimalLLM(cfg.model)
+    ckpt, failed = load_newest(path / "checkpoints", lambda c: load_model_weights(c.path, model))
+    for bad, why in failed:
+        print(f"warning: checkpoint {bad.path} cannot be loaded: {why}", file=sys.stderr)
+    if ckpt is None and failed:
+        raise InspectError(f"no checkpoint under {path / 'checkpoints'} can be loaded ("
+                           f"{'; '.join(f'{c.path.name}: {why}' for c, why in failed)}): restore them from a copy")
     if ckpt is None:
         raise InspectError(f"{path} is a training folder of this project but has no complete checkpoint under "
                            f"{path / 'checkpoints'} (train with --ckpt_every, or wait for the first checkpoint)")
-    model = MinimalLLM(cfg.model)
-    load_model_weights(ckpt.path, model)
+    if failed:
+        print(f"warning: inspecting the older checkpoint {ckpt.path} instead", file=sys.stderr)
     tok_dir = path / "tokenizer"
     if not tok_dir.is_dir():
         raise InspectError(f"{path} has no tokenizer/ folder: the logit lens and the prompt need it")

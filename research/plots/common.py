@@ -4,6 +4,8 @@ every figure module uses. Figure builders return matplotlib Figures (laid out, n
 """
 from __future__ import annotations
 
+import io
+import json
 import math
 from pathlib import Path
 
@@ -14,7 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from research.analysis.rules import DESCRIPTIVE  # noqa: E402
+from research.results.values import json_safe  # noqa: E402
 from research.results.vocabulary import label  # noqa: E402,F401 (re-exported for the figure modules)
+from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern  # noqa: E402
 
 # Conditions keep their colour in every figure of every study.
 CONDITION_COLORS = {
@@ -56,16 +60,38 @@ def smooth(y, window: int) -> np.ndarray:
     return out
 
 
-def save_figures(folder: str | Path, figures: dict[str, "plt.Figure"]) -> list[Path]:
-    """Write each figure as folder/<name> and close it; returns the paths in order."""
+def _serialize(name: str, item) -> bytes:
+    """A Figure as the image its file name asks for, a dict as JSON (NaN as null), text as UTF-8."""
+    if isinstance(item, plt.Figure):
+        buf = io.BytesIO()
+        item.savefig(buf, format=Path(name).suffix.lstrip(".") or "png")
+        return buf.getvalue()
+    if isinstance(item, dict):
+        return (json.dumps(json_safe(item), indent=2) + "\n").encode("utf-8")
+    return str(item).encode("utf-8")
+
+
+def write_outputs(folder: str | Path, outputs: dict) -> list[Path]:
+    """Write {file name: Figure, dict or text} into folder: everything is rendered in memory first (figures
+    are closed), then each file is written atomically; returns the paths in order."""
+    try:
+        blobs = {name: _serialize(name, item) for name, item in outputs.items()}
+    finally:
+        for item in outputs.values():
+            if isinstance(item, plt.Figure):
+                plt.close(item)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fig in figures.items():
-        fig.savefig(folder / name)
-        plt.close(fig)
-        paths.append(folder / name)
-    return paths
+    for name in blobs:  # temporary files a killed writer left
+        remove_matching(folder, temp_file_pattern(name))
+    for name, data in blobs.items():
+        atomic_write_bytes(folder / name, data)
+    return [folder / name for name in blobs]
+
+
+def save_figures(folder: str | Path, figures: dict[str, "plt.Figure"]) -> list[Path]:
+    """Write each figure as folder/<name> (atomically) and close it; returns the paths in order."""
+    return write_outputs(folder, figures)
 
 
 def fmt_num(v, nd: int = 3) -> str:

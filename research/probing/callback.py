@@ -9,7 +9,7 @@ import torch
 from data import val_batches
 from research.probing.ablation import gain_ablation
 from research.probing.probe import KeyProbe
-from research.results import add_probe, load_results, new_results, save_results, truncate
+from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
 from utils.runtime import provenance
@@ -24,7 +24,9 @@ class ProbeCallback:
     write-ups, except at a final probe that comes sooner, whose window reaches back so it is
     as long. After the last step, where the k_norm gain is learned, the gain ablation
     (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
-    checkpoint's step.
+    checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
+    (a missing or unreadable results.json stops the resume with ResultsError, never a fresh file that
+    would start at the resume step).
     """
 
     name = "probe"
@@ -39,13 +41,31 @@ class ProbeCallback:
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
         self.results: dict | None = None
+        self.step = 0  # the latest step seen (saved in checkpoints)
+        self.last_probe_step: int | None = None  # the step of the latest probe written to results.json
+
+    def _resumed_results(self, step: int, last_probe: int | None) -> dict:
+        """results.json cut back to `step`, checked to hold the probe at `last_probe` (if known)."""
+        fix = (f"Restore {self.path.name} from a copy, or train this run again from step 0 in an empty folder "
+               f"(its probes before step {step} cannot be rebuilt otherwise)")
+        if not self.path.exists():
+            raise ResultsError(f"cannot resume from step {step}: {self.path} is missing. {fix}")
+        try:
+            res = truncate(load_results(self.path), step)
+        except ResultsError as e:
+            raise ResultsError(f"cannot resume from step {step}: {e}. {fix}") from e
+        if last_probe is not None and last_probe not in res["steps"]:
+            raise ResultsError(f"cannot resume from step {step}: {self.path} has no probe at step {last_probe} "
+                               f"(it holds steps {res['steps'][:3]}...{res['steps'][-3:]}): an older copy? {fix}")
+        return res
 
     def _open(self, start_step: int) -> dict:
-        if start_step > 0 and self.path.exists():  # resumed: drop probes after the checkpoint
-            return truncate(load_results(self.path), start_step)
+        if start_step > 0:  # resumed: drop probes after the checkpoint
+            return self._resumed_results(start_step, None)
         return new_results(**self.header)
 
     def __call__(self, info: StepInfo) -> None:
+        self.step = info.step
         if info.step > 0:
             self.recent_losses.append(info.loss)
         if info.step % self.every and info.step != info.total_steps:
@@ -64,12 +84,18 @@ class ProbeCallback:
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         save_results(self.path, self.results)
+        self.last_probe_step = info.step
 
     def state_dict(self) -> dict:
-        return {"recent_losses": list(self.recent_losses)}
+        return {"recent_losses": list(self.recent_losses), "step": self.step, "last_probe_step": self.last_probe_step}
 
     def load_state_dict(self, state: dict) -> None:
+        """Resuming from a checkpoint: check results.json now, before any training (older checkpoints
+        carry no step; their results.json is checked at the first probe)."""
         self.recent_losses.extend(state["recent_losses"])
+        if state.get("step"):
+            self.step, self.last_probe_step = state["step"], state.get("last_probe_step")
+            self.results = self._resumed_results(self.step, self.last_probe_step)
 
 
 def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None) -> ProbeCallback:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from research.results.schema import ResultsError, load_results
 from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
-from utils.io import atomic_write_text
+from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
 
 def condition_dir(study: Path, condition: str, seed: int, several_seeds: bool) -> Path:
@@ -36,6 +36,7 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
                       conditions: dict[str, list[str]], margin: float, loss_margin: float) -> Path:
     """study.json: what split_panels needs to find the study's kind, results files and equivalence margins."""
     path = study / STUDY_INDEX
+    remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps({"study": name, "kind": kind, "seeds": seeds, "preset": preset,
                                         "margin": margin, "loss_margin": loss_margin, "conditions": conditions},
                                        indent=2) + "\n")

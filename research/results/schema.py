@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from research.results.checks import ShapeError, check_types
 from research.results.values import json_safe
 from research.results.vocabulary import PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
 from utils.io import atomic_write_text
@@ -90,15 +91,14 @@ def validate(res, path: str | Path = "<results>") -> dict:
                            f"or of the write-ups (expected at least {', '.join(WRITEUP_FIELDS[:6])})")
     if res.get("schema", SCHEMA) != SCHEMA:
         raise ResultsError(f"{path}: schema {res['schema']!r} is not {SCHEMA!r}")
-    n = len(res["tokens"])
-    for k in PER_PROBE:
-        if not isinstance(res[k], list) or len(res[k]) != n:
-            raise ResultsError(f"{path}: field {k!r} should be a list of {n} values (one per probe, like 'tokens'), "
-                               f"found {len(res[k]) if isinstance(res[k], list) else type(res[k]).__name__}")
-    for k in ("layer_pr", "gamma_cv"):
-        for layer, values in (res.get(k) or {}).items():
-            if not isinstance(values, list) or len(values) != n:
-                raise ResultsError(f"{path}: {k}[{layer!r}] should have {n} values (one per probe)")
+    if not isinstance(res["tokens"], list):
+        raise ResultsError(f"{path}: field 'tokens' should be a list (one value per probe), found "
+                           f"{type(res['tokens']).__name__}")
+    try:
+        check_types(res, len(res["tokens"]))
+    except ShapeError as e:
+        raise ResultsError(f"{path}: {e}. The file was damaged or edited: restore it from a copy, or train that "
+                           f"condition again") from e
     res.setdefault("gamma_cv", {})
     res.setdefault("gamma_final", {})
     res["gamma_cv"] = res["gamma_cv"] or {}
@@ -115,5 +115,5 @@ def load_results(path: str | Path) -> dict:
         res = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
-                           f"a copy, or delete it and rerun that condition (its checkpoints are kept)") from e
+                           f"a copy, or train that condition again into an empty folder") from e
     return validate(res, path)

@@ -3,10 +3,13 @@
 Every study kind runs the same three steps: load the results (research.results), decide
 (research.analysis), draw and write (research.plots). `render_study(folder)` is what the
 study runner calls after training and what split_panels.py calls on any results folder.
+
+Nothing is written until every results file has validated and every figure, report and
+combined file has been built in memory; then, with the target folder locked (utils.lock),
+each is written atomically, so a bad input or a crash never leaves half of the outputs new.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
@@ -20,17 +23,12 @@ from research.plots import keys as keys_plots
 from research.plots import pilot as pilot_plots
 from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
-from research.plots.common import save_figures
-from research.results import ResultsError, save_results
+from research.plots.common import write_outputs
+from research.results import ResultsError
 from research.results.layout import load_study, study_settings
 from research.results.values import json_safe
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
-from utils.io import atomic_write_text
-
-
-def _write_report(folder: Path, text: str) -> Path:
-    atomic_write_text(folder / REPORT, text)
-    return folder / REPORT
+from utils.lock import FolderLock
 
 
 def _decision_json(d) -> dict:
@@ -39,40 +37,37 @@ def _decision_json(d) -> dict:
                       "seeds_needed": d.seeds_needed})
 
 
-def render_qk_norm(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+def render_qk_norm(runs: dict, margin: float, loss_margin: float) -> dict:
     analysis = qk_norm_analysis.analyze(runs, margin, loss_margin)
-    paths = save_figures(folder, qk_norm_plots.figures(runs, analysis))
-    paths.append(_write_report(folder, qk_norm_report.report(runs, analysis)))
     combined = {"study": "qk_norm", "conditions": sorted(runs), "margin": margin, "loss_margin": loss_margin,
                 "summary": analysis.summary,
                 "decisions": {field: {f"{x}-{y}": _decision_json(d) for (x, y), d in ds.items()}
                               for field, ds in analysis.decisions.items()},
                 "verdict": analysis.verdict.text, "loss_verdict": analysis.loss_verdict.text,
                 "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}
-    atomic_write_text(folder / QK_COMBINED, json.dumps(combined, indent=2) + "\n")
-    return paths + [folder / QK_COMBINED]
+    return {**qk_norm_plots.figures(runs, analysis), REPORT: qk_norm_report.report(runs, analysis),
+            QK_COMBINED: combined}
 
 
-def render_pilot(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+def render_pilot(runs: dict, margin: float, loss_margin: float) -> dict:
     analysis = pilot_analysis.analyze(runs, margin, loss_margin)
-    paths = save_figures(folder, pilot_plots.figures(analysis))
-    paths.append(_write_report(folder, pilot_plots.report(analysis)))
-    save_results(folder / PILOT_COMBINED, pilot_analysis.combined_from_runs(runs))
-    return paths + [folder / PILOT_COMBINED]
+    return {**pilot_plots.figures(analysis), REPORT: pilot_plots.report(analysis),
+            PILOT_COMBINED: json_safe(pilot_analysis.combined_from_runs(runs))}
 
 
-def render_keys(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+def render_keys(runs: dict, margin: float, loss_margin: float) -> dict:
     analysis = keys_analysis.analyze(runs, margin)
-    return save_figures(folder, keys_plots.figures(analysis)) + [_write_report(folder, keys_plots.report(analysis))]
+    return {**keys_plots.figures(analysis), REPORT: keys_plots.report(analysis)}
 
 
-def render_heads(folder: Path, runs: dict, margin: float, loss_margin: float) -> list[Path]:
+def render_heads(runs: dict, margin: float, loss_margin: float) -> dict:
     analysis = heads_analysis.analyze(runs, margin=margin)
-    return save_figures(folder, heads_plots.figures(analysis)) + [_write_report(folder, heads_plots.report(analysis))]
+    return {**heads_plots.figures(analysis), REPORT: heads_plots.report(analysis)}
 
 
 # study kind (as study.json names it) -> how its results become figures and a report
-KINDS: dict[str, Callable[[Path, dict, float, float], list[Path]]] = {
+# (runs, margin, loss_margin) -> {file name: Figure, report text or JSON-ready dict}, built in memory
+KINDS: dict[str, Callable[[dict, float, float], dict]] = {
     "qk_norm": render_qk_norm, "pilot": render_pilot, "keys": render_keys, "heads": render_heads}
 
 
@@ -88,6 +83,7 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
     if kind not in KINDS:
         raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
                            f"(known: {', '.join(KINDS)})")
+    outputs = KINDS[kind](runs, margin, loss_margin)
     target = Path(out or folder)
-    target.mkdir(parents=True, exist_ok=True)
-    return KINDS[kind](target, runs, margin, loss_margin)
+    with FolderLock(target, hint="pass --out to write the figures elsewhere"):
+        return write_outputs(target, outputs)

@@ -8,7 +8,9 @@ probe attached, then draws the figures and the report from the results files
     research_results/<study>/<condition>/seed_<s>/results.json  several seeds
 
 An interrupted study started again resumes: finished conditions are kept (their folder is
-resumed, which trains nothing), the running one continues from its newest checkpoint.
+resumed, which trains nothing and rewrites nothing), the running one continues from its newest
+checkpoint. The study folder is locked for the whole run (utils.lock) and each condition folder
+while it trains, so a second run of the same study stops at once and names the first.
 """
 from __future__ import annotations
 
@@ -20,7 +22,6 @@ import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import overrides_from_args, preset_in
-from data import DataError
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.probing.callback import probe_callback
 from research.results import ResultsError
@@ -28,8 +29,10 @@ from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
+from training.errors import USER_ERRORS
 from training.run import train_run
-from training.trainer import NonFiniteLossError
+from utils.errors import os_fix, os_problem
+from utils.lock import FolderLock, LockError
 from utils.runtime import resolve_device, resolve_precision
 
 PROBES_PER_RUN = 20  # probe_every defaults to steps // 20
@@ -68,6 +71,9 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                         f"--seed N alone: that one seed)")
     p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
+                   help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
+                        "steps follow the schedule of the new total (see train_llm.py --help)")
     p.add_argument("--margin", type=float, default=MARGIN,
                    help=f"equivalence margin of key metrics, a share of the mean (default {MARGIN})")
     p.add_argument("--loss-margin", type=float, default=LOSS_MARGIN,
@@ -79,11 +85,11 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     return p
 
 
-def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool) -> None:
+def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False) -> None:
     def callbacks(data, device):
         return [probe_callback(cfg, data, run_dir, device, tag=tag)]
-    train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), progress=progress, name=tag,
-              callbacks=callbacks)
+    train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
+              progress=progress, name=tag, callbacks=callbacks)
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
@@ -95,15 +101,23 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
+        device = resolve_device(base.train.device)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
-    device = resolve_device(base.train.device)
     print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "
           f"{len(study.conditions)} conditions x {len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
+    try:
+        with FolderLock(out, hint="choose another --out"):
+            _train_and_render(study, args, base, seeds, out)
+    except LockError as e:
+        sys.exit(f"error: {e}")
+    return out
 
+
+def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path) -> None:
     paths: dict[str, list[str]] = {}
     for seed in seeds:
         for cond, cond_overrides in study.conditions.items():
@@ -111,14 +125,20 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             run_dir = condition_dir(out, cond, seed, several_seeds=len(seeds) > 1)
             print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
             try:
-                train_condition(cfg, run_dir, cond, progress=not args.no_progress)
-            except (ConfigError, DataError, FileExistsError, NonFiniteLossError, ResultsError) as e:
-                sys.exit(f"error in condition {cond}, seed {seed}: {e}\n(finished conditions in {out} are kept; "
-                         f"run the same command again to resume)")
+                train_condition(cfg, run_dir, cond, progress=not args.no_progress,
+                                replan_schedule=args.replan_schedule)
+            except (*USER_ERRORS, ResultsError, OSError) as e:
+                problem = f"{os_problem(e)}. Fix: {os_fix(e)}" if isinstance(e, OSError) else str(e)
+                sys.exit(f"error in condition {cond}, seed {seed}: {problem}\n(finished conditions in {out} are "
+                         f"kept; run the same command again to resume)")
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
-
-    write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
-                      margin=args.margin, loss_margin=args.loss_margin)
-    for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
-        print(f"wrote {path}")
-    return out
+    try:
+        write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
+                          margin=args.margin, loss_margin=args.loss_margin)
+        for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
+            print(f"wrote {path}")
+    except ResultsError as e:
+        sys.exit(f"error: {e}")
+    except OSError as e:
+        sys.exit(f"error: cannot write the figures and report into {out}: {os_problem(e)}. Fix: {os_fix(e)}; the "
+                 f"trained conditions are kept (python research/split_panels.py {out} --out DIR draws them elsewhere)")

@@ -196,7 +196,7 @@ def test_interrupted_build_leaves_no_cache(tmp_path, corpus_files, monkeypatch):
         prepare_data(cfg, log=quiet)
     monkeypatch.setattr(blocks_mod.np, "save", real_save)
     root = Path(cfg.data.cache_dir)
-    assert [p.name for p in root.iterdir() if p.name not in ("tokenizers",)] == []
+    assert [p.name for p in root.iterdir() if p.name not in ("tokenizers", ".lock")] == []
     d = prepare_data(cfg, log=quiet)
     assert d.train.shape[0] >= 1
 

@@ -263,3 +263,23 @@ def test_figures_and_report_draw_the_inspection(results):
     rows = {row["kind"]: row for row in md_table(report, "kind")}
     assert rows["total"]["parameters"] == f"{r['params']['total']:,}"
     assert f"**{r['attention']['sink_rate']:.3f}**" in report
+
+
+def test_a_corrupt_checkpoint_is_named_and_the_older_one_inspected(straight_run, tmp_path, capsys):
+    import shutil
+
+    from research import inspect_pretrained
+    run = tmp_path / "run"
+    shutil.copytree(straight_run, run)  # checkpoints at steps 4 and 6
+    newest = run / "checkpoints" / "step-000006" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:1000])
+    _, _, adapter = load_model(str(run))
+    assert adapter.source.endswith("(checkpoint step 4)")
+    assert f"checkpoint {newest.parent} cannot be loaded: model.safetensors cannot be read" in capsys.readouterr().err
+    older = run / "checkpoints" / "step-000004" / "model.safetensors"
+    older.write_bytes(b"garbage")
+    assert inspect_pretrained.main(["--model", str(run), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"error: no checkpoint under {run / 'checkpoints'} can be loaded (step-000006: model.safetensors" in err
+    assert "step-000004: model.safetensors cannot be read" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()

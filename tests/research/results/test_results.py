@@ -27,7 +27,7 @@ def test_load_errors_name_file_and_problem(tmp_path):
         load_results(bad)
     bad.write_text(json.dumps({"tag": "QK", "tokens": [0, 1], "loss": [None], "val_loss": [None, 1.0],
                                "mean_pr": [1.0, 2.0], "layer_pr": {}}))
-    with pytest.raises(ResultsError, match="'loss' should be a list of 2 values"):
+    with pytest.raises(ResultsError, match=r"loss should have 2 values \(one per probe"):
         load_results(bad)
     with pytest.raises(ResultsError, match="no such results file"):
         load_results(tmp_path / "missing.json")
@@ -112,3 +112,36 @@ def test_results_analysis_and_plots_never_import_torch_or_training():
             "or m.startswith('research.probing')); assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def _set(res: dict, path: str, value) -> None:
+    """res[...][...] = value along a dotted path ('probes.2.layers.0.layer'): list indices, dict keys."""
+    *parents, last = path.split(".")
+    node = res
+    for k in parents:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[int(last) if isinstance(node, list) else last] = value
+
+
+WRONG_TYPES = [  # (what is damaged, the message's words)
+    ("loss.1", "3.2", "loss[1] should be a number or null, found '3.2'"),
+    ("tokens.0", None, "tokens[0] should be a number, found None"),
+    ("mean_pr.0", True, "mean_pr[0] should be a number or null, found True"),
+    ("layer_pr", [1, 2], "layer_pr should be an object, found list"),
+    ("layer_pr.0", [1.0, 2.0], "layer_pr['0'] should have 5 values (one per probe"),
+    ("gamma_final.1", [1.0, "x"], "gamma_final['1'][1] should be a number or null, found 'x'"),
+    ("probes.2.layers.0.layer", 9, "probes[2].layers[0].layer should be a layer index in [0, 6), found 9"),
+    ("probes.1.layers.3.k_norm.norm_mean", [1.0], "probes[1].layers[3].k_norm.norm_mean should have 2 values"),
+    ("probes.4.layers.0.gamma_k.values", "1,2", "probes[4].layers[0].gamma_k.values should be a list of numbers"),
+]
+
+
+@pytest.mark.parametrize("where,value,words", WRONG_TYPES, ids=[w[0] for w in WRONG_TYPES])
+def test_wrong_types_and_lengths_are_named(where, value, words, tmp_path):
+    res = json.loads(json.dumps(make_results()))
+    _set(res, where, value)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(res))
+    with pytest.raises(ResultsError) as err:
+        load_results(path)
+    assert str(err.value).startswith(f"{path}: {words}") and "restore it from a copy" in str(err.value)

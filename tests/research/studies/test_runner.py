@@ -9,7 +9,7 @@ import pytest
 from research.results import load_results
 from research.studies import HEAD_SPECIALIZATION, KEY_DYNAMICS, PILOT, QK_NORM
 from research.studies.runner import build_parser, run_study
-from tests.helpers import REFERENCE, REPO, STEP_TOKENS, md_table
+from tests.helpers import REFERENCE, REPO, STEP_TOKENS, hold_lock, md_table, train_rows
 
 
 def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
@@ -43,14 +43,16 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     combined = json.loads((out / "combined.json").read_text())
     assert combined["summary"]["NoQK"]["final_pr"] == pytest.approx(runs["NoQK"]["mean_pr"][-1])
 
-    # Interrupt: NoQK loses its last checkpoint and results beyond step 2, QK is finished and must be kept.
-    qk_before = (out / "QK" / "results.json").read_text()
+    # Interrupt: NoQK loses its only checkpoint (killed before it), QK is finished and must be kept as it is.
+    qk_before = {f: (out / "QK" / f).read_bytes() for f in ("results.json", "summary.json", "metrics.jsonl")}
     shutil.rmtree(out / "NoQK" / "checkpoints" / "step-000004")
     noqk_full = runs["NoQK"]
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
-    assert (out / "QK" / "results.json").read_text() == qk_before
+    assert {f: (out / "QK" / f).read_bytes() for f in qk_before} == qk_before  # nothing trained, nothing rewritten
+    assert json.loads(qk_before["summary.json"])["final_loss"] is not None
     noqk = load_results(out / "NoQK" / "results.json")
     assert noqk["steps"] == noqk_full["steps"] and noqk["loss"] == noqk_full["loss"]
+    assert [r[0] for r in train_rows(out / "NoQK")] == [1, 2, 3, 4]  # started again from 0: no step twice
 
 
 def test_seeds_give_one_folder_per_seed(corpus_file, cache_dir, tmp_path):
@@ -110,6 +112,39 @@ def test_split_panels_names_the_problem(tmp_path, capsys):
     (tmp_path / "QK" / "results.json").write_text("{ not json")
     with pytest.raises(SystemExit, match=r"QK/results.json: not valid JSON"):
         main([str(tmp_path)])
+
+
+def test_split_panels_writes_nothing_until_every_file_validates(tmp_path, capsys):
+    from research.results import save_results
+    from research.split_panels import main
+    from tests.research.synthetic import make_results
+    for cond, mode in (("QK", "learned"), ("QK_frozen", "frozen"), ("NoQK", "none")):
+        save_results(tmp_path / cond / "results.json", make_results(cond, qk_norm=mode))
+    main([str(tmp_path)])
+    drawn = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"}
+    assert {"1_loss.png", "report.md", "combined.json"} <= set(drawn)
+    bad = json.loads((tmp_path / "NoQK" / "results.json").read_text())
+    bad["layer_pr"]["0"][2] = "n/a"  # plotting would crash on it after the first figure
+    (tmp_path / "NoQK" / "results.json").write_text(json.dumps(bad))
+    with pytest.raises(SystemExit) as stop:
+        main([str(tmp_path)])
+    assert str(stop.value.code) == (f"error: {tmp_path / 'NoQK' / 'results.json'}: layer_pr['0'][2] should be a "
+                                    f"number or null, found 'n/a'. The file was damaged or edited: restore it "
+                                    f"from a copy, or train that condition again")
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == drawn
+
+
+def test_a_study_folder_in_use_stops_a_second_run(corpus_file, cache_dir, tmp_path):
+    out = tmp_path / "study"
+    holder = hold_lock(out)
+    try:
+        with pytest.raises(SystemExit) as stop:
+            run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert str(stop.value.code).startswith(f"error: {out} is in use by pid {holder.pid} on ")
+    assert [p.name for p in out.iterdir()] == [".lock"]  # nothing else was written
 
 
 def _help_default(help_text: str, option: str) -> str:

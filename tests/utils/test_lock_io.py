@@ -1,0 +1,71 @@
+"""utils.lock (one writer per folder, stale locks never block) and utils.io's appends on a full disk."""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import utils.io as io_mod
+from tests.helpers import hold_lock
+from utils.io import append_line
+from utils.lock import FolderLock, LockError
+
+def test_second_process_is_told_the_holder_and_a_killed_holder_does_not_block(tmp_path):
+    proc = hold_lock(tmp_path)
+    try:
+        with pytest.raises(LockError) as err:
+            FolderLock(tmp_path, hint="choose another --out").acquire()
+        msg = str(err.value)
+        assert f"pid {proc.pid} on " in msg and f"running: {os.path.basename(sys.executable)} -c {tmp_path}" in msg
+        assert "choose another --out" in msg and "Nothing was written" in msg
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert (tmp_path / ".lock").exists()  # the dead holder's file stays; the kernel released its lock
+    with FolderLock(tmp_path) as lock:
+        assert lock.key is not None
+        with FolderLock(tmp_path):  # the same process may take it again (nested)
+            pass
+        assert str(os.getpid()) in (tmp_path / ".lock").read_text()
+
+
+def test_waiting_for_a_lock_blocks_until_the_holder_ends(tmp_path):
+    proc = hold_lock(tmp_path)
+    said = []
+    t0 = time.time()
+    killer = subprocess.Popen([sys.executable, "-c", f"import os, time; time.sleep(1); os.kill({proc.pid}, 9)"])
+    with FolderLock(tmp_path).acquire(wait=True, on_wait=said.append):
+        assert time.time() - t0 >= 0.9 and f"pid {proc.pid}" in said[0]
+    killer.wait()
+    proc.wait()
+
+
+def test_an_unwritable_folder_is_named_with_the_fix(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(LockError, match=r"cannot use .*file/run: a path component is a file, not a folder.*--out"):
+        FolderLock(tmp_path / "file" / "run", hint="choose another --out").acquire()
+
+
+class _FullDisk(io.BufferedWriter):
+    """A file whose writes stop half way with ENOSPC, like a disk filling up."""
+
+    def write(self, data):
+        super().write(data[: len(data) // 2])
+        super().flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_append_line_on_a_full_disk_leaves_no_torn_line(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    append_line(path, '{"step": 1}')
+    monkeypatch.setattr(io_mod, "open", lambda p, mode: _FullDisk(io.FileIO(p, "a")), raising=False)
+    with pytest.raises(OSError) as err:
+        append_line(path, '{"step": 2, "loss": 1.5}')
+    assert err.value.errno == errno.ENOSPC
+    assert path.read_text() == '{"step": 1}\n'  # cut back to the last whole line

@@ -1,0 +1,72 @@
+"""What a resume may change, as pure functions of the saved config, the new one and the step reached.
+
+A resume continues the same run: every config field must match config.json except those in
+RESUMABLE_CHANGES. `tokens` may grow (or shrink down to the steps already trained), but where
+the learning-rate schedule is planned over the total (cosine, or any warmup) a different
+number of steps would change the rate of every remaining step; that is refused unless the
+user asks to re-plan (`--replan_schedule`): the remaining steps then follow the schedule of
+the new total, `lr_factor(step, new_steps)`, exactly as a run planned with the new --tokens
+from the start would at those steps. The rate jumps once, at the resume step.
+"""
+from __future__ import annotations
+
+from configs.config import ConfigError, RunConfig, TrainConfig
+from training.errors import RunError
+from training.schedule import lr_factor
+
+# Fields that may change when a run is resumed: they do not alter what the
+# remaining steps compute (tokens extends or shortens the run, within the rules above).
+RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
+                     "fused_loss", "cache_dir"}
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
+    a, b = _flatten(old.to_dict()), _flatten(new.to_dict())
+    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k) and k.split(".")[-1] not in RESUMABLE_CHANGES]
+
+
+def check_same_run(old: RunConfig, new: RunConfig, out) -> None:
+    diffs = config_differences(old, new)
+    if diffs:
+        raise ConfigError(f"cannot resume {out} with a different config ({'; '.join(diffs)}): "
+                          f"use the original options, or choose another --out")
+
+
+def schedule_depends_on_total(tc: TrainConfig) -> bool:
+    """True when lr_factor of a step depends on the number of steps (cosine decay or a warmup)."""
+    return tc.schedule == "cosine" or tc.warmup_frac > 0
+
+
+def check_resume_length(old: RunConfig, new: RunConfig, done: int, replan: bool, out) -> str | None:
+    """Refuse a resume from step `done` whose --tokens ends before it, or changes a schedule planned over
+    the total without `replan`; returns a log line when the schedule is re-planned."""
+    if new.steps < done:
+        raise RunError(f"{out} has already trained {done} steps ({done * new.tokens_per_step:,} tokens); "
+                       f"--tokens {new.train.tokens:,} would end at step {new.steps}. Pass --tokens "
+                       f"{done * new.tokens_per_step} or more to continue it (the finished run is kept as it is), "
+                       f"or choose another --out for a shorter run")
+    if done == 0 or old.steps == new.steps or done == new.steps == old.steps:
+        return None
+    if not schedule_depends_on_total(new.train):
+        return None
+    before, after = lr_factor(done, old.steps, old.train), lr_factor(done, new.steps, new.train)
+    what = f"{new.train.schedule} schedule, warmup_frac {new.train.warmup_frac}"
+    if not replan:
+        raise RunError(f"--tokens {new.train.tokens:,} changes the run in {out} from {old.steps} to {new.steps} "
+                       f"steps, and its learning rate is planned over the total ({what}): at step {done + 1} the "
+                       f"lr factor would jump from {before:.4g} to {after:.4g}. Resume with the original --tokens "
+                       f"{old.train.tokens}, or pass --replan_schedule to follow the schedule of {new.steps} steps "
+                       f"from here on")
+    return (f"resume: --replan_schedule: the schedule now spans {new.steps} steps instead of {old.steps}; "
+            f"the lr factor at step {done + 1} is {after:.4g} (it would have been {before:.4g})")

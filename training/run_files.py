@@ -1,0 +1,133 @@
+"""The files of a run folder around its checkpoints: config.json, metrics.jsonl, summary.json, tokenizer/.
+
+Only rank 0 of a run writes them, and only while it holds the folder's lock (utils.lock,
+taken by training.run.train_run). metrics.jsonl is append-only while training and cut back
+to the resumed step on every resume; a line a kill or a full disk tore is dropped with a
+warning instead of stopping the resume.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from configs.config import ConfigError, RunConfig
+from training import checkpoint
+from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matching, temp_dir_pattern,
+                      temp_file_pattern)
+
+CONFIG, METRICS, SUMMARY, TOKENIZER = "config.json", "metrics.jsonl", "summary.json", "tokenizer"
+# Files of a run folder that utils.io writes atomically (results.json: the key probe's, written into the same folder).
+ATOMIC_FILES = (CONFIG, METRICS, SUMMARY, "results.json")
+
+
+def parse_metrics(text: str) -> tuple[list[dict], list[str]]:
+    """(rows, problems): every line that is a JSON object with an integer step, and what was dropped."""
+    rows, problems = [], []
+    lines = text.split("\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+                raise ValueError("no integer step")
+            rows.append(row)
+        except ValueError:
+            torn = i == len(lines) and not text.endswith("\n")
+            problems.append(f"line {i}{' (the last, cut off)' if torn else ''}: {line[:60]!r}")
+    return rows, problems
+
+
+class RunFolder:
+    def __init__(self, path: str | Path, log: Callable = print):
+        self.path, self.log = Path(path), log
+        self.checkpoints = self.path / "checkpoints"
+
+    def holds_run(self) -> bool:
+        return any((self.path / f).exists() for f in (CONFIG, METRICS, SUMMARY)) or \
+            bool(checkpoint.step_dirs(self.checkpoints))
+
+    def saved_config(self) -> RunConfig | None:
+        """The run's config: config.json, else (missing or unreadable) the newest copy a checkpoint holds."""
+        error = None
+        if (self.path / CONFIG).exists():
+            try:
+                return RunConfig.load(self.path / CONFIG)
+            except ConfigError as e:
+                error = e
+        for ckpt in reversed(checkpoint.list_checkpoints(self.checkpoints)):
+            try:
+                cfg = RunConfig.from_dict(json.loads((ckpt.path / "state.json").read_text())["config"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # ConfigError is a ValueError
+            if error:
+                self.log(f"warning: {error}; using the config saved in {ckpt.path} (config.json is rewritten)")
+            return cfg
+        if error:
+            raise ConfigError(f"{error}. No checkpoint holds a copy: restore config.json, or start again in "
+                              f"another --out")
+        return None
+
+    # ---------------------------------------------------------- start-up
+    def remove_orphans(self) -> list[Path]:
+        """What killed processes left: temporary files and folders of this run's own naming only."""
+        removed = [p for name in ATOMIC_FILES for p in remove_matching(self.path, temp_file_pattern(name))]
+        removed += remove_matching(self.path, temp_dir_pattern(TOKENIZER))
+        removed += checkpoint.remove_orphans(self.checkpoints)
+        for p in removed:
+            self.log(f"removed {p} (left by an interrupted run)")
+        return removed
+
+    def write_config(self, cfg: RunConfig) -> None:
+        """config.json, rewritten only when it changes (a resume with other --tokens)."""
+        text = json.dumps(cfg.to_dict(), indent=2) + "\n"
+        path = self.path / CONFIG
+        if not path.exists() or path.read_text(errors="replace") != text:
+            atomic_write_text(path, text)
+
+    def copy_tokenizer(self, source: Path) -> None:
+        if not (self.path / TOKENIZER).is_dir():
+            with atomic_dir(self.path / TOKENIZER) as tmp:
+                shutil.copytree(source, tmp, dirs_exist_ok=True)
+
+    # ----------------------------------------------------------- metrics
+    def read_metrics(self) -> tuple[list[dict], list[str]]:
+        path = self.path / METRICS
+        if not path.exists():
+            return [], []
+        return parse_metrics(path.read_text(encoding="utf-8", errors="replace"))
+
+    def truncate_metrics(self, step: int) -> None:
+        """Keep the rows of steps <= step (the checkpoint resumed from), dropping torn lines with a warning."""
+        path = self.path / METRICS
+        if not path.exists():
+            return
+        text = path.read_text(encoding="utf-8", errors="replace")
+        rows, problems = parse_metrics(text)
+        for p in problems:
+            self.log(f"warning: {path}: dropped unreadable {p}")
+        keep = [r for r in rows if r["step"] <= step]
+        if problems or len(keep) != len(rows) or (text and not text.endswith("\n")):
+            atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in keep))
+
+    def append_metrics(self, record: dict) -> None:
+        append_line(self.path / METRICS, json.dumps(record))
+
+    def metric_at(self, step: int, key: str):
+        """The last value of `key` logged at `step` (None if none)."""
+        values = [r[key] for r in self.read_metrics()[0] if r["step"] == step and key in r]
+        return values[-1] if values else None
+
+    # ----------------------------------------------------------- summary
+    def read_summary(self) -> dict | None:
+        try:
+            d = json.loads((self.path / SUMMARY).read_text())
+        except (OSError, ValueError):
+            return None
+        return d if isinstance(d, dict) else None
+
+    def write_summary(self, summary: dict) -> None:
+        atomic_write_text(self.path / SUMMARY, json.dumps(summary, indent=2) + "\n")
+

@@ -1,0 +1,43 @@
+"""Operating-system errors told the way a user can act on them (disk full, read-only, permissions)."""
+from __future__ import annotations
+
+import errno
+
+_PROBLEMS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOTDIR: "a path component is a file, not a folder",
+    errno.EEXIST: "it exists and is not a folder",
+    errno.EISDIR: "it is a folder, not a file",
+    errno.ENOENT: "no such file or folder",
+}
+_FIXES = {
+    errno.ENOSPC: "free space on that disk (or point the output elsewhere)",
+    errno.EDQUOT: "free space within your quota (or point the output elsewhere)",
+    errno.EROFS: "choose a writable folder",
+    errno.EACCES: "choose a folder you may write to, or fix its permissions",
+    errno.EPERM: "choose a folder you may write to, or fix its permissions",
+}
+
+
+def os_problem(e: OSError) -> str:
+    """'<what happened> (<path>)' for an OSError, in words."""
+    what = _PROBLEMS.get(e.errno, e.strerror or type(e).__name__)
+    where = e.filename if e.filename is not None else "?"
+    return f"{what} ({where})"
+
+
+def os_fix(e: OSError) -> str:
+    """What the user can do about an OSError."""
+    return _FIXES.get(e.errno, "check the path and its disk")
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """An OSError for a full disk, or a library error whose text says so (safetensors wraps the OS error)."""
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(e)
+    return "No space left" in text or "StorageFull" in text or "os error 28" in text

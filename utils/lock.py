@@ -1,0 +1,118 @@
+"""One writer per folder: an OS-level lock (fcntl.flock) on FOLDER/.lock.
+
+    with FolderLock(out, hint="choose another --out"):
+        ...  # write into out
+
+The lock file holds who took it (pid, host, start time, command), so a second process is
+told whom it is waiting for. flock is released by the kernel when its holder exits, however
+it exits (kill -9 included), so a stale .lock file never blocks anyone: its contents are only
+read when the lock is actually held. The file is left in place (deleting it would let two
+processes lock two different inodes of the same name).
+
+A process that holds a folder's lock may take it again (nested, counted), e.g. the study
+runner holds its study folder while rendering into it; another process may not.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+from utils.errors import os_problem
+
+LOCK_NAME = ".lock"
+
+_held: dict[str, list] = {}  # realpath of the folder -> [fd, depth], this process's locks
+
+
+class LockError(RuntimeError):
+    """The folder is in use by another process, or cannot be locked; the message names the holder and the fix."""
+
+
+def _holder_text(fd: int) -> str:
+    try:
+        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        return (f"pid {info['pid']} on {info['host']}, started {info['started']}, running: "
+                f"{info['command']}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (its details are not readable)"
+
+
+_UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def _open_lock_file(folder: Path, hint: str, read_only_ok: bool) -> int | None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        if read_only_ok and e.errno in _UNWRITABLE and folder.is_dir():
+            return None  # nobody may write there: nothing to guard
+        raise LockError(f"cannot use {folder}: {os_problem(e)}; {hint}") from e
+
+
+class FolderLock:
+    def __init__(self, folder: str | Path, hint: str = "choose another folder"):
+        self.folder, self.hint = Path(folder), hint
+        self.key: str | None = None  # set while this object holds the lock
+        self.active = False  # acquired (locked, or used unlocked where read_only_ok allowed it)
+
+    def acquire(self, wait: bool = False, on_wait: Callable[[str], None] | None = None,
+                read_only_ok: bool = False) -> "FolderLock":
+        """Take the lock; if another process holds it, raise LockError (or, with wait, block until it is free).
+        read_only_ok: an existing folder this process may not write to is used unlocked (it cannot change it)."""
+        fd = _open_lock_file(self.folder, self.hint, read_only_ok)
+        if fd is None:
+            self.active = True
+            return self
+        key = os.path.realpath(self.folder)
+        if key in _held:  # this process holds it already
+            os.close(fd)
+            _held[key][1] += 1
+            self.key, self.active = key, True
+            return self
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder_text(fd)
+            if not wait:
+                os.close(fd)
+                raise LockError(f"{self.folder} is in use by {holder}. Nothing was written. Wait for that process "
+                                f"to finish (or stop it), or {self.hint}") from None
+            if on_wait:
+                on_wait(f"waiting for {self.folder}, in use by {holder}")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                "command": " ".join([Path(sys.executable).name, *sys.argv])}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+        except OSError:
+            pass  # a full disk: the lock holds all the same, only the holder's description is missing
+        _held[key] = [fd, 1]
+        self.key, self.active = key, True
+        return self
+
+    def release(self) -> None:
+        self.active = False
+        if self.key is None or self.key not in _held:
+            return
+        entry = _held[self.key]
+        entry[1] -= 1
+        if entry[1] == 0:
+            del _held[self.key]
+            fcntl.flock(entry[0], fcntl.LOCK_UN)
+            os.close(entry[0])
+        self.key = None
+
+    def __enter__(self) -> "FolderLock":
+        return self if self.active else self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
