@@ -84,7 +84,8 @@ def _stepper(name: str, impl: str, precision: str, compile_setting: str):
     return step, model, compiled
 
 
-def measure_training(name: str, precision: str, steps: int, impl: str = "project", compile_setting: str = "auto") -> dict:
+def measure_training(name: str, precision: str, steps: int, impl: str = "project",
+                     compile_setting: str = "auto") -> dict:
     """Median step time of `steps` training steps (after warm-up) of the project or the reference."""
     mc, B, T = configs()[name]
     step, model, compiled = _stepper(name, impl, precision, compile_setting)
@@ -99,11 +100,11 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
             "first_step_s": first, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def measure_pair(name: str, precision: str, steps: int) -> dict:
+def measure_pair(name: str, precision: str, steps: int, compile_setting: str = "auto") -> dict:
     """The project's step against the reference's at one precision, their steps alternating in one process, so
     that a slower or faster spell of a shared machine touches both: the median of the per-pair time ratios."""
     mc, B, T = configs()[name]
-    project, _, compiled = _stepper(name, "project", precision, "auto")
+    project, _, compiled = _stepper(name, "project", precision, compile_setting)
     reference, _, _ = _stepper(name, "reference", precision, "off")
     for _ in range(3):
         project(), reference()
@@ -167,7 +168,7 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
     if kind == "training":
         return measure_training(config, precision, steps, impl, compile_setting)
     if kind == "pair":
-        return measure_pair(config, precision, steps)
+        return measure_pair(config, precision, steps, compile_setting)
     if kind == "probe":
         return measure_probe(config, precision)
     if kind == "probe-memory":

@@ -20,11 +20,12 @@ def _training_runs(name: str, steps: int, auto: str, native_bf16: bool, ceil: di
 
     project = {prec: child(prec) for prec in ("fp32", "bf16")}
     reference = {prec: child(prec, impl="reference") for prec in ("fp32", "bf16")}
+    other = "off" if project[auto]["compiled"] else "on"  # the step with compilation switched the other way
     entry = {**project[auto], "by_precision": project, "reference": reference,
-             # the ratio from alternating steps in one process: robust to the host's speed drifting
-             "pair": in_child("pair", name, auto, steps)}
-    if project[auto]["compiled"]:
-        entry["not_compiled"] = child(auto, compile_setting="off")
+             "other_compile": child(auto, compile_setting=other),
+             # ratios from alternating steps in one process: robust to the host's speed drifting
+             "pair": in_child("pair", name, auto, steps),
+             "pair_other": in_child("pair", name, auto, steps, compile_setting=other)}
     entry["vs_reference_bf16"] = project[auto]["tokens_per_s"] / reference["bf16"]["tokens_per_s"]
     return entry
 
@@ -57,25 +58,28 @@ def table(result: dict) -> str:
     lines = [f"{result['cpu']}, {result['threads']} threads; matmul 2048^3 ceiling: fp32 {t['fp32']:.3g} TFLOP/s, "
              f"bf16 {t['bf16']:.3g} TFLOP/s (native bf16: {result['native_bf16']}); training precision (auto): "
              f"{result['auto_precision']}",
-             f"{'config':<10} {'impl':<22} {'prec':<5} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} "
+             f"{'config':<10} {'impl':<34} {'prec':<5} {'tokens/s':>10} {'step ms':>9} {'MFU':>7} "
              f"{'Muon share':>10} {'1st step s':>10} {'peak RSS MiB':>12}"]
 
     def row(name: str, impl: str, r: dict) -> str:
-        return (f"{name:<10} {impl:<22} {r['precision']:<5} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>9.1f} "
-                f"{'n/a' if r['mfu'] is None else format(r['mfu'], '.1%'):>7} {r['muon_share']:>10.1%} {r['first_step_s']:>10.1f} {r['peak_rss_mib']:>12.0f}")
+        mfu = "n/a" if r["mfu"] is None else f"{r['mfu']:.1%}"
+        return (f"{name:<10} {impl:<34} {r['precision']:<5} {r['tokens_per_s']:>10,.0f} {r['step_ms']:>9.1f} "
+                f"{mfu:>7} {r['muon_share']:>10.1%} {r['first_step_s']:>10.1f} {r['peak_rss_mib']:>12.0f}")
     for name, entry in result["configs"].items():
         for prec, r in entry["by_precision"].items():
             lines.append(row(name, "project" + (" (compiled)" if r["compiled"] else ""), r))
-        if "not_compiled" in entry:
-            lines.append(row(name, "project, not compiled", entry["not_compiled"]))
+        other = entry["other_compile"]
+        what = "compiled (--compile on)" if other["compiled"] else "not compiled"
+        lines.append(row(name, f"project, {what}", other))
         for prec, r in entry["reference"].items():
             lines.append(row(name, "reference", r))
     for name, entry in result["configs"].items():
-        pair = entry["pair"]
-        lo, hi = pair["speedup_range"]
-        lines.append(f"{name}: project / reference, both {pair['precision']}, steps alternating in one process: "
-                     f"{pair['speedup']:.2f}x (median of {pair['steps']} pairs, range {lo:.2f}-{hi:.2f}); against the "
-                     f"reference in bf16 autocast: {entry['vs_reference_bf16']:.2f}x")
+        for pair in (entry["pair"], entry["pair_other"]):
+            lo, hi = pair["speedup_range"]
+            lines.append(f"{name}: project ({'compiled' if pair['compiled'] else 'not compiled'}) / reference, both "
+                         f"{pair['precision']}, steps alternating in one process: {pair['speedup']:.2f}x (median of "
+                         f"{pair['steps']} pairs, range {lo:.2f}-{hi:.2f})")
+        lines.append(f"{name}: project (default) / reference in bf16 autocast: {entry['vs_reference_bf16']:.2f}x")
     for name, entry in result["configs"].items():
         for pp, r in entry.get("probe", {}).items():
             lines.append(f"probe {name} ({pp} forward, batch {' x '.join(map(str, entry['batch']))}): "
