@@ -82,6 +82,7 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999  # PyTorch's default, which the write-ups used
     grad_clip: float = 1.0  # 0 disables clipping
+    qk_clip: float = 0.0  # QK-clip threshold tau on attention logits (Kimi K2; optimizers/qk_clip.py); 0: off
     schedule: str = "constant"  # constant | cosine (warmup then cosine decay)
     warmup_frac: float = 0.0
     min_lr_frac: float = 0.1  # cosine decays to this fraction of the peak
@@ -110,6 +111,7 @@ class TrainConfig:
         for name in ("adam_beta1", "adam_beta2"):
             _check(0 <= getattr(self, name) < 1, f"{name}={getattr(self, name)} must be in [0, 1)")
         _check(self.grad_clip >= 0, f"grad_clip={self.grad_clip} must be >= 0 (0 disables it)")
+        _check(self.qk_clip >= 0, f"qk_clip={self.qk_clip} must be >= 0 (0 disables it)")
         _check(self.schedule in ("constant", "cosine"), f"schedule={self.schedule!r}: choose constant or cosine")
         _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
         _check(0 <= self.min_lr_frac <= 1, f"min_lr_frac={self.min_lr_frac} must be in [0, 1]")
@@ -171,6 +173,9 @@ class RunConfig:
         _check(self.data.seq_len <= self.model.max_seq_len,
                f"seq_len={self.data.seq_len} exceeds max_seq_len={self.model.max_seq_len} (the RoPE range): "
                f"raise --max_seq_len or lower --seq_len")
+        _check(self.train.qk_clip == 0 or self.model.qk_norm == "none",
+               f"qk_clip={self.train.qk_clip} with qk_norm={self.model.qk_norm!r}: under QK-norm the logits do not "
+               f"depend on the scale of W_q and W_k, so QK-clip applies only with --qk_norm none")
         _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
                f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
         t = self.train

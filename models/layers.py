@@ -5,6 +5,8 @@ D head size (d_head), F feed-forward size.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -67,6 +69,27 @@ class Rotary(nn.Module):
         return y.type_as(x_BTHD)
 
 
+@torch.no_grad()
+def causal_max_logit(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, block: int = 256) -> torch.Tensor:
+    """[H] the largest attention logit q_t . k_j / sqrt(D), j <= t, of each query head over the batch.
+
+    Query head h reads KV head h // (H / K), as SDPA's enable_gqa. Queries are taken `block`
+    positions at a time against the keys up to the block's end, so the extra memory is
+    B x H x block x T logits, never the full T x T."""
+    B, H, T, D = q_BHTD.shape
+    K = k_BKTD.shape[1]
+    q = q_BHTD.reshape(B, K, H // K * T, D)                                  # heads of a group stacked
+    k = k_BKTD * D ** -0.5
+    best = torch.full((H,), -math.inf, device=q_BHTD.device)
+    for start in range(0, T, block):
+        end = min(start + block, T)
+        s = (q.view(B, K, H // K, T, D)[:, :, :, start:end].reshape(B, K, -1, D) @ k[:, :, :end].mT).float()
+        s = s.view(B, K, H // K, end - start, end)                             # [B, K, G, n, end]
+        future = torch.ones(end - start, end, dtype=torch.bool, device=s.device).triu(start + 1)
+        best = torch.maximum(best, s.masked_fill(future, -math.inf).amax((0, 3, 4)).reshape(H))
+    return best
+
+
 class Attention(nn.Module):
     """Causal grouped-query attention with per-head q/k RMSNorm before RoPE.
 
@@ -74,6 +97,8 @@ class Attention(nn.Module):
     heads of the layer, after the head split and before RoPE (as Qwen3 and Gemma 3).
     Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
     qk_norm='none' the raw projections), hook_q_rope, hook_k_rope.
+    With `track_max_logit` set (QK-clip, optimizers/qk_clip.py), each training forward raises
+    `max_logit` [H] to the largest logit of each query head it computed; the trainer resets it.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -88,6 +113,8 @@ class Attention(nn.Module):
         self.k_norm = make_qk_norm(cfg)
         self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
+        self.track_max_logit = False
+        self.register_buffer("max_logit", torch.full((cfg.n_heads,), -math.inf), persistent=False)
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
         B, T, _ = x_BTd.shape
@@ -99,9 +126,11 @@ class Attention(nn.Module):
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))
         k_BTKD = self.hook_k_rope(rotary(k_BTKD))
         # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
-        y_BHTD = F.scaled_dot_product_attention(
-            q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2), v_BTKD.transpose(1, 2),
-            is_causal=True, enable_gqa=self.n_heads != self.n_kv_heads)
+        q_BHTD, k_BKTD = q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2)
+        if self.track_max_logit and self.training:
+            self.max_logit.copy_(torch.maximum(self.max_logit, causal_max_logit(q_BHTD, k_BKTD)))
+        y_BHTD = F.scaled_dot_product_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), is_causal=True,
+                                                enable_gqa=self.n_heads != self.n_kv_heads)
         return self.wo(y_BHTD.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head))
 
 

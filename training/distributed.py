@@ -36,6 +36,13 @@ class Dist:
         return t.item() / self.world_size
 
 
+    def max_(self, t: torch.Tensor) -> torch.Tensor:
+        """Element-wise maximum over ranks, in place."""
+        if self.enabled:
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return t
+
+
 def init_distributed(device_type: str) -> Dist:
     """Start the process group when launched by torchrun; a no-op for a single process.
 

@@ -16,7 +16,11 @@ class RunError(RuntimeError):
 
 
 class NonFiniteLossError(RunError):
-    """The loss or the gradient norm became NaN or infinite; nothing of that step was applied."""
+    """The loss or the gradient norm became NaN or infinite at `step`; nothing of that step was applied."""
+
+    def __init__(self, message: str, step: int):
+        super().__init__(message)
+        self.step = step
 
 
 USER_ERRORS = (ConfigError, DataError, FileExistsError, RunError, CheckpointError, LockError)

@@ -36,6 +36,7 @@ from configs.config import ConfigError, RunConfig
 from data import BlockLoader, TokenData, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
+from optimizers.qk_clip import qk_clip_
 from training.callbacks import Callback, StepInfo
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, load_newest,
                                  read_checkpoint, save_checkpoint, set_aside)
@@ -81,6 +82,9 @@ class Trainer:
         self.model = MinimalLLM(cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
         self.model.fused_loss = tc.fused_loss
+        for block in self.model.blocks:  # QK-clip needs each step's largest logits
+            block.attn.track_max_logit = tc.qk_clip > 0
+        self.clip_counts = [0] * cfg.model.n_layers  # heads clipped per layer since the last log line
         self.optimizers, split = build_optimizers(self.model, tc, self.device.type)
         self.split = split
         self.steps = cfg.steps
@@ -226,6 +230,9 @@ class Trainer:
             for g in opt.param_groups:
                 g["lr"] = g["base_lr"] * factor
         loss_sum = torch.zeros((), device=self.device)
+        if tc.qk_clip:
+            for block in self.model.blocks:
+                block.attn.max_logit.fill_(-math.inf)
         for micro in range(tc.grad_accum):
             x, y = self.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
@@ -244,8 +251,21 @@ class Trainer:
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
+        if tc.qk_clip:
+            for block in self.model.blocks:
+                self.dist.max_(block.attn.max_logit)
+            self.clip_counts = [a + b for a, b in zip(self.clip_counts, qk_clip_(self.model.blocks, tc.qk_clip))]
         self.step += 1
         return loss_value, grad_norm
+
+    def _clip_log(self) -> dict:
+        """QK-clip's log fields: heads clipped per layer since the last log line, the step's max logit per layer."""
+        if not self.cfg.train.qk_clip:
+            return {}
+        out = {"qk_clipped_heads": self.clip_counts,
+               "max_logit": [b.attn.max_logit.max().item() for b in self.model.blocks]}
+        self.clip_counts = [0] * len(self.clip_counts)
+        return out
 
     def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
         ckpt = latest_checkpoint(self.folder.checkpoints)
@@ -253,7 +273,8 @@ class Trainer:
                 else "no checkpoint was written yet")
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
-            f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.")
+            f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.",
+            step=self.step + 1)
 
     def _run_callbacks(self) -> None:
         if not self.callbacks:
@@ -325,7 +346,7 @@ class Trainer:
                     bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
                     self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
                                          "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
-                                         "tokens_per_s": tok_s, "wall_time": self.wall_time})
+                                         "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log()})
                     window_tokens, window_time = 0, 0.0
                 self._run_callbacks()
                 if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:

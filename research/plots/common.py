@@ -25,6 +25,7 @@ CONDITION_COLORS = {
     "QK": "#1f77b4",         # blue: QK-norm with learned gain
     "QK_frozen": "#ff7f0e",  # orange: QK-norm with gain frozen at 1
     "NoQK": "#2ca02c",       # green: no QK-norm
+    "NoQK_clip": "#9467bd",  # purple: no QK-norm, QK-clip
     "qk_norm": "#1f77b4",    # the pilot's names
     "no_qk_norm": "#2ca02c",
 }

@@ -19,7 +19,8 @@ class ProbeCallback:
     """Probe at step 0, every `every` optimizer steps and at the last step.
 
     At each probe: the validation loss (all ranks take part), then on rank 0 the key probe on
-    the fixed batch and an atomic rewrite of results.json. `loss` at a probe is the mean
+    the fixed batch and an atomic rewrite of results.json. The validation loss of the initial model
+    is kept as `init_val_loss` (the write-ups' `val_loss` has no value at step 0). `loss` at a probe is the mean
     training loss of the last `every` steps: the steps since the previous probe, as in the
     write-ups, except at a final probe that comes sooner, whose window reaches back so it is
     as long. After the last step, where the k_norm gain is learned, the gain ablation
@@ -70,11 +71,13 @@ class ProbeCallback:
             self.recent_losses.append(info.loss)
         if info.step % self.every and info.step != info.total_steps:
             return
-        val_loss = info.evaluate() if info.step > 0 else None
+        val_loss = info.evaluate()
         if not info.is_main:
             return
         if self.results is None:
             self.results = self._open(info.start_step)
+        if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
+            self.results["init_val_loss"], val_loss = val_loss, None
         record = self.probe(info.model)
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,

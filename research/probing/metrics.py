@@ -120,13 +120,72 @@ def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def _window_bias(start: int, end: int, lo: int, window: int, device) -> torch.Tensor:
-    """[n, 1, end - lo] additive mask of queries start..end-1 against keys lo..end-1: -1e30 where the key
-    is in the future or `window` or more positions back."""
+def _key_mask(start: int, end: int, lo: int, window: int | None, device) -> torch.Tensor:
+    """[n, 1, end - lo] True where query t in start..end-1 may attend key j in lo..end-1: j <= t, and
+    t - j < window when there is a window."""
     t = torch.arange(start, end, device=device)[:, None]
     j = torch.arange(lo, end, device=device)[None, :]
-    return torch.zeros(end - start, end - lo, device=device).masked_fill_((j > t) | (t - j >= window), -1e30) \
-        .unsqueeze(1)
+    allowed = j <= t
+    if window is not None:
+        allowed &= t - j < window
+    return allowed.unsqueeze(1)
+
+
+def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: float | None):
+    """Float32 copies laid out for blocked attention, and the mean norms of queries and keys.
+
+    Row t*G + g of qg[kv*B + b] is query head kv*G + g at position t (position-major), so a block
+    of positions is a slice of rows; the scale is folded into the keys."""
+    Hq, B, T, D = q.shape
+    Hkv = k.shape[0]
+    G = Hq // Hkv
+    qg = torch.empty(Hkv, B, T, G, D, device=q.device)
+    qg.copy_(q.detach().unflatten(0, (Hkv, G)).permute(0, 2, 3, 1, 4))   # [Hkv, B, T, G, D]
+    kf = k.detach().float()                                                  # [Hkv, B, T, D]
+    q_norm = qg.norm(dim=-1).mean((1, 2)).reshape(Hq)                       # [Hq] mean |q|
+    k_norm = kf.norm(dim=-1).mean((1, 2)).repeat_interleave(G)              # [Hq] mean |k| of the KV head
+    kg = (kf * (D ** -0.5 if scale is None else scale)).reshape(Hkv * B, T, D)
+    vg = v.detach().float().reshape(Hkv * B, T, -1) if v is not None else None   # [HB, T, Dv]
+    return qg.view(Hkv * B, T * G, D), kg, vg, q_norm / k_norm
+
+
+class _Sums:
+    """Running per-(KV head x batch, query group) sums over query blocks, in float64."""
+
+    def __init__(self, HB: int, G: int, T: int, device):
+        z = lambda: torch.zeros(HB, G, dtype=torch.float64, device=device)
+        self.entropy, self.sink, self.logit, self.logit_sq = z(), z(), z(), z()
+        self.logit_max = torch.full((HB, G), -math.inf, device=device)
+        self.pairs = 0  # causal (query, key) pairs per (KV head x batch, query group)
+        self.sink_pos = torch.zeros(HB, T, G, device=device)
+
+
+def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *, window, softcap) -> None:
+    """Queries start..end-1 against the keys they may see: accumulate into `sums`, write `out`."""
+    HB, n = qg.shape[0], end - start
+    lo = 0 if window is None else max(0, start - window + 1)                # first key any query here sees
+    s = torch.bmm(qg[:, start * G:end * G], kg[:, lo:end].mT).view(HB, n, G, end - lo)   # logits
+    if softcap:
+        s.div_(softcap).tanh_().mul_(softcap)
+    allowed = _key_mask(start, end, lo, window, s.device)                    # [n, 1, L]
+    seen = torch.where(allowed, s, 0).double()
+    sums.logit += seen.sum((1, 3))
+    sums.logit_sq += seen.square_().sum((1, 3))
+    sums.pairs += int(allowed.sum())
+    # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =
+    # 0 * finite = 0 there: the 0 ln 0 = 0 convention.
+    s.masked_fill_(~allowed, -1e30)
+    row_max = s.amax(-1, keepdim=True)                                       # [HB, n, G, 1]
+    sums.logit_max = torch.maximum(sums.logit_max, row_max.squeeze(-1).amax(1))
+    s.sub_(row_max)                                                          # s' <= 0, max 0
+    p = torch.softmax(s, dim=-1)
+    if lo == 0:
+        sums.sink_pos[:, start:end] = p[..., 0]
+        sums.sink += p[..., 0].sum(1)
+    if out is not None:
+        out[:, start * G:end * G] = p.view(HB, n * G, end - lo) @ vg[:, lo:end]
+    log_z = -p.amax(-1).log()                                                # [HB, n, G]
+    sums.entropy += (log_z - p.mul_(s).sum(-1)).sum(1)
 
 
 @torch.no_grad()
@@ -137,7 +196,7 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
 
     q: [Hq, B, T, D], k: [Hkv, B, T, D] (post-RoPE; Hq a multiple of Hkv; query head h reads
     KV head h // (Hq // Hkv), as SDPA's enable_gqa), v: [Hkv, B, T, Dv] or None.
-    Scores s_tj = scale * q_t . k_j (scale 1/sqrt(D) unless given), soft-capped to
+    Logits s_tj = scale * q_t . k_j (scale 1/sqrt(D) unless given), soft-capped to
     softcap * tanh(s / softcap) when softcap is given, over keys j <= t (and t - j < window
     when window is given); p_t = softmax_j(s_t), in float32. Returns:
     - entropy [Hq]: mean over batch and ALL query positions t (t = 0 included, where it is 0) of
@@ -145,22 +204,22 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
     - sink_mass [Hq]: mean over batch and all t (t = 0 included, where it is 1) of p_t0.
     - sink_by_position [Hq, T]: p_t0 at each query position, mean over the batch.
     - qk_ratio [Hq]: mean over tokens of |q| / mean over tokens of |k| of the head's KV head.
+    - logit_max, logit_mean, logit_std [Hq]: max, mean and population std of the logits s_tj over
+      all allowed (query, key) pairs of the batch: what enters softmax, the quantity whose growth
+      makes training unstable without QK-norm (Wortsman et al. 2023) and that QK-clip bounds.
     - output [Hq, B, T, Dv] (only when v is given): sum_j p_tj v_j, the attention output.
     All float32.
 
     Entropy via log-softmax written out: with s'_j = s_j - max_j s_j <= 0 and Z = sum_j exp(s'_j),
     ln p_j = s'_j - ln Z, so H = ln Z - sum_j p_j s'_j, two non-negative terms (no cancellation),
     and ln Z = -ln max_j p_j (the max has s' = 0): one exp pass (inside softmax) per score.
-    Masked keys get the score -1e30 rather than -inf (exp gives exactly 0 either way) so that
-    p_j s'_j = 0 * finite = 0 there (the 0 ln 0 = 0 convention); real scores are far above that.
 
     Queries are processed block_size positions at a time against keys up to the end of the
     block only (and from the start of the window, when there is one), so masked work is skipped
-    outside the diagonal block. Peak extra memory: two float32 [Hq, B, block_size, T] tensors
-    (scores and probabilities), 8 * Hq * B * block_size * T bytes, plus float32 copies of q (one)
-    and k (up to two): 4 * (Hq + 2 * Hkv) * B * T * D bytes. At T=2048, Hq=16, B=8, D=64,
-    block_size=64: 134 MB + 67 MB + 8.4 MB per KV head (about 270 MB with Hkv=8); the first term
-    scales with block_size (268 MB at 128).
+    outside the diagonal block. Peak extra memory: three [Hq, B, block_size, T] tensors (float32
+    logits and probabilities, float64 masked logits for the sums), 16 * Hq * B * block_size * T
+    bytes, plus float32 copies of q (one) and k (up to two): 4 * (Hq + 2 * Hkv) * B * T * D bytes.
+    At T=2048, Hq=16, B=8, D=64, block_size=64: 268 MB + 67 MB + 8.4 MB per KV head.
     """
     if q.dim() != 4 or k.dim() != 4 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
         raise ValueError(f"need q [Hq, B, T, D], k [Hkv, B, T, D], Hq % Hkv == 0; "
@@ -169,54 +228,24 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
         raise ValueError(f"need v [Hkv, B, T, Dv] matching k {tuple(k.shape)}; got {tuple(v.shape)}")
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    Hq, B, T, D = q.shape
+    Hq, B, T, _ = q.shape
     Hkv = k.shape[0]
     G = Hq // Hkv
-    HB = Hkv * B
-    # Queries grouped on their KV head, position-major, in one float32 copy: row t*G + g of
-    # qg[kv*B + b] is query head kv*G + g at position t, so a block of positions is a slice of rows.
-    qg = torch.empty(Hkv, B, T, G, D, device=q.device)
-    qg.copy_(q.detach().unflatten(0, (Hkv, G)).permute(0, 2, 3, 1, 4))   # [Hkv, B, T, G, D]
-    kf = k.detach().float()                                                  # [Hkv, B, T, D]
-    q_norm = qg.norm(dim=-1).mean((1, 2)).reshape(Hq)                       # [Hq] mean |q|
-    k_norm = kf.norm(dim=-1).mean((1, 2)).repeat_interleave(G)              # [Hq] mean |k| of the KV head
-    qg = qg.view(HB, T * G, D)
-    kg = (kf * (D ** -0.5 if scale is None else scale)).reshape(HB, T, D)   # the scale folded into keys
-    vg = v.detach().float().reshape(HB, T, -1) if v is not None else None   # [HB, T, Dv]
-    out = torch.empty(HB, T * G, vg.shape[-1], device=q.device) if vg is not None else None
-    future = torch.ones(block_size, block_size, dtype=torch.bool, device=q.device).triu(1)  # [query, key]
-    future_bias = torch.zeros(future.shape, device=q.device).masked_fill_(future, -1e30).unsqueeze(1)
-    ent_sum = torch.zeros(HB, G, dtype=torch.float64, device=q.device)
-    sink_sum = torch.zeros(HB, G, dtype=torch.float64, device=q.device)
-    sink_pos = torch.zeros(HB, T, G, device=q.device)
+    qg, kg, vg, qk_ratio = _grouped(q, k, v, scale)
+    out = torch.empty(Hkv * B, T * G, vg.shape[-1], device=q.device) if vg is not None else None
+    sums = _Sums(Hkv * B, G, T, q.device)
     for start in range(0, T, block_size):
-        end = min(start + block_size, T)
-        n = end - start
-        lo = 0 if window is None else max(0, start - window + 1)              # first key any query here sees
-        # s [HB, n, G, end - lo]: queries at start..end-1 against keys lo..end-1
-        s = torch.bmm(qg[:, start * G:end * G], kg[:, lo:end].mT).view(HB, n, G, end - lo)
-        if softcap:
-            s.div_(softcap).tanh_().mul_(softcap)
-        if window is None:
-            s[..., start:end].add_(future_bias[:n, :, :n])                   # only this block has future keys
-        else:
-            s.add_(_window_bias(start, end, lo, window, q.device))
-        s.sub_(s.amax(-1, keepdim=True))                                     # s' <= 0, max 0
-        p = torch.softmax(s, dim=-1)
-        if lo == 0:
-            sink_pos[:, start:end] = p[..., 0]
-            sink_sum += p[..., 0].sum(1)
-        if out is not None:
-            out[:, start * G:end * G] = p.view(HB, n * G, end - lo) @ vg[:, lo:end]
-        log_z = -p.amax(-1).log()                                            # [HB, n, G]
-        ent_sum += (log_z - p.mul_(s).sum(-1)).sum(1)
-        del s, p
+        _attend_block(qg, kg, vg, out, sums, start, min(start + block_size, T), G, window=window, softcap=softcap)
 
-    def per_head(total: torch.Tensor) -> torch.Tensor:  # [HB, G] sums -> [Hq] means
-        return (total.view(Hkv, B, G).sum(1) / (B * T)).reshape(Hq).float()
+    def per_head(total: torch.Tensor, count: int) -> torch.Tensor:  # [HB, G] sums -> [Hq] means
+        return total.view(Hkv, B, G).sum(1).reshape(Hq) / (B * count)
 
-    result = {"entropy": per_head(ent_sum), "sink_mass": per_head(sink_sum), "qk_ratio": q_norm / k_norm,
-              "sink_by_position": sink_pos.view(Hkv, B, T, G).mean(1).permute(0, 2, 1).reshape(Hq, T)}
+    logit_mean = per_head(sums.logit, sums.pairs)
+    logit_var = (per_head(sums.logit_sq, sums.pairs) - logit_mean.square()).clamp_min(0)
+    result = {"entropy": per_head(sums.entropy, T).float(), "sink_mass": per_head(sums.sink, T).float(),
+              "qk_ratio": qk_ratio, "logit_max": sums.logit_max.view(Hkv, B, G).amax(1).reshape(Hq),
+              "logit_mean": logit_mean.float(), "logit_std": logit_var.sqrt().float(),
+              "sink_by_position": sums.sink_pos.view(Hkv, B, T, G).mean(1).permute(0, 2, 1).reshape(Hq, T)}
     if out is not None:
         result["output"] = out.view(Hkv, B, T, G, -1).permute(0, 3, 1, 2, 4).reshape(Hq, B, T, -1)
     return result

@@ -16,11 +16,16 @@ import json
 from pathlib import Path
 
 from research.results.schema import ResultsError, load_results
-from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
+from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX,
+                                         split_grid_key)
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
 
 def condition_dir(study: Path, condition: str, seed: int, several_seeds: bool) -> Path:
+    """<study>/<condition>[/seed_<s>]; a run of the learning-rate grid ('NoQK@4') is <study>/NoQK/lr_4[/seed_<s>]."""
+    if GRID_SEP in condition:
+        name, multiplier = split_grid_key(condition)
+        condition = f"{name}/lr_{multiplier:g}"
     return study / condition / f"seed_{seed}" if several_seeds else study / condition
 
 

@@ -81,6 +81,21 @@ def save_results(path: str | Path, res: dict) -> None:
     atomic_write_text(path, json.dumps(json_safe(res), indent=1) + "\n")
 
 
+def mark_diverged(path: str | Path, step: int) -> None:
+    """Record in a run's results.json that training stopped at `step` on a non-finite loss (a result of
+    the learning-rate study, not an error)."""
+    res = load_results(path)
+    res["diverged"] = {"step": step}
+    save_results(path, res)
+
+
+def diverged_at(path: str | Path) -> int | None:
+    """The step a run diverged at, from its results.json (None: it did not, or there is no file yet)."""
+    if not Path(path).is_file():
+        return None
+    return (load_results(path).get("diverged") or {}).get("step")
+
+
 def validate(res, path: str | Path = "<results>") -> dict:
     """Check a loaded results dict; fill optional fields; raise ResultsError naming the problem."""
     if not isinstance(res, dict):

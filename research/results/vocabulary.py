@@ -15,7 +15,7 @@ MAIN_SITE = "k_norm"  # the write-ups' site: layer_pr and mean_pr are its pr_sv
 PR = f"{MAIN_SITE}.pr_sv"  # the per-layer mean that layer_pr records
 KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",
                "cos_mean", "pr_sv", "pr_var", "erank", "pr_vec")
-ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio")
+ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio", "logit_max", "logit_mean", "logit_std")
 
 # The write-ups' top-level fields (names and meanings kept), and those with one value per probe.
 WRITEUP_FIELDS = ("tag", "tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv", "gamma_final")
@@ -27,10 +27,25 @@ SCHEMA_VERSION = 1
 QK_CONDITIONS = ("QK", "QK_frozen", "NoQK")
 LETTERS = {"QK": "A", "QK_frozen": "B", "NoQK": "C"}
 TAG_BY_QK_NORM = {"learned": "QK", "frozen": "QK_frozen", "none": "NoQK"}
+# The learning-rate study adds no QK-norm with Kimi K2's QK-clip, and names its runs condition@multiplier.
+LR_CONDITIONS = (*QK_CONDITIONS, "NoQK_clip")
+GRID_SEP = "@"
+
+
+def grid_key(condition: str, multiplier: float) -> str:
+    """'NoQK@4': a condition trained at 4x the preset's learning rates."""
+    return f"{condition}{GRID_SEP}{multiplier:g}"
+
+
+def split_grid_key(key: str) -> tuple[str, float]:
+    condition, _, multiplier = key.rpartition(GRID_SEP)
+    return condition, float(multiplier)
+
 CONDITION_LABELS = {
     "QK": "QK-norm, learned gain",
     "QK_frozen": "QK-norm, gain frozen at 1",
     "NoQK": "no QK-norm",
+    "NoQK_clip": "no QK-norm, QK-clip",
     # the pilot's names (its combined_results.json keys)
     "qk_norm": "QK-norm, learned gain",
     "no_qk_norm": "no QK-norm",

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from research.results.vocabulary import grid_key
+
 
 @dataclass(frozen=True)
 class Study:
@@ -12,6 +14,17 @@ class Study:
     gpu_preset: str = "88m"  # the write-ups' setting, used on CUDA when --preset is auto
     default_tokens: int | None = None  # tokens per condition on the tiny preset (None: the preset's)
     default_seeds: tuple[int, ...] = (0, 1, 2)  # enough for the decisions to be tested; --seeds overrides
+    lr_multipliers: tuple[float, ...] = ()  # train every condition at each multiple of the preset's learning rates
+    tiny_overrides: dict = field(default_factory=dict)  # the study's own settings on the tiny preset
+    probes_per_run: int = 20  # probe_every defaults to steps // probes_per_run
+
+    def runs(self) -> list[tuple[str, dict]]:
+        """(name in study.json, config overrides) of every run of one seed: a condition, or a condition at
+        each learning-rate multiplier ('NoQK@4', research.results.vocabulary.grid_key)."""
+        if not self.lr_multipliers:
+            return list(self.conditions.items())
+        return [(grid_key(c, m), {**o, "lr_multiplier": m}) for c, o in self.conditions.items()
+                for m in self.lr_multipliers]
 
 
 # 4 seeds x 300k tokens: with Holm over three pairs a fourth seed lowers the t the first test needs from 7.6
@@ -25,4 +38,15 @@ KEY_DYNAMICS = Study("key_dynamics_study", "keys", conditions={
     "QK": {"qk_norm": "learned"}, "QK_no_gain_wd": {"qk_norm": "learned", "wd_on_gains": False}})
 HEAD_SPECIALIZATION = Study("head_specialization_study", "heads", conditions={"QK": {"qk_norm": "learned"}})
 
-STUDIES = {s.name: s for s in (QK_NORM, PILOT, KEY_DYNAMICS, HEAD_SPECIALIZATION)}
+# Wortsman et al. (2023): final loss against the learning rate, with and without QK-norm, and Kimi K2's QK-clip
+# (tau 100, as Kimi K2). On tiny: 4 conditions x 6 rates x 2 seeds of 100k tokens (98 steps of 8 x 128, with
+# warmup and cosine decay as Wortsman et al.) fit in 20 minutes on 2 CPU cores; a pilot run had no QK-norm's
+# loss degrade between 16x and 64x (README, "Studies").
+LR_SENSITIVITY = Study(
+    "lr_sensitivity_study", "lr", default_tokens=100_000, default_seeds=(0, 1), probes_per_run=8,
+    lr_multipliers=(0.25, 1, 4, 16, 32, 64),
+    tiny_overrides={"batch_size": 8, "warmup_frac": 0.1, "schedule": "cosine", "probe_batch": 16},
+    conditions={"QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"},
+                "NoQK_clip": {"qk_norm": "none", "qk_clip": 100.0}})
+
+STUDIES = {s.name: s for s in (QK_NORM, PILOT, KEY_DYNAMICS, HEAD_SPECIALIZATION, LR_SENSITIVITY)}

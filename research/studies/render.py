@@ -15,11 +15,13 @@ from typing import Callable
 
 from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
+from research.analysis import lr as lr_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.plots import heads as heads_plots
 from research.plots import keys as keys_plots
+from research.plots import lr as lr_plots
 from research.plots import pilot as pilot_plots
 from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
@@ -65,10 +67,15 @@ def render_heads(runs: dict, margin: float, loss_margin: float) -> dict:
     return {**heads_plots.figures(analysis), REPORT: heads_plots.report(analysis)}
 
 
+def render_lr(runs: dict, margin: float, loss_margin: float) -> dict:
+    analysis = lr_analysis.analyze(runs, margin, loss_margin)
+    return {**lr_plots.figures(analysis), REPORT: lr_plots.report(analysis)}
+
+
 # study kind (as study.json names it) -> how its results become figures and a report
 # (runs, margin, loss_margin) -> {file name: Figure, report text or JSON-ready dict}, built in memory
 KINDS: dict[str, Callable[[dict, float, float], dict]] = {
-    "qk_norm": render_qk_norm, "pilot": render_pilot, "keys": render_keys, "heads": render_heads}
+    "qk_norm": render_qk_norm, "pilot": render_pilot, "keys": render_keys, "heads": render_heads, "lr": render_lr}
 
 
 def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,

@@ -15,6 +15,7 @@ while it trains, so a second run of the same study stops at once and names the f
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,19 +25,16 @@ from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_over
 from configs.cli import overrides_from_args, preset_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.probing.callback import probe_callback
-from research.results import ResultsError
+from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import USER_ERRORS
+from training.errors import USER_ERRORS, NonFiniteLossError
 from training.run import train_run
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
 from utils.runtime import resolve_device, resolve_precision
-
-PROBES_PER_RUN = 20  # probe_every defaults to steps // 20
-
 
 def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
     """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
@@ -47,13 +45,14 @@ def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
 
 
 def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
-    """The preset with the study's defaults (its tiny token count, ~20 probes per run) and the overrides."""
+    """The preset with the study's defaults (its tiny settings, ~20 probes per run) and the overrides."""
     overrides = dict(overrides)
-    if preset == "tiny" and study.default_tokens and "tokens" not in overrides:
-        overrides["tokens"] = study.default_tokens
+    if preset == "tiny":
+        defaults = {**study.tiny_overrides, **({"tokens": study.default_tokens} if study.default_tokens else {})}
+        overrides = {**defaults, **overrides}
     cfg = apply_overrides(get_preset(preset), overrides)
     if "probe_every" not in overrides:
-        cfg = apply_overrides(cfg, {"probe_every": max(1, cfg.steps // PROBES_PER_RUN)})
+        cfg = apply_overrides(cfg, {"probe_every": max(1, cfg.steps // study.probes_per_run)})
     return cfg
 
 
@@ -70,6 +69,10 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                    help=f"train every condition once per seed (default: {' '.join(map(str, study.default_seeds))}; "
                         f"--seed N alone: that one seed)")
     p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
+    if study.lr_multipliers:
+        p.add_argument("--lr-multipliers", type=float, nargs="+", default=list(study.lr_multipliers),
+                       help="multiples of the preset's Muon and AdamW learning rates to train every condition at "
+                            f"(default: {' '.join(f'{m:g}' for m in study.lr_multipliers)})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
     p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
@@ -80,20 +83,46 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                    help=f"equivalence margin of losses, a share of the mean (default {LOSS_MARGIN})")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
-                    notes={"probe_every": f"steps // {PROBES_PER_RUN} ({defaults.probe.probe_every} with these "
-                                          f"defaults)"})
+                    notes={"probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "
+                                          f"these defaults)"})
     return p
 
 
-def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False) -> None:
+def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
+    """One run's config: the condition's overrides, and its learning-rate multiplier applied to the base rates."""
+    overrides = dict(overrides)
+    m = overrides.pop("lr_multiplier", 1.0)
+    return apply_overrides(base, {**overrides, "seed": seed, "muon_lr": base.train.muon_lr * m,
+                                  "adamw_lr": base.train.adamw_lr * m})
+
+
+def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
+                    divergence_is_a_result: bool = False) -> None:
+    """Train one run with the probe; where divergence is a result (the learning-rate grid), a run whose loss
+    became non-finite is recorded as diverged and is not trained again."""
+    results = run_dir / RESULTS_FILE
+    if divergence_is_a_result and diverged_at(results) is not None:
+        print(f"   diverged at step {diverged_at(results)} before: kept as it is", flush=True)
+        return
+
     def callbacks(data, device):
         return [probe_callback(cfg, data, run_dir, device, tag=tag)]
-    train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
-              progress=progress, name=tag, callbacks=callbacks)
+    try:
+        train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
+                  progress=progress, name=tag, callbacks=callbacks)
+    except NonFiniteLossError as e:
+        if not divergence_is_a_result:
+            raise
+        mark_diverged(results, e.step)
+        print(f"   diverged at step {e.step} (non-finite loss): recorded in {results}", flush=True)
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
     args = build_parser(study, description, argv).parse_args(argv)
+    if study.lr_multipliers:
+        if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
+            sys.exit("config error: --lr-multipliers must be positive numbers, e.g. 0.25 1 4 16")
+        study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
     for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
         if not 0 < value < 1:
             sys.exit(f"config error: {name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
@@ -120,13 +149,14 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path) -> None:
     paths: dict[str, list[str]] = {}
     for seed in seeds:
-        for cond, cond_overrides in study.conditions.items():
-            cfg = apply_overrides(base, {**cond_overrides, "seed": seed})
+        for cond, cond_overrides in study.runs():
+            cfg = run_config(base, cond_overrides, seed)
             run_dir = condition_dir(out, cond, seed, several_seeds=len(seeds) > 1)
             print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
             try:
                 train_condition(cfg, run_dir, cond, progress=not args.no_progress,
-                                replan_schedule=args.replan_schedule)
+                                replan_schedule=args.replan_schedule,
+                                divergence_is_a_result=bool(study.lr_multipliers))
             except (*USER_ERRORS, ResultsError, OSError) as e:
                 problem = f"{os_problem(e)}. Fix: {os_fix(e)}" if isinstance(e, OSError) else str(e)
                 sys.exit(f"error in condition {cond}, seed {seed}: {problem}\n(finished conditions in {out} are "

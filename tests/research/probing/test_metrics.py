@@ -58,11 +58,12 @@ def ref_attention(q, k, v=None, scale=None, window=None, softcap=None):
     outputs = torch.zeros(Hq, B, T, v.shape[-1], dtype=torch.float64) if v is not None else None
     for h in range(Hq):
         kv = h // G
-        ent, sink = 0.0, torch.zeros(T, dtype=torch.float64)
+        ent, sink, seen = 0.0, torch.zeros(T, dtype=torch.float64), []
         for b in range(B):
             S = q[h, b].double() @ k[kv, b].double().T * scale
             if softcap:
                 S = softcap * torch.tanh(S / softcap)
+            seen.append(S[~masked])
             P = torch.softmax(S.masked_fill(masked, -math.inf), dim=1)
             ent += -torch.special.xlogy(P, P).sum().item()
             sink += P[:, 0]
@@ -72,6 +73,10 @@ def ref_attention(q, k, v=None, scale=None, window=None, softcap=None):
         out["sink_mass"].append(sink.sum().item() / (B * T))
         out["sink_by_position"].append((sink / B).tolist())
         out["qk_ratio"].append((q[h].double().norm(dim=-1).mean() / k[kv].double().norm(dim=-1).mean()).item())
+        seen = torch.cat(seen)
+        out["logit_max"].append(seen.max().item())
+        out["logit_mean"].append(seen.mean().item())
+        out["logit_std"].append(seen.std(correction=0).item())
     return out, outputs
 
 
@@ -202,6 +207,23 @@ def test_attention_to_first_token_only():
     m = attention_metrics(q, k, block_size=5)
     assert m["sink_mass"].item() == pytest.approx(1.0, abs=1e-6)
     assert m["entropy"].item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_logit_statistics_by_hand_with_gqa_and_the_causal_mask():
+    """T = 3, D = 4, scale 1/2. Keys: k_0 = (2, 0, 0, 0), k_1 = (0, 2, 0, 0), k_2 = (4, 0, 0, 0) (both KV heads alike
+    but the second doubled). Query head 0 (KV head 0) has q_t = (1, 0, 0, 0) at every t: allowed logits
+    t=0: {1}; t=1: {1, 0}; t=2: {1, 0, 2} -> six pairs, max 2 (the future key k_2 = 4e_0 is never seen by
+    t < 2), mean 5/6, E[s^2] = (1 + 1 + 0 + 1 + 0 + 4)/6 = 7/6. Query head 1 shares KV head 0 with q = 0:
+    all logits 0. Query heads 2 and 3 read KV head 1 (keys doubled): logits of heads 0 and 1 doubled."""
+    k0 = torch.tensor([[2.0, 0, 0, 0], [0, 2, 0, 0], [4, 0, 0, 0]])   # [T, D]
+    k = torch.stack([k0, 2 * k0])[:, None]                            # [Hkv=2, B=1, T=3, D=4]
+    e0 = torch.tensor([1.0, 0, 0, 0]).expand(3, 4)
+    q = torch.stack([e0, 0 * e0, e0, 0 * e0])[:, None]                # [Hq=4, B=1, T=3, D=4]
+    m = attention_metrics(q, k, block_size=2)
+    var = 7 / 6 - (5 / 6) ** 2
+    assert m["logit_max"].tolist() == pytest.approx([2, 0, 4, 0])
+    assert m["logit_mean"].tolist() == pytest.approx([5 / 6, 0, 10 / 6, 0])
+    assert m["logit_std"].tolist() == pytest.approx([var ** 0.5, 0, 2 * var ** 0.5, 0])
 
 
 def test_gqa_grouping():

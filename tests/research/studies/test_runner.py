@@ -171,3 +171,36 @@ def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
     from research.split_panels import main
     with pytest.raises(SystemExit, match="--loss-margin 0.0 must be"):
         main([str(tmp_path), "--loss-margin", "0"])
+
+
+def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cache_dir, tmp_path, monkeypatch, capsys):
+    """The learning-rate grid on the debug preset; the 64x runs of NoQK are made to diverge at step 2 (a
+    non-finite loss is injected), which must be recorded, not raised, and kept on a second run."""
+    from research.studies import LR_SENSITIVITY
+    from training.trainer import Trainer
+    real_step = Trainer.train_step
+
+    def step(self):
+        if self.cfg.model.qk_norm == "none" and not self.cfg.train.qk_clip and self.cfg.train.muon_lr > 1 \
+                and self.step == 1:
+            self._fail_non_finite(float("nan"), float("nan"))
+        return real_step(self)
+    monkeypatch.setattr(Trainer, "train_step", step)
+    out = tmp_path / "lr"
+    args = study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seeds", "0", "1", "--lr-multipliers", "1", "64")
+    run_study(LR_SENSITIVITY, args)
+    noqk = load_results(out / "NoQK" / "lr_64" / "seed_0" / "results.json")
+    assert noqk["diverged"] == {"step": 2} and noqk["steps"] == [0]
+    assert "diverged" not in load_results(out / "NoQK_clip" / "lr_64" / "seed_0" / "results.json")
+    qk = load_results(out / "QK" / "lr_64" / "seed_1" / "results.json")
+    assert qk["config"]["train"]["muon_lr"] == pytest.approx(64 * 0.024) and qk["init_val_loss"] > 0
+    index = json.loads((out / "study.json").read_text())
+    assert sorted(index["conditions"]) == sorted(f"{c}@{m}" for c in ("QK", "QK_frozen", "NoQK", "NoQK_clip")
+                                                 for m in ("1", "64"))
+    report = (out / "report.md").read_text()
+    assert "| no QK-norm | 64x | n/a | 2/2 |" in report
+    for name in ("lr_final_loss.png", "lr_max_logit.png", "lr_sensitivity.png", "lr_keys.png"):
+        assert (out / name).is_file(), name
+    capsys.readouterr()
+    run_study(LR_SENSITIVITY, args)  # again: every run finished or diverged, nothing is trained
+    assert capsys.readouterr().out.count("diverged at step 2 before: kept as it is") == 2

@@ -1,0 +1,46 @@
+"""QK-clip (Kimi K2, 2025): after an optimizer step, bring every attention head's largest logit back to tau.
+
+Kimi K2 trains with Muon and no QK-norm, and bounds the attention logits this way instead:
+a head h whose largest logit S_h over the step's batch exceeded tau gets gamma_h = tau / S_h,
+and its query and key projections are each multiplied by sqrt(gamma_h), so its logits
+(bilinear in W_q and W_k, RoPE included) are multiplied by gamma_h and the largest one is tau.
+
+With grouped-query attention a key head serves G query heads, which may need different
+factors. Here the shared key projection takes sqrt(min_g gamma_g) (with gamma = 1 for heads
+at or below tau) and each query head takes gamma_h / sqrt(min_g gamma_g): every head's
+logits are then multiplied by exactly its own gamma_h, heads that did not exceed tau keep
+theirs unchanged, and for G = 1 this is Kimi's sqrt split. (A query head that did not exceed
+tau in a group where another did has its W_q scaled up by as much as its W_k was scaled down.)
+
+Under QK-norm the logits do not depend on the scale of W_q and W_k, so QK-clip applies to
+models without it (configs check this).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+
+def clip_factors(max_logit_H: torch.Tensor, tau: float, n_kv_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(query factors [H], key factors [K]) that multiply head h's logits by min(1, tau / S_h)."""
+    H = max_logit_H.numel()
+    gamma_H = torch.where(max_logit_H > tau, tau / max_logit_H, torch.ones_like(max_logit_H))
+    key_K = gamma_H.view(n_kv_heads, H // n_kv_heads).amin(1).sqrt()        # [K]
+    return gamma_H / key_K.repeat_interleave(H // n_kv_heads), key_K
+
+
+@torch.no_grad()
+def qk_clip_(blocks: nn.ModuleList, tau: float) -> list[int]:
+    """Apply QK-clip in place to each block's attention from its `max_logit` [H] (the largest logit of
+    the step, all ranks); returns how many query heads were clipped in each layer."""
+    counts = []
+    for block in blocks:
+        attn = block.attn
+        H, K, D = attn.n_heads, attn.n_kv_heads, attn.d_head
+        clipped = int((attn.max_logit > tau).sum())
+        counts.append(clipped)
+        if clipped:
+            q_H, k_K = clip_factors(attn.max_logit.float(), tau, K)
+            attn.wq.weight.view(H, D, -1).mul_(q_H.to(attn.wq.weight.dtype)[:, None, None])
+            attn.wk.weight.view(K, D, -1).mul_(k_K.to(attn.wk.weight.dtype)[:, None, None])
+    return counts

@@ -1,0 +1,160 @@
+"""Figures and report.md of the learning-rate study, from research.analysis.lr (it decides; this draws).
+
+    lr_final_loss.png   final validation loss against the learning-rate multiplier, per condition
+                        (seed mean and 95% CI; diverged runs marked at the initial loss)
+    lr_max_logit.png    the largest attention logit over training, each condition at its highest stable rate
+    lr_sensitivity.png  Wortsman et al.'s learning-rate sensitivity per condition, with its CI
+    lr_keys.png         final max logit, key PR and key norm against the multiplier
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from research.analysis.lr import REFERENCE, LRAnalysis
+from research.analysis.rules import rule_text
+from research.analysis.stats import mean_ci95
+from research.plots.common import color, decision_table, fmt_num, label, plt
+
+
+def _xaxis(ax, multipliers: list[float]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(multipliers, [f"{m:g}x" for m in multipliers])
+    ax.set_xlabel("learning rate (multiple of the preset's Muon and AdamW rates)")
+
+
+def _band(ax, a: LRAnalysis, cond: str, value) -> None:
+    """Seed mean and 95% CI of `value(run)` per multiplier, NaN-aware."""
+    ms = list(a.grid[cond])
+    stats = [mean_ci95([value(r) for r in a.grid[cond][m]]) for m in ms]
+    mean = np.array([s[0] for s in stats])
+    half = np.nan_to_num(np.array([s[1] for s in stats]))
+    ax.plot(ms, mean, "o-", color=color(cond), label=label(cond), lw=1.8, ms=4)
+    ax.fill_between(ms, mean - half, mean + half, color=color(cond), alpha=0.15, lw=0)
+
+
+def fig_final_loss(a: LRAnalysis):
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    init = [r.init_loss for by_m in a.grid.values() for runs in by_m.values() for r in runs]
+    l0 = float(np.nanmean(init)) if init else math.nan
+    for cond in a.grid:
+        _band(ax, a, cond, lambda r: r.final_loss)
+        div = [(m, sum(r.diverged_step is not None for r in runs)) for m, runs in a.grid[cond].items()]
+        xs = [m for m, n in div if n]
+        if xs:
+            ax.scatter(xs, [l0] * len(xs), marker="x", s=60, color=color(cond), zorder=5)
+    if math.isfinite(l0):
+        ax.axhline(l0, color="grey", ls="--", lw=1, label=f"initial loss {l0:.2f} (x: a seed diverged)")
+    _xaxis(ax, a.multipliers)
+    ax.set_ylabel("final validation loss (nats)")
+    ax.set_title("Final loss against the learning rate")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_max_logit(a: LRAnalysis):
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for cond, m in a.highest_stable.items():
+        if m is None:
+            continue
+        runs = a.grid[cond][m]
+        n = min(len(r.logit_series) for r in runs)
+        y = np.nanmean([r.logit_series[:n] for r in runs], axis=0)
+        ax.plot(runs[0].tokens[:n] / 1e6, y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
+    ax.set_yscale("log")
+    ax.set_xlabel("training tokens (millions)")
+    ax.set_ylabel("largest attention logit (any layer, head)")
+    ax.set_title("Attention logits over training, each condition at its highest stable rate")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def fig_sensitivity(a: LRAnalysis):
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    conds = list(a.sensitivity_ci)
+    mean = [a.sensitivity_ci[c][0] for c in conds]
+    half = np.nan_to_num([a.sensitivity_ci[c][1] for c in conds])
+    ax.bar(range(len(conds)), mean, yerr=half, capsize=4, color=[color(c) for c in conds])
+    ax.set_xticks(range(len(conds)), [label(c) for c in conds], rotation=15, fontsize=8)
+    ax.set_ylabel("LR sensitivity (nats; 95% CI over seeds)")
+    ax.set_title("Learning-rate sensitivity (Wortsman et al. 2023)")
+    fig.tight_layout()
+    return fig
+
+
+def fig_keys(a: LRAnalysis):
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    panels = (("max_logit", "final largest attention logit", True), ("pr", "final key PR (k_norm pr_sv)", False),
+              ("key_norm", "final key norm (k_norm)", False))
+    for ax, (attr, title, log) in zip(axes, panels):
+        for cond in a.grid:
+            _band(ax, a, cond, lambda r, attr=attr: getattr(r, attr))
+        _xaxis(ax, a.multipliers)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(title)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def figures(a: LRAnalysis) -> dict:
+    return {"lr_final_loss.png": fig_final_loss(a), "lr_max_logit.png": fig_max_logit(a),
+            "lr_sensitivity.png": fig_sensitivity(a), "lr_keys.png": fig_keys(a)}
+
+
+def _grid_table(a: LRAnalysis) -> list[str]:
+    rows = ["| condition | multiplier | final val loss (mean \u00b1 95% CI) | diverged | final max logit | key PR |",
+            "|---|---|---|---|---|---|"]
+    for cond, by_m in a.grid.items():
+        for m, runs in by_m.items():
+            mean, half = mean_ci95([r.final_loss for r in runs])
+            div = sum(r.diverged_step is not None for r in runs)
+            loss = fmt_num(mean) + ("" if not math.isfinite(half) else f" \u00b1 {half:.3f}")
+            rows.append(f"| {label(cond)} | {m:g}x | {loss} | {div}/{len(runs)} | "
+                        f"{fmt_num(float(np.nanmean([r.max_logit for r in runs])), 1)} | "
+                        f"{fmt_num(float(np.nanmean([r.pr for r in runs])), 1)} |")
+    return rows
+
+
+def _onset_text(a: LRAnalysis, decisions: dict, what: str) -> str:
+    if not decisions:
+        return f"{what}: nothing to compare"
+    first, open_ = a.first(decisions, +1), a.undecided(decisions)
+    if len(open_) == len(decisions):
+        return f"{what}: undecided at every multiplier (one seed, or too few)"
+    text = f"{what} from {first:g}x" if first else f"{what} at no multiplier of the grid"
+    return text + (f" (undecided at {', '.join(f'{m:g}x' for m in open_)})" if open_ else "")
+
+
+def _onsets(a: LRAnalysis) -> list[str]:
+    lines = []
+    for cond in a.grid:
+        stable = a.highest_stable[cond]
+        parts = [f"highest rate with no diverged seed: {f'{stable:g}x' if stable else 'none'}",
+                 _onset_text(a, a.logit_onset.get(cond, {}), "final max logit above its 1x value")]
+        if cond != REFERENCE:
+            parts.append(_onset_text(a, a.loss_onset.get(cond, {}), f"final loss worse than {label(REFERENCE)}'s"))
+        lines.append(f"- {label(cond)}: " + "; ".join(parts) + ".")
+    return lines
+
+
+def report(a: LRAnalysis) -> str:
+    sens = [f"| {label(c)} | {fmt_num(m)} | {fmt_num(h)} | {len(a.sensitivity[c])} |"
+            for c, (m, h) in a.sensitivity_ci.items()]
+    lines = ["# Learning-rate sensitivity", "",
+             "Each condition trained at every multiple of the preset's Muon and AdamW learning rates (both scaled "
+             "together). A run whose loss became non-finite is recorded as diverged at its step and counts at "
+             "the initial loss. Sensitivity (Wortsman et al. 2023): mean over the grid of min(final loss, initial "
+             "loss) minus the best final loss of the grid, per seed.", "", "## Grid", ""] + _grid_table(a)
+    lines += ["", "## Sensitivity", "", "| condition | mean (nats) | 95% CI half width | seeds |", "|---|---|---|---|",
+              *sens, "", f"Procedure: {rule_text(a.margin, a.loss_margin)}. Here the margin is a share of the mean "
+              f"best loss ({a.loss_margin:.1%}), and % is of the best loss.", ""]
+    lines += decision_table(a.decisions, 3, lambda k: f"{label(k[0])} \u2212 {label(k[1])}")
+    lines += ["", "## Where loss and logits start to move", "",
+              "Per multiplier, a condition's final loss against QK-norm's (paired by seed, Holm over the "
+              "multipliers), and its final max logit against its own at 1x (same procedure):", ""] + _onsets(a)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,104 @@
+"""QK-clip (optimizers/qk_clip.py) and the running max logit it reads (models.layers.causal_max_logit)."""
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from configs import ConfigError, apply_overrides, get_preset
+from models import MinimalLLM
+from models.layers import causal_max_logit
+from optimizers.qk_clip import clip_factors, qk_clip_
+from research.probing.probe import KeyProbe
+
+
+def test_causal_max_logit_by_hand():
+    """q_t = e_0 at every t; keys (2, 0), (0, 2), (4, 0): the future key 4 e_0 is seen only by t = 2."""
+    k = torch.tensor([[2.0, 0], [0, 2], [4, 0]])[None, None]           # [B=1, K=1, T=3, D=2]
+    q = torch.tensor([[1.0, 0]] * 3)[None, None]                       # [B=1, H=1, T=3, D=2]
+    assert causal_max_logit(q, k).item() == pytest.approx(4 / math.sqrt(2))
+    assert causal_max_logit(q[:, :, :2], k[:, :, :2]).item() == pytest.approx(2 / math.sqrt(2))
+
+
+@pytest.mark.parametrize("block", [1, 4, 256])
+def test_causal_max_logit_matches_the_full_masked_matrix_with_gqa(block):
+    g = torch.Generator().manual_seed(0)
+    B, H, K, T, D = 2, 4, 2, 11, 8
+    q, k = torch.randn(B, H, T, D, generator=g), torch.randn(B, K, T, D, generator=g)
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    expected = [(q[:, h] @ k[:, h // 2].mT / math.sqrt(D)).masked_fill(future, -math.inf).max().item()
+                for h in range(H)]
+    assert causal_max_logit(q, k, block=block).tolist() == pytest.approx(expected, rel=1e-6)
+
+
+def test_clip_factors_scale_each_heads_logits_by_its_own_gamma():
+    """Group of 2 query heads on one KV head: head 0 at 2 tau (gamma 1/2), head 1 below tau (gamma 1).
+    Keys take sqrt(1/2); head 0's queries 1/2 / sqrt(1/2) = sqrt(1/2), head 1's 1 / sqrt(1/2)."""
+    q_H, k_K = clip_factors(torch.tensor([20.0, 5.0, 30.0, 10.0]), tau=10.0, n_kv_heads=2)
+    assert k_K.tolist() == pytest.approx([math.sqrt(0.5), math.sqrt(1 / 3)])
+    logit_factor = q_H * k_K.repeat_interleave(2)
+    assert logit_factor.tolist() == pytest.approx([0.5, 1.0, 1 / 3, 1.0])  # head 3 sits at tau: untouched
+
+
+def _gqa_model():
+    # One layer: clipping a layer changes what later layers see, so only its own logits are exact.
+    cfg = dataclasses.replace(get_preset("debug").model, qk_norm="none", n_heads=4, n_kv_heads=2, d_model=128,
+                              n_layers=1)
+    torch.manual_seed(0)
+    model = MinimalLLM(cfg)
+    with torch.no_grad():  # large projections, so that logits are far above 1
+        for block in model.blocks:
+            block.attn.wq.weight.mul_(40)
+            block.attn.wk.weight.mul_(40)
+    return model
+
+
+def _max_logits(model, ids):
+    probe = KeyProbe(ids)
+    return [torch.tensor(layer["attn"]["logit_max"]) for layer in probe(model)["layers"]]
+
+
+def test_qk_clip_brings_the_largest_logit_of_each_clipped_head_to_tau_and_leaves_the_others():
+    model = _gqa_model()
+    ids = torch.randint(0, model.cfg.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
+    model.train()
+    for block in model.blocks:
+        block.attn.track_max_logit = True
+    with torch.no_grad():
+        model(ids)
+    before = _max_logits(model, ids)
+    for block, seen in zip(model.blocks, before):  # the tracked max is the probe's, over the same batch
+        assert block.attn.max_logit.tolist() == pytest.approx(seen.tolist(), rel=1e-4)
+    tau = float(torch.cat(before).median())
+    counts = qk_clip_(model.blocks, tau)
+    after = _max_logits(model, ids)
+    assert counts == [int((b > tau).sum()) for b in before] and sum(counts) > 0
+    for b, a in zip(before, after):
+        expected = torch.where(b > tau, torch.full_like(b, tau), b)
+        assert a.tolist() == pytest.approx(expected.tolist(), rel=1e-4)
+
+
+def test_qk_clip_needs_a_model_without_qk_norm():
+    with pytest.raises(ConfigError, match="QK-clip applies only with --qk_norm none"):
+        apply_overrides(get_preset("debug"), {"qk_clip": 50.0})
+    assert apply_overrides(get_preset("debug"), {"qk_clip": 50.0, "qk_norm": "none"}).train.qk_clip == 50.0
+
+
+def test_training_with_qk_clip_logs_clips_per_layer_and_keeps_logits_near_tau(debug_cfg, tmp_path):
+    """Projections scaled up so the logits start far above tau: every step clips, and after a step the
+    largest logit seen on the next batch is close to tau (its own batch's would be tau exactly)."""
+    import json
+
+    from tests.helpers import build_trainer
+    tau = 5.0
+    t = build_trainer(debug_cfg(qk_norm="none", qk_clip=tau, tokens=6 * 256), tmp_path)
+    with torch.no_grad():
+        for block in t.model.blocks:
+            block.attn.wq.weight.mul_(30)
+            block.attn.wk.weight.mul_(30)
+    t.fit()
+    rows = [json.loads(ln) for ln in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    logged = [r for r in rows if "loss" in r]
+    assert all(len(r["qk_clipped_heads"]) == 2 and len(r["max_logit"]) == 2 for r in logged)
+    assert logged[0]["qk_clipped_heads"][0] > 0 and logged[0]["max_logit"][0] > 10 * tau
+    assert max(logged[-1]["max_logit"]) < 2 * tau
