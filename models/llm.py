@@ -30,7 +30,15 @@ class MinimalLLM(nn.Module):
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.grad_checkpointing = False
         self.fused_loss = True  # LM head and cross-entropy in one chunked pass (models/loss.py)
+        self.compiled_blocks: list | None = None  # set by compile_blocks(); used in training mode only
         self.reset_parameters()
+
+    def compile_blocks(self) -> None:
+        """Compile each block (regional compilation): the blocks share one compiled graph, so compiling
+        takes about as long for 32 layers as for one, and the embedding, final norm and chunked loss stay
+        eager. The compiled blocks run in training mode only: evaluation and the probe (whose hooks need
+        the plain modules) run the same blocks eagerly, without recompiling."""
+        self.compiled_blocks = [torch.compile(block) for block in self.blocks]
 
     def reset_parameters(self) -> None:
         std = self.cfg.init_std
@@ -48,7 +56,8 @@ class MinimalLLM(nn.Module):
     def hidden(self, idx_BT: torch.Tensor) -> torch.Tensor:
         """Final-normed hidden states [B, T, d]: everything but the LM head."""
         x_BTd = self.embed(idx_BT) * math.sqrt(self.cfg.d_model)
-        for block in self.blocks:
+        blocks = self.compiled_blocks if self.compiled_blocks is not None and self.training else self.blocks
+        for block in blocks:
             if self.grad_checkpointing and self.training:
                 x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False)
             else:

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "qk_norm_50m_study"  # the write-ups' own results
 STEP_TOKENS = 8 * 32  # debug preset: batch 8 x seq_len 32
+
+
+def free_port() -> int:
+    """A TCP port no process listens on now (for torchrun's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def quiet(*args, **kwargs) -> None:

@@ -98,7 +98,7 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: l
             hook("checkpoint_write")
             with open(tmp / "optim.pt", "wb") as f:  # closed even when the write fails (its space is freed)
                 torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
-                            "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, f)
+                            "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else []}, f)
             (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as SafetensorError, torch as RuntimeError
         if old is not None:
@@ -213,8 +213,11 @@ def apply_checkpoint(ckpt: Checkpoint, weights: dict, blob: dict, model: torch.n
         torch.set_rng_state(blob["torch_rng"])
     except (ValueError, KeyError, TypeError, RuntimeError) as e:
         raise CheckpointError(f"optim.pt does not fit this run's optimizers ({type(e).__name__}: {e})") from e
-    if blob["cuda_rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(blob["cuda_rng"])
+    cuda_rng = blob["cuda_rng"]  # this process's device (a list of every device's in older checkpoints)
+    if isinstance(cuda_rng, list):
+        cuda_rng = cuda_rng[0] if cuda_rng else None
+    if cuda_rng is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(cuda_rng)
 
 
 def load_newest(root: Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpoint | None, list[tuple]]:

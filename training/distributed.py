@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -56,7 +57,8 @@ def init_distributed(device_type: str) -> Dist:
     if not dist.is_initialized():
         if device_type == "cuda":
             torch.cuda.set_device(d.local_rank)
-        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
+        # a long timeout: rank 0 alone may tokenize a corpus or write a large checkpoint while the others wait
+        dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo", timeout=timedelta(hours=2))
     return d
 
 

@@ -99,9 +99,10 @@ class Trainer:
             self._resume(saved, replan_schedule)
 
         self.compiled, compile_why = resolve_compile(tc.compile, self.device)
-        fwd = torch.compile(self.model) if self.compiled else self.model
-        self.fwd = DDP(fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
-            if self.dist.enabled else fwd
+        if self.compiled:
+            self.model.compile_blocks()
+        self.fwd = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
+            if self.dist.enabled else self.model
 
         self._log(f"run: preset={cfg.preset} device={self.device} precision={self.precision} "
                   f"processes={self.dist.world_size} compile={self.compiled} ({compile_why}) "

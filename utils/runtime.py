@@ -23,8 +23,14 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """'auto' picks cuda:LOCAL_RANK when CUDA is available, else cpu. Anything this machine does not
     have raises ConfigError naming the devices it does have."""
     from configs.config import ConfigError
+    if name == "auto" and torch.cuda.is_available():
+        if local_rank >= torch.cuda.device_count():
+            raise ConfigError(f"process {local_rank} on this node has no GPU of its own: this machine has "
+                              f"{torch.cuda.device_count()}; start at most that many processes per node "
+                              f"(torchrun --nproc_per_node), or train on CPU with --device cpu")
+        return torch.device(f"cuda:{local_rank}")
     if name == "auto":
-        return torch.device(f"cuda:{local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+        return torch.device("cpu")
     have = available_devices()
     problem = f"--device {name}: choose auto or one of the devices available here: {', '.join(have)}"
     try:
@@ -33,6 +39,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         raise ConfigError(f"{problem} (not a device name)") from None
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device(f"cuda:{local_rank}")
+    elif dev.type == "cuda" and local_rank > 0:
+        raise ConfigError(f"--device {name} under torchrun would put every process on one GPU: use --device cuda "
+                          f"(each process takes cuda:LOCAL_RANK) or auto")
     if dev.type != "cpu" and str(dev) not in have:
         raise ConfigError(problem)
     return dev

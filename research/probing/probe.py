@@ -124,7 +124,7 @@ class KeyProbe:
 
         was_training = model.training
         cpu_rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+        cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         t0 = time.perf_counter()
         model.eval()
         try:
@@ -135,7 +135,7 @@ class KeyProbe:
             model.train(was_training)
             torch.set_rng_state(cpu_rng)
             if cuda_rng is not None:
-                torch.cuda.set_rng_state_all(cuda_rng)
+                torch.cuda.set_rng_state(cuda_rng, device)
         layers.sort(key=lambda r: r["layer"])
         return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
                 "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),

@@ -92,3 +92,33 @@ def table(result: dict) -> str:
                      f"8 x 2048: RSS {m['rss_after_weights_mib']:.0f} MiB after weights, peak "
                      f"{m['peak_rss_mib']:.0f} MiB ({m['probe_s']:.1f} s)")
     return "\n".join(lines)
+
+
+def gpu_suite(presets: tuple[str, ...], steps: int) -> dict:
+    """research.speed.gpu for each preset, each in a fresh process (its own peak memory and compile cache)."""
+    import json
+    import subprocess
+    import sys
+    runs = {}
+    for name in presets:
+        out = subprocess.run([sys.executable, "-m", "research.speed.gpu", "--preset", name, "--steps", str(steps)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"GPU benchmark of {name} failed:\n{out.stderr[-2000:]}")
+        runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"device": torch.cuda.get_device_name(), "presets": runs}
+
+
+def gpu_table(result: dict) -> str:
+    lines = [f"{result['device']}: training step as the Trainer runs it (bf16 autocast, compiled blocks, random "
+             f"tokens)",
+             f"{'preset':<7} {'batch':>12} {'tokens/s':>10} {'step s':>7} {'MFU':>6} {'MFU+probe':>9} {'Muon':>6} "
+             f"{'peak GiB':>8} {'probe s':>7} {'bf16 TFLOP/s':>12}"]
+    for name, r in result["presets"].items():
+        batch = f"{r['batch'][0]}x{r['batch'][1]}x{r['grad_accum']}"
+        lines.append(f"{name:<7} {batch:>12} {r['tokens_per_s']:>10,.0f} {r['step_s']:>7.3f} {r['mfu']:>6.1%} "
+                     f"{r['mfu_with_probe']:>9.1%} {r['muon_share']:>6.1%} {r['peak_train_gib']:>8.1f} "
+                     f"{r['probe_s']:>7.2f} {r['bf16_tflops']:>12.0f}")
+    lines.append("MFU+probe: with one probe every probe_every steps (100 where the preset sets none); Muon: its "
+                 "share of the step")
+    return "\n".join(lines)

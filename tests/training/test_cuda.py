@@ -27,3 +27,10 @@ def test_probe_on_cuda_matches_cpu(debug_cfg):
     for a, b in zip(cpu["layers"], gpu["layers"]):
         assert a["k_norm"]["pr_sv"] == pytest.approx(b["k_norm"]["pr_sv"], rel=1e-4)
         assert a["attn"]["entropy"] == pytest.approx(b["attn"]["entropy"], rel=1e-4)
+
+
+def test_gpu_benchmark_measures_the_trainers_step():
+    from research.speed.gpu import measure
+    r = measure("debug", 2, {"precision": "bf16"}, ceiling=1e15)
+    assert r["compiled"] is False and r["precision"] == "bf16" and r["tokens_per_s"] > 0
+    assert 0 < r["muon_share"] < 1 and r["peak_train_gib"] > 0 and r["probe_s"] > 0

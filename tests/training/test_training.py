@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 import train_llm
 from configs import ConfigError
-from tests.helpers import REPO, STEP_TOKENS, build_trainer, losses
+from tests.helpers import REPO, STEP_TOKENS, build_trainer, free_port, losses
 from training.callbacks import StepInfo
 from training.checkpoint import latest_checkpoint
 from training.schedule import lr_factor
@@ -64,15 +64,19 @@ def test_train_writes_config_metrics_checkpoint_tokenizer(debug_cfg, tmp_path):
 def test_resume_is_identical_to_an_uninterrupted_run(debug_cfg, tmp_path, compile):
     n = 4
     straight, split = tmp_path / "straight", tmp_path / "split"
-    run(debug_cfg(tokens=2 * n * STEP_TOKENS, ckpt_every=n, compile=compile), straight)
-    run(debug_cfg(tokens=n * STEP_TOKENS, compile=compile), split)
-    run(debug_cfg(tokens=2 * n * STEP_TOKENS, compile=compile), split, resume=True)
+    fp32 = dict(compile=compile, precision="fp32")  # bf16 (auto on a GPU) would compare rounding, not resuming
+    run(debug_cfg(tokens=2 * n * STEP_TOKENS, ckpt_every=n, **fp32), straight)
+    run(debug_cfg(tokens=n * STEP_TOKENS, **fp32), split)
+    run(debug_cfg(tokens=2 * n * STEP_TOKENS, **fp32), split, resume=True)
     if compile == "off":
         assert losses(split) == losses(straight)  # bit-identical losses, step by step
     else:  # inductor's CPU kernels are not run-to-run deterministic: equal up to float rounding
         assert losses(split) == pytest.approx(losses(straight), rel=1e-6)
-        run(debug_cfg(tokens=2 * n * STEP_TOKENS, compile="off"), tmp_path / "eager")
-        assert losses(straight) == pytest.approx(losses(tmp_path / "eager"), rel=1e-5)
+        run(debug_cfg(tokens=2 * n * STEP_TOKENS, compile="off", precision="fp32"), tmp_path / "eager")
+        # compiled and eager kernels round differently; on CUDA (fp32, no TF32) 2 of 8 losses differed by more
+        # than 1e-5 (H100, torch 2.11), on CPU none
+        tol = 1e-3 if torch.cuda.is_available() else 1e-5
+        assert losses(straight) == pytest.approx(losses(tmp_path / "eager"), rel=tol)
         return
     a = load_file(str(straight / "checkpoints" / f"step-{2 * n:06d}" / "model.safetensors"))
     b = load_file(str(split / "checkpoints" / f"step-{2 * n:06d}" / "model.safetensors"))
@@ -142,8 +146,8 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29517", str(REPO / "train_llm.py"), "--out", str(tmp_path / "two"),
-                           "--probe-every", "3", *common], env=env, capture_output=True, text=True, timeout=300)
+                           "--master_port", str(free_port()), str(REPO / "train_llm.py"), "--out",
+                           str(tmp_path / "two"), "--probe-every", "3", "--device", "cpu", *common], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(one) == len(two) == steps
@@ -174,3 +178,14 @@ def test_conditions_of_one_seed_share_initial_hidden_weights_and_data_order(debu
     assert all(torch.equal(a, b) for m in ("frozen", "none") for a, b in zip(batches[m], batches["learned"]))
     other = build_trainer(debug_cfg(qk_norm="learned", seed=4), tmp_path / "other")
     assert not torch.equal(other.model.state_dict()["embed.weight"], states["learned"]["embed.weight"])
+
+
+def test_a_process_without_a_gpu_of_its_own_is_refused(monkeypatch):
+    from utils.runtime import resolve_device
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert resolve_device("auto", 0) == torch.device("cuda:0")
+    with pytest.raises(ConfigError, match="process 1 on this node has no GPU of its own: this machine has 1"):
+        resolve_device("auto", 1)
+    with pytest.raises(ConfigError, match="would put every process on one GPU"):
+        resolve_device("cuda:0", 1)
