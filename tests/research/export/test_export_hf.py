@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -181,3 +182,105 @@ def test_inspection_of_the_export_matches_the_run_folder(exported, mode):
            [ly["positions"][0]["ids"] for ly in a["logit_lens"]["layers"]]
     V, d = native.cfg.vocab_size, native.cfg.d_model
     assert b["params"]["total"] == a["params"]["total"] + V * d  # the untied LM head
+
+
+# ----------------------------------------------------------------------------------------------
+# Study conditions, the command line
+
+def test_every_qk_norm_study_condition_exports(corpus_file, cache_dir, tmp_path):
+    """Condition folders written by the study runner's own training path (seed_<s> layout), trained two steps
+    with a checkpoint at each: the newest is exported, with its trained gains, and gives the native logits.
+    Other studies' conditions differ from these only in training fields (wd_on_gains), not in the model."""
+    from configs import apply_overrides
+    from models.llm import MinimalLLM
+    from research.results.layout import condition_dir
+    from research.studies import QK_NORM
+    from research.studies.runner import base_config, train_condition
+    from tests.helpers import STEP_TOKENS
+    from training.checkpoint import latest_checkpoint, load_model_weights
+    base = base_config(QK_NORM, "debug", {"source": "files", "paths": [str(corpus_file)], "cache_dir": str(cache_dir),
+                                          "precision": "fp32", "tokens": 2 * STEP_TOKENS, "probe_every": 1,
+                                          "eval_batches": 2, "ckpt_every": 1})
+    for cond, overrides in QK_NORM.conditions.items():
+        cfg = apply_overrides(base, {**overrides, "seed": 0})
+        run_dir = condition_dir(tmp_path / "study", cond, 0, several_seeds=True)
+        train_condition(cfg, run_dir, cond, progress=False)
+        meta = export_run(run_dir, tmp_path / "hf" / cond)
+        assert (meta["step"], meta["architecture"]) == (2, ARCHITECTURE[cfg.model.qk_norm])
+        native = MinimalLLM(cfg.model)
+        load_model_weights(latest_checkpoint(run_dir / "checkpoints").path, native)
+        model = load_hf(tmp_path / "hf" / cond)
+        ids = random_ids(cfg.model.vocab_size, seed=4)
+        with torch.no_grad():
+            torch.testing.assert_close(model(input_ids=ids).logits, native.eval()(ids), atol=LOGIT_ATOL, rtol=0)
+        c = model.config  # the byte-level BPE has an end-of-text token only
+        assert (c.bos_token_id, c.pad_token_id) == (None, None) and c.eos_token_id == native_eos(run_dir)
+        if cfg.model.qk_norm != "none":
+            gains = torch.stack([layer.self_attn.k_norm.weight for layer in model.model.layers])
+            assert (gains == 1).all() == (cfg.model.qk_norm == "frozen")  # frozen: exactly 1; learned: trained
+
+
+def native_eos(run_dir):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(run_dir / "tokenizer").eos_token_id
+
+
+def export_cli(*args):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "research/export_hf.py", *map(str, args)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("case", ["missing run", "no checkpoint", "non-empty output"])
+def test_cli_errors_are_one_clear_line(exported, tmp_path, case):
+    native, run_dir, out = exported["learned"]
+    if case == "missing run":
+        args, expect = (tmp_path / "nope", tmp_path / "hf"), "not found"
+    elif case == "no checkpoint":
+        (tmp_path / "run").mkdir()
+        (tmp_path / "run" / "config.json").write_text((run_dir / "config.json").read_text())
+        args, expect = (tmp_path / "run", tmp_path / "hf"), "no complete checkpoint"
+    else:
+        (tmp_path / "hf").mkdir()
+        (tmp_path / "hf" / "notes.txt").write_text("mine")
+        args, expect = (run_dir, tmp_path / "hf"), "is not empty"
+    proc = export_cli(*args)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.startswith("error: ") and expect in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert [p.name for p in (tmp_path / "hf").glob("*")] == (["notes.txt"] if case == "non-empty output" else [])
+
+
+def test_force_replaces_the_exports_files_and_keeps_others(exported, tmp_path, capsys):
+    from research import export_hf
+    native, run_dir, out = exported["none"]
+    target = tmp_path / "hf"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    (target / "config.json").write_text("{}")
+    assert export_hf.main([str(run_dir), str(target)]) == 2 and "--force" in capsys.readouterr().err
+    assert (target / "config.json").read_text() == "{}"
+    assert export_hf.main([str(run_dir), str(target), "--force"]) == 0
+    assert "as ArceeForCausalLM" in capsys.readouterr().out
+    assert (target / "notes.txt").read_text() == "mine" and json.loads((target / "config.json").read_text())[
+        "model_type"] == "arcee"
+    assert not list(tmp_path.glob(".tmp-*"))  # the staging folder is gone
+    before = (run_dir / "config.json").read_text()
+    assert export_hf.main([str(run_dir), str(run_dir), "--force"]) == 2  # never over the run's own config.json
+    assert "run folder itself" in capsys.readouterr().err and (run_dir / "config.json").read_text() == before
+
+
+def test_unreadable_runs_are_named(exported, tmp_path):
+    from research.export import ExportError
+    native, run_dir, out = exported["frozen"]
+    with pytest.raises(ExportError, match="no config.json"):
+        export_run(tmp_path, tmp_path / "hf")
+    broken = tmp_path / "broken"
+    shutil.copytree(run_dir, broken)
+    (broken / "checkpoints" / "step-000005" / "model.safetensors").write_bytes(b"not safetensors")
+    with pytest.raises(ExportError, match="cannot read the weights .*step-000005"):
+        export_run(broken, tmp_path / "hf")
+    shutil.rmtree(broken / "tokenizer")
+    shutil.rmtree(broken / "checkpoints" / "step-000005")
+    with pytest.raises(ExportError, match="no tokenizer/ folder"):
+        export_run(broken, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
