@@ -178,15 +178,16 @@ def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) ->
     """Write the newest checkpoint of run_dir, its tokenizer and export.json to out_dir; returns export.json's dict.
 
     Everything is written to a temporary folder beside out_dir first and moved in when complete, so a
-    failure leaves out_dir as it was; with force, files named like ours are replaced and others kept.
+    failure while writing leaves out_dir as it was; with force, files named like ours are replaced and others kept.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, run_dir, force)
     cfg, ckpt, weights = load_native(run_dir)
     special = special_token_ids(run_dir / "tokenizer")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".tmp-{out_dir.name}-"))
+    tmp = None
     try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".tmp-{out_dir.name}-"))
         _write(tmp, run_dir, cfg, ckpt, weights, special)
         out_dir.mkdir(exist_ok=True)
         for f in tmp.iterdir():
@@ -194,5 +195,6 @@ def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) ->
     except OSError as e:
         raise ExportError(f"cannot write {out_dir}: {e}") from e
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
     return json.loads((out_dir / EXPORT_INFO).read_text())

@@ -4,7 +4,6 @@ model's logits, greedy generations and inspection metrics; the command line fail
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -13,7 +12,7 @@ import sys
 import pytest
 import torch
 
-from research.export import TARGETS, export_run
+from research.export import export_run
 from tests.helpers import REPO
 from tests.research.inspection.test_tour import PROMPT, SENTENCES
 
