@@ -135,11 +135,16 @@ def latest_checkpoint(root: Path) -> Checkpoint | None:
     if not ckpts:
         return None
     c = ckpts[-1]
-    try:
-        c.state = json.loads((c.path / "state.json").read_text())
-    except (OSError, ValueError):
-        c.state = {}
+    c.state = read_state(c)
     return c
+
+
+def read_state(c: Checkpoint) -> dict:
+    """A checkpoint's state.json, or {} where it does not read."""
+    try:
+        return json.loads((c.path / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def remove_orphans(root: Path) -> list[Path]:

@@ -284,6 +284,18 @@ class Qwen3Adapter(HFAdapter):
     family = "qwen3"
 
 
+class ApertusAdapter(HFAdapter):
+    """Apertus: per-head q_norm / k_norm before RoPE (the export of qk_norm learned/frozen runs)."""
+
+    family = "apertus"
+
+
+class ArceeAdapter(HFAdapter):
+    """Arcee: Llama attention with a non-gated MLP (the export of qk_norm='none' runs)."""
+
+    family = "arcee"
+
+
 class Olmo2Adapter(HFAdapter):
     """OLMo 2 normalizes the whole key projection (all heads together), before the head split."""
 
@@ -341,8 +353,8 @@ class GPT2Adapter(HFAdapter):
         return projected[..., self.d_model:2 * self.d_model]
 
 
-# model_type -> adapter. Tested: llama, qwen3, gemma3_text, gpt2; mistral, qwen2 and olmo2 share a
-# tested layout and are accepted.
+# model_type -> adapter. Tested: llama, qwen3, gemma3_text, gpt2, and apertus and arcee (tests/research/export);
+# mistral, qwen2 and olmo2 share a tested layout and are accepted.
 ADAPTERS: dict[str, type[HFAdapter]] = {
     "llama": HFAdapter, "mistral": HFAdapter, "qwen2": HFAdapter, "qwen3": Qwen3Adapter, "olmo2": Olmo2Adapter,
-    "gemma3_text": Gemma3Adapter, "gpt2": GPT2Adapter}
+    "gemma3_text": Gemma3Adapter, "gpt2": GPT2Adapter, "apertus": ApertusAdapter, "arcee": ArceeAdapter}

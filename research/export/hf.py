@@ -1,0 +1,203 @@
+"""Export a run folder of this project as a Hugging Face folder that a built-in transformers class loads.
+
+    info = export_run(run_dir, out_dir)                      # research/export_hf.py is the command line
+    model = AutoModelForCausalLM.from_pretrained(out_dir)     # no trust_remote_code
+    tokenizer = AutoTokenizer.from_pretrained(out_dir)
+
+Which class, by qk_norm (checked against transformers 5.23's modeling_apertus.py and modeling_arcee.py):
+
+- learned, frozen -> ApertusForCausalLM. Apertus is this model op for op: pre-norm blocks with RMSNorm
+  (x * rsqrt(mean(x^2) + eps) * weight, one eps for every norm), per-head q_norm / k_norm RMSNorm over
+  head_dim with one gain per layer, applied after the head split and before RoPE, RoPE rotating pairs
+  (i, i + D/2) (rotate_half), GQA where query head h reads KV head h // (H / K), softmax scale
+  1/sqrt(head_dim), and a non-gated MLP down(act(up(x))) with hidden_act "relu2" = relu(u)^2.
+  frozen is learned with every q/k gain exactly 1 (the checkpoint stores those ones; they are copied).
+- none -> ArceeForCausalLM. Apertus applies its q/k norms always, so it cannot express their absence.
+  Arcee is the same decoder without q/k norms (Llama attention) and with the same non-gated relu2 MLP,
+  so it represents the model with the same parameters. LlamaForCausalLM would also be exact with
+  hidden_act "relu" and gate_proj = up_proj (relu(u) * u = relu(u)^2 in floating point too) but
+  stores the MLP's input matrix twice.
+
+What changes on the way: the input embedding is multiplied by sqrt(d_model) once (folded: this model
+scales the embedded tokens, the HF classes do not), while the LM head keeps the unscaled embedding, so
+the export is untied (tie_word_embeddings False; lm_head.weight is the original embedding). Everything
+the HF classes default differently is set explicitly: rope_parameters (default rope type, no scaling,
+the run's rope_theta; Apertus would otherwise use llama3 scaling at theta 1.2e7), rms_norm_eps,
+max_position_embeddings (the run's max_seq_len), and bos/eos/pad ids from the run's tokenizer (None
+where it has none; Apertus would otherwise claim 1/2/3).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from configs.config import ConfigError, ModelConfig, RunConfig
+from models.llm import MinimalLLM
+from training.checkpoint import Checkpoint, load_model_weights, load_newest, read_state
+
+WEIGHTS_FILE = "model.safetensors"
+EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
+MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS_FILE, EXPORT_INFO)
+
+
+class ExportError(RuntimeError):
+    """A run folder that cannot be exported, or an output folder that must not be written; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A built-in transformers class and where its layers keep what our blocks keep."""
+
+    architecture: str
+    config_class: str
+    layer_names: dict[str, str]  # our blocks.{i}.<name>.weight -> model.layers.{i}.<name>.weight
+
+
+_SHARED = {"attn.wq": "self_attn.q_proj", "attn.wk": "self_attn.k_proj", "attn.wv": "self_attn.v_proj",
+           "attn.wo": "self_attn.o_proj", "ffn.up": "mlp.up_proj", "ffn.down": "mlp.down_proj"}
+APERTUS = Target("ApertusForCausalLM", "ApertusConfig", {
+    **_SHARED, "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
+    "attn_norm": "attention_layernorm", "ffn_norm": "feedforward_layernorm"})
+ARCEE = Target("ArceeForCausalLM", "ArceeConfig", {
+    **_SHARED, "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"})
+TARGETS = {"learned": APERTUS, "frozen": APERTUS, "none": ARCEE}
+
+_BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.weight$")
+
+
+def hf_state_dict(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The target's tensors from MinimalLLM's state dict; every tensor of ours is placed exactly once."""
+    table = TARGETS[cfg.qk_norm].layer_names
+    embed = weights["embed.weight"]
+    out = {"model.embed_tokens.weight": embed * math.sqrt(cfg.d_model),  # the same product MinimalLLM.hidden takes
+           "lm_head.weight": embed.contiguous(), "model.norm.weight": weights["final_norm.weight"].contiguous()}
+    for name, w in weights.items():
+        if name in ("embed.weight", "final_norm.weight"):
+            continue
+        m = _BLOCK.match(name)
+        if m is None or m.group(2) not in table:
+            raise ExportError(f"no place for {name!r} in {TARGETS[cfg.qk_norm].architecture}: the model code "
+                              f"changed since this exporter was written (research/export/hf.py)")
+        out[f"model.layers.{m.group(1)}.{table[m.group(2)]}.weight"] = w.contiguous()
+    return out
+
+
+def hf_config(cfg: ModelConfig, special_ids: dict[str, int | None], dtype: torch.dtype):
+    """The target's config with every field that differs from its defaults set from the run."""
+    import transformers
+    target = TARGETS[cfg.qk_norm]
+    return getattr(transformers, target.config_class)(
+        architectures=[target.architecture], vocab_size=cfg.vocab_size, hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_ff, num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+        num_key_value_heads=cfg.n_kv_heads, hidden_act="relu2", rms_norm_eps=cfg.norm_eps,
+        max_position_embeddings=cfg.max_seq_len, rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        tie_word_embeddings=False, attention_bias=False, attention_dropout=0.0,
+        dtype=str(dtype).removeprefix("torch."), **special_ids)
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading the run folder
+
+def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.Tensor]]:
+    """(config, newest checkpoint, MinimalLLM state dict) of a run folder, or an ExportError naming the problem."""
+    if not run_dir.is_dir():
+        raise ExportError(f"run folder {run_dir} not found")
+    if not (run_dir / "config.json").is_file():
+        raise ExportError(f"{run_dir} has no config.json: expected a folder written by train_llm.py or a study "
+                          f"condition (research_results/<study>/<condition>[/seed_<s>])")
+    try:
+        cfg = RunConfig.load(run_dir / "config.json")
+    except (ConfigError, RuntimeError) as e:
+        raise ExportError(str(e)) from e
+    model = MinimalLLM(cfg.model)
+    # the newest checkpoint whose weights read back (a damaged newer one is named and skipped)
+    ckpt, failed = load_newest(run_dir / "checkpoints", lambda c: load_model_weights(c.path, model))
+    if ckpt is None:
+        why = "; ".join(f"{c.path.name}: {reason}" for c, reason in failed)
+        raise ExportError(f"{run_dir} has no checkpoint that reads back under {run_dir / 'checkpoints'} "
+                          + (f"({why})" if failed else "(a run writes one at its last step; an interrupted run may "
+                                                       "have none yet)"))
+    for c, reason in failed:
+        print(f"export: skipped {c.path.name} ({reason}); exporting {ckpt.path.name}", file=sys.stderr)
+    ckpt.state = read_state(ckpt)
+    return cfg, ckpt, {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def special_token_ids(tok_dir: Path) -> dict[str, int | None]:
+    """bos/eos/pad ids of the run's tokenizer (None where it has no such token)."""
+    if not tok_dir.is_dir():
+        raise ExportError(f"{tok_dir.parent} has no tokenizer/ folder to export with the model")
+    from transformers import AutoTokenizer
+    try:
+        tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    except Exception as e:  # noqa: BLE001 - tokenizer loading raises many types
+        raise ExportError(f"AutoTokenizer cannot load {tok_dir} ({type(e).__name__}: {e})") from e
+    return {"bos_token_id": tok.bos_token_id, "eos_token_id": tok.eos_token_id, "pad_token_id": tok.pad_token_id}
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing the export
+
+def check_out_dir(out_dir: Path, run_dir: Path, force: bool) -> None:
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ExportError(f"output {out_dir} is a file, not a folder")
+    if out_dir.resolve() == run_dir.resolve():
+        raise ExportError(f"output {out_dir} is the run folder itself: its config.json would be replaced; "
+                          f"choose another folder (e.g. {run_dir / 'hf'})")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
+        raise ExportError(f"output folder {out_dir} is not empty: choose another, or pass --force to write into "
+                          f"it (files of the same names are replaced, other files are kept)")
+
+
+def _write(tmp: Path, run_dir: Path, cfg: RunConfig, ckpt: Checkpoint, weights: dict[str, torch.Tensor],
+           special: dict[str, int | None]) -> None:
+    from safetensors.torch import save_file
+    from transformers import GenerationConfig
+    for f in (run_dir / "tokenizer").iterdir():
+        if f.name in MODEL_FILES or not f.is_file():
+            raise ExportError(f"tokenizer file {f} would collide with the model's files or is not a plain file")
+        shutil.copy2(f, tmp / f.name)
+    hf = hf_config(cfg.model, special, weights["embed.weight"].dtype)
+    hf.save_pretrained(str(tmp))
+    GenerationConfig(**special).save_pretrained(str(tmp))
+    save_file(hf_state_dict(cfg.model, weights), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+    target = TARGETS[cfg.model.qk_norm]
+    info = {"source": str(run_dir.resolve()), "checkpoint": ckpt.path.name, "step": ckpt.step,
+            "tokens": ckpt.state.get("tokens"), "qk_norm": cfg.model.qk_norm, "architecture": target.architecture,
+            "embedding_scale_folded": math.sqrt(cfg.model.d_model), "tie_word_embeddings": False}
+    (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict:
+    """Write the newest checkpoint of run_dir, its tokenizer and export.json to out_dir; returns export.json's dict.
+
+    Everything is written to a temporary folder beside out_dir first and moved in when complete, so a
+    failure while writing leaves out_dir as it was; with force, files named like ours are replaced and others kept.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    check_out_dir(out_dir, run_dir, force)
+    cfg, ckpt, weights = load_native(run_dir)
+    special = special_token_ids(run_dir / "tokenizer")
+    tmp = None
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".tmp-{out_dir.name}-"))
+        _write(tmp, run_dir, cfg, ckpt, weights, special)
+        out_dir.mkdir(exist_ok=True)
+        for f in tmp.iterdir():
+            os.replace(f, out_dir / f.name)
+    except OSError as e:
+        raise ExportError(f"cannot write {out_dir}: {e}") from e
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return json.loads((out_dir / EXPORT_INFO).read_text())

@@ -1,0 +1,41 @@
+"""Export a run folder as a Hugging Face model folder that transformers loads with a built-in class.
+
+    python research/export_hf.py RUN_DIR OUT_DIR [--force]
+
+RUN_DIR: a folder written by train_llm.py or a study condition (research_results/<study>/<condition>
+[/seed_<s>]); its newest checkpoint (the last step's, for a finished run) and its tokenizer are written
+to OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
+trust_remote_code: qk_norm learned or frozen as ApertusForCausalLM, none as ArceeForCausalLM
+(research/export/hf.py says why and what is folded).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from research.export import ExportError, export_run
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", help="train_llm.py output folder or study condition folder")
+    p.add_argument("out_dir", help="folder to write (must be new or empty unless --force)")
+    p.add_argument("--force", action="store_true",
+                   help="write into a non-empty OUT_DIR: files of the export's names are replaced, others kept")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        info = export_run(args.run_dir, args.out_dir, force=args.force)
+    except ExportError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"exported {args.run_dir} (checkpoint step {info['step']}, qk_norm={info['qk_norm']}) as "
+          f"{info['architecture']} to {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
