@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
-from configs.cli import overrides_from_args, preset_in
+from configs.cli import start_from_args, start_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.probing.callback import probe_callback
 from research.results import ResultsError
@@ -47,10 +47,14 @@ def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
 
 
 def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
-    """The preset with the study's defaults (its tiny token count, ~20 probes per run) and the overrides."""
+    """The preset with the study's defaults (its tiny token count, ~20 probes per run) and the overrides
+    (the --config file's values and the command line's)."""
     overrides = dict(overrides)
     if preset == "tiny" and study.default_tokens and "tokens" not in overrides:
         overrides["tokens"] = study.default_tokens
+    if overrides.get("probe_every") == 0:
+        raise ConfigError("probe_every=0: a study probes its runs; give a positive --probe_every or leave it out "
+                          f"(default: steps // {PROBES_PER_RUN})")
     cfg = apply_overrides(get_preset(preset), overrides)
     if "probe_every" not in overrides:
         cfg = apply_overrides(cfg, {"probe_every": max(1, cfg.steps // PROBES_PER_RUN)})
@@ -59,10 +63,15 @@ def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
 
 def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--device", default="auto")
-    preset = resolve_preset(preset_in(argv, "auto"), pre.parse_known_args(argv)[0].device, study.gpu_preset)
+    pre.add_argument("--device")
+    preset, file = start_in(argv, "auto")
+    device = pre.parse_known_args(argv)[0].device or (file.values.get("device") if file else None) or "auto"
+    preset = resolve_preset(preset, device, study.gpu_preset)
     preset = preset if preset in PRESETS else "tiny"
-    defaults = base_config(study, preset, {})
+    try:
+        defaults = base_config(study, preset, file.values if file else {})
+    except ConfigError:  # the file's values may validate only with options still to come
+        defaults = base_config(study, preset, {})
     p = argparse.ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for "
                                             f"this study.", allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -81,7 +90,7 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
                     notes={"probe_every": f"steps // {PROBES_PER_RUN} ({defaults.probe.probe_every} with these "
-                                          f"defaults)"})
+                                          f"defaults)"}, file=file)
     return p
 
 
@@ -93,13 +102,13 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
-    args = build_parser(study, description, argv).parse_args(argv)
-    for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
-        if not 0 < value < 1:
-            sys.exit(f"config error: {name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
-    overrides = overrides_from_args(args)
     try:
-        base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
+        args = build_parser(study, description, argv).parse_args(argv)
+        for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
+            if not 0 < value < 1:
+                raise ConfigError(f"{name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+        preset, overrides = start_from_args(args, "auto")
+        base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
         device = resolve_device(base.train.device)
     except ConfigError as e:
