@@ -16,6 +16,7 @@ import sys
 
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
 from configs.cli import help_defaults, start_in
+from training.tracking import LOGGERS, check_logger
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -33,6 +34,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "follow the schedule of the new total (the lr jumps once, at the resume step)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
+    p.add_argument("--logger", default="none", choices=LOGGERS,
+                   help="experiment tracker (default none): tensorboard writes OUT/tensorboard/, wandb a W&B run "
+                        "(offline without a network); losses, learning rates, tokens/s, grad norm, probe metrics")
     add_config_args(p, defaults, file=file)
     return p
 
@@ -41,17 +45,18 @@ def main(argv: list[str] | None = None) -> dict | None:
     try:
         args = build_parser(argv).parse_args(argv)
         cfg = config_from_args(args)
+        check_logger(args.logger)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
 
-    from research.probing.callback import probe_callback  # heavy imports after argument checks
+    from research.probing.callback import run_callbacks  # heavy imports after argument checks
     from research.results import ResultsError
     from training.errors import USER_ERRORS
     from training.run import train_run
     from utils.errors import os_fix, os_problem
 
     def callbacks(data, device):
-        return [probe_callback(cfg, data, args.out, device, tag=args.tag)] if cfg.probe.probe_every else []
+        return run_callbacks(cfg, data, args.out, device, tag=args.tag, logger=args.logger)
 
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,

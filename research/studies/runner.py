@@ -23,7 +23,7 @@ import torch
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import start_from_args, start_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN
-from research.probing.callback import probe_callback
+from research.probing.callback import run_callbacks
 from research.results import ResultsError
 from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE
@@ -31,6 +31,7 @@ from research.studies.catalog import Study
 from research.studies.render import render_study
 from training.errors import USER_ERRORS
 from training.run import train_run
+from training.tracking import LOGGERS, check_logger
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
 from utils.runtime import resolve_device, resolve_precision
@@ -80,6 +81,9 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                         f"--seed N alone: that one seed)")
     p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    p.add_argument("--logger", default="none", choices=LOGGERS,
+                   help="experiment tracker per condition (default none): tensorboard writes <condition>/tensorboard/ "
+                        "(tensorboard --logdir the study folder), wandb one W&B run each (offline without a network)")
     p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
@@ -94,9 +98,10 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     return p
 
 
-def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False) -> None:
+def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
+                    logger: str = "none") -> None:
     def callbacks(data, device):
-        return [probe_callback(cfg, data, run_dir, device, tag=tag)]
+        return run_callbacks(cfg, data, run_dir, device, tag=tag, logger=logger)
     train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
               progress=progress, name=tag, callbacks=callbacks)
 
@@ -111,6 +116,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
         device = resolve_device(base.train.device)
+        check_logger(args.logger)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
     out = Path(args.out or Path("research_results") / study.name)
@@ -135,7 +141,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
             print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
             try:
                 train_condition(cfg, run_dir, cond, progress=not args.no_progress,
-                                replan_schedule=args.replan_schedule)
+                                replan_schedule=args.replan_schedule, logger=args.logger)
             except (*USER_ERRORS, ResultsError, OSError) as e:
                 problem = f"{os_problem(e)}. Fix: {os_fix(e)}" if isinstance(e, OSError) else str(e)
                 sys.exit(f"error in condition {cond}, seed {seed}: {problem}\n(finished conditions in {out} are "
