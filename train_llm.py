@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         args = build_parser(argv).parse_args(argv)
         cfg = config_from_args(args)
         check_logger(args.logger)
+        from utils.runtime import resolve_device
+        resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
     except ConfigError as e:
         sys.exit(f"config error: {e}")
 

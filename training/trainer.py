@@ -45,8 +45,8 @@ from training.resume import check_resume_length, check_same_run
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
 from utils.errors import os_fix, os_problem
-from utils.runtime import (autocast, local_cpu_threads, provenance, resolve_compile, resolve_device,
-                           resolve_precision)
+from utils.runtime import (autocast, device_choice, local_cpu_threads, precision_choice, provenance, resolve_compile,
+                           resolve_device, resolve_precision)
 from utils.testhook import hook
 
 __all__ = ["Trainer", "NonFiniteLossError"]
@@ -99,7 +99,8 @@ class Trainer:
         self.fwd = DDP(fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
             if self.dist.enabled else fwd
 
-        self._log(f"run: preset={cfg.preset} device={self.device} precision={self.precision} "
+        self._log(f"run: preset={cfg.preset} device={device_choice(tc.device, self.device)} "
+                  f"precision={precision_choice(tc.precision, self.device)} "
                   f"processes={self.dist.world_size} compile={self.compiled} ({compile_why}) "
                   f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "

@@ -34,7 +34,7 @@ from training.run import train_run
 from training.tracking import LOGGERS, check_logger
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
-from utils.runtime import resolve_device, resolve_precision
+from utils.runtime import device_choice, precision_choice, resolve_device
 
 PROBES_PER_RUN = 20  # probe_every defaults to steps // 20
 
@@ -121,7 +121,8 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         sys.exit(f"config error: {e}")
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
-    print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "
+    print(f"{study.name}: preset {base.preset} on {device_choice(base.train.device, device)}, precision "
+          f"{precision_choice(base.train.precision, device)}; "
           f"{len(study.conditions)} conditions x {len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
     try:
