@@ -3,9 +3,11 @@
     python train_llm.py --preset tiny --tokens 200000 --out runs/tiny
     python train_llm.py --preset tiny --out runs/tiny --resume          # continue the newest checkpoint
     python train_llm.py --preset tiny --out runs/p --probe-every 25     # key probe -> runs/p/results.json
+    python train_llm.py --config runs/tiny/config.json --out runs/again  # a saved config, run again
     torchrun --nproc_per_node 2 train_llm.py --preset tiny --out runs/ddp
 
-Every config field is an option (`--n_layers 8`, `--qk_norm frozen`, ...); see --help.
+Every config field is an option (`--n_layers 8`, `--qk_norm frozen`, ...); see --help. Later wins:
+the preset (--preset, else the --config file's, else tiny), the --config file, the options.
 """
 from __future__ import annotations
 
@@ -13,13 +15,17 @@ import argparse
 import sys
 
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
-from configs.cli import preset_in
+from configs.cli import help_defaults, start_in
+from training.tracking import LOGGERS, check_logger
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    preset = preset_in(argv, "tiny")
+    """The parser; its help shows the values of the chosen preset with the --config file's values over them."""
+    preset, file = start_in(argv, "tiny")
     preset = preset if preset in PRESETS else "tiny"
-    p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of the {preset} preset.",
+    defaults = help_defaults(get_preset(preset), file)
+    source = f"the {preset} preset" + (f" with {file.path}" if file else "")
+    p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("--out", required=True, help="output folder (config, metrics, checkpoints, tokenizer)")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out that loads")
@@ -28,25 +34,31 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                         "follow the schedule of the new total (the lr jumps once, at the resume step)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
-    add_config_args(p, get_preset(preset))
+    p.add_argument("--logger", default="none", choices=LOGGERS,
+                   help="experiment tracker (default none): tensorboard writes OUT/tensorboard/, wandb a W&B run "
+                        "(offline without a network); losses, learning rates, tokens/s, grad norm, probe metrics")
+    add_config_args(p, defaults, file=file)
     return p
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    args = build_parser(argv).parse_args(argv)
     try:
+        args = build_parser(argv).parse_args(argv)
         cfg = config_from_args(args)
+        check_logger(args.logger)
+        from utils.runtime import resolve_device
+        resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
     except ConfigError as e:
         sys.exit(f"config error: {e}")
 
-    from research.probing.callback import probe_callback  # heavy imports after argument checks
+    from research.probing.callback import run_callbacks  # heavy imports after argument checks
     from research.results import ResultsError
     from training.errors import USER_ERRORS
     from training.run import train_run
     from utils.errors import os_fix, os_problem
 
     def callbacks(data, device):
-        return [probe_callback(cfg, data, args.out, device, tag=args.tag)] if cfg.probe.probe_every else []
+        return run_callbacks(cfg, data, args.out, device, tag=args.tag, logger=args.logger)
 
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,

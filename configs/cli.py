@@ -1,10 +1,12 @@
 """Command-line overrides for every config field.
 
-`add_config_args(parser, defaults)` adds `--preset` and one option per field of ModelConfig,
-TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes); each option's
-help shows its value in `defaults`, the config the user gets without it. Options left out
-keep the preset's value; unknown options are rejected by argparse.
-`config_from_args(args)` builds the preset, applies the overrides and validates.
+`add_config_args(parser, defaults)` adds `--preset`, `--config FILE` and one option per field of
+ModelConfig, TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes); each
+option's help shows its value in `defaults`, the config the user gets without it. Unknown options
+are rejected by argparse.
+`config_from_args(args)` builds the config in this order, later wins: the preset (--preset, else
+the file's `preset`, else the script's default), the --config file's values (configs.files), the
+command-line options; then validates.
 """
 from __future__ import annotations
 
@@ -12,10 +14,9 @@ import argparse
 import dataclasses
 import typing
 
-from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, RunConfig, TrainConfig
+from configs.config import ConfigError, RunConfig
+from configs.files import SECTIONS, ConfigFile, read_config_file
 from configs.presets import PRESETS, get_preset
-
-SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
 
 
 def _parse_bool(s: str) -> bool:
@@ -53,32 +54,68 @@ def _all_fields():
             yield section, cls, f
 
 
-def preset_in(argv: list[str] | None, default: str) -> str:
-    """The --preset named in argv (or `default`), read before the full parser exists, so that
-    --help can show the chosen preset's values. An unknown name is left for the parser to reject."""
+def start_in(argv: list[str] | None, default: str) -> tuple[str, ConfigFile | None]:
+    """The preset and the --config file named in argv, read before the full parser exists so that --help
+    can show the values a user gets. The preset: --preset, else the file's, else `default`; an unknown
+    name is left for the parser to reject. A bad file raises ConfigError."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--preset", default=default)
-    return pre.parse_known_args(argv)[0].preset
+    pre.add_argument("--preset")
+    pre.add_argument("--config")
+    known = pre.parse_known_args(argv)[0]
+    file = read_config_file(known.config) if known.config else None
+    return known.preset or (file.preset if file else None) or default, file
+
+
+def _shown(value) -> object:
+    return (",".join(map(str, value)) or "none") if isinstance(value, list) else value
 
 
 def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, default_preset: str = "tiny",
-                    extra_presets=(), preset_help: str | None = None, notes: dict[str, str] | None = None) -> None:
-    """--preset and one option per config field; `defaults` is the config a user gets when the
-    option is left out (its value is printed in the help), `notes` replace a field's default text."""
-    parser.add_argument("--preset", default=default_preset, choices=[*extra_presets, *sorted(PRESETS)],
-                        help=preset_help or f"named starting config (default {default_preset})")
+                    extra_presets=(), preset_help: str | None = None, notes: dict[str, str] | None = None,
+                    file: ConfigFile | None = None) -> None:
+    """--preset, --config and one option per config field; `defaults` is the config a user gets when the
+    option is left out (its value is printed in the help), `notes` replace a field's default text, and a
+    field the --config `file` sets shows the file's value."""
+    parser.add_argument("--preset", choices=[*extra_presets, *sorted(PRESETS)],
+                        help=preset_help or f"named starting config (default: the --config file's preset, else "
+                                            f"{default_preset})")
+    parser.add_argument("--config", metavar="FILE",
+                        help="JSON or YAML file of config fields, nested as a run's config.json or flat {field: "
+                             "value}; applied over the preset, under the options given here (a saved config.json "
+                             "reproduces its run)")
     notes = notes or {}
+    given = file.values if file else {}
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
-        value = getattr(getattr(defaults, section), f.name)
-        shown = notes.get(f.name, (",".join(map(str, value)) or "none") if isinstance(value, list) else value)
+        if f.name in given:
+            shown = f"{_shown(given[f.name])} (from {file.path.name})"
+        else:
+            shown = notes.get(f.name, _shown(getattr(getattr(defaults, section), f.name)))
         parser.add_argument(*names, dest=f"cfg__{f.name}", type=typ, metavar=metavar,
                             default=argparse.SUPPRESS, help=f"[{section}] default: {shown}")
 
 
+def help_defaults(preset: RunConfig, file: ConfigFile | None) -> RunConfig:
+    """The preset with the file's values, for --help; the preset alone when they only validate together
+    with options still to come (e.g. source: files in the file, --paths on the command line)."""
+    try:
+        return apply_overrides(preset, file.values) if file else preset
+    except ConfigError:
+        return preset
+
+
 def overrides_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The config fields given on the command line."""
     return {k[len("cfg__"):]: v for k, v in vars(args).items() if k.startswith("cfg__")}
+
+
+def start_from_args(args: argparse.Namespace, default_preset: str) -> tuple[str, dict[str, object]]:
+    """(preset, {field: value}): the preset start_in chooses, and the --config file's values with the
+    command line's options over them."""
+    file = read_config_file(args.config) if getattr(args, "config", None) else None
+    preset = args.preset or (file.preset if file else None) or default_preset
+    return preset, {**(file.values if file else {}), **overrides_from_args(args)}
 
 
 def apply_overrides(cfg: RunConfig, overrides: dict[str, object]) -> RunConfig:
@@ -92,5 +129,6 @@ def apply_overrides(cfg: RunConfig, overrides: dict[str, object]) -> RunConfig:
     return RunConfig(**{s: cls(**parts[s]) for s, cls in SECTIONS.items()}, preset=cfg.preset)
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
-    return apply_overrides(get_preset(args.preset), overrides_from_args(args))
+def config_from_args(args: argparse.Namespace, default_preset: str = "tiny") -> RunConfig:
+    preset, values = start_from_args(args, default_preset)
+    return apply_overrides(get_preset(preset), values)

@@ -6,12 +6,13 @@ the trainer's attributes; its `state_dict()` is saved in every checkpoint under 
 and handed back to `load_state_dict()` when the run resumes.
 
 Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
-change the model or any RNG, and should write files only where `is_main` is true.
+change the model or any RNG, and should write files only where `is_main` is true. They run in
+the order they were added, after the step's metrics and validation are written.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Protocol
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol
 
 import torch.nn as nn
 
@@ -27,6 +28,10 @@ class StepInfo:
     model: nn.Module  # the plain module, not its DDP or compiled wrapper
     evaluate: Callable[[], float]  # validation loss at this step (computed once per step, shared)
     is_main: bool  # rank 0: the process that writes files
+    # what the trainer logged at this step: its metrics.jsonl rows merged (loss, grad_norm, lr_factor,
+    # tokens_per_s, wall_time at log steps; val_loss at validations); empty at other steps
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    lrs: Mapping[str, float] = field(default_factory=dict)  # learning rate per optimizer param group, by name
 
 
 class Callback(Protocol):

@@ -46,8 +46,8 @@ from training.resume import check_resume_length, check_same_run
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
 from utils.errors import os_fix, os_problem
-from utils.runtime import (autocast, local_cpu_threads, provenance, resolve_compile, resolve_device,
-                           resolve_precision)
+from utils.runtime import (autocast, device_choice, local_cpu_threads, precision_choice, provenance, resolve_compile,
+                           resolve_device, resolve_precision)
 from utils.testhook import hook
 
 __all__ = ["Trainer", "NonFiniteLossError"]
@@ -104,7 +104,8 @@ class Trainer:
         self.fwd = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
             if self.dist.enabled else self.model
 
-        self._log(f"run: preset={cfg.preset} device={self.device} precision={self.precision} "
+        self._log(f"run: preset={cfg.preset} device={device_choice(tc.device, self.device)} "
+                  f"precision={precision_choice(tc.precision, self.device)} "
                   f"processes={self.dist.world_size} compile={self.compiled} ({compile_why}) "
                   f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
@@ -277,13 +278,15 @@ class Trainer:
             f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.",
             step=self.step + 1)
 
-    def _run_callbacks(self) -> None:
+    def _run_callbacks(self, logged: dict | None = None) -> None:
         if not self.callbacks:
             return
+        lrs = {g.get("name", f"group{i}"): g["lr"] for opt in self.optimizers
+               for i, g in enumerate(opt.param_groups)}  # as used in this step (train_step sets them)
         info = StepInfo(step=self.step, total_steps=self.steps, start_step=self.start_step,
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
-                        is_main=self.is_main)
+                        is_main=self.is_main, metrics=logged or {}, lrs=lrs)
         for callback in self.callbacks:
             callback(info)
 
@@ -342,20 +345,23 @@ class Trainer:
                 self.wall_time += dt
                 window_tokens, window_time = window_tokens + self.cfg.tokens_per_step, window_time + dt
                 bar.update(1)
+                logged: dict = {}  # this step's metrics.jsonl rows, merged: what callbacks see as info.metrics
                 if self.step % tc.log_every == 0 or self.step == self.steps:
                     tok_s = window_tokens / window_time
                     bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
-                    self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
-                                         "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
-                                         "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log()})
+                    logged = {"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
+                              "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
+                              "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log()}
+                    self._write_metrics(logged)
                     window_tokens, window_time = 0, 0.0
-                self._run_callbacks()
                 if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:
-                    val_loss = self.evaluate()
+                    val_loss = self.evaluate()  # before the callbacks: a probe at this step reuses it
                     self._write_metrics({"step": self.step, "tokens": self.tokens_seen, "val_loss": val_loss})
+                    logged = {**logged, "val_loss": val_loss}
                     msg = (f"step {self.step}/{self.steps}: loss {self.last_loss:.4f}, val_loss {val_loss:.4f}, "
                            f"{self.tokens_seen / max(self.wall_time, 1e-9):,.0f} tokens/s")
                     bar.write(msg) if self.progress else self._log(msg)
+                self._run_callbacks(logged)
                 hook("step")
                 if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
                     self._save()

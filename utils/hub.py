@@ -1,4 +1,4 @@
-"""Can the Hugging Face Hub be reached? One bounded check used before any hub download."""
+"""Can the Hugging Face Hub (or another host) be reached? Bounded checks used before any download."""
 from __future__ import annotations
 
 import os
@@ -48,3 +48,21 @@ def hub_problem(repo_id: str, repo_type: str = "model") -> tuple[str, str] | Non
     if not answer:
         return "unreachable", f"the Hub did not answer within {HUB_TIMEOUT_S:.0f} s"
     return answer[0]
+
+
+def host_reachable(host: str, port: int = 443, timeout_s: float = HUB_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to host:port opens within timeout_s (DNS included)."""
+    import socket
+    answer: list[bool] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout_s).close()
+            answer.append(True)
+        except OSError:
+            answer.append(False)
+
+    t = threading.Thread(target=connect, daemon=True)  # bounds the DNS lookup, which the timeout does not
+    t.start()
+    t.join(timeout_s + 1)
+    return bool(answer and answer[0])

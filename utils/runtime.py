@@ -11,17 +11,23 @@ from pathlib import Path
 import torch
 
 
+def mps_available() -> bool:
+    """Whether this machine has Apple's Metal GPU backend (MPS) for torch."""
+    mps = getattr(torch.backends, "mps", None)
+    return mps is not None and mps.is_available()
+
+
 def available_devices() -> list[str]:
     """The devices this machine can train on, as --device spells them."""
     names = ["cpu"] + [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if mps_available():
         names.append("mps")
     return names
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
-    """'auto' picks cuda:LOCAL_RANK when CUDA is available, else cpu. Anything this machine does not
-    have raises ConfigError naming the devices it does have."""
+    """'auto' picks cuda:LOCAL_RANK when CUDA is available, else mps (Apple GPU), else cpu. Anything this
+    machine does not have raises ConfigError naming the devices it does have."""
     from configs.config import ConfigError
     if name == "auto" and torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
@@ -30,7 +36,7 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
                               f"(torchrun --nproc_per_node), or train on CPU with --device cpu")
         return torch.device(f"cuda:{local_rank}")
     if name == "auto":
-        return torch.device("cpu")
+        return torch.device("mps") if mps_available() else torch.device("cpu")
     have = available_devices()
     problem = f"--device {name}: choose auto or one of the devices available here: {', '.join(have)}"
     try:
@@ -42,9 +48,19 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     elif dev.type == "cuda" and local_rank > 0:
         raise ConfigError(f"--device {name} under torchrun would put every process on one GPU: use --device cuda "
                           f"(each process takes cuda:LOCAL_RANK) or auto")
+    if dev.type == "mps" and dev.index == 0:
+        dev = torch.device("mps")
     if dev.type != "cpu" and str(dev) not in have:
         raise ConfigError(problem)
     return dev
+
+
+def device_choice(name: str, device: torch.device) -> str:
+    """The device and why, for the first lines of a run's log."""
+    if name != "auto":
+        return f"{device} (--device {name})"
+    why = {"cuda": "CUDA", "mps": "no CUDA; Apple MPS"}.get(device.type, "no CUDA or MPS")
+    return f"{device} (auto: {why})"
 
 
 @functools.cache
@@ -70,12 +86,26 @@ def cpu_name() -> str:
 
 def resolve_precision(precision: str, device: torch.device) -> str:
     """'auto' -> 'bf16' on CUDA with bf16 support and on CPUs with native bf16 dot products, else 'fp32'
-    (research/benchmark.py measures both)."""
+    (research/benchmark.py measures both). On MPS auto is fp32: bf16 there needs macOS 14 and not every
+    op has a bf16 kernel, so autocast could fail mid-run; --precision bf16 still asks for it."""
     if precision != "auto":
         return precision
     if device.type == "cuda":
         return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if cpu_has_native_bf16() else "fp32"
+    if device.type == "cpu":
+        return "bf16" if cpu_has_native_bf16() else "fp32"
+    return "fp32"
+
+
+def precision_choice(precision: str, device: torch.device) -> str:
+    """The precision and why, for the first lines of a run's log."""
+    chosen = resolve_precision(precision, device)
+    if precision != "auto":
+        return f"{chosen} (--precision {precision})"
+    why = {("cuda", "bf16"): "CUDA with bf16", ("cuda", "fp32"): "this GPU has no bf16",
+           ("cpu", "bf16"): "CPU with native bf16", ("cpu", "fp32"): "no native bf16 on this CPU",
+           }.get((device.type, chosen), f"fp32 on {device.type}")
+    return f"{chosen} (auto: {why})"
 
 
 def cpu_compiler() -> str | None:

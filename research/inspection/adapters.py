@@ -33,6 +33,7 @@ import torch.nn as nn
 from research.probing.probe import heads_first
 
 _ATTN_IMPL = "research_inspect"
+DEFAULT_ATTN = "sdpa"  # outside capture: PyTorch's fused attention, which every supported family has
 
 
 class InspectError(RuntimeError):
@@ -191,8 +192,11 @@ class HFAdapter(Adapter):
 
     family = "llama"
 
-    def __init__(self, model):
+    def __init__(self, model, attn_implementation: str = DEFAULT_ATTN):
         super().__init__(model)
+        # set here through the public API, so capture() knows what to restore (transformers has no public getter)
+        self.attn_implementation = attn_implementation
+        model.set_attn_implementation(attn_implementation)
         self.model_type = model.config.model_type
         self.base = self._base()
         self.layers = list(self._layer_list())
@@ -259,11 +263,9 @@ class HFAdapter(Adapter):
             return out.to(query.dtype), None
 
         AttentionInterface.register(_ATTN_IMPL, attention)
-        config = self.model.config
-        previous = config._attn_implementation_internal
         with self._hooks(sink) as handles:
             try:
-                config._attn_implementation_internal = _ATTN_IMPL
+                self.model.set_attn_implementation(_ATTN_IMPL)
                 for i in range(self.n_layers):
                     k_norm = self.qk_norms(i)[1]
 
@@ -277,7 +279,7 @@ class HFAdapter(Adapter):
                     handles.append(self.key_projection(i).register_forward_hook(k_hook))
                 yield
             finally:
-                config._attn_implementation_internal = previous
+                self.model.set_attn_implementation(self.attn_implementation)
 
 
 class Qwen3Adapter(HFAdapter):
@@ -311,8 +313,8 @@ class Gemma3Adapter(HFAdapter):
     family = "gemma3"
     gain_offset = 1.0
 
-    def __init__(self, model):
-        super().__init__(model)
+    def __init__(self, model, attn_implementation: str = DEFAULT_ATTN):
+        super().__init__(model, attn_implementation)
         self.logit_softcap = getattr(model.config, "final_logit_softcapping", None)
 
 

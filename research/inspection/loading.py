@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from research.inspection.adapters import ADAPTERS, Adapter, InspectError, OwnAdapter
+from research.inspection.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
 from utils.hub import hub_problem
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -98,7 +98,8 @@ def load_model(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, obje
     from transformers import AutoModelForCausalLM, AutoTokenizer
     src = str(path) if local else name
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], local_files_only=from_local)
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], local_files_only=from_local,
+                                                     attn_implementation=DEFAULT_ATTN)
         tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local)
     except Exception as e:  # noqa: BLE001
         raise InspectError(f"cannot load the weights or tokenizer of {src} ({type(e).__name__}: {e})") from e

@@ -1,24 +1,28 @@
 """Shared figure style: one colour per condition across every figure, and the small helpers
 every figure module uses. Figure builders return matplotlib Figures (laid out, not saved);
-`save_figures` writes them. Imports matplotlib (Agg backend) and numpy only; never torch.
+`save_figures` writes them. Imports matplotlib and numpy only; never torch.
+
+Figures are `matplotlib.figure.Figure` objects made by `subplots` below, never by pyplot, and the
+style is applied only while a builder runs (`@styled`): importing these modules changes neither
+matplotlib's backend nor its rcParams, so a notebook keeps its own (inline, widget, ...). A Figure
+saves without any backend; in Jupyter it displays as the value of a cell.
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import math
 from pathlib import Path
 
 import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from research.analysis.rules import DESCRIPTIVE  # noqa: E402
-from research.results.values import json_safe  # noqa: E402
-from research.results.vocabulary import label  # noqa: E402,F401 (re-exported for the figure modules)
-from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern  # noqa: E402
+from research.analysis.rules import DESCRIPTIVE
+from research.results.values import json_safe
+from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
+from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
 
 # Conditions keep their colour in every figure of every study.
 CONDITION_COLORS = {
@@ -32,11 +36,28 @@ CONDITION_COLORS = {
 # Layer groups (early / middle / final) keep theirs.
 GROUP_COLORS = {"early": "#4c72b0", "middle": "#dd8452", "final": "#c44e52"}
 
-plt.rcParams.update({
+STYLE = {
     "figure.dpi": 110, "savefig.dpi": 130, "font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10,
     "legend.fontsize": 9, "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False,
     "axes.spines.right": False,
-})
+}
+
+
+def styled(build):
+    """Run a figure builder under STYLE (rcParams are read while artists are made, so the whole builder runs
+    inside the context); the process's own rcParams are untouched."""
+    @functools.wraps(build)
+    def wrapper(*args, **kwargs):
+        with matplotlib.rc_context(STYLE):
+            return build(*args, **kwargs)
+    return wrapper
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, layout=None, **kwargs):
+    """(Figure, axes) like pyplot.subplots, but a plain Figure that no pyplot state or backend holds."""
+    with matplotlib.rc_context(STYLE):
+        fig = Figure(figsize=figsize, layout=layout)
+        return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def color(condition: str) -> str:
@@ -63,9 +84,10 @@ def smooth(y, window: int) -> np.ndarray:
 
 def _serialize(name: str, item) -> bytes:
     """A Figure as the image its file name asks for, a dict as JSON (NaN as null), text as UTF-8."""
-    if isinstance(item, plt.Figure):
+    if isinstance(item, Figure):
         buf = io.BytesIO()
-        item.savefig(buf, format=Path(name).suffix.lstrip(".") or "png")
+        with matplotlib.rc_context(STYLE):  # savefig.dpi
+            item.savefig(buf, format=Path(name).suffix.lstrip(".") or "png")
         return buf.getvalue()
     if isinstance(item, dict):
         return (json.dumps(json_safe(item), indent=2) + "\n").encode("utf-8")
@@ -73,14 +95,9 @@ def _serialize(name: str, item) -> bytes:
 
 
 def write_outputs(folder: str | Path, outputs: dict) -> list[Path]:
-    """Write {file name: Figure, dict or text} into folder: everything is rendered in memory first (figures
-    are closed), then each file is written atomically; returns the paths in order."""
-    try:
-        blobs = {name: _serialize(name, item) for name, item in outputs.items()}
-    finally:
-        for item in outputs.values():
-            if isinstance(item, plt.Figure):
-                plt.close(item)
+    """Write {file name: Figure, dict or text} into folder: everything is rendered in memory first, then each
+    file is written atomically; returns the paths in order."""
+    blobs = {name: _serialize(name, item) for name, item in outputs.items()}
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in blobs:  # temporary files a killed writer left
@@ -90,8 +107,8 @@ def write_outputs(folder: str | Path, outputs: dict) -> list[Path]:
     return [folder / name for name in blobs]
 
 
-def save_figures(folder: str | Path, figures: dict[str, "plt.Figure"]) -> list[Path]:
-    """Write each figure as folder/<name> (atomically) and close it; returns the paths in order."""
+def save_figures(folder: str | Path, figures: dict[str, Figure]) -> list[Path]:
+    """Write each figure as folder/<name> (atomically); returns the paths in order."""
     return write_outputs(folder, figures)
 
 
@@ -140,9 +157,10 @@ def decision_table(decisions: dict, decimals: int, name_of=str) -> list[str]:
     return rows
 
 
-def message_figure(title: str, text: str, size=(8, 4)):
+@styled
+def message_figure(title: str, text: str, size=(8, 4)) -> Figure:
     """A figure that says why there is nothing to draw (instead of a missing or blank file)."""
-    fig, ax = plt.subplots(figsize=size)
+    fig, ax = subplots(figsize=size)
     ax.axis("off")
     ax.set_title(title)
     ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, fontsize=11, transform=ax.transAxes)

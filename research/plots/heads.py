@@ -16,11 +16,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib import colormaps
+from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
 from research.analysis.heads import SINK_MASS, TAXONOMY_MARGIN, HeadsCondition, HeadSeries, LayerChoice, Taxonomy
 from research.analysis.rules import DESCRIPTIVE
-from research.plots.common import fmt_num, fmt_p, fmt_tokens, label, message_figure, plt, tokens_axis
+from research.plots.common import fmt_num, fmt_p, fmt_tokens, label, message_figure, styled, subplots, tokens_axis
 from research.plots.keys import figure_name
 
 FIGURE_BASES = ("norm_divergence", "entropy_norm_scatter", "effective_rank", "gamma_heatmap")
@@ -36,10 +38,11 @@ def _head_label(h: HeadSeries, k: int) -> str:
     return f"KV head {k} ({q})"
 
 
+@styled
 def divergence_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: str):
     layer, why = shown.layer, shown.why
-    fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5))
-    colors = plt.get_cmap("tab10")
+    fig, (a, b) = subplots(1, 2, figsize=(13, 5))
+    colors = colormaps["tab10"]
     for ax, metric, ylabel in ((a, "norm_mean", "mean key L2 norm"),
                                (b, "entropy", "attention entropy (nats), mean over its query heads")):
         x = tokens_axis(ax, h.tokens)
@@ -61,13 +64,14 @@ def divergence_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: st
     return fig
 
 
+@styled
 def scatter_figure(cond: str, h: HeadSeries, cls: Taxonomy, seed_txt: str):
     """Key norm against attention entropy of every head at every probe; the last probe's heads marked by
     their class (the taxonomy is by attention: sink mass and entropy)."""
     P = len(h.tokens)
     norms, ents = h.series["norm_mean"].reshape(P, -1), h.series["entropy"].reshape(P, -1)
     tok = np.repeat(h.tokens[:, None], norms.shape[1], axis=1) / 1e6
-    fig, ax = plt.subplots(figsize=(9.5, 6.5))
+    fig, ax = subplots(figsize=(9.5, 6.5))
     sc = ax.scatter(norms.ravel(), ents.ravel(), c=tok.ravel(), cmap="viridis", s=18, alpha=0.8,
                     norm=Normalize(np.nanmin(tok), max(np.nanmax(tok), np.nanmin(tok) + 1e-9)), lw=0)
     fig.colorbar(sc, ax=ax, label="training tokens (millions)")
@@ -90,18 +94,19 @@ def scatter_figure(cond: str, h: HeadSeries, cls: Taxonomy, seed_txt: str):
     return fig
 
 
+@styled
 def erank_figure(cond: str, c: HeadsCondition, d_head: int | None):
     er = c.erank
     L = er.shape[1]
-    fig, ax = plt.subplots(figsize=(9.5, 5.5))
+    fig, ax = subplots(figsize=(9.5, 5.5))
     x = tokens_axis(ax, c.erank_tokens)
-    cmap = plt.get_cmap("viridis")
+    cmap = colormaps["viridis"]
     norm = Normalize(0, max(L - 1, 1))
     for i in range(L):
         ax.plot(x, er[:, i], color=cmap(norm(i)), lw=1.8, marker="o", ms=2.5,
                 label=f"layer {i}" if L <= 8 else None)
     if L > 8:  # too many layers for a legend: a colour bar of depth instead
-        fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="layer (0 = first)")
+        fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, label="layer (0 = first)")
     if d_head:
         ax.axhline(d_head, color="black", ls=":", lw=1, label=f"d_head = {d_head} (largest possible)")
     ax.set_ylabel("effective rank of the keys (exp of singular-value entropy)")
@@ -112,6 +117,7 @@ def erank_figure(cond: str, c: HeadsCondition, d_head: int | None):
     return fig
 
 
+@styled
 def gamma_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: str):
     layer, why = shown.layer, shown.why
     cols = [(p, g[layer]) for p, g in enumerate(h.gains) if g[layer] is not None]
@@ -123,7 +129,7 @@ def gamma_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: str):
     G = np.stack([g for _, g in cols], axis=1)  # [D, n_probes]
     half = float(np.nanmax(np.abs(G - 1.0))) if np.isfinite(G).any() else 0.0
     half = max(half, 1e-3)
-    fig, ax = plt.subplots(figsize=(10, 6.5))
+    fig, ax = subplots(figsize=(10, 6.5))
     im = ax.imshow(G, aspect="auto", origin="lower", cmap="RdBu_r", vmin=1 - half, vmax=1 + half,
                    interpolation="nearest")
     ax.grid(False)

@@ -4,15 +4,16 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from research.plots.common import fmt_num, plt
+from research.plots.common import fmt_num, styled, subplots
 from research.results.values import as_array as _arr
 
 FIGURES = ("weight_stats.png", "first_token_attention.png", "hidden_similarity.png", "amplitude.png",
            "key_metrics.png")
 
 
+@styled
 def plot_weight_stats(r: dict):
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
+    fig, axes = subplots(1, 2, figsize=(10, 3.8), sharey=True)
     mats = r["weights"]["matrices"]
     for ax, orient, title in ((axes[0], "model_dim", "vectors along the model dimension"),
                               (axes[1], "heads", "vectors across heads")):
@@ -27,9 +28,10 @@ def plot_weight_stats(r: dict):
     return fig
 
 
+@styled
 def plot_first_token(r: dict):
     a = r["attention"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = subplots(1, 2, figsize=(11, 4))
     im = axes[0].imshow(np.array(a["first_token"]).T, aspect="auto", origin="lower", vmin=0, vmax=1, cmap="viridis")
     axes[0].set_xlabel("layer")
     axes[0].set_ylabel("query head")
@@ -48,9 +50,10 @@ def plot_first_token(r: dict):
     return fig
 
 
+@styled
 def plot_hidden(r: dict):
     h = r["hidden"]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, axes = subplots(1, 3, figsize=(14, 3.8))
     m, s = _arr(h["adjacent_mean"]), _arr(h["adjacent_std"])
     x = np.arange(len(m))
     axes[0].plot(x, m, "o-", ms=3)
@@ -79,9 +82,10 @@ def plot_hidden(r: dict):
     return fig
 
 
+@styled
 def plot_amplitude(r: dict):
     a = r["amplitude"]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, axes = subplots(1, 2, figsize=(10, 3.8))
     axes[0].plot(_arr(a["rms"]), "o-", ms=3, label="all tokens")
     axes[0].plot(_arr(a["rms_excl_first"]), "s--", ms=3, label="without token 0")
     axes[0].set_yscale("log")
@@ -97,9 +101,10 @@ def plot_amplitude(r: dict):
     return fig
 
 
+@styled
 def plot_key_metrics(r: dict):
     k = r["keys"]
-    fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+    fig, axes = subplots(1, 3, figsize=(14, 3.8))
     for ax, metric in zip(axes, ("pr_sv", "norm_mean", "cos_mean")):
         for site in k["sites"]:
             ax.plot([layer["means"][f"{site}.{metric}"] for layer in k["layers"]], "o-", ms=3, label=site)

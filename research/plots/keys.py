@@ -17,8 +17,8 @@ from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
 from research.analysis.rules import rule_text
-from research.plots.common import (GROUP_COLORS, decision_table, fmt_num, fmt_tokens, label, message_figure, plt,
-                                   smooth, tokens_axis)
+from research.plots.common import (GROUP_COLORS, decision_table, fmt_num, fmt_tokens, label, message_figure, smooth,
+                                   styled, subplots, tokens_axis)
 
 GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "final layers"}
 NO_RECORDS = ("This results file has no per-probe key records ('probes'),\n"
@@ -103,9 +103,10 @@ def _panel_final_norms(ax, data: KeyDynamics, margin: float) -> None:
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8)
 
 
+@styled
 def analysis_figure(cond: str, data: KeyDynamics, margin: float):
     """The four-panel key analysis report of one condition."""
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
+    fig, axes = subplots(2, 2, figsize=(13, 9))
     for ax, panel in zip(axes.ravel()[:3], (_panel_norm, _panel_outliers, _panel_redundancy)):
         panel(ax, data)
     _panel_final_norms(axes[1, 1], data, margin)
@@ -115,10 +116,11 @@ def analysis_figure(cond: str, data: KeyDynamics, margin: float):
     return fig
 
 
+@styled
 def evolution_figure(cond: str, data: KeyDynamics):
     s = data.series["norm_mean"]
     groups = data.groups
-    fig, ax = plt.subplots(figsize=(9, 5.5))
+    fig, ax = subplots(figsize=(9, 5.5))
     x = tokens_axis(ax, data.tokens)
     for g, layers in groups.items():
         for i in layers:

@@ -15,7 +15,7 @@ import numpy as np
 from research.analysis.lr import REFERENCE, LRAnalysis
 from research.analysis.rules import rule_text
 from research.analysis.stats import mean_ci95
-from research.plots.common import color, decision_table, fmt_num, label, plt
+from research.plots.common import color, decision_table, fmt_num, label, styled, subplots
 
 
 def _xaxis(ax, multipliers: list[float]) -> None:
@@ -34,8 +34,9 @@ def _band(ax, a: LRAnalysis, cond: str, value) -> None:
     ax.fill_between(ms, mean - half, mean + half, color=color(cond), alpha=0.15, lw=0)
 
 
+@styled
 def fig_final_loss(a: LRAnalysis):
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, ax = subplots(figsize=(7.5, 4.8))
     init = [r.init_loss for by_m in a.grid.values() for runs in by_m.values() for r in runs]
     l0 = float(np.nanmean(init)) if init else math.nan
     for cond in a.grid:
@@ -54,8 +55,9 @@ def fig_final_loss(a: LRAnalysis):
     return fig
 
 
+@styled
 def fig_max_logit(a: LRAnalysis):
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = subplots(figsize=(7.5, 4.5))
     for cond, m in a.highest_stable.items():
         if m is None:
             continue
@@ -72,8 +74,9 @@ def fig_max_logit(a: LRAnalysis):
     return fig
 
 
+@styled
 def fig_sensitivity(a: LRAnalysis):
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = subplots(figsize=(6.5, 4.2))
     conds = list(a.sensitivity_ci)
     mean = [a.sensitivity_ci[c][0] for c in conds]
     half = np.nan_to_num([a.sensitivity_ci[c][1] for c in conds])
@@ -85,8 +88,9 @@ def fig_sensitivity(a: LRAnalysis):
     return fig
 
 
+@styled
 def fig_keys(a: LRAnalysis):
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, axes = subplots(1, 3, figsize=(14, 4.2))
     panels = (("max_logit", "final largest attention logit", True), ("pr", "final key PR (k_norm pr_sv)", False),
               ("key_norm", "final key norm (k_norm)", False))
     for ax, (attr, title, log) in zip(axes, panels):

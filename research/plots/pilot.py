@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
 from research.analysis.rules import rule_text
-from research.plots.common import color, decision_table, fmt_num, label, plt, tokens_axis
+from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 from research.results.values import as_array
 
 FIGURES = ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
@@ -36,8 +36,9 @@ def _finish(fig, ax=None):
     return fig
 
 
+@styled
 def panel_loss(an: PilotAnalysis):
-    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    fig, ax = subplots(figsize=(8.5, 5.2))
     for cond, c in an.conditions.items():
         e = c.combined
         x = tokens_axis(ax, e["tokens"])
@@ -48,8 +49,9 @@ def panel_loss(an: PilotAnalysis):
     return _finish(fig, ax)
 
 
+@styled
 def panel_pr(an: PilotAnalysis):
-    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    fig, ax = subplots(figsize=(8.5, 5.2))
     for cond, c in an.conditions.items():
         e = c.combined
         x = tokens_axis(ax, e["tokens"])
@@ -60,8 +62,9 @@ def panel_pr(an: PilotAnalysis):
     return _finish(fig, ax)
 
 
+@styled
 def panel_per_layer(an: PilotAnalysis):
-    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    fig, ax = subplots(figsize=(8.5, 5.2))
     n_layers = 0
     for cond, c in an.conditions.items():
         layers = sorted(c.final_layer)
@@ -76,8 +79,9 @@ def panel_per_layer(an: PilotAnalysis):
     return _finish(fig, ax)
 
 
+@styled
 def panel_delta(an: PilotAnalysis):
-    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    fig, ax = subplots(figsize=(8.5, 5.2))
     a, b = an.a, an.b
     if a is None or b is None:
         ax.axis("off")
@@ -104,6 +108,7 @@ def panel_delta(an: PilotAnalysis):
     return _finish(fig)
 
 
+@styled
 def heatmap(an: PilotAnalysis):
     conds = list(an.conditions)
     mats = {}
@@ -114,8 +119,8 @@ def heatmap(an: PilotAnalysis):
     finite = np.concatenate([m[np.isfinite(m)] for m in mats.values()]) if mats else np.zeros(0)
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     # constrained layout: tight_layout mishandles the shared colour bar
-    fig, axes = plt.subplots(1, max(1, len(conds)), figsize=(5.5 * max(1, len(conds)) + 1.2, 5.2), squeeze=False,
-                             layout="constrained")
+    fig, axes = subplots(1, max(1, len(conds)), figsize=(5.5 * max(1, len(conds)) + 1.2, 5.2), squeeze=False,
+                         layout="constrained")
     im = None
     for ax, cond in zip(axes[0], conds):
         m, tokens = mats[cond], an.conditions[cond].combined["tokens"]

@@ -12,12 +12,13 @@ from __future__ import annotations
 import math
 
 import matplotlib.transforms as mtransforms
+from matplotlib.lines import Line2D
 import numpy as np
 
 from research.analysis.qk_norm import QkNormAnalysis, layer_matrix
 from research.analysis.rules import runs_of
 from research.analysis.series import aligned, mean_band
-from research.plots.common import color, label, message_figure, plt, tokens_axis
+from research.plots.common import color, label, message_figure, styled, subplots, tokens_axis
 from research.results.read import d_head_of, layer_keys
 from research.results.vocabulary import LETTERS, QK_CONDITIONS
 
@@ -81,6 +82,7 @@ def _last_mean(y: np.ndarray) -> float:
     return float(np.nanmean(y[:, -1]))
 
 
+@styled
 def fig_loss(runs: dict, conds: list[str]):
     if not conds:
         return message_figure("Training and validation loss", "no runs", size=(9, 5))
@@ -91,7 +93,7 @@ def fig_loss(runs: dict, conds: list[str]):
         series[c] = (x / 1e6, tr, va)
     xmax = max((np.nanmax(s[0]) for s in series.values() if len(s[0])), default=0.0)
     zoom = max((int(np.sum(s[0] >= 0.5 * xmax)) for s in series.values()), default=0) >= 4
-    fig, axes = plt.subplots(1, 2 if zoom else 1, figsize=(13, 5.2) if zoom else (9, 5.2), squeeze=False)
+    fig, axes = subplots(1, 2 if zoom else 1, figsize=(13, 5.2) if zoom else (9, 5.2), squeeze=False)
     axes = axes[0]
     ranges = []
     for k, ax in enumerate(axes):
@@ -118,20 +120,21 @@ def fig_loss(runs: dict, conds: list[str]):
             ax.set_ylim(lo - pad, hi + pad)
         ax.set_title("Zoom: second half of training (numbers: final train loss)")
         _end_labels(ax, [(series[c][0][-1], _last_mean(series[c][1]), color(c)) for c in conds], 3)
-    style = [plt.Line2D([], [], color="0.25", ls="-", lw=2.0, label="train (mean over the last probe_every steps)"),
-             plt.Line2D([], [], color="0.25", ls="--", lw=1.6, label="validation")]
+    style = [Line2D([], [], color="0.25", ls="-", lw=2.0, label="train (mean over the last probe_every steps)"),
+             Line2D([], [], color="0.25", ls="--", lw=1.6, label="validation")]
     handles, labels = axes[0].get_legend_handles_labels()
     axes[0].legend(handles + style, labels + [h.get_label() for h in style], loc="upper right")
     fig.tight_layout()
     return fig
 
 
+@styled
 def fig_mean_pr(runs: dict, analysis: QkNormAnalysis):
     conds = analysis.conditions
     title = "Mean key PR over training: does the gain or the normalization drive it?"
     if not conds:
         return message_figure(title, "no runs", size=(9, 5))
-    fig, ax = plt.subplots(figsize=(10, 5.8))
+    fig, ax = subplots(figsize=(10, 5.8))
     ends, starts = [], []
     for c in conds:
         x, y = aligned(runs_of(runs, c), lambda r: r["mean_pr"])
@@ -167,11 +170,12 @@ def _layer_ticks(ax, layers: list[str]) -> np.ndarray:
     return xs
 
 
+@styled
 def fig_per_layer(runs: dict, conds: list[str]):
     layers = layer_keys([r for c in conds for r in runs_of(runs, c)])
     if not layers:
         return message_figure("Key PR per layer", "no per-layer PR (layer_pr) in these runs", size=(9, 5))
-    fig, ax = plt.subplots(figsize=(10, 5.5))
+    fig, ax = subplots(figsize=(10, 5.5))
     xs = _layer_ticks(ax, layers)
     last_tokens, init = [], []
     for c in conds:
@@ -193,6 +197,7 @@ def fig_per_layer(runs: dict, conds: list[str]):
     return fig
 
 
+@styled
 def fig_decomposition(analysis: QkNormAnalysis):
     title = "Causal decomposition of the final key PR per layer"
     eff = analysis.layer_effects
@@ -202,7 +207,7 @@ def fig_decomposition(analysis: QkNormAnalysis):
                                      f"found: {', '.join(have) or 'none'}", size=(9, 5))
     if not eff.layers:
         return message_figure(title, "no per-layer PR (layer_pr) in these runs", size=(9, 5))
-    fig, ax = plt.subplots(figsize=(12, 5.5))
+    fig, ax = subplots(figsize=(12, 5.5))
     xs = _layer_ticks(ax, eff.layers)
     width = 0.8 / len(eff.effects)
     for k, e in enumerate(eff.effects):
@@ -230,6 +235,7 @@ def fig_decomposition(analysis: QkNormAnalysis):
     return fig
 
 
+@styled
 def fig_gamma_cv(runs: dict, conds: list[str]):
     title = "Spread of the k_norm gain over its dimensions (coefficient of variation)"
     note = seed_note(runs, conds)
@@ -240,7 +246,7 @@ def fig_gamma_cv(runs: dict, conds: list[str]):
     layers = layer_keys([r for c in conds for r in runs_of(runs, c)], "gamma_cv")
     picks = sorted({layers[0], layers[len(layers) // 2], layers[-1]}, key=layers.index)
     where = {layers[0]: "first", layers[len(layers) // 2]: "middle", layers[-1]: "last"}
-    fig, axes = plt.subplots(1, len(picks), figsize=(4.3 * len(picks) + 0.5, 4.8), sharey=True, squeeze=False)
+    fig, axes = subplots(1, len(picks), figsize=(4.3 * len(picks) + 0.5, 4.8), sharey=True, squeeze=False)
     axes = axes[0]
     for ax, layer in zip(axes, picks):
         for c in conds:
@@ -255,7 +261,7 @@ def fig_gamma_cv(runs: dict, conds: list[str]):
     for c in conds:
         zero = all(abs(v) < _FROZEN_ZERO for r in runs_of(runs, c) for vals in r["gamma_cv"].values()
                    for v in vals if v is not None)
-        handles.append(plt.Line2D([], [], color=color(c), lw=2.0,
+        handles.append(Line2D([], [], color=color(c), lw=2.0,
                                   label=name(c) + (": CV = 0 throughout (gain fixed at 1)" if zero else "")))
     fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 2), frameon=False)
     fig.suptitle(f"{title}\n({note})")
@@ -263,6 +269,7 @@ def fig_gamma_cv(runs: dict, conds: list[str]):
     return fig
 
 
+@styled
 def fig_gain_vs_geometry(analysis: QkNormAnalysis):
     """The final A - B difference of each key metric (total) beside its two parts: what multiplying by the
     learned gain does (gain) and how the normalized keys differ (geometry), with their CIs."""
@@ -273,7 +280,7 @@ def fig_gain_vs_geometry(analysis: QkNormAnalysis):
                               size=(9, 5))
     groups = list(dec)
     xs = np.arange(len(groups))
-    fig, ax = plt.subplots(figsize=(11, 5.5))
+    fig, ax = subplots(figsize=(11, 5.5))
     for k, (part, col) in enumerate((("total", "0.35"), ("gain", "#6a3d9a"), ("geometry", "#1b9e77"))):
         mean = np.array([dec[g][part].diff for g in groups])
         half = np.array([dec[g][part].ci[1] - dec[g][part].diff for g in groups])

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
+from typing import Callable, Mapping
 
 import torch
 
@@ -10,8 +11,10 @@ from data import val_batches
 from research.probing.ablation import gain_ablation
 from research.probing.probe import KeyProbe
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
+from research.results.read import tracked_scalars
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
+from training.tracking import tracker_for
 from utils.runtime import provenance
 
 
@@ -27,13 +30,15 @@ class ProbeCallback:
     (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
     (a missing or unreadable results.json stops the resume with ResultsError, never a fresh file that
-    would start at the resume step).
+    would start at the resume step). `on_probe(step, {tag: value})`, if given, receives the probe's
+    headline numbers (research.results.read.tracked_scalars) on rank 0: how they reach a tracker.
     """
 
     name = "probe"
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
-                 header: dict, qk_norm: str, ablation_batches: list | None = None):
+                 header: dict, qk_norm: str, ablation_batches: list | None = None,
+                 on_probe: Callable[[int, Mapping[str, float]], None] | None = None):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
@@ -41,6 +46,7 @@ class ProbeCallback:
         self.probe = KeyProbe(probe_ids_BT, precision)
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
+        self.on_probe = on_probe
         self.results: dict | None = None
         self.step = 0  # the latest step seen (saved in checkpoints)
         self.last_probe_step: int | None = None  # the step of the latest probe written to results.json
@@ -88,6 +94,8 @@ class ProbeCallback:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         save_results(self.path, self.results)
         self.last_probe_step = info.step
+        if self.on_probe is not None:
+            self.on_probe(info.step, tracked_scalars(record))
 
     def state_dict(self) -> dict:
         return {"recent_losses": list(self.recent_losses), "step": self.step, "last_probe_step": self.last_probe_step}
@@ -101,7 +109,8 @@ class ProbeCallback:
             self.results = self._resumed_results(self.step, self.last_probe_step)
 
 
-def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None) -> ProbeCallback:
+def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None,
+                   on_probe: Callable[[int, Mapping[str, float]], None] | None = None) -> ProbeCallback:
     """The probe of a run: the first probe_batch validation blocks, results.json in out_dir."""
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
               "seed": cfg.train.seed, "provenance": provenance(device),
@@ -110,4 +119,14 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
     ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
-                         ablation_batches=ablation)
+                         ablation_batches=ablation, on_probe=on_probe)
+
+
+def run_callbacks(cfg, data, out_dir: str | Path, device: torch.device, *, tag: str | None = None,
+                  logger: str = "none") -> list:
+    """A run's callbacks: the key probe (when cfg probes) and the `logger` tracker, which shows the
+    probe's headline numbers too (so it comes after the probe)."""
+    tracker = tracker_for(logger, out_dir, name="/".join(Path(out_dir).parts[-2:]), config=cfg.to_dict())
+    probe = (probe_callback(cfg, data, out_dir, device, tag=tag, on_probe=tracker.add if tracker else None)
+             if cfg.probe.probe_every else None)
+    return [c for c in (probe, tracker) if c is not None]

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from research.results.values import as_float
-from research.results.vocabulary import MAIN_SITE
+from research.results.vocabulary import MAIN_SITE, TRACKED_LAYER_MEANS
 
 
 def seed_of(res: dict):
@@ -80,3 +80,14 @@ def layer_keys(runs: list[dict], field: str = "layer_pr") -> list[str]:
     for r in runs:
         keys |= set((r.get(field) or {}).keys())
     return sorted(keys, key=lambda k: (int(k) if str(k).lstrip("-").isdigit() else math.inf, str(k)))
+
+
+def tracked_scalars(record: dict) -> dict[str, float]:
+    """The headline numbers of one probe record for an experiment tracker, by tag: "probe/mean_pr" and
+    "<metric>/layer_<i>" for each of TRACKED_LAYER_MEANS the record holds (one chart per metric and layer)."""
+    out = {"probe/mean_pr": as_float(record["mean_pr"])}
+    for rec in record["layers"]:
+        means = rec.get("means") or {}
+        out.update({f"{name}/layer_{rec['layer']}": as_float(means[name]) for name in TRACKED_LAYER_MEANS
+                    if name in means})
+    return out

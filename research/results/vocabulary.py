@@ -16,6 +16,9 @@ PR = f"{MAIN_SITE}.pr_sv"  # the per-layer mean that layer_pr records
 KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",
                "cos_mean", "pr_sv", "pr_var", "erank", "pr_vec")
 ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio", "logit_max", "logit_mean", "logit_std")
+# The layer means an experiment tracker (--logger) shows per layer after each probe; a name the
+# probe does not record (logit_max before the probe measured it) is left out.
+TRACKED_LAYER_MEANS = (PR, f"{MAIN_SITE}.norm_mean", "attn.entropy", "attn.sink_mass", "attn.logit_max")
 
 # The write-ups' top-level fields (names and meanings kept), and those with one value per probe.
 WRITEUP_FIELDS = ("tag", "tokens", "loss", "val_loss", "mean_pr", "layer_pr", "gamma_cv", "gamma_final")

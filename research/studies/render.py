@@ -2,7 +2,11 @@
 
 Every study kind runs the same three steps: load the results (research.results), decide
 (research.analysis), draw and write (research.plots). `render_study(folder)` is what the
-study runner calls after training and what split_panels.py calls on any results folder.
+study runner calls after training and what split_panels.py calls on any results folder;
+`load_and_analyze(folder)` does the first two and draws in memory, for a notebook:
+
+    study = load_and_analyze("research_results/qk_norm_50m_study")
+    study.analysis.verdict.text, study.report, study.figures["2_key_pr_causal.png"]
 
 Nothing is written until every results file has validated and every figure, report and
 combined file has been built in memory; then, with the target folder locked (utils.lock),
@@ -10,8 +14,11 @@ each is written atomically, so a bad input or a crash never leaves half of the o
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from matplotlib.figure import Figure
 
 from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
@@ -39,8 +46,7 @@ def _decision_json(d) -> dict:
                       "seeds_needed": d.seeds_needed})
 
 
-def render_qk_norm(runs: dict, margin: float, loss_margin: float) -> dict:
-    analysis = qk_norm_analysis.analyze(runs, margin, loss_margin)
+def draw_qk_norm(runs: dict, analysis, margin: float, loss_margin: float) -> dict:
     combined = {"study": "qk_norm", "conditions": sorted(runs), "margin": margin, "loss_margin": loss_margin,
                 "summary": analysis.summary,
                 "decisions": {field: {f"{x}-{y}": _decision_json(d) for (x, y), d in ds.items()}
@@ -51,31 +57,65 @@ def render_qk_norm(runs: dict, margin: float, loss_margin: float) -> dict:
             QK_COMBINED: combined}
 
 
-def render_pilot(runs: dict, margin: float, loss_margin: float) -> dict:
-    analysis = pilot_analysis.analyze(runs, margin, loss_margin)
+def draw_pilot(runs: dict, analysis, margin: float, loss_margin: float) -> dict:
     return {**pilot_plots.figures(analysis), REPORT: pilot_plots.report(analysis),
             PILOT_COMBINED: json_safe(pilot_analysis.combined_from_runs(runs))}
 
 
-def render_keys(runs: dict, margin: float, loss_margin: float) -> dict:
-    analysis = keys_analysis.analyze(runs, margin)
-    return {**keys_plots.figures(analysis), REPORT: keys_plots.report(analysis)}
+@dataclass(frozen=True)
+class Kind:
+    """How one kind of study decides and draws."""
+
+    analyze: Callable[[dict, float, float], Any]  # (runs, margin, loss_margin) -> its research.analysis result
+    draw: Callable[[dict, Any, float, float], dict]  # (runs, analysis, margins) -> {file: Figure, text or dict}
 
 
-def render_heads(runs: dict, margin: float, loss_margin: float) -> dict:
-    analysis = heads_analysis.analyze(runs, margin=margin)
-    return {**heads_plots.figures(analysis), REPORT: heads_plots.report(analysis)}
+# study kind (as study.json names it) -> how its results become decisions, figures and a report, in memory
+KINDS: dict[str, Kind] = {
+    "qk_norm": Kind(qk_norm_analysis.analyze, draw_qk_norm),
+    "pilot": Kind(pilot_analysis.analyze, draw_pilot),
+    "keys": Kind(lambda runs, margin, loss_margin: keys_analysis.analyze(runs, margin),
+                 lambda runs, an, margin, loss_margin: {**keys_plots.figures(an), REPORT: keys_plots.report(an)}),
+    "heads": Kind(lambda runs, margin, loss_margin: heads_analysis.analyze(runs, margin=margin),
+                  lambda runs, an, margin, loss_margin: {**heads_plots.figures(an), REPORT: heads_plots.report(an)}),
+    "lr": Kind(lr_analysis.analyze,
+               lambda runs, an, margin, loss_margin: {**lr_plots.figures(an), REPORT: lr_plots.report(an)}),
+}
 
 
-def render_lr(runs: dict, margin: float, loss_margin: float) -> dict:
-    analysis = lr_analysis.analyze(runs, margin, loss_margin)
-    return {**lr_plots.figures(analysis), REPORT: lr_plots.report(analysis)}
+@dataclass(frozen=True)
+class StudyView:
+    """A study folder read, decided and drawn in memory, for a notebook (nothing is written)."""
+
+    folder: Path
+    kind: str  # qk_norm, pilot, keys, heads or lr
+    runs: dict  # condition -> [results dict per seed]
+    analysis: Any  # the decisions of research.analysis, e.g. QkNormAnalysis (its .verdict.text, .decisions, ...)
+    outputs: dict  # file name -> Figure, report text or JSON-ready dict: what render_study writes
+
+    @property
+    def figures(self) -> dict[str, Figure]:
+        return {name: item for name, item in self.outputs.items() if isinstance(item, Figure)}
+
+    @property
+    def report(self) -> str:
+        return self.outputs[REPORT]
 
 
-# study kind (as study.json names it) -> how its results become figures and a report
-# (runs, margin, loss_margin) -> {file name: Figure, report text or JSON-ready dict}, built in memory
-KINDS: dict[str, Callable[[dict, float, float], dict]] = {
-    "qk_norm": render_qk_norm, "pilot": render_pilot, "keys": render_keys, "heads": render_heads, "lr": render_lr}
+def load_and_analyze(folder: str | Path, margin: float | None = None,
+                     loss_margin: float | None = None) -> StudyView:
+    """Load the study in `folder`, decide and draw it in memory. `margin` / `loss_margin`: the equivalence
+    margins of key metrics and of losses, shares of the mean (default: those the study ran with, else
+    research.analysis.rules'). ResultsError names a file that cannot be used."""
+    kind, runs = load_study(folder)
+    if kind not in KINDS:
+        raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
+                           f"(known: {', '.join(KINDS)})")
+    settings = study_settings(folder)
+    margin = settings.get("margin", MARGIN) if margin is None else margin
+    loss_margin = settings.get("loss_margin", LOSS_MARGIN) if loss_margin is None else loss_margin
+    analysis = KINDS[kind].analyze(runs, margin, loss_margin)
+    return StudyView(Path(folder), kind, runs, analysis, KINDS[kind].draw(runs, analysis, margin, loss_margin))
 
 
 def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,
@@ -83,14 +123,7 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
     """Draw every figure and the report of the study in `folder` (into `out`, default the same folder);
     returns the files written. `margin` / `loss_margin`: the equivalence margins of key metrics and of
     losses, shares of the mean (default: those the study ran with, else research.analysis.rules')."""
-    kind, runs = load_study(folder)
-    settings = study_settings(folder)
-    margin = settings.get("margin", MARGIN) if margin is None else margin
-    loss_margin = settings.get("loss_margin", LOSS_MARGIN) if loss_margin is None else loss_margin
-    if kind not in KINDS:
-        raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
-                           f"(known: {', '.join(KINDS)})")
-    outputs = KINDS[kind](runs, margin, loss_margin)
+    outputs = load_and_analyze(folder, margin, loss_margin).outputs
     target = Path(out or folder)
     with FolderLock(target, hint="pass --out to write the figures elsewhere"):
         return write_outputs(target, outputs)

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
-from configs.cli import overrides_from_args, preset_in
+from configs.cli import start_from_args, start_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN
-from research.probing.callback import probe_callback
+from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE
@@ -32,9 +32,10 @@ from research.studies.catalog import Study
 from research.studies.render import render_study
 from training.errors import USER_ERRORS, NonFiniteLossError
 from training.run import train_run
+from training.tracking import LOGGERS, check_logger
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
-from utils.runtime import resolve_device, resolve_precision
+from utils.runtime import device_choice, precision_choice, resolve_device
 
 def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
     """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
@@ -45,11 +46,15 @@ def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
 
 
 def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
-    """The preset with the study's defaults (its tiny settings, ~20 probes per run) and the overrides."""
+    """The preset with the study's defaults (its tiny settings, ~20 probes per run) and the overrides
+    (the --config file's values and the command line's)."""
     overrides = dict(overrides)
     if preset == "tiny":
         defaults = {**study.tiny_overrides, **({"tokens": study.default_tokens} if study.default_tokens else {})}
         overrides = {**defaults, **overrides}
+    if overrides.get("probe_every") == 0:
+        raise ConfigError("probe_every=0: a study probes its runs; give a positive --probe_every or leave it out "
+                          f"(default: steps // {study.probes_per_run})")
     cfg = apply_overrides(get_preset(preset), overrides)
     if "probe_every" not in overrides:
         cfg = apply_overrides(cfg, {"probe_every": max(1, cfg.steps // study.probes_per_run)})
@@ -58,10 +63,15 @@ def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
 
 def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--device", default="auto")
-    preset = resolve_preset(preset_in(argv, "auto"), pre.parse_known_args(argv)[0].device, study.gpu_preset)
+    pre.add_argument("--device")
+    preset, file = start_in(argv, "auto")
+    device = pre.parse_known_args(argv)[0].device or (file.values.get("device") if file else None) or "auto"
+    preset = resolve_preset(preset, device, study.gpu_preset)
     preset = preset if preset in PRESETS else "tiny"
-    defaults = base_config(study, preset, {})
+    try:
+        defaults = base_config(study, preset, file.values if file else {})
+    except ConfigError:  # the file's values may validate only with options still to come
+        defaults = base_config(study, preset, {})
     p = argparse.ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for "
                                             f"this study.", allow_abbrev=False,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -74,6 +84,9 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                        help="multiples of the preset's Muon and AdamW learning rates to train every condition at "
                             f"(default: {' '.join(f'{m:g}' for m in study.lr_multipliers)})")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    p.add_argument("--logger", default="none", choices=LOGGERS,
+                   help="experiment tracker per condition (default none): tensorboard writes <condition>/tensorboard/ "
+                        "(tensorboard --logdir the study folder), wandb one W&B run each (offline without a network)")
     p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
@@ -84,7 +97,7 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
                     notes={"probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "
-                                          f"these defaults)"})
+                                          f"these defaults)"}, file=file)
     return p
 
 
@@ -97,7 +110,7 @@ def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
 
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
-                    divergence_is_a_result: bool = False) -> None:
+                    divergence_is_a_result: bool = False, logger: str = "none") -> None:
     """Train one run with the probe; where divergence is a result (the learning-rate grid), a run whose loss
     became non-finite is recorded as diverged and is not trained again."""
     results = run_dir / RESULTS_FILE
@@ -106,7 +119,7 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
         return
 
     def callbacks(data, device):
-        return [probe_callback(cfg, data, run_dir, device, tag=tag)]
+        return run_callbacks(cfg, data, run_dir, device, tag=tag, logger=logger)
     try:
         train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
                   progress=progress, name=tag, callbacks=callbacks)
@@ -118,25 +131,29 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
-    args = build_parser(study, description, argv).parse_args(argv)
-    if study.lr_multipliers:
-        if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
-            sys.exit("config error: --lr-multipliers must be positive numbers, e.g. 0.25 1 4 16")
-        study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
-    for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
-        if not 0 < value < 1:
-            sys.exit(f"config error: {name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
-    overrides = overrides_from_args(args)
     try:
-        base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
+        args = build_parser(study, description, argv).parse_args(argv)
+        for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
+            if not 0 < value < 1:
+                raise ConfigError(f"{name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+        if study.lr_multipliers:
+            if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
+                raise ConfigError("--lr-multipliers must be positive numbers, e.g. 0.25 1 4 16")
+            study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
+        preset, overrides = start_from_args(args, "auto")
+        base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
         device = resolve_device(base.train.device)
+        check_logger(args.logger)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
-    print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "
-          f"{len(study.conditions)} conditions x {len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
+    print(f"{study.name}: preset {base.preset} on {device_choice(base.train.device, device)}, precision "
+          f"{precision_choice(base.train.precision, device)}; "
+          f"{len(study.conditions)} conditions x "
+          + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
+          + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
     try:
         with FolderLock(out, hint="choose another --out"):
@@ -155,7 +172,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
             print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
             try:
                 train_condition(cfg, run_dir, cond, progress=not args.no_progress,
-                                replan_schedule=args.replan_schedule,
+                                replan_schedule=args.replan_schedule, logger=args.logger,
                                 divergence_is_a_result=bool(study.lr_multipliers))
             except (*USER_ERRORS, ResultsError, OSError) as e:
                 problem = f"{os_problem(e)}. Fix: {os_fix(e)}" if isinstance(e, OSError) else str(e)

@@ -22,7 +22,7 @@ def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
 def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, capsys):
     out = tmp_path / "study"
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
-    assert re.search(r"preset debug on (cpu|cuda:0) \(fp32\)", capsys.readouterr().out)  # cuda:0 on a GPU machine
+    assert re.search(r"preset debug on (cpu|cuda:0) .*precision fp32", capsys.readouterr().out)  # cuda:0 on a GPU
     for name in ("1_loss.png", "2_key_pr_causal.png", "3_per_layer.png", "4_causal_decomposition.png",
                  "5_gamma_cv.png", "6_gain_vs_geometry.png", "report.md", "combined.json", "study.json"):
         assert (out / name).is_file(), name

@@ -1,0 +1,84 @@
+"""--config FILE: JSON or YAML, nested like config.json or flat; the preset, then the file, then the options."""
+import json
+
+import pytest
+
+import train_llm
+from configs import ConfigError, config_from_args
+from configs.files import read_config_file
+from research.studies import QK_NORM
+from research.studies.runner import build_parser as study_parser
+from research.studies.runner import run_study
+from tests.helpers import assert_same_run
+
+
+def _cfg(argv):
+    return config_from_args(train_llm.build_parser(argv).parse_args(argv))
+
+
+def _help_default(help_text: str, option: str) -> str:
+    flat = " ".join(help_text.split())
+    return flat.split(f"{option} ", 1)[1].split("default: ", 1)[1].split(" --", 1)[0].strip()
+
+
+def test_a_saved_config_json_fed_back_reproduces_the_run_bit_for_bit(straight_run, tmp_path):
+    again = tmp_path / "again"
+    train_llm.main(["--config", str(straight_run / "config.json"), "--out", str(again), "--no-progress"])
+    assert json.loads((again / "config.json").read_text()) == json.loads((straight_run / "config.json").read_text())
+    assert_same_run(straight_run, again, 6)  # same losses, grad norms, probes and final weights
+
+
+def test_the_preset_then_the_file_then_the_options(tmp_path):
+    f = tmp_path / "run.yaml"  # YAML reads 1e-3 as text and `off` as false: both must arrive as meant
+    f.write_text("preset: debug\nn_layers: 3\nmuon_lr: 1e-3\ncompile: off\npaths: [a.txt, b.txt]\n"
+                 "train:\n  tokens: 2048\n")
+    cfg = _cfg(["--config", str(f), "--out", "x"])
+    assert (cfg.preset, cfg.model.vocab_size, cfg.model.d_model) == ("debug", 512, 128)  # the file's preset
+    assert (cfg.model.n_layers, cfg.train.muon_lr, cfg.train.compile, cfg.train.tokens) == (3, 0.001, "off", 2048)
+    assert cfg.data.paths == ["a.txt", "b.txt"]
+    cfg = _cfg(["--config", str(f), "--out", "x", "--n_layers", "4", "--preset", "tiny"])
+    assert (cfg.preset, cfg.model.vocab_size, cfg.model.n_layers, cfg.train.tokens) == ("tiny", 4096, 4, 2048)
+
+
+def test_help_shows_the_file_values_over_the_preset(tmp_path):
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"preset": "88m", "model": {"n_layers": 3}, "source": "files"}))  # --paths to come
+    text = train_llm.build_parser(["--config", str(f)]).format_help()
+    assert "Defaults below are those of the 88m preset with" in text
+    assert _help_default(text, "--n_layers N,") == "3 (from c.json)"
+    assert _help_default(text, "--d_model N,") == "512"  # 88m's
+    study = study_parser(QK_NORM, argv=["--config", str(f), "--device", "cpu"]).format_help()
+    assert _help_default(study, "--n_layers N,") == "3 (from c.json)"
+    assert _help_default(study, "--tokens N") == "8000000"
+
+
+@pytest.mark.parametrize("content,name,message", [
+    ({"train": {"n_layers": 3}}, "c.json", r"c.json: unknown key 'n_layers' in section 'train' \(it belongs to "
+                                           r"section 'model'\)"),
+    ({"train": {"lr": 0.1}}, "c.json", r"unknown key 'lr' in section 'train'; the fields of train are: tokens,"),
+    ({"n_layer": 3}, "c.json", r"c.json: unknown key 'n_layer': not a config field nor a section"),
+    ({"n_layers": "eight"}, "c.json", r"c.json: n_layers: expected a whole number, found 'eight'"),
+    ({"model": {"n_layers": 2}, "n_layers": 3}, "c.json", r"n_layers given twice"),
+    ({"preset": "huge"}, "c.json", r"c.json: preset 'huge' is not a named preset"),
+    ('{"model": {"n_layers": 2}', "c.json", r"c.json: not valid JSON \(Expecting"),
+    ("model: [1,\n", "c.yaml", r"c.yaml: not valid YAML"),
+    ("- 1\n- 2\n", "c.yml", r"c.yml: expected a mapping of config fields"),
+])
+def test_mistakes_in_a_file_get_one_clear_error_naming_it(tmp_path, content, name, message):
+    f = tmp_path / name
+    f.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(ConfigError, match=message):
+        read_config_file(f)
+    with pytest.raises(SystemExit, match=f"config error: .*{message}"):
+        train_llm.main(["--config", str(f), "--out", str(tmp_path / "run")])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_missing_file_and_a_study_without_probes_are_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit, match=r"config error: --config .*nope.yaml: no such file"):
+        train_llm.main(["--config", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "run")])
+    f = tmp_path / "c.json"
+    f.write_text(json.dumps({"probe": {"probe_every": 0}}))
+    with pytest.raises(SystemExit, match="config error: probe_every=0: a study probes its runs"):
+        run_study(QK_NORM, ["--config", str(f), "--out", str(tmp_path / "study")])
+    assert not (tmp_path / "study").exists()
