@@ -86,18 +86,22 @@ class PairStats:
     correlation: float  # Pearson, of cos_a(i, j) with cos_b(i, j)
 
 
+def pair_blocks(n: int, block_pairs: int = BLOCK_PAIRS) -> list[tuple[int, int]]:
+    """Row blocks [i0, i1) of b = max(1, block_pairs // n) rows; block rows meet the rows from i0 on,
+    so a block holds (i1 - i0) x (n - i0) <= max(block_pairs, n) cosines."""
+    b = max(1, block_pairs // n)
+    return [(i0, min(n, i0 + b)) for i0 in range(0, n - 1, b)]
+
+
 def pair_statistics(A_nd: torch.Tensor, B_nd: torch.Tensor, block_pairs: int = BLOCK_PAIRS) -> PairStats:
     """Over all pairs i < j of the n rows, the cosines cos_A(i, j) and cos_B(i, j): shares of
-    positive ones and their correlation. Rows go in blocks of b = max(1, block_pairs // n) against
-    the rows from the block on, so at most b x n cosines per dictionary exist at once."""
+    positive ones and their correlation, accumulated block by block (pair_blocks)."""
     Ua, Ub = unit_rows(A_nd), unit_rows(B_nd)
     n = Ua.shape[0]
     if n < 3:
         raise InspectError(f"pair statistics need at least 3 tokens, got {n}")
-    b = max(1, block_pairs // n)
     s = torch.zeros(8, dtype=torch.float64)  # pairs, positives a, b, sum a, b, sum a^2, b^2, ab
-    for i0 in range(0, n - 1, b):
-        i1 = min(n, i0 + b)
+    for i0, i1 in pair_blocks(n, block_pairs):
         keep = torch.arange(i0, n, device=Ua.device)[None, :] > torch.arange(i0, i1, device=Ua.device)[:, None]
         x = (Ua[i0:i1] @ Ua[i0:].T)[keep].double()
         y = (Ub[i0:i1] @ Ub[i0:].T)[keep].double()

@@ -114,7 +114,7 @@ def _input_lens_lines(r: dict) -> list[str]:
     for j, pos in enumerate(lens["positions"]):
         lines += [f"Position {pos} (token {r['tokens'][pos]!r}): rank of its own token in the input lens, by state: "
                   + ", ".join(str(x) for x in lens["input_rank"][j]) + ".", "",
-                  "| state | input lens (cosine) | own token's rank | logit lens (prob) |", "|---|---|---|---|"]
+                  "| hidden state | input lens (cosine) | own token's rank | logit lens (prob) |", "|---|---|---|---|"]
         for a, b in zip(lens["layers"], logit["layers"]):
             e, f = a["positions"][j], b["positions"][j]
             lines.append(f"| {a['layer']} | " + ", ".join(f"{t!r} ({c:.2f})" for t, c in zip(e["tokens"], e["cos"]))
