@@ -4,8 +4,8 @@
 
 M: a local Hugging Face model folder, a hub id (needs a network or the local cache), or a
 training folder written by train_llm.py. Writes DIR/inspect.json, the figures
-(weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics) and
-DIR/report.md. Statistics are reduced layer by layer during one forward (see
+(weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics,
+word_similarity, lenses, head_words) and DIR/report.md. Statistics are reduced layer by layer during one forward (see
 research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from research.inspection import DEFAULT_PROMPT, InspectError, inspect_model, load_model
+from research.inspection import DEFAULT_PROMPT, DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
@@ -30,9 +30,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", default=None, help="output folder (default research_results/inspect/<model name>)")
     p.add_argument("--positions", type=int, nargs="+", default=None,
                    help="token positions for the logit lens (negative from the end; default: last)")
-    p.add_argument("--top_k", type=int, default=5, help="tokens per layer in the logit lens")
+    p.add_argument("--top_k", type=int, default=5,
+                   help="tokens per layer in the logit and input lenses, and per head in the head words")
     p.add_argument("--layer", type=int, default=None, help="layer of the heads x positions heatmap (default middle)")
     p.add_argument("--max_tokens", type=int, default=512, help="truncate the prompt to this many tokens")
+    p.add_argument("--words", default=",".join(DEFAULT_WORDS),
+                   help="comma-separated words for the word-similarity heatmap (words that are not one token "
+                        "are listed as skipped); default %(default)s")
+    p.add_argument("--dict_sample", "--dict-sample", type=int, default=DICT_SAMPLE,
+                   help="tokens whose pairs give the dictionaries' positive share and input/output correlation: "
+                        "all tokens (exact) when the vocabulary has no more, else a seeded sample "
+                        "(default %(default)s)")
+    p.add_argument("--head_layer", "--head-layer", type=int, default=0,
+                   help="layer whose heads' query and key weights are read on the input dictionary (default 0)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weights' dtype (statistics are computed in float32 either way)")
     return p.parse_args(argv)
@@ -45,7 +55,9 @@ def main(argv=None) -> int:
     try:
         model, tokenizer, adapter = load_model(args.model, args.dtype)
         result = inspect_model(adapter, tokenizer, args.prompt, positions=args.positions, top_k=args.top_k,
-                               heatmap_layer=args.layer, max_tokens=args.max_tokens)
+                               heatmap_layer=args.layer, max_tokens=args.max_tokens,
+                               words=[w.strip() for w in args.words.split(",") if w.strip()],
+                               dict_sample=args.dict_sample, head_layer=args.head_layer)
     except InspectError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

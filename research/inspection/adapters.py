@@ -6,8 +6,10 @@
 An adapter exposes, uniformly across families: the decoder layers, per layer the q/k/v/o
 weights in nn.Linear layout [out, in] (GPT-2's fused Conv1D c_attn is transposed and split),
 the k_norm/q_norm gains where the model has them, the per-layer norm gains (Gemma's RMSNorm
-multiplies by 1 + weight: the effective gain is reported), the final norm and the output
-embedding. Families differ by overriding a few small methods, never by if-chains on a name.
+multiplies by 1 + weight: the effective gain is reported), the final norm, the input and
+output embeddings, and per head the query/key weights as maps of the residual stream
+(`read_weights`, the norms' gains folded in). Families differ by overriding a few small
+methods, never by if-chains on a name.
 During `capture`, forward hooks call back into a sink, layer by layer, with:
 
     sink.on_state(l, h_BTd)                         residual stream entering layer l (l = n_layers: leaving
@@ -88,6 +90,29 @@ class Adapter:
     def output_embedding(self) -> torch.Tensor:
         raise NotImplementedError
 
+    def input_embedding(self) -> torch.Tensor:
+        """The token dictionary [V, d] the model adds to the residual stream (before any sqrt(d) scale)."""
+        raise NotImplementedError
+
+    def attention_norm(self, i: int) -> nn.Module | None:
+        """The norm layer i applies to the residual stream before attention (None: it reads it raw)."""
+        return getattr(self.layers[i], "input_layernorm", None)
+
+    @torch.no_grad()
+    def read_weights(self, i: int, m: str) -> torch.Tensor:
+        """Layer i's query (m='q') or key ('k') weights per head as linear maps of the residual
+        stream, [heads, D, d] float32: the pre-attention norm's gain multiplies the columns and the
+        q_norm / k_norm gain the rows. The norms' per-token 1/RMS factors are dropped: they scale a
+        token's query or key, never the direction it reads."""
+        W = self.qkvo(i)[m].detach().float()                                    # [H * D, d]
+        g_in = self.gain(self.attention_norm(i))
+        if g_in is not None:
+            W = W * g_in[None, :]
+        g_out = self.gain(self.qk_norms(i)[0 if m == "q" else 1])
+        if g_out is not None:  # per head (size D, shared by the heads) or over the whole projection (OLMo 2)
+            W = W * g_out.repeat(W.shape[0] // g_out.numel())[:, None]
+        return W.reshape(-1, self.head_dim, W.shape[1])
+
     def model_param_count(self) -> int:
         return self.model.num_parameters()
 
@@ -153,6 +178,12 @@ class OwnAdapter(Adapter):
 
     def output_embedding(self):
         return self.model.embed.weight
+
+    def input_embedding(self):
+        return self.model.embed.weight  # tied; the forward multiplies it by sqrt(d_model)
+
+    def attention_norm(self, i):
+        return self.layers[i].attn_norm
 
     def model_param_count(self):
         return self.model.num_params()
@@ -231,6 +262,9 @@ class HFAdapter(Adapter):
 
     def output_embedding(self):
         return self.model.get_output_embeddings().weight
+
+    def input_embedding(self):
+        return self.model.get_input_embeddings().weight  # Gemma's forward scales it by sqrt(d_model)
 
     def forward(self, ids_BT):
         return self.model(input_ids=ids_BT, use_cache=False).logits
@@ -347,6 +381,15 @@ class GPT2Adapter(HFAdapter):
 
     def final_norm_module(self):
         return self.base.ln_f
+
+    def attention_norm(self, i):
+        return self.layers[i].ln_1
+
+    def read_weights(self, i, m):
+        """LayerNorm also subtracts the mean over d: the map reads (I - 11^T/d) x, so each row is
+        centred. Its bias and c_attn's bias are constants, not directions, and are left out."""
+        W = super().read_weights(i, m)
+        return W - W.mean(-1, keepdim=True)
 
     def key_projection(self, i):
         return self.attn(i).c_attn

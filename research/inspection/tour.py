@@ -9,7 +9,9 @@ heads x query positions heatmap for one layer, the sink rate), hidden (cosine si
 across 1/5/15-layer gaps with the product-of-one-layer prediction, neighbour-token
 similarity), amplitude (RMS of hidden states, mean norm gains), logit_lens, keys (the
 probe's key metrics (research.probing.metrics) at k_proj, k_norm and k_rope, attention
-metrics and k_norm/q_norm gain statistics), memory (the bound below).
+metrics and k_norm/q_norm gain statistics), dictionaries, input_lens and head_words
+(research.inspection.dictionaries, which states their definitions and memory bound),
+memory (the bound below).
 
 Memory bound beyond the weights. Every statistic is reduced inside the forward, layer
 by layer: attention weights exist only for one layer and one block of queries at a
@@ -18,7 +20,8 @@ gap) plus the current one: 16 x B x T x d x 4 bytes (float32), e.g. 134 MB for a
 model (d = 4096) at B = 1, T = 512. Attention (the probe's attention_metrics) keeps scores
 and probabilities of one block of Q = 64 queries: 2 x B x Hq x Q x T x 4 bytes (17 MB at
 Hq = 32, T = 512) plus float32 copies of one layer's q, k, v; key metrics hold one layer's
-keys and a few D x D matrices per head; the logit lens holds positions x vocab logits. The
+keys and a few D x D matrices per head; the logit lens holds positions x vocab logits and
+the input lens (L + 1) x positions x d states until the forward ends. The
 model's own activations for one layer (no KV cache) come on top, as in any forward.
 """
 from __future__ import annotations
@@ -30,6 +33,8 @@ from collections import deque
 import torch
 
 from research.inspection.adapters import Adapter, InspectError
+from research.inspection.dictionaries import (DEFAULT_WORDS, DICT_SAMPLE, dictionary_section, head_words,
+                                              input_lens)
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
 from research.probing.probe import as_lists
 from research.results.vocabulary import SITES
@@ -111,6 +116,7 @@ class _Collector:
         self.neighbour: dict[int, dict] = {}
         self.rms: dict[int, tuple[float, float]] = {}
         self.lens: dict[int, torch.Tensor] = {}
+        self.at_positions: dict[int, torch.Tensor] = {}  # [P, d] per state, for the input lens
         self.keys: dict[int, dict] = {}
         self.attn: dict[int, dict] = {}
         self.heatmap = None
@@ -137,6 +143,7 @@ class _Collector:
                        h[:, 1:].square().mean().sqrt().item() if T > 1 else math.nan)
         with torch.no_grad():
             self.lens[l] = self.a.logits(h[0, self.positions].unsqueeze(0))[0]  # [P, V] (first sequence)
+        self.at_positions[l] = h[0, self.positions]                              # a copy: list indexing
         self.ring.append((l, h))
         self.peak_ring_bytes = max(self.peak_ring_bytes, sum(x.numel() * 4 for _, x in self.ring))
 
@@ -234,8 +241,10 @@ def _keys(col: _Collector, adapter: Adapter, attention: dict) -> dict:
 
 @torch.no_grad()
 def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, positions: list[int] | None = None,
-                  top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512) -> dict:
-    """Run the whole inspection on one prompt; returns the inspect.json dict."""
+                  top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512,
+                  words=DEFAULT_WORDS, dict_sample: int = DICT_SAMPLE, head_layer: int = 0) -> dict:
+    """Run the whole inspection on one prompt; returns the inspect.json dict. top_k serves the
+    logit lens, the input lens and the head words alike."""
     t0 = time.perf_counter()
     ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, :max_tokens]
     B, T = ids.shape
@@ -243,8 +252,10 @@ def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, pos
         raise InspectError(f"the prompt gives {T} token(s); give a longer --prompt")
     L = adapter.n_layers
     hl = L // 2 if heatmap_layer is None else heatmap_layer
-    if not 0 <= hl < L:
-        raise InspectError(f"heatmap layer {hl} outside 0..{L - 1}")
+    if not 0 <= hl < L or not 0 <= head_layer < L:
+        raise InspectError(f"heatmap layer {hl} / head-words layer {head_layer}: both must lie in 0..{L - 1}")
+    if dict_sample < 3:
+        raise InspectError(f"dictionary sample of {dict_sample} tokens: give at least 3")
     pos = _positions(positions, T)
     col = _Collector(adapter, pos, top_k, hl)
     with adapter.capture(col):
@@ -265,8 +276,13 @@ def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, pos
         "logit_lens": {"positions": pos, "top_k": top_k, "layers": _logit_lens(col, L, pos, top_k, decode),
                        "model_top_ids": logits[0, pos].float().topk(top_k, dim=-1).indices.tolist()},
         "keys": _keys(col, adapter, attention),
+        "dictionaries": dictionary_section(adapter, tokenizer, words, dict_sample),
+        "input_lens": input_lens(adapter, col.at_positions, pos, ids[0].tolist(), top_k, decode),
+        "head_words": head_words(adapter, head_layer, top_k, decode),
         "memory": {"bound": "16 x B x T x d x 4 bytes of hidden states (ring of the last 15 layers + current), "
-                            "plus 2 x B x Hq x 64 x T x 4 bytes of attention scratch, beyond the weights",
+                            "plus 2 x B x Hq x 64 x T x 4 bytes of attention scratch, beyond the weights; "
+                            "the dictionary sections: dictionaries.memory_bound_bytes plus VOCAB_BLOCK x d x 4 "
+                            "bytes, never a vocabulary x vocabulary matrix",
                    "hidden_ring_bytes_bound": 16 * B * T * d * 4, "hidden_ring_bytes_peak": col.peak_ring_bytes,
                    "attention_block_bytes": 2 * B * adapter.n_heads * 64 * T * 4},
         "time_s": time.perf_counter() - t0,

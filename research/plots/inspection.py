@@ -4,11 +4,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
+from research.plots import inspection_dictionaries as dictionaries
 from research.plots.common import fmt_num, styled, subplots
 from research.results.values import as_array as _arr
 
 FIGURES = ("weight_stats.png", "first_token_attention.png", "hidden_similarity.png", "amplitude.png",
-           "key_metrics.png")
+           "key_metrics.png") + dictionaries.FIGURES
 
 
 @styled
@@ -116,10 +117,10 @@ def plot_key_metrics(r: dict):
 
 
 def figures(r: dict) -> dict:
-    """The five figures, by file name."""
-    return dict(zip(FIGURES, (plot_weight_stats(r), plot_first_token(r), plot_hidden(r), plot_amplitude(r),
-                              plot_key_metrics(r))))
-
+    """The figures, by file name (the dictionary sections' three only when the file has them)."""
+    out = dict(zip(FIGURES, (plot_weight_stats(r), plot_first_token(r), plot_hidden(r), plot_amplitude(r),
+                             plot_key_metrics(r))))
+    return {**out, **dictionaries.figures(r)} if dictionaries.has_sections(r) else out
 
 
 def report(r: dict) -> str:
@@ -161,6 +162,7 @@ def report(r: dict) -> str:
             lines.append(f"| {layer['layer']} | " + ", ".join(f"{t!r} ({pr:.2f})" for t, pr in
                                                              zip(e["tokens"], e["probs"])) + " |")
         lines.append("")
+    lines += dictionaries.report_lines(r)
     lines += ["## Keys", "", "![](key_metrics.png)", "", "| layer | " +
               " | ".join(f"{s} pr_sv | {s} norm" for s in r["keys"]["sites"]) + " | k_norm gain mean (cv) |",
               "|" + "---|" * (2 + 2 * len(r["keys"]["sites"]))]

@@ -10,86 +10,7 @@ import torch
 
 from research.inspection import InspectError, inspect_model, load_model
 from research.inspection.tour import SINK_THRESHOLD
-
-SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot and the sky is blue",
-             "we read a book about the sea", "birds fly over the old town at night"]
-PROMPT = "the cat ran over the old park at night and the dog sat on the mat"
-
-
-def make_tokenizer(out_dir):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>")
-    fast.save_pretrained(out_dir)
-    return fast
-
-
-def _hf_config(family):
-    import transformers as tf
-    common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-    if family == "llama":
-        return tf.LlamaConfig(**common)
-    if family == "qwen3":
-        return tf.Qwen3Config(**common, head_dim=16)
-    if family == "gemma3":
-        return tf.Gemma3TextConfig(**common, head_dim=16, sliding_window=4, query_pre_attn_scalar=32,
-                                   layer_types=["sliding_attention", "full_attention", "sliding_attention"])
-    if family == "gpt2":
-        return tf.GPT2Config(vocab_size=300, n_embd=64, n_layer=3, n_head=4, n_positions=128)
-    raise ValueError(family)
-
-
-def make_hf_model(family, out_dir, seed=0):
-    from transformers import AutoModelForCausalLM
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(_hf_config(family))
-    with torch.no_grad():  # random norm gains, so gain statistics and the norms' role are exercised
-        for name, p in model.named_parameters():
-            if p.dim() == 1 and ("norm" in name or ".ln_" in name):
-                p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(out_dir)
-    make_tokenizer(out_dir)
-    return out_dir
-
-
-def make_own_run(out_dir, qk_norm="learned"):
-    from configs import get_preset
-    from models.llm import MinimalLLM
-    from training.checkpoint import save_checkpoint
-    cfg = get_preset("debug")
-    cfg.model.vocab_size, cfg.model.n_layers, cfg.model.qk_norm = 300, 3, qk_norm
-    cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.d_model = 4, 2, 64
-    torch.manual_seed(0)
-    model = MinimalLLM(cfg.model)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    cfg.save(out_dir / "config.json")
-    save_checkpoint(out_dir / "checkpoints", 3, model, [], {"tokens": 0}, keep_last=1)
-    make_tokenizer(out_dir / "tokenizer")
-    return out_dir
-
-
-FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "own"]
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    dirs = {f: make_hf_model(f, root / f) for f in FAMILIES if f != "own"}
-    dirs["own"] = make_own_run(root / "own")
-    return dirs
-
-
-@pytest.fixture(scope="module")
-def results(model_dirs):
-    out = {}
-    for f, d in model_dirs.items():
-        model, tok, adapter = load_model(str(d))
-        out[f] = (model, tok, adapter, inspect_model(adapter, tok, PROMPT, positions=[-1, 3], top_k=4))
-    return out
+from tests.research.inspection.builders import PROMPT, hf_config, make_hf_model
 
 
 def test_outputs_have_expected_shapes_and_json_roundtrip(results):
@@ -194,7 +115,7 @@ def test_weight_ratio_of_gaussian_is_sqrt_pi_over_2():
 def test_hidden_gap_prediction_is_product_of_adjacent(tmp_path):
     d = make_hf_model("llama", tmp_path / "deep")
     import transformers as tf
-    cfg = _hf_config("llama")
+    cfg = hf_config("llama")
     cfg.num_hidden_layers = 6
     torch.manual_seed(1)
     tf.AutoModelForCausalLM.from_config(cfg).save_pretrained(d)
