@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 import train_llm
 from configs import ConfigError
-from tests.helpers import REPO, STEP_TOKENS, build_trainer, losses
+from tests.helpers import REPO, STEP_TOKENS, build_trainer, free_port, losses
 from training.callbacks import StepInfo
 from training.checkpoint import latest_checkpoint
 from training.schedule import lr_factor
@@ -142,7 +142,7 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env["OMP_NUM_THREADS"] = "1"
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29517", str(REPO / "train_llm.py"), "--out", str(tmp_path / "two"),
+                           "--master_port", str(free_port()), str(REPO / "train_llm.py"), "--out", str(tmp_path / "two"),
                            "--probe-every", "3", *common], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
