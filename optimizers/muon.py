@@ -206,7 +206,7 @@ class Muon(torch.optim.Optimizer):
                 local = _local(p)
                 if wd != 0:
                     local.mul_(1.0 - lr * wd)
-                local.add_(_local_rows(o, p), alpha=-lr * math.sqrt(max(1.0, r / c)))
+                local.add_(local_rows(o, p), alpha=-lr * math.sqrt(max(1.0, r / c)))
 
     def _chunks(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[list[int]]:
         """Indices of params in same-shape batches: a tall [r, c] matrix joins the [c, r] bucket (it is
@@ -264,7 +264,7 @@ def _full(local: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
                               stride=like.stride()).full_tensor()
 
 
-def _local_rows(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+def local_rows(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """This rank's rows of `full` where `like` is an FSDP DTensor sharded on dim 0 (torch.chunk's split:
     ceil(rows / world) per rank, the last ones shorter or empty), else `full`."""
     if not isinstance(like, DTensor):

@@ -27,6 +27,9 @@ class StepInfo:
     model: nn.Module  # the plain module, not its DDP or compiled wrapper
     evaluate: Callable[[], float]  # validation loss at this step (computed once per step, shared)
     is_main: bool  # rank 0: the process that writes files
+    # The model with whole weights: `model` itself, or under FSDP rank 0's unsharded copy (None on other
+    # ranks), filled from the shards by a collective that every rank must call (training/sharding.py).
+    full_model: Callable[[], nn.Module | None] | None = None
 
 
 class Callback(Protocol):

@@ -62,7 +62,7 @@ def _ddp_rank(rank: int, world: int, out) -> None:
 def _fsdp_rank(rank: int, world: int, out) -> None:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
-    from optimizers.muon import _local_rows
+    from optimizers.muon import local_rows
     model = nn.ParameterList(make_params())
     fully_shard(model)
     params = list(model.parameters())
@@ -70,7 +70,7 @@ def _fsdp_rank(rank: int, world: int, out) -> None:
     opt = muon(params)
     for step in range(STEPS):
         for p, g in zip(params, grads(step)):
-            p.grad = DTensor.from_local(_local_rows(g, p), p.device_mesh, p.placements, shape=p.shape,
+            p.grad = DTensor.from_local(local_rows(g, p), p.device_mesh, p.placements, shape=p.shape,
                                         stride=p.stride())
         opt.step()
     torch.save({"params": [p.full_tensor() for p in params],
