@@ -136,12 +136,12 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         base = base_config(study, resolve_preset(args.preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
+        if args.plan is not None:  # planning for CUDA needs no GPU here
+            print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
+            return Path(args.out or Path("research_results") / study.name)
         device = resolve_device(base.train.device)
     except ConfigError as e:
         sys.exit(f"config error: {e}")
-    if args.plan is not None:
-        print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
-        return Path(args.out or Path("research_results") / study.name)
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     print(f"{study.name}: preset {base.preset} on {device} ({resolve_precision(base.train.precision, device)}); "

@@ -110,3 +110,12 @@ def test_plan_option_prints_and_exits_without_out(capsys):
     assert "preset 1b, 1,577,199,616 parameters, cuda bf16" in out and "peak" in out
     planned = needed_bytes(plan_memory(get_preset("1b"), "cuda", "bf16"))
     assert f"headroom {planned / GIB:.2f} GiB" in out
+
+
+def test_a_study_plans_its_largest_run_without_training(capsys, tmp_path):
+    from research.studies import QK_NORM
+    from research.studies.runner import run_study
+    run_study(QK_NORM, ["--device", "cuda", "--plan", "--out", str(tmp_path / "study")])
+    out = capsys.readouterr().out
+    assert "the largest of its 3 runs" in out and "preset 1b" in out and "probe working set" in out
+    assert not (tmp_path / "study").exists()
