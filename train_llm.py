@@ -4,6 +4,7 @@
     python train_llm.py --preset tiny --out runs/tiny --resume          # continue the newest checkpoint
     python train_llm.py --preset tiny --out runs/p --probe-every 25     # key probe -> runs/p/results.json
     python train_llm.py --config runs/tiny/config.json --out runs/again  # a saved config, run again
+    python train_llm.py --preset 1b --device cuda --plan               # memory per device, then exit
     torchrun --nproc_per_node 2 train_llm.py --preset tiny --out runs/ddp
 
 Every config field is an option (`--n_layers 8`, `--qk_norm frozen`, ...); see --help. Later wins:
@@ -12,6 +13,7 @@ the preset (--preset, else the --config file's, else tiny), the --config file, t
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
@@ -27,7 +29,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     source = f"the {preset} preset" + (f" with {file.path}" if file else "")
     p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    p.add_argument("--out", required=True, help="output folder (config, metrics, checkpoints, tokenizer)")
+    p.add_argument("--out", help="output folder (config, metrics, checkpoints, tokenizer); required unless --plan")
+    p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
+                   help="print the memory this run needs per device (on DEVICES devices; default: torchrun's "
+                        "WORLD_SIZE or 1) and exit without allocating anything")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out that loads")
     p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
                    help="with --resume and another --tokens under a cosine or warmup schedule: the remaining steps "
@@ -43,13 +48,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict | None:
     try:
-        args = build_parser(argv).parse_args(argv)
+        parser = build_parser(argv)
+        args = parser.parse_args(argv)
         cfg = config_from_args(args)
         check_logger(args.logger)
         from utils.runtime import resolve_device
-        resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
+        if args.plan is None:  # a plan for CUDA may be made on a machine without one
+            resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
     except ConfigError as e:
         sys.exit(f"config error: {e}")
+    if args.plan is not None:
+        from training.memory_fit import plan_text
+        print(plan_text(cfg, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
+        return None
+    if not args.out:
+        parser.error("the following arguments are required: --out")
 
     from research.probing.callback import run_callbacks  # heavy imports after argument checks
     from research.results import ResultsError

@@ -99,6 +99,7 @@ class TrainConfig:
     compile: str = "auto"  # auto | on | off: torch.compile of the model's forward and loss (utils.runtime)
     fused_loss: bool = True  # LM head + cross-entropy in one chunked pass (models/loss.py); false: two steps
     grad_checkpointing: bool = False
+    shard: str = "none"  # none: every rank holds the whole model (DDP) | fsdp: FSDP2 shards it (training/sharding.py)
 
     def __post_init__(self) -> None:
         for name in ("tokens", "batch_size", "grad_accum", "eval_batches", "log_every", "keep_last", "ortho_steps"):
@@ -121,6 +122,7 @@ class TrainConfig:
         self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: choose auto, on or off")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
+        _check(self.shard in ("none", "fsdp"), f"shard={self.shard!r}: choose none or fsdp")
 
 
 @dataclass

@@ -12,11 +12,14 @@ singular values of the output are only near 1 (tests/optimizers/test_muon.py ass
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from typing import Callable, Iterable
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
 
 from utils.runtime import cpu_has_native_bf16
 
@@ -123,6 +126,11 @@ class Muon(torch.optim.Optimizer):
 
     Matrices of the same shape (after turning tall ones wide) are orthogonalized together in one
     batched iteration (at most max_batch_numel elements per batch, to bound the extra memory).
+    With a process group of several ranks (DDP, FSDP) every rank must call step(): each orthogonalizes
+    its share of every batch and the results are all-gathered (`orthogonalize_shared`), so every rank
+    applies every update having computed 1 / world_size of them. Under FSDP2 (parameters are DTensors
+    sharded by rows) the momentum stays sharded; each update is gathered whole (DTensor.full_tensor),
+    orthogonalized, and each rank applies its own rows of the result.
     ortho_dtype: compute dtype of the orthogonalization (None: bfloat16 on CUDA and on CPUs with
     native bf16, else float32; see default_compute_dtype). The update is applied in the
     parameter's dtype. State per parameter: `momentum_buffer` (checkpointable via state_dict).
@@ -170,39 +178,99 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
-            grads = [p.grad for p in params]
-            bufs = []
-            for p in params:
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                bufs.append(state["momentum_buffer"])
-            torch._foreach_mul_(bufs, mom)
-            torch._foreach_add_(bufs, grads)
-            updates = torch._foreach_add(grads, bufs, alpha=mom) if group["nesterov"] else bufs
-
-            # Bucket by wide shape: a tall [r, c] matrix joins the [c, r] bucket transposed.
-            buckets: dict[tuple, list[int]] = defaultdict(list)
-            for i, u in enumerate(updates):
-                r, c = u.shape
-                buckets[(min(r, c), max(r, c), u.dtype, u.device)].append(i)
-            ortho = ORTHOGONALIZERS[group["orthogonalizer"]]
-            chunks = []
-            for idx in buckets.values():
-                per = max(1, self.max_batch_numel // updates[idx[0]].numel())
-                chunks += [idx[k:k + per] for k in range(0, len(idx), per)]
-            for idx in chunks:
-                stacked = torch.stack([updates[i].mT if updates[i].size(0) > updates[i].size(1) else updates[i]
-                                       for i in idx])
-                O = ortho(stacked, steps=group["ortho_steps"], dtype=self.ortho_dtype)
-                for j, i in enumerate(idx):
-                    p = params[i]
-                    r, c = p.shape
-                    o = O[j].mT if r > c else O[j]
-                    if wd != 0:
-                        p.mul_(1.0 - lr * wd)
-                    p.add_(o, alpha=-lr * math.sqrt(max(1.0, r / c)))
+            if params:
+                self._step_group(group, params)
         return loss
+
+    def _step_group(self, group: dict, params: list[torch.Tensor]) -> None:
+        lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
+        grads = [_local(p.grad) for p in params]
+        bufs = []
+        for p in params:
+            state = self.state[p]
+            if "momentum_buffer" not in state:  # a DTensor like p under FSDP (checkpoints gather it)
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            bufs.append(_local(state["momentum_buffer"]))
+        torch._foreach_mul_(bufs, mom)
+        torch._foreach_add_(bufs, grads)
+        updates = torch._foreach_add(grads, bufs, alpha=mom) if group["nesterov"] else bufs
+        ortho = functools.partial(ORTHOGONALIZERS[group["orthogonalizer"]], steps=group["ortho_steps"],
+                                  dtype=self.ortho_dtype)
+        first = 0  # matrix k of the step is orthogonalized on rank k % world_size
+        for idx in self._chunks(params, grads):
+            full = [_full(updates[i], params[i]) for i in idx]  # gathered from the shards under FSDP
+            results, first = orthogonalize_shared(full, ortho, first), first + len(idx)
+            for i, o in zip(idx, results):
+                p = params[i]
+                r, c = p.shape
+                local = _local(p)
+                if wd != 0:
+                    local.mul_(1.0 - lr * wd)
+                local.add_(local_rows(o, p), alpha=-lr * math.sqrt(max(1.0, r / c)))
+
+    def _chunks(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[list[int]]:
+        """Indices of params in same-shape batches: a tall [r, c] matrix joins the [c, r] bucket (it is
+        orthogonalized transposed), at most max_batch_numel elements per batch."""
+        buckets: dict[tuple, list[int]] = defaultdict(list)
+        for i, p in enumerate(params):
+            r, c = p.shape
+            buckets[(min(r, c), max(r, c), grads[i].dtype, grads[i].device)].append(i)
+        chunks = []
+        for (r, c, _, _), idx in buckets.items():
+            per = max(1, self.max_batch_numel // (r * c))
+            chunks += [idx[k:k + per] for k in range(0, len(idx), per)]
+        return chunks
+
+
+# ---------------------------------------------------------------- sharing the work over ranks
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the default process group; (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def orthogonalize_shared(updates: list[torch.Tensor], ortho: Callable[[torch.Tensor], torch.Tensor],
+                         first: int = 0) -> list[torch.Tensor]:
+    """ortho of each matrix of `updates` (all [r, c] or [c, r], full, the same on every rank), the work shared
+    over the ranks of the default process group: matrix j goes to rank (first + j) % world_size, in one
+    batch with that rank's other matrices, and the results are all-gathered. Alone (no process group or
+    one rank) this is one batched call. Returns the results in the order and orientation of `updates`."""
+    rank, world = _world()
+    wide = [u.mT if u.size(0) > u.size(1) else u for u in updates]
+    owner = [(first + j) % world for j in range(len(wide))]
+    slot = [owner[:j].count(owner[j]) for j in range(len(wide))]  # place of matrix j in its owner's batch
+    mine = [w for w, q in zip(wide, owner) if q == rank]
+    out = ortho(torch.stack(mine)) if mine else wide[0].new_empty((0, *wide[0].shape))
+    if world > 1:
+        per_rank = max(slot) + 1  # every rank sends the same count: padded with zeros
+        padded = torch.cat([out, out.new_zeros((per_rank - len(mine), *wide[0].shape))])
+        gathered = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(gathered, padded)
+        out = [gathered[q][k] for q, k in zip(owner, slot)]
+    return [o.mT if u.size(0) > u.size(1) else o for o, u in zip(out, updates)]
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor: the local shard of an FSDP DTensor (same storage), else the tensor."""
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _full(local: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The whole matrix of which `local` is this rank's shard, laid out as `like` (a collective under FSDP)."""
+    if not isinstance(like, DTensor):
+        return local
+    return DTensor.from_local(local, like.device_mesh, like.placements, shape=like.shape,
+                              stride=like.stride()).full_tensor()
+
+
+def local_rows(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """This rank's rows of `full` where `like` is an FSDP DTensor sharded on dim 0 (torch.chunk's split:
+    ceil(rows / world) per rank, the last ones shorter or empty), else `full`."""
+    if not isinstance(like, DTensor):
+        return full
+    if len(like.placements) != 1 or not isinstance(like.placements[0], Shard) or like.placements[0].dim != 0:
+        raise NotImplementedError(f"Muon supports FSDP's row sharding (Shard(0)) only; got {like.placements}")
+    mesh = like.device_mesh
+    start = mesh.get_local_rank() * -(-full.size(0) // mesh.size())
+    return full[start:start + like.to_local().size(0)]

@@ -108,3 +108,31 @@ def hold_lock(folder: Path):
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+def free_port() -> int:
+    """A TCP port no one listens on now (the OS picks it), for a test's process group."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_gloo(fn, world_size: int, *args) -> None:
+    """Run fn(rank, world_size, *args) in `world_size` processes joined in a gloo process group on a free port."""
+    import torch.multiprocessing as mp
+    mp.spawn(_gloo_worker, args=(fn, world_size, free_port(), args), nprocs=world_size, join=True)
+
+
+def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()

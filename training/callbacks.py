@@ -32,6 +32,9 @@ class StepInfo:
     # tokens_per_s, wall_time at log steps; val_loss at validations); empty at other steps
     metrics: Mapping[str, float] = field(default_factory=dict)
     lrs: Mapping[str, float] = field(default_factory=dict)  # learning rate per optimizer param group, by name
+    # The model with whole weights: `model` itself, or under FSDP rank 0's unsharded copy (None on other
+    # ranks), filled from the shards by a collective that every rank must call (training/sharding.py).
+    full_model: Callable[[], nn.Module | None] | None = None
 
 
 class Callback(Protocol):

@@ -66,10 +66,10 @@ def _tensor_bytes(tree) -> int:
     return 0
 
 
-def _write_failure(final: Path, e: Exception, model, optimizers) -> CheckpointError:
+def _write_failure(final: Path, e: Exception, weights: dict, optim: list[dict]) -> CheckpointError:
     """Name why a checkpoint could not be written; a full disk is told as such even where the library's
     error does not say so (torch.save reports it as an 'unexpected pos')."""
-    need = _tensor_bytes(model.state_dict()) + _tensor_bytes([o.state_dict()["state"] for o in optimizers])
+    need = _tensor_bytes(weights) + _tensor_bytes([sd["state"] for sd in optim])
     try:
         free = shutil.disk_usage(final.parent).free
     except OSError:
@@ -89,21 +89,24 @@ def _set_for_removal(path: Path) -> Path:
 
 
 def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
-                    state: dict, keep_last: int) -> Path:
+                    state: dict, keep_last: int, tensors: tuple[dict, list[dict]] | None = None) -> Path:
+    """Write step-N under root and prune to keep_last. `tensors`: the model's and the optimizers' state dicts
+    when already gathered (FSDP: training/sharding.py), else taken from model and optimizers."""
+    weights, optim = tensors or (_model_state(model), [o.state_dict() for o in optimizers])
     final = root / f"step-{step:06d}"
     old = _set_for_removal(final) if final.exists() else None  # the same step saved again: replaced
     try:
         with atomic_dir(final) as tmp:
-            save_file(_model_state(model), str(tmp / "model.safetensors"))
+            save_file(weights, str(tmp / "model.safetensors"))
             hook("checkpoint_write")
             with open(tmp / "optim.pt", "wb") as f:  # closed even when the write fails (its space is freed)
-                torch.save({"optimizers": [o.state_dict() for o in optimizers], "torch_rng": torch.get_rng_state(),
+                torch.save({"optimizers": optim, "torch_rng": torch.get_rng_state(),
                             "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else []}, f)
             (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
     except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as SafetensorError, torch as RuntimeError
         if old is not None:
             os.rename(old, final)  # put the earlier copy back
-        raise _write_failure(final, e, model, optimizers) from e
+        raise _write_failure(final, e, weights, optim) from e
     for ckpt in list_checkpoints(root)[:-keep_last]:
         gone = _set_for_removal(ckpt.path)
         hook("prune")

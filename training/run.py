@@ -11,6 +11,7 @@ from configs.config import RunConfig
 from data import TokenData, prepare_data
 from training.callbacks import Callback
 from training.distributed import init_distributed, shutdown_distributed
+from training.memory_fit import check_fits
 from training.trainer import Trainer
 from utils.lock import FolderLock
 from utils.runtime import resolve_device
@@ -24,15 +25,16 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
-    Rank 0 locks `out_dir` before anything else (a second process on the same folder stops with
-    utils.lock.LockError naming this one), then prepares the data (building the caches); the
-    other ranks then read them. `callbacks(data, device)` builds the callbacks once the data and
-    the device are known.
+    A CUDA run whose memory plan (training/memory.py) does not fit the device stops first, with
+    training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
+    (a second process on the same folder stops with utils.lock.LockError naming this one) and
+    prepares the data (building the caches); the other ranks then read them. `callbacks(data, device)`
+    builds the callbacks once the data and the device are known.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
-    lock = FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext()
     try:
-        with lock:
+        check_fits(cfg, resolve_device(cfg.train.device, dist.local_rank), dist.world_size)  # before any allocation
+        with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
             if dist.is_main:
                 data = prepare_data(cfg, log=log)
             dist.barrier()

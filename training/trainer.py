@@ -11,7 +11,8 @@ One Trainer trains one model described by a RunConfig into an output folder:
 
 The trainer receives prepared data (data.prepare_data) and a process group
 (training.distributed); `training.run.train_run` does both for one config and holds the
-folder's lock. Works alone or under torchrun (DDP); only rank 0 writes. Callbacks
+folder's lock. Works alone or under torchrun (DDP, or FSDP2 with --shard fsdp: training/sharding.py); only
+rank 0 writes. Callbacks
 (training.callbacks) see each step through a StepInfo and keep their own state in checkpoints.
 
 Nothing is written until every check has passed (training.resume: what a resume may change);
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
@@ -45,6 +47,8 @@ from training.errors import NonFiniteLossError, RunError
 from training.resume import check_resume_length, check_same_run
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
+from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
+                               shard_checkpoint, shard_model)
 from utils.errors import os_fix, os_problem
 from utils.runtime import (autocast, device_choice, local_cpu_threads, precision_choice, provenance, resolve_compile,
                            resolve_device, resolve_precision)
@@ -76,12 +80,17 @@ class Trainer:
         if tc.batch_size % self.dist.world_size:
             raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
                               f"processes: the global batch is split evenly across ranks")
+        check_sharding(cfg, self.dist.world_size)
+        self.fsdp = tc.shard == "fsdp"
         saved = self._check_out_dir(resume)
 
         torch.manual_seed(tc.seed)  # same initial weights on every rank
         self.model = MinimalLLM(cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
         self.model.fused_loss = tc.fused_loss
+        if self.fsdp:
+            shard_model(self.model, self.device)  # before the optimizers: they hold the sharded parameters
+        self.full_model = ProbeCopy(self.model, self.device, self.is_main) if self.fsdp else (lambda: self.model)
         for block in self.model.blocks:  # QK-clip needs each step's largest logits
             block.attn.track_max_logit = tc.qk_clip > 0
         self.clip_counts = [0] * cfg.model.n_layers  # heads clipped per layer since the last log line
@@ -99,14 +108,16 @@ class Trainer:
             self._resume(saved, replan_schedule)
 
         self.compiled, compile_why = resolve_compile(tc.compile, self.device)
+        if self.fsdp and tc.compile == "auto":
+            self.compiled, compile_why = False, "auto: not with --shard fsdp, not yet tested together; --compile on"
         if self.compiled:
             self.model.compile_blocks()
         self.fwd = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
-            if self.dist.enabled else self.model
+            if self.dist.enabled and not self.fsdp else self.model
 
         self._log(f"run: preset={cfg.preset} device={device_choice(tc.device, self.device)} "
                   f"precision={precision_choice(tc.precision, self.device)} "
-                  f"processes={self.dist.world_size} compile={self.compiled} ({compile_why}) "
+                  f"processes={self.dist.world_size} shard={tc.shard} compile={self.compiled} ({compile_why}) "
                   f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
                   f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "
@@ -136,6 +147,8 @@ class Trainer:
         state, weights, blob = read_checkpoint(ckpt)
         if state["step"] != ckpt.step:
             raise CheckpointError(f"state.json says step {state['step']}, the folder step {ckpt.step}")
+        if self.fsdp:
+            shard_checkpoint(weights, blob, self.model, self.optimizers)
         apply_checkpoint(ckpt, weights, blob, self.model, self.optimizers)
         try:
             self.loader.load_state_dict(state["loader"])
@@ -195,12 +208,14 @@ class Trainer:
             self.folder.append_metrics(record)
 
     def _save(self) -> None:
+        # FSDP: every rank takes part in gathering the whole tensors, rank 0 writes them
+        tensors = (full_model_state(self.model), full_optimizer_states(self.optimizers)) if self.fsdp else None
         if self.is_main:
             save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
                              "wall_time": self.wall_time, "config": self.cfg.to_dict(),
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
-                            keep_last=self.cfg.train.keep_last)
+                            keep_last=self.cfg.train.keep_last, tensors=tensors)
         self.dist.barrier()
 
     # ------------------------------------------------------------ the loop
@@ -239,7 +254,8 @@ class Trainer:
             x, y = self.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             last = micro == tc.grad_accum - 1
-            sync = nullcontext() if (last or not self.dist.enabled) else self.fwd.no_sync()
+            sync = nullcontext() if (last or not self.dist.enabled) else \
+                no_grad_sync(self.model) if self.fsdp else self.fwd.no_sync()
             with sync:
                 with autocast(self.device, self.precision):
                     loss = self.fwd(x, y)
@@ -247,7 +263,8 @@ class Trainer:
             loss_sum += loss.detach()
         loss_value = self.dist.mean(loss_sum.item() / tc.grad_accum, self.device)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf).item()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
+        grad_norm = (grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm).item()
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             self._fail_non_finite(loss_value, grad_norm)
         for opt in self.optimizers:
@@ -286,7 +303,7 @@ class Trainer:
         info = StepInfo(step=self.step, total_steps=self.steps, start_step=self.start_step,
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
-                        is_main=self.is_main, metrics=logged or {}, lrs=lrs)
+                        is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model)
         for callback in self.callbacks:
             callback(info)
 

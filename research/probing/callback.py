@@ -78,18 +78,19 @@ class ProbeCallback:
         if info.step % self.every and info.step != info.total_steps:
             return
         val_loss = info.evaluate()
+        model = info.full_model() if info.full_model else info.model  # every rank: a collective under FSDP
         if not info.is_main:
             return
         if self.results is None:
             self.results = self._open(info.start_step)
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
             self.results["init_val_loss"], val_loss = val_loss, None
-        record = self.probe(info.model)
+        record = self.probe(model)
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
         if info.step == info.total_steps and self.ablation_batches:
-            ablation = gain_ablation(info.model, self.probe, self.ablation_batches)
+            ablation = gain_ablation(model, self.probe, self.ablation_batches)
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         save_results(self.path, self.results)

@@ -164,6 +164,30 @@ def measure_probe_memory(n_layers: int) -> dict:
             "probe_s": time.perf_counter() - t, "mean_pr": rec["mean_pr"]}
 
 
+def measure_logit_tracking(name: str, steps: int) -> dict:
+    """QK-clip's per-step max-logit tracking (models.layers.causal_max_logit) as a share of the training step,
+    without QK-norm (where QK-clip is used): steps with and without tracking alternate in one process."""
+    mc, B, T = configs()[name]
+    torch.manual_seed(0)
+    model = MinimalLLM(dataclasses.replace(mc, qk_norm="none"))
+    opts, _ = build_optimizers(model, TrainConfig())
+    x = torch.randint(0, mc.vocab_size, (B, T + 1))
+
+    def step(track: bool) -> float:
+        for block in model.blocks:
+            block.attn.track_max_logit = track
+        t = time.perf_counter()
+        model(x[:, :-1], x[:, 1:]).backward()
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=True)
+        return time.perf_counter() - t
+    for _ in range(3):
+        step(True), step(False)
+    shares = sorted(1 - plain / tracked for tracked, plain in ((step(True), step(False)) for _ in range(steps)))
+    return {"config": name, "steps": steps, "share": shares[steps // 2], "range": [shares[0], shares[-1]]}
+
+
 def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: str = "project",
         compile_setting: str = "auto") -> dict:
     """One measurement, as a child process runs it."""
@@ -175,6 +199,8 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
         return measure_probe(config, precision)
     if kind == "probe-memory":
         return measure_probe_memory(layers)
+    if kind == "logit-tracking":
+        return measure_logit_tracking(config, steps)
     raise ValueError(f"unknown measurement {kind!r}")
 
 
@@ -191,7 +217,7 @@ def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: in
 
 if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
     p = argparse.ArgumentParser(description="One measurement in this process; prints one JSON object.")
-    p.add_argument("kind", choices=["training", "pair", "probe", "probe-memory"])
+    p.add_argument("kind", choices=["training", "pair", "probe", "probe-memory", "logit-tracking"])
     p.add_argument("--config", default="tiny", choices=list(configs()))
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--steps", type=int, default=10, help="timed training steps (after 3 warm-up)")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
 from training.errors import USER_ERRORS, NonFiniteLossError
+from training.memory import needed_bytes, plan_memory
+from training.memory_fit import plan_target, plan_text
 from training.run import train_run
 from training.tracking import LOGGERS, check_logger
 from utils.errors import os_fix, os_problem
@@ -87,6 +90,9 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
     p.add_argument("--logger", default="none", choices=LOGGERS,
                    help="experiment tracker per condition (default none): tensorboard writes <condition>/tensorboard/ "
                         "(tensorboard --logdir the study folder), wandb one W&B run each (offline without a network)")
+    p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
+                   help="print the memory per device of the study's largest run (on DEVICES devices; default: "
+                        "torchrun's WORLD_SIZE or 1) and exit without training")
     p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
@@ -143,6 +149,9 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         preset, overrides = start_from_args(args, "auto")
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
                            overrides)
+        if args.plan is not None:  # planning for CUDA needs no GPU here
+            print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
+            return Path(args.out or Path("research_results") / study.name)
         device = resolve_device(base.train.device)
         check_logger(args.logger)
     except ConfigError as e:
@@ -161,6 +170,14 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     except LockError as e:
         sys.exit(f"error: {e}")
     return out
+
+
+def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
+    """The memory plan of the study's run that needs the most (conditions differ in q/k norms and learning
+    rates only, so by a few parameters at most)."""
+    configs = [run_config(base, overrides, base.train.seed) for _, overrides in study.runs()]
+    largest = max(configs, key=lambda c: needed_bytes(plan_memory(c, *plan_target(c), world_size)))
+    return f"{study.name}: the largest of its {len(configs)} runs\n{plan_text(largest, world_size)}"
 
 
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from research.export import export_run
 from tests.helpers import REPO
-from tests.research.inspection.test_tour import PROMPT, SENTENCES
+from tests.research.inspection.builders import PROMPT, SENTENCES
 
 ARCHITECTURE = {"learned": "ApertusForCausalLM", "frozen": "ApertusForCausalLM", "none": "ArceeForCausalLM"}
 SPECIALS = ["<pad>", "</s>", "<s>", "[UNK]"]  # pad 0, eos 1, bos 2: none of them Apertus' defaults (1, 2, 3)
