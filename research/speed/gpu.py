@@ -3,7 +3,7 @@ bf16 autocast, fused AdamW, the chunked loss, checkpointing as configured) on ra
 tokens/s, MFU against the measured bf16 matmul ceiling, Muon's share, peak memory and the probe's cost.
 
     python -m research.speed.gpu --preset 1b --steps 10
-    python -m research.speed.gpu --preset 1b --set grad_checkpointing=false --set batch_size=4 --set grad_accum=8
+    python -m research.speed.gpu --preset 1b --grad_checkpointing true --batch_size 4 --grad_accum 8
 
 research/benchmark.py runs it for the 88m and 1b presets when CUDA is available.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from configs import apply_overrides, flops_per_token, get_preset
+from configs import PRESETS, add_config_args, apply_overrides, flops_per_token, get_preset
+from configs.cli import overrides_from_args, start_in
 
 
 def bf16_ceiling(n: int = 8192, repeats: int = 10) -> float:
@@ -110,26 +111,16 @@ def measure(preset: str, steps: int, overrides: dict, ceiling: float) -> dict:
             "mfu_with_probe": tokens * every / (every * step_s + probe_s) * fpt / ceiling}
 
 
-def _value(text: str):
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", default="1b")
     p.add_argument("--steps", type=int, default=10)
-    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="config override")
+    preset, _ = start_in(argv, "1b")
+    add_config_args(p, get_preset(preset if preset in PRESETS else "1b"), default_preset="1b")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("research.speed.gpu needs CUDA: on CPU run python research/benchmark.py")
-    overrides = {k: _value(v) for k, v in (s.split("=", 1) for s in a.set)}
     ceiling = bf16_ceiling()
-    result = measure(a.preset, a.steps, overrides, ceiling)
+    result = measure(a.preset or "1b", a.steps, overrides_from_args(a), ceiling)
     result.update(device=torch.cuda.get_device_name(), bf16_tflops=ceiling / 1e12)
     print(json.dumps(result))
 

@@ -207,11 +207,16 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
 def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: int = 10, layers: int = 2,
              impl: str = "project", compile_setting: str = "auto") -> dict:
     """Run one measurement in a fresh Python process and return its JSON result."""
-    argv = [kind, "--config", config, "--precision", precision, "--steps", str(steps), "--layers", str(layers),
-            "--impl", impl, "--compile", compile_setting]
-    out = subprocess.run([sys.executable, "-m", "research.speed.measure", *argv], capture_output=True, text=True)
+    return child_json("research.speed.measure", [kind, "--config", config, "--precision", precision, "--steps",
+                                                 str(steps), "--layers", str(layers), "--impl", impl,
+                                                 "--compile", compile_setting])
+
+
+def child_json(module: str, argv: list[str]) -> dict:
+    """`python -m module *argv` in a fresh process; the JSON object its last line prints."""
+    out = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"benchmark child {argv} failed:\n{out.stderr[-2000:]}")
+        raise RuntimeError(f"benchmark child {module} {argv} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from research.speed.measure import in_child, matmul_ceiling
+from research.speed.measure import child_json, in_child, matmul_ceiling
 from utils.runtime import cpu_has_native_bf16, cpu_name, resolve_precision
 
 
@@ -96,16 +96,7 @@ def table(result: dict) -> str:
 
 def gpu_suite(presets: tuple[str, ...], steps: int) -> dict:
     """research.speed.gpu for each preset, each in a fresh process (its own peak memory and compile cache)."""
-    import json
-    import subprocess
-    import sys
-    runs = {}
-    for name in presets:
-        out = subprocess.run([sys.executable, "-m", "research.speed.gpu", "--preset", name, "--steps", str(steps)],
-                             capture_output=True, text=True)
-        if out.returncode != 0:
-            raise RuntimeError(f"GPU benchmark of {name} failed:\n{out.stderr[-2000:]}")
-        runs[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    runs = {name: child_json("research.speed.gpu", ["--preset", name, "--steps", str(steps)]) for name in presets}
     return {"device": torch.cuda.get_device_name(), "presets": runs}
 
 
