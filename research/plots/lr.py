@@ -15,7 +15,7 @@ import numpy as np
 from research.analysis.lr import REFERENCE, LRAnalysis
 from research.analysis.rules import rule_text
 from research.analysis.stats import mean_ci95
-from research.plots.common import color, decision_table, fmt_num, label, styled, subplots
+from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 
 
 def _xaxis(ax, multipliers: list[float]) -> None:
@@ -64,9 +64,8 @@ def fig_max_logit(a: LRAnalysis):
         runs = a.grid[cond][m]
         n = min(len(r.logit_series) for r in runs)
         y = np.nanmean([r.logit_series[:n] for r in runs], axis=0)
-        ax.plot(runs[0].tokens[:n] / 1e6, y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
+        ax.plot(tokens_axis(ax, runs[0].tokens[:n]), y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
     ax.set_yscale("log")
-    ax.set_xlabel("training tokens (millions)")
     ax.set_ylabel("largest attention logit (any layer, head)")
     ax.set_title("Attention logits over training, each condition at its highest stable rate")
     ax.legend(fontsize=8)
