@@ -62,11 +62,16 @@ class LinearCrossEntropy(torch.autograd.Function):
         return gh * scale, gW * scale, None, None, None
 
 
+def default_chunk_elements(device_type: str) -> int:
+    """Logits per chunk on this kind of device (training.memory plans with the same)."""
+    return CUDA_CHUNK_ELEMENTS if device_type == "cuda" else CHUNK_ELEMENTS
+
+
 def linear_cross_entropy(h_Nd: torch.Tensor, W_Vd: torch.Tensor, y_N: torch.Tensor,
                          chunk_elements: int | None = None) -> torch.Tensor:
     """Mean cross-entropy (float32 scalar) of the logits h @ W^T against the target ids y."""
     if chunk_elements is None:
-        chunk_elements = CUDA_CHUNK_ELEMENTS if h_Nd.is_cuda else CHUNK_ELEMENTS
+        chunk_elements = default_chunk_elements(h_Nd.device.type)
     chunk = max(1, chunk_elements // W_Vd.shape[0])
     dtype = _compute_dtype(h_Nd)  # read before autocast is switched off for the explicit casts inside
     with torch.autocast(h_Nd.device.type, enabled=False):

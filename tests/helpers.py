@@ -110,14 +110,6 @@ def hold_lock(folder: Path):
     return proc
 
 
-def free_port() -> int:
-    """A TCP port no one listens on now (the OS picks it), for a test's process group."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def spawn_gloo(fn, world_size: int, *args) -> None:
     """Run fn(rank, world_size, *args) in `world_size` processes joined in a gloo process group on a free port."""
     import torch.multiprocessing as mp

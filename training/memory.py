@@ -31,10 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from configs.config import ModelConfig, RunConfig
-from models.loss import CHUNK_ELEMENTS, CUDA_CHUNK_ELEMENTS
+from models.loss import default_chunk_elements
+from optimizers.muon import Muon
 
 GIB = 2 ** 30
-MUON_MAX_BATCH_NUMEL = 2 ** 26  # optimizers.muon.Muon.max_batch_numel (kept equal by a test)
+MUON_MAX_BATCH_NUMEL = Muon.max_batch_numel
 PROBE_BLOCK = 64  # research.probing.metrics.attention_metrics' block_size
 HEADROOM = 0.10  # CUDA: the caching allocator's fragmentation and library workspaces, on top of the plan
 
@@ -116,12 +117,11 @@ def muon_transient_bytes(p: Params, e: int, world_size: int, sharded_params: boo
     return worst
 
 
-def loss_bytes(m: ModelConfig, tokens: int, e: int, fused: bool,
-               chunk_elements: int = CHUNK_ELEMENTS) -> tuple[int, int, int]:
+def loss_bytes(m: ModelConfig, tokens: int, e: int, fused: bool, chunk: int) -> tuple[int, int, int]:
     """(saved for backward, forward workspace, backward gradients) of the LM head + cross-entropy."""
     d, V = m.d_model, m.vocab_size
     if fused:
-        chunk = min(tokens, max(1, chunk_elements // V)) * V  # logits per chunk
+        chunk = min(tokens, max(1, chunk // V)) * V  # logits per chunk
         saved = 4 * tokens * d + 4 * V * d  # dL/dh and dL/dW, computed in the forward
         work = 12 * chunk + 4 * tokens * d  # a chunk's fp32 logits and logsumexp's two temporaries; h
         if e != 4:  # the chunk's bf16 product and probabilities; bf16 h and W; a chunk's bf16 dW and its fp32 cast
@@ -182,8 +182,7 @@ def plan_memory(cfg: RunConfig, device_type: str, precision: str, world_size: in
     ckpt = t.grad_checkpointing
     bf16_block = 2 * p.per_block_matmul if e == 2 else 0
     per_layer = block_activation_bytes(m, e, n) * N
-    chunk = CUDA_CHUNK_ELEMENTS if device_type == "cuda" else CHUNK_ELEMENTS  # as models.loss chooses
-    loss_saved, loss_work, loss_grads = loss_bytes(m, N, e, t.fused_loss, chunk)
+    loss_saved, loss_work, loss_grads = loss_bytes(m, N, e, t.fused_loss, default_chunk_elements(device_type))
     parts = {
         "weights": 4 * p.total // div,
         "gradients": 4 * p.trainable // div,

@@ -23,12 +23,14 @@ class MemoryPlanError(ConfigError):
 
 def plan_target(cfg: RunConfig) -> tuple[str, str]:
     """(device type, precision) the run would use, without touching a GPU: --device cuda plans for CUDA even
-    on a machine without one; precision auto is bf16 on CUDA."""
+    on a machine without one; precision auto is what the Trainer would pick (bf16 on CUDA without a GPU here)."""
     name = cfg.train.device
     cuda = name.startswith("cuda") or (name == "auto" and torch.cuda.is_available())
     if cfg.train.precision != "auto":
         return ("cuda" if cuda else "cpu"), cfg.train.precision
-    return ("cuda", "bf16") if cuda else ("cpu", resolve_precision("auto", torch.device("cpu")))
+    if cuda:  # the GPU here decides (fp32 where it has no bf16); planning without one assumes bf16
+        return "cuda", resolve_precision("auto", torch.device("cuda")) if torch.cuda.is_available() else "bf16"
+    return "cpu", resolve_precision("auto", torch.device("cpu"))
 
 
 def _plan(cfg: RunConfig, world_size: int, **overrides) -> MemoryPlan:

@@ -99,12 +99,14 @@ class ProbeCopy:
     """An unsharded copy of the model on rank 0, refreshed from the shards when asked."""
 
     def __init__(self, model: MinimalLLM, device: torch.device, is_main: bool):
-        self.model = model
-        with torch.random.fork_rng(devices=[]):  # its initial values are overwritten: leave the RNG as it was
-            self.copy = MinimalLLM(model.cfg).to(device) if is_main else None
+        self.model, self.device, self.is_main = model, device, is_main
+        self.copy: MinimalLLM | None = None  # built at the first call: a run that never probes holds none
 
     def __call__(self) -> nn.Module | None:
         """A collective (every rank calls it): rank 0's copy with the current weights; None on the others."""
+        if self.is_main and self.copy is None:
+            with torch.random.fork_rng(devices=[]):  # its initial values are overwritten: leave the RNG as it was
+                self.copy = MinimalLLM(self.model.cfg).to(self.device)
         with torch.no_grad():
             target = self.copy.state_dict() if self.copy is not None else {}
             for k, v in self.model.state_dict().items():

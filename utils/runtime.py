@@ -4,7 +4,6 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -106,14 +105,6 @@ def precision_choice(precision: str, device: torch.device) -> str:
            ("cpu", "bf16"): "CPU with native bf16", ("cpu", "fp32"): "no native bf16 on this CPU",
            }.get((device.type, chosen), f"fp32 on {device.type}")
     return f"{chosen} (auto: {why})"
-
-
-def cpu_compiler() -> str | None:
-    """The C++ compiler inductor would use on CPU (CXX, else g++/c++/clang++ on PATH), or None."""
-    for name in (os.environ.get("CXX"), "g++", "c++", "clang++"):
-        if name and shutil.which(name):
-            return name
-    return None
 
 
 def resolve_compile(setting: str, device: torch.device) -> tuple[bool, str]:

@@ -65,10 +65,11 @@ class Run:
     def of(res: dict) -> "Run":
         norms = layer_series(res, "norm_mean")
         diverged = (res.get("diverged") or {}).get("step")
+        series = max_logit_series(res)
         return Run(seed_of(res), math.nan if diverged is not None else last(res, "val_loss"),
-                   as_float(res.get("init_val_loss")), diverged, float(max_logit_series(res)[-1])
-                   if res.get("probes") else math.nan, last(res, "mean_pr"),
-                   float(np.nanmean(norms[-1])) if norms.size else math.nan, probe_tokens(res), max_logit_series(res))
+                   as_float(res.get("init_val_loss")), diverged, float(series[-1]) if res.get("probes") else math.nan,
+                   last(res, "mean_pr"), float(np.nanmean(norms[-1])) if norms.size else math.nan, probe_tokens(res),
+                   series)
 
     @property
     def capped_loss(self) -> float:

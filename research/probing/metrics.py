@@ -171,7 +171,8 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     seen = torch.where(allowed, s, 0).double()
     sums.logit += seen.sum((1, 3))
     sums.logit_sq += seen.square_().sum((1, 3))
-    sums.pairs += int(allowed.sum())
+    # keys each query sees, counted on the host (reading `allowed` back would wait for the GPU every block)
+    sums.pairs += sum(t + 1 if window is None else min(t + 1, window) for t in range(start, end))
     # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =
     # 0 * finite = 0 there: the 0 ln 0 = 0 convention.
     s.masked_fill_(~allowed, -1e30)

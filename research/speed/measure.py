@@ -45,24 +45,24 @@ def matmul_ceiling(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float
 
 
 def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
-    """(module to call, the model, its optimizers, compile note) for the project or the reference step."""
+    """(the model, its optimizers, compiled?) for the project or the reference step."""
     torch.manual_seed(0)
     if impl == "reference":
         model = ReferenceLM(mc)
         ortho = torch.bfloat16 if precision == "bf16" else torch.float32
-        return model, model, reference_optimizers(model, ortho_dtype=ortho), False
+        return model, reference_optimizers(model, ortho_dtype=ortho), False
     model = MinimalLLM(mc)
     opts, _ = build_optimizers(model, TrainConfig())
     compiled, _ = resolve_compile(compile_setting, torch.device("cpu"))
     if compiled:
         model.compile_blocks()  # as training compiles
-    return model, model, opts, compiled
+    return model, opts, compiled
 
 
 def _stepper(name: str, impl: str, precision: str, compile_setting: str):
     """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation."""
     mc, B, T = configs()[name]
-    fwd, model, opts, compiled = _build(impl, mc, precision, compile_setting)
+    model, opts, compiled = _build(impl, mc, precision, compile_setting)
     muon = [o for o in opts if "Muon" in type(o).__name__]
     others = [o for o in opts if o not in muon]
     device = torch.device("cpu")
@@ -71,7 +71,7 @@ def _stepper(name: str, impl: str, precision: str, compile_setting: str):
     def step() -> tuple[float, float]:
         t0 = time.perf_counter()
         with autocast(device, precision):
-            loss = fwd(x[:, :-1], x[:, 1:])
+            loss = model(x[:, :-1], x[:, 1:])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for o in others:

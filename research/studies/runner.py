@@ -120,8 +120,9 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
     """Train one run with the probe; where divergence is a result (the learning-rate grid), a run whose loss
     became non-finite is recorded as diverged and is not trained again."""
     results = run_dir / RESULTS_FILE
-    if divergence_is_a_result and diverged_at(results) is not None:
-        print(f"   diverged at step {diverged_at(results)} before: kept as it is", flush=True)
+    step = diverged_at(results) if divergence_is_a_result else None
+    if step is not None:
+        print(f"   diverged at step {step} before: kept as it is", flush=True)
         return
 
     def callbacks(data, device):
