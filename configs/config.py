@@ -123,6 +123,8 @@ class TrainConfig:
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: choose auto, on or off")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
         _check(self.shard in ("none", "fsdp"), f"shard={self.shard!r}: choose none or fsdp")
+        _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
+                                                             "of them")
 
 
 @dataclass

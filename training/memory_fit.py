@@ -63,7 +63,7 @@ def fit_options(cfg: RunConfig, world_size: int, available: int) -> list[str]:
         need = fits(world_size, grad_checkpointing=True)
         out.append(f"--grad_checkpointing true ({need / GIB:.1f} GiB)" if need
                    else smaller_batch(grad_checkpointing=True))
-    if t.shard == "none":
+    if t.shard == "none" and not t.qk_clip:  # FSDP does not take QK-clip yet
         for n in (c for c in DEVICE_COUNTS if c >= world_size and t.batch_size % c == 0):
             need = fits(n, shard="fsdp")
             if need:

@@ -24,14 +24,12 @@ from optimizers.muon import local_rows
 
 
 def check_sharding(cfg: RunConfig, world_size: int) -> None:
-    """--shard fsdp needs several processes, and QK-clip (which rescales weight rows in place) is not ported."""
+    """--shard fsdp needs several processes (that it excludes QK-clip is checked with the config)."""
     if cfg.train.shard != "fsdp":
         return
     if world_size < 2:
         raise ConfigError("--shard fsdp divides the model over processes: launch with torchrun --nproc_per_node N "
                           "(N >= 2, one device each), or drop --shard for one process")
-    if cfg.train.qk_clip:
-        raise ConfigError("--qk_clip does not work with --shard fsdp yet: drop one of them")
 
 
 def shard_model(model: MinimalLLM, device: torch.device) -> None:

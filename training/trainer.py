@@ -270,9 +270,10 @@ class Trainer:
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
-        if tc.qk_clip:
-            for block in self.model.blocks:
-                self.dist.max_(block.attn.max_logit)
+        if tc.qk_clip:  # the step's largest logits over all ranks: one collective for every layer
+            maxima = self.dist.max_(torch.stack([block.attn.max_logit for block in self.model.blocks]))
+            for block, m in zip(self.model.blocks, maxima):
+                block.attn.max_logit.copy_(m)
             self.clip_counts = [a + b for a, b in zip(self.clip_counts, qk_clip_(self.model.blocks, tc.qk_clip))]
         self.step += 1
         return loss_value, grad_norm

@@ -82,6 +82,8 @@ def test_qk_clip_needs_a_model_without_qk_norm():
     with pytest.raises(ConfigError, match="QK-clip applies only with --qk_norm none"):
         apply_overrides(get_preset("debug"), {"qk_clip": 50.0})
     assert apply_overrides(get_preset("debug"), {"qk_clip": 50.0, "qk_norm": "none"}).train.qk_clip == 50.0
+    with pytest.raises(ConfigError, match="--qk_clip does not work with --shard fsdp yet"):  # before any data work
+        apply_overrides(get_preset("debug"), {"qk_clip": 50.0, "qk_norm": "none", "shard": "fsdp"})
 
 
 def test_training_with_qk_clip_logs_clips_per_layer_and_keeps_logits_near_tau(debug_cfg, tmp_path):
