@@ -139,6 +139,10 @@ def test_a_head_reading_one_token_lists_it_first_with_projection_one(model_dirs,
             adapter.input_embedding()[t] -= adapter.input_embedding()[t].mean()
         offset = 0.5
     _read_token(adapter, 2, m, 1, t, offset)
+    # the gains folded back in (and GPT-2's centring, which removes the offset): every row of the head's map
+    # is the token's embedding again, which the projections below cannot tell from any row scaling
+    e = adapter.input_embedding()[t].detach().float()
+    torch.testing.assert_close(adapter.read_weights(2, m)[1], e.expand(adapter.head_dim, -1), rtol=1e-4, atol=1e-5)
     hw = head_words(adapter, 2, 3, lambda i: tok.decode([i]))
     h = hw[kind][1]
     assert h["ids"][0] == t and h["tokens"][0] == "sky"
