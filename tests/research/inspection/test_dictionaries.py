@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from research.inspection import InspectError, load_model
+from research.inspection import InspectError, inspect_model, load_model
 from research.inspection.dictionaries import (dictionary_section, head_words, pair_blocks, pair_statistics,
                                               sample_ids, vocab_cosines)
 from tests.research.inspection.builders import PROMPT
@@ -177,10 +177,18 @@ def test_cli_on_a_training_folder_writes_the_sections(model_dirs, tmp_path):
     assert inspect_pretrained.main(["--model", str(model_dirs["own"]), "--out", str(out), "--head_layer", "3"]) == 2
 
 
-def test_bad_head_layer_is_refused_before_the_forward(model_dirs):
+def test_bad_head_layer_is_refused_before_the_forward(model_dirs, monkeypatch):
     model, tok, adapter = load_model(str(model_dirs["llama"]))
     with pytest.raises(InspectError, match="head-words layer"):
         head_words(adapter, 3, 2, str)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the forward ran")
+    monkeypatch.setattr(adapter, "forward", no_forward)  # inspect_model must refuse before it
+    with pytest.raises(InspectError, match="head-words layer 3"):
+        inspect_model(adapter, tok, PROMPT, head_layer=3)
+    with pytest.raises(InspectError, match="dictionary sample of 2 tokens"):
+        inspect_model(adapter, tok, PROMPT, dict_sample=2)
 
 
 # ----------------------------------------------------------------------------------------------
