@@ -246,3 +246,9 @@ def load_newest(root: Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpo
 def load_model_weights(path: Path, model: torch.nn.Module) -> None:
     """Load only the weights of a checkpoint folder (for inspection and probing)."""
     load_weights(_read(Path(path), "model.safetensors", lambda p: load_file(str(p))), model, Path(path))
+
+
+def load_newest_weights(root: Path, model: torch.nn.Module) -> tuple[Checkpoint | None, list[tuple]]:
+    """Load into `model` the weights of the newest checkpoint under `root` that reads back (export, inspection);
+    returns it (None where none does) and [(checkpoint, reason)] of the newer ones that failed."""
+    return load_newest(root, lambda c: load_model_weights(c.path, model))

@@ -42,7 +42,7 @@ import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
-from training.checkpoint import Checkpoint, load_model_weights, load_newest, read_state
+from training.checkpoint import Checkpoint, load_newest_weights, read_state
 
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
@@ -120,7 +120,7 @@ def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.T
         raise ExportError(str(e)) from e
     model = MinimalLLM(cfg.model)
     # the newest checkpoint whose weights read back (a damaged newer one is named and skipped)
-    ckpt, failed = load_newest(run_dir / "checkpoints", lambda c: load_model_weights(c.path, model))
+    ckpt, failed = load_newest_weights(run_dir / "checkpoints", model)
     if ckpt is None:
         why = "; ".join(f"{c.path.name}: {reason}" for c, reason in failed)
         raise ExportError(f"{run_dir} has no checkpoint that reads back under {run_dir / 'checkpoints'} "

@@ -24,13 +24,13 @@ def _is_own_run(path: Path) -> bool:
 def _load_own(path: Path, dtype: torch.dtype):
     from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
-    from training.checkpoint import load_model_weights, load_newest
+    from training.checkpoint import load_newest_weights
     try:
         cfg = RunConfig.load(path / "config.json")
     except ConfigError as e:
         raise InspectError(str(e)) from e
     model = MinimalLLM(cfg.model)
-    ckpt, failed = load_newest(path / "checkpoints", lambda c: load_model_weights(c.path, model))
+    ckpt, failed = load_newest_weights(path / "checkpoints", model)
     for bad, why in failed:
         print(f"warning: checkpoint {bad.path} cannot be loaded: {why}", file=sys.stderr)
     if ckpt is None and failed:
