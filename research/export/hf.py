@@ -159,7 +159,8 @@ def check_out_dir(out_dir: Path, run_dir: Path, force: bool) -> None:
 
 
 def _write(tmp: Path, run_dir: Path, cfg: RunConfig, ckpt: Checkpoint, weights: dict[str, torch.Tensor],
-           special: dict[str, int | None]) -> None:
+           special: dict[str, int | None]) -> dict:
+    """The export's files into tmp; returns export.json's dict."""
     from safetensors.torch import save_file
     from transformers import GenerationConfig
     for f in (run_dir / "tokenizer").iterdir():
@@ -175,6 +176,7 @@ def _write(tmp: Path, run_dir: Path, cfg: RunConfig, ckpt: Checkpoint, weights: 
             "tokens": ckpt.state.get("tokens"), "qk_norm": cfg.model.qk_norm, "architecture": target.architecture,
             "embedding_scale_folded": math.sqrt(cfg.model.d_model), "tie_word_embeddings": False}
     (tmp / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
+    return info
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict:
@@ -191,7 +193,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) ->
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".tmp-{out_dir.name}-"))
-        _write(tmp, run_dir, cfg, ckpt, weights, special)
+        info = _write(tmp, run_dir, cfg, ckpt, weights, special)
         out_dir.mkdir(exist_ok=True)
         for f in tmp.iterdir():
             os.replace(f, out_dir / f.name)
@@ -200,4 +202,4 @@ def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) ->
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-    return json.loads((out_dir / EXPORT_INFO).read_text())
+    return info
