@@ -55,17 +55,24 @@ def _full(t):
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def full_model_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The model's state dict with whole tensors on the CPU (a collective: every rank calls it)."""
-    return {k: _full(v.detach()).cpu() for k, v in model.state_dict().items()}
+def _gathered(t: torch.Tensor, keep: bool) -> torch.Tensor | None:
+    """The whole tensor (every rank must take part in gathering it), copied to the CPU only where kept."""
+    full = _full(t)
+    return full.cpu() if keep else None
 
 
-def full_optimizer_states(optimizers: list[torch.optim.Optimizer]) -> list[dict]:
+def full_model_state(model: nn.Module, keep: bool = True) -> dict[str, torch.Tensor]:
+    """The model's state dict with whole tensors on the CPU (a collective: every rank calls it); ranks that
+    do not write it pass keep=False and hold no host copy."""
+    return {k: _gathered(v.detach(), keep) for k, v in model.state_dict().items()}
+
+
+def full_optimizer_states(optimizers: list[torch.optim.Optimizer], keep: bool = True) -> list[dict]:
     """Each optimizer's state dict with whole tensors on the CPU (a collective), as an unsharded run's."""
     out = []
     for opt in optimizers:
         sd = opt.state_dict()
-        sd["state"] = {i: {k: _full(v).cpu() if torch.is_tensor(v) else v for k, v in s.items()}
+        sd["state"] = {i: {k: _gathered(v, keep) if torch.is_tensor(v) else v for k, v in s.items()}
                        for i, s in sd["state"].items()}
         out.append(sd)
     return out

@@ -209,7 +209,8 @@ class Trainer:
 
     def _save(self) -> None:
         # FSDP: every rank takes part in gathering the whole tensors, rank 0 writes them
-        tensors = (full_model_state(self.model), full_optimizer_states(self.optimizers)) if self.fsdp else None
+        tensors = (full_model_state(self.model, keep=self.is_main),
+                   full_optimizer_states(self.optimizers, keep=self.is_main)) if self.fsdp else None
         if self.is_main:
             save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
