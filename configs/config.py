@@ -17,6 +17,11 @@ class ConfigError(ValueError):
     """A configuration that cannot work; the message names the field and the fix."""
 
 
+# Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
+# its own field decayed both optimizers by `weight_decay`); read by RunConfig.from_dict and configs.files.
+LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
+
+
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
@@ -203,10 +208,11 @@ class RunConfig:
     def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
         try:
             train = dict(d["train"])
-            if "weight_decay" in train:  # configs written before Muon's decay had its own field decayed both
-                wd = train.pop("weight_decay")
-                train.setdefault("muon_weight_decay", wd)
-                train.setdefault("adamw_weight_decay", wd)
+            for old, news in LEGACY_TRAIN_FIELDS.items():  # an old field sets its successors unless they are given
+                if old in train:
+                    value = train.pop(old)
+                    for new in news:
+                        train.setdefault(new, value)
             return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**train),
                        data=DataConfig(**d["data"]), probe=ProbeConfig(**d.get("probe", {})),
                        preset=d.get("preset", "custom"))

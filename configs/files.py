@@ -23,13 +23,11 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, TrainConfig
+from configs.config import LEGACY_TRAIN_FIELDS, ConfigError, DataConfig, ModelConfig, ProbeConfig, TrainConfig
 from configs.presets import PRESETS
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
 YAML_SUFFIXES = (".yaml", ".yml")
-# configs written before Muon's weight decay had its own field: `weight_decay` decayed both
-_LEGACY = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
 
 
 @dataclass(frozen=True)
@@ -100,8 +98,8 @@ def _section_values(section: str, body, hints: dict, path: Path) -> dict[str, ob
         raise ConfigError(f"{path}: section {section!r} must be a mapping of its fields, found {body!r}")
     out: dict[str, object] = {}
     for key, value in body.items():
-        if section == "train" and key in _LEGACY:
-            for new in _LEGACY[key]:
+        if section == "train" and key in LEGACY_TRAIN_FIELDS:
+            for new in LEGACY_TRAIN_FIELDS[key]:
                 out.setdefault(new, _coerce(new, float, value, f"{path}: [{section}] "))
             continue
         if key not in hints or hints[key][0] != section:
