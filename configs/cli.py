@@ -15,21 +15,16 @@ import dataclasses
 import typing
 
 from configs.config import ConfigError, RunConfig
-from configs.files import SECTIONS, ConfigFile, read_config_file
+from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
 from configs.presets import PRESETS, get_preset
 
 
 def _parse_bool(s: str) -> bool:
     v = s.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off"):
-        return False
+    words = {**BOOL_WORDS, "1": True, "0": False}  # the command line also takes 1 and 0
+    if v in words:
+        return words[v]
     raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
-
-
-def _parse_list(s: str) -> list[str]:
-    return [p for p in s.split(",") if p]
 
 
 def _field_type(cls, f: dataclasses.Field):
@@ -41,7 +36,7 @@ def _field_type(cls, f: dataclasses.Field):
     if hint is float:
         return float, "X"
     if typing.get_origin(hint) is list:
-        return _parse_list, "A,B,..."
+        return split_list, "A,B,..."
     return str, "STR"
 
 

@@ -61,6 +61,14 @@ def _parse(path: Path, text: str) -> object:
         raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
 
 
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def split_list(text: str) -> list[str]:
+    """'a,b,,c' -> ['a', 'b', 'c'] (a list field written as text, in a file or on the command line)."""
+    return [p for p in text.split(",") if p]
+
+
 def _coerce(name: str, hint, value, where: str) -> object:
     """`value` as the field's type; YAML reads 1e-3 as text, so numbers in text are accepted."""
     def bad(kind: str):
@@ -68,8 +76,8 @@ def _coerce(name: str, hint, value, where: str) -> object:
     if hint is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "on", "off"):
-            return value.strip().lower() in ("true", "yes", "on")
+        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
+            return BOOL_WORDS[value.strip().lower()]
         raise bad("true or false")
     if hint is int:
         if isinstance(value, int) and not isinstance(value, bool):
@@ -84,7 +92,7 @@ def _coerce(name: str, hint, value, where: str) -> object:
         raise bad("a number")
     if typing.get_origin(hint) is list:
         if isinstance(value, str):
-            return [p for p in value.split(",") if p]
+            return split_list(value)
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             return list(value)
         raise bad("a list of strings")
