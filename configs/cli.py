@@ -58,7 +58,12 @@ def start_in(argv: list[str] | None, default: str) -> tuple[str, ConfigFile | No
     pre.add_argument("--config")
     known = pre.parse_known_args(argv)[0]
     file = read_config_file(known.config) if known.config else None
-    return known.preset or (file.preset if file else None) or default, file
+    return _chosen_preset(known.preset, file, default), file
+
+
+def _chosen_preset(given: str | None, file: ConfigFile | None, default: str) -> str:
+    """--preset, else the --config file's preset, else the script's default."""
+    return given or (file.preset if file else None) or default
 
 
 def _shown(value) -> object:
@@ -78,6 +83,7 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
                         help="JSON or YAML file of config fields, nested as a run's config.json or flat {field: "
                              "value}; applied over the preset, under the options given here (a saved config.json "
                              "reproduces its run)")
+    parser.set_defaults(cfg_file=file)  # read once, by start_in: start_from_args takes it from here
     notes = notes or {}
     given = file.values if file else {}
     for section, cls, f in _all_fields():
@@ -108,9 +114,11 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, object]:
 def start_from_args(args: argparse.Namespace, default_preset: str) -> tuple[str, dict[str, object]]:
     """(preset, {field: value}): the preset start_in chooses, and the --config file's values with the
     command line's options over them."""
-    file = read_config_file(args.config) if getattr(args, "config", None) else None
-    preset = args.preset or (file.preset if file else None) or default_preset
-    return preset, {**(file.values if file else {}), **overrides_from_args(args)}
+    file = getattr(args, "cfg_file", None)  # already read where the parser was built with it
+    if file is None and getattr(args, "config", None):
+        file = read_config_file(args.config)
+    return _chosen_preset(args.preset, file, default_preset), {**(file.values if file else {}),
+                                                                **overrides_from_args(args)}
 
 
 def apply_overrides(cfg: RunConfig, overrides: dict[str, object]) -> RunConfig:
