@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager, nullcontext
 
 import torch
 import torch.nn as nn
@@ -11,6 +12,17 @@ from torch.utils.checkpoint import checkpoint
 from configs.config import ModelConfig
 from models.layers import Block, RMSNorm, Rotary
 from models.loss import linear_cross_entropy
+
+
+@contextmanager
+def _no_logit_tracking(block: Block):
+    """Checkpointing's recompute of a block: its largest logits were taken in the forward already."""
+    attn = block.attn
+    was, attn.track_max_logit = attn.track_max_logit, False
+    try:
+        yield
+    finally:
+        attn.track_max_logit = was
 
 
 class MinimalLLM(nn.Module):
@@ -57,9 +69,10 @@ class MinimalLLM(nn.Module):
         """Final-normed hidden states [B, T, d]: everything but the LM head."""
         x_BTd = self.embed(idx_BT) * math.sqrt(self.cfg.d_model)
         blocks = self.compiled_blocks if self.compiled_blocks is not None and self.training else self.blocks
-        for block in blocks:
+        for plain, block in zip(self.blocks, blocks):
             if self.grad_checkpointing and self.training:
-                x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False)
+                x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False,
+                                   context_fn=lambda plain=plain: (nullcontext(), _no_logit_tracking(plain)))
             else:
                 x_BTd = block(x_BTd, self.rotary)
         return self.final_norm(x_BTd)

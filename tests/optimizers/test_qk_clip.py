@@ -104,3 +104,24 @@ def test_training_with_qk_clip_logs_clips_per_layer_and_keeps_logits_near_tau(de
     assert all(len(r["qk_clipped_heads"]) == 2 and len(r["max_logit"]) == 2 for r in logged)
     assert logged[0]["qk_clipped_heads"][0] > 0 and logged[0]["max_logit"][0] > 10 * tau
     assert max(logged[-1]["max_logit"]) < 2 * tau
+
+
+def test_checkpointing_does_not_track_the_logits_twice(monkeypatch):
+    """The recompute in backward skips the max-logit pass (the forward took it); the maxima are the same."""
+    import models.layers as layers
+    calls = []
+    real = layers.causal_max_logit
+    monkeypatch.setattr(layers, "causal_max_logit", lambda *a, **k: calls.append(1) or real(*a, **k))
+    model = _gqa_model()
+    ids = torch.randint(0, model.cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
+    maxima = []
+    for ckpt in (False, True):
+        model.grad_checkpointing = ckpt
+        for block in model.blocks:
+            block.attn.track_max_logit = True
+            block.attn.max_logit.fill_(-float("inf"))
+        calls.clear()
+        model(ids[:, :-1], ids[:, 1:]).backward()
+        assert len(calls) == model.cfg.n_layers
+        maxima.append(torch.stack([b.attn.max_logit.clone() for b in model.blocks]))
+    assert torch.equal(maxima[0], maxima[1]) and all(b.attn.track_max_logit for b in model.blocks)
