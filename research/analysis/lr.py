@@ -87,23 +87,23 @@ def grid(runs: dict) -> dict[str, dict[float, list[Run]]]:
     return {c: dict(sorted(out[c].items())) for c in order}
 
 
-def sensitivity(by_m: dict[float, list[Run]]) -> dict:
-    """{seed: Wortsman et al.'s learning-rate sensitivity} over the seeds that ran every multiplier."""
+def _capped_by_seed(by_m: dict[float, list[Run]]) -> dict:
+    """{seed: [min(final loss, l0) at each multiplier that seed ran]}."""
     per_seed: dict = {}
     for runs in by_m.values():
         for r in runs:
             per_seed.setdefault(r.seed, []).append(r.capped_loss)
-    n = len(by_m)
-    return {s: float(np.mean(v) - np.min(v)) for s, v in per_seed.items() if len(v) == n}
+    return per_seed
+
+
+def sensitivity(by_m: dict[float, list[Run]]) -> dict:
+    """{seed: Wortsman et al.'s learning-rate sensitivity} over the seeds that ran every multiplier."""
+    return {s: float(np.mean(v) - np.min(v)) for s, v in _capped_by_seed(by_m).items() if len(v) == len(by_m)}
 
 
 def best_loss(by_m: dict[float, list[Run]]) -> dict:
     """{seed: the best final loss over the grid}."""
-    per_seed: dict = {}
-    for runs in by_m.values():
-        for r in runs:
-            per_seed.setdefault(r.seed, []).append(r.capped_loss)
-    return {s: float(np.min(v)) for s, v in per_seed.items()}
+    return {s: float(np.min(v)) for s, v in _capped_by_seed(by_m).items()}
 
 
 def highest_stable(by_m: dict[float, list[Run]]) -> float | None:
@@ -163,7 +163,9 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
             p = Paired.of(sens[x], sens[y])
             scale = float(np.mean([*best[x].values(), *best[y].values()]))  # margins are shares of the best loss
             family[(x, y)] = Paired(p.diffs, p.mean_a, p.mean_b, scale)
-    onsets = {c: onset(by_m, g.get(REFERENCE), margin, loss_margin) for c, by_m in g.items()}
+    # the reference is not compared with itself
+    onsets = {c: onset(by_m, None if c == REFERENCE else g.get(REFERENCE), margin, loss_margin)
+              for c, by_m in g.items()}
     return LRAnalysis(grid=g, multipliers=sorted({m for by_m in g.values() for m in by_m}), sensitivity=sens,
                       sensitivity_ci={c: mean_ci95(list(v.values())) for c, v in sens.items()}, best=best,
                       decisions=decide(family, loss_margin), highest_stable={c: highest_stable(b) for c, b in g.items()},
