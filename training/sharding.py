@@ -51,13 +51,14 @@ def no_grad_sync(model: nn.Module):
         model.set_requires_gradient_sync(True)
 
 
-def _full(t):
+def whole_tensor(t):
+    """A DTensor gathered whole (a collective); any other tensor as it is."""
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def _gathered(t: torch.Tensor, keep: bool) -> torch.Tensor | None:
     """The whole tensor (every rank must take part in gathering it), copied to the CPU only where kept."""
-    full = _full(t)
+    full = whole_tensor(t)
     return full.cpu() if keep else None
 
 
@@ -115,7 +116,7 @@ class ProbeCopy:
         with torch.no_grad():
             target = self.copy.state_dict() if self.copy is not None else {}
             for k, v in self.model.state_dict().items():
-                full = _full(v.detach())
+                full = whole_tensor(v.detach())
                 if self.copy is not None:
                     target[k].copy_(full)
         if self.copy is not None:

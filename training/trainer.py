@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
@@ -48,7 +47,7 @@ from training.resume import check_resume_length, check_same_run
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
-                               shard_checkpoint, shard_model)
+                               shard_checkpoint, shard_model, whole_tensor)
 from utils.errors import os_fix, os_problem
 from utils.runtime import (autocast, device_choice, local_cpu_threads, precision_choice, provenance, resolve_compile,
                            resolve_device, resolve_precision)
@@ -265,7 +264,7 @@ class Trainer:
         loss_value = self.dist.mean(loss_sum.item() / tc.grad_accum, self.device)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
-        grad_norm = (grad_norm.full_tensor() if isinstance(grad_norm, DTensor) else grad_norm).item()
+        grad_norm = whole_tensor(grad_norm).item()  # a DTensor under FSDP
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             self._fail_non_finite(loss_value, grad_norm)
         for opt in self.optimizers:
