@@ -115,8 +115,7 @@ class _Collector:
         self.gaps = {g: {} for g in GAPS}
         self.neighbour: dict[int, dict] = {}
         self.rms: dict[int, tuple[float, float]] = {}
-        self.lens: dict[int, torch.Tensor] = {}
-        self.at_positions: dict[int, torch.Tensor] = {}  # [P, d] per state, for the input lens
+        self.at_positions: dict[int, torch.Tensor] = {}  # [P, d] per state: the logit and input lenses read them
         self.keys: dict[int, dict] = {}
         self.attn: dict[int, dict] = {}
         self.heatmap = None
@@ -141,8 +140,6 @@ class _Collector:
         self.neighbour[l] = nb
         self.rms[l] = (h.square().mean().sqrt().item(),
                        h[:, 1:].square().mean().sqrt().item() if T > 1 else math.nan)
-        with torch.no_grad():
-            self.lens[l] = self.a.logits(h[0, self.positions].unsqueeze(0))[0]  # [P, V] (first sequence)
         self.at_positions[l] = h[0, self.positions]                              # a copy: list indexing
         self.ring.append((l, h))
         self.peak_ring_bytes = max(self.peak_ring_bytes, sum(x.numel() * 4 for _, x in self.ring))
@@ -217,7 +214,9 @@ def _amplitude(col: _Collector, adapter: Adapter) -> dict:
 def _logit_lens(col: _Collector, L: int, positions: list[int], top_k: int, decode) -> list[dict]:
     lens = []
     for l in range(L + 1):
-        top = torch.softmax(col.lens[l], dim=-1).topk(top_k, dim=-1)
+        with torch.no_grad():  # [P, V] logits of the first sequence's states at the positions
+            logits = col.a.logits(col.at_positions[l].unsqueeze(0))[0]
+        top = torch.softmax(logits, dim=-1).topk(top_k, dim=-1)
         lens.append({"layer": l, "positions": [
             {"pos": ps, "ids": top.indices[j].tolist(), "tokens": [decode(t) for t in top.indices[j].tolist()],
              "probs": top.values[j].tolist()} for j, ps in enumerate(positions)]})
