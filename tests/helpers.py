@@ -17,6 +17,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_train_llm(args: list[str], nproc: int = 1) -> str:
+    """train_llm.py in a subprocess (under torchrun with nproc > 1, one thread per process); its stdout.
+    Fails the test with the stderr's end when it exits non-zero."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
+    env["OMP_NUM_THREADS"] = "1"
+    launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
+                                                   str(nproc), "--master_port", str(free_port())]
+    proc = subprocess.run([*launch, str(REPO / "train_llm.py"), *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
 def quiet(*args, **kwargs) -> None:
     pass
 

@@ -10,16 +10,12 @@ not for an error in the sharded update, which would show at the first step (Muon
 """
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from configs import get_preset
 from models import MinimalLLM
-from tests.helpers import REPO, STEP_TOKENS, free_port, losses
+from research.results import load_results
+from tests.helpers import STEP_TOKENS, losses, run_train_llm
 from training.checkpoint import list_checkpoints, load_model_weights
 
 STEPS = 6
@@ -31,26 +27,13 @@ def _common(corpus_file, cache_dir, steps):
             "--eval_batches", "2", "--probe-every", "3", "--ckpt_every", "3", "--device", "cpu"]
 
 
-def _run(args, nproc):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
-    env["OMP_NUM_THREADS"] = "1"
-    launch = [sys.executable] if nproc == 1 else [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node",
-                                                   str(nproc), "--master_port", str(free_port())]
-    proc = subprocess.run([*launch, str(REPO / "train_llm.py"), *args], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
-def _probes(out):
-    return json.loads((out / "results.json").read_text())
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, corpus_file, cache_dir):
     root = tmp_path_factory.mktemp("fsdp")
-    _run([*_common(corpus_file, cache_dir, STEPS), "--out", str(root / "one")], 1)
-    _run([*_common(corpus_file, cache_dir, STEPS), "--shard", "fsdp", "--out", str(root / "two")], 2)
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS), "--out", str(root / "one")], 1)
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS), "--shard", "fsdp", "--out", str(root / "two")], 2)
     return root
 
 
@@ -58,7 +41,8 @@ def test_fsdp_follows_the_single_process_curve_and_probes(runs):
     one, two = losses(runs / "one"), losses(runs / "two")
     assert len(one) == len(two) == STEPS
     assert max(abs(a - b) for a, b in zip(one, two)) < 5e-6
-    a, b = _probes(runs / "one"), _probes(runs / "two")  # rank 0 probed its unsharded copy
+    # rank 0 probed its unsharded copy
+    a, b = load_results(runs / "one" / "results.json"), load_results(runs / "two" / "results.json")
     assert a["steps"] == b["steps"] == [0, 3, 6]
     assert a["layer_pr"].keys() == b["layer_pr"].keys()
     for layer in a["layer_pr"]:
@@ -70,8 +54,8 @@ def test_fsdp_checkpoints_hold_whole_tensors_and_resume(runs, tmp_path, corpus_f
     ckpt = list_checkpoints(runs / "two" / "checkpoints")[-1]
     load_model_weights(ckpt.path, MinimalLLM(get_preset("debug").model))  # an unsharded model loads it
     half = tmp_path / "half"
-    _run([*_common(corpus_file, cache_dir, STEPS // 2), "--shard", "fsdp", "--out", str(half)], 2)
-    _run([*_common(corpus_file, cache_dir, STEPS), "--shard", "fsdp", "--out", str(half), "--resume"], 2)
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS // 2), "--shard", "fsdp", "--out", str(half)], 2)
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS), "--shard", "fsdp", "--out", str(half), "--resume"], 2)
     assert losses(half) == losses(runs / "two")
 
 

@@ -1,8 +1,5 @@
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -10,7 +7,7 @@ from safetensors.torch import load_file
 
 import train_llm
 from configs import ConfigError
-from tests.helpers import REPO, STEP_TOKENS, build_trainer, free_port, losses
+from tests.helpers import STEP_TOKENS, build_trainer, losses, run_train_llm
 from training.callbacks import StepInfo
 from training.checkpoint import latest_checkpoint
 from training.schedule import lr_factor
@@ -143,12 +140,7 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     common = ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
               "--precision", "fp32", "--tokens", str(steps * STEP_TOKENS), "--no-progress", "--eval_batches", "2"]
     run(debug_cfg(tokens=steps * STEP_TOKENS), tmp_path / "one")  # also builds the data cache before the ranks start
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", str(free_port()), str(REPO / "train_llm.py"), "--out",
-                           str(tmp_path / "two"), "--probe-every", "3", "--device", "cpu", *common], env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_train_llm(["--out", str(tmp_path / "two"), "--probe-every", "3", "--device", "cpu", *common], nproc=2)
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(one) == len(two) == steps
     # Same global batches and weights; only the order of floating-point reductions differs
