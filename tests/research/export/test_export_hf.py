@@ -14,22 +14,12 @@ import torch
 
 from research.export import export_run
 from tests.helpers import REPO
-from tests.research.inspection.builders import PROMPT, SENTENCES
+from tests.research.inspection.builders import PROMPT, make_tokenizer
 
 ARCHITECTURE = {"learned": "ApertusForCausalLM", "frozen": "ApertusForCausalLM", "none": "ArceeForCausalLM"}
 SPECIALS = ["<pad>", "</s>", "<s>", "[UNK]"]  # pad 0, eos 1, bos 2: none of them Apertus' defaults (1, 2, 3)
 LOGIT_ATOL = 1e-5  # fp32; measured differences are listed in the README
 METRIC_REL = 1e-5  # inspection metrics of the export against the native run folder
-
-
-def make_tokenizer(out_dir):
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=SPECIALS))
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>",
-                            pad_token="<pad>").save_pretrained(out_dir)
 
 
 def make_run(run_dir, qk_norm, seed=0):
@@ -50,7 +40,7 @@ def make_run(run_dir, qk_norm, seed=0):
             if p.ndim == 1 and p.requires_grad:  # frozen q/k gains keep their exact ones
                 p.mul_(1 + 0.3 * torch.randn_like(p))
     save_checkpoint(run_dir / "checkpoints", 5, model, [], {"tokens": 5 * 256}, keep_last=2)
-    make_tokenizer(run_dir / "tokenizer")
+    make_tokenizer(run_dir / "tokenizer", SPECIALS, pad_token="<pad>")
     return model.eval()
 
 

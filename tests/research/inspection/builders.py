@@ -8,13 +8,15 @@ SENTENCES = ["the cat sat on the mat", "a dog ran in the park", "the sun is hot 
 PROMPT = "the cat ran over the old park at night and the dog sat on the mat"
 
 
-def make_tokenizer(out_dir):
+def make_tokenizer(out_dir, specials=("[UNK]", "<s>", "</s>"), pad_token=None):
+    """A word-level tokenizer of SENTENCES whose first ids are `specials` (in that order)."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=["[UNK]", "<s>", "</s>"]))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>")
+    tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=list(specials)))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>",
+                                   pad_token=pad_token)
     fast.save_pretrained(out_dir)
     return fast
 
