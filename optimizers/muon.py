@@ -21,8 +21,6 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Shard
 
-from utils.runtime import cpu_has_native_bf16
-
 # Polar Express degree-5 coefficients (a, b, c) for p(x) = a x + b x^3 + c x^5, from Algorithm 1 of
 # the paper (optimal for an initial spectrum in [1e-3, 1]). From the 8th iteration on the optimal
 # polynomial is numerically the fixed (1.875, -1.25, 0.375), the degree-5 Newton-Schulz/Pade map.
@@ -45,16 +43,8 @@ POLAR_EXPRESS_COEFFS = tuple((a / _PE_SAFETY, b / _PE_SAFETY ** 3, c / _PE_SAFET
 NEWTON_SCHULZ_COEFFS = (3.4445, -4.7750, 2.0315)
 
 
-def default_compute_dtype(device: torch.device) -> torch.dtype:
-    """bfloat16 on CUDA and on CPUs with native bf16 dot products (2.5x faster than float32 there, same
-    accuracy: README, "Speed"), else float32 (emulated bf16 is slower than float32)."""
-    if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()):
-        return torch.bfloat16
-    return torch.float32
-
-
 def _iterate_quintic(G: torch.Tensor, coeffs: Iterable[tuple[float, float, float]], safety: float,
-                     dtype: torch.dtype | None) -> torch.Tensor:
+                     dtype: torch.dtype) -> torch.Tensor:
     """X <- a X + b (X X^T) X + c (X X^T)^2 X for each (a, b, c), on X = G / (safety * ||G||_F).
 
     Works on the wide orientation (rows <= cols) so that X X^T is the smaller Gram matrix.
@@ -62,7 +52,6 @@ def _iterate_quintic(G: torch.Tensor, coeffs: Iterable[tuple[float, float, float
     """
     if G.ndim < 2:
         raise ValueError(f"expected a matrix or a batch of matrices [..., m, n], got shape {tuple(G.shape)}")
-    dtype = dtype or default_compute_dtype(G.device)
     tall = G.size(-2) > G.size(-1)
     X = G.mT if tall else G
     batch_shape, (m, n) = X.shape[:-2], X.shape[-2:]
@@ -81,18 +70,18 @@ def _iterate_quintic(G: torch.Tensor, coeffs: Iterable[tuple[float, float, float
     return X.to(G.dtype)
 
 
-def polar_express(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None) -> torch.Tensor:
+def polar_express(G: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Approximate polar factor U V^T of G (or of each matrix of a batch [..., m, n]) by Polar Express.
 
     steps iterations of the paper's optimal quintics; past the 8th, the last polynomial repeats.
-    dtype: compute dtype (default bfloat16 on CUDA and on CPUs with native bf16, else float32;
-    see default_compute_dtype). The result has G's dtype.
+    dtype: compute dtype of the iteration (float32 unless asked: the same on every host; a bf16 run
+    asks for bfloat16, see optimizers.split.build_optimizers). The result has G's dtype.
     """
     coeffs = POLAR_EXPRESS_COEFFS[:steps] + (_PE_LAST,) * max(0, steps - len(POLAR_EXPRESS_COEFFS))
     return _iterate_quintic(G, coeffs, _PE_SAFETY, dtype)
 
 
-def newton_schulz(G: torch.Tensor, steps: int = 5, dtype: torch.dtype | None = None) -> torch.Tensor:
+def newton_schulz(G: torch.Tensor, steps: int = 5, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Approximate polar factor of G with the classic Muon quintic (3.4445, -4.7750, 2.0315).
 
     Same Frobenius normalisation (without the Polar Express safety factor, as in the original
@@ -131,9 +120,10 @@ class Muon(torch.optim.Optimizer):
     applies every update having computed 1 / world_size of them. Under FSDP2 (parameters are DTensors
     sharded by rows) the momentum stays sharded; each update is gathered whole (DTensor.full_tensor),
     orthogonalized, and each rank applies its own rows of the result.
-    ortho_dtype: compute dtype of the orthogonalization (None: bfloat16 on CUDA and on CPUs with
-    native bf16, else float32; see default_compute_dtype). The update is applied in the
-    parameter's dtype. State per parameter: `momentum_buffer` (checkpointable via state_dict).
+    ortho_dtype: compute dtype of the orthogonalization, float32 unless asked; the trainer asks for
+    bfloat16 when the run trains in bf16 (optimizers.split.build_optimizers), so a run's --precision
+    alone decides its arithmetic, whatever CPU it runs on. The update is applied in the parameter's dtype.
+    State per parameter: `momentum_buffer` (checkpointable via state_dict).
     Each param group keeps its peak learning rate in group["base_lr"]; LR schedules set
     group["lr"] = group["base_lr"] * factor.
     """
@@ -142,7 +132,7 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, orthogonalizer: str = "polar_express", ortho_steps: int = 5,
-                 ortho_dtype: torch.dtype | None = None):
+                 ortho_dtype: torch.dtype = torch.float32):
         if lr <= 0:
             raise ValueError(f"lr={lr} must be positive")
         if not 0.0 <= momentum < 1.0:

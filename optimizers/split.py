@@ -41,9 +41,16 @@ def check_coverage(model: nn.Module, optimizers: list[torch.optim.Optimizer]) ->
     assert not unknown, f"{len(unknown)} optimized tensor(s) are not parameters of the model"
 
 
-def build_optimizers(model: nn.Module, cfg: TrainConfig,
-                     device_type: str = "cpu") -> tuple[list[torch.optim.Optimizer], dict]:
+# Muon's orthogonalization dtype per resolved training precision (utils.runtime.resolve_precision): bf16 runs
+# orthogonalize in bf16 as the write-ups do; fp32 runs in fp32 on every host, so a test or a study that pins
+# --precision fp32 computes the same thing on a CPU with native bf16 as on one without.
+MUON_DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu",
+                     precision: str = "fp32") -> tuple[list[torch.optim.Optimizer], dict]:
     """[Muon, AdamW] over model's parameters, and a summary of the split (see format_split).
+    precision: the run's resolved precision, "fp32" or "bf16" (never "auto"); it sets Muon's compute dtype.
 
     Param groups carry a "name" ("muon", "embed", "gains") and "base_lr" (the peak LR that the
     trainer's schedule scales).
@@ -67,7 +74,7 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig,
         optimizers.append(Muon([{"params": [p for _, p in muon_p], "name": "muon"}],
                                lr=cfg.muon_lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
                                weight_decay=cfg.muon_weight_decay, orthogonalizer=cfg.orthogonalizer,
-                               ortho_steps=cfg.ortho_steps))
+                               ortho_steps=cfg.ortho_steps, ortho_dtype=MUON_DTYPE[precision]))
     adam_groups = []
     if embed_p:
         adam_groups.append({"params": [p for _, p in embed_p], "weight_decay": cfg.adamw_weight_decay,

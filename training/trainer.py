@@ -93,7 +93,7 @@ class Trainer:
         for block in self.model.blocks:  # QK-clip needs each step's largest logits
             block.attn.track_max_logit = tc.qk_clip > 0
         self.clip_counts = [0] * cfg.model.n_layers  # heads clipped per layer since the last log line
-        self.optimizers, split = build_optimizers(self.model, tc, self.device.type)
+        self.optimizers, split = build_optimizers(self.model, tc, self.device.type, self.precision)
         self.split = split
         self.steps = cfg.steps
         self.step = 0

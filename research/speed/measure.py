@@ -52,7 +52,7 @@ def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
         ortho = torch.bfloat16 if precision == "bf16" else torch.float32
         return model, reference_optimizers(model, ortho_dtype=ortho), False
     model = MinimalLLM(mc)
-    opts, _ = build_optimizers(model, TrainConfig())
+    opts, _ = build_optimizers(model, TrainConfig(), precision=precision)  # Muon in the measured precision
     compiled, _ = resolve_compile(compile_setting, torch.device("cpu"))
     if compiled:
         model.compile_blocks()  # as training compiles
