@@ -88,4 +88,9 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    from training.distributed import end_process
+    try:
+        main()
+    except SystemExit as e:
+        end_process(e.code)
+    end_process(0)

@@ -133,14 +133,21 @@ def spawn_gloo(fn, world_size: int, *args) -> None:
 
 
 def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
+    """One spawned rank, started and ended as train_llm.py's are (training.distributed): fn's exception reaches
+    mp.spawn as usual; a rank that returns leaves through end_process (why: its docstring)."""
     import os
 
     import torch
-    import torch.distributed as dist
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+    from training.distributed import end_process, init_distributed, shutdown_distributed
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    d = init_distributed("cpu")
     try:
         fn(rank, world_size, *args)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        shutdown_distributed(d, wait_for_peers=False)
+        raise
+    shutdown_distributed(d)
+    end_process(0)

@@ -32,6 +32,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     builds the callbacks once the data and the device are known.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
+    finished = False
     try:
         check_fits(cfg, resolve_device(cfg.train.device, dist.local_rank), dist.world_size)  # before any allocation
         with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
@@ -45,6 +46,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
             for callback in (callbacks(data, trainer.device) if callbacks else []):
                 trainer.add_callback(callback)
             summary = trainer.fit()
+            finished = True
             return summary if dist.is_main else None
     finally:
-        shutdown_distributed(dist)
+        shutdown_distributed(dist, wait_for_peers=finished)
