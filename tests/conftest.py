@@ -8,6 +8,17 @@ import pytest
 
 from configs import apply_overrides, get_preset
 
+
+def pytest_report_header(config):
+    """Which precision this host trains in (tests that compare numbers pin theirs or derive their tolerance from
+    it: tests/tolerances.py)."""
+    import torch
+
+    from utils.runtime import cpu_has_native_bf16, cpu_name, resolve_precision
+    native = cpu_has_native_bf16()
+    return (f"cpu: {cpu_name()}, native bf16 (AVX512-BF16/AMX): {'yes' if native else 'no'}; --precision auto "
+            f"picks {resolve_precision('auto', torch.device('cpu'))} on CPU; torch {torch.__version__}")
+
 # A few stdlib modules: real code text, ~100k characters, identical on every machine with this Python.
 _CORPUS_MODULES = ["textwrap.py", "bisect.py", "heapq.py", "colorsys.py", "fnmatch.py", "glob.py", "shlex.py",
                    "string.py", "this.py", "keyword.py", "numbers.py", "copy.py"]
