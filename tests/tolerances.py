@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 EPS = {"fp64": 2.0 ** -52, "fp32": 2.0 ** -23, "bf16": 2.0 ** -7}
-PRECISIONS = ("fp32", "bf16")  # what a training run can compute in (--precision)
 
 
 def unit_roundoff(precision: str) -> float:
@@ -56,6 +55,13 @@ def logit_atol(ref, n_layers: int, d_model: int, precision: str = "fp32") -> flo
     """forward_rel_tol of the logits' scale, max |ref|: absolute, since a logit near 0 errs as much as a large
     one (an elementwise relative bound would be wrong there)."""
     return forward_rel_tol(n_layers, d_model, precision) * float(ref.abs().max())
+
+
+def pr_rel_tol(delta, d: int, pr):
+    """Relative change of a participation ratio PR = (sum s^2)^2 / sum s^4 of d-dimensional keys when every
+    component moves by at most `delta` relative: by Weyl's inequality each singular value moves by at most
+    delta |K|_F, which moves PR by at most 2 delta (d / sqrt(PR) + sqrt(PR)). pr: a float or a tensor of them."""
+    return 2 * delta * (d / pr ** 0.5 + pr ** 0.5)
 
 # Two runs of the same training that differ only in the order of floating-point sums (DDP or FSDP against
 # one process, compiled against eager kernels) start from equal weights, so their first losses differ by the

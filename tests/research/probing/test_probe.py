@@ -11,7 +11,7 @@ from research.probing.callback import probe_callback
 from research.probing.probe import KeyProbe, unwrap
 from research.results import load_results
 from tests.helpers import STEP_TOKENS, losses, quiet
-from tests.tolerances import sum_rel_tol, ulps, unit_roundoff
+from tests.tolerances import pr_rel_tol, sum_rel_tol, ulps, unit_roundoff
 from training.trainer import Trainer
 
 D_HEAD = 64  # the debug preset's head size: keys leave k_norm with norm sqrt(64) = 8
@@ -170,9 +170,8 @@ def test_gain_ablation_replaces_the_gains_and_puts_them_back():
     # In the first layer (its input depends on no gain): gain 1 leaves the pre-gain keys, and a scalar gain
     # only scales them, which PR does not see. Later layers also see the changed attention before them.
     pre_gain = learned["layers"][0]["means"]["k_hat.pr_sv"]
-    # fp32: k_hat = (x g) / g and x * 1 or x * c differ by <= 4 roundings (4u) per component; a relative change
-    # delta of every component moves PR by <= 2 delta (D / sqrt(PR) + sqrt(PR)) (Weyl: each s_i by <= delta |K|_F)
-    rel = 2 * ulps("fp32", 2) * (D_HEAD / pre_gain ** 0.5 + pre_gain ** 0.5)
+    # fp32: k_hat = (x g) / g and x * 1 or x * c differ by <= 4 roundings (4u = 2 EPS) per component
+    rel = pr_rel_tol(ulps("fp32", 2), D_HEAD, pre_gain)
     assert out["ones"]["layer_pr"][0] == pytest.approx(pre_gain, rel=rel, abs=0)
     assert out["mean"]["layer_pr"][0] == pytest.approx(pre_gain, rel=rel, abs=0)
     assert out["ones"]["val_loss"] != out["learned"]["val_loss"]
