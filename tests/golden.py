@@ -42,7 +42,7 @@ def _lcg(seed: int):
 
 
 def golden_text(n_sentences: int = 2400, seed: int = 12345) -> str:
-    """Deterministic English-like text (about 190k characters): clauses of subject, verb, object and place,
+    """Deterministic English-like text (162,182 characters): clauses of subject, verb, object and place,
     some joined in pairs, ten sentences to a paragraph."""
     r = _lcg(seed)
     pick = lambda words: words[next(r) % len(words)]  # noqa: E731

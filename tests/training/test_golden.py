@@ -9,7 +9,7 @@ fp32 matmuls over d_model terms, each adding at most sum_rel_tol("fp32", d_model
 statistics are float64 on those keys; the same bound is used as an absolute one for the O(1) statistics that can
 sit near 0 (cosine, sink mass). Measured against the stored file on the CPU that wrote it (AMD EPYC with
 AVX512-BF16) with ATen and oneDNN forced down to AVX2 and to ATen's scalar kernels: losses within 1.1e-7 relative,
-init metrics within 1.4e-7 relative; one step of this run moves the loss by 0.3 nats.
+init metrics within 1.4e-7 relative; the loss falls from 6.24 to 2.34 over the 16 steps (0.26 nats a step on average).
 """
 from __future__ import annotations
 
