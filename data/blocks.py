@@ -11,7 +11,6 @@ being used.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from data.corpus import DataError
-from utils.io import atomic_dir, atomic_write_text
+from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 FORMAT = 1
 SPLIT_SEED = 0x5EED_DA7A  # fixed: the train/val split never depends on the training seed
@@ -111,14 +110,6 @@ def split_blocks(tokens: np.ndarray, seq_len: int, val_frac: float, dtype: np.dt
     return blocks[train_idx], blocks[val_idx]
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_blocks(folder: Path, train: np.ndarray, val: np.ndarray, meta: dict) -> None:
     """Write train.npy, val.npy and meta.json atomically into `folder` (which must not exist)."""
     with atomic_dir(folder) as tmp:
@@ -126,7 +117,7 @@ def write_blocks(folder: Path, train: np.ndarray, val: np.ndarray, meta: dict) -
             with open(tmp / f"{name}.npy", "wb") as f:
                 np.save(f, np.ascontiguousarray(arr))
         full = {**meta, "n_train": int(len(train)), "n_val": int(len(val)),
-                "train_sha256": _sha256_file(tmp / "train.npy"), "val_sha256": _sha256_file(tmp / "val.npy")}
+                "train_sha256": sha256_file(tmp / "train.npy"), "val_sha256": sha256_file(tmp / "val.npy")}
         atomic_write_text(tmp / "meta.json", json.dumps(full, indent=2) + "\n")
 
 
@@ -170,7 +161,7 @@ def load_blocks(folder: Path, key: BlockKey) -> tuple[np.ndarray, np.ndarray, di
 
 def _sha256_file_safe(path: Path) -> str | None:
     try:
-        return _sha256_file(path)
+        return sha256_file(path)
     except OSError:
         return None
 

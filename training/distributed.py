@@ -40,6 +40,13 @@ class Dist:
         dist.all_reduce(t)
         return t.item() / self.world_size
 
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (a picklable Python object)."""
+        if not self.enabled:
+            return obj
+        box = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
     def max_(self, t: torch.Tensor) -> torch.Tensor:
         """Element-wise maximum over ranks, in place."""

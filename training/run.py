@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 
 from configs.config import RunConfig
-from data import TokenData, prepare_data
+from data import TokenData, data_usage, prepare_data, resolve_offline
 from training.callbacks import Callback
 from training.distributed import init_distributed, shutdown_distributed
 from training.memory_fit import check_fits
@@ -29,7 +29,9 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
     prepares the data (building the caches); the other ranks then read them. `callbacks(data, device)`
-    builds the callbacks once the data and the device are known.
+    builds the callbacks once the data and the device are known. A preset that falls back to local
+    data without a network (data/offline.py) trains, and writes to config.json, the config it used;
+    a corpus too small for the run is said at the start (data.data_usage) and recorded.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
     finished = False
@@ -37,8 +39,11 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
         check_fits(cfg, resolve_device(cfg.train.device, dist.local_rank), dist.world_size)  # before any allocation
         with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
             if dist.is_main:
+                cfg = resolve_offline(cfg, log=log)
                 data = prepare_data(cfg, log=log)
-            dist.barrier()
+                for note in data_usage(cfg, data)[1]:
+                    log(f"data: note: {note}")
+            cfg = dist.broadcast(cfg)
             if not dist.is_main:
                 data = prepare_data(cfg, log=lambda *a, **k: None)
             trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,

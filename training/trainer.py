@@ -34,7 +34,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configs.config import ConfigError, RunConfig
-from data import BlockLoader, TokenData, val_batches
+from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from optimizers.qk_clip import qk_clip_
@@ -394,8 +394,7 @@ class Trainer:
                    "final_val_loss": val_loss, "wall_time_s": self.wall_time,
                    "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
                    "precision": self.precision, "world_size": self.dist.world_size,
-                   "optimizer_split": self.split, "data": {"source_hash": self.data.source_hash,
-                                                           "tokenizer_hash": self.data.tokenizer_hash},
+                   "optimizer_split": self.split, "data": data_usage(self.cfg, self.data)[0],
                    **provenance(self.device)}
         if self.is_main:
             self.folder.write_summary(summary)

@@ -1,6 +1,7 @@
 """Atomic writes: a crash mid-write never leaves a half-written file or folder that looks complete."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -10,6 +11,15 @@ from pathlib import Path
 from typing import Iterator
 
 from utils.testhook import hook
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 hex digest of a file's bytes, read in 4 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -7,7 +7,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from data import val_batches
+from data import data_usage, val_batches
 from research.probing.ablation import gain_ablation
 from research.probing.probe import KeyProbe
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
@@ -115,7 +115,7 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
     """The probe of a run: the first probe_batch validation blocks, results.json in out_dir."""
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
               "seed": cfg.train.seed, "provenance": provenance(device),
-              "data": {"source_hash": data.source_hash, "tokenizer_hash": data.tokenizer_hash}}
+              "data": data_usage(cfg, data)[0]}
     ids = data.val[: cfg.probe.probe_batch, :-1].long()
     ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import platform
 import random
 import time
 from pathlib import Path
@@ -385,14 +386,15 @@ def test_stdlib_source(tmp_path, monkeypatch):
     assert all(r.endswith(".py") for r in rels)
     n_lib = sum(1 for r in rels if not any(p in corpus_mod.STDLIB_TEST_DIRS for p in r.split("/")[:-1]))
     assert rels[:n_lib] == sorted(rels[:n_lib])  # library code first, sorted; then test suites
-    src_full = corpus_mod.open_source(get_preset("tiny").data)
-    assert 0 < len(src_full.description) and src_full.n_docs <= len(files)
+    src_full = corpus_mod.open_source(apply_overrides(get_preset("tiny"), {"source": "stdlib"}).data)
+    assert src_full.n_docs <= len(files) and src_full.name == f"stdlib-{platform.python_version()}"
+    assert f"Python {platform.python_version()}" in src_full.description  # the interpreter is named
 
-    monkeypatch.setattr(corpus_mod, "STDLIB_MAX_BYTES", 300_000)
-    src = corpus_mod.open_source(get_preset("debug").data)
-    assert src.kind == "stdlib" and src.source_hash == corpus_mod.open_source(get_preset("debug").data).source_hash
-    cfg = apply_overrides(get_preset("debug"), {"cache_dir": str(tmp_path / "cache"), "vocab_size": 512})
-    assert cfg.data.source == "stdlib"
+    cfg = apply_overrides(get_preset("debug"), {"cache_dir": str(tmp_path / "cache"), "vocab_size": 512,
+                                                "source": "stdlib", "stdlib_max_bytes": 300_000})
+    src = corpus_mod.open_source(cfg.data)
+    assert src.kind == "stdlib" and src.source_hash == corpus_mod.open_source(cfg.data).source_hash
+    assert src.source_hash != src_full.source_hash  # the cap is part of what the hash names
     d = prepare_data(cfg, log=quiet)
     assert d.source_hash == src.source_hash and d.vocab_size == 512
     assert d.train.shape[1] == cfg.data.seq_len + 1 and d.train.shape[0] > 100
