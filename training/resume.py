@@ -17,7 +17,7 @@ from training.schedule import lr_factor
 # Fields that may change when a run is resumed: they do not alter what the
 # remaining steps compute (tokens extends or shortens the run, within the rules above).
 RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                     "fused_loss", "cache_dir"}
+                     "fused_loss", "cache_dir", "offline_note"}  # the note only words why (data/offline.py)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:

@@ -16,7 +16,7 @@ from training.trainer import Trainer
 from utils.lock import FolderLock
 from utils.runtime import resolve_device
 
-CallbackFactory = Callable[[TokenData, torch.device], list[Callback]]
+CallbackFactory = Callable[[RunConfig, TokenData, torch.device], list[Callback]]
 
 
 def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, replan_schedule: bool = False,
@@ -28,10 +28,11 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     A CUDA run whose memory plan (training/memory.py) does not fit the device stops first, with
     training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
-    prepares the data (building the caches); the other ranks then read them. `callbacks(data, device)`
-    builds the callbacks once the data and the device are known. A preset that falls back to local
-    data without a network (data/offline.py) trains, and writes to config.json, the config it used;
-    a corpus too small for the run is said at the start (data.data_usage) and recorded.
+    prepares the data (building the caches); the other ranks then read them. `callbacks(cfg, data,
+    device)` builds the callbacks once the config the run uses, the data and the device are known. A
+    preset that falls back to local data without a network (data/offline.py) trains, and writes to
+    config.json, the config it used; a corpus too small for the run is said at the start
+    (data.data_usage) and recorded.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
     finished = False
@@ -48,7 +49,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
                 data = prepare_data(cfg, log=lambda *a, **k: None)
             trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
                               progress=progress, name=name, log=log)
-            for callback in (callbacks(data, trainer.device) if callbacks else []):
+            for callback in (callbacks(cfg, data, trainer.device) if callbacks else []):
                 trainer.add_callback(callback)
             summary = trainer.fit()
             finished = True

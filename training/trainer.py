@@ -394,7 +394,8 @@ class Trainer:
                    "final_val_loss": val_loss, "wall_time_s": self.wall_time,
                    "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
                    "precision": self.precision, "world_size": self.dist.world_size,
-                   "optimizer_split": self.split, "data": data_usage(self.cfg, self.data)[0],
+                   "optimizer_split": self.split, "corpus": self.data.corpus, "source_hash": self.data.source_hash,
+                   "data": data_usage(self.cfg, self.data)[0],
                    **provenance(self.device)}
         if self.is_main:
             self.folder.write_summary(summary)

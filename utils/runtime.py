@@ -151,6 +151,8 @@ def provenance(device: torch.device) -> dict:
         "numpy": numpy.__version__,
         "device": str(device),
         "platform": platform.platform(),
+        "cpu": cpu_name(),
+        "cpu_native_bf16": cpu_has_native_bf16(),
         "cpu_threads": torch.get_num_threads(),
     }
     if device.type == "cuda":

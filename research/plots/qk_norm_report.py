@@ -38,6 +38,14 @@ def _provenance(runs: dict, cond: str) -> str:
     if tokens:
         parts.append("tokens " + ", ".join(f"{t:,}" for t in tokens))
     parts.append("git " + ", ".join(commits) if commits else "git commit not recorded")
+    corpora = sorted({f"{d.get('corpus') or 'corpus'} ({str(d.get('source_hash'))[:12]})" for d in
+                      ((r.get("data") or {}) for r in rl) if d.get("source_hash")})
+    if corpora:
+        parts.append("data " + ", ".join(corpora))
+    machines = sorted({f"{p.get('train_precision')} on {p.get('cpu') or p.get('gpu') or p.get('device')}" for p in
+                       ((r.get("provenance") or {}) for r in rl) if p.get("train_precision")})
+    if machines:
+        parts.append("trained in " + ", ".join(machines))
     return "; ".join(parts)
 
 

@@ -15,7 +15,7 @@ from research.results.read import tracked_scalars
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
 from training.tracking import tracker_for
-from utils.runtime import provenance
+from utils.runtime import provenance, resolve_precision
 
 
 class ProbeCallback:
@@ -114,7 +114,9 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
                    on_probe: Callable[[int, Mapping[str, float]], None] | None = None) -> ProbeCallback:
     """The probe of a run: the first probe_batch validation blocks, results.json in out_dir."""
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
-              "seed": cfg.train.seed, "provenance": provenance(device),
+              "seed": cfg.train.seed,
+              "provenance": {**provenance(device), "train_precision": resolve_precision(cfg.train.precision, device),
+                             "corpus": data.corpus, "source_hash": data.source_hash},
               "data": data_usage(cfg, data)[0]}
     ids = data.val[: cfg.probe.probe_batch, :-1].long()
     ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set

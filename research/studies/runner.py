@@ -125,8 +125,8 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
         print(f"   diverged at step {step} before: kept as it is", flush=True)
         return
 
-    def callbacks(data, device):
-        return run_callbacks(cfg, data, run_dir, device, tag=tag, logger=logger)
+    def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
+        return run_callbacks(used_cfg, data, run_dir, device, tag=tag, logger=logger)
     try:
         train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
                   progress=progress, name=tag, callbacks=callbacks)

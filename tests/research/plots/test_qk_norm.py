@@ -137,3 +137,16 @@ def test_report_of_writeup_results():
     assert [r["final train loss"] for r in rows] == ["3.618", "3.614", "3.683"]
     assert [r["final val loss"] for r in rows] == ["3.440", "3.439", "3.505"]
     assert "write-up results (no provenance recorded)" in report and "no verdict" in report
+
+
+def test_report_provenance_names_the_corpus_its_hash_and_where_it_trained():
+    runs = qk_runs((50, 40, 42), (3.60, 3.70, 3.65))
+    for c, rl in runs.items():
+        for r in rl:
+            r["data"] = {"corpus": "english-v1", "source_hash": "d05e51db6254" + "0" * 52}
+            r["provenance"] = {"git_commit": "abc1234", "train_precision": "bf16" if c == "NoQK" else "fp32",
+                               "cpu": "Test CPU 9000"}
+    lines = dict(line[2:].split(": ", 1) for line in _report(runs).split("## Provenance")[1].strip().splitlines())
+    assert lines["QK"].endswith("git abc1234; data english-v1 (d05e51db6254); trained in fp32 on "
+                                              "Test CPU 9000")
+    assert lines["NoQK"].endswith("trained in bf16 on Test CPU 9000")
