@@ -2,7 +2,7 @@
 
 88m and 1b are the write-ups' models and optimizer settings (they trained on the
 cosmopedia-v2 subset of smollm-corpus with the SmolLM2-135M tokenizer, vocab 49152).
-`tiny` is the CPU default, sized by measurement (README, "Choosing tiny"): 6 layers so
+`tiny` is the CPU default, sized by measurement (docs/choosing_tiny.md): 6 layers so
 that early, middle and final pairs of layers exist, d_head 64 so keys start at norm 8,
 and two KV heads per layer so heads within a layer can be compared.
 `debug` is for tests: it trains in a fraction of a second.

@@ -23,7 +23,7 @@ from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 FORMAT = 1
 SPLIT_SEED = 0x5EED_DA7A  # fixed: the train/val split never depends on the training seed
-TOKENIZE_NUM_PROC = None  # one process: two were slower on 2 cores (README, "Data")
+TOKENIZE_NUM_PROC = None  # one process: two were slower on 2 cores (docs/data.md)
 TOKENIZE_BATCH = 256
 
 

@@ -50,7 +50,7 @@ OFFLINE_OPTIONS = (
 )
 
 # ---------------------------------------------------------------- stdlib
-# Library code first, then test suites, up to 20 MB: ~5.8M tokens at vocab 4096 (README, "Data").
+# Library code first, then test suites, up to 20 MB: ~5.8M tokens at vocab 4096 (docs/data.md).
 STDLIB_MAX_BYTES = 20_000_000
 STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "__pycache__", "encodings"})
 STDLIB_TEST_DIRS = frozenset({"test", "tests", "idle_test"})

@@ -132,7 +132,7 @@ def loss_bytes(m: ModelConfig, tokens: int, e: int, fused: bool, chunk: int) -> 
 
 
 def probe_bytes(m: ModelConfig, probe_tokens: int, probe_sequences: int, seq_len: int) -> int:
-    """The probe's documented bound (README, "The probe"): one layer's fp32 forward (residual, FFN
+    """The probe's documented bound (docs/speed.md, "The probe"): one layer's fp32 forward (residual, FFN
     hidden, q/k/v and attention output), the layer's keys in float64 at two sites, and
     attention_metrics' score blocks and float32 copies of q and k."""
     d, F, kv, D, Hq, Hkv = m.d_model, m.d_ff, m.n_kv_heads * m.d_head, m.d_head, m.n_heads, m.n_kv_heads

@@ -111,7 +111,7 @@ def resolve_compile(setting: str, device: torch.device) -> tuple[bool, str]:
     """Whether to torch.compile the training forward, and why. 'auto': on CUDA only. On CPU, inductor's
     kernels made two identical runs differ from the 7th step on (in the 7th digit of the loss), which
     would end bit-exact resumes and reproducible runs, so compiling there is asked for with --compile on
-    (about 1.45x faster on the tiny preset: README, "Speed")."""
+    (about 1.45x faster on the tiny preset: docs/speed.md)."""
     if setting != "auto":
         return setting == "on", f"--compile {setting}"
     if device.type == "cuda":

@@ -28,7 +28,7 @@ class Study:
 
 
 # 4 seeds x 300k tokens: with Holm over three pairs a fourth seed lowers the t the first test needs from 7.6
-# to 4.9, worth more than 100k tokens per run; 12 runs fit in 15 minutes on 2 CPU cores (README, "Studies")
+# to 4.9, worth more than 100k tokens per run; 12 runs fit in 15 minutes on 2 CPU cores (docs/studies.md)
 QK_NORM = Study("qk_norm_50m_study", "qk_norm", gpu_preset="1b", default_tokens=300_000, default_seeds=(0, 1, 2, 3),
                 conditions={
                     "QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"}})
@@ -41,7 +41,7 @@ HEAD_SPECIALIZATION = Study("head_specialization_study", "heads", conditions={"Q
 # Wortsman et al. (2023): final loss against the learning rate, with and without QK-norm, and Kimi K2's QK-clip
 # (tau 100, as Kimi K2). On tiny: 4 conditions x 6 rates x 2 seeds of 100k tokens (98 steps of 8 x 128, with
 # warmup and cosine decay as Wortsman et al.) fit in 20 minutes on 2 CPU cores; a pilot run had no QK-norm's
-# loss degrade between 16x and 64x (README, "Studies").
+# loss degrade between 16x and 64x (docs/studies.md).
 LR_SENSITIVITY = Study(
     "lr_sensitivity_study", "lr", default_tokens=100_000, default_seeds=(0, 1), probes_per_run=8,
     lr_multipliers=(0.25, 1, 4, 16, 32, 64),

@@ -30,7 +30,7 @@ def _study_folder(folder, runs) -> None:
 def test_the_readme_notebook_lines_analyze_and_draw_a_study_folder(tmp_path, capsys):
     runs = qk_runs((50, 40, 40), (3.6, 3.6, 3.6))  # A != B ~ C over 3 seeds: the gain drives rank
     _study_folder(tmp_path / "study", runs)
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "studies.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "load_and_analyze" in b)
     assert README_FOLDER in block
     before = sorted(p.name for p in (tmp_path / "study").rglob("*"))
