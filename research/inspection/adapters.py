@@ -53,6 +53,7 @@ class Adapter:
     gain_offset = 0.0  # Gemma RMSNorm: y = x_hat * (1 + w)
     logit_softcap: float | None = None
     source = "?"  # where the model was loaded from (set by the loader)
+    gguf: dict | None = None  # gguf_source.json of a model converted from a GGUF file (set by the loader)
     model_type = "?"
     layers: list[nn.Module]
     n_layers: int

@@ -8,8 +8,10 @@ from pathlib import Path
 import torch
 
 from research.inspection.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
+from research.inspection.gguf import PACKAGED, read_meta, resolve_gguf
 from utils.hub import hub_problem
 
+DEFAULT_CACHE = ".cache/models"  # converted GGUF models (research.inspection.gguf)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -74,10 +76,19 @@ def _hf_config(name: str, path: Path, local: bool):
                            f"folder.") from cached_error
 
 
-def load_model(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, object, Adapter]:
-    """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, or a hub id."""
+def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAULT_CACHE,
+               log=print) -> tuple[torch.nn.Module, object, Adapter]:
+    """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, a hub id, or a
+    GGUF file (a .gguf, a folder holding one, or a packaged model's name: research.inspection.gguf), which is
+    converted once into a Hugging Face folder under cache_dir. adapter.gguf is that folder's
+    gguf_source.json (None for a model not read from GGUF)."""
     if dtype not in DTYPES:
         raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    converted = resolve_gguf(name, Path(cache_dir).expanduser(), log)
+    if converted is not None:
+        model, tokenizer, adapter = load_model(str(converted[0]), dtype, cache_dir, log)
+        adapter.source, adapter.gguf = f"{name} (converted: {converted[0]})", converted[1]
+        return model, tokenizer, adapter
     path = Path(name).expanduser()
     if path.is_dir() and _is_own_run(path):
         return _load_own(path, DTYPES[dtype])
@@ -85,10 +96,15 @@ def load_model(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, obje
     looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
                          and "\\" not in name)
     if not local and not looks_like_hub_id:
-        raise InspectError(f"model {name!r} not found: no such folder, and it is not a hub id (owner/name)")
+        raise InspectError(f"model {name!r} not found: no such folder or file, and it is not a hub id (owner/name) "
+                           f"or a packaged model ({', '.join(PACKAGED)})")
+    if path.is_file():
+        raise InspectError(f"{path} is a file but not a GGUF file (*.gguf): pass a GGUF file, a Hugging Face model "
+                           f"folder or a training folder written by train_llm.py")
     if local and not (path / "config.json").is_file():
         raise InspectError(f"{path} has no config.json: expected a Hugging Face model folder "
-                           f"(save_pretrained) or a training folder written by train_llm.py")
+                           f"(save_pretrained), a GGUF file or a folder holding one, or a training folder written "
+                           f"by train_llm.py")
     config, from_local = _hf_config(name, path, local)
     adapter_cls = ADAPTERS.get(config.model_type)
     if adapter_cls is None:
@@ -105,5 +121,5 @@ def load_model(name: str, dtype: str = "float32") -> tuple[torch.nn.Module, obje
         raise InspectError(f"cannot load the weights or tokenizer of {src} ({type(e).__name__}: {e})") from e
     model.eval()
     adapter = adapter_cls(model)
-    adapter.source = src
+    adapter.source, adapter.gguf = src, read_meta(path) if local else None
     return model, tokenizer, adapter

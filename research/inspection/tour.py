@@ -33,6 +33,7 @@ from collections import deque
 import torch
 
 from research.inspection.adapters import Adapter, InspectError
+from research.inspection.gguf import quantization_note
 from research.inspection.dictionaries import (DEFAULT_WORDS, DICT_SAMPLE, dictionary_section, head_words,
                                               input_lens)
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
@@ -172,11 +173,23 @@ def _positions(spec: list[int] | None, T: int) -> list[int]:
     return out
 
 
-def _attention(col: _Collector, L: int, heatmap_layer: int) -> dict:
-    """First-token attention per (layer, head), the sink rate, and the attention arguments per layer."""
+def excluding_query0(mass: float, T: int) -> float:
+    """Mean first-token attention over query positions 1..T-1, from the mean over 0..T-1: query 0 can
+    only attend to token 0 (weight exactly 1), which lifts the mean over all positions by (1 - m) / T."""
+    return (T * mass - 1.0) / (T - 1)
+
+
+def _attention(col: _Collector, L: int, heatmap_layer: int, T: int) -> dict:
+    """First-token attention per (layer, head) with query 0 and without it, the sink rate both ways, and the
+    attention arguments per layer."""
     first = [col.attn[i]["first_token"] for i in range(L)]
+    excl = [[excluding_query0(x, T) for x in row] for row in first]
     flat = [x for row in first for x in row]
-    return {"first_token": first, "entropy": [col.attn[i]["entropy"] for i in range(L)],
+    flat_excl = [x for row in excl for x in row]
+    return {"first_token": first, "first_token_excl_q0": excl,
+            "sink_rate_excl_q0": sum(x > SINK_THRESHOLD for x in flat_excl) / len(flat_excl),
+            "layer_mean_first_token_excl_q0": [sum(r) / len(r) for r in excl],
+            "entropy": [col.attn[i]["entropy"] for i in range(L)],
             "qk_ratio": [col.attn[i]["qk_ratio"] for i in range(L)],
             "layer_mean_first_token": [sum(r) / len(r) for r in first],
             "sink_threshold": SINK_THRESHOLD, "sink_rate": sum(x > SINK_THRESHOLD for x in flat) / len(flat),
@@ -202,13 +215,15 @@ def _hidden(col: _Collector, L: int) -> dict:
 def _amplitude(col: _Collector, adapter: Adapter) -> dict:
     """RMS of the hidden states and the mean gains of the layers' norms."""
     L = adapter.n_layers
-    gains = {}
+    gains, abs_gains = {}, {}
     for i in range(L):
         for name, g in adapter.layer_gains(i).items():
             gains.setdefault(name, []).append(g.mean().item())
+            abs_gains.setdefault(name, []).append(g.abs().mean().item())
     fin = adapter.gain(adapter.final_norm_module())
     return {"rms": [col.rms[l][0] for l in range(L + 1)], "rms_excl_first": [col.rms[l][1] for l in range(L + 1)],
-            "mean_gain": gains, "final_norm_mean_gain": None if fin is None else fin.mean().item()}
+            "mean_gain": gains, "mean_abs_gain": abs_gains,
+            "final_norm_mean_gain": None if fin is None else fin.mean().item()}
 
 
 def _logit_lens(col: _Collector, L: int, positions: list[int], top_k: int, decode) -> list[dict]:
@@ -241,11 +256,18 @@ def _keys(col: _Collector, adapter: Adapter, attention: dict) -> dict:
 @torch.no_grad()
 def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, positions: list[int] | None = None,
                   top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512,
-                  words=DEFAULT_WORDS, dict_sample: int = DICT_SAMPLE, head_layer: int = 0) -> dict:
-    """Run the whole inspection on one prompt; returns the inspect.json dict. top_k serves the
-    logit lens, the input lens and the head words alike."""
+                  words=DEFAULT_WORDS, dict_sample: int = DICT_SAMPLE, head_layer: int = 0,
+                  ids: torch.Tensor | None = None, text: dict | None = None) -> dict:
+    """Run the whole inspection on one prompt, or on a batch of token windows `ids` [B, T] (then `text`
+    describes where they come from, and the per-token sections read window 0); returns the inspect.json
+    dict. top_k serves the logit lens, the input lens and the head words alike."""
     t0 = time.perf_counter()
-    ids = tokenizer(prompt, return_tensors="pt")["input_ids"][:, :max_tokens]
+    if ids is None:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+        text = {"source": "prompt"}
+    else:
+        prompt = None
+    ids = ids[:, :max_tokens]
     B, T = ids.shape
     if T < 2:
         raise InspectError(f"the prompt gives {T} token(s); give a longer --prompt")
@@ -262,13 +284,14 @@ def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, pos
 
     def decode(i):
         return tokenizer.decode([i])
-    attention = _attention(col, L, hl)
+    attention = _attention(col, L, hl, T)
     d = adapter.d_model
     return {
         "model": adapter.source, "family": adapter.family, "model_type": adapter.model_type,
         "dtype": str(next(adapter.model.parameters()).dtype).replace("torch.", ""),
         "n_layers": L, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim,
-        "d_model": d, "prompt": prompt, "n_tokens": T, "token_ids": ids[0].tolist(),
+        "d_model": d, "prompt": prompt, "text": text, "batch": B, "n_tokens": T, "token_ids": ids[0].tolist(),
+        "gguf": adapter.gguf, "quantization": quantization_note(adapter.gguf),
         "tokens": [decode(t) for t in ids[0].tolist()],
         "params": param_tally(adapter), "weights": weight_stats(adapter), "attention": attention,
         "hidden": _hidden(col, L), "amplitude": _amplitude(col, adapter),

@@ -53,6 +53,33 @@ def styled(build):
     return wrapper
 
 
+@functools.lru_cache(maxsize=1)
+def _default_font():
+    from matplotlib import font_manager
+    with matplotlib.rc_context(STYLE):
+        return font_manager.get_font(font_manager.findfont(font_manager.FontProperties()))
+
+
+@functools.lru_cache(maxsize=65536)
+def _drawable_char(c: str) -> str:
+    if c == "$":
+        return r"\$"  # two of them would start mathtext
+    if c.isprintable() and (c == " " or _default_font().get_char_index(ord(c)) != 0):
+        return c
+    if not c.isprintable():
+        return repr(c)[1:-1]
+    return f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+
+
+def drawable(text: str, limit: int | None = None) -> str:
+    """`text` as a figure label the default font draws without a 'Glyph missing' warning: characters it
+    has stay (a token's leading space too), control and invisible characters are escaped as repr does
+    (\\n, \\x00, \\u200b), characters it lacks (CJK, emoji) become \\uXXXX / \\UXXXXXXXX, and $ is escaped
+    (mathtext); cut to `limit` characters."""
+    out = "".join(_drawable_char(c) for c in text)
+    return out if limit is None else out[:limit]
+
+
 def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, layout=None, **kwargs):
     """(Figure, axes) like pyplot.subplots, but a plain Figure that no pyplot state or backend holds."""
     with matplotlib.rc_context(STYLE):

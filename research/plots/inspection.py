@@ -1,6 +1,8 @@
 """Figures and report.md of a pretrained-model inspection, from the inspect.json dict alone (no torch)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
@@ -9,7 +11,7 @@ from research.plots.common import fmt_num, styled, subplots
 from research.results.values import as_array as _arr
 
 FIGURES = ("weight_stats.png", "first_token_attention.png", "hidden_similarity.png", "amplitude.png",
-           "key_metrics.png") + dictionaries.FIGURES
+           "key_metrics.png", "key_heads.png") + dictionaries.FIGURES
 
 
 @styled
@@ -93,9 +95,13 @@ def plot_amplitude(r: dict):
     axes[0].set_title("RMS of hidden states")
     axes[0].set_xlabel("hidden state (0 = embeddings)")
     axes[0].legend()
-    for name, g in a["mean_gain"].items():
-        axes[1].plot(g, "o-", ms=3, label=name)
-    axes[1].set_title("mean norm gain per layer")
+    for j, (name, g) in enumerate(a["mean_gain"].items()):
+        axes[1].plot(g, "o-", ms=3, color=f"C{j}", label=f"{name}: mean")
+        ab = (a.get("mean_abs_gain") or {}).get(name)
+        if ab:
+            axes[1].plot(ab, "--", color=f"C{j}", lw=1, label=f"{name}: mean |gain|")
+    axes[1].axhline(0, color="k", lw=0.6)
+    axes[1].set_title("norm gain per layer: signed mean (solid), mean |gain| (dashed)")
     axes[1].set_xlabel("layer")
     axes[1].legend()
     fig.tight_layout()
@@ -116,11 +122,60 @@ def plot_key_metrics(r: dict):
     return fig
 
 
+@styled
+def plot_key_heads(r: dict):
+    """Per layer and KV head: key norm (at the model's last key site before RoPE), pr_sv and the first-token
+    attention of the head's query heads (mean; without query 0 where recorded)."""
+    k, a = r["keys"], r["attention"]
+    site = "k_norm" if "k_norm" in k["sites"] else "k_proj"
+    n_kv, G = r["n_kv_heads"], r["n_heads"] // r["n_kv_heads"]
+    first = np.array(a.get("first_token_excl_q0", a["first_token"]), float).reshape(len(k["layers"]), n_kv, G)
+    panels = ((f"{site} norm_mean", np.array([layer[site]["norm_mean"] for layer in k["layers"]], float)),
+              (f"{site} pr_sv (of d_head {r['head_dim']})", np.array([layer[site]["pr_sv"] for layer in k["layers"]],
+                                                                    float)),
+              ("first-token attention" + (" (queries 1..T-1)" if "first_token_excl_q0" in a else ""),
+               first.mean(axis=2)))
+    fig, axes = subplots(1, 3, figsize=(14, 3.8))
+    for ax, (title, v) in zip(axes, panels):
+        for h in range(n_kv):
+            ax.plot(v[:, h], "o-", ms=3, label=f"KV head {h}")
+        ax.set_title(title)
+        ax.set_xlabel("layer")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].axhline(math.sqrt(r["head_dim"]), color="k", ls="--", lw=1, label="sqrt(d_head)")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def figures(r: dict) -> dict:
     """The figures, by file name (the dictionary sections' three only when the file has them)."""
     out = dict(zip(FIGURES, (plot_weight_stats(r), plot_first_token(r), plot_hidden(r), plot_amplitude(r),
-                             plot_key_metrics(r))))
+                             plot_key_metrics(r), plot_key_heads(r))))
     return {**out, **dictionaries.figures(r)} if dictionaries.has_sections(r) else out
+
+
+def _text_line(r: dict) -> str:
+    t = r.get("text") or {"source": "prompt"}
+    if t["source"] == "prompt":
+        return f"one prompt of {r['n_tokens']} tokens."
+    return (f"{r['batch']} windows of {r['n_tokens']} tokens of {t['source']} (sha256 {t['sha256'][:12]}, seed "
+            f"{t['seed']}{', BOS first' if t.get('bos') else ''}; {t['description']}); sections of one token "
+            f"sequence (logit and input lens) read window 0.")
+
+
+def _gain_lines(amp: dict) -> list[str]:
+    """The layers' norm gains, signed: a mean near zero can hide large gains of both signs."""
+    if not amp.get("mean_gain"):
+        return []
+    lines = ["Norm gains (the multiplier each norm applies, per layer; mean over the model dimension, signed, "
+             "and mean |gain|):", "", "| norm | signed mean: min .. max over layers | mean abs: min .. max |",
+             "|---|---|---|"]
+    for name, g in amp["mean_gain"].items():
+        ab = (amp.get("mean_abs_gain") or {}).get(name)
+        lines.append(f"| {name} | {fmt_num(min(g))} .. {fmt_num(max(g))} | "
+                     + (f"{fmt_num(min(ab))} .. {fmt_num(max(ab))} |" if ab else "n/a |"))
+    return lines + [""]
 
 
 def report(r: dict) -> str:
@@ -129,8 +184,10 @@ def report(r: dict) -> str:
     L = r["n_layers"]
     lines = [f"# Inspection of {r['model']}", "",
              f"{r['family']} ({r['model_type']}), {L} layers, d_model {r['d_model']}, {r['n_heads']} query / "
-             f"{r['n_kv_heads']} KV heads of size {r['head_dim']}, {r['dtype']}; prompt of {r['n_tokens']} tokens.", "",
-             "## Parameters", "", "| kind | parameters | share |", "|---|---|---|"]
+             f"{r['n_kv_heads']} KV heads of size {r['head_dim']}, {r['dtype']}; {_text_line(r)}", ""]
+    if r.get("quantization"):
+        lines += [f"**Quantized weights.** {r['quantization']}", ""]
+    lines += ["## Parameters", "", "| kind | parameters | share |", "|---|---|---|"]
     for kind, n in p["by_kind"].items():
         lines.append(f"| {kind} | {n:,} | {n / p['total']:.1%} |")
     lines += [f"| total | {p['total']:,} | model's own count {p['model_count']:,} "
@@ -142,8 +199,13 @@ def report(r: dict) -> str:
         lines.append(f"| W{m} | {fmt_num(float(np.mean(d['model_dim'])))} | {fmt_num(float(np.mean(d['heads'])))} |")
     lines += ["", "## Attention to the first token", "", "![](first_token_attention.png)", "",
               f"Sink rate (share of layer-head pairs with mean first-token attention > {a['sink_threshold']}): "
-              f"**{a['sink_rate']:.3f}**. Mean first-token attention per layer: "
-              + ", ".join(fmt_num(x, 2) for x in a["layer_mean_first_token"]) + ".",
+              f"**{a['sink_rate']:.3f}** over all query positions (Gu et al. 2024), "
+              + (f"**{a['sink_rate_excl_q0']:.3f}** without query 0 (which can only attend to token 0, weight 1). "
+                 if "sink_rate_excl_q0" in a else "")
+              + "Mean first-token attention per layer: "
+              + ", ".join(fmt_num(x, 2) for x in a["layer_mean_first_token"]) + "."
+              + (" Without query 0: " + ", ".join(fmt_num(x, 2) for x in a["layer_mean_first_token_excl_q0"]) + "."
+                 if "layer_mean_first_token_excl_q0" in a else ""),
               "", "## Hidden-state similarity", "", "![](hidden_similarity.png)", "",
               "Adjacent-layer cosine (mean per layer): " + ", ".join(fmt_num(x, 3) for x in h["adjacent_mean"]) + "."]
     for g, gd in h["gaps"].items():
@@ -153,8 +215,9 @@ def report(r: dict) -> str:
         else:
             lines.append(f"{g}-layer gap: the model has fewer than {g} layers.")
     lines += ["", "## Amplitude", "", "![](amplitude.png)", "",
-              "RMS of hidden states (0 = embeddings): " + ", ".join(fmt_num(x, 3) for x in amp["rms"]) + ".", "",
-              "## Logit lens", ""]
+              "RMS of hidden states (0 = embeddings): " + ", ".join(fmt_num(x, 3) for x in amp["rms"]) + ".", ""]
+    lines += _gain_lines(amp)
+    lines += ["## Logit lens", ""]
     for j, pos in enumerate(r["logit_lens"]["positions"]):
         lines += [f"Position {pos} (token {r['tokens'][pos]!r}):", "", "| state | top tokens (prob) |", "|---|---|"]
         for layer in r["logit_lens"]["layers"]:
@@ -163,14 +226,18 @@ def report(r: dict) -> str:
                                                              zip(e["tokens"], e["probs"])) + " |")
         lines.append("")
     lines += dictionaries.report_lines(r)
-    lines += ["## Keys", "", "![](key_metrics.png)", "", "| layer | " +
-              " | ".join(f"{s} pr_sv | {s} norm" for s in r["keys"]["sites"]) + " | k_norm gain mean (cv) |",
-              "|" + "---|" * (2 + 2 * len(r["keys"]["sites"]))]
+    lines += ["## Keys", "", "![](key_metrics.png)", "", "![](key_heads.png)", "",
+              f"Means over KV heads (key_heads.png and inspect.json have each KV head); sqrt(d_head) = "
+              f"{math.sqrt(r['head_dim']):.1f}. The k_norm gain is the multiplier the model applies"
+              + (" (1 + w for Gemma)" if r["family"] == "gemma3" else "") + ": signed mean, mean |gain| and CV.", "",
+              "| layer | " + " | ".join(f"{s} pr_sv | {s} norm" for s in r["keys"]["sites"])
+              + " | k_norm gain mean / mean abs (cv) |", "|" + "---|" * (2 + 2 * len(r["keys"]["sites"]))]
     for layer in r["keys"]["layers"]:
         g = layer["gamma_k"]
         cells = [f"{fmt_num(layer['means'][f'{s}.pr_sv'], 2)} | {fmt_num(layer['means'][f'{s}.norm_mean'], 2)}"
                  for s in r["keys"]["sites"]]
-        gk = "none" if g is None else f"{fmt_num(g['mean'])} ({fmt_num(g['cv'])})"
+        gk = ("none" if g is None else
+              f"{fmt_num(g['mean'])} / {fmt_num(float(np.mean(np.abs(g['values']))))} ({fmt_num(g['cv'])})")
         lines.append(f"| {layer['layer']} | " + " | ".join(cells) + f" | {gk} |")
     lines += ["", "## Memory", "", r["memory"]["bound"] + ".", ""]
     return "\n".join(lines)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from research.plots.common import fmt_num, styled, subplots
+from research.plots.common import drawable, fmt_num, styled, subplots
 
 FIGURES = ("word_similarity.png", "lenses.png", "head_words.png")
 SECTIONS = ("dictionaries", "input_lens", "head_words")
@@ -42,7 +42,7 @@ def _lens_panel(ax, lens: dict, j: int, value: str, title: str) -> None:
     ax.imshow(vals, aspect="auto", origin="lower", cmap="viridis", vmin=0, vmax=1)
     for s, e in enumerate(rows):
         for k, tok in enumerate(e["tokens"]):
-            ax.text(k, s, repr(tok)[1:-1][:10], ha="center", va="center", fontsize=7, color="w")
+            ax.text(k, s, drawable(tok, 10), ha="center", va="center", fontsize=7, color="w")
     ax.set_title(title)
     ax.set_xlabel("rank")
     ax.set_ylabel("state (0 = embeddings)")
@@ -58,7 +58,7 @@ def plot_lenses(r: dict):
     P, S = len(inp["positions"]), len(inp["layers"])
     fig, axes = subplots(P, 2, figsize=(12, (1.5 + 0.3 * S) * P), squeeze=False)
     for j, pos in enumerate(inp["positions"]):
-        tok = repr(r["tokens"][pos])
+        tok = "'" + drawable(r["tokens"][pos], 20) + "'"
         _lens_panel(axes[j, 0], logit, j, "probs", f"logit lens at {pos} ({tok}): final norm + output, prob")
         _lens_panel(axes[j, 1], inp, j, "cos", f"input lens at {pos} ({tok}): cosine with input embeddings")
     fig.tight_layout()
@@ -75,7 +75,7 @@ def plot_head_words(r: dict):
         top = [h["projections"][0] for h in heads]
         ax.bar([h["head"] for h in heads], top, color="C0" if kind == "query" else "C1", label=f"{kind} heads")
         for h, y in zip(heads, top):
-            ax.text(h["head"], y, repr(h["tokens"][0])[1:-1][:10], ha="center", va="bottom", fontsize=7, rotation=90)
+            ax.text(h["head"], y, drawable(h["tokens"][0], 10), ha="center", va="bottom", fontsize=7, rotation=90)
         ax.set_title(f"layer {hw['layer']}: {kind} heads, top word's projection")
         ax.set_xlabel(f"{kind} head" if kind == "query" else "KV head")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
