@@ -167,18 +167,19 @@ def fmt_ci(d, decimals: int) -> str:
     return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
 
 
-def decision_table(decisions: dict, decimals: int, name_of=str) -> list[str]:
+def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
     """Markdown rows of research.analysis.rules Decisions: difference, its CI, the equivalence interval,
-    Holm's p and the outcome."""
+    Holm's p and the outcome. `unit`: what the n compared values are (seeds; text batches for one model)."""
     rows = ["| comparison | n | difference | % of mean | CI (Holm level) | 90% CI | p (Holm) | outcome |",
             "|---|---|---|---|---|---|---|---|"]
     for key, d in decisions.items():
         if d.outcome == DESCRIPTIVE:
             rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | n/a | n/a | n/a | "
-                        f"descriptive (one seed) |")
+                        f"descriptive (one {unit}) |")
             continue
         lo90, hi90 = d.ci90
-        outcome = d.outcome + (f" ({d.seeds_needed} seeds would decide it)" if d.seeds_needed else "")
+        units = unit + ("es" if unit.endswith(("ch", "s")) else "s")
+        outcome = d.outcome + (f" ({d.seeds_needed} {units} would decide it)" if d.seeds_needed else "")
         rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | {fmt_ci(d, decimals)} | "
                     f"[{lo90:+.{decimals}f}, {hi90:+.{decimals}f}] | {fmt_p(d.p_holm)} | {outcome} |")
     return rows

@@ -1,0 +1,163 @@
+"""What one trained model can answer of the write-ups' claims about keys (research/pretrained_keys_study.py).
+
+Input: one model's record of research.inspection.key_study (per text batch: key metrics [L][Hkv] per site,
+attention metrics [L][Hq], loss; the same keys of an untrained model of the architecture; the exact
+k_norm gains). One model is one sample: the unit of uncertainty is the TEXT BATCH, and every comparison
+is paired by batch (the same text on both sides) and decided by research.analysis.rules (Holm over a
+claim's comparisons, equivalence margin MARGIN of the compared values' mean). Nothing here is a
+seed-level effect: another training run of the same recipe could differ in ways no batch shows.
+
+Claims:
+1. norm: the mean key norm of each layer group (research.analysis.keys.layer_groups: early, middle,
+   final) against sqrt(d_head) (one-sample, per batch), and the groups against each other (depth).
+   Site: k_norm where the model has one (the write-ups' site), else k_proj (RoPE keeps norms).
+2. sinks: the head-specialization study's taxonomy (research.analysis.heads.classify) of the KV
+   heads, on the mean over batches of sink mass WITHOUT query 0 and entropy, each KV head taking the
+   mean over its query heads; then, per batch, the mean over layers holding both a sink and a gatherer
+   of (mean key norm of the layer's sinks - that of its gatherers): do sinks have longer keys WITHIN a
+   layer? Without the taxonomy, per batch: in each layer, the key norm of the KV head with the most
+   first-token attention minus the mean of the layer's other KV heads, averaged over layers (top_sink).
+   With one KV head per layer (Gemma 3 270M) the query heads share their keys: not testable.
+3. gain: the k_norm gain as the multiplier the model applies (1 + w for Gemma), per layer: mean,
+   mean |gain|, CV = std / |mean|, and "golden dimensions", those above median + GOLDEN_K robust SDs
+   (1.4826 MAD) of the layer's gains. Weights are exact: descriptive, no test.
+4. rank: pr_sv of the keys per layer group against the untrained model's on the same batches (paired
+   by batch): lower means the trained keys use fewer dimensions than its initialization does.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from research.analysis.heads import classify
+from research.analysis.keys import layer_groups
+from research.analysis.rules import MARGIN, Paired, decide
+
+GOLDEN_K = 3.0
+MAD_TO_SD = 1.4826
+
+
+def site_of(rec: dict) -> str:
+    return "k_norm" if "k_norm" in rec["batches"][0]["keys"] else "k_proj"
+
+
+def per_batch(rec: dict, metric: str, site: str | None = None, key: str = "keys") -> np.ndarray:
+    """[n_batches, L, H] of a key metric (key='keys' or 'init_keys') at a site."""
+    site = site or site_of(rec)
+    return np.array([b[key][site][metric] for b in rec["batches"]], float)
+
+
+def attn_per_batch(rec: dict, metric: str) -> np.ndarray:
+    """[n_batches, L, Hq]."""
+    return np.array([b["attn"][metric] for b in rec["batches"]], float)
+
+
+def kv_mean(x: np.ndarray, n_kv: int) -> np.ndarray:
+    """[..., Hq] -> [..., Hkv]: the mean over the query heads of each KV head (h // group)."""
+    g = x.shape[-1] // n_kv
+    return x.reshape(*x.shape[:-1], n_kv, g).mean(-1)
+
+
+def _by_batch(values: np.ndarray) -> dict:
+    return {i: float(v) for i, v in enumerate(values)}
+
+
+def norm_claims(rec: dict, margin: float = MARGIN) -> dict:
+    site = site_of(rec)
+    norms = per_batch(rec, "norm_mean", site)                      # [N, L, Hkv]
+    groups = layer_groups(rec["n_layers"])
+    ref = math.sqrt(rec["head_dim"])
+    g_means = {g: norms[:, ix].mean(axis=(1, 2)) for g, ix in groups.items()}
+    vs_ref = decide({g: Paired.one_sample(v - ref, scale=ref) for g, v in g_means.items()}, margin)
+    names = list(groups)
+    depth = decide({f"{b} - {a}": Paired.of(_by_batch(g_means[b]), _by_batch(g_means[a]))
+                    for a, b in ((names[0], names[1]), (names[1], names[2]), (names[0], names[2]))}, margin)
+    return {"site": site, "sqrt_d_head": ref, "groups": groups,
+            "group_mean": {g: float(v.mean()) for g, v in g_means.items()},
+            "layer_mean": norms.mean(axis=(0, 2)).tolist(), "vs_sqrt_d": vs_ref, "depth": depth}
+
+
+def sink_claims(rec: dict, margin: float = MARGIN) -> dict:
+    site = site_of(rec)
+    n_kv = rec["n_kv_heads"]
+    sink_q = attn_per_batch(rec, "sink_mass_excl_q0")              # [N, L, Hq]
+    ent_q = attn_per_batch(rec, "entropy")
+    sink_kv, ent_kv = kv_mean(sink_q, n_kv), kv_mean(ent_q, n_kv)  # [N, L, Hkv]
+    tax = classify(sink_kv.mean(0), ent_kv.mean(0))
+    tax_q = classify(sink_q.mean(0), ent_q.mean(0))                # query heads: what attention alone shows
+    out = {"n_kv": n_kv, "taxonomy": tax, "taxonomy_query_heads": tax_q,
+           "counts": {c: int((tax.classes == c).sum()) for c in ("sink", "gatherer", "neither")},
+           "counts_query_heads": {c: int((tax_q.classes == c).sum()) for c in ("sink", "gatherer", "neither")},
+           "sink_rate": float((sink_q.mean(0) > 0.3).mean()),
+           "sink_rate_with_q0": float((attn_per_batch(rec, "sink_mass").mean(0) > 0.3).mean())}
+    if n_kv < 2:
+        out["why_not"] = ("one KV head per layer: the layer's query heads share their keys, so a within-layer "
+                          "comparison of sinks' and gatherers' keys does not exist")
+        return out
+    norms = per_batch(rec, "norm_mean", site)
+    top = sink_kv.mean(0).argmax(axis=1)                           # [L]: the layer's most sink-like KV head
+    others = np.ones(sink_kv.shape[1:], bool)
+    others[np.arange(len(top)), top] = False
+    top_diff = np.array([np.mean([norms[b, i, top[i]] - norms[b, i][others[i]].mean() for i in range(len(top))])
+                         for b in range(norms.shape[0])])
+    out["top_sink"] = decide({"top-sink KV head - the others": Paired.one_sample(
+        top_diff, scale=float(norms.mean()))}, margin)
+    layers = [i for i in range(rec["n_layers"])
+              if (tax.classes[i] == "sink").any() and (tax.classes[i] == "gatherer").any()]
+    out["layers"] = layers
+    if not layers:
+        out["why_not"] = "no layer holds both a sink and a gatherer KV head"
+        return out
+    diffs = np.array([np.mean([norms[b, i][tax.classes[i] == "sink"].mean()
+                               - norms[b, i][tax.classes[i] == "gatherer"].mean() for i in layers])
+                      for b in range(norms.shape[0])])
+    scale = float(np.mean([norms[:, i][:, tax.classes[i] != "neither"].mean() for i in layers]))
+    out["within_layer"] = decide({"sink - gatherer key norm": Paired.one_sample(diffs, scale=scale)}, margin)
+    return out
+
+
+def golden_dims(gain: np.ndarray, k: float = GOLDEN_K) -> list[int]:
+    """Dimensions whose gain lies above median + k robust SDs (1.4826 x MAD) of the vector's gains. The
+    median and MAD ignore a few huge gains, which a mean and SD would chase."""
+    med = float(np.median(gain))
+    sd = MAD_TO_SD * float(np.median(np.abs(gain - med)))
+    return [int(i) for i in np.nonzero(gain > med + k * sd)[0]]  # sd 0 (most gains equal): any gain above them
+
+
+def gain_claims(rec: dict) -> dict | None:
+    rows = (rec.get("gains") or {}).get("k_norm")
+    if not rows:
+        return None
+    layers = []
+    for g in map(lambda r: np.asarray(r, float), rows):
+        gold = golden_dims(g)
+        layers.append({"mean": float(g.mean()), "mean_abs": float(np.abs(g).mean()),
+                       "cv": float(g.std(ddof=1) / abs(g.mean())) if g.mean() else math.nan,
+                       "min": float(g.min()), "max": float(g.max()), "negative": int((g < 0).sum()),
+                       "golden": gold, "golden_energy": float((g[gold] ** 2).sum() / (g ** 2).sum()) if gold else 0.0})
+    return {"layers": layers, "golden_k": GOLDEN_K}
+
+
+def rank_claims(rec: dict, margin: float = MARGIN) -> dict | None:
+    if "init_keys" not in rec["batches"][0]:
+        return None
+    site = site_of(rec)
+    out = {"site": site, "d_head": rec["head_dim"]}
+    groups = layer_groups(rec["n_layers"])
+    for metric in ("pr_sv", "pr_var", "erank"):
+        trained, init = per_batch(rec, metric, site), per_batch(rec, metric, site, key="init_keys")
+        out[metric] = {"layer_trained": trained.mean(axis=(0, 2)).tolist(),
+                       "layer_init": init.mean(axis=(0, 2)).tolist()}
+    trained, init = per_batch(rec, "pr_sv", site), per_batch(rec, "pr_sv", site, key="init_keys")
+    out["groups"] = decide({g: Paired.of(_by_batch(trained[:, ix].mean(axis=(1, 2))),
+                                         _by_batch(init[:, ix].mean(axis=(1, 2))))
+                            for g, ix in groups.items()}, margin)
+    return out
+
+
+def analyze(rec: dict, margin: float = MARGIN) -> dict:
+    losses = np.array([b["loss"] for b in rec["batches"]], float)
+    return {"norm": norm_claims(rec, margin), "sinks": sink_claims(rec, margin), "gain": gain_claims(rec),
+            "rank": rank_claims(rec, margin), "loss": (float(losses.mean()), float(losses.std(ddof=1)))
+            if losses.size > 1 else (float(losses.mean()), math.nan), "n_batches": len(rec["batches"])}

@@ -1,0 +1,276 @@
+"""Figures and report.md of research/pretrained_keys_study.py, from pretrained_keys.json alone (no torch)."""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from research.analysis import pretrained as A
+from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, MARGIN
+from research.analysis.stats import mean_ci
+from research.plots.common import GROUP_COLORS, decision_table, fmt_num, message_figure, styled, subplots
+
+CLASS_COLORS = {"sink": "#c44e52", "gatherer": "#4c72b0", "neither": "#999999", "n/a": "#dddddd"}
+
+
+def _panels(n: int, height: float = 3.8):
+    fig, axes = subplots(1, n, figsize=(6.2 * n, height), squeeze=False)
+    return fig, axes[0]
+
+
+def _layer_band(ax, x_NL: np.ndarray, color: str, label: str) -> None:
+    """Mean over batches per layer with its 95% CI over batches."""
+    stats = [mean_ci(x_NL[:, i]) for i in range(x_NL.shape[1])] if x_NL.shape[0] > 1 else None
+    m = x_NL.mean(0)
+    ax.plot(m, "o-", ms=3, color=color, lw=1.6, label=label)
+    if stats:
+        half = np.array([s[1] for s in stats])
+        ax.fill_between(np.arange(len(m)), m - half, m + half, color=color, alpha=0.25, lw=0)
+
+
+@styled
+def plot_key_norms(res: dict):
+    models = res["models"]
+    fig, axes = _panels(len(models))
+    for ax, (name, rec) in zip(axes, models.items()):
+        site = A.site_of(rec)
+        norms = A.per_batch(rec, "norm_mean", site)                   # [N, L, Hkv]
+        for h in range(rec["n_kv_heads"]):
+            ax.plot(norms[:, :, h].mean(0), "-", lw=0.8, alpha=0.6, label=f"KV head {h}")
+        _layer_band(ax, norms.mean(2), "k", "mean over KV heads (95% CI over batches)")
+        for g, ix in A.layer_groups(rec["n_layers"]).items():
+            ax.axvspan(min(ix) - 0.4, max(ix) + 0.4, color=GROUP_COLORS[g], alpha=0.12, lw=0)
+        ref = rec["head_dim"] ** 0.5
+        ax.axhline(ref, color="k", ls="--", lw=1, label=f"sqrt(d_head) = {ref:.1f}")
+        ax.set_title(f"{name}: key norm at {site}")
+        ax.set_xlabel("layer (shaded: early / middle / final groups)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("mean |k| over tokens")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def plot_sinks(res: dict):
+    models = res["models"]
+    fig, axes = _panels(len(models), 4.2)
+    for ax, (name, rec) in zip(axes, models.items()):
+        s = A.sink_claims(rec)
+        tax = s["taxonomy"] if rec["n_kv_heads"] > 1 else s["taxonomy_query_heads"]
+        unit = "KV heads" if rec["n_kv_heads"] > 1 else "query heads (one KV head per layer)"
+        sink = A.attn_per_batch(rec, "sink_mass_excl_q0").mean(0)
+        ent = A.attn_per_batch(rec, "entropy").mean(0)
+        norm = A.per_batch(rec, "norm_mean").mean(0)                  # [L, Hkv]
+        if rec["n_kv_heads"] > 1:
+            sink, ent = A.kv_mean(sink, rec["n_kv_heads"]), A.kv_mean(ent, rec["n_kv_heads"])
+        else:
+            norm = np.repeat(norm, rec["n_heads"], axis=1)
+        size = 12 + 60 * (norm - norm.min()) / max(float(np.ptp(norm)), 1e-12)
+        for c, col in CLASS_COLORS.items():
+            m = tax.classes == c
+            if m.any():
+                ax.scatter(sink[m], ent[m], s=size[m], color=col, alpha=0.8, label=f"{c} ({int(m.sum())})")
+        ax.axvline(tax.sink_mass, color="k", ls=":", lw=1)
+        ax.axhline(tax.sink_entropy, color=CLASS_COLORS["sink"], ls="--", lw=0.8)
+        ax.axhline(tax.gatherer_entropy, color=CLASS_COLORS["gatherer"], ls="--", lw=0.8)
+        ax.set_title(f"{name}: {unit}\n(marker size: key norm)")
+        ax.set_xlabel("first-token attention, query positions 1..T-1")
+        ax.set_ylabel("attention entropy (nats)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def plot_gains(res: dict):
+    models = {n: r for n, r in res["models"].items() if (r.get("gains") or {}).get("k_norm")}
+    if not models:
+        return message_figure("k_norm gains", "none of the models normalizes its keys (no k_norm)")
+    fig, axes = subplots(len(models), 2, figsize=(13, 3.6 * len(models)), squeeze=False,
+                         gridspec_kw={"width_ratios": [3, 1.2]})
+    for row, (name, rec) in zip(axes, models.items()):
+        g = np.array(rec["gains"]["k_norm"], float)                    # [L, D]
+        lim = float(np.abs(g).max())
+        im = row[0].imshow(g, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-lim, vmax=lim,
+                           interpolation="nearest")
+        gc = A.gain_claims(rec)
+        for i, layer in enumerate(gc["layers"]):
+            row[0].plot(layer["golden"], [i] * len(layer["golden"]), "k|", ms=5)
+        row[0].set_title(f"{name}: k_norm gain as applied{' (1 + w)' if rec['family'] == 'gemma3' else ''}; "
+                         f"| = golden dimension (> median + {gc['golden_k']:g} robust SD)")
+        row[0].set_xlabel("dimension")
+        row[0].set_ylabel("layer")
+        row[0].grid(False)
+        fig.colorbar(im, ax=row[0])
+        row[1].plot([x["cv"] for x in gc["layers"]], "o-", ms=3, label="CV = std / |mean|")
+        row[1].plot([x["mean"] for x in gc["layers"]], "s--", ms=3, label="mean (signed)")
+        row[1].plot([x["mean_abs"] for x in gc["layers"]], ":", label="mean |gain|")
+        row[1].set_xlabel("layer")
+        row[1].set_title("spread per layer")
+        row[1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def plot_key_rank(res: dict):
+    models = res["models"]
+    fig, axes = _panels(len(models))
+    for ax, (name, rec) in zip(axes, models.items()):
+        site = A.site_of(rec)
+        _layer_band(ax, A.per_batch(rec, "pr_sv", site).mean(2), "C3", "trained")
+        if "init_keys" in rec["batches"][0]:
+            _layer_band(ax, A.per_batch(rec, "pr_sv", site, "init_keys").mean(2), "C7", "untrained (same text)")
+        ax.axhline(rec["head_dim"], color="k", ls="--", lw=1, label=f"d_head = {rec['head_dim']}")
+        ax.set_yscale("log")
+        ax.set_title(f"{name}: pr_sv of keys at {site} (mean over KV heads)")
+        ax.set_xlabel("layer")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("pr_sv (dimensions; 95% CI over batches)")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = ("key_norms.png", "sinks.png", "gains.png", "key_rank.png")
+
+
+def figures(res: dict, margin: float = MARGIN) -> dict:
+    return dict(zip(FIGURES, (plot_key_norms(res), plot_sinks(res), plot_gains(res), plot_key_rank(res))))
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+def _ci(d) -> str:
+    if d.outcome == DESCRIPTIVE:
+        return "one batch: no interval"
+    return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Holm) {d.p_holm:.2g}"
+
+
+def _against(d, what: str, above: str, below: str, margin: float) -> str:
+    """A verdict phrase for a difference d = value - reference, never more than the test showed."""
+    if d.outcome == DESCRIPTIVE:
+        return f"{d.diff:+.2f} against {what} (one batch: descriptive)"
+    if d.outcome == INCONCLUSIVE:
+        return (f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; about {d.seeds_needed} batches would "
+                f"decide it)")
+    if d.same:
+        return f"equal to {what} within ±{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
+    return f"{above if d.diff > 0 else below} {what} by {abs(d.diff):.2f} ({d.rel:+.0%}; {_ci(d)})"
+
+
+def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
+    a = A.analyze(rec, margin)
+    t = rec["text"]
+    n, G = a["n_batches"], rec["n_heads"] // rec["n_kv_heads"]
+    loss, loss_sd = a["loss"]
+    lines = [f"## {name}", "",
+             f"{rec['family']} ({rec['model_type']}), {rec['params']:,} parameters, {rec['n_layers']} layers, "
+             f"{rec['n_heads']} query / {rec['n_kv_heads']} KV heads of size {rec['head_dim']}; from {rec['source']}. "
+             f"Text: {n} batches of {t['batch']} windows of {t['seq_len']} tokens of {t['source']} (sha256 "
+             f"{t['sha256'][:12]}, seed {t['seed']}), one window per document. Loss on them "
+             f"{loss:.3f} nats/token (sd over batches {fmt_num(loss_sd)}). Measured in {rec['wall_s']:.0f} s.", ""]
+    if rec.get("gguf"):
+        g = rec["gguf"]
+        lines += [f"Weights dequantized from {g['gguf_file']} (sha256 {g['gguf_sha256'][:12]}; "
+                  + ", ".join(f"{k} {v / sum(g['tensor_types'].values()):.0%}" for k, v in g["tensor_types"].items())
+                  + f" of the parameters): the keys are the quantized model's; the gains are exact (float32). The "
+                  f"conversion scored {g['check_loss']:.3f} nats/token on its check text.", ""]
+    # 1. norms
+    nm = a["norm"]
+    lines += ["### 1. Key norms against sqrt(d_head), by depth", "", "![](key_norms.png)", "",
+              f"Site {nm['site']}; sqrt(d_head) = {nm['sqrt_d_head']:.2f}; groups "
+              + ", ".join(f"{g} = layers {ix}" for g, ix in nm["groups"].items()) + ".", ""]
+    for g, d in nm["vs_sqrt_d"].items():
+        lines.append(f"- {g}: mean key norm {nm['group_mean'][g]:.2f}, "
+                     + _against(d, "sqrt(d_head)", "longer than", "shorter than", margin) + ".")
+    lines += ["", "Depth (paired by batch):", ""] + decision_table(nm["depth"], 2, unit="batch") + [""]
+    # 2. sinks
+    s = a["sinks"]
+    lines += ["### 2. Sinks and gatherers", "", "![](sinks.png)", "",
+              f"Sink rate (query heads with mean first-token attention > 0.3): {s['sink_rate']:.3f} over query "
+              f"positions 1..T-1, {s['sink_rate_with_q0']:.3f} with position 0 (Gu et al. 2024's mean, which counts "
+              f"query 0's forced weight of 1).", ""]
+    tax = s["taxonomy"]
+    lines.append(f"Taxonomy (research/analysis/heads.py): sink = first-token attention > {tax.sink_mass} and entropy "
+                 f"< {tax.sink_entropy:.3f}; gatherer = first-token attention <= {tax.sink_mass} and entropy > "
+                 f"{tax.gatherer_entropy:.3f} (median entropy {tax.median_entropy:.3f} ± {tax.margin:.0%}); on the "
+                 f"mean over batches, a KV head taking the mean of its {G} query head(s). KV heads: "
+                 + ", ".join(f"{c} {k}" for c, k in s["counts"].items()) + "; query heads: "
+                 + ", ".join(f"{c} {k}" for c, k in s["counts_query_heads"].items()) + ".")
+    lines.append("")
+    if "top_sink" in s:
+        d = s["top_sink"]["top-sink KV head - the others"]
+        lines += ["Without the taxonomy: in each layer, the KV head with the most first-token attention against the "
+                  "layer's other KV heads (key norm, mean over layers): "
+                  + _against(d, "the others' keys", "longer than", "shorter than", margin).replace(
+                      "equal to the others' keys", "as long as the others' keys") + ".", ""]
+    if "within_layer" in s:
+        d = s["within_layer"]["sink - gatherer key norm"]
+        k = len(s["layers"])
+        lines += [f"Within a layer ({k} {'layer holds' if k == 1 else 'layers hold'} both a sink and a gatherer KV "
+                  f"head: {s['layers']}), "
+                  f"sinks' keys minus gatherers' keys, mean over those layers: "
+                  + _against(d, "gatherers' keys", "longer than", "shorter than", margin).replace(
+                      "equal to gatherers' keys", "as long as gatherers' keys") + ".", ""]
+    else:
+        lines += [f"Do sinks (as classified) have longer keys within a layer? Not testable here: {s['why_not']}.", ""]
+    # 3. gains
+    gc = a["gain"]
+    lines += ["### 3. Spread of the k_norm gain", ""]
+    if gc is None:
+        lines += ["The model has no k_norm: nothing to measure.", ""]
+    else:
+        cvs = [x["cv"] for x in gc["layers"]]
+        n_gold = sum(bool(x["golden"]) for x in gc["layers"])
+        lines += ["![](gains.png)", "",
+                  f"The gain as the model applies it{' (1 + w)' if rec['family'] == 'gemma3' else ''}; weights, so "
+                  f"exact: descriptive, no test. CV ranges {min(cvs):.2f} to {max(cvs):.2f} over layers; "
+                  f"{n_gold} of {len(cvs)} layers have golden dimensions (gain above median + {gc['golden_k']:g} "
+                  f"robust SD).", "",
+                  "| layer | mean | mean abs | CV | min | max | negative | golden dimensions (share of squared gain) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for i, x in enumerate(gc["layers"]):
+            gold = ", ".join(map(str, x["golden"][:12])) + (" ..." if len(x["golden"]) > 12 else "")
+            lines.append(f"| {i} | {x['mean']:.3f} | {x['mean_abs']:.3f} | {x['cv']:.3f} | {x['min']:.3f} | "
+                         f"{x['max']:.3f} | {x['negative']} | {gold or '-'}"
+                         + (f" ({x['golden_energy']:.0%})" if x["golden"] else "")
+                         + " |")
+        lines.append("")
+    # 4. rank
+    r = a["rank"]
+    lines += ["### 4. Key rank", ""]
+    if r is None:
+        lines += ["No untrained reference was measured.", ""]
+    else:
+        lines += ["![](key_rank.png)", "",
+                  f"pr_sv of the keys at {r['site']} (of d_head = {r['d_head']}), trained against an untrained model "
+                  f"of the same architecture (seeded initialization) on the same batches, paired by batch:", ""]
+        for g, d in r["groups"].items():
+            lines.append(f"- {g}: trained {d.mean_a:.1f}, untrained {d.mean_b:.1f}: "
+                         + _against(d, "the untrained keys", "more dimensions than", "fewer dimensions than",
+                                    margin).replace("equal to the untrained keys", "as many as the untrained keys")
+                         + ".")
+        lines += ["", "Per group:", ""] + decision_table(r["groups"], 2, unit="batch") + [""]
+        groups = A.layer_groups(rec["n_layers"])
+        lines += ["Other rank measures (means over batches and KV heads; descriptive): "
+                  + "; ".join(f"{m} trained / untrained: " + ", ".join(
+                      f"{g} {np.mean([r[m]['layer_trained'][i] for i in ix]):.1f} / "
+                      f"{np.mean([r[m]['layer_init'][i] for i in ix]):.1f}" for g, ix in groups.items())
+                      for m in ("pr_var", "erank")) + ".", ""]
+    return lines
+
+
+def report(res: dict, margin: float = MARGIN) -> str:
+    prov = res.get("provenance") or {}
+    lines = ["# Keys of pretrained models", "",
+             "One model is one sample: every interval below is over TEXT BATCHES (the same model on different "
+             "text), and says how well the model's property is measured, not how another training run of the "
+             "same recipe would come out. Comparisons are paired by batch and decided as in docs/decisions.md "
+             f"(Holm over a claim's comparisons; equivalence margin ±{margin:.0%} of the compared values' mean).", "",
+             f"Command: `{res.get('command', '?')}`; commit {str(prov.get('git_commit', '?'))[:10]}, "
+             f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
+             f"float32; {res.get('wall_s', float('nan')):.0f} s.", ""]
+    for name, rec in res["models"].items():
+        lines += _model_lines(name, rec, margin)
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Keys of real pretrained models: what a trained model can answer of the write-ups' claims.
+
+    python research/pretrained_keys_study.py                      # SmolLM2-135M and Gemma 3 270M, offline
+    python research/pretrained_keys_study.py --models smollm2-135m --batches 4
+    python research/pretrained_keys_study.py --render_only        # redraw figures and report from the JSON
+
+For each model (a packaged name, a GGUF file, a Hugging Face folder or a hub id; GGUF files are
+converted once into --cache_dir), --batches batches of --batch windows of --seq_len tokens of real text
+(--text: english-v1 by default, one window per document) go through the model; on each batch the
+probe's key metrics (per layer and KV head at k_proj, k_norm where the model has one, and after
+RoPE), its attention metrics (per query head) and its loss are recorded, and the same keys of an
+untrained model of the same architecture (seeded initialization) on the same batch. Then
+research/analysis/pretrained.py decides, per model, with text batches as the unit of uncertainty:
+
+1. key norms against sqrt(d_head) by depth (early, middle, final layers);
+2. sinks and gatherers among the KV heads of a layer (by attention, as the head-specialization study
+   decides them) and whether sinks have longer keys within a layer;
+3. the spread of the k_norm gain (CV, golden dimensions), exact, for models that have k_norm;
+4. low key rank: pr_sv against the untrained architecture's on the same text.
+
+Writes --out/pretrained_keys.json (every per-batch number), key_norms.png, sinks.png, gains.png,
+key_rank.png and report.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from research.analysis.rules import MARGIN
+from research.inspection import InspectError
+from research.inspection.gguf import PACKAGED
+from research.inspection.loading import DEFAULT_CACHE, load_model
+from research.inspection.text import ENGLISH, text_documents, text_windows
+from research.results import ResultsError, save_results
+from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
+from utils.errors import os_fix, os_problem
+from utils.lock import FolderLock, LockError
+
+DEFAULT_MODELS = tuple(PACKAGED)
+DEFAULT_OUT = "research_results/pretrained_keys_study"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
+                   help=f"models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
+                        f"folders or hub ids (default: %(default)s)")
+    p.add_argument("--text", default=ENGLISH, help="'english' (english-v1) or a UTF-8 text file (default %(default)s)")
+    p.add_argument("--batches", type=int, default=8,
+                   help="text batches: the unit of uncertainty of every decision (default %(default)s)")
+    p.add_argument("--batch", type=int, default=4, help="windows per batch (default %(default)s)")
+    p.add_argument("--seq_len", "--seq-len", type=int, default=256, help="tokens per window (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the windows' choice and of the untrained reference's weights (default %(default)s)")
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help="equivalence margin, a share of the compared values' mean (default %(default)s)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s)")
+    p.add_argument("--cache_dir", "--cache-dir", default=DEFAULT_CACHE,
+                   help="where GGUF files are converted to Hugging Face folders (default %(default)s)")
+    p.add_argument("--render_only", "--render-only", action="store_true",
+                   help="redraw the figures and report.md from --out/pretrained_keys.json; measure nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    for name in ("batches", "batch"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if args.batches < 2:
+        print("note: with one batch there is no uncertainty to estimate: the report is descriptive", file=sys.stderr)
+    if args.seq_len < 8:
+        p.error("--seq_len must be at least 8 tokens")
+    if not 0 < args.margin < 1:
+        p.error("--margin is a share of the mean: give a number between 0 and 1")
+    return args
+
+
+def untrained_like(model, seed: int):
+    """A model of the same architecture with its own initialization (seeded): the reference of "low rank"."""
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(seed)
+    return AutoModelForCausalLM.from_config(model.config, dtype=torch.float32).eval()
+
+
+def measure(name: str, args, log=print) -> dict:
+    from research.inspection.adapters import ADAPTERS
+    from research.inspection.key_study import measure_keys
+    t0 = time.perf_counter()
+    model, tokenizer, adapter = load_model(name, "float32", args.cache_dir, log)
+    docs = text_documents(args.text)
+    windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
+    init = ADAPTERS[adapter.model_type](untrained_like(model, args.seed)) if hasattr(model, "config") else None
+    log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
+    rec = measure_keys(adapter, windows, args.batch, init, desc=name, show_progress=not args.no_progress)
+    rec.update({"model": name, "source": adapter.source, "family": adapter.family, "model_type": adapter.model_type,
+                "n_layers": adapter.n_layers, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads,
+                "head_dim": adapter.head_dim, "d_model": adapter.d_model, "params": adapter.model_param_count(),
+                "gguf": adapter.gguf, "sliding_window": getattr(model.config, "sliding_window", None),
+                "layer_types": getattr(model.config, "layer_types", None),
+                "text": {"source": docs.name, "sha256": docs.sha256, "description": docs.description,
+                         "documents": docs.picked, "batches": args.batches, "batch": args.batch,
+                         "seq_len": int(windows.shape[1]), "seed": args.seed},
+                "wall_s": time.perf_counter() - t0})
+    log(f"{name}: loss {sum(b['loss'] for b in rec['batches']) / len(rec['batches']):.3f} nats/token on the text; "
+        f"{rec['wall_s']:.0f} s")
+    return rec
+
+
+def render(out: Path, res: dict, margin: float) -> Path:
+    from research.plots import pretrained as figures
+    from research.plots.common import save_figures
+    from utils.io import atomic_write_text
+    save_figures(out, figures.figures(res, margin))
+    report = out / "report.md"
+    atomic_write_text(report, figures.report(res, margin))
+    return report
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    try:
+        if args.render_only:
+            res = load_pretrained_keys(out / FILE)
+            print(f"wrote {render(out, res, args.margin)} and the figures")
+            return 0
+        out.mkdir(parents=True, exist_ok=True)
+        with FolderLock(out, hint="pass another --out"):
+            from utils.runtime import provenance
+            t0 = time.perf_counter()
+            models = {name: measure(name, args) for name in args.models}
+            res = {"schema": SCHEMA, "version": VERSION, "models": models, "margin": args.margin,
+                   "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
+                   "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}
+            save_results(out / FILE, res)
+            report = render(out, load_pretrained_keys(out / FILE), args.margin)
+    except (InspectError, ResultsError, LockError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
+        return 2
+    print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
