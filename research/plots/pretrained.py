@@ -212,7 +212,10 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
                   f"head: {s['layers']}), "
                   f"sinks' keys minus gatherers' keys, mean over those layers: "
                   + _against(d, "gatherers' keys", "longer than", "shorter than", margin).replace(
-                      "equal to gatherers' keys", "as long as gatherers' keys") + ".", ""]
+                      "equal to gatherers' keys", "as long as gatherers' keys") + "."
+                  + (f" This rests on {k} of {rec['n_layers']} layers: it describes "
+                     f"{'that layer' if k == 1 else 'those layers'}, not the model's layers in general."
+                     if k < 3 else ""), ""]
     else:
         lines += [f"Do sinks (as classified) have longer keys within a layer? Not testable here: {s['why_not']}.", ""]
     # 3. gains
