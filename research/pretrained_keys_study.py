@@ -84,12 +84,12 @@ def untrained_like(model, seed: int):
     return AutoModelForCausalLM.from_config(model.config, dtype=torch.float32).eval()
 
 
-def measure(name: str, args, log=print) -> dict:
+def measure(name: str, docs, args, log=print) -> dict:
+    """One model's record on windows of `docs` (research.inspection.text.Documents, read once per run)."""
     from research.inspection.adapters import ADAPTERS
     from research.inspection.key_study import measure_keys
     t0 = time.perf_counter()
     model, tokenizer, adapter = load_model(name, "float32", args.cache_dir, log)
-    docs = text_documents(args.text)
     windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
     init = ADAPTERS[adapter.model_type](untrained_like(model, args.seed)) if hasattr(model, "config") else None
     log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
@@ -130,7 +130,8 @@ def main(argv=None) -> int:
         with FolderLock(out, hint="pass another --out"):
             from utils.runtime import provenance
             t0 = time.perf_counter()
-            models = {name: measure(name, args) for name in args.models}
+            docs = text_documents(args.text)
+            models = {name: measure(name, docs, args) for name in args.models}
             res = {"schema": SCHEMA, "version": VERSION, "models": models, "margin": args.margin,
                    "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
                    "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}

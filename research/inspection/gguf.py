@@ -179,9 +179,8 @@ def _supported_architectures() -> set[str]:
     return set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"}
 
 
-def _check_loss(model, tokenizer) -> float:
+def _check_loss(model, ids) -> float:
     import torch
-    ids = tokenizer(CHECK_TEXT, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         return model(input_ids=ids, labels=ids, use_cache=False).loss.item()
 
@@ -216,14 +215,15 @@ def _convert(path: Path, sha: str, folder: Path, log) -> dict:
     except RuntimeError as e:
         raise InspectError(f"{path.name}: the model rebuilt from its config does not take the GGUF weights "
                            f"({str(e)[:300]}); report this with the file's name") from e
-    loss_gguf, loss = _check_loss(loaded, tokenizer), _check_loss(rebuilt, tokenizer)
+    ids = tokenizer(CHECK_TEXT, return_tensors="pt")["input_ids"]
+    loss_gguf, loss = _check_loss(loaded, ids), _check_loss(rebuilt, ids)
     if not math.isfinite(loss) or abs(loss - loss_gguf) > 1e-4 or loss > CHECK_MAX_LOSS:
         raise InspectError(f"{path.name}: the converted model scores {loss:.3f} nats/token on the check text (the "
                            f"GGUF-loaded model {loss_gguf:.3f}; a language model stays below {CHECK_MAX_LOSS}): the "
                            f"conversion is wrong, nothing was cached")
     meta = {"recipe": CONVERT_RECIPE, "gguf_file": path.name, "gguf_sha256": sha, "gguf_bytes": path.stat().st_size,
             **summary, "model_type": loaded.config.model_type, "check_text": CHECK_TEXT,
-            "check_loss": loss, "check_tokens": len(tokenizer(CHECK_TEXT)["input_ids"]),
+            "check_loss": loss, "check_tokens": ids.shape[1],
             "transformers": __import__("transformers").__version__, "convert_s": time.perf_counter() - t0}
     with atomic_dir(folder) as tmp:
         rebuilt.save_pretrained(str(tmp))

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from research.inspection.adapters import Adapter
+from research.inspection.tour import excluding_query0
 from research.probing.metrics import attention_metrics, key_metrics
 
 KEY_SITES = ("k_proj", "k_norm", "k_rope")
@@ -51,8 +52,7 @@ class _KeySink:
         self.on_keys(i, "k_rope", k)
         T = q_BHTD.shape[2]
         self.attn[i] = {"entropy": st["entropy"].tolist(), "sink_mass": st["sink_mass"].tolist(),
-                        # query 0 attends only to token 0 (weight 1): drop it from the mean
-                        "sink_mass_excl_q0": ((T * st["sink_mass"] - 1) / (T - 1)).tolist(),
+                        "sink_mass_excl_q0": excluding_query0(st["sink_mass"], T).tolist(),
                         "logit_max": st["logit_max"].tolist()}
         return st["output"].permute(1, 2, 0, 3)
 

@@ -173,8 +173,9 @@ def _positions(spec: list[int] | None, T: int) -> list[int]:
     return out
 
 
-def excluding_query0(mass: float, T: int) -> float:
-    """Mean first-token attention over query positions 1..T-1, from the mean over 0..T-1: query 0 can
+def excluding_query0(mass, T: int):
+    """Mean first-token attention over query positions 1..T-1 (a float or a tensor of them), from the mean
+    over 0..T-1: query 0 can
     only attend to token 0 (weight exactly 1), which lifts the mean over all positions by (1 - m) / T."""
     return (T * mass - 1.0) / (T - 1)
 
