@@ -26,7 +26,7 @@ from research.analysis.rules import (DESCRIPTIVE, FINAL_FIELDS, INCONCLUSIVE, LO
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, layer_keys, seed_of
 from research.results.values import as_float, json_safe
-from research.results.vocabulary import LETTERS, PRE_GAIN_SITES, QK_CONDITIONS, label
+from research.results.vocabulary import ABLATION_MODES, LETTERS, PRE_GAIN_SITES, QK_CONDITIONS, label
 
 PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK"))
 
@@ -122,19 +122,20 @@ def decomposition(runs: dict, margin: float = MARGIN) -> dict:
 
 
 def ablation(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> dict:
-    """Per learned-gain run, the gain ablation (research.probing.ablation): {quantity: {mode: Decision}} of
-    the trained model with its gains replaced ('ones', 'mean') minus the model as trained, for the
-    validation loss and the mean PR; empty when no run recorded it."""
+    """Per learned-gain run, the gain ablations (research.probing.ablation): {quantity: {mode: Decision}} of
+    the trained model with gains replaced (k_ones, q_ones, qk_ones, k_mean, ...) minus the model as trained,
+    for the validation loss and the mean PR, over the modes every such run recorded; empty when none did.
+    It measures how much the trained model relies on its trained gains, not whether learning them matters."""
     qk = [r for r in runs_of(runs, "QK") if r.get("gain_ablation")]
     if not qk:
         return {}
-    out = {}
-    for quantity in ("val_loss", "mean_pr"):
-        learned = by_seed(qk, lambda r: r["gain_ablation"]["learned"][quantity])
-        out[quantity] = decide({mode: Paired.of(by_seed(qk, lambda r, m=mode: r["gain_ablation"][m][quantity]),
-                                                learned) for mode in ("ones", "mean")},
-                               loss_margin if quantity == "val_loss" else margin)
-    return out
+    modes = [m for m in ABLATION_MODES[1:] if all(m in r["gain_ablation"] for r in qk)]
+
+    def values(mode: str, quantity: str) -> dict:
+        return by_seed(qk, lambda r: as_float(r["gain_ablation"][mode][quantity]))
+    return {quantity: decide({mode: Paired.of(values(mode, quantity), values("learned", quantity)) for mode in modes},
+                             loss_margin if quantity == "val_loss" else margin)
+            for quantity in ("val_loss", "mean_pr")}
 
 
 def probe_bias(runs: dict) -> dict | None:

@@ -8,7 +8,7 @@ from research.analysis.rules import DESCRIPTIVE, rule_text, runs_of
 from research.plots.common import decision_table, fmt_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
-from research.results.vocabulary import LETTERS
+from research.results.vocabulary import ABLATION_TEXT, LETTERS
 
 
 def _fmt(entry: dict, field: str, decimals: int) -> str:
@@ -95,18 +95,20 @@ def _decomposition(a: QkNormAnalysis) -> list[str]:
 
 
 def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:
-    lines = ["## The gain ablation (the causal test of the gain)", ""]
+    lines = ["## The gain ablation: how much the trained model relies on its trained gains", ""]
     if not a.ablation:
         return lines + ["Not available: no learned-gain run recorded it.", ""]
     qk = [r["gain_ablation"] for r in runs_of(runs, "QK") if r.get("gain_ablation")]
-    mean = {m: sum(g[m]["val_loss"] for g in qk) / len(qk) for m in ("learned", "ones", "mean")}
-    lines += [f"After training, each learned-gain run was evaluated on the validation batches with every k_norm "
-              f"gain as trained ({mean['learned']:.4f} nats, mean over {len(qk)} seed(s)), replaced by 1 "
-              f"({mean['ones']:.4f}) and replaced by its own mean, a scalar per layer ({mean['mean']:.4f}); "
-              f"computed in {qk[0].get('precision', 'fp32')}. Differences are ablated minus trained:", ""]
-    label = {"ones": "gain \u2192 1", "mean": "gain \u2192 its mean"}
-    for quantity, title, dec in (("val_loss", "validation loss", 4), ("mean_pr", "mean key PR", 2)):
-        lines += [f"**{title}**", ""] + decision_table(a.ablation[quantity], dec, label.get) + [""]
+    learned = sum(g["learned"]["val_loss"] for g in qk) / len(qk)
+    lines += [f"After training, each learned-gain run was evaluated on its validation batches with its q_norm and "
+              f"k_norm gains as trained ({learned:.4f} nats, mean over {len(qk)} seed(s)) and with the gains a row "
+              f"names replaced by 1, or by each layer's own mean (a scalar: the gain's scale without its shape); "
+              f"computed in {qk[0].get('precision', 'fp32')}. \"q and k gains \u2192 1\" is the frozen-gain "
+              f"condition's forward pass on the learned-gain model's weights. This measures how much the trained "
+              f"model relies on the gains it learned, not whether learning a gain matters: that is A vs B above, "
+              f"whose other weights adapted to gains held at 1. Differences are ablated minus trained:", ""]
+    for quantity, title, dec in (("val_loss", "validation loss", 4), ("mean_pr", "mean key PR (pr_sv)", 2)):
+        lines += [f"**{title}**", ""] + decision_table(a.ablation[quantity], dec, ABLATION_TEXT.get) + [""]
     return lines
 
 

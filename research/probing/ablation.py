@@ -1,14 +1,20 @@
-"""The causal test of the learned k_norm gain: the trained model with its gains replaced.
+"""Gain ablations: the trained learned-gain model evaluated with its q_norm / k_norm gains replaced.
 
-For each mode the gain of every layer's k_norm is set, the validation loss is measured on fixed
+For each mode the named gains of every layer are set, the validation loss is measured on fixed
 batches and the keys are probed; the trained gains are put back exactly afterwards.
 
-    learned   the gains as trained
-    ones      every gain replaced by 1 (normalization only, as the frozen-gain condition has)
-    mean      every layer's gain replaced by its own mean (a scalar: the gain's scale without its shape)
+    learned    the gains as trained
+    k_ones     every k_norm gain replaced by 1
+    q_ones     every q_norm gain replaced by 1
+    qk_ones    both replaced by 1: the frozen-gain condition's forward pass, on the trained weights
+    k_mean     every k_norm gain replaced by its own mean (a scalar per layer: its scale without its shape)
+    q_mean     the same for q_norm
+    qk_mean    the same for both
 
-If "mean" loses little against "learned" the gain's shape does not matter for the loss, whatever it
-does to the keys' PR.
+What this measures: how much the TRAINED model relies on the gains it learned. It does not say
+whether learning a gain matters for training; that is the comparison of the learned-gain and the
+frozen-gain conditions (A vs B), whose other weights adapted to their gains. If "k_mean" loses little
+against "learned", the k gain's shape does not matter to the trained model's loss.
 """
 from __future__ import annotations
 
@@ -16,9 +22,9 @@ import torch
 import torch.nn as nn
 
 from research.probing.probe import KeyProbe, unwrap
-from research.results.vocabulary import PR
+from research.results.vocabulary import ABLATION_MODES, PR
 
-MODES = ("learned", "ones", "mean")
+MODES = ABLATION_MODES
 
 
 @torch.no_grad()
@@ -28,27 +34,41 @@ def validation_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Te
         return sum(model(x.to(device), y.to(device)).item() for x, y in batches) / len(batches)
 
 
+def _learned_gain(norm: nn.Module) -> torch.Tensor | None:
+    w = getattr(norm, "weight", None)
+    return w if w is not None and w.requires_grad else None
+
+
 @torch.no_grad()
 def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
-    """{mode: {"val_loss", "mean_pr", "layer_pr"}} for MODES; {} when no layer has a learned k_norm gain."""
+    """{mode: {"val_loss", "mean_pr", "layer_pr"}} for MODES; {} when no layer has learned q/k gains."""
     model = unwrap(model)
-    gains = [b.attn.k_norm.weight for b in model.blocks if getattr(b.attn.k_norm, "weight", None) is not None
-             and b.attn.k_norm.weight.requires_grad]
-    if not gains:
+    gains = {"q": [_learned_gain(b.attn.q_norm) for b in model.blocks],
+             "k": [_learned_gain(b.attn.k_norm) for b in model.blocks]}
+    gains = {side: [g for g in gs if g is not None] for side, gs in gains.items()}
+    if not gains["q"] or not gains["k"]:
         return {}
-    trained = [g.detach().clone() for g in gains]
+    trained = {side: [g.detach().clone() for g in gs] for side, gs in gains.items()}
+
+    def restore():
+        for side in gains:
+            for g, t in zip(gains[side], trained[side]):
+                g.copy_(t)
     was_training = model.training
     model.eval()
     out = {}
     try:
         for mode in MODES:
-            for g, t in zip(gains, trained):
-                g.copy_(t if mode == "learned" else torch.ones_like(t) if mode == "ones" else t.mean().expand_as(t))
+            restore()
+            if mode != "learned":
+                sides, how = mode.split("_")
+                for side in sides:
+                    for g, t in zip(gains[side], trained[side]):
+                        g.copy_(torch.ones_like(t) if how == "ones" else t.mean().expand_as(t))
             rec = probe(model)
             out[mode] = {"val_loss": validation_loss(model, batches, probe.precision), "mean_pr": rec["mean_pr"],
                          "layer_pr": [layer["means"][PR] for layer in rec["layers"]]}
     finally:
-        for g, t in zip(gains, trained):
-            g.copy_(t)
+        restore()
         model.train(was_training)
     return out

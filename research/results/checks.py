@@ -7,7 +7,7 @@ whose layers, per-head lists and gain statistics have the shapes the analysis in
 """
 from __future__ import annotations
 
-from research.results.vocabulary import PER_PROBE
+from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES, PER_PROBE
 
 
 class ShapeError(ValueError):
@@ -89,8 +89,13 @@ def _check_probes(probes, n: int) -> None:
 
 
 def _check_ablation(ablation) -> None:
-    for mode in ("learned", "ones", "mean"):
-        entry = _dict(_dict(ablation, "gain_ablation").get(mode), f"gain_ablation.{mode}")
+    """'learned' and every mode present (legacy names included) must hold numbers or nulls."""
+    ablation = _dict(ablation, "gain_ablation")
+    present = [m for m in (*ABLATION_MODES, *LEGACY_ABLATION_MODES) if m in ablation]
+    if "learned" not in present or len(present) < 2:
+        raise ShapeError("gain_ablation should hold 'learned' and at least one of " + ", ".join(ABLATION_MODES[1:]))
+    for mode in present:
+        entry = _dict(ablation[mode], f"gain_ablation.{mode}")
         for q in ("val_loss", "mean_pr"):
             if not (entry.get(q) is None or is_number(entry.get(q))):
                 raise ShapeError(f"gain_ablation.{mode}.{q} should be a number or null, found {entry.get(q)!r:.40}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from research.results.checks import ShapeError, check_types
 from research.results.values import json_safe
-from research.results.vocabulary import PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
+from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
 from utils.io import atomic_write_text
 
 
@@ -119,6 +119,10 @@ def validate(res, path: str | Path = "<results>") -> dict:
     res["gamma_cv"] = res["gamma_cv"] or {}
     res["gamma_final"] = res["gamma_final"] or {}
     res.setdefault("probes", [])
+    ablation = res.get("gain_ablation")
+    for old, new in LEGACY_ABLATION_MODES.items():  # older files ablated the k gain only, as "ones" / "mean"
+        if ablation and old in ablation and new not in ablation:
+            ablation[new] = ablation.pop(old)
     return res
 
 

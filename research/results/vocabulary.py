@@ -32,6 +32,12 @@ LETTERS = {"QK": "A", "QK_frozen": "B", "NoQK": "C"}
 TAG_BY_QK_NORM = {"learned": "QK", "frozen": "QK_frozen", "none": "NoQK"}
 # The learning-rate study adds no QK-norm with Kimi K2's QK-clip, and names its runs condition@multiplier.
 LR_CONDITIONS = (*QK_CONDITIONS, "NoQK_clip")
+# The gain ablations of a learned-gain run (research.probing.ablation): which gains are replaced, by what.
+ABLATION_MODES = ("learned", "k_ones", "q_ones", "qk_ones", "k_mean", "q_mean", "qk_mean")
+ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_ones": "q and k gains \u2192 1",
+                 "k_mean": "k gain \u2192 its mean", "q_mean": "q gain \u2192 its mean",
+                 "qk_mean": "q and k gains \u2192 their means"}
+LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
 
 

@@ -118,14 +118,17 @@ def test_gain_ablation_decisions():
         r = qk_run("QK", seed, 40.0, 3.6)
         r["gain_ablation"] = {
             "step": 7, "learned": {"val_loss": learned + 0.01 * seed, "mean_pr": 40.0},
-            "ones": {"val_loss": ones + 0.01 * seed, "mean_pr": 45.0 + 0.1 * seed},
-            "mean": {"val_loss": mean + 0.01 * seed, "mean_pr": 44.0}}
+            "k_ones": {"val_loss": ones + 0.01 * seed, "mean_pr": 45.0 + 0.1 * seed},
+            "k_mean": {"val_loss": mean + 0.01 * seed, "mean_pr": 44.0}}
+        if seed:
+            r["gain_ablation"]["qk_ones"] = {"val_loss": ones, "mean_pr": 45.0}
         return r
     runs = {"QK": [run(s, 3.50, 3.80, 3.50 + 1e-4 * s) for s in range(3)]}
     ab = qk_norm.ablation(runs)
-    assert ab["val_loss"]["ones"].diff == pytest.approx(0.30) and ab["val_loss"]["ones"].outcome == DIFFERENT
-    assert ab["val_loss"]["mean"].outcome == EQUAL  # the gain's shape does not matter for the loss here
-    assert ab["mean_pr"]["ones"].diff == pytest.approx(5.1)
+    assert list(ab["val_loss"]) == ["k_ones", "k_mean"]  # only what every run measured: seed 0 has no qk_ones
+    assert ab["val_loss"]["k_ones"].diff == pytest.approx(0.30) and ab["val_loss"]["k_ones"].outcome == DIFFERENT
+    assert ab["val_loss"]["k_mean"].outcome == EQUAL  # the gain's shape does not matter for the loss here
+    assert ab["mean_pr"]["k_ones"].diff == pytest.approx(5.1)
     assert qk_norm.ablation(qk_runs((50, 40, 40), (3.6, 3.6, 3.6))) == {}
 
 

@@ -131,12 +131,14 @@ def test_probing_a_compiled_training_run(debug_cfg, tmp_path):
     assert res["probes"][0]["layers"][0]["k_norm"]["norm_mean"] == pytest.approx([8.0], rel=NORM_REL_TOL, abs=0)
 
 
-def model_with_random_gains(seed=0):
+def model_with_random_gains(seed=0, q=False):
     model = model_for("learned")
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for block in model.blocks:
             block.attn.k_norm.weight.copy_(1 + 0.3 * torch.randn(64, generator=g))
+            if q:
+                block.attn.q_norm.weight.copy_(1 + 0.3 * torch.randn(64, generator=g))
     return model
 
 
@@ -157,22 +159,36 @@ def test_pre_gain_keys_undo_the_gain():
 
 
 def test_gain_ablation_replaces_the_gains_and_puts_them_back():
-    from research.probing.ablation import gain_ablation, validation_loss
-    model = model_with_random_gains().train()
-    trained = [b.attn.k_norm.weight.detach().clone() for b in model.blocks]
+    from research.probing.ablation import MODES, gain_ablation, validation_loss
+    model = model_with_random_gains(q=True).train()
+    trained = [(b.attn.q_norm.weight.detach().clone(), b.attn.k_norm.weight.detach().clone()) for b in model.blocks]
     batches = [(ids(2, 24), ids(2, 24))]
     probe = KeyProbe(ids())
     learned = probe(model)
     out = gain_ablation(model, probe, batches)
-    assert all(torch.equal(b.attn.k_norm.weight, t) for b, t in zip(model.blocks, trained)) and model.training
+    assert list(out) == list(MODES) == ["learned", "k_ones", "q_ones", "qk_ones", "k_mean", "q_mean", "qk_mean"]
+    assert all(torch.equal(b.attn.q_norm.weight, q) and torch.equal(b.attn.k_norm.weight, k)
+               for b, (q, k) in zip(model.blocks, trained)) and model.training
     assert out["learned"]["val_loss"] == validation_loss(model, batches, "fp32")
     assert out["learned"]["mean_pr"] == learned["mean_pr"]  # the same weights and fp32 forward: exact, as val_loss
-    # In the first layer (its input depends on no gain): gain 1 leaves the pre-gain keys, and a scalar gain
+    # In the first layer (its input depends on no gain): k gain 1 leaves the pre-gain keys, and a scalar gain
     # only scales them, which PR does not see. Later layers also see the changed attention before them.
     pre_gain = learned["layers"][0]["means"]["k_hat.pr_sv"]
     # fp32: k_hat = (x g) / g and x * 1 or x * c differ by <= 4 roundings (4u = 2 EPS) per component
     rel = pr_rel_tol(ulps("fp32", 2), D_HEAD, pre_gain)
-    assert out["ones"]["layer_pr"][0] == pytest.approx(pre_gain, rel=rel, abs=0)
-    assert out["mean"]["layer_pr"][0] == pytest.approx(pre_gain, rel=rel, abs=0)
-    assert out["ones"]["val_loss"] != out["learned"]["val_loss"]
+    for mode in ("k_ones", "k_mean", "qk_ones", "qk_mean"):
+        assert out[mode]["layer_pr"][0] == pytest.approx(pre_gain, rel=rel, abs=0)
+    # The q gain does not touch the first layer's keys: bitwise the trained model's there
+    assert out["q_ones"]["layer_pr"][0] == learned["layers"][0]["means"]["k_norm.pr_sv"]
+    assert out["q_ones"]["layer_pr"][0] != out["k_ones"]["layer_pr"][0]
+    # Each replacement changes the loss, and q and k together is neither of them alone
+    losses = {m: out[m]["val_loss"] for m in MODES}
+    assert len(set(losses.values())) == len(MODES)
+    # q and k gains at 1 is the frozen condition's forward: a copy with both gains set to 1 gives its loss
+    frozen = model_with_random_gains(q=True)
+    frozen.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        for b in frozen.blocks:
+            b.attn.q_norm.weight.fill_(1.0), b.attn.k_norm.weight.fill_(1.0)
+    assert out["qk_ones"]["val_loss"] == validation_loss(frozen.eval(), batches, "fp32")
     assert gain_ablation(model_for("frozen"), probe, batches) == {}

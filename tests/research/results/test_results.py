@@ -145,3 +145,20 @@ def test_wrong_types_and_lengths_are_named(where, value, words, tmp_path):
     with pytest.raises(ResultsError) as err:
         load_results(path)
     assert str(err.value).startswith(f"{path}: {words}") and "restore it from a copy" in str(err.value)
+
+
+def test_gain_ablations_are_checked_and_older_names_read_as_the_k_gain(tmp_path):
+    res = json.loads(json.dumps(make_results()))
+    entry = {"val_loss": 3.5, "mean_pr": 20.0}
+    res["gain_ablation"] = {"step": 4, "precision": "fp32", "learned": entry, "ones": {**entry, "val_loss": 3.6},
+                            "mean": {**entry, "val_loss": 3.55}}
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(res))
+    got = load_results(path)["gain_ablation"]  # written before q gains were ablated: k only, as it was
+    assert got["k_ones"]["val_loss"] == 3.6 and got["k_mean"]["val_loss"] == 3.55 and "ones" not in got
+    for damaged, words in (({"learned": entry}, "gain_ablation should hold 'learned' and at least one of k_ones"),
+                           ({"learned": entry, "q_ones": {"val_loss": "x"}},
+                            "gain_ablation.q_ones.val_loss should be a number or null, found 'x'")):
+        path.write_text(json.dumps({**res, "gain_ablation": damaged}))
+        with pytest.raises(ResultsError, match=words):
+            load_results(path)

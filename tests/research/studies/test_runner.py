@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from research.probing.ablation import MODES
 from research.results import load_results
 from research.studies import HEAD_SPECIALIZATION, KEY_DYNAMICS, PILOT, QK_NORM
 from research.studies.runner import build_parser, run_study
@@ -34,7 +35,7 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     assert runs["QK_frozen"]["gamma_cv"]["0"] == [0.0] * 3 and runs["NoQK"]["gamma_cv"] == {}
     # The learned gain's ablation after the last step; the pre-gain sites only where the gain is learned.
     ablation = runs["QK"]["gain_ablation"]
-    assert set(ablation) >= {"learned", "ones", "mean"} and ablation["step"] == 4
+    assert set(ablation) == {"step", "precision", *MODES} and ablation["step"] == 4
     assert "gain_ablation" not in runs["QK_frozen"] and "gain_ablation" not in runs["NoQK"]
     assert "k_hat.pr_sv" in runs["QK"]["probes"][-1]["layers"][0]["means"]
     assert "k_hat.pr_sv" not in runs["QK_frozen"]["probes"][-1]["layers"][0]["means"]
