@@ -8,7 +8,7 @@ combined.json and report.md (table and triangulation verdict) land in
 research_results/qk_norm_50m_study/.
 
     python research/qk_norm_25m_study.py                   # tiny preset on CPU (~10 min), 1b on CUDA
-    python research/qk_norm_25m_study.py --seeds 0 1 2     # mean +- 95% CI and Welch t-tests
+    python research/qk_norm_25m_study.py --seeds 0 1 2     # paired by seed: verdicts per docs/decisions.md
     python research/qk_norm_25m_study.py --preset 88m --tokens 8000000 --out runs/qk88m
 """
 from research.studies import QK_NORM

@@ -6,8 +6,8 @@ norm_mean, max_abs ("outlier magnitude"), peak_frac, cos_mean ("redundancy") and
 `probes[*].layers[*].means["k_norm.<metric>"]`. Series are averaged over seeds for the figures;
 every claim is decided per seed by research.analysis.rules:
 
-- where a layer ended: its final norm minus sqrt(d_head) (Holm over the layers);
-- how a layer group's norm changed: final minus initial group norm (Holm over groups and conditions);
+- where a layer ended: its final norm minus sqrt(d_head) (Bonferroni over the layers);
+- how a layer group's norm changed: final minus initial group norm (Bonferroni over groups and conditions);
 - what weight decay on the gains explains (when the study ran QK with and without it): the group's
   change with weight decay minus its change without, paired by seed.
 

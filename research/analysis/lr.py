@@ -13,11 +13,11 @@ training instabilities"): for one condition and seed, the mean over the grid of 
 minus the best final loss over the grid (a diverged run counts as l0). It is 0 for a condition
 whose loss does not depend on the learning rate over the grid, and grows as the rates away from the
 best one hurt. Conditions are compared by per-seed differences of their sensitivities (the seeds
-share initial weights and data order), with research.analysis.rules: Holm over the pairs, the margin
+share initial weights and data order), with research.analysis.rules: Bonferroni over the pairs, the margin
 a share (the loss margin) of the mean best loss.
 
 Where a condition's loss and logits start to move: per multiplier, the condition's final loss
-against QK-norm's (paired by seed, Holm over the multipliers), and its final max logit against its own
+against QK-norm's (paired by seed, Bonferroni over the multipliers), and its final max logit against its own
 at the preset's rate (1x).
 """
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _per_seed(runs: list[Run], attr: str) -> dict:
 def onset(by_m: dict[float, list[Run]], reference: dict[float, list[Run]] | None, margin: float,
           loss_margin: float) -> tuple[dict, dict]:
     """({m: Decision} final loss vs the reference condition's, {m: Decision} final max logit vs this condition's
-    own at 1x): where the loss degrades and where the logits grow, each family Holm-corrected."""
+    own at 1x): where the loss degrades and where the logits grow, each family Bonferroni-corrected."""
     loss = {m: Paired.of(_per_seed(runs, "capped_loss"), _per_seed(reference[m], "capped_loss"))
             for m, runs in by_m.items() if reference and m in reference}
     base = by_m.get(BASE_MULTIPLIER)
@@ -143,13 +143,13 @@ class LRAnalysis:
     loss_margin: float
 
     def first(self, decisions: dict[float, Decision], sign: int) -> float | None:
-        """The smallest multiplier whose decision is 'different' with the given sign of the difference."""
+        """The smallest multiplier whose difference lies beyond the margin with the given sign."""
         hits = [m for m, d in decisions.items() if d.differs and np.sign(d.diff) == sign]
         return min(hits) if hits else None
 
     @staticmethod
     def undecided(decisions: dict[float, Decision]) -> list[float]:
-        """The multipliers whose comparison is inconclusive or only descriptive (one seed)."""
+        """The multipliers whose comparison has no settled size: inconclusive, size unresolved, or one seed."""
         return [m for m, d in decisions.items() if not d.decided]
 
 

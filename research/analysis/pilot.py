@@ -92,7 +92,7 @@ class PilotAnalysis:
     delta: dict  # layer -> final PR of a minus b (difference of the seed means)
     ranked: list[int]  # layers by |delta|, largest first (finite deltas only)
     decisions: dict  # "mean_pr" / "loss" / "val_loss" -> Decision of a minus b, per seed
-    layer_decisions: dict  # layer -> Decision of a's final layer PR minus b's (Holm over the layers)
+    layer_decisions: dict  # layer -> Decision of a's final layer PR minus b's (Bonferroni over the layers)
     margin: float
     loss_margin: float
 

@@ -3,7 +3,7 @@
 Input: one model's record of research.inspection.key_study (per text batch: key metrics [L][Hkv] per site,
 attention metrics [L][Hq], loss; the same keys of an untrained model of the architecture; the exact
 k_norm gains). One model is one sample: the unit of uncertainty is the TEXT BATCH, and every comparison
-is paired by batch (the same text on both sides) and decided by research.analysis.rules (Holm over a
+is paired by batch (the same text on both sides) and decided by research.analysis.rules (Bonferroni over a
 claim's comparisons, equivalence margin MARGIN of the compared values' mean). Nothing here is a
 seed-level effect: another training run of the same recipe could differ in ways no batch shows.
 

@@ -1,7 +1,7 @@
 """Decisions of the QK-norm study: learned gain (A), gain frozen at 1 (B), no QK-norm (C).
 
 Pure functions of results dicts (runs: condition -> one results dict per seed), decided by the
-procedure of research.analysis.rules (paired by seed, Holm over the three pairs, equivalence by a
+procedure of research.analysis.rules (paired by seed, one Bonferroni interval per pair, read against a
 margin):
 
     pair_decisions(runs, field)  the three pairs in one final quantity
@@ -21,14 +21,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.claims import claims
-from research.analysis.rules import (DESCRIPTIVE, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN, Decision, Paired,
-                                     by_seed, conditions, decide, finals, runs_of)
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
+                                     UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions, decide, effect_text,
+                                     finals, needed_text, runs_of)
 from research.analysis.stats import mean_ci95
-from research.results.read import d_head_of, layer_keys, seed_of
+from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
-from research.results.vocabulary import ABLATION_MODES, LETTERS, PRE_GAIN_SITES, QK_CONDITIONS, label
+from research.results.vocabulary import ABLATION_MODES, MAIN_SITE, PRE_GAIN_SITES, QK_CONDITIONS, label
 
 PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK"))
+STEP = dict(zip(PAIRS, ("the gain's effect (A\u2212B)", "the normalization's effect (B\u2212C)",
+                        "QK-norm's whole effect (A\u2212C)")))
 
 
 def pair_decisions(runs: dict, field: str, margin: float = MARGIN) -> dict:
@@ -40,84 +43,125 @@ def pair_decisions(runs: dict, field: str, margin: float = MARGIN) -> dict:
 
 @dataclass(frozen=True)
 class Verdict:
-    key: str  # gain / normalization / both / neither / small / qknorm / inconclusive / descriptive / none
+    # gain / normalization / both / opposite / small / cancel / neither: a driver, or its absence, is named;
+    # inconclusive / qknorm (A and C only) / descriptive / none: it is not
+    key: str
     text: str
 
 
-def _pair_text(x: str, y: str, d: Decision) -> str:
-    sign = {True: "\u2260", False: "\u2248"}[d.differs]
-    return f"{LETTERS[x]}{sign}{LETTERS[y]}" if d.decided else f"{LETTERS[x]} vs {LETTERS[y]} {d.outcome}"
+def describe(pair: tuple, d: Decision) -> str:
+    """One step of the verdict with its estimate: "the gain's effect (A-B) -4.9% [-8.1%, -1.6%] lies beyond
+    the margin"."""
+    what = f"{STEP[pair]} {effect_text(d)}"
+    return what + {EQUAL: " lies within the margin",
+                   WITHIN: " is real but lies within the margin",
+                   DIFFERENT: " lies beyond the margin",
+                   UNRESOLVED: f" is real, but whether it exceeds the margin is unresolved ({needed_text(d)})",
+                   INCONCLUSIVE: f" is inconclusive ({needed_text(d)})"}.get(d.outcome, "")
+
+
+def _confirms(ac: Decision, step: Decision) -> bool:
+    """A-C is real and has the sign of the step that drives it."""
+    return ac.significant and np.sign(ac.diff) == np.sign(step.diff)
 
 
 def triangulate(dec: dict, what: str = "it") -> Verdict:
-    """A != B ~ C: the gain drives `what`; A ~ B != C: the normalization does; all differ: both.
-    '~' is equal or different within the margin; any pair that is inconclusive leaves the verdict open."""
+    """Which of the gain (A-B) and the normalization (B-C) moves `what`, read off the three pairs' intervals
+    (research.analysis.rules); docs/decisions.md has the table and a worked example of each verdict.
+
+    A driver is named only when its step lies beyond the margin, the other step lies inside it (so below the
+    driver's), and A-C is real with the driver's sign. Every text carries the three estimates."""
     ab, bc, ac = (dec.get(p) for p in PAIRS)
-    if not ab or not bc:
+    if not (ab and bc):
         if not ac:
-            return Verdict("none", "no verdict: needs at least two of QK, QK_frozen, NoQK")
-        if ac.outcome == DESCRIPTIVE:
-            return Verdict("descriptive", "no verdict: one seed per condition (descriptive only)")
-        if not ac.decided:
-            return Verdict("inconclusive", "inconclusive: A vs C is inconclusive; without the frozen-gain run "
-                                           "(B) gain and normalization cannot be separated")
-        return Verdict("qknorm", f"QK-norm {'changes' if ac.differs else 'does not change'} {what} "
-                                 f"({_pair_text('QK', 'NoQK', ac)}); without the frozen-gain run (B) gain and "
-                                 f"normalization cannot be separated")
-    if DESCRIPTIVE in (ab.outcome, bc.outcome):
-        return Verdict("descriptive", "no verdict: one seed per condition (descriptive only)")
+            return Verdict("none", "no verdict: the gain and the normalization are separated only with all three "
+                                   "conditions (QK, QK_frozen, NoQK)")
+        if not ac.tested:
+            why = "one seed per condition (descriptive only)" if ac.outcome == DESCRIPTIVE else "no paired values"
+            return Verdict("descriptive", f"no verdict, {why}: {describe(PAIRS[2], ac)}; without the frozen-gain "
+                                          f"run (B) gain and normalization cannot be separated")
+        head = {DIFFERENT: f"QK-norm changes {what}", EQUAL: f"QK-norm changes {what} by less than the margin",
+                WITHIN: f"QK-norm changes {what} by less than the margin"}.get(ac.outcome)
+        return Verdict("qknorm" if head else "inconclusive",
+                       f"{head or 'inconclusive'}: {describe(PAIRS[2], ac)}; without the frozen-gain run (B) gain "
+                       f"and normalization cannot be separated")
+    margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale else "the margin"
+    steps = "; ".join(describe(p, d) for p, d in zip(PAIRS, (ab, bc, ac)))
+
+    def verdict(key: str, head: str) -> Verdict:
+        return Verdict(key, f"{head}; margin {margin}: {steps}")
+    if not (ab.tested and bc.tested):
+        return verdict("descriptive", "no verdict, " + ("one seed per condition (descriptive only)"
+                                                        if DESCRIPTIVE in (ab.outcome, bc.outcome) else
+                                                        "no seed that A, B and C all ran"))
     if not (ab.decided and bc.decided):
-        known = [_pair_text(x, y, d) for (x, y), d in ((PAIRS[0], ab), (PAIRS[1], bc)) if d.decided]
-        open_pairs = [f"{LETTERS[x]} vs {LETTERS[y]}" + (f" (about {d.seeds_needed} seeds would decide it)"
-                                                          if d.seeds_needed else "")
-                      for (x, y), d in ((PAIRS[0], ab), (PAIRS[1], bc)) if not d.decided]
-        return Verdict("inconclusive", "inconclusive: " + (f"{known[0]}, but " if known else "")
-                       + " and ".join(open_pairs) + (" is" if len(open_pairs) == 1 else " are") + " undecided")
-    pairs = f"{_pair_text('QK', 'QK_frozen', ab)}, {_pair_text('QK_frozen', 'NoQK', bc)}"
+        return verdict("inconclusive", "inconclusive: the size of " + " and of ".join(
+            STEP[p].split(" (")[0] for p, d in zip(PAIRS, (ab, bc)) if not d.decided) + " is not settled")
     if ab.differs and bc.same:
-        return Verdict("gain", f"the gain drives {what} ({pairs})")
+        if _confirms(ac, ab):
+            return verdict("gain", f"the gain drives {what}")
+        return verdict("inconclusive", "inconclusive: A\u2212B and B\u2212C point to the gain, but A\u2212C "
+                                       "does not confirm it")
     if ab.same and bc.differs:
-        return Verdict("normalization", f"the normalization drives {what} ({pairs})")
+        if _confirms(ac, bc):
+            return verdict("normalization", f"the normalization drives {what}")
+        return verdict("inconclusive", "inconclusive: A\u2212B and B\u2212C point to the normalization, but "
+                                       "A\u2212C does not confirm it")
     if ab.differs and bc.differs:
-        cancel = "; their effects cancel (A\u2248C)" if ac and ac.same else ""
-        return Verdict("both", f"both the gain and the normalization drive {what} ({pairs}){cancel}")
-    if ac and ac.differs:
-        return Verdict("small", f"small effects of both, each within the margin, add up to A\u2260C ({pairs})")
-    return Verdict("neither", f"neither: QK-norm does not change {what} here ({pairs}, A\u2248C)")
+        if np.sign(ab.diff) != np.sign(bc.diff):
+            return verdict("opposite", f"both the gain and the normalization change {what}, in opposite directions"
+                           + (", and cancel" if ac.same else ""))
+        if _confirms(ac, ab):
+            return verdict("both", f"both the gain and the normalization drive {what}, in the same direction")
+        return verdict("inconclusive", "inconclusive: A\u2212B and B\u2212C point to both, but A\u2212C "
+                                       "does not confirm it")
+    # both steps lie within the margin
+    if ac.differs:
+        return verdict("small", f"QK-norm as a whole changes {what} beyond the margin, but neither the gain nor the "
+                                f"normalization alone does")
+    if not ac.decided:
+        return verdict("inconclusive", "inconclusive: neither step exceeds the margin, but whether QK-norm as a "
+                                       "whole does is not settled")
+    if ab.significant and bc.significant and np.sign(ab.diff) != np.sign(bc.diff):
+        return verdict("cancel", f"the gain and the normalization change {what} a little, in opposite directions, "
+                                 f"and cancel")
+    return verdict("neither", f"neither: QK-norm changes {what} by less than the margin")
 
 
 # ---------------------------------------------------------------------------------------------------------
 # The gain's arithmetic against the normalized keys' geometry, and the trained models with the gain replaced
 
 
-def _final_site_mean(res: dict, site: str, metric: str) -> float:
-    """Mean over layers of <site>.<metric> at the last probe record (NaN without records)."""
-    probes = res.get("probes") or []
-    if not probes:
-        return math.nan
-    values = [as_float((layer.get("means") or {}).get(f"{site}.{metric}")) for layer in probes[-1]["layers"]]
-    return float(np.mean(values)) if values else math.nan
-
-
-def decomposition(runs: dict, margin: float = MARGIN) -> dict:
+def decomposition(runs: dict, margin: float = MARGIN, headline: dict | None = None) -> dict:
     """The final A - B difference of a key metric split per seed into
     gain:     A's keys minus A's pre-gain keys (what multiplying by the learned gain does), and
     geometry: A's pre-gain keys minus B's keys (how the normalized keys themselves differ),
     for pr_sv and pr_var at k_norm and after RoPE. {(site, metric): {"total"|"gain"|"geometry": Decision}},
-    empty without pre-gain records (files written before they existed, or no QK / QK_frozen run)."""
+    empty without pre-gain records (files written before they existed, or no QK / QK_frozen run).
+
+    The gain part is the gain applied to A's OWN normalized keys: whatever the gain does differently on A's
+    geometry than it would on B's (their interaction) is counted in it. At k_norm the total is the headline
+    A - B comparison itself (`headline`: field -> pair decisions), so it is decided once; the parts are a
+    family of two. After RoPE the total, not shown elsewhere, joins its parts in a family of three."""
     a_runs, b_runs = runs_of(runs, "QK"), runs_of(runs, "QK_frozen")
     if not a_runs or not b_runs:
         return {}
+    headline = headline or {}
     out = {}
     for site, pre in PRE_GAIN_SITES.items():
         for metric in ("pr_sv", "pr_var"):
-            a = by_seed(a_runs, lambda r: _final_site_mean(r, site, metric))
-            a_hat = by_seed(a_runs, lambda r: _final_site_mean(r, pre, metric))
-            b = by_seed(b_runs, lambda r: _final_site_mean(r, site, metric))
+            a = by_seed(a_runs, lambda r: final_site_mean(r, site, metric))
+            a_hat = by_seed(a_runs, lambda r: final_site_mean(r, pre, metric))
+            b = by_seed(b_runs, lambda r: final_site_mean(r, site, metric))
             if not any(math.isfinite(v) for v in a_hat.values()):
                 continue
-            out[(site, metric)] = decide({"total": Paired.of(a, b), "gain": Paired.of(a, a_hat),
-                                          "geometry": Paired.of(a_hat, b)}, margin)
+            parts = {"gain": Paired.of(a, a_hat), "geometry": Paired.of(a_hat, b)}
+            field = {"pr_sv": "mean_pr", "pr_var": "mean_pr_var"}[metric]
+            total = (headline.get(field) or {}).get(PAIRS[0]) if site == MAIN_SITE else None
+            if total is None:
+                out[(site, metric)] = decide({"total": Paired.of(a, b), **parts}, margin)
+            else:
+                out[(site, metric)] = {"total": total, **decide(parts, margin)}
     return out
 
 
@@ -157,15 +201,16 @@ def probe_bias(runs: dict) -> dict | None:
 def summary(runs: dict) -> dict:
     """condition -> final PR / train loss / val loss: mean over seeds, 95% CI half width, per-seed values.
 
-    Keys per condition: n, seeds, tokens (final tokens per seed), and for each of final_pr, final_loss,
-    final_val_loss: the mean, `<name>_ci95` (half width; None with one seed) and `<name>_per_seed`.
+    Keys per condition: n, seeds, tokens (final tokens per seed), and for each of final_pr, final_pr_var,
+    final_loss, final_val_loss: the mean, `<name>_ci95` (half width; None with one seed) and `<name>_per_seed`.
     Undefined values are None so the dict can go straight into combined.json."""
     out = {}
     for c in conditions(runs):
         rl = runs_of(runs, c)
         entry = {"tag": c, "label": label(c), "n": len(rl), "seeds": [seed_of(r) for r in rl],
                  "tokens": [r["tokens"][-1] if r["tokens"] else None for r in rl]}
-        for name, field in (("final_pr", "mean_pr"), ("final_loss", "loss"), ("final_val_loss", "val_loss")):
+        for name, field in (("final_pr", "mean_pr"), ("final_pr_var", "mean_pr_var"), ("final_loss", "loss"),
+                            ("final_val_loss", "val_loss")):
             values = list(finals(runs, c, field).values())
             mean, half = mean_ci95(values)
             entry[name] = json_safe(mean)
@@ -193,7 +238,7 @@ def layer_matrix(run_list: list[dict], layers: list[str], probe: int) -> tuple[n
 
 @dataclass(frozen=True)
 class LayerEffect:
-    """Per layer, the final layer PR of one condition minus another's, decided per layer (Holm over layers)."""
+    """Per layer, the final layer PR of one condition minus another's, decided per layer (Bonferroni over layers)."""
 
     a: str
     b: str
@@ -248,9 +293,11 @@ class QkNormAnalysis:
     conditions: list[str]
     margin: float  # equivalence margin of key metrics, a share of the mean
     loss_margin: float  # that of losses
-    decisions: dict  # field -> {(x, y): Decision}
-    verdict: Verdict  # on the final PR
-    loss_verdict: Verdict  # on the final training loss
+    decisions: dict  # field (FINAL_FIELDS) -> {(x, y): Decision}
+    verdict: Verdict  # on the final key PR, pr_sv (the write-ups' uncentered PR)
+    verdict_pr_var: Verdict  # on the final centered PR, pr_var
+    loss_verdict: Verdict  # on the final validation loss
+    train_loss_verdict: Verdict  # on the final training loss, shown beside it
     claims: dict  # letter -> Claim
     summary: dict  # combined.json's per-condition finals
     decomposition: dict
@@ -261,20 +308,29 @@ class QkNormAnalysis:
     @property
     def descriptive(self) -> bool:
         """One seed per condition: no test, no verdict."""
-        return all(d.outcome == DESCRIPTIVE for d in self.decisions["mean_pr"].values())
+        return all(not d.tested for d in self.decisions["mean_pr"].values())
 
     @property
     def undecided(self) -> list:
-        """Every (field, pair) the procedure left inconclusive."""
-        return [(f, p) for f, ds in self.decisions.items() for p, d in ds.items() if d.outcome == INCONCLUSIVE]
+        """Every (field, pair) whose size the procedure left unsettled (inconclusive or size unresolved)."""
+        return [(f, p) for f, ds in self.decisions.items() for p, d in ds.items()
+                if d.outcome in (INCONCLUSIVE, UNRESOLVED)]
+
+    @property
+    def pr_disagreements(self) -> list:
+        """The pairs whose outcome differs between pr_sv and pr_var."""
+        sv, var = self.decisions["mean_pr"], self.decisions["mean_pr_var"]
+        return [p for p in sv if p in var and var[p].tested and sv[p].outcome != var[p].outcome]
 
 
 def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> QkNormAnalysis:
-    decisions = {field: pair_decisions(runs, field, margin if field == "mean_pr" else loss_margin)
+    decisions = {field: pair_decisions(runs, field, margin if field.startswith("mean_pr") else loss_margin)
                  for field in FINAL_FIELDS}
-    pr, loss = triangulate(decisions["mean_pr"], "key PR"), triangulate(decisions["loss"], "the loss")
+    pr, loss = triangulate(decisions["mean_pr"], "key PR"), triangulate(decisions["val_loss"], "the validation loss")
     return QkNormAnalysis(
         conditions=conditions(runs), margin=margin, loss_margin=loss_margin, decisions=decisions, verdict=pr,
-        loss_verdict=loss, claims=claims(runs, decisions, pr, loss, margin), summary=summary(runs),
-        decomposition=decomposition(runs, margin), ablation=ablation(runs, margin, loss_margin),
+        verdict_pr_var=triangulate(decisions["mean_pr_var"], "the centered key PR"), loss_verdict=loss,
+        train_loss_verdict=triangulate(decisions["loss"], "the training loss"),
+        claims=claims(runs, decisions, pr, loss, margin), summary=summary(runs),
+        decomposition=decomposition(runs, margin, decisions), ablation=ablation(runs, margin, loss_margin),
         layer_effects=layer_effects(runs, margin), probe_bias=probe_bias(runs))

@@ -1,39 +1,46 @@
-"""The decision procedure every claim of the studies goes through.
+"""The decision procedure every claim of the studies goes through (docs/decisions.md).
 
 Conditions trained with the same seed share their initial hidden weights and their data order, so
-they are compared by per-seed (paired) differences d_s = a_s - b_s. For each comparison in a family
-of k comparisons (the three pairs of conditions, the layers of a model, ...):
+they are compared by per-seed (paired) differences d_s = a_s - b_s. A family of k comparisons (the
+three pairs of conditions, the layers of a model, ...) is decided from ONE interval per comparison:
+the Student-t confidence interval of mean(d) at level 1 - 0.05 / k (Bonferroni). With probability at
+least 95% every interval of the family covers its true difference at once, so every outcome below is
+right at once with that probability. With the margin m (a share of the compared values' mean):
 
-- "different": Student's t-test of mean(d) = 0 rejects at 0.05 after Holm's correction for the k
-  comparisons; its CI is reported at the Holm-adjusted level (95% family-wise).
-- "equal": the 90% CI of mean(d) lies inside +-margin (two one-sided tests at 0.05); the margin is
-  a share of the compared values' mean: 3% for key metrics, 0.5% for losses, unless asked otherwise.
-- both: "different but within the margin" (real, but smaller than the margin).
-- neither: "inconclusive", with the number of seeds that would decide it if the observed mean and
-  spread held.
-- one seed: "descriptive" (no test is possible; no verdict is drawn from it).
+    equal                          the interval lies inside (-m, +m) and contains 0
+    different, within the margin   inside (-m, +m), excludes 0: real, and smaller than the margin
+    different, size unresolved     excludes 0 but reaches past +-m: real, size not pinned down
+    different, beyond the margin   lies wholly beyond +m or wholly below -m
+    inconclusive                   contains 0 and reaches past +-m
+
+Excluding 0 is the paired t-test at 0.05 / k (p times k below 0.05); lying inside the margin is two
+one-sided tests at 0.05 / (2k). One seed: "descriptive" (no test); no seed with a value on both sides:
+"no paired values". Undecided outcomes carry the seeds that would settle the size (the interval inside or beyond
+the margin) with 80% probability, if the observed mean and spread were exact.
 
 Absence of evidence is never called equality.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.stats import holm, holm_levels, one_sample_p, seeds_to_decide, t_critical
-from research.results.read import last, seed_of
+from research.analysis.stats import MAX_SEEDS, one_sample_p, seeds_to_settle, t_critical
+from research.results.read import final_site_mean, last, seed_of
 from research.results.values import present
-from research.results.vocabulary import QK_CONDITIONS
+from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
 
 ALPHA = 0.05
+POWER = 0.8  # "about N seeds would settle it": the settling probability asked of N
 MARGIN = 0.03  # default equivalence margin of key metrics: 3% of the mean of the compared values
 LOSS_MARGIN = 0.005  # losses of the conditions sit within ~2% of each other; 0.5% is ~0.02 nats at 3.6
-EQUAL, DIFFERENT, WITHIN, INCONCLUSIVE, DESCRIPTIVE = (
-    "equal", "different", "different but within the margin", "inconclusive", "descriptive")
-FINAL_FIELDS = ("mean_pr", "loss", "val_loss")
-
+EQUAL, WITHIN, UNRESOLVED, DIFFERENT = ("equal", "different, within the margin", "different, size unresolved",
+                                        "different, beyond the margin")
+INCONCLUSIVE, DESCRIPTIVE, NO_DATA = "inconclusive", "descriptive", "no paired values"
+FINAL_FIELDS = ("mean_pr", "mean_pr_var", "loss", "val_loss")
 
 def conditions(runs: dict) -> list[str]:
     """Conditions with at least one run: the study's three in A, B, C order, then any others."""
@@ -55,9 +62,15 @@ def by_seed(runs: list[dict], get) -> dict:
     return out
 
 
+def final_value(res: dict, field: str) -> float:
+    """The last value of a per-probe field; "mean_pr_var": the mean over layers of the last probe's centered PR
+    (pr_var) at the write-ups' site, as mean_pr is that of the uncentered pr_sv."""
+    return final_site_mean(res, MAIN_SITE, "pr_var") if field == "mean_pr_var" else last(res, field)
+
+
 def finals(runs: dict, cond: str, field: str) -> dict:
-    """{seed: last value of `field`} of a condition."""
-    return by_seed(runs_of(runs, cond), lambda r: last(r, field))
+    """{seed: final value of `field`} of a condition."""
+    return by_seed(runs_of(runs, cond), lambda r: final_value(r, field))
 
 
 @dataclass(frozen=True)
@@ -91,15 +104,21 @@ class Decision:
     mean_b: float
     diff: float  # mean of the per-seed differences
     sd: float  # their standard deviation (ddof=1)
-    ci: tuple[float, float]  # two-sided CI of diff at the Holm-adjusted level
-    ci_level: float  # that level, e.g. 0.983 for the first of three comparisons
-    ci90: tuple[float, float]  # the equivalence test's interval
-    p: float  # two-sided paired t-test
-    p_holm: float
+    ci: tuple[float, float]  # two-sided CI of diff at ci_level: every outcome is read off it
+    ci_level: float  # 1 - 0.05 / k for a family of k testable comparisons
+    p: float  # two-sided paired t-test of mean(d) = 0
+    p_adj: float  # Bonferroni: min(1, k p); below 0.05 exactly when the CI excludes 0
     margin: float  # absolute
     scale: float
-    outcome: str  # EQUAL, DIFFERENT, WITHIN, INCONCLUSIVE or DESCRIPTIVE
-    seeds_needed: int | None  # for INCONCLUSIVE: seeds that would decide it, if the spread held
+    outcome: str  # EQUAL, WITHIN, UNRESOLVED, DIFFERENT, INCONCLUSIVE, DESCRIPTIVE or NO_DATA
+
+    @functools.cached_property
+    def seeds_needed(self) -> int | None:
+        """INCONCLUSIVE / UNRESOLVED: the seeds that would settle the size (inside or beyond the margin) with 80%
+        probability if the observed mean and spread were exact; None otherwise, or when even MAX_SEEDS would not."""
+        if self.outcome not in (INCONCLUSIVE, UNRESOLVED):
+            return None
+        return seeds_to_settle(self.diff, self.sd, self.margin, self.ci_level, POWER)
 
     @property
     def rel(self) -> float:
@@ -107,53 +126,96 @@ class Decision:
         return self.diff / self.scale if self.scale else math.nan
 
     @property
+    def ci_rel(self) -> tuple[float, float]:
+        return tuple(v / self.scale if self.scale else math.nan for v in self.ci)
+
+    @property
     def differs(self) -> bool:
-        """A difference at least as large as the margin could be: the outcome is DIFFERENT."""
+        """The whole interval lies beyond the margin: a difference at least the margin's size."""
         return self.outcome == DIFFERENT
 
     @property
+    def significant(self) -> bool:
+        """The interval excludes 0, whatever the size."""
+        return self.outcome in (WITHIN, UNRESOLVED, DIFFERENT)
+
+    @property
     def same(self) -> bool:
-        """Equal, or a real difference inside the margin."""
+        """The whole interval lies inside the margin: equal, or a real difference smaller than the margin."""
         return self.outcome in (EQUAL, WITHIN)
 
     @property
     def decided(self) -> bool:
-        return self.outcome in (EQUAL, DIFFERENT, WITHIN)
+        """The size is settled: inside or beyond the margin."""
+        return self.outcome in (EQUAL, WITHIN, DIFFERENT)
+
+    @property
+    def tested(self) -> bool:
+        return self.outcome not in (DESCRIPTIVE, NO_DATA)
+
+
+def outcome_of(lo: float, hi: float, margin: float) -> str:
+    """Where an interval [lo, hi] lies against 0 and +-margin."""
+    excludes0, inside = lo > 0 or hi < 0, -margin < lo and hi < margin
+    if inside:
+        return WITHIN if excludes0 else EQUAL
+    if lo >= margin or hi <= -margin:
+        return DIFFERENT
+    return UNRESOLVED if excludes0 else INCONCLUSIVE
 
 
 def decide(family: dict, margin: float = MARGIN, alpha: float = ALPHA) -> dict:
-    """Decide every comparison of a family {key: Paired}; Holm's correction runs over the family."""
-    keys = list(family)
-    ps = [one_sample_p(family[k].diffs) for k in keys]
-    adjusted, levels = holm(ps), holm_levels(ps, alpha)
+    """Decide every comparison of a family {key: Paired} at the Bonferroni level over its testable members."""
+    k = sum(1 for c in family.values() if c.diffs.size >= 2)
+    level = 1 - alpha / max(k, 1)
     out = {}
-    for k, p, p_holm, level in zip(keys, ps, adjusted, levels):
-        c = family[k]
+    for key, c in family.items():
         n = int(c.diffs.size)
         m = margin * c.scale
         if n < 2:
             d = float(c.diffs[0]) if n else math.nan
-            out[k] = Decision(n, c.mean_a, c.mean_b, d, math.nan, (math.nan, math.nan), math.nan,
-                              (math.nan, math.nan), math.nan, math.nan, m, c.scale, DESCRIPTIVE, None)
+            out[key] = Decision(n, c.mean_a, c.mean_b, d, math.nan, (math.nan, math.nan), math.nan, math.nan,
+                                math.nan, m, c.scale, DESCRIPTIVE if n else NO_DATA)
             continue
         d, sd = float(c.diffs.mean()), float(c.diffs.std(ddof=1))
-        se = sd / math.sqrt(n)
-        h95, h90 = t_critical(n - 1, 1 - level) * se, t_critical(n - 1, 1 - 2 * alpha) * se
-        significant, equivalent = p_holm < alpha, -m < d - h90 and d + h90 < m
-        outcome = (WITHIN if significant and equivalent else DIFFERENT if significant else
-                   EQUAL if equivalent else INCONCLUSIVE)
-        needed = seeds_to_decide(d, sd, m, level, alpha) if outcome == INCONCLUSIVE else None
-        out[k] = Decision(n, c.mean_a, c.mean_b, d, sd, (d - h95, d + h95), 1 - level, (d - h90, d + h90),
-                          p, p_holm, m, c.scale, outcome, needed)
+        half = t_critical(n - 1, level) * sd / math.sqrt(n)
+        p = one_sample_p(c.diffs)
+        out[key] = Decision(n, c.mean_a, c.mean_b, d, sd, (d - half, d + half), level, p, min(1.0, k * p), m,
+                            c.scale, outcome_of(d - half, d + half, m))
     return out
 
 
-def rule_text(margin: float = MARGIN, loss_margin: float | None = None) -> str:
+def effect_text(d: Decision, unit: str = "seed") -> str:
+    """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]' (shares of the compared values' mean), or why not."""
+    if d.outcome == NO_DATA:
+        return f"(no {unit} with both values)"
+    if d.outcome == DESCRIPTIVE:
+        return f"{d.rel:+.1%} (one {unit})"
+    lo, hi = d.ci_rel
+    return f"{d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+
+
+def needed_text(d: Decision, unit: str = "seed") -> str:
+    """'about 12 seeds would settle it' for an undecided outcome ('' otherwise)."""
+    if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
+        return ""
+    units = unit + ("es" if unit.endswith(("ch", "s")) else "s")
+    if d.seeds_needed is None:
+        return f"not even {MAX_SEEDS:,} {units} would settle it: the difference sits at the margin"
+    return f"about {d.seeds_needed} {units} would settle it"
+
+
+def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed") -> str:
     """The procedure in one paragraph, for reports."""
-    within = f"\u00b1{margin:.0%} of the mean" + (f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "")
-    return (f"conditions are compared by per-seed differences (same seed: same initial weights and data order). "
-            f"\"Different\": the paired t-test rejects at {ALPHA} after Holm's correction over the comparisons "
-            f"of the table (CIs shown at the Holm-adjusted level). \"Equal\": the 90% CI of the difference lies "
-            f"within {within} (two one-sided tests at {ALPHA}). Both: \"different but "
-            f"within the margin\". Neither: \"inconclusive\", with the seeds that would decide it if the observed "
-            f"mean and spread held. One seed: descriptive only, no verdict")
+    within = f"\u00b1{margin:.0%} of the compared values' mean" + (
+        f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "")
+    return (f"values are compared by per-{unit} differences"
+            + (" (same seed: same initial weights and data order)" if unit == "seed" else "")
+            + f". Each table is one family of k comparisons; every outcome is read off one interval per "
+            f"comparison, the t interval of the mean difference at level 1 \u2212 {ALPHA}/k (Bonferroni: with "
+            f"at least 95% probability all intervals of the table cover their true differences at once). The "
+            f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
+            f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
+            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {unit}s that would settle the size "
+            f"with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
+            f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only")

@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import DESCRIPTIVE
+from research.analysis.rules import NO_DATA, needed_text
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -162,26 +162,28 @@ def fmt_p(p: float) -> str:
 
 
 def fmt_ci(d, decimals: int) -> str:
-    """A Decision's CI and its (Holm-adjusted) level."""
+    """A Decision's interval and its level: '[-1.20, -0.40] (98.3%)'."""
     lo, hi = d.ci
     return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
 
 
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
-    """Markdown rows of research.analysis.rules Decisions: difference, its CI, the equivalence interval,
-    Holm's p and the outcome. `unit`: what the n compared values are (seeds; text batches for one model)."""
-    rows = ["| comparison | n | difference | % of mean | CI (Holm level) | 90% CI | p (Holm) | outcome |",
+    """Markdown rows of research.analysis.rules Decisions: the difference and its interval, both also as shares
+    of the compared values' mean, Bonferroni's p and the outcome read off the interval. `unit`: what the n
+    compared values are (seeds; text batches for one model)."""
+    rows = ["| comparison | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome |",
             "|---|---|---|---|---|---|---|---|"]
     for key, d in decisions.items():
-        if d.outcome == DESCRIPTIVE:
-            rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | n/a | n/a | n/a | "
-                        f"descriptive (one {unit}) |")
+        if not d.tested:
+            diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{decimals}f}"
+            rel = "n/a" if d.outcome == NO_DATA else f"{d.rel:+.1%}"
+            what = NO_DATA if d.outcome == NO_DATA else f"descriptive (one {unit})"
+            rows.append(f"| {name_of(key)} | {d.n} | {diff} | n/a | {rel} | n/a | n/a | {what} |")
             continue
-        lo90, hi90 = d.ci90
-        units = unit + ("es" if unit.endswith(("ch", "s")) else "s")
-        outcome = d.outcome + (f" ({d.seeds_needed} {units} would decide it)" if d.seeds_needed else "")
-        rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {d.rel:+.1%} | {fmt_ci(d, decimals)} | "
-                    f"[{lo90:+.{decimals}f}, {hi90:+.{decimals}f}] | {fmt_p(d.p_holm)} | {outcome} |")
+        lo, hi = d.ci_rel
+        more = needed_text(d, unit)
+        rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {fmt_ci(d, decimals)} | {d.rel:+.1%} | "
+                    f"[{lo:+.1%}, {hi:+.1%}] | {fmt_p(d.p_adj)} | {d.outcome + (f' ({more})' if more else '')} |")
     return rows
 
 

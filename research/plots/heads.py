@@ -197,7 +197,7 @@ def _norm_gap(c: HeadsCondition) -> list[str]:
         verdict = "descriptive only (one seed)"
     else:
         lo, hi = d.ci
-        verdict = f"{d.outcome} (95% CI [{lo:+.3f}, {hi:+.3f}], p = {fmt_p(d.p_holm)})"
+        verdict = f"{d.outcome} ({d.ci_level:.1%} CI [{lo:+.3f}, {hi:+.3f}], p = {fmt_p(d.p_adj)})"
     return [f"Sinks' mean key norm minus gatherers', per seed that has both ({d.n}): {d.diff:+.3f} ({d.rel:+.1%} of "
             f"the mean key norm), {verdict}. The write-ups' claim that sinks have high and gatherers low key norms: "
             f"**{c.norm_gap_claim}**.", ""]

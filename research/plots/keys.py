@@ -165,7 +165,7 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
     ref = math.sqrt(d_head)
     where = {i: data.ended_where(i) for i in range(L)}
     rule = ("one seed: descriptive, by the sign of the difference beyond the margin" if data.n_seeds < 2 else
-            "decided per seed, Holm over the layers")
+            "decided per seed, Bonferroni over the layers")
     lines = [f"- Runs: {data.seeds}" + (" (every number below is the mean over seeds, probe by probe)"
                                         if data.n_seeds > 1 else ""),
              f"- Probes: {len(t)}, from {fmt_tokens(t[0])} to {fmt_tokens(t[-1])} training tokens",

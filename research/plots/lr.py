@@ -158,6 +158,6 @@ def report(a: LRAnalysis) -> str:
               f"best loss ({a.loss_margin:.1%}), and % is of the best loss.", ""]
     lines += decision_table(a.decisions, 3, lambda k: f"{label(k[0])} \u2212 {label(k[1])}")
     lines += ["", "## Where loss and logits start to move", "",
-              "Per multiplier, a condition's final loss against QK-norm's (paired by seed, Holm over the "
+              "Per multiplier, a condition's final loss against QK-norm's (paired by seed, Bonferroni over the "
               "multipliers), and its final max logit against its own at 1x (same procedure):", ""] + _onsets(a)
     return "\n".join(lines) + "\n"

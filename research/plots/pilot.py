@@ -101,7 +101,7 @@ def panel_delta(an: PilotAnalysis):
     if len(an.layers) <= 24:
         ax.set_xticks(an.layers)
     ax.set_title(f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}"
-                 + ("\n(error bars: 95% CI of the per-seed differences, Holm-corrected over the layers)"
+                 + ("\n(error bars: Bonferroni intervals of the per-seed differences over the layers)"
                     if err is not None else ""))
     ax.legend(handles=[Patch(color=color(a), label=f"{label(a)} higher"),
                        Patch(color=color(b), label=f"{label(b)} higher")])
@@ -187,6 +187,6 @@ def report(an: PilotAnalysis, top: int = 3) -> str:
               f"Decisions, per seed ({rule_text(an.margin, an.loss_margin)}):", ""]
     names = {"mean_pr": "final mean PR", "loss": "final train loss", "val_loss": "final val loss"}
     lines += decision_table(an.decisions, 3, names.get) + [""]
-    lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Holm over the {len(an.layers)} layers):", ""]
+    lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Bonferroni over the {len(an.layers)} layers):", ""]
     lines += decision_table(an.layer_decisions, 2, lambda i: f"layer {i}") + [""]
     return "\n".join(lines) + "\n"

@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, MARGIN
+from research.analysis.rules import INCONCLUSIVE, MARGIN, UNRESOLVED, needed_text
 from research.analysis.stats import mean_ci
 from research.plots.common import GROUP_COLORS, decision_table, fmt_num, message_figure, styled, subplots
 
@@ -142,21 +142,24 @@ def figures(res: dict, margin: float = MARGIN) -> dict:
 # ---------------------------------------------------------------------------------------------- report
 
 def _ci(d) -> str:
-    if d.outcome == DESCRIPTIVE:
+    if not d.tested:
         return "one batch: no interval"
-    return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Holm) {d.p_holm:.2g}"
+    return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Bonferroni) {d.p_adj:.2g}"
 
 
 def _against(d, what: str, above: str, below: str, margin: float) -> str:
     """A verdict phrase for a difference d = value - reference, never more than the test showed."""
-    if d.outcome == DESCRIPTIVE:
+    if not d.tested:
         return f"{d.diff:+.2f} against {what} (one batch: descriptive)"
     if d.outcome == INCONCLUSIVE:
-        return (f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; about {d.seeds_needed} batches would "
-                f"decide it)")
+        return f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; {needed_text(d, 'batch')})"
     if d.same:
-        return f"equal to {what} within ±{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
-    return f"{above if d.diff > 0 else below} {what} by {abs(d.diff):.2f} ({d.rel:+.0%}; {_ci(d)})"
+        return f"equal to {what} within \u00b1{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
+    side = above if d.diff > 0 else below
+    if d.outcome == UNRESOLVED:
+        return (f"{side} {what} by {abs(d.diff):.2f} ({d.rel:+.0%}; {_ci(d)}), but whether by more than "
+                f"\u00b1{margin:.0%} is unresolved ({needed_text(d, 'batch')})")
+    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({d.rel:+.0%}; {_ci(d)})"
 
 
 def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
@@ -270,7 +273,8 @@ def report(res: dict, margin: float = MARGIN) -> str:
              "One model is one sample: every interval below is over TEXT BATCHES (the same model on different "
              "text), and says how well the model's property is measured, not how another training run of the "
              "same recipe would come out. Comparisons are paired by batch and decided as in docs/decisions.md "
-             f"(Holm over a claim's comparisons; equivalence margin ±{margin:.0%} of the compared values' mean).", "",
+             f"(one Bonferroni interval per comparison over a claim's comparisons, read against a margin of "
+             f"\u00b1{margin:.0%} of the compared values' mean).", "",
              f"Command: `{res.get('command', '?')}`; commit {str(prov.get('git_commit', '?'))[:10]}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {res.get('wall_s', float('nan')):.0f} s.", ""]

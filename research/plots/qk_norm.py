@@ -10,6 +10,7 @@ per condition the figures show plain lines; with several, the mean over seeds an
 from __future__ import annotations
 
 import math
+import textwrap
 
 import matplotlib.transforms as mtransforms
 from matplotlib.lines import Line2D
@@ -153,11 +154,13 @@ def fig_mean_pr(runs: dict, analysis: QkNormAnalysis):
     ax.set_title(f"{title}\n({SITE_TEXT}; {seed_note(runs, conds)})")
     _end_labels(ax, ends)
     ax.legend(loc="best")
-    rule = (f"paired by seed; equal: 90% CI within \u00b1{analysis.margin:.0%}; different: Holm-corrected "
-            f"95% CI excludes 0" if not analysis.descriptive else "one seed per condition: no test")
-    fig.text(0.01, 0.01, f"Verdict at the last probe: {analysis.verdict.text}.   Rule: {rule}",
-             fontsize=9, color="0.2", ha="left", va="bottom", wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    rule = (f"paired by seed, one Bonferroni interval per pair of conditions (95% for the three together); "
+            f"\u2248 inside \u00b1{analysis.margin:.0%} of the mean, \u2260 wholly beyond it"
+            if not analysis.descriptive else "one seed per condition: no test")
+    note = "\n".join(textwrap.wrap(f"Verdict at the last probe: {analysis.verdict.text}.", 175)
+                     + textwrap.wrap(f"Rule: {rule}.", 175))
+    fig.text(0.01, 0.01, note, fontsize=8, color="0.2", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.015 + 0.027 * (note.count("\n") + 1), 1, 1))
     return fig
 
 
@@ -229,7 +232,7 @@ def fig_decomposition(analysis: QkNormAnalysis):
     ax.set_xlim(-0.7, len(xs) - 0.3)
     ax.set_ylabel("difference in key PR at the last probe\n(effective dimensions)")
     bars = ("bars: one run per condition" if eff.one_run_each
-            else "bars: mean per-seed difference, error bars: 95% CI, Holm-corrected over the layers")
+            else "bars: mean per-seed difference, error bars: its interval, Bonferroni over the layers")
     ax.set_title(f"{title}: above 0 = the first condition has the higher rank\n({bars})")
     fig.tight_layout()
     return fig
@@ -292,7 +295,7 @@ def fig_gain_vs_geometry(analysis: QkNormAnalysis):
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{metric} at {site}" for site, metric in groups])
     ax.set_ylabel("difference at the last probe\n(effective dimensions, mean over layers)")
-    ax.set_title(f"{title}\n(mean per-seed difference; error bars: CI at the Holm-adjusted level)")
+    ax.set_title(f"{title}\n(mean per-seed difference; error bars: its Bonferroni interval, which decides)")
     ax.legend(loc="best")
     fig.tight_layout()
     return fig

@@ -4,11 +4,11 @@ the gain ablation, the write-ups' claims and provenance."""
 from __future__ import annotations
 
 from research.analysis.qk_norm import QkNormAnalysis
-from research.analysis.rules import DESCRIPTIVE, rule_text, runs_of
+from research.analysis.rules import effect_text, rule_text, runs_of
 from research.plots.common import decision_table, fmt_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
-from research.results.vocabulary import ABLATION_TEXT, LETTERS
+from research.results.vocabulary import ABLATION_TEXT, LETTERS, MAIN_SITE
 
 
 def _fmt(entry: dict, field: str, decimals: int) -> str:
@@ -64,14 +64,45 @@ def _pair(key) -> str:
     return f"{LETTERS.get(x, x)} \u2212 {LETTERS.get(y, y)}"
 
 
+TABLES = (("mean_pr", "Final key PR, pr_sv (the write-ups' uncentered PR)", 2),
+          ("mean_pr_var", "Final key PR, pr_var (centered)", 2),
+          ("val_loss", "Final validation loss (the loss verdict and claims use it)", 4),
+          ("loss", "Final training loss (shown beside the validation loss)", 4))
+
+
+def _pr_agreement(a: QkNormAnalysis) -> str:
+    var = a.decisions["mean_pr_var"]
+    if not var or not any(d.tested for d in var.values()):
+        return "pr_var is not recorded in these results (files without probe records), so only pr_sv is decided."
+    lines = ("The write-ups' PR is pr_sv, from the singular values of the uncentered keys; pr_var removes the "
+             "keys' mean first, so a shared direction of the keys moves pr_sv but not pr_var. ")
+    off = a.pr_disagreements
+    if not off:
+        return lines + "Here the two agree on every pair."
+    sv = a.decisions["mean_pr"]
+    return lines + "They disagree on " + "; ".join(
+        f"{_pair(p)} (pr_sv {effect_text(sv[p])}, {sv[p].outcome}; pr_var {effect_text(var[p])}, {var[p].outcome})"
+        for p in off) + "."
+
+
 def _decisions(a: QkNormAnalysis) -> list[str]:
     lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}.", ""]
-    for field, title, dec in (("mean_pr", "Final PR", 1), ("loss", "Final train loss", 3),
-                              ("val_loss", "Final validation loss", 3)):
-        lines += [f"### {title}", ""] + decision_table(a.decisions[field], dec, _pair) + [""]
-    lines += ["## Verdicts", "", f"- Key PR: **{a.verdict.text}**.", f"- Training loss: **{a.loss_verdict.text}**.",
-              "", "Reading: A\u2260B\u2248C \u2192 the gain drives it; A\u2248B\u2260C \u2192 the "
-              "normalization does; all differ \u2192 both. \u2248 is equal or different within the margin.", ""]
+    for field, title, dec in TABLES:
+        ds = a.decisions[field]
+        lines += [f"### {title}", ""] + (decision_table(ds, dec, _pair) if any(d.n for d in ds.values()) else
+                                         ["Not recorded in these results."]) + [""]
+    lines += ["## Verdicts", "",
+              f"- Key PR, pr_sv (the write-ups' measure): **{a.verdict.text}**.",
+              f"- Key PR, pr_var (centered): **{a.verdict_pr_var.text}**.",
+              f"- {_pr_agreement(a)}",
+              f"- Validation loss: **{a.loss_verdict.text}**.",
+              f"- Training loss, for comparison (the claims use the validation loss): {a.train_loss_verdict.text}.",
+              "", "Reading: a driver is named only when its step's interval lies wholly beyond the margin, the "
+              "other step's wholly inside it, and A\u2212C is real with the driver's sign: A\u2260B\u2248C "
+              "\u2192 the gain drives it; A\u2248B\u2260C \u2192 the normalization does; both beyond \u2192 both "
+              "(same or opposite directions); both inside \u2192 neither, unless A\u2212C lies beyond the margin "
+              "(small effects that add up) or two real opposite effects cancel. Any step not settled leaves the "
+              "verdict inconclusive. docs/decisions.md has a worked example of each.", ""]
     return lines
 
 
@@ -84,13 +115,17 @@ def _decomposition(a: QkNormAnalysis) -> list[str]:
              "The final A \u2212 B difference of a key metric (mean over layers), split per seed: **gain** = A's "
              "keys minus A's normalized keys before the gain (k_norm output / gain), what multiplying by the "
              "learned gain does; **geometry** = A's normalized keys minus B's keys, how the normalized keys "
-             "themselves differ. pr_sv is the write-ups' uncentered PR, pr_var the centered one.", "",
-             "| site | metric | part | n | difference | % | CI (Holm level) | outcome |",
+             "themselves differ. The gain part is the gain acting on A's own normalized keys, so how differently "
+             "it would act on B's keys (their interaction) is counted in it, not split off: the records hold no "
+             "B keys with A's gains. At k_norm the total is the headline A \u2212 B above (decided there, once); "
+             "gain and geometry are a family of two. After RoPE total, gain and geometry are a family of three.", "",
+             "| site | metric | part | n | difference | CI (level) | % of mean | outcome |",
              "|---|---|---|---|---|---|---|---|"]
     for (site, metric), parts in a.decomposition.items():
         for part, d in parts.items():
-            ci = "n/a" if d.outcome == DESCRIPTIVE else fmt_ci(d, 2)
-            lines.append(f"| {site} | {metric} | {part} | {d.n} | {d.diff:+.2f} | {d.rel:+.1%} | {ci} | {d.outcome} |")
+            ci = fmt_ci(d, 2) if d.tested else "n/a"
+            name = f"{part} (headline)" if part == "total" and site == MAIN_SITE else part
+            lines.append(f"| {site} | {metric} | {name} | {d.n} | {d.diff:+.2f} | {ci} | {d.rel:+.1%} | {d.outcome} |")
     return lines + [""]
 
 
@@ -117,8 +152,9 @@ def _probe_bias(a: QkNormAnalysis) -> list[str]:
     if not b:
         return []
     return [f"Probe batch: {b['tokens']:,} tokens per probe. Isotropic keys of size {b['d_head']} would read "
-            f"pr_var = {b['isotropic_pr_var']:.2f} at this batch (a finite-sample bias of "
-            f"{b['shortfall']:.1%}: d / (1 + d / N)).", ""]
+            f"pr_var = {b['isotropic_pr_var']:.2f} at this batch if its tokens were independent (d / (1 + d / N): "
+            f"a finite-sample shortfall of {b['shortfall']:.1%}). Tokens of one sequence are correlated, so the "
+            f"effective N is smaller and the shortfall larger: this is the least bias, not its size.", ""]
 
 
 def report(runs: dict, analysis: QkNormAnalysis) -> str:
@@ -137,12 +173,13 @@ def report(runs: dict, analysis: QkNormAnalysis) -> str:
     else:
         L.append("Values are mean \u00b1 95% confidence half width over seeds (Student t, n\u22121 degrees of "
                  "freedom); n is the number of seeds.")
-    L += ["", "## Final values", "", "| condition | final PR | final train loss | final val loss | n |",
-          "|---|---|---|---|---|"]
+    L += ["", "## Final values", "",
+          "| condition | final PR (pr_sv) | final PR (pr_var) | final val loss | final train loss | n |",
+          "|---|---|---|---|---|---|"]
     for c in conds:
         e = a.summary[c]
-        L.append(f"| {name(c)} | {_fmt(e, 'final_pr', 1)} | {_fmt(e, 'final_loss', 3)} "
-                 f"| {_fmt(e, 'final_val_loss', 3)} | {ns[c]} |")
+        L.append(f"| {name(c)} | {_fmt(e, 'final_pr', 1)} | {_fmt(e, 'final_pr_var', 1)} "
+                 f"| {_fmt(e, 'final_val_loss', 3)} | {_fmt(e, 'final_loss', 3)} | {ns[c]} |")
     L += _decisions(a) + _decomposition(a) + _ablation(a, runs) + _probe_bias(a)
     L += ["## The write-ups' claims at this scale", ""]
     for k, cl in a.claims.items():

@@ -53,6 +53,15 @@ def last(res: dict, field: str) -> float:
     return as_float(values[-1]) if values else math.nan
 
 
+def final_site_mean(res: dict, site: str, metric: str) -> float:
+    """Mean over layers of <site>.<metric> at the last probe record (NaN without records or values)."""
+    probes = res.get("probes") or []
+    if not probes:
+        return math.nan
+    values = [as_float((layer.get("means") or {}).get(f"{site}.{metric}")) for layer in probes[-1]["layers"]]
+    return float(np.mean(values)) if values else math.nan
+
+
 def probe_tokens(res: dict) -> np.ndarray:
     """Training tokens at each probe record (the top-level `tokens` when there are no records)."""
     probes = res.get("probes") or []

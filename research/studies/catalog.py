@@ -27,7 +27,7 @@ class Study:
                 for m in self.lr_multipliers]
 
 
-# 4 seeds x 300k tokens: with Holm over three pairs a fourth seed lowers the t the first test needs from 7.6
+# 4 seeds x 300k tokens: with Bonferroni over three pairs a fourth seed lowers the t each test needs from 7.6
 # to 4.9, worth more than 100k tokens per run; 12 runs fit in 15 minutes on 2 CPU cores (docs/studies.md)
 QK_NORM = Study("qk_norm_50m_study", "qk_norm", gpu_preset="1b", default_tokens=300_000, default_seeds=(0, 1, 2, 3),
                 conditions={

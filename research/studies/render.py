@@ -42,7 +42,7 @@ from utils.lock import FolderLock
 
 def _decision_json(d) -> dict:
     return json_safe({"n": d.n, "difference": d.diff, "relative": d.rel, "ci": list(d.ci), "ci_level": d.ci_level,
-                      "ci90": list(d.ci90), "p_holm": d.p_holm, "margin": d.margin, "outcome": d.outcome,
+                      "p": d.p, "p_bonferroni": d.p_adj, "margin": d.margin, "outcome": d.outcome,
                       "seeds_needed": d.seeds_needed})
 
 
@@ -51,7 +51,8 @@ def draw_qk_norm(runs: dict, analysis, margin: float, loss_margin: float) -> dic
                 "summary": analysis.summary,
                 "decisions": {field: {f"{x}-{y}": _decision_json(d) for (x, y), d in ds.items()}
                               for field, ds in analysis.decisions.items()},
-                "verdict": analysis.verdict.text, "loss_verdict": analysis.loss_verdict.text,
+                "verdict": analysis.verdict.text, "verdict_pr_var": analysis.verdict_pr_var.text,
+                "loss_verdict": analysis.loss_verdict.text, "train_loss_verdict": analysis.train_loss_verdict.text,
                 "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}
     return {**qk_norm_plots.figures(runs, analysis), REPORT: qk_norm_report.report(runs, analysis),
             QK_COMBINED: combined}

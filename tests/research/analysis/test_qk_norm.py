@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from research.analysis import qk_norm
-from research.analysis.rules import DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE
+from research.analysis.claims import _driver, _pr_and_loss
+from research.analysis.rules import DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, Decision, outcome_of
 from research.results.layout import load_study
 from tests.helpers import REFERENCE
 from tests.research.synthetic import qk_run, qk_runs, with_final_probe
@@ -42,22 +43,95 @@ def test_noise_leaves_the_verdict_open_and_says_how_many_seeds_would_close_it():
     a = qk_norm.analyze(runs)
     ab = a.decisions["mean_pr"][("QK", "QK_frozen")]
     assert ab.outcome == INCONCLUSIVE and ab.seeds_needed and ab.seeds_needed > 3
-    assert a.verdict.key == "inconclusive" and "A vs B" in a.verdict.text
+    assert a.verdict.key == "inconclusive" and "the gain's effect (A\u2212B)" in a.verdict.text
+    assert f"about {ab.seeds_needed} seeds would settle it" in a.verdict.text
     assert a.claims["a"].status == "inconclusive"
     assert ("mean_pr", ("QK", "QK_frozen")) in a.undecided
+
+
+def family(ab, bc, ac, margin=3.0):
+    """Decisions of A-B, B-C and A-C from (difference, interval half width), in % of a mean of 100."""
+    def d(diff, half):
+        lo, hi = diff - half, diff + half
+        return Decision(8, 100 + diff, 100.0, diff, 1.0, (lo, hi), 1 - 0.05 / 3, math.nan, math.nan, margin, 100.0,
+                        outcome_of(lo, hi, margin))
+    return dict(zip(qk_norm.PAIRS, (d(*ab), d(*bc), d(*ac))))
+
+
+VERDICTS = [  # (A-B, B-C, A-C) as (difference, half width) in % of the mean, margin 3%: the verdict
+    (((-5, 1), (0.5, 1), (-4.5, 1)), "gain"),
+    (((-5, 1), (0.5, 1), (-4.5, 5)), "inconclusive"),       # A-C does not confirm the gain
+    (((0.2, 1), (5, 1), (5.2, 1)), "normalization"),
+    (((0.2, 1), (5, 1), (0.2, 1)), "inconclusive"),         # A-C does not confirm the normalization
+    (((5, 1), (4, 1), (9, 1)), "both"),
+    (((5, 1), (-5, 1), (0, 1)), "opposite"),
+    (((2, 0.5), (2, 0.5), (4, 0.5)), "small"),              # two real effects within the margin add up
+    (((1.4, 1.5), (1.4, 1.5), (3.5, 0.4)), "small"),        # neither step even real: the wording claims no effect
+    (((2, 0.5), (-2, 0.5), (0, 0.5)), "cancel"),            # two real opposite effects within the margin
+    (((0.5, 1), (-0.3, 1), (0.2, 1)), "neither"),
+    (((0.5, 1), (-0.3, 1), (0.2, 4)), "inconclusive"),      # A-C undecided: never "neither"
+    (((3.5, 1), (0.5, 1), (4.0, 1)), "inconclusive"),       # A-B real, but whether beyond the margin is open
+    (((-5, 1), (0.5, 4), (-4.5, 1)), "inconclusive"),       # B-C undecided
+    # The review's case: A-B +1.8% and B-C +2.5% both real but within the margin, A-C +4.4% beyond it.
+    # The old rule read "A != B" off significance and said "the gain drives key PR".
+    (((1.8, 0.9), (2.5, 0.05), (4.4, 0.9)), "small"),
+    (((1.8, 1.5), (2.5, 0.05), (4.4, 0.9)), "inconclusive"),  # A-B real, size unresolved
+]
+
+
+@pytest.mark.parametrize("steps,key", VERDICTS, ids=[f"{k}-{i}" for i, (_, k) in enumerate(VERDICTS)])
+def test_every_verdict_follows_the_sizes_and_states_its_estimates(steps, key):
+    dec = family(*steps)
+    v = qk_norm.triangulate(dec, "key PR")
+    assert v.key == key, v.text
+    for pair, d in dec.items():  # every estimate with its interval, in % of the mean
+        lo, hi = d.ci_rel
+        assert f"{qk_norm.STEP[pair]} {d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]" in v.text
+    assert "; margin \u00b13.0%: " in v.text
+    if key == "small" and not any(d.significant for d in list(dec.values())[:2]):
+        assert "real" not in v.text
+    if key == "inconclusive":
+        assert "seeds would settle it" in v.text or "does not confirm" in v.text
+
+
+def test_driver_claims_hold_fail_or_stay_open_on_the_steps_sizes():
+    gain = family((-5, 1), (0.5, 1), (-4.5, 1))
+    assert _driver("a", qk_norm.triangulate(gain), gain, "gain").status == "holds"
+    assert _driver("b", qk_norm.triangulate(gain), gain, "normalization").status == "fails"  # A-B beyond
+    unconfirmed = family((-5, 1), (0.5, 1), (-4.5, 5))
+    assert _driver("a", qk_norm.triangulate(unconfirmed), unconfirmed, "gain").status == "inconclusive"
+    small = family((1.8, 0.9), (2.5, 0.05), (4.4, 0.9))
+    assert _driver("a", qk_norm.triangulate(small), small, "gain").status == "fails"  # A ~ B
+    open_ab = family((3.5, 1), (0.5, 1), (4.0, 1))
+    assert _driver("a", qk_norm.triangulate(open_ab), open_ab, "gain").status == "inconclusive"
+    assert _driver("b", qk_norm.triangulate(open_ab), open_ab, "normalization").status == "fails"  # B ~ C
+
+
+def test_pr_and_loss_is_symmetric_and_says_mixed_when_pairs_disagree():
+    pr = family((-5, 1), (5, 1), (0, 1))
+    together = family((5, 1), (-5, 1), (0, 1))  # A: lower PR, higher loss; B: higher PR, lower loss than C
+    mixed = family((5, 1), (5, 1), (10, 1))  # A-B together again; B: higher PR and higher loss than C
+    assert _pr_and_loss({"mean_pr": pr, "val_loss": together}).status == "fails"
+    assert _pr_and_loss({"mean_pr": pr, "val_loss": family((0, 1), (0, 1), (0, 1))}).status == "holds"
+    claim = _pr_and_loss({"mean_pr": pr, "val_loss": mixed})
+    assert claim.status == "mixed", claim.text  # A-B: together; B-C: apart
+    assert "A\u2212B" in claim.text and "the higher-PR condition has the lower loss" in claim.text
+    assert _pr_and_loss({"mean_pr": pr, "val_loss": family((0, 9), (0, 9), (0, 9))}).status == "inconclusive"
 
 
 def test_loss_verdict_and_claims_with_seeds():
     # PR: A 50 > C 42 > B 40; loss: A 3.60 < C 3.65 < B 3.70: every pair differs in both
     a = qk_norm.analyze(qk_runs((50, 40, 42), (3.60, 3.70, 3.65)))
-    assert a.verdict.key == "both" and a.loss_verdict.key == "both"
+    assert a.verdict.key == "opposite" and a.loss_verdict.key == "opposite"
     assert a.claims["a"].status == "fails" and a.claims["b"].status == "fails"
     assert a.claims["c"].status == "fails"  # every pair: the higher-PR condition has the lower loss
     assert a.claims["d"].status == "holds" and "rise" in a.claims["d"].text
     assert a.claims["e"].status == "holds"  # B (40) below C (42)
     norm = qk_norm.analyze(qk_runs((50, 40, 40), (3.60, 3.60, 3.70)))
     assert norm.loss_verdict.key == "normalization" and norm.claims["b"].status == "holds"
-    assert norm.claims["c"].status == "holds"  # A vs B: PR differs, the loss does not
+    # A-B and B-C: one of PR and loss moves, the other not; A-C: higher PR with lower loss. The old rule
+    # let one pair decide ("holds"); the pairs disagree.
+    assert norm.claims["c"].status == "mixed"
     assert norm.claims["e"].status == "fails"  # B ~ C in PR
 
 
@@ -109,6 +183,15 @@ def test_decomposition_splits_the_gain_from_the_geometry():
     assert parts["gain"].diff == pytest.approx(-6.0) and parts["geometry"].diff == pytest.approx(-4.0)
     assert parts["gain"].outcome == DIFFERENT and set(dec) == {("k_norm", "pr_sv"), ("k_norm", "pr_var"),
                                                              ("k_rope", "pr_sv"), ("k_rope", "pr_var")}
+    # Through analyze: at k_norm the total IS the headline A - B (decided once), and pr_var is decided beside pr_sv
+    a = qk_norm.analyze(runs)
+    headline = a.decisions["mean_pr"][("QK", "QK_frozen")]
+    assert a.decomposition[("k_norm", "pr_sv")]["total"] is headline
+    assert a.decomposition[("k_norm", "pr_var")]["total"] is a.decisions["mean_pr_var"][("QK", "QK_frozen")]
+    assert a.decisions["mean_pr_var"][("QK", "QK_frozen")].diff == pytest.approx(-10.0)  # 35 - 45 per seed
+    assert a.decomposition[("k_norm", "pr_sv")]["gain"].ci_level == pytest.approx(1 - 0.05 / 2)  # a family of 2
+    assert a.decomposition[("k_rope", "pr_sv")]["total"].ci_level == pytest.approx(1 - 0.05 / 3)
+    assert a.summary["QK"]["final_pr_var"] == pytest.approx(35.0)
     bias = qk_norm.probe_bias(runs)
     assert bias["tokens"] == 64 * 128 and bias["isotropic_pr_var"] == pytest.approx(64 / (1 + 64 / 8192))
 

@@ -1,11 +1,14 @@
-"""research/analysis/stats.py: intervals, Holm's correction and the seeds a test needs, against hand values."""
+"""research/analysis/stats.py: intervals, p-values and the seeds that would settle a difference, against hand values
+and simulation."""
 from __future__ import annotations
 
 import math
 
 import pytest
 
-from research.analysis.stats import (holm, holm_levels, mean_ci, mean_ci95, one_sample_p, seeds_to_decide,
+import numpy as np
+
+from research.analysis.stats import (mean_ci, mean_ci95, one_sample_p, seeds_to_settle, settle_probability,
                                      spearman_rho, t_critical)
 
 
@@ -32,22 +35,36 @@ def test_one_sample_p():
     assert math.isnan(one_sample_p([1.0]))
 
 
-def test_holm_by_hand():
-    # p = 0.01, 0.04, 0.03: sorted 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> kept monotone: 0.06
-    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert holm_levels([0.01, 0.04, 0.03]) == pytest.approx([0.05 / 3, 0.05, 0.025])
-    out = holm([0.5, math.nan, 0.2])  # a missing p leaves the family smaller
-    assert out[0] == pytest.approx(0.5) and math.isnan(out[1]) and out[2] == pytest.approx(0.4)
-    assert holm([0.9, 0.8]) == [1.0, 1.0]
+def _simulated_settle_rate(diff, sd, margin, n, level, reps=40_000, seed=0):
+    """How often the level-`level` t interval of n normal differences lies inside (-margin, margin) or wholly
+    beyond it: the quantity settle_probability integrates."""
+    x = np.random.default_rng(seed).normal(diff, sd, (reps, n))
+    mean, half = x.mean(1), t_critical(n - 1, level) * x.std(1, ddof=1) / np.sqrt(n)
+    lo, hi = mean - half, mean + half
+    return float((((lo > -margin) & (hi < margin)) | (lo >= margin) | (hi <= -margin)).mean())
 
 
-def test_seeds_to_decide():
-    # d = 1, sd = 2: significant once 1 > t_{0.975, n-1} * 2 / sqrt(n): n = 18 (2.110 * 2 / 4.243 = 0.995)
-    assert seeds_to_decide(1.0, 2.0, margin=0.1) == 18
-    # d = 0, sd = 1, margin 0.5: equivalent once t_{0.95, n-1} / sqrt(n) < 0.5: n = 13 (1.782 / 3.606 = 0.494)
-    assert seeds_to_decide(0.0, 1.0, margin=0.5) == 13
-    assert seeds_to_decide(0.0, 1.0, margin=0.0, max_n=50) is None
-    assert seeds_to_decide(math.nan, 1.0, margin=1.0) is None
+@pytest.mark.parametrize("diff,sd,margin,n,level", [(0.0, 1.0, 0.5, 30, 0.95), (2.0, 1.0, 3.0, 6, 1 - 0.05 / 3),
+                                                     (1.0, 1.0, 0.5, 8, 0.95), (-4.0, 1.0, 3.0, 5, 0.975)])
+def test_settle_probability_matches_simulation(diff, sd, margin, n, level):
+    # 40,000 draws: the simulated rate has a standard error below 0.0025
+    assert settle_probability(diff, sd, margin, [n], level)[0] == pytest.approx(
+        _simulated_settle_rate(diff, sd, margin, n, level), abs=0.01)
+
+
+def test_seeds_to_settle_gives_80_percent_and_no_fewer():
+    """The count it names settles the size 80% of the time if the observed mean and spread were exact; one
+    seed fewer does not. (The earlier rule, the first n whose interval would settle it at the observed values
+    exactly, decided only 57-92% of the time.)"""
+    level = 1 - 0.05 / 3
+    for diff, sd, margin in ((0.0, 1.0, 0.5), (2.0, 1.0, 3.0), (1.0, 2.0, 0.3)):
+        n = seeds_to_settle(diff, sd, margin, level)
+        assert settle_probability(diff, sd, margin, [n], level)[0] >= 0.8
+        assert settle_probability(diff, sd, margin, [n - 1], level)[0] < 0.8
+        assert _simulated_settle_rate(diff, sd, margin, n, level) == pytest.approx(0.8, abs=0.05)
+    assert seeds_to_settle(2.0, 0.0, 3.0, level) == 2  # no spread: any two seeds settle it
+    assert seeds_to_settle(1.0, 1.0, 1.0, level) is None  # exactly at the margin: never
+    assert seeds_to_settle(math.nan, 1.0, 1.0, level) is None
 
 
 def test_spearman():

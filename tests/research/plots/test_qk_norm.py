@@ -22,7 +22,7 @@ def test_figures_draw_each_condition_from_its_results():
     for c in ("QK", "QK_frozen", "NoQK"):
         np.testing.assert_allclose(lines[qk_norm.name(c)], runs[c][0]["mean_pr"])
     texts = [t.get_text() for t in figs["2_key_pr_causal.png"].texts]
-    assert any(t.startswith("Verdict at the last probe: no verdict: one seed per condition") for t in texts)
+    assert any(t.startswith("Verdict at the last probe: no verdict, one seed per condition") for t in texts)
     # 1: train loss per condition, probes 1.. (step 0 has none)
     loss = labelled_lines(figs["1_loss.png"].axes[0])
     np.testing.assert_allclose(loss[qk_norm.name("QK")][1:], runs["QK"][0]["loss"][1:])
@@ -45,13 +45,16 @@ def test_seed_bands_and_missing_data():
     ax = figs["2_key_pr_causal.png"].axes[0]
     assert len(ax.collections) == 3  # one shaded 95% band per condition
     np.testing.assert_allclose(labelled_lines(ax)[qk_norm.name("QK") + ", n=3"], runs["QK"][1]["mean_pr"])
-    assert any("both the gain and the normalization drive key PR" in t.get_text()
+    assert any("both the gain and the normalization change key PR, in opposite directions" in t.get_text()
                for t in figs["2_key_pr_causal.png"].texts)
     no_gain = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
     figs = qk_norm.figures(no_gain, analysis.analyze(no_gain))
     assert "No QK-norm gain" in figs["5_gamma_cv.png"].axes[0].texts[0].get_text()
     (total,) = figs["4_causal_decomposition.png"].axes[0].containers
     assert [b.get_height() for b in total] == pytest.approx([10.0] * 4)  # A-C only
+
+
+PR_SV = "Final key PR, pr_sv (the write-ups' uncentered PR)"
 
 
 def _report(runs) -> str:
@@ -71,24 +74,30 @@ def test_report_states_finals_decisions_verdicts_and_claims_with_seeds():
     report = _report(qk_runs((50, 40, 42), (3.60, 3.70, 3.65)))
     rows = {r["condition"]: r for r in md_table(report, "condition")}
     qk = rows[qk_norm.name("QK")]
-    assert qk["final PR"].startswith("50.0 \u00b1 ") and qk["n"] == "3"
+    assert qk["final PR (pr_sv)"].startswith("50.0 \u00b1 ") and qk["n"] == "3"
+    assert qk["final PR (pr_var)"] == "n/a"  # these files hold no probe records
     assert rows[qk_norm.name("QK_frozen")]["final train loss"].startswith("3.700 \u00b1 ")
-    pr = {r["comparison"]: r for r in md_table(_section(report, "Final PR"), "comparison")}
-    assert pr["A \u2212 B"]["difference"] == "+10.0" and pr["A \u2212 B"]["outcome"] == "different"
+    pr = {r["comparison"]: r for r in md_table(_section(report, PR_SV), "comparison")}
+    assert pr["A \u2212 B"]["difference"] == "+10.00" and pr["A \u2212 B"]["outcome"] == "different, beyond the margin"
+    assert pr["A \u2212 B"]["CI (level)"] == "[+10.00, +10.00] (98.3%)"  # per-seed differences are exact here
     assert pr["B \u2212 C"]["% of mean"] == "-4.9%" and pr["B \u2212 C"]["n"] == "3"
-    assert "Key PR: **both the gain and the normalization drive key PR" in report
-    assert "Training loss: **both" in report
+    assert _section(report, "Final key PR, pr_var (centered)") == "Not recorded in these results."
+    assert ("Key PR, pr_sv (the write-ups' measure): **both the gain and the normalization change key PR, in "
+            "opposite directions; margin \u00b13.0%: the gain's effect (A\u2212B) +22.2% [+22.2%, +22.2%]") in report
+    assert "Validation loss: **both the gain and the normalization change the validation loss" in report
+    assert "Training loss, for comparison (the claims use the validation loss): both" in report
     assert [_claim_status(report, k) for k in "abcde"] == ["fails", "fails", "fails", "holds", "holds"]
     assert "seeds 0, 1, 2" in report and "the numbers below are descriptive only" not in report
-    assert "\u00b13% of the mean (\u00b10.5% for losses)" in report
+    assert "\u00b13% of the compared values' mean (\u00b10.5% for losses)" in report
 
 
 def test_report_single_runs_and_missing_conditions():
     runs = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
     report = _report(runs)
     assert [r["condition"] for r in md_table(report, "condition")] == [qk_norm.name("QK"), qk_norm.name("NoQK")]
-    assert "descriptive only" in report and "no verdict: one seed per condition" in report
-    assert md_table(_section(report, "Final PR"), "comparison")[0]["outcome"] == "descriptive (one seed)"
+    assert ("Key PR, pr_sv (the write-ups' measure): **no verdict, one seed per condition (descriptive only): "
+            "QK-norm's whole effect (A\u2212C) +22.3% (one seed); without the frozen-gain run (B)") in report
+    assert md_table(_section(report, PR_SV), "comparison")[0]["outcome"] == "descriptive (one seed)"
     assert _claim_status(report, "a") == "not tested"
     assert "preset" not in report.split("## Provenance")[1] and "seed 0" in report
 
@@ -113,7 +122,7 @@ def test_report_of_the_gain_decomposition_and_ablation():
     report = _report(runs)
     parts = md_table(report.split("## The gain's arithmetic")[1], "site")
     gain = next(r for r in parts if (r["site"], r["metric"], r["part"]) == ("k_norm", "pr_sv", "gain"))
-    assert gain["difference"] == "-6.00" and gain["outcome"] == "different"
+    assert gain["difference"] == "-6.00" and gain["outcome"] == "different, beyond the margin"
     ablation = report.split("## The gain ablation")[1]
     assert "3.5100 nats" in ablation
     loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
@@ -133,7 +142,7 @@ def test_report_of_writeup_results():
     _, runs = load_study(REFERENCE)
     report = _report(runs)
     rows = md_table(report, "condition")
-    assert [r["final PR"] for r in rows] == ["65.7", "59.6", "63.3"]
+    assert [r["final PR (pr_sv)"] for r in rows] == ["65.7", "59.6", "63.3"]
     assert [r["final train loss"] for r in rows] == ["3.618", "3.614", "3.683"]
     assert [r["final val loss"] for r in rows] == ["3.440", "3.439", "3.505"]
     assert "write-up results (no provenance recorded)" in report and "no verdict" in report

@@ -41,7 +41,8 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     assert "k_hat.pr_sv" not in runs["QK_frozen"]["probes"][-1]["layers"][0]["means"]
     # The report is drawn from these files: its table holds each condition's last mean_pr.
     rows = md_table((out / "report.md").read_text(), "condition")
-    assert [float(r["final PR"]) for r in rows] == pytest.approx([r["mean_pr"][-1] for r in runs.values()], abs=0.05)
+    assert [float(r["final PR (pr_sv)"]) for r in rows] == pytest.approx([r["mean_pr"][-1] for r in runs.values()],
+                                                                        abs=0.05)
     combined = json.loads((out / "combined.json").read_text())
     assert combined["summary"]["NoQK"]["final_pr"] == pytest.approx(runs["NoQK"]["mean_pr"][-1])
 
