@@ -23,9 +23,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("folder", nargs="?", default="research_results/qk_norm_50m_study",
                    help="study folder (default research_results/qk_norm_50m_study)")
     p.add_argument("--out", help="write figures and report here instead of into the study folder")
-    p.add_argument("--margin", type=float, help="equivalence margin of key metrics, a share of the mean (default: "
-                                                "the one the study ran with, else 0.03)")
-    p.add_argument("--loss-margin", type=float, help="equivalence margin of losses (default: the study's, else 0.005)")
+    p.add_argument("--margin", type=float,
+                   help="margin of key metrics, a share of the compared values' mean: an interval wholly inside "
+                        "+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default: the "
+                        "one the study ran with, else 0.03)")
+    p.add_argument("--loss-margin", type=float,
+                   help="the same for losses (default: the study's, else 0.005)")
     args = p.parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
         if value is not None and not 0 < value < 1:

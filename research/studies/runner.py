@@ -97,9 +97,11 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
     p.add_argument("--margin", type=float, default=MARGIN,
-                   help=f"equivalence margin of key metrics, a share of the mean (default {MARGIN})")
+                   help=f"margin of key metrics, a share of the compared values' mean: an interval wholly inside "
+                        f"+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default "
+                        f"{MARGIN})")
     p.add_argument("--loss-margin", type=float, default=LOSS_MARGIN,
-                   help=f"equivalence margin of losses, a share of the mean (default {LOSS_MARGIN})")
+                   help=f"the same for losses (default {LOSS_MARGIN})")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
                     notes={"probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "

@@ -224,3 +224,17 @@ def test_missing_conditions():
     assert a.verdict.key == "qknorm" and "cannot be separated" in a.verdict.text
     assert a.claims["a"].status == "not tested" and a.claims["e"].status == "not tested"
     assert math.isnan(qk_norm.analyze({}).summary.get("QK", {}).get("final_pr", math.nan))
+
+
+def test_loss_claims_are_decided_on_the_validation_loss():
+    """Training loss: A ~ B != C (the normalization); validation loss: B - C scattered around 0. The claim
+    follows the validation loss, and the training-loss verdict is still there to read beside it."""
+    runs = qk_runs((50, 50, 50), (3.60, 3.60, 3.70))
+    for r, shift in zip(runs["NoQK"], (0.05, -0.05, 0.04)):  # C's validation loss: B's plus noise, no trend
+        b = next(x for x in runs["QK_frozen"] if x["seed"] == r["seed"])
+        r["val_loss"] = r["val_loss"][:-1] + [b["val_loss"][-1] + shift]
+    a = qk_norm.analyze(runs)
+    assert a.train_loss_verdict.key == "normalization"
+    assert a.decisions["val_loss"][("QK_frozen", "NoQK")].outcome == INCONCLUSIVE
+    assert a.loss_verdict.key == "inconclusive" and a.claims["b"].status == "inconclusive"
+    assert "validation loss" in a.claims["b"].claim
