@@ -18,9 +18,7 @@ import numpy as np
 
 from research.analysis.rules import MARGIN, Decision, Paired, decide, effect_text, needed_text, runs_of
 from research.analysis.series import aligned
-from research.results.vocabulary import LETTERS, QK_CONDITIONS
-
-PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"))
+from research.results.vocabulary import LETTERS, QK_CONDITIONS, QK_PAIRS
 
 HOLDS, FAILS, MIXED, OPEN, UNTESTED = "holds", "fails", "mixed", "inconclusive", "not tested"
 
@@ -47,7 +45,7 @@ def _driver(claim: str, verdict, dec: dict, want: str) -> Claim:
         return Claim(claim, UNTESTED, verdict.text + ".")
     if verdict.key == want:
         return Claim(claim, HOLDS, f"verdict: {verdict.text}.")
-    ab, bc = dec[PAIRS[0]], dec[PAIRS[1]]
+    ab, bc = dec[QK_PAIRS[0]], dec[QK_PAIRS[1]]
     contrary = (ab.same or bc.differs) if want == "gain" else (ab.differs or bc.same)
     return Claim(claim, FAILS if contrary else OPEN, f"verdict: {verdict.text}.")
 

@@ -27,9 +27,9 @@ from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
-from research.results.vocabulary import ABLATION_MODES, MAIN_SITE, PRE_GAIN_SITES, QK_CONDITIONS, label
+from research.results.vocabulary import ABLATION_MODES, MAIN_SITE, PRE_GAIN_SITES, QK_CONDITIONS, QK_PAIRS, label
 
-PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK"))
+PAIRS = QK_PAIRS
 STEP = dict(zip(PAIRS, ("the gain's effect (A\u2212B)", "the normalization's effect (B\u2212C)",
                         "QK-norm's whole effect (A\u2212C)")))
 

@@ -29,6 +29,8 @@ SCHEMA_VERSION = 1
 # The three-condition QK-norm study: tags, the letters its report uses, and labels for people.
 QK_CONDITIONS = ("QK", "QK_frozen", "NoQK")
 LETTERS = {"QK": "A", "QK_frozen": "B", "NoQK": "C"}
+# Its three comparisons: the gain's effect (A - B), the normalization's (B - C), QK-norm's whole (A - C).
+QK_PAIRS = (("QK", "QK_frozen"), ("QK_frozen", "NoQK"), ("QK", "NoQK"))
 TAG_BY_QK_NORM = {"learned": "QK", "frozen": "QK_frozen", "none": "NoQK"}
 # The learning-rate study adds no QK-norm with Kimi K2's QK-clip, and names its runs condition@multiplier.
 LR_CONDITIONS = (*QK_CONDITIONS, "NoQK_clip")
