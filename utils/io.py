@@ -1,4 +1,5 @@
-"""Atomic writes: a crash mid-write never leaves a half-written file or folder that looks complete."""
+"""Atomic writes (a crash mid-write never leaves a half-written file or folder that looks complete) and the
+one rule for links inside the folders this project writes (`check_links`)."""
 from __future__ import annotations
 
 import hashlib
@@ -86,10 +87,50 @@ def atomic_dir(final: Path) -> Iterator[Path]:
         raise
 
 
+class LinkError(RuntimeError):
+    """A link inside a folder of this project that leads outside it; the message names the link and the fix."""
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def escaping_links(root: str | Path) -> list[tuple[Path, str]]:
+    """[(link, where it leads)] of the symbolic links under `root` (walked without following links) whose
+    target lies outside `root`, dangling ones included (they lead nowhere inside)."""
+    root = Path(root)
+    real_root = os.path.realpath(root)
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):  # os.walk does not descend into linked folders
+        for name in (*dirnames, *filenames):
+            path = Path(dirpath) / name
+            if path.is_symlink():
+                target = os.path.realpath(path)
+                if not (_inside(target, real_root) and os.path.exists(target)):
+                    found.append((path, os.readlink(path)))
+    return found
+
+
+def check_links(root: str | Path, fix: str = "choose another folder") -> None:
+    """The one rule for links in a run, study or cache folder: no tool of this project reads or writes through a
+    link that leads outside the folder (a planted `.lock -> ../victim.txt` would otherwise be overwritten, a
+    `tokenizer/x -> ~/secret` exported). Raise LinkError naming the link; links within the folder are allowed."""
+    root = Path(root)
+    if not root.is_dir():
+        return
+    bad = escaping_links(root)
+    if bad:
+        listed = "; ".join(f"{link} -> {target}" for link, target in bad[:3])
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        what, it = ("a link", "it") if len(bad) == 1 else (f"{len(bad)} links", "them")
+        raise LinkError(f"{root} holds {what} leading outside it ({listed}{more}); this project never reads or "
+                        f"writes through such links. Remove {it} (or put a copy of the file in its place), or {fix}")
+
+
 def append_line(path: str | Path, line: str) -> None:
     """Append one line and flush it; if the write fails (a full disk) the file is cut back to where it
-    was, so it never ends in a torn line."""
-    with open(path, "ab") as f:
+    was, so it never ends in a torn line. A link in its place is refused (O_NOFOLLOW), never written through."""
+    with open(path, "ab", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW, 0o666)) as f:
         start = f.seek(0, os.SEEK_END)
         try:
             f.write((line.rstrip("\n") + "\n").encode("utf-8"))

@@ -9,6 +9,10 @@ it exits (kill -9 included), so a stale .lock file never blocks anyone: its cont
 read when the lock is actually held. The file is left in place (deleting it would let two
 processes lock two different inodes of the same name).
 
+Taking the lock also applies the rule for links (utils.io.check_links): a folder holding a link that leads
+outside it is refused, so no tool that locks (training, studies, split_panels, the data cache) reads or
+writes through one; the .lock file itself is opened without following a link.
+
 A process that holds a folder's lock may take it again (nested, counted), e.g. the study
 runner holds its study folder while rendering into it; another process may not.
 """
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from utils.errors import os_problem
+from utils.io import LinkError, check_links
 
 LOCK_NAME = ".lock"
 
@@ -49,9 +54,16 @@ _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 def _open_lock_file(folder: Path, hint: str, read_only_ok: bool) -> int | None:
     try:
+        check_links(folder, hint)
+    except LinkError as e:
+        raise LockError(str(e)) from None
+    try:
         folder.mkdir(parents=True, exist_ok=True)
-        return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+        return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise LockError(f"cannot use {folder}: its {LOCK_NAME} is a link, which this project never writes "
+                            f"through; remove it, or {hint}") from None
         if read_only_ok and e.errno in _UNWRITABLE and folder.is_dir():
             return None  # nobody may write there: nothing to guard
         raise LockError(f"cannot use {folder}: {os_problem(e)}; {hint}") from e

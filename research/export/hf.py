@@ -43,10 +43,14 @@ import torch
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
 from training.checkpoint import Checkpoint, load_newest_weights, read_state
+from utils.io import LinkError, check_links
 
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
 MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS_FILE, EXPORT_INFO)
+# what a run writes (training/run_files.py, the key probe's results.json, the trackers' folders)
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "results.json", "checkpoints", "tokenizer", "tensorboard",
+             "wandb")
 
 
 class ExportError(RuntimeError):
@@ -111,6 +115,10 @@ def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.T
     """(config, newest checkpoint, MinimalLLM state dict) of a run folder, or an ExportError naming the problem."""
     if not run_dir.is_dir():
         raise ExportError(f"run folder {run_dir} not found")
+    try:
+        check_links(run_dir, "export another run")
+    except LinkError as e:
+        raise ExportError(str(e)) from None
     if not (run_dir / "config.json").is_file():
         raise ExportError(f"{run_dir} has no config.json: expected a folder written by train_llm.py or a study "
                           f"condition (research_results/<study>/<condition>[/seed_<s>])")
@@ -147,12 +155,47 @@ def special_token_ids(tok_dir: Path) -> dict[str, int | None]:
 # ----------------------------------------------------------------------------------------------
 # Writing the export
 
+def _is_run(folder: Path) -> bool:
+    """A folder holding a run's files. Its config.json alone counts only where it is a run's config (with sections
+    model, train, data): other model folders have a config.json too, and --force may replace theirs."""
+    if not folder.is_dir() or (folder / EXPORT_INFO).is_file():
+        return False
+    if any((folder / name).exists() for name in RUN_FILES if name != "config.json"):
+        return True
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and {"model", "train", "data"} <= set(config)
+
+
+def _run_part(out_dir: Path) -> Path | None:
+    """The run folder whose own files `out_dir` is or lies among (a run folder, its checkpoints/, tokenizer/, ...);
+    None when it is none of them."""
+    out = out_dir.resolve()
+    if _is_run(out):
+        return out
+    for part in (out, *out.parents):
+        if part.name in RUN_FILES and _is_run(part.parent):
+            return part.parent
+    return None
+
+
 def check_out_dir(out_dir: Path, run_dir: Path, force: bool) -> None:
+    """Refuse an output that is a file, that is or lies inside a run folder's own files (no --force reaches into
+    a run), or that is not empty without --force."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"output {out_dir} is a file, not a folder")
-    if out_dir.resolve() == run_dir.resolve():
-        raise ExportError(f"output {out_dir} is the run folder itself: its config.json would be replaced; "
-                          f"choose another folder (e.g. {run_dir / 'hf'})")
+    try:
+        check_links(out_dir, "choose another output folder")
+    except LinkError as e:
+        raise ExportError(str(e)) from None
+    run = _run_part(out_dir)
+    if out_dir.resolve() == run_dir.resolve() or run is not None:
+        where = "is the run folder itself" if out_dir.resolve() == run_dir.resolve() else (
+            "is a run folder" if run == out_dir.resolve() else f"lies inside the run folder {run}")
+        raise ExportError(f"output {out_dir} {where}: an export never writes into a run's files, even with "
+                          f"--force; choose another folder (e.g. {run_dir.resolve().parent / (run_dir.name + '-hf')})")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ExportError(f"output folder {out_dir} is not empty: choose another, or pass --force to write into "
                           f"it (files of the same names are replaced, other files are kept)")
@@ -164,8 +207,9 @@ def _write(tmp: Path, run_dir: Path, cfg: RunConfig, ckpt: Checkpoint, weights: 
     from safetensors.torch import save_file
     from transformers import GenerationConfig
     for f in (run_dir / "tokenizer").iterdir():
-        if f.name in MODEL_FILES or not f.is_file():
-            raise ExportError(f"tokenizer file {f} would collide with the model's files or is not a plain file")
+        if f.name in MODEL_FILES or f.is_symlink() or not f.is_file():
+            raise ExportError(f"tokenizer file {f} would collide with the model's files, or is a link or not a plain "
+                              f"file (an export holds only the run's own files): restore the run's tokenizer/ folder")
         shutil.copy2(f, tmp / f.name)
     hf = hf_config(cfg.model, special, weights["embed.weight"].dtype)
     hf.save_pretrained(str(tmp))

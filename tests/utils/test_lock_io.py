@@ -64,7 +64,7 @@ class _FullDisk(io.BufferedWriter):
 def test_append_line_on_a_full_disk_leaves_no_torn_line(tmp_path, monkeypatch):
     path = tmp_path / "metrics.jsonl"
     append_line(path, '{"step": 1}')
-    monkeypatch.setattr(io_mod, "open", lambda p, mode: _FullDisk(io.FileIO(p, "a")), raising=False)
+    monkeypatch.setattr(io_mod, "open", lambda p, mode, **kw: _FullDisk(io.FileIO(p, "a")), raising=False)
     with pytest.raises(OSError) as err:
         append_line(path, '{"step": 2, "loss": 1.5}')
     assert err.value.errno == errno.ENOSPC

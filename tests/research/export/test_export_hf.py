@@ -307,3 +307,36 @@ def test_a_damaged_newest_checkpoint_is_named_and_the_one_before_is_exported(tmp
     info = export_run(run, tmp_path / "hf")
     assert info["checkpoint"] == "step-000002" and info["step"] == 2
     assert "skipped step-000005" in capsys.readouterr().err
+
+
+def test_a_planted_link_in_the_tokenizer_is_never_exported(exported, tmp_path):
+    from research.export import ExportError
+    native, run_dir, out = exported["learned"]
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    (tmp_path / "secret.txt").write_text("the secret")
+    (run / "tokenizer" / "special_notes.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ExportError, match=r"special_notes.txt -> .*secret.txt.*Remove it"):
+        export_run(run, tmp_path / "hf")
+    (run / "tokenizer" / "special_notes.txt").unlink()
+    (run / "tokenizer" / "special_notes.txt").symlink_to(run / "tokenizer" / "tokenizer.json")  # a link inside the run
+    with pytest.raises(ExportError, match="is a link"):
+        export_run(run, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("where", ["its checkpoint", "another run", "another run's tokenizer"])
+def test_force_never_reaches_into_a_run_folder(exported, tmp_path, where, capsys):
+    from research import export_hf
+    native, run_dir, out = exported["learned"]
+    other = tmp_path / "b"
+    shutil.copytree(run_dir, other)
+    target = {"its checkpoint": other / "checkpoints" / "step-000005", "another run": other,
+              "another run's tokenizer": other / "tokenizer"}[where]
+    before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
+    source = other if where == "its checkpoint" else run_dir
+    assert export_hf.main([str(source), str(target), "--force"]) == 2
+    err = capsys.readouterr().err
+    assert "never writes into a run's files, even with --force" in err and len(err.splitlines()) == 1
+    assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
+    assert export_hf.main([str(source), str(other / "hf")]) == 0  # a new folder beside the run's files is fine
