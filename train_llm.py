@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict | None:
 
     from research.probing.callback import run_callbacks  # heavy imports after argument checks
     from research.results import ResultsError
-    from training.errors import USER_ERRORS
+    from training.errors import USER_ERRORS, RunInterrupted
     from training.run import train_run
     from utils.errors import os_fix, os_problem
 
@@ -76,6 +77,10 @@ def main(argv: list[str] | None = None) -> dict | None:
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,
                             progress=not args.no_progress, callbacks=callbacks)
+    except RunInterrupted as e:  # Ctrl-C: one line, how to go on, the shell's code for SIGINT
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"{e}; {continue_command(argv, e.resumable)}", file=sys.stderr, flush=True)
+        sys.exit(130)
     except (*USER_ERRORS, ResultsError) as e:
         sys.exit(f"error: {e}")
     except OSError as e:  # outside the training loop, e.g. a read-only --cache_dir
@@ -85,6 +90,16 @@ def main(argv: list[str] | None = None) -> dict | None:
               f"val_loss {summary['final_val_loss']:.4f}, {summary['tokens_per_s'] or 0:,.0f} tokens/s; "
               f"wrote {args.out}")
     return summary
+
+
+def continue_command(argv: list[str] | None, resumable: bool) -> str:
+    """How to go on after an interrupt: the same command, with --resume once the folder holds a run to continue."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not resumable:
+        return f"run the same command again: python train_llm.py {shlex.join(args)}"
+    if "--resume" not in args:
+        args.append("--resume")
+    return f"continue with: python train_llm.py {shlex.join(args)}"
 
 
 if __name__ == "__main__":

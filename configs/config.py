@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,17 @@ LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise ConfigError(msg)
+
+
+def _check_kinds(cfg) -> None:
+    """Every float field of a config section is a finite number (NaN and infinity pass some range checks), every
+    text field text (YAML reads `off` as false)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if f.type == "float" and isinstance(value, (int, float)) and not math.isfinite(value):
+            raise ConfigError(f"{f.name}={value} must be a finite number")
+        if f.type == "str" and not isinstance(value, str):
+            raise ConfigError(f"{f.name}={value!r} must be text")
 
 
 QK_NORM_MODES = ("learned", "frozen", "none")
@@ -47,6 +60,7 @@ class ModelConfig:
     init_std: float = 0.02
 
     def __post_init__(self) -> None:
+        _check_kinds(self)
         _check(self.qk_norm in QK_NORM_MODES,
                f"qk_norm={self.qk_norm!r}: choose one of {', '.join(QK_NORM_MODES)}")
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
@@ -59,6 +73,10 @@ class ModelConfig:
                f"each KV head must serve the same number of query heads")
         _check(self.d_head % 2 == 0, f"d_head={self.d_head} must be even for RoPE (rotates pairs of dims)")
         _check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive")
+        _check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive (RMSNorm divides by sqrt(mean(x^2) + "
+                                  f"eps)), e.g. 1e-6")
+        _check(self.init_std > 0, f"init_std={self.init_std} must be positive (the standard deviation of the initial "
+                                  f"weights), e.g. 0.02")
 
     @property
     def d_head(self) -> int:
@@ -107,6 +125,8 @@ class TrainConfig:
     shard: str = "none"  # none: every rank holds the whole model (DDP) | fsdp: FSDP2 shards it (training/sharding.py)
 
     def __post_init__(self) -> None:
+        self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
+        _check_kinds(self)
         for name in ("tokens", "batch_size", "grad_accum", "eval_batches", "log_every", "keep_last", "ortho_steps"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         for name in ("muon_lr", "adamw_lr"):
@@ -124,9 +144,9 @@ class TrainConfig:
         _check(self.orthogonalizer in ("polar_express", "newton_schulz"),
                f"orthogonalizer={self.orthogonalizer!r}: choose polar_express or newton_schulz")
         _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: choose auto, fp32 or bf16")
-        self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
         _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: choose auto, on or off")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
+        _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
         _check(self.shard in ("none", "fsdp"), f"shard={self.shard!r}: choose none or fsdp")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
@@ -151,6 +171,7 @@ class DataConfig:
     cache_dir: str = ".cache/data"
 
     def __post_init__(self) -> None:
+        _check_kinds(self)
         _check(self.source in ("english", "stdlib", "files", "hub"),
                f"source={self.source!r}: choose english, stdlib, files or hub")
         _check(self.source != "files" or len(self.paths) > 0,
@@ -158,6 +179,12 @@ class DataConfig:
         _check(self.offline in ("error", "english"), f"offline={self.offline!r}: choose error or english")
         _check(self.seq_len > 1, f"seq_len={self.seq_len} must be > 1")
         _check(0 < self.val_frac < 0.5, f"val_frac={self.val_frac} must be in (0, 0.5)")
+        _check(self.hub_docs > 0, f"hub_docs={self.hub_docs} must be positive (documents streamed from the hub)")
+        _check(self.stdlib_max_bytes > 0, f"stdlib_max_bytes={self.stdlib_max_bytes} must be positive (the cap on "
+                                          f"the stdlib corpus, in bytes)")
+        for name in ("text_field", "tokenizer", "cache_dir"):
+            _check(bool(getattr(self, name)), f"{name} must not be empty")
+        _check(self.source != "hub" or bool(self.hub_dataset), "source=hub needs --hub_dataset (a Hub dataset id)")
 
 
 @dataclass
@@ -172,6 +199,75 @@ class ProbeConfig:
         _check(self.probe_every >= 0, f"probe_every={self.probe_every} must be >= 0 (0 disables probing)")
         _check(self.probe_batch > 0, f"probe_batch={self.probe_batch} must be positive")
         _check(self.probe_precision in ("fp32", "bf16"), f"probe_precision={self.probe_precision!r}: fp32 or bf16")
+
+
+SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+
+
+def split_list(text: str) -> list[str]:
+    """'a,b,,c' -> ['a', 'b', 'c'] (a list field written as text, in a file or on the command line)."""
+    return [p for p in text.split(",") if p]
+
+
+def coerce_value(name: str, hint, value, where: str) -> object:
+    """`value` as the field's type, or ConfigError "<where><name>: expected ..., found ..."; YAML reads 1e-3 as
+    text, so numbers in text are accepted for float fields (never for whole numbers)."""
+    def bad(kind: str):
+        return ConfigError(f"{where}{name}: expected {kind}, found {value!r}")
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
+            return BOOL_WORDS[value.strip().lower()]
+        raise bad("true or false")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad("a whole number")
+    if hint is float:
+        try:
+            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+                return float(value)
+        except ValueError:
+            pass
+        raise bad("a number")
+    if typing.get_origin(hint) is list:
+        if isinstance(value, str):
+            return split_list(value)
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return list(value)
+        raise bad("a list of strings")
+    if isinstance(value, (str, bool)):  # a bool reaches the field's own check (YAML reads `compile: off` as false)
+        return value
+    raise bad("a string")
+
+
+def field_hints() -> dict[str, tuple[str, object]]:
+    """{field name: (section, type hint)} of every config field."""
+    return {f.name: (section, typing.get_type_hints(cls)[f.name])
+            for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+
+
+def section_values(section: str, body, where: str) -> dict[str, object]:
+    """The typed values of one section's mapping; ConfigError names the section, the key and the problem, after
+    `where` (the file, as "path: ")."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {body!r}")
+    hints = field_hints()
+    out: dict[str, object] = {}
+    for key, value in body.items():
+        if section == "train" and key in LEGACY_TRAIN_FIELDS:  # an old field sets its successors unless given
+            for new in LEGACY_TRAIN_FIELDS[key]:
+                if new not in body:
+                    out[new] = coerce_value(key, float, value, f"{where}[{section}] ")
+            continue
+        if key not in hints or hints[key][0] != section:
+            home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
+            raise ConfigError(f"{where}unknown key {key!r} in section {section!r}{home}; the fields of "
+                              f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
+        out[key] = coerce_value(key, hints[key][1], value, f"{where}[{section}] ")
+    return out
 
 
 @dataclass
@@ -209,19 +305,25 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> "RunConfig":
+        """The config a to_dict() wrote (config.json, a checkpoint's state.json), every value type-checked as a
+        --config file's; ConfigError names the section and field after `where` (e.g. "path: ")."""
+        if not isinstance(d, dict) or not {"model", "train", "data"} <= set(d):
+            found = f"keys {', '.join(map(str, d))}" if isinstance(d, dict) else type(d).__name__
+            raise ConfigError(f"{where}not a run config (found {found or 'nothing'}); expected keys model, train, "
+                              f"data")
+        unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
+        if unknown:
+            raise ConfigError(f"{where}unknown key(s) {', '.join(map(repr, unknown))}: a run config holds "
+                              f"{', '.join(SECTIONS)} and preset")
+        preset = d.get("preset", "custom")
+        if not isinstance(preset, str):
+            raise ConfigError(f"{where}preset: expected a string, found {preset!r}")
+        values = {s: section_values(s, d.get(s, {}), where) for s in SECTIONS}
         try:
-            train = dict(d["train"])
-            for old, news in LEGACY_TRAIN_FIELDS.items():  # an old field sets its successors unless they are given
-                if old in train:
-                    value = train.pop(old)
-                    for new in news:
-                        train.setdefault(new, value)
-            return cls(model=ModelConfig(**d["model"]), train=TrainConfig(**train),
-                       data=DataConfig(**d["data"]), probe=ProbeConfig(**d.get("probe", {})),
-                       preset=d.get("preset", "custom"))
-        except (KeyError, TypeError) as e:
-            raise ConfigError(f"not a run config ({e}); expected keys model, train, data") from e
+            return cls(**{s: c(**values[s]) for s, c in SECTIONS.items()}, preset=preset)
+        except ConfigError as e:  # a value out of its range: the file is named too
+            raise ConfigError(f"{where}{e}") from None
 
     def save(self, path: str | Path) -> None:
         from utils.io import atomic_write_text
@@ -229,11 +331,14 @@ class RunConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunConfig":
+        """A saved config.json; ConfigError names the file, the field and the fix."""
         path = Path(path)
         try:
-            return cls.from_dict(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError, ConfigError) as e:
-            raise ConfigError(f"cannot read config {path}: {e}") from e
+            return cls.from_dict(json.loads(path.read_text()), where=f"{path}: ")
+        except ConfigError as e:
+            raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"cannot read config {path}: {e}; fix or restore {path.name}") from e
 
 
 def flops_per_token(m: ModelConfig, seq_len: int) -> float:

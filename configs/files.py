@@ -17,16 +17,15 @@ file's, else the script's default), then the file's values, then the command-lin
 """
 from __future__ import annotations
 
-import dataclasses
 import json
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 
-from configs.config import LEGACY_TRAIN_FIELDS, ConfigError, DataConfig, ModelConfig, ProbeConfig, TrainConfig
+from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, coerce_value, field_hints, section_values,
+                            split_list)
 from configs.presets import PRESETS
 
-SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
+__all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -35,12 +34,6 @@ class ConfigFile:
     path: Path
     preset: str | None  # the file's preset, if it names one
     values: dict[str, object]  # {field name: value}, typed as the config's fields
-
-
-def _hints() -> dict[str, tuple[str, object]]:
-    """{field name: (section, type hint)} of every config field."""
-    return {f.name: (section, typing.get_type_hints(cls)[f.name])
-            for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
 def _parse(path: Path, text: str) -> object:
@@ -61,74 +54,18 @@ def _parse(path: Path, text: str) -> object:
         raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
 
 
-BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
-
-
-def split_list(text: str) -> list[str]:
-    """'a,b,,c' -> ['a', 'b', 'c'] (a list field written as text, in a file or on the command line)."""
-    return [p for p in text.split(",") if p]
-
-
-def _coerce(name: str, hint, value, where: str) -> object:
-    """`value` as the field's type; YAML reads 1e-3 as text, so numbers in text are accepted."""
-    def bad(kind: str):
-        return ConfigError(f"{where}{name}: expected {kind}, found {value!r}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
-            return BOOL_WORDS[value.strip().lower()]
-        raise bad("true or false")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad("a whole number")
-    if hint is float:
-        try:
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                return float(value)
-        except ValueError:
-            pass
-        raise bad("a number")
-    if typing.get_origin(hint) is list:
-        if isinstance(value, str):
-            return split_list(value)
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise bad("a list of strings")
-    if isinstance(value, (str, bool)):  # a bool reaches the field's own check (YAML reads `compile: off` as false)
-        return value
-    raise bad("a string")
-
-
-def _section_values(section: str, body, hints: dict, path: Path) -> dict[str, object]:
-    if not isinstance(body, dict):
-        raise ConfigError(f"{path}: section {section!r} must be a mapping of its fields, found {body!r}")
-    out: dict[str, object] = {}
-    for key, value in body.items():
-        if section == "train" and key in LEGACY_TRAIN_FIELDS:
-            for new in LEGACY_TRAIN_FIELDS[key]:
-                out.setdefault(new, _coerce(new, float, value, f"{path}: [{section}] "))
-            continue
-        if key not in hints or hints[key][0] != section:
-            home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
-            raise ConfigError(f"{path}: unknown key {key!r} in section {section!r}{home}; the fields of "
-                              f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
-        out[key] = _coerce(key, hints[key][1], value, f"{path}: [{section}] ")
-    return out
-
-
 def _values(data: dict, path: Path) -> dict[str, object]:
-    """Field values of a nested, flat or mixed mapping (the preset key left out)."""
-    hints = _hints()
+    """Field values of a nested, flat or mixed mapping (the preset key left out); the type checks are
+    configs.config's, which RunConfig.from_dict applies to a saved config.json as well."""
+    hints = field_hints()
     values: dict[str, object] = {}
     for key, value in data.items():
         if key == "preset":
             continue
         if key in SECTIONS:
-            section = _section_values(key, value, hints, path)
+            section = section_values(key, value, f"{path}: ")
         elif key in hints:
-            section = {key: _coerce(key, hints[key][1], value, f"{path}: ")}
+            section = {key: coerce_value(key, hints[key][1], value, f"{path}: ")}
         else:
             raise ConfigError(f"{path}: unknown key {key!r}: not a config field nor a section "
                               f"({', '.join(SECTIONS)}, preset); see python train_llm.py --help for the fields")

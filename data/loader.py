@@ -75,13 +75,24 @@ class BlockLoader:
                 "n_blocks": int(self.blocks.shape[0])}
 
     def load_state_dict(self, d: dict) -> None:
+        """Continue from a saved position; TypeError or ValueError (nothing changed) for a state that is not one
+        of this loader's: wrong types, out of range, or saved for another number of blocks."""
+        if not isinstance(d, dict):
+            raise TypeError(f"loader state must be an object, found {d!r}"[:200])
+        missing = [k for k in ("epoch", "position", "seed") if k not in d]
+        if missing:
+            raise ValueError(f"loader state {d} lacks {', '.join(missing)}"[:200])
+        wrong = [k for k in ("epoch", "position", "seed", "n_blocks")
+                 if k in d and (not isinstance(d[k], int) or isinstance(d[k], bool))]
+        if wrong:
+            raise TypeError(f"loader state {d}: {', '.join(wrong)} must be whole numbers"[:200])
         n = self.blocks.shape[0]
-        if "n_blocks" in d and int(d["n_blocks"]) != n:
+        if "n_blocks" in d and d["n_blocks"] != n:
             raise ValueError(f"loader state is for {d['n_blocks']} train blocks but this data has {n}: "
                              f"resume with the same data settings (source, tokenizer, seq_len, val_frac)")
-        if not 0 <= int(d["position"]) < n or int(d["epoch"]) < 0:
+        if not 0 <= d["position"] < n or d["epoch"] < 0:
             raise ValueError(f"loader state {d} is out of range for {n} blocks")
-        self.seed, self.epoch, self.position = int(d["seed"]), int(d["epoch"]), int(d["position"])
+        self.seed, self.epoch, self.position = d["seed"], d["epoch"], d["position"]
         self._perm_epoch = -1
 
 

@@ -59,8 +59,9 @@ def data_usage(cfg, data: TokenData) -> tuple[dict, list[str]]:
 
     The dict goes into summary.json and results.json ("data"): the corpus, both hashes, the training
     tokens available and how many passes the run makes over them, and the validation and probe
-    sequences actually used (the probe takes the first probe_batch validation blocks, fewer when
-    there are fewer). Nothing here changes the run: it says what the run does.
+    sequences actually used (the probe takes the first probe_batch validation blocks; a run asking for more
+    than there are is refused by research.probing.callback). Nothing here changes the run: it says what the
+    run does.
     """
     T = data.seq_len
     n_train, n_val = int(data.train.shape[0]), int(data.val.shape[0])
@@ -77,9 +78,6 @@ def data_usage(cfg, data: TokenData) -> tuple[dict, list[str]]:
     if asked > train_tokens:
         notes.append(f"the run asks for {asked:,} training tokens but the corpus has {train_tokens:,} "
                      f"({n_train} blocks of {T}): it repeats its data, {passes:.2f} passes over every block")
-    if cfg.probe.probe_every and n_val < cfg.probe.probe_batch:
-        notes.append(f"the probe asks for probe_batch={cfg.probe.probe_batch} validation sequences but there are "
-                     f"{n_val}: it probes {n_val} (raise --val_frac or add data to probe more)")
     if n_val < eval_rows:
         notes.append(f"validation asks for eval_batches x batch_size = {eval_rows} sequences but there are {n_val}: "
                      f"the validation loss averages {n_val} distinct blocks, some counted more than once")

@@ -3,7 +3,11 @@
 The trainer calls each callback with a `StepInfo` at step 0 of a fresh run and after every
 optimizer step. A callback gets everything it may use through that object and never reads
 the trainer's attributes; its `state_dict()` is saved in every checkpoint under its `name`
-and handed back to `load_state_dict()` when the run resumes.
+and handed back to `load_state_dict()` when the run resumes, while the checkpoint is chosen: a
+state it cannot use (wrong types, out of range) must raise TypeError, ValueError or KeyError and
+change nothing, and the checkpoint is then set aside like a damaged one (an older one is tried).
+A callback that continues files of its own checks them in the optional `after_resume()`, called
+once the checkpoint is chosen; its errors stop the resume as they are.
 
 Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
 change the model or any RNG, and should write files only where `is_main` is true. They run in
@@ -12,9 +16,14 @@ the order they were added, after the step's metrics and validation are written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
+import torch
 import torch.nn as nn
+
+if TYPE_CHECKING:
+    from configs.config import RunConfig
+    from data import TokenData
 
 
 @dataclass(frozen=True)
@@ -45,3 +54,8 @@ class Callback(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+
+# Builds a run's callbacks once the config it uses, its data and its device are known (training.run.train_run,
+# Trainer(callbacks=...)).
+CallbackFactory = Callable[["RunConfig", "TokenData", torch.device], list[Callback]]

@@ -4,7 +4,8 @@
         model.safetensors   weights (safetensors: no code runs when loading)
         optim.pt            optimizer state dicts + torch RNG state (tensors and numbers only,
                             read back with torch.load(weights_only=True))
-        state.json          step, tokens, data-loader position, config
+        state.json          step, tokens, data-loader position, config, the callbacks' states and the
+                            data identity (training.resume.data_identity); check_state checks their types
 
 A folder is first written under a hidden temporary name (.tmp-step-N-*) and renamed when
 complete (utils.io.atomic_dir), so a crash mid-write never leaves a folder that looks like a
@@ -16,6 +17,7 @@ the one before it is used (`load_newest`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -181,11 +183,38 @@ def _read(path: Path, what: str, reader: Callable):
         raise CheckpointError(f"{what} cannot be read ({type(e).__name__}: {str(e)[:200]})") from e
 
 
-def _read_state(path: Path) -> dict:
-    state = json.loads(path.read_text())
-    if not isinstance(state, dict) or not isinstance(state.get("step"), int) or "loader" not in state:
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_state(state) -> dict:
+    """A state.json's contents, every field of the type save_checkpoint wrote (ValueError names the one that
+    is not): step, loader, and where present tokens, wall_time, config, callbacks (an object per callback),
+    data (the data identity, training.resume)."""
+    if not isinstance(state, dict) or not _is_int(state.get("step")) or "loader" not in state:
         raise ValueError("not a checkpoint state (expected step and loader)")
+    problems = []
+    if state["step"] < 0:
+        problems.append(f"step {state['step']} is negative")
+    if "tokens" in state and not (_is_int(state["tokens"]) and state["tokens"] >= 0):
+        problems.append(f"tokens must be a whole number >= 0, found {state['tokens']!r}")
+    wall = state.get("wall_time", 0.0)
+    if not (isinstance(wall, (int, float)) and not isinstance(wall, bool) and math.isfinite(wall) and wall >= 0):
+        problems.append(f"wall_time must be a number of seconds, found {wall!r}")
+    for key in ("loader", "config", "callbacks", "data"):
+        if key in state and not isinstance(state[key], dict):
+            problems.append(f"{key} must be an object, found {state[key]!r}"[:120])
+    callbacks = state.get("callbacks")
+    if isinstance(callbacks, dict):
+        problems += [f"the state of callback {name!r} must be an object, found {v!r}"[:120]
+                     for name, v in callbacks.items() if not isinstance(v, dict)]
+    if problems:
+        raise ValueError("; ".join(problems))
     return state
+
+
+def _read_state(path: Path) -> dict:
+    return check_state(json.loads(path.read_text()))
 
 
 def read_checkpoint(ckpt: Checkpoint, with_optimizer: bool = True) -> tuple[dict, dict, dict | None]:

@@ -1,9 +1,11 @@
 """The errors a user can cause when training, each with a message that names the problem and the fix.
 
 Entry points (train_llm.py, the study runner) catch USER_ERRORS and print the message alone:
-no traceback, a non-zero exit code.
+no traceback, a non-zero exit code. RunInterrupted (Ctrl-C) is not one of them: it ends with code 130.
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 from configs.config import ConfigError
 from data.corpus import DataError
@@ -21,6 +23,32 @@ class NonFiniteLossError(RunError):
     def __init__(self, message: str, step: int):
         super().__init__(message)
         self.step = step
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C (KeyboardInterrupt) stopped a run in `folder`: after `step` optimizer steps (None: before training
+    began, e.g. while preparing the data); `checkpoint` is the step of the newest checkpoint (None: none yet) and
+    `resumable` says whether the folder now needs --resume to go on (training.run_files.RunFolder.resumable)."""
+
+    def __init__(self, folder: str | Path, step: int | None, checkpoint: int | None, resumable: bool,
+                 stage: str = "training"):
+        self.folder, self.step, self.checkpoint, self.resumable, self.stage = Path(folder), step, checkpoint, \
+            resumable, stage
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        """One line: where the run stopped, what is kept, whether --resume is needed."""
+        if self.step is None:
+            where = f"interrupted while {self.stage}, before training began"
+        else:
+            where = f"interrupted at step {self.step}"
+        if self.checkpoint is not None:
+            kept = f"nothing is lost up to the last checkpoint (step {self.checkpoint}) in {self.folder}"
+        elif self.resumable:
+            kept = f"no checkpoint was written yet in {self.folder}: --resume starts again from step 0"
+        else:
+            kept = f"nothing of the run was written to {self.folder} yet"
+        return f"{where}; {kept}"
 
 
 USER_ERRORS = (ConfigError, DataError, FileExistsError, RunError, CheckpointError, LockError)

@@ -3,9 +3,14 @@
 `plan_text(cfg, world_size)` is what `train_llm.py --plan` and every study's `--plan` print;
 `check_fits(cfg, device, world_size)` runs before the model is built (training.run.train_run) and raises
 MemoryPlanError, naming the options that would fit, when the plan with its headroom exceeds the memory
-CUDA reports free (torch.cuda.mem_get_info). On CPU nothing is refused: the plan is printed on request.
+CUDA reports free (torch.cuda.mem_get_info). On every device the model is first built in this machine's
+memory, whose RoPE tables grow with --max_seq_len: tables that would take more than half of the physical
+memory (os.sysconf) are refused, naming a --max_seq_len that fits. Otherwise nothing is refused on CPU:
+the plan is printed on request.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -94,8 +99,43 @@ def plan_text(cfg: RunConfig, world_size: int = 1) -> str:
     return text
 
 
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def rope_bytes_per_position(cfg: RunConfig) -> int:
+    """Peak bytes per position while models.layers.Rotary builds its tables: the float64 positions, angles
+    and a float64 cos or sin, and the two float32 tables kept."""
+    half = cfg.model.d_head // 2
+    return 8 + half * (8 + 8 + 4 + 4)
+
+
+def check_rope_fits(cfg: RunConfig, memory: int | None = None) -> None:
+    """Refuse a --max_seq_len whose RoPE tables would take more than half of this machine's memory."""
+    memory = physical_memory() if memory is None else memory
+    if not memory:
+        return
+    per = rope_bytes_per_position(cfg)
+    need = cfg.model.max_seq_len * per
+    if need <= memory // 2:
+        return
+    fits = memory // 2 // per
+    suggest = max(cfg.data.seq_len, 1 << (fits.bit_length() - 1)) if fits >= cfg.data.seq_len else cfg.data.seq_len
+    raise MemoryPlanError(
+        f"--max_seq_len {cfg.model.max_seq_len:,}: the model's RoPE tables (built for every position up to "
+        f"max_seq_len, in this machine's memory before any device) need {need / GIB:.1f} GiB, more than half of the "
+        f"{memory / GIB:.1f} GiB this machine has. Fix: --max_seq_len {suggest} (up to {fits:,} fits; the run's "
+        f"blocks need only --seq_len {cfg.data.seq_len})")
+
+
 def check_fits(cfg: RunConfig, device: torch.device, world_size: int) -> None:
-    """Refuse a CUDA run whose planned need exceeds the device's free memory (MemoryPlanError names options)."""
+    """Refuse a model whose RoPE tables cannot be built in this machine's memory, and a CUDA run whose planned
+    need exceeds the device's free memory (MemoryPlanError names options)."""
+    check_rope_fits(cfg)
     if device.type != "cuda":
         return
     plan = _plan(cfg, world_size)

@@ -7,8 +7,16 @@ number of steps would change the rate of every remaining step; that is refused u
 user asks to re-plan (`--replan_schedule`): the remaining steps then follow the schedule of
 the new total, `lr_factor(step, new_steps)`, exactly as a run planned with the new --tokens
 from the start would at those steps. The rate jumps once, at the resume step.
+
+A resume also continues the same data: every checkpoint records the data it was trained on
+(`data_identity`: the corpus and its hash, the tokenizer's hash, the block counts) and a resume
+whose data differ from them all is refused (`check_same_data`) before any checkpoint is loaded, so
+that an edited corpus is named as such and never blamed on the checkpoints. Checkpoints written
+before they recorded it are compared by their loader's train-block count only.
 """
 from __future__ import annotations
+
+from typing import Iterable
 
 from configs.config import ConfigError, RunConfig, TrainConfig
 from training.errors import RunError
@@ -70,3 +78,55 @@ def check_resume_length(old: RunConfig, new: RunConfig, done: int, replan: bool,
                        f"from here on")
     return (f"resume: --replan_schedule: the schedule now spans {new.steps} steps instead of {old.steps}; "
             f"the lr factor at step {done + 1} is {after:.4g} (it would have been {before:.4g})")
+
+
+# The data identity's fields a resume compares (the others, corpus and tokenizer names, only word the message).
+DATA_FIELDS = {"source_hash": "corpus hash", "tokenizer_hash": "tokenizer hash", "vocab_size": "vocabulary size",
+               "seq_len": "block length", "train_blocks": "train blocks", "val_blocks": "validation blocks"}
+
+
+def data_identity(data) -> dict:
+    """What a run's data are (a data.TokenData), as each checkpoint's state.json records it under "data"."""
+    return {"corpus": data.corpus, "source_hash": data.source_hash, "tokenizer": data.tokenizer_name,
+            "tokenizer_hash": data.tokenizer_hash, "vocab_size": int(data.vocab_size), "seq_len": int(data.seq_len),
+            "train_blocks": int(data.train.shape[0]), "val_blocks": int(data.val.shape[0])}
+
+
+def saved_identity(state: dict) -> dict | None:
+    """The data identity a checkpoint's state.json records; for older checkpoints the train-block count of
+    their loader; None where neither is readable."""
+    if not isinstance(state, dict):
+        return None
+    data = state.get("data")
+    if isinstance(data, dict):
+        return data
+    loader = state.get("loader")
+    n = loader.get("n_blocks") if isinstance(loader, dict) else None
+    return {"train_blocks": n} if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _short(value) -> str:
+    return value[:12] if isinstance(value, str) and len(value) > 12 else str(value)
+
+
+def data_differences(saved: dict, now: dict) -> list[str]:
+    """"<what>: <saved> -> <now>" for each compared field both identities hold and that differs."""
+    return [f"{label} {_short(saved[k])} -> {_short(now[k])}" for k, label in DATA_FIELDS.items()
+            if k in saved and k in now and saved[k] != now[k]]
+
+
+def check_same_data(saved: Iterable[tuple[str, int, dict]], now: dict, cfg: RunConfig, out) -> None:
+    """Refuse a resume whose data differ from those of every checkpoint that records them. `saved`: (checkpoint
+    name, step, identity), newest first. One checkpoint with the same data is enough: the others are then
+    damaged and are set aside when loading them fails."""
+    saved = list(saved)
+    if not saved or any(not data_differences(ident, now) for _, _, ident in saved):
+        return
+    name, step, ident = saved[0]
+    source = f"--source {cfg.data.source}" + (f" ({', '.join(cfg.data.paths)})" if cfg.data.paths else "")
+    if now["corpus"] != cfg.data.source:
+        source += f", corpus {now['corpus']}"
+    raise RunError(f"cannot resume {out}: its data changed since {name} (step {step}) was trained on them: "
+                   f"{'; '.join(data_differences(ident, now))} ({source}; tokenizer {now['tokenizer']}). The "
+                   f"checkpoints are fine: restore the original data to continue, or train the new data in another "
+                   f"--out")

@@ -5,18 +5,19 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
-import torch
-
 from configs.config import RunConfig
-from data import TokenData, data_usage, prepare_data, resolve_offline
-from training.callbacks import Callback
+from data import data_usage, prepare_data, resolve_offline
+from training.callbacks import CallbackFactory
+from training.checkpoint import latest_checkpoint
 from training.distributed import init_distributed, shutdown_distributed
+from training.errors import RunInterrupted
 from training.memory_fit import check_fits
+from training.run_files import RunFolder
 from training.trainer import Trainer
 from utils.lock import FolderLock
 from utils.runtime import resolve_device
 
-CallbackFactory = Callable[[RunConfig, TokenData, torch.device], list[Callback]]
+__all__ = ["train_run", "CallbackFactory"]
 
 
 def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, replan_schedule: bool = False,
@@ -25,34 +26,44 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
-    A CUDA run whose memory plan (training/memory.py) does not fit the device stops first, with
+    A run whose model cannot be built in this machine's memory (the RoPE tables of --max_seq_len), or
+    a CUDA run whose memory plan (training/memory.py) does not fit the device, stops first, with
     training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
     prepares the data (building the caches); the other ranks then read them. `callbacks(cfg, data,
-    device)` builds the callbacks once the config the run uses, the data and the device are known. A
-    preset that falls back to local data without a network (data/offline.py) trains, and writes to
-    config.json, the config it used; a corpus too small for the run is said at the start
-    (data.data_usage) and recorded.
+    device)` builds the callbacks once the config the run uses, the data and the device are known,
+    before a resume chooses its checkpoint (training.trainer). A preset that falls back to local data
+    without a network (data/offline.py) trains, and writes to config.json, the config it used; a
+    corpus too small for the run is said at the start (data.data_usage) and recorded. Ctrl-C raises
+    training.errors.RunInterrupted: the step reached, the newest checkpoint, whether --resume is needed.
     """
     dist = init_distributed(resolve_device(cfg.train.device).type)
     finished = False
+    trainer, stage = None, "checking the run"
     try:
         check_fits(cfg, resolve_device(cfg.train.device, dist.local_rank), dist.world_size)  # before any allocation
         with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
+            stage = "preparing the data"
             if dist.is_main:
                 cfg = resolve_offline(cfg, log=log)
                 data = prepare_data(cfg, log=log)
-                for note in data_usage(cfg, data)[1]:
-                    log(f"data: note: {note}")
             cfg = dist.broadcast(cfg)
             if not dist.is_main:
                 data = prepare_data(cfg, log=lambda *a, **k: None)
+            stage = "starting the run" + (" (loading its checkpoint)" if resume else "")
             trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
-                              progress=progress, name=name, log=log)
-            for callback in (callbacks(cfg, data, trainer.device) if callbacks else []):
-                trainer.add_callback(callback)
+                              progress=progress, name=name, log=log, callbacks=callbacks)
+            if dist.is_main:  # after the trainer's own data line, once its callbacks accepted the data
+                for note in data_usage(cfg, data)[1]:
+                    log(f"data: note: {note}")
             summary = trainer.fit()
             finished = True
             return summary if dist.is_main else None
+    except KeyboardInterrupt:
+        folder = RunFolder(out_dir)
+        ckpt = latest_checkpoint(folder.checkpoints)
+        raise RunInterrupted(out_dir, step=trainer.step if trainer is not None else None,
+                             checkpoint=ckpt.step if ckpt else None, resumable=folder.resumable(),
+                             stage=stage) from None
     finally:
         shutdown_distributed(dist, wait_for_peers=finished)

@@ -1,5 +1,9 @@
 """The files of a run folder around its checkpoints: config.json, metrics.jsonl, summary.json, tokenizer/.
 
+A folder holds a run when any file a run writes is there (`RunFolder.contents`: these, the probe's
+results.json, a tracker's tensorboard/ or wandb/, checkpoint step folders); it can be continued
+(`RunFolder.resumable`) when it has config.json or a complete checkpoint.
+
 Only rank 0 of a run writes them, and only while it holds the folder's lock (utils.lock,
 taken by training.run.train_run). metrics.jsonl is append-only while training and cut back
 to the resumed step on every resume; a line a kill or a full disk tore is dropped with a
@@ -8,6 +12,7 @@ warning instead of stopping the resume.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -18,8 +23,13 @@ from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matchin
                       temp_file_pattern)
 
 CONFIG, METRICS, SUMMARY, TOKENIZER = "config.json", "metrics.jsonl", "summary.json", "tokenizer"
-# Files of a run folder that utils.io writes atomically (results.json: the key probe's, written into the same folder).
-ATOMIC_FILES = (CONFIG, METRICS, SUMMARY, "results.json")
+RESULTS = "results.json"  # the key probe's (research/probing/callback.py), written into the same folder
+# Files of a run folder that utils.io writes atomically.
+ATOMIC_FILES = (CONFIG, METRICS, SUMMARY, RESULTS)
+# Folders a run writes besides checkpoints/: the tokenizer, and the trackers' (training/tracking.py)
+RUN_DIRS = (TOKENIZER, "tensorboard", "wandb")
+# What a run leaves under checkpoints/: step folders, complete or not, and those set aside as unreadable
+_CHECKPOINT_ENTRY = re.compile(r"^step-\d+(\.unreadable(-\d+)?)?$")
 
 
 def parse_metrics(text: str) -> tuple[list[dict], list[str]]:
@@ -45,9 +55,22 @@ class RunFolder:
         self.path, self.log = Path(path), log
         self.checkpoints = self.path / "checkpoints"
 
+    def contents(self) -> list[str]:
+        """Names of the run files present (for messages): files, folders (with a slash), checkpoint folders."""
+        names = [f for f in ATOMIC_FILES if (self.path / f).exists()]
+        names += [f"{d}/" for d in RUN_DIRS if (self.path / d).is_dir()]
+        if self.checkpoints.is_dir():
+            names += [f"checkpoints/{p.name}" for p in sorted(self.checkpoints.iterdir())
+                      if _CHECKPOINT_ENTRY.match(p.name)]
+        return names
+
     def holds_run(self) -> bool:
-        return any((self.path / f).exists() for f in (CONFIG, METRICS, SUMMARY)) or \
-            bool(checkpoint.step_dirs(self.checkpoints))
+        """Any file a run writes is there: starting a new run would overwrite it."""
+        return bool(self.contents())
+
+    def resumable(self) -> bool:
+        """Something to continue from: config.json or a complete checkpoint."""
+        return (self.path / CONFIG).exists() or bool(checkpoint.list_checkpoints(self.checkpoints))
 
     def saved_config(self) -> RunConfig | None:
         """The run's config: config.json, else (missing or unreadable) the newest copy a checkpoint holds."""
@@ -66,8 +89,7 @@ class RunFolder:
                 self.log(f"warning: {error}; using the config saved in {ckpt.path} (config.json is rewritten)")
             return cfg
         if error:
-            raise ConfigError(f"{error}. No checkpoint holds a copy: restore config.json, or start again in "
-                              f"another --out")
+            raise ConfigError(f"{error} (no checkpoint holds a copy of it), or start again in another --out")
         return None
 
     # ---------------------------------------------------------- start-up

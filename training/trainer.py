@@ -13,13 +13,15 @@ The trainer receives prepared data (data.prepare_data) and a process group
 (training.distributed); `training.run.train_run` does both for one config and holds the
 folder's lock. Works alone or under torchrun (DDP, or FSDP2 with --shard fsdp: training/sharding.py); only
 rank 0 writes. Callbacks
-(training.callbacks) see each step through a StepInfo and keep their own state in checkpoints.
+(training.callbacks) see each step through a StepInfo and keep their own state in checkpoints;
+those given as `callbacks=` are built before a resume chooses its checkpoint, so that a saved
+state they cannot use makes the checkpoint unreadable like a damaged file.
 
-Nothing is written until every check has passed (training.resume: what a resume may change);
-then config.json first. A resume loads the newest checkpoint that reads back (an unreadable
-one is named and set aside), cuts metrics.jsonl back to its step, and clears what a killed
-process left (training.run_files). A full disk or an unwritable folder stops the run with a
-RunError that says what is kept.
+Nothing is written until every check has passed (training.resume: what a resume may change, and
+that its data are those the checkpoints were trained on); then config.json first. A resume loads
+the newest checkpoint that reads back (an unreadable one is named and set aside), cuts
+metrics.jsonl back to its step, and clears what a killed process left (training.run_files). A full
+disk or an unwritable folder stops the run with a RunError that says what is kept.
 """
 from __future__ import annotations
 
@@ -38,12 +40,13 @@ from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from optimizers.qk_clip import qk_clip_
-from training.callbacks import Callback, StepInfo
-from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, load_newest,
-                                 read_checkpoint, save_checkpoint, set_aside)
+from training.callbacks import Callback, CallbackFactory, StepInfo
+from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
+                                 load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
 from training.distributed import Dist
 from training.errors import NonFiniteLossError, RunError
-from training.resume import check_resume_length, check_same_run
+from training.resume import (check_resume_length, check_same_data, check_same_run, data_differences, data_identity,
+                             saved_identity)
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
@@ -59,7 +62,9 @@ __all__ = ["Trainer", "NonFiniteLossError"]
 class Trainer:
     def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, dist: Dist = Dist(),
                  resume: bool = False, replan_schedule: bool = False, log: Callable = print, progress: bool = True,
-                 name: str = "train"):
+                 name: str = "train", callbacks: CallbackFactory | None = None):
+        """`callbacks(cfg, data, device)` builds the run's callbacks before a resume chooses its checkpoint (their
+        saved states are checked with it); add_callback registers more later."""
         self.cfg, self.data, self.out, self.name, self.dist = cfg, data, Path(out_dir), name, dist
         tc = cfg.train
         self.device = resolve_device(tc.device, self.dist.local_rank)
@@ -72,6 +77,8 @@ class Trainer:
         self.folder = RunFolder(self.out, self._log)
         self.callbacks: list[Callback] = []
         self.resume_state: dict = {}  # state.json of the checkpoint resumed from
+        self.resumed_from: Checkpoint | None = None
+        self.data_id = data_identity(data)  # recorded in every checkpoint; a resume must find the same
         self.last_loss: float | None = None  # training loss of the latest step
         self._val_cache: tuple[int, float] | None = None  # (step, validation loss at that step)
         self._unreadable: list[Checkpoint] = []  # checkpoints that failed to load, set aside in fit()
@@ -82,6 +89,8 @@ class Trainer:
         check_sharding(cfg, self.dist.world_size)
         self.fsdp = tc.shard == "fsdp"
         saved = self._check_out_dir(resume)
+        for callback in (callbacks(cfg, data, self.device) if callbacks else []):  # before anything is allocated
+            self._register(callback)
 
         torch.manual_seed(tc.seed)  # same initial weights on every rank
         self.model = MinimalLLM(cfg.model).to(self.device)
@@ -129,15 +138,23 @@ class Trainer:
     def _check_out_dir(self, resume: bool) -> RunConfig | None:
         """Refuse to overwrite a run, to resume nothing, or to resume with another config (nothing is
         written here); returns the saved config of a resumed run."""
+        found = self.folder.contents()
+        if found and not self.folder.resumable():  # the same answer with or without --resume
+            raise RunError(f"{self.out} holds files of a run ({', '.join(found)}) but nothing to continue from (no "
+                           f"{CONFIG} and no complete checkpoint), so it cannot be continued: move them away or "
+                           f"choose another --out (nothing was overwritten)")
         if not resume:
-            if self.folder.holds_run():
-                raise FileExistsError(f"{self.out} already holds a run: pass --resume to continue it, or choose "
-                                      f"another --out (nothing was overwritten)")
+            if found:
+                raise FileExistsError(f"{self.out} already holds a run ({', '.join(found)}): pass --resume to "
+                                      f"continue it, or choose another --out (nothing was overwritten)")
             return None
-        saved = self.folder.saved_config()
-        if saved is None:
+        if not found:
             raise RunError(f"--resume: {self.out} holds no run to continue (no {CONFIG} and no checkpoint): "
                            f"drop --resume to start a new run there, or check the --out path")
+        saved = self.folder.saved_config()
+        if saved is None:
+            raise RunError(f"--resume: {self.out} has no {CONFIG} and none of its checkpoints' state.json gives the "
+                           f"run's config: restore {CONFIG} from a copy, or choose another --out")
         check_same_run(saved, self.cfg, self.out)
         return saved
 
@@ -149,16 +166,37 @@ class Trainer:
         if self.fsdp:
             shard_checkpoint(weights, blob, self.model, self.optimizers)
         apply_checkpoint(ckpt, weights, blob, self.model, self.optimizers)
+        saved_data = saved_identity(state)
+        if saved_data and data_differences(saved_data, self.data_id):  # another checkpoint has this run's data
+            raise CheckpointError(f"state.json says it was trained on other data "
+                                  f"({'; '.join(data_differences(saved_data, self.data_id))})")
         try:
             self.loader.load_state_dict(state["loader"])
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"state.json holds no usable data position ({e})") from e
+        for callback in self.callbacks:
+            self._restore(callback, state)
         self.step = self.start_step = state["step"]
-        self.resume_state = state
+        self.resume_state, self.resumed_from = state, ckpt
         self.wall_time = float(state.get("wall_time", 0.0))
+
+    @staticmethod
+    def _restore(callback: Callback, state: dict) -> None:
+        """Hand a callback its state saved in `state` (a checkpoint's state.json); CheckpointError if unusable."""
+        saved = state.get("callbacks", {}).get(callback.name)
+        if saved is None:
+            return
+        try:
+            callback.load_state_dict(saved)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"state.json holds a state of callback {callback.name!r} it cannot use "
+                                  f"({type(e).__name__}: {str(e)[:200]})") from e
 
     def _resume(self, saved: RunConfig, replan: bool) -> None:
         root = self.folder.checkpoints
+        recorded = [(c.path.name, c.step, ident) for c in reversed(list_checkpoints(root))
+                    if (ident := saved_identity(read_state(c)))]
+        check_same_data(recorded, self.data_id, self.cfg, self.out)  # a data change is never blamed on checkpoints
         ckpt, failed = load_newest(root, self._load)
         for bad, why in failed:
             self._log(f"warning: checkpoint {bad.path} cannot be loaded: {why}")
@@ -176,7 +214,15 @@ class Trainer:
         replanned = check_resume_length(saved, self.cfg, self.step, replan, self.out)
         if replanned:
             self._log(replanned)
+        for callback in self.callbacks:
+            self._after_resume(callback)
         self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
+
+    @staticmethod
+    def _after_resume(callback: Callback) -> None:
+        check = getattr(callback, "after_resume", None)
+        if check is not None:
+            check()  # its own files (the probe's results.json): its errors stop the resume as they are
 
     def _begin(self) -> None:
         """Rank 0, before the first step: config.json first, then clear what an interrupted run left."""
@@ -188,14 +234,25 @@ class Trainer:
         if self.resumed:
             self.folder.truncate_metrics(self.step)
 
-    def add_callback(self, callback: Callback) -> None:
-        """Register a callback; on a resumed run it gets back the state saved under its name."""
+    def _register(self, callback: Callback) -> None:
         if any(c.name == callback.name for c in self.callbacks):
             raise ValueError(f"a callback named {callback.name!r} is already registered")
-        saved = self.resume_state.get("callbacks", {}).get(callback.name)
-        if saved is not None:
-            callback.load_state_dict(saved)
         self.callbacks.append(callback)
+
+    def add_callback(self, callback: Callback) -> None:
+        """Register a callback after construction; on a resumed run it gets back the state saved under its name
+        in the checkpoint already chosen (pass callbacks= to the constructor to have that state checked while
+        choosing it)."""
+        self._register(callback)
+        if self.resumed_from is None:
+            return
+        try:
+            self._restore(callback, self.resume_state)
+        except CheckpointError as e:
+            self.callbacks.remove(callback)
+            raise CheckpointError(f"checkpoint {self.resumed_from.path}: {e}. Move it away to resume from the one "
+                                  f"before, or restore it from a copy") from e
+        self._after_resume(callback)
 
     @property
     def tokens_seen(self) -> int:
@@ -213,7 +270,7 @@ class Trainer:
         if self.is_main:
             save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
-                             "wall_time": self.wall_time, "config": self.cfg.to_dict(),
+                             "wall_time": self.wall_time, "config": self.cfg.to_dict(), "data": self.data_id,
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
                             keep_last=self.cfg.train.keep_last, tensors=tensors)
         self.dist.barrier()
@@ -288,12 +345,17 @@ class Trainer:
         return out
 
     def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
+        tc = self.cfg.train
         ckpt = latest_checkpoint(self.folder.checkpoints)
-        kept = (f"the last good checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
-                else "no checkpoint was written yet")
+        kept = (f"its last good checkpoint {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint yet")
+        clip = "--grad_clip 1.0" if tc.grad_clip == 0 or tc.grad_clip > 1 else f"--grad_clip {tc.grad_clip / 2:g}"
+        other = [clip] + (["--precision fp32"] if self.precision == "bf16" else [])
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
-            f"applying it and {kept}. Try lower --muon_lr/--adamw_lr, --grad_clip 1.0, or --precision fp32.",
+            f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
+            f"same way again (a resume must keep them), so train again in another --out with lower learning rates, "
+            f"e.g. --muon_lr {tc.muon_lr / 2:g} --adamw_lr {tc.adamw_lr / 2:g} (half of these), or with "
+            f"{' or '.join(other)}",
             step=self.step + 1)
 
     def _run_callbacks(self, logged: dict | None = None) -> None:

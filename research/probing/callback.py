@@ -1,12 +1,14 @@
 """ProbeCallback: probes the keys during training and keeps results.json up to date."""
 from __future__ import annotations
 
+import math
 from collections import deque
 from pathlib import Path
 from typing import Callable, Mapping
 
 import torch
 
+from configs.config import ConfigError
 from data import data_usage, val_batches
 from research.probing.ablation import gain_ablation
 from research.probing.probe import KeyProbe
@@ -29,8 +31,8 @@ class ProbeCallback:
     as long. After the last step, where the k_norm gain is learned, the gain ablation
     (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
-    (a missing or unreadable results.json stops the resume with ResultsError, never a fresh file that
-    would start at the resume step). `on_probe(step, {tag: value})`, if given, receives the probe's
+    (a missing or unreadable results.json stops the resume with ResultsError in `after_resume`, never a
+    fresh file that would start at the resume step). `on_probe(step, {tag: value})`, if given, receives the probe's
     headline numbers (research.results.read.tracked_scalars) on rank 0: how they reach a tracker.
     """
 
@@ -102,22 +104,46 @@ class ProbeCallback:
         return {"recent_losses": list(self.recent_losses), "step": self.step, "last_probe_step": self.last_probe_step}
 
     def load_state_dict(self, state: dict) -> None:
-        """Resuming from a checkpoint: check results.json now, before any training (older checkpoints
-        carry no step; their results.json is checked at the first probe)."""
-        self.recent_losses.extend(state["recent_losses"])
-        if state.get("step"):
-            self.step, self.last_probe_step = state["step"], state.get("last_probe_step")
+        """Take back the state a checkpoint saved; TypeError or ValueError, changing nothing, for one that is not
+        this callback's (the trainer then sets the checkpoint aside). results.json is checked in after_resume."""
+        if not isinstance(state, dict):
+            raise TypeError(f"probe state must be an object, found {state!r}"[:200])
+        losses = state.get("recent_losses")
+        if not isinstance(losses, list) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in losses):
+            raise TypeError(f"probe state: recent_losses must be a list of finite numbers, found {losses!r}"[:200])
+        step, last = state.get("step"), state.get("last_probe_step")
+        for name, value in (("step", step), ("last_probe_step", last)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise TypeError(f"probe state: {name} must be a whole number >= 0, found {value!r}"[:200])
+        if step and last is not None and last > step:
+            raise ValueError(f"probe state: last_probe_step {last} is after step {step}")
+        self.recent_losses = deque((float(v) for v in losses), maxlen=self.every)
+        self.step, self.last_probe_step = (step, last) if step else (0, None)
+        self.results = None
+
+    def after_resume(self) -> None:
+        """The checkpoint is chosen: check results.json now, before any training (older checkpoints carry no step;
+        their results.json is checked at the first probe). ResultsError stops the resume: it is about
+        results.json, not the checkpoint."""
+        if self.step:
             self.results = self._resumed_results(self.step, self.last_probe_step)
 
 
 def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None,
                    on_probe: Callable[[int, Mapping[str, float]], None] | None = None) -> ProbeCallback:
-    """The probe of a run: the first probe_batch validation blocks, results.json in out_dir."""
+    """The probe of a run: the first probe_batch validation blocks, results.json in out_dir; ConfigError when
+    there are fewer validation blocks than probe_batch (config.json would say what the probe did not do)."""
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
               "seed": cfg.train.seed,
               "provenance": {**provenance(device), "train_precision": resolve_precision(cfg.train.precision, device),
                              "corpus": data.corpus, "source_hash": data.source_hash},
               "data": data_usage(cfg, data)[0]}
+    n_val = int(data.val.shape[0])
+    if cfg.probe.probe_batch > n_val:  # built before the run writes anything (training.run.train_run)
+        raise ConfigError(f"probe_batch={cfg.probe.probe_batch} asks for more validation sequences than the {n_val} "
+                          f"there are: lower --probe_batch to {n_val} or fewer, or raise --val_frac (now "
+                          f"{cfg.data.val_frac}) or use more text")
     ids = data.val[: cfg.probe.probe_batch, :-1].long()
     ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,

@@ -216,18 +216,24 @@ def test_data_usage_says_how_often_the_run_repeats_and_what_the_probe_gets():
     assert none == [] and enough["passes_over_train"] == 1.0 and enough["probe_sequences"] == 8
 
 
-def test_a_run_on_too_small_a_corpus_says_so_and_records_what_it_used(debug_cfg, tmp_path):
+def test_a_probe_batch_beyond_the_validation_blocks_is_refused_and_data_usage_is_recorded(debug_cfg, tmp_path):
+    from configs import ConfigError
     from research.probing.callback import run_callbacks
     from training.run import train_run
 
-    cfg = debug_cfg(tokens=8 * 32 * 40, probe_every=20, probe_batch=512, cache_dir=str(tmp_path / "cache"))
-    logs: list[str] = []
-    summary = train_run(cfg, tmp_path / "run", progress=False, log=logs.append,
-                        callbacks=lambda used, data, device: run_callbacks(used, data, tmp_path / "run", device))
-    notes = [m for m in logs if m.startswith("data: note:")]
-    n_val = summary["data"]["val_blocks"]
-    assert summary["data"]["probe_sequences"] == n_val < 512
-    assert any(f"probe_batch=512 validation sequences but there are {n_val}: it probes {n_val}" in m for m in notes)
+    def run(**overrides):
+        cfg = debug_cfg(tokens=8 * 32 * 40, probe_every=20, cache_dir=str(tmp_path / "cache"), **overrides)
+        logs: list[str] = []
+        summary = train_run(cfg, tmp_path / "run", progress=False, log=logs.append,
+                            callbacks=lambda used, data, device: run_callbacks(used, data, tmp_path / "run", device))
+        return summary, logs
+
+    with pytest.raises(ConfigError, match=r"probe_batch=512 asks for more validation sequences than the (\d+) there "
+                                          r"are: lower --probe_batch to \1 or fewer"):
+        run(probe_batch=512)
+    assert not (tmp_path / "run" / "config.json").exists()  # refused before anything was written
+    summary, logs = run(probe_batch=8)
+    assert summary["data"]["probe_sequences"] == 8
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["data"] == summary["data"]
     assert results["data"]["corpus"] == "files" and len(results["data"]["source_hash"]) == 64
