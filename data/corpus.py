@@ -13,7 +13,9 @@ Sources:
 - stdlib: the .py files of the running interpreter's standard library (no site-packages); a
   different Python version is a different corpus (the description names the version).
 - files: local .txt/.md/.rst/.py (one document per file), .jsonl/.json and .parquet files;
-  --paths takes files, folders (every such file below, sorted) and glob patterns.
+  --paths takes files, folders (every such file below, sorted) and glob patterns. A file that is not
+  UTF-8 text (or not parquet), or JSON that is not records holding the text field, is refused with
+  its name, the cause (the byte, line or record) and the fix.
 - hub: the first `hub_docs` documents of a Hub dataset, streamed. Needs a network; without
   one it fails within seconds, naming the offline options.
 """
@@ -245,6 +247,87 @@ def english_source(shakespeare_texts: Path | None = None, kjv: Path | None = Non
     return Source("english", digest, desc, len(texts), load, name=ENGLISH_NAME)
 
 
+# ---------------------------------------------------------------- why a file is not what it should be
+LEAVE_OUT = "remove it from --paths (or from the folder or pattern given there)"
+
+
+def decode_text(raw: bytes, where: str, leave_out: str = LEAVE_OUT) -> str:
+    """raw as UTF-8 text, else a DataError naming `where`, the cause (a binary or UTF-16 file, or the
+    first byte that is not UTF-8, with its offset and line) and the fix; every reader of text files uses it."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataError(f"{where}: UTF-16 text, not UTF-8. Fix: convert it (iconv -f UTF-16 -t UTF-8), or "
+                        f"{leave_out}")
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise DataError(f"{where}: a binary file, not text (a NUL byte at offset {nul:,}). Fix: {leave_out}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{where}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start:,} (line {line}). Fix: "
+                        f"convert it to UTF-8 (e.g. iconv -f WINDOWS-1252 -t UTF-8, naming its real encoding), "
+                        f"or {leave_out}") from None
+
+
+def _json_kind(v) -> str:
+    kinds = {dict: "an object", list: "an array", str: "a string", bool: "true/false", type(None): "null"}
+    return kinds.get(type(v), "a number")
+
+
+def json_problem(text: str, field: str) -> str | None:
+    """The first reason the text of a .json/.jsonl file is not records holding a text field `field`
+    (no records, a line that is not JSON or not an object, the field missing, null or not a string),
+    or None. A whole-file JSON array is read as records, else one JSON value per line."""
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        records = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append((f"line {i}", json.loads(line)))
+            except ValueError as e:
+                return f"line {i} is not JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')})"
+    else:
+        if isinstance(whole, list):
+            records = [(f"record {i}", v) for i, v in enumerate(whole, 1)]
+        else:
+            records = [("line 1" if "\n" not in text.strip() else "the file's JSON value", whole)]
+    if not records:
+        return "holds no records"
+    for where, v in records:
+        if not isinstance(v, dict):
+            return f"{where} is not a JSON object (it is {_json_kind(v)})"
+        if field not in v:
+            return f"{where} has no field {field!r} (its fields: {', '.join(v) or 'none'})"
+        if not isinstance(v[field], str):
+            return f"{where}: field {field!r} is {_json_kind(v[field])}, not text"
+    return None
+
+
+def _json_fix(problem: str) -> str:
+    if "field" in problem:
+        return f"pass --text_field NAME (the field that holds the text), or fix the file, or {LEAVE_OUT}"
+    return f"write one JSON object per line (JSON lines) or one array of objects, or {LEAVE_OUT}"
+
+
+def _root_cause(e: BaseException) -> str:
+    """The innermost exception's type and message: datasets wraps the real error in a generic one."""
+    for _ in range(20):  # a bounded walk: a chain set by hand may loop
+        if (e.__cause__ or e.__context__) is None:
+            break
+        e = e.__cause__ or e.__context__
+    return f"{type(e).__name__}: {str(e)[:300]}"
+
+
+def parquet_problem(raw: bytes) -> str | None:
+    """Why raw cannot be a parquet file (no PAR1 marker at its start and end: not parquet, or cut off), or None."""
+    if len(raw) < 12 or not raw.startswith(b"PAR1") or not raw.endswith(b"PAR1"):
+        return "not a parquet file, or a damaged one (no PAR1 marker at its start and end: cut off or not parquet)"
+    return None
+
+
 # ---------------------------------------------------------------- local files
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".rst", ".py")
 JSON_SUFFIXES = (".jsonl", ".json")
@@ -309,13 +392,21 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
     h = hashlib.sha256(b"files-v1\0")
     h.update(text_field.encode("utf-8") + b"\0")
     total = 0
-    for name, p, _ in resolved:
+    for name, p, builder in resolved:
         try:
             raw = p.read_bytes()
         except OSError as e:
             raise DataError(f"source=files: cannot read {p} ({e})") from e
         total += len(raw)
         _hash_update_doc(h, name, raw)
+        if builder == "parquet":
+            problem = parquet_problem(raw)
+            if problem:
+                raise DataError(f"source=files: {p}: {problem}. Fix: write it again, or {LEAVE_OUT}")
+            continue
+        text = decode_text(raw, f"source=files: {p}")  # the cause of every text, json and jsonl failure to decode
+        if builder == "json" and not text.strip():
+            raise DataError(f"source=files: {p} holds no records (it is empty). Fix: {LEAVE_OUT}")
     shown = ", ".join(paths) if len(paths) <= 3 else f"{', '.join(paths[:3])}, ..."
     desc = f"files {shown} ({len(resolved)} files, {total / 1e6:.2f} MB)"
 
@@ -329,14 +420,23 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
                 ds = datasets.load_dataset(builder, data_files=[str(p.resolve())], split="train",
                                            cache_dir=str(workdir / "hf_datasets"), **kwargs)
             except Exception as e:
-                raise DataError(f"{p}: could not be read as {builder} ({type(e).__name__}: {e})") from e
+                raise _unreadable(p, builder, text_field, e) from e
+            if builder != "text" and len(ds) == 0:
+                raise DataError(f"source=files: {p} holds no records. Fix: {LEAVE_OUT}")
             if text_field not in ds.column_names:
                 raise DataError(f"{p}: no column {text_field!r}; available columns: {', '.join(ds.column_names)}. "
                                 f"Pass --text_field NAME")
             feat = ds.features[text_field]
             if not (isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string")):
+                text = _read_json_text(p) if builder == "json" else None
+                problem = json_problem(text, text_field) if text is not None else None
+                if problem:  # the first record whose field is not a string
+                    raise DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
                 raise DataError(f"{p}: column {text_field!r} has type {feat}, not text; pick a text column "
                                 f"with --text_field (available: {', '.join(ds.column_names)})")
+            nulls = ds.data.column(text_field).null_count  # a record without the field, or with null
+            if nulls:
+                raise _missing_text(p, builder, text_field, ds)
             ds = ds.select_columns([text_field])
             if text_field != "text":
                 ds = ds.rename_column(text_field, "text")
@@ -344,6 +444,46 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
         return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
     return Source("files", h.hexdigest(), desc, None, load, name="files")
+
+
+def _read_json_text(p: Path) -> str | None:
+    try:
+        return decode_text(p.read_bytes(), f"source=files: {p}")
+    except (OSError, DataError):
+        return None
+
+
+def _unreadable(p: Path, builder: str, text_field: str, e: Exception) -> DataError:
+    """The DataError for a file that datasets cannot load: the cause found in the file, else the innermost error."""
+    if builder == "json":
+        text = _read_json_text(p)
+        problem = json_problem(text, text_field) if text is not None else None
+        if problem:
+            return DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
+    if builder == "parquet":
+        try:
+            import pyarrow.parquet as pq
+            rows = pq.ParquetFile(p).metadata.num_rows
+        except Exception:  # noqa: BLE001 - unreadable metadata: the file is damaged, said below
+            rows = None
+        if rows == 0:
+            return DataError(f"source=files: {p} holds no records (a parquet file of 0 rows). Fix: {LEAVE_OUT}")
+        return DataError(f"source=files: {p}: a damaged parquet file ({_root_cause(e)}). Fix: write it again, or "
+                         f"{LEAVE_OUT}")
+    return DataError(f"source=files: {p}: could not be read as {builder} ({_root_cause(e)}). Fix: check the file, "
+                     f"or {LEAVE_OUT}")
+
+
+def _missing_text(p: Path, builder: str, text_field: str, ds) -> DataError:
+    """The DataError for records whose text field is missing or null: the first such line or row."""
+    problem = None
+    if builder == "json":
+        text = _read_json_text(p)
+        problem = json_problem(text, text_field) if text is not None else None
+    if problem is None:
+        row = next(i for i, v in enumerate(ds[text_field]) if v is None)
+        problem = f"row {row + 1}: field {text_field!r} is missing or null"
+    return DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
 
 
 # ---------------------------------------------------------------- hub

@@ -115,9 +115,11 @@ def _cache_error(folder: Path, problem: str) -> DataError:
 
 def _load_cached(folder: Path, expect: dict):
     try:
-        meta = json.loads((folder / META_NAME).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise _cache_error(folder, f"cannot read {META_NAME} ({e})") from e
+        meta = json.loads((folder / META_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:  # ValueError: not JSON, or not UTF-8
+        raise _cache_error(folder, f"cannot read {META_NAME} ({type(e).__name__}: {e})") from e
+    if not isinstance(meta, dict):
+        raise _cache_error(folder, f"{META_NAME} holds {type(meta).__name__}, not an object")
     bad = [f"{k}={meta.get(k)!r} (expected {v!r})" for k, v in expect.items() if meta.get(k) != v]
     if bad:
         raise _cache_error(folder, "it was made for other settings: " + ", ".join(bad))

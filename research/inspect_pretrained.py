@@ -10,7 +10,9 @@ Hugging Face folder under --cache_dir (keyed by the file's sha256); the report s
 which statistics its quantized weights affect. Writes DIR/inspect.json, the figures
 (weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics,
 word_similarity, lenses, head_words) and DIR/report.md. Statistics are reduced layer by layer during one forward (see
-research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models.
+research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models. A prompt or
+--seq_len beyond the model's context (a run's max_seq_len, a Hugging Face model's max_position_embeddings) is
+cut to it, with a note. Ctrl-C stops with exit status 130, saying what was kept.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from research.inspection.gguf import PACKAGED
 from research.inspection.loading import DEFAULT_CACHE
 from research.inspection.text import ENGLISH, text_batch
 from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
+from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
@@ -53,7 +56,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top_k", type=int, default=5,
                    help="tokens per layer in the logit and input lenses, and per head in the head words")
     p.add_argument("--layer", type=int, default=None, help="layer of the heads x positions heatmap (default middle)")
-    p.add_argument("--max_tokens", type=int, default=512, help="truncate the prompt to this many tokens")
+    p.add_argument("--max_tokens", type=int, default=512,
+                   help="truncate the prompt to this many tokens (and to the model's context); at least 2")
     p.add_argument("--words", default=",".join(DEFAULT_WORDS),
                    help="comma-separated words for the word-similarity heatmap (words that are not one token "
                         "are listed as skipped); default %(default)s")
@@ -65,18 +69,33 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="layer whose heads' query and key weights are read on the input dictionary (default 0)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weights' dtype (statistics are computed in float32 either way)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    # (option, least value, the range to give); the upper bounds (vocabulary, layers, context) are checked once
+    # the model is known (research.inspection.tour.check_arguments)
+    for name, least, give in (("batch", 1, "1 or more windows"), ("seq_len", 2, "2 or more tokens per window"),
+                              ("max_tokens", 2, "2 or more: the tour compares tokens with each other"),
+                              ("top_k", 1, "1..the model's vocabulary size"),
+                              ("dict_sample", 3, "3 or more tokens"), ("head_layer", 0, "0..layers - 1"),
+                              ("seed", 0, "0 or more (numpy takes no negative seed)")):
+        if getattr(args, name) < least:
+            p.error(f"--{name} {getattr(args, name)}: give {give}")
+    if args.layer is not None and args.layer < 0:
+        p.error(f"--layer {args.layer}: give 0..layers - 1")
+    return args
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    out = Path(args.out) if args.out else Path("research_results/inspect") / re.sub(r"[^\w.-]+", "_",
-                                                                                     args.model.strip("/"))
+def _inspect(args, out: Path, written: list[Path]) -> int:
     try:
         model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
+        check_arguments(adapter, args.top_k, args.layer, args.head_layer, args.dict_sample)
         ids, text = None, None
         if args.prompt is None:
-            ids, text = text_batch(tokenizer, args.text, args.batch, args.seq_len, args.seed)
+            seq_len = args.seq_len
+            if adapter.context is not None and seq_len > adapter.context:
+                seq_len = adapter.context
+                print(f"note: --seq_len {args.seq_len} is more than the model's context ({adapter.context_name} = "
+                      f"{adapter.context}): windows of {seq_len} tokens are used", file=sys.stderr)
+            ids, text = text_batch(tokenizer, args.text, args.batch, seq_len, args.seed)
         result = inspect_model(adapter, tokenizer, args.prompt, ids=ids, text=text,
                                positions=args.positions, top_k=args.top_k,
                                heatmap_layer=args.layer, max_tokens=args.max_tokens,
@@ -89,6 +108,7 @@ def main(argv=None) -> int:
     try:
         out.mkdir(parents=True, exist_ok=True)
         save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
+        written.append(out / "inspect.json")
         save_figures(out, figures.figures(result))
         atomic_write_text(report, figures.report(result))
     except OSError as e:
@@ -97,6 +117,20 @@ def main(argv=None) -> int:
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
           f"wrote {out / 'inspect.json'}, {report} and figures in {result['time_s']:.1f} s")
     return 0
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out) if args.out else Path("research_results/inspect") / re.sub(r"[^\w.-]+", "_",
+                                                                                     args.model.strip("/"))
+    written: list[Path] = []
+    try:
+        return _inspect(args, out, written)
+    except KeyboardInterrupt:
+        kept = (f"kept {written[0]}; the figures and report.md may be missing: run again" if written
+                else "nothing was written")
+        print(f"interrupted; {kept}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

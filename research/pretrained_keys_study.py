@@ -33,7 +33,7 @@ import torch
 from research.analysis.rules import MARGIN
 from research.inspection import InspectError
 from research.inspection.gguf import PACKAGED
-from research.inspection.loading import DEFAULT_CACHE, load_model
+from research.inspection.loading import DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
@@ -67,13 +67,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for name in ("batches", "batch"):
         if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
-    if args.batches < 2:
-        print("note: with one batch there is no uncertainty to estimate: the report is descriptive", file=sys.stderr)
+            p.error(f"--{name} {getattr(args, name)}: give 1 or more")
     if args.seq_len < 8:
-        p.error("--seq_len must be at least 8 tokens")
-    if not 0 < args.margin < 1:
-        p.error("--margin is a share of the mean: give a number between 0 and 1")
+        p.error(f"--seq_len {args.seq_len}: give 8 or more tokens (at most the models' context, checked once "
+                f"each model is loaded)")
+    if args.seed < 0:
+        p.error(f"--seed {args.seed}: give 0 or more (numpy takes no negative seed)")
+    if not 0 < args.margin < 1:  # also refuses nan
+        p.error(f"--margin {args.margin}: it is a share of the mean, give a number between 0 and 1 (exclusive)")
+    for name in args.models:
+        if Path(name).expanduser().is_dir() and is_own_run(Path(name).expanduser()):
+            p.error(f"--models {name}: a training folder of this project, which this study does not read; export "
+                    f"it first (python research/export_hf.py {name} OUT) and pass OUT")
+    if args.batches < 2 and not args.render_only:
+        print("note: with one batch there is no uncertainty to estimate: the report is descriptive", file=sys.stderr)
     return args
 
 
@@ -121,6 +128,7 @@ def render(out: Path, res: dict, margin: float) -> Path:
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    saved = None  # the results file, once written: an interrupt keeps it
     try:
         if args.render_only:
             res = load_pretrained_keys(out / FILE)
@@ -136,7 +144,12 @@ def main(argv=None) -> int:
                    "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
                    "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}
             save_results(out / FILE, res)
+            saved = out / FILE
             report = render(out, load_pretrained_keys(out / FILE), args.margin)
+    except KeyboardInterrupt:
+        kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
+        print(f"interrupted; {kept}", file=sys.stderr)
+        return 130
     except (InspectError, ResultsError, LockError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

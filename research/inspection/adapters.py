@@ -54,7 +54,10 @@ class Adapter:
     logit_softcap: float | None = None
     source = "?"  # where the model was loaded from (set by the loader)
     gguf: dict | None = None  # gguf_source.json of a model converted from a GGUF file (set by the loader)
+    tokenizer_size: int | None = None  # len(tokenizer) of the tokenizer loaded with the model (set by the loader)
     model_type = "?"
+    context: int | None = None  # the most tokens a sequence may have (None: no limit known)
+    context_name = "context"  # the config field that sets it, for messages
     layers: list[nn.Module]
     n_layers: int
     n_heads: int
@@ -117,6 +120,20 @@ class Adapter:
     def model_param_count(self) -> int:
         return self.model.num_parameters()
 
+    def vocab_rows(self) -> int:
+        """Token ids the model can read and write: rows of the smaller of its two dictionaries."""
+        return min(self.input_embedding().shape[0], self.output_embedding().shape[0])
+
+    def check_token_ids(self, ids: torch.Tensor, what: str = "the prompt") -> None:
+        """InspectError when a token id has no embedding row (the tokenizer is not the model's)."""
+        rows = self.input_embedding().shape[0]
+        top = int(ids.max()) if ids.numel() else -1
+        if top >= rows:
+            tok = f"the tokenizer has {self.tokenizer_size:,} tokens" if self.tokenizer_size else "the tokenizer"
+            raise InspectError(f"{what} holds token id {top:,} but the model's embedding has {rows:,} rows "
+                               f"(ids 0..{rows - 1:,}) and {tok}: the tokenizer and the model likely come from "
+                               f"different checkpoints; use the tokenizer saved with this model")
+
     def logits(self, h_BTd: torch.Tensor) -> torch.Tensor:
         """Final norm and output embedding (+ final soft-cap) of residual states, float32."""
         W = self.output_embedding()
@@ -165,6 +182,7 @@ class OwnAdapter(Adapter):
         self.n_layers, self.n_heads, self.n_kv_heads = c.n_layers, c.n_heads, c.n_kv_heads
         self.head_dim, self.d_model = c.d_head, c.d_model
         self.model_type = f"MinimalLLM(qk_norm={c.qk_norm})"
+        self.context, self.context_name = c.max_seq_len, "max_seq_len of the run"
 
     def qkvo(self, i):
         a = self.layers[i].attn
@@ -234,6 +252,9 @@ class HFAdapter(Adapter):
         self.layers = list(self._layer_list())
         self.n_layers = len(self.layers)
         self._set_dims(model.config)
+        ctx = getattr(model.config, "max_position_embeddings", None)  # GPT-2: n_positions, mapped by its config
+        self.context = ctx if isinstance(ctx, int) and ctx > 0 else None
+        self.context_name = "max_position_embeddings"
 
     def _base(self) -> nn.Module:
         return self.model.model

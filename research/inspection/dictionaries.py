@@ -133,10 +133,10 @@ def top_direction(W_HDd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------------------------------------
 # The three sections
 
-def word_ids(tokenizer, words) -> tuple[list[str], list[int], list[str]]:
+def word_ids(tokenizer, words, vocab: int | None = None) -> tuple[list[str], list[int], list[str]]:
     """(kept words, their token ids, skipped words): a word is kept when it is one token other
     than the unknown token, written as in running text (leading space) or else bare; repeats of an
-    id are skipped."""
+    id, and ids at or beyond `vocab` (no row in the model's dictionaries), are skipped."""
     kept, ids, skipped = [], [], []
     unk = getattr(tokenizer, "unk_token_id", None)
     for w in words:
@@ -146,7 +146,7 @@ def word_ids(tokenizer, words) -> tuple[list[str], list[int], list[str]]:
             if len(t) == 1 and t[0] != unk:
                 found = t[0]
                 break
-        if found is None or found in ids:
+        if found is None or found in ids or (vocab is not None and found >= vocab):
             skipped.append(w)
         else:
             kept.append(w)
@@ -167,7 +167,7 @@ def dictionary_section(adapter: Adapter, tokenizer, words=DEFAULT_WORDS, sample:
     V = min(E_in.shape[0], E_out.shape[0])  # an LM head padded beyond the input vocabulary: common ids only
     ids = sample_ids(V, sample, seed).to(E_in.device)
     st = pair_statistics(E_in, E_out, block_pairs, ids)
-    kept, wids, skipped = word_ids(tokenizer, words)
+    kept, wids, skipped = word_ids(tokenizer, words, V)
     return {"vocab_size": V, "sample_tokens": len(ids), "exact": len(ids) == V, "seed": seed, "pairs": st.pairs,
             "tied": E_in.data_ptr() == E_out.data_ptr() and E_in.shape == E_out.shape,
             "positive_share_input": st.positive_share_a, "positive_share_output": st.positive_share_b,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from research.inspection.adapters import InspectError
-from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, sha256_file
+from utils.io import LinkError, atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
 META_NAME = "gguf_source.json"
 CONVERT_RECIPE = "gguf-to-hf-v1"  # bump when the conversion changes: old folders are then rebuilt
@@ -243,7 +243,12 @@ def read_meta(folder: Path) -> dict | None:
 
 
 def resolve_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -> tuple[Path, dict] | None:
-    """(converted folder, its gguf_source.json) for a spec that names a GGUF file, else None."""
+    """(converted folder, its gguf_source.json) for a spec that names a GGUF file, else None. The model cache holds
+    no link leading outside it (utils.io.check_links)."""
+    try:
+        check_links(cache_root, "pass another --cache_dir")
+    except LinkError as e:
+        raise InspectError(str(e)) from None
     path = find_gguf(spec, cache_root, log)
     if path is None:
         return None

@@ -15,10 +15,11 @@ DEFAULT_CACHE = ".cache/models"  # converted GGUF models (research.inspection.gg
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _is_own_run(path: Path) -> bool:
+def is_own_run(path: Path) -> bool:
+    """Whether `path` is a training folder of this project (its config.json has model, train and data)."""
     try:
         d = json.loads((path / "config.json").read_text())
-    except (OSError, json.JSONDecodeError):
+    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
         return False
     return isinstance(d, dict) and {"model", "train", "data"} <= set(d)
 
@@ -27,6 +28,11 @@ def _load_own(path: Path, dtype: torch.dtype):
     from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
     from training.checkpoint import load_newest_weights
+    from utils.io import LinkError, check_links
+    try:
+        check_links(path, "inspect another run")
+    except LinkError as e:
+        raise InspectError(str(e)) from None
     try:
         cfg = RunConfig.load(path / "config.json")
     except ConfigError as e:
@@ -47,10 +53,15 @@ def _load_own(path: Path, dtype: torch.dtype):
     if not tok_dir.is_dir():
         raise InspectError(f"{path} has no tokenizer/ folder: the logit lens and the prompt need it")
     from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(tok_dir)
+    except Exception as e:  # noqa: BLE001 - a damaged tokenizer fails in many ways; one message names it
+        raise InspectError(f"cannot load the tokenizer in {tok_dir} ({type(e).__name__}: {str(e)[:200]}): "
+                           f"restore it from the run's data cache or a copy") from e
     model = model.to(dtype).eval()
     adapter = OwnAdapter(model)
     adapter.source = f"{path} (checkpoint step {ckpt.step})"
+    adapter.tokenizer_size = len(tokenizer)
     return model, tokenizer, adapter
 
 
@@ -90,7 +101,7 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
         adapter.source, adapter.gguf = f"{name} (converted: {converted[0]})", converted[1]
         return model, tokenizer, adapter
     path = Path(name).expanduser()
-    if path.is_dir() and _is_own_run(path):
+    if path.is_dir() and is_own_run(path):
         return _load_own(path, DTYPES[dtype])
     local = path.exists()
     looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
@@ -122,4 +133,5 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
     model.eval()
     adapter = adapter_cls(model)
     adapter.source, adapter.gguf = src, read_meta(path) if local else None
+    adapter.tokenizer_size = len(tokenizer)
     return model, tokenizer, adapter

@@ -42,14 +42,18 @@ def text_documents(spec: str) -> Documents:
             raise InspectError(str(e)) from e
         texts = src.load(Path("."))["text"]  # english-v1 is built in memory: no scratch space used
         return Documents(list(texts), src.name, src.source_hash, src.description)
+    from data.corpus import DataError, decode_text
     from utils.io import sha256_file
     path = Path(spec).expanduser()
     try:
         raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InspectError(f"--text {spec}: cannot read it as UTF-8 text ({type(e).__name__}: {e}); pass "
-                           f"'{ENGLISH}' or a readable text file") from e
+    except OSError as e:
+        raise InspectError(f"--text {spec}: cannot read it ({type(e).__name__}: {e}); pass '{ENGLISH}' or a "
+                           f"readable text file") from e
+    try:
+        text = decode_text(raw, f"--text {spec}", f"pass '{ENGLISH}' or another text file")
+    except DataError as e:
+        raise InspectError(str(e)) from e
     return Documents([text], str(path), sha256_file(path), f"{path.name}, {len(raw):,} bytes")
 
 

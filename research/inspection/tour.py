@@ -27,6 +27,7 @@ model's own activations for one layer (no KV cache) come on top, as in any forwa
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections import deque
 
@@ -168,9 +169,27 @@ def _positions(spec: list[int] | None, T: int) -> list[int]:
     out = []
     for p in pos:
         if not -T <= p < T:
-            raise InspectError(f"logit-lens position {p} is outside the prompt's {T} tokens")
+            raise InspectError(f"logit-lens position {p} is outside the prompt's {T} tokens: give --positions "
+                               f"in {-T}..{T - 1} (negative counts from the end)")
         out.append(p % T)
     return out
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def fit_context(adapter: Adapter, ids: torch.Tensor, max_tokens: int, what: str = "the prompt",
+                log=_note) -> torch.Tensor:
+    """ids [B, T] cut to max_tokens and to the model's context (adapter.context); a cut by the context is
+    logged, since the model cannot read more (its RoPE table or position embedding ends there)."""
+    if max_tokens < 2:
+        raise InspectError(f"--max_tokens {max_tokens}: give at least 2 (the tour compares tokens with each other)")
+    T, ctx = ids.shape[1], adapter.context
+    if ctx is not None and T > ctx and ctx < max_tokens:
+        log(f"{what} has {T} tokens, more than the model's context ({adapter.context_name} = {ctx}): "
+            f"inspecting its first {ctx} tokens")
+    return ids[:, :min(max_tokens, ctx or max_tokens)]
 
 
 def excluding_query0(mass, T: int):
@@ -254,30 +273,48 @@ def _keys(col: _Collector, adapter: Adapter, attention: dict) -> dict:
     return {"sites": [s for s in ("k_proj", *SITES) if s in col.keys[0]], "layers": layers}
 
 
+def check_arguments(adapter: Adapter, top_k: int, heatmap_layer: int | None, head_layer: int,
+                    dict_sample: int) -> int:
+    """InspectError naming the option when an argument cannot work for this model; returns the heatmap layer
+    (None: the middle one)."""
+    L = adapter.n_layers
+    hl = L // 2 if heatmap_layer is None else heatmap_layer
+    for name, flag, layer in (("heatmap", "--layer", hl), ("head-words", "--head_layer", head_layer)):
+        if not 0 <= layer < L:
+            raise InspectError(f"{name} layer {layer} ({flag}) is outside 0..{L - 1}: the model has {L} layers")
+    if dict_sample < 3:
+        raise InspectError(f"dictionary sample of {dict_sample} tokens (--dict_sample): give at least 3")
+    V = adapter.vocab_rows()
+    if not 1 <= top_k <= V:
+        raise InspectError(f"--top_k {top_k}: give 1..{V:,} (the model's vocabulary has {V:,} tokens)")
+    return hl
+
+
 @torch.no_grad()
 def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, positions: list[int] | None = None,
                   top_k: int = 5, heatmap_layer: int | None = None, max_tokens: int = 512,
                   words=DEFAULT_WORDS, dict_sample: int = DICT_SAMPLE, head_layer: int = 0,
-                  ids: torch.Tensor | None = None, text: dict | None = None) -> dict:
+                  ids: torch.Tensor | None = None, text: dict | None = None, log=_note) -> dict:
     """Run the whole inspection on one prompt, or on a batch of token windows `ids` [B, T] (then `text`
     describes where they come from, and the per-token sections read window 0); returns the inspect.json
-    dict. top_k serves the logit lens, the input lens and the head words alike."""
+    dict. top_k serves the logit lens, the input lens and the head words alike. Tokens beyond max_tokens
+    or the model's context are left out (fit_context; a cut by the context is logged). Every argument is
+    checked before the forward."""
     t0 = time.perf_counter()
+    what = "the prompt" if ids is None else "each text window"
     if ids is None:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
         text = {"source": "prompt"}
     else:
         prompt = None
-    ids = ids[:, :max_tokens]
+    given = ids.shape[1]
+    ids = fit_context(adapter, ids, max_tokens, what, log)
     B, T = ids.shape
     if T < 2:
         raise InspectError(f"the prompt gives {T} token(s); give a longer --prompt")
+    adapter.check_token_ids(ids, what)
     L = adapter.n_layers
-    hl = L // 2 if heatmap_layer is None else heatmap_layer
-    if not 0 <= hl < L or not 0 <= head_layer < L:
-        raise InspectError(f"heatmap layer {hl} / head-words layer {head_layer}: both must lie in 0..{L - 1}")
-    if dict_sample < 3:
-        raise InspectError(f"dictionary sample of {dict_sample} tokens: give at least 3")
+    hl = check_arguments(adapter, top_k, heatmap_layer, head_layer, dict_sample)
     pos = _positions(positions, T)
     col = _Collector(adapter, pos, top_k, hl)
     with adapter.capture(col):
@@ -292,6 +329,7 @@ def inspect_model(adapter: Adapter, tokenizer, prompt: str = DEFAULT_PROMPT, pos
         "dtype": str(next(adapter.model.parameters()).dtype).replace("torch.", ""),
         "n_layers": L, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim,
         "d_model": d, "prompt": prompt, "text": text, "batch": B, "n_tokens": T, "token_ids": ids[0].tolist(),
+        "context": {"limit": adapter.context, "field": adapter.context_name, "tokens_given": given},
         "gguf": adapter.gguf, "quantization": quantization_note(adapter.gguf),
         "tokens": [decode(t) for t in ids[0].tolist()],
         "params": param_tally(adapter), "weights": weight_stats(adapter), "attention": attention,

@@ -81,3 +81,21 @@ def test_training_refuses_a_run_folder_whose_checkpoints_lead_outside(corpus_fil
         train_llm.main(cli_args(corpus_file, cache_dir, run, 2))
     assert "checkpoints ->" in str(done.value.code) and "choose another --out" in str(done.value.code)
     assert not any(elsewhere.iterdir()) and sorted(p.name for p in run.iterdir()) == ["checkpoints"]
+
+
+def test_inspection_and_the_model_cache_refuse_links_leading_outside(tmp_path):
+    from configs import get_preset
+    from research.inspection.adapters import InspectError
+    from research.inspection.loading import load_model
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    get_preset("debug").save(run / "config.json")
+    (run / "checkpoints").symlink_to(elsewhere)
+    with pytest.raises(InspectError, match=r"checkpoints -> .*elsewhere.*inspect another run"):
+        load_model(str(run))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "gguf").symlink_to(elsewhere)
+    with pytest.raises(InspectError, match=r"gguf -> .*pass another --cache_dir"):
+        load_model("smollm2-135m", cache_dir=cache)
