@@ -28,7 +28,8 @@ from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspec
 from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures
-from research.results import save_results
+from research.results import ResultsError, save_results
+from research.results.layout import refuse_others_results
 from utils.errors import os_fix, os_problem
 from utils.io import atomic_write_text
 
@@ -85,6 +86,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _inspect(args, out: Path, written: list[Path]) -> int:
+    try:
+        refuse_others_results(out, "inspect_pretrained.py")
+    except ResultsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     try:
         model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
         check_arguments(adapter, args.top_k, args.layer, args.head_layer, args.dict_sample)

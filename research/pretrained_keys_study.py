@@ -30,12 +30,13 @@ from pathlib import Path
 
 import torch
 
-from research.analysis.rules import MARGIN
+from research.analysis.rules import MARGIN, check_margin
 from research.inspection import InspectError
 from research.inspection.gguf import PACKAGED
 from research.inspection.loading import DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, text_documents, text_windows
 from research.results import ResultsError, save_results
+from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
@@ -73,8 +74,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                 f"each model is loaded)")
     if args.seed < 0:
         p.error(f"--seed {args.seed}: give 0 or more (numpy takes no negative seed)")
-    if not 0 < args.margin < 1:  # also refuses nan
-        p.error(f"--margin {args.margin}: it is a share of the mean, give a number between 0 and 1 (exclusive)")
+    try:
+        check_margin("--margin", args.margin)  # the one check of margins (refuses nan too)
+    except ValueError as e:
+        p.error(str(e))
     for name in args.models:
         if Path(name).expanduser().is_dir() and is_own_run(Path(name).expanduser()):
             p.error(f"--models {name}: a training folder of this project, which this study does not read; export "
@@ -134,6 +137,7 @@ def main(argv=None) -> int:
             res = load_pretrained_keys(out / FILE)
             print(f"wrote {render(out, res, args.margin)} and the figures")
             return 0
+        refuse_others_results(out, "pretrained_keys_study.py")
         out.mkdir(parents=True, exist_ok=True)
         with FolderLock(out, hint="pass another --out"):
             from utils.runtime import provenance

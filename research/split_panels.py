@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from research.analysis.rules import check_margin
 from research.results import ResultsError
 from research.studies.render import render_study
 from utils.errors import os_fix, os_problem
@@ -31,8 +32,11 @@ def main(argv: list[str] | None = None) -> None:
                    help="the same for losses (default: the study's, else 0.005)")
     args = p.parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
-        if value is not None and not 0 < value < 1:
-            sys.exit(f"error: {name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+        if value is not None:
+            try:
+                check_margin(name, value)
+            except ValueError as e:
+                sys.exit(f"error: {e}")
     try:
         for path in render_study(args.folder, args.out, args.margin, args.loss_margin):
             print(f"wrote {path}")

@@ -42,15 +42,13 @@ import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
+from research.results.vocabulary import RUN_FILES
 from training.checkpoint import Checkpoint, load_newest_weights, read_state
 from utils.io import LinkError, check_links
 
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
 MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS_FILE, EXPORT_INFO)
-# what a run writes (training/run_files.py, the key probe's results.json, the trackers' folders)
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "results.json", "checkpoints", "tokenizer", "tensorboard",
-             "wandb")
 
 
 class ExportError(RuntimeError):

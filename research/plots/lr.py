@@ -18,10 +18,24 @@ from research.analysis.stats import mean_ci95
 from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 
 
+def _ys(ax) -> np.ndarray:
+    return np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.get_lines()] or [np.zeros(0)])
+
+
 def _xaxis(ax, multipliers: list[float]) -> None:
     ax.set_xscale("log", base=2)
+    if multipliers and not np.isfinite(_ys(ax)).any():  # nothing drawn (no run recorded the value): no data limits
+        ax.set_xlim(min(multipliers) / 1.5, max(multipliers) * 1.5)
     ax.set_xticks(multipliers, [f"{m:g}x" for m in multipliers])
     ax.set_xlabel("learning rate (multiple of the preset's Muon and AdamW rates)")
+
+
+def _log_y(ax) -> None:
+    """A log y axis, where the plotted lines hold a positive value to show on one (files without logit_max, or
+    with no positive one, keep a linear axis, which cannot fail)."""
+    ys = _ys(ax)
+    if (np.isfinite(ys) & (ys > 0)).any():
+        ax.set_yscale("log")
 
 
 def _band(ax, a: LRAnalysis, cond: str, value) -> None:
@@ -65,7 +79,7 @@ def fig_max_logit(a: LRAnalysis):
         n = min(len(r.logit_series) for r in runs)
         y = np.nanmean([r.logit_series[:n] for r in runs], axis=0)
         ax.plot(tokens_axis(ax, runs[0].tokens[:n]), y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
-    ax.set_yscale("log")
+    _log_y(ax)
     ax.set_ylabel("largest attention logit (any layer, head)")
     ax.set_title("Attention logits over training, each condition at its highest stable rate")
     ax.legend(fontsize=8)
@@ -97,7 +111,7 @@ def fig_keys(a: LRAnalysis):
             _band(ax, a, cond, lambda r, attr=attr: getattr(r, attr))
         _xaxis(ax, a.multipliers)
         if log:
-            ax.set_yscale("log")
+            _log_y(ax)
         ax.set_title(title)
     axes[0].legend(fontsize=8)
     fig.tight_layout()

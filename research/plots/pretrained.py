@@ -96,7 +96,7 @@ def plot_gains(res: dict):
         gc = A.gain_claims(rec)
         for i, layer in enumerate(gc["layers"]):
             row[0].plot(layer["golden"], [i] * len(layer["golden"]), "k|", ms=5)
-        row[0].set_title(f"{name}: k_norm gain as applied{' (1 + w)' if rec['family'] == 'gemma3' else ''}; "
+        row[0].set_title(f"{name}: k_norm gain as applied{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; "
                          f"| = golden dimension (> median + {gc['golden_k']:g} robust SD)")
         row[0].set_xlabel("dimension")
         row[0].set_ylabel("layer")
@@ -164,15 +164,19 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
 
 def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
     a = A.analyze(rec, margin)
-    t = rec["text"]
+    t = {k: "?" if v is None else v for k, v in (rec.get("text") or {}).items()}  # a hand-made file may say less
+    t = {"batch": "?", "seq_len": "?", "source": "?", "sha256": "?", "seed": "?", **t}
+    r = {"family": "?", "model_type": "?", "source": "?", **{k: v for k, v in rec.items() if v is not None}}
+    params = f"{rec['params']:,}" if rec.get("params") is not None else "?"
+    wall = f"{rec['wall_s']:.0f} s" if rec.get("wall_s") is not None else "? s"
     n, G = a["n_batches"], rec["n_heads"] // rec["n_kv_heads"]
     loss, loss_sd = a["loss"]
     lines = [f"## {name}", "",
-             f"{rec['family']} ({rec['model_type']}), {rec['params']:,} parameters, {rec['n_layers']} layers, "
-             f"{rec['n_heads']} query / {rec['n_kv_heads']} KV heads of size {rec['head_dim']}; from {rec['source']}. "
+             f"{r['family']} ({r['model_type']}), {params} parameters, {rec['n_layers']} layers, "
+             f"{rec['n_heads']} query / {rec['n_kv_heads']} KV heads of size {rec['head_dim']}; from {r['source']}. "
              f"Text: {n} batches of {t['batch']} windows of {t['seq_len']} tokens of {t['source']} (sha256 "
              f"{t['sha256'][:12]}, seed {t['seed']}), one window per document. Loss on them "
-             f"{loss:.3f} nats/token (sd over batches {fmt_num(loss_sd)}). Measured in {rec['wall_s']:.0f} s.", ""]
+             f"{loss:.3f} nats/token (sd over batches {fmt_num(loss_sd)}). Measured in {wall}.", ""]
     if rec.get("gguf"):
         g = rec["gguf"]
         lines += [f"Weights dequantized from {g['gguf_file']} (sha256 {g['gguf_sha256'][:12]}; "
@@ -230,7 +234,7 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
         cvs = [x["cv"] for x in gc["layers"]]
         n_gold = sum(bool(x["golden"]) for x in gc["layers"])
         lines += ["![](gains.png)", "",
-                  f"The gain as the model applies it{' (1 + w)' if rec['family'] == 'gemma3' else ''}; weights, so "
+                  f"The gain as the model applies it{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; weights, so "
                   f"exact: descriptive, no test. CV ranges {min(cvs):.2f} to {max(cvs):.2f} over layers; "
                   f"{n_gold} of {len(cvs)} layers have golden dimensions (gain above median + {gc['golden_k']:g} "
                   f"robust SD).", "",
@@ -277,7 +281,7 @@ def report(res: dict, margin: float = MARGIN) -> str:
              f"\u00b1{margin:.0%} of the compared values' mean).", "",
              f"Command: `{res.get('command', '?')}`; commit {str(prov.get('git_commit', '?'))[:10]}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
-             f"float32; {res.get('wall_s', float('nan')):.0f} s.", ""]
+             f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]
     for name, rec in res["models"].items():
         lines += _model_lines(name, rec, margin)
     return "\n".join(lines)

@@ -3,11 +3,14 @@ every pairwise decision with its CI, the verdicts, the gain's arithmetic against
 the gain ablation, the write-ups' claims and provenance."""
 from __future__ import annotations
 
+import math
+
 from research.analysis.qk_norm import QkNormAnalysis
 from research.analysis.rules import effect_text, rule_text, runs_of
 from research.plots.common import decision_table, fmt_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
+from research.results.values import present
 from research.results.vocabulary import ABLATION_TEXT, LETTERS, MAIN_SITE
 
 
@@ -134,7 +137,8 @@ def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:
     if not a.ablation:
         return lines + ["Not available: no learned-gain run recorded it.", ""]
     qk = [r["gain_ablation"] for r in runs_of(runs, "QK") if r.get("gain_ablation")]
-    learned = sum(g["learned"]["val_loss"] for g in qk) / len(qk)
+    measured = present([g["learned"]["val_loss"] for g in qk])  # null: not measured
+    learned = float(measured.mean()) if measured.size else math.nan
     lines += [f"After training, each learned-gain run was evaluated on its validation batches with its q_norm and "
               f"k_norm gains as trained ({learned:.4f} nats, mean over {len(qk)} seed(s)) and with the gains a row "
               f"names replaced by 1, or by each layer's own mean (a scalar: the gain's scale without its shape); "

@@ -1,9 +1,12 @@
 """Type and shape checks of a results dict, strict enough that analysis and plotting cannot crash on it.
 
-`check_types(res, n)` raises ResultsError naming the field, what it should hold and what it
+`check_types(res, n)` raises ShapeError naming the field, what it should hold and what it
 holds: numbers (or null where a value may be missing) in every per-probe list, lists of one
-value per probe in layer_pr and gamma_cv, lists of numbers in gamma_final, and probe records
-whose layers, per-head lists and gain statistics have the shapes the analysis indexes. No torch.
+value per probe in layer_pr and gamma_cv (keyed by layer index), lists of numbers in gamma_final,
+probe records whose layers, per-head lists and gain statistics have the shapes the analysis
+indexes, and every other top-level field a reader looks into (seed, preset, config and its
+sections, provenance, data, diverged, init_val_loss, timings, a combined file's n_seeds / seeds).
+No torch.
 """
 from __future__ import annotations
 
@@ -16,6 +19,24 @@ class ShapeError(ValueError):
 
 def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def found(v) -> str:
+    """A value as a message shows it: containers by their JSON type, scalars by their repr (cut at 40)."""
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "a list"
+    return f"{v!r:.40}"
+
+
+def _scalar(value, where: str, ok, kind: str, nullable: bool = True) -> None:
+    if not ((nullable and value is None) or ok(value)):
+        raise ShapeError(f"{where} should be {kind}{' or null' if nullable else ''}, found {found(value)}")
 
 
 def _numbers(values, where: str, n: int | None = None, nulls: bool = True) -> None:
@@ -37,8 +58,15 @@ def _dict(value, where: str, nullable: bool = False) -> dict:
     return value
 
 
+def is_layer_key(k) -> bool:
+    """'0', '1', ...: a layer index as JSON object keys hold it (no sign, no leading zero)."""
+    return isinstance(k, str) and k.isdigit() and str(int(k)) == k
+
+
 def _per_layer(res: dict, key: str, n: int | None, nulls: bool = True) -> None:
     for layer, values in _dict(res.get(key), key, nullable=key != "layer_pr").items():
+        if not is_layer_key(layer):
+            raise ShapeError(f"{key} should be keyed by layer index ('0', '1', ...), found the key {layer!r:.40}")
         _numbers(values, f"{key}[{layer!r}]", n, nulls)
 
 
@@ -94,21 +122,75 @@ def _check_ablation(ablation) -> None:
     present = [m for m in (*ABLATION_MODES, *LEGACY_ABLATION_MODES) if m in ablation]
     if "learned" not in present or len(present) < 2:
         raise ShapeError("gain_ablation should hold 'learned' and at least one of " + ", ".join(ABLATION_MODES[1:]))
+    if "step" in ablation:
+        _scalar(ablation["step"], "gain_ablation.step", is_integer, "a step (an integer)", nullable=False)
     for mode in present:
         entry = _dict(ablation[mode], f"gain_ablation.{mode}")
         for q in ("val_loss", "mean_pr"):
+            if q not in entry:
+                raise ShapeError(f"gain_ablation.{mode} should hold {q} (a number or null), found no {q}")
             if not (entry.get(q) is None or is_number(entry.get(q))):
                 raise ShapeError(f"gain_ablation.{mode}.{q} should be a number or null, found {entry.get(q)!r:.40}")
 
 
+_MODEL_SIZES = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "head_dim")
+_TRAIN_NUMBERS = ("adamw_lr", "adamw_weight_decay", "weight_decay", "muon_lr")
+
+
+def _check_config(config) -> None:
+    """The run's config (configs.RunConfig.to_dict()): the sections and values readers look into."""
+    config = _dict(config, "config", nullable=True)
+    sections = {s: _dict(config.get(s), f"config.{s}", nullable=True) for s in ("model", "train", "data", "probe")}
+    _scalar(config.get("preset"), "config.preset", lambda v: isinstance(v, str), "a preset name (text)")
+    model, train = sections["model"], sections["train"]
+    for k in _MODEL_SIZES:
+        _scalar(model.get(k), f"config.model.{k}", lambda v: is_integer(v) and v > 0, "a positive integer")
+    _scalar(model.get("qk_norm"), "config.model.qk_norm", lambda v: isinstance(v, str), "text")
+    _scalar(train.get("seed"), "config.train.seed", is_integer, "an integer")
+    for k in _TRAIN_NUMBERS:
+        _scalar(train.get(k), f"config.train.{k}", is_number, "a number")
+    if train.get("wd_on_gains") and not is_number(train.get("adamw_lr")):
+        raise ShapeError(f"config.train.adamw_lr should be a number (config.train.wd_on_gains is set), found "
+                         f"{found(train.get('adamw_lr'))}")
+
+
+def _check_header(res: dict, n: int) -> None:
+    """The top-level fields beside the write-ups' ones: what every reader may look into."""
+    _scalar(res.get("seed"), "seed", is_integer, "an integer")
+    _scalar(res.get("preset"), "preset", lambda v: isinstance(v, str), "a preset name (text)")
+    _scalar(res.get("schema_version"), "schema_version", lambda v: is_integer(v) and v >= 0, "a version (an integer)")
+    _check_config(res.get("config"))
+    for k in ("provenance", "data"):
+        _dict(res.get(k), k, nullable=True)
+    diverged = _dict(res.get("diverged"), "diverged", nullable=True)
+    _scalar(diverged.get("step"), "diverged.step", is_integer, "a step (an integer)")
+    _scalar(res.get("init_val_loss"), "init_val_loss", is_number, "a number")
+    for k in ("wall_time_s", "probe_time_s"):
+        if k in res:
+            _numbers(res[k], k, n)
+    # a pilot's combined file: how many seeds each curve is the mean of, and which
+    if "n_seeds" in res:
+        _scalar(res["n_seeds"], "n_seeds", lambda v: is_integer(v) and v > 0, "a positive integer", nullable=False)
+    seeds = res.get("seeds")
+    if "seeds" in res:
+        if not isinstance(seeds, list) or not seeds or not all(s is None or is_integer(s) for s in seeds):
+            raise ShapeError(f"seeds should be a list of integers (null: not recorded), found {found(seeds)}")
+        known = [s for s in seeds if s is not None]
+        if len(set(known)) < len(known):
+            raise ShapeError(f"seeds {seeds} names a seed more than once")
+        if res.get("n_seeds") is not None and len(known) == len(seeds) and len(seeds) != res["n_seeds"]:
+            raise ShapeError(f"seeds lists {len(seeds)} seeds, n_seeds says {res['n_seeds']}")
+
+
 def check_types(res: dict, n: int) -> None:
     """Raise ShapeError on the first field whose type or length the analysis could not use."""
-    if not isinstance(res["tag"], str):
-        raise ShapeError(f"tag should be a condition name (text), found {res['tag']!r:.40}")
+    if not isinstance(res["tag"], str) or not res["tag"]:
+        raise ShapeError(f"tag should be a condition name (text), found {found(res['tag'])}")
     for k in PER_PROBE:
         _numbers(res[k], k, n, nulls=k != "tokens")
     if res.get("steps") is not None:
         _numbers(res["steps"], "steps", n, nulls=False)
+    _check_header(res, n)
     _per_layer(res, "layer_pr", n)
     _per_layer(res, "gamma_cv", n)
     _per_layer(res, "gamma_final", None)

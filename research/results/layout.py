@@ -1,6 +1,6 @@
 """The study folder layout, and loading a whole study from it (no torch).
 
-    <study>/study.json                              index: kind, seeds, preset, results files
+    <study>/study.json                              index: kind, seeds, preset, margins, results files
     <study>/<condition>/results.json                one seed
     <study>/<condition>/seed_<s>/results.json       several seeds
     <study>/combined_results.json                   the pilot's combined file (the write-ups' format)
@@ -9,16 +9,34 @@
 runner) names the kind; otherwise combined_results.json means the pilot; otherwise
 condition folders QK / QK_frozen / NoQK mean the three-condition study, as the
 write-ups' own results folder is laid out.
+
+Every file is checked on every read, each kind by one function: study.json by
+`read_study_index` (also before it is written), results.json by schema.load_results, a
+combined file by `runs_from_combined`; then the runs of a study by `check_condition` (each
+file's tag and seed against the folder it sits in, no seed twice in a condition, one model
+shape per condition). A ResultsError names the file, the field and the fix in one line.
 """
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
-from research.results.schema import ResultsError, load_results
-from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX,
-                                         split_grid_key)
+from research.analysis.rules import check_margin
+from research.results.checks import found, is_integer
+from research.results.read import seed_of
+from research.results.schema import ResultsError, load_results, validate
+from research.results.values import parse_json
+from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, RUN_FILES,
+                                         STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
+from utils.errors import os_problem
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
+
+INDEX_FIX = "rerun the study or correct/delete study.json"
+COMBINED_FIX = ("The file was damaged or edited: restore it from a copy, or run the pilot again "
+                "(python research/qk_norm_500k_study.py)")
+_SEED_DIR = re.compile(r"^seed_(-?\d+)$")
 
 
 def condition_dir(study: Path, condition: str, seed: int, several_seeds: bool) -> Path:
@@ -34,45 +52,246 @@ def condition_results(study: Path, condition: str) -> list[Path]:
     one = study / condition / RESULTS_FILE
     if one.is_file():
         return [one]
-    return sorted((study / condition).glob(f"seed_*/{RESULTS_FILE}"), key=lambda p: int(p.parent.name[5:]))
+    found_ = [(int(m.group(1)), p) for p in (study / condition).glob(f"seed_*/{RESULTS_FILE}")
+              if (m := _SEED_DIR.match(p.parent.name))]
+    return [p for _, p in sorted(found_)]
+
+
+# ----------------------------------------------------------------------------- study.json
+
+def _read_json(path: Path, what: str, fix: str):
+    try:
+        return parse_json(path.read_text())
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read the {what}: {os_problem(e)}; fix: {fix}") from e
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ResultsError(f"{path}: corrupted {what}: not valid JSON ({e}), damaged or cut off; fix: {fix}") from e
+
+
+def _grid_run(name: str) -> tuple[str, float] | None:
+    """('NoQK', 4.0) for a run name of the learning-rate grid with a positive multiplier; None otherwise."""
+    if GRID_SEP not in name:
+        return None
+    try:
+        cond, m = split_grid_key(name)
+    except ValueError:
+        return None
+    return (cond, m) if cond and math.isfinite(m) and m > 0 else None
+
+
+def _within(folder: Path, path: Path) -> Path | None:
+    """`path` with every link resolved when it stays inside `folder`; None when it leads out (or loops)."""
+    try:
+        target = path.resolve()
+        return target if target.is_relative_to(folder.resolve()) else None
+    except (OSError, RuntimeError):  # a link loop
+        return None
+
+
+def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> list[Path]:
+    """One condition's results files: relative paths inside the study folder and inside the condition's own folder
+    (a link leading out of the folder is refused too), none listed twice."""
+    where = f"conditions.{cond}"
+    if not isinstance(entries, list) or not entries:
+        raise ResultsError(f"{path}: {where}: expected a non-empty list of results files (paths relative to the "
+                           f"study folder), found {found(entries)}; fix: {INDEX_FIX}")
+    own = condition_dir(Path(), cond, 0, several_seeds=False).parts
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str) or not entry.strip():
+            raise ResultsError(f"{path}: {where}[{i}]: expected a path (text), found {found(entry)}; fix: {INDEX_FIX}")
+        rel = Path(entry)
+        key = None if rel.is_absolute() or ".." in rel.parts else _within(folder, folder / rel)
+        if key is None:
+            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} leads outside the study folder {folder} (an "
+                               f"absolute path, '..', or a link out or in a loop): a study reads only its own files; "
+                               f"fix: {INDEX_FIX}")
+        if rel.parts[:len(own)] != own:
+            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} is not in the condition's folder "
+                               f"{Path(*own)}/: it would be analysed as {cond}; fix: {INDEX_FIX}")
+        if key in seen:
+            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} is listed twice (also under conditions."
+                               f"{seen[key]}): its run would count twice; fix: {INDEX_FIX}")
+        seen[key] = cond
+        out.append(folder / rel)
+    return out
+
+
+def check_study_index(meta, path: Path, folder: Path) -> dict:
+    """The fields of a study.json, checked and typed: {path (of study.json), study, kind, seeds, preset, margin,
+    loss_margin (None where absent), conditions: {name: [results file paths under folder]}}. ResultsError names the
+    field and the fix."""
+    def bad(field: str, expected: str, value, shown: str | None = None) -> ResultsError:
+        return ResultsError(f"{path}: {field}: expected {expected}, found {shown or found(value)}; fix: {INDEX_FIX}")
+    if not isinstance(meta, dict):
+        raise bad("(top level)", "a JSON object (the study index)", meta)
+    out: dict = {"path": path}
+    for field in ("study", "preset"):
+        value = meta.get(field)
+        if field in meta and (not isinstance(value, str) or not value):
+            raise bad(field, "a name (text)", value)
+        out[field] = value
+    kind = meta.get("kind")
+    if not isinstance(kind, str) or kind not in STUDY_KINDS:
+        raise bad("kind", f"one of {', '.join(STUDY_KINDS)}", kind)
+    out["kind"] = kind
+    seeds = meta.get("seeds")
+    if "seeds" in meta and (not isinstance(seeds, list) or not seeds or not all(is_integer(s) for s in seeds)):
+        raise bad("seeds", "a non-empty list of integers", seeds)
+    if seeds is not None and len(set(seeds)) < len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise bad("seeds", "each seed once", seeds, f"seed(s) {', '.join(map(str, twice))} more than once")
+    out["seeds"] = seeds
+    for field in ("margin", "loss_margin"):
+        out[field] = None
+        if field in meta:
+            try:
+                out[field] = check_margin(field, meta[field])
+            except ValueError as e:
+                raise ResultsError(f"{path}: {field}: {e}; fix: {INDEX_FIX}") from e
+    conditions = meta.get("conditions")
+    if not isinstance(conditions, dict) or not conditions:
+        raise bad("conditions", "an object mapping each condition to its results files", conditions)
+    runs: dict = {}
+    for cond in conditions:
+        grid, name = _grid_run(cond), base_condition(cond)
+        if not name or name in (".", "..") or Path(name).name != name:
+            raise bad(f"conditions.{cond}", "a condition name, which is also its folder's (no '/', not '.' or '..')",
+                      cond)
+        if kind == "lr" and grid is None:
+            raise bad(f"conditions.{cond}", "a run of the learning-rate grid named condition@multiplier (e.g. "
+                      "'NoQK@4', a positive multiplier), as a study of kind 'lr' names them", cond)
+        if kind != "lr" and GRID_SEP in cond:
+            raise bad(f"conditions.{cond}", f"a condition name without {GRID_SEP!r} (only a study of kind 'lr' "
+                      "names its runs condition@multiplier)", cond)
+        if grid in runs:
+            raise bad(f"conditions.{cond}", "one entry per run", cond, f"the same run as conditions.{runs[grid]}")
+        runs[grid or cond] = cond
+    seen: dict = {}
+    out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen) for cond, entries in conditions.items()}
+    return out
+
+
+def read_study_index(folder: str | Path) -> dict:
+    """study.json of a study folder, checked and typed (check_study_index); {} when the folder has none. Every
+    reader of study.json goes through here."""
+    folder = Path(folder)
+    path = folder / STUDY_INDEX
+    if not path.is_file():
+        return {}
+    return check_study_index(_read_json(path, "study index", INDEX_FIX), path, folder)
 
 
 def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str,
                       conditions: dict[str, list[str]], margin: float, loss_margin: float) -> Path:
-    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins."""
+    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins. It is
+    checked as every read checks it, so no index is written that a read would refuse."""
     path = study / STUDY_INDEX
+    meta = {"study": name, "kind": kind, "seeds": seeds, "preset": preset, "margin": margin,
+            "loss_margin": loss_margin, "conditions": conditions}
+    check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
-    atomic_write_text(path, json.dumps({"study": name, "kind": kind, "seeds": seeds, "preset": preset,
-                                        "margin": margin, "loss_margin": loss_margin, "conditions": conditions},
-                                       indent=2) + "\n")
+    atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
     return path
 
 
 def study_settings(folder: str | Path) -> dict:
-    """study.json of a study folder as a dict ({} when there is none or it cannot be read)."""
-    try:
-        meta = json.loads((Path(folder) / STUDY_INDEX).read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
+    """study.json of a study folder as a checked dict ({} when there is none); see read_study_index."""
+    return read_study_index(folder)
 
 
-def runs_from_combined(d: dict | str | Path) -> dict[str, list[dict]]:
-    """Results-like dicts (one 'seed' per condition) from a pilot combined dict or its file."""
+# ----------------------------------------------------------------------------- combined_results.json
+
+def _combined_entry(e: dict, cond: str, where: str) -> dict:
+    """A results-like dict (one 'seed') from one condition of a combined file, checked as results.json is."""
+    tokens = e["tokens"]
+    n = len(tokens) if isinstance(tokens, list) else 0
+    loss = e["train_loss"] if e.get("train_loss") is not None else e.get("loss")
+    res = {"tag": e.get("tag", cond), "tokens": tokens,
+           "loss": [None] * n if loss is None else loss,
+           "val_loss": [None] * n if e.get("val_loss") is None else e["val_loss"],
+           "mean_pr": [None] * n if e.get("mean_pr") is None else e["mean_pr"],
+           "layer_pr": {} if e.get("layer_pr") is None else e["layer_pr"],
+           "gamma_cv": {} if e.get("gamma_cv") is None else e["gamma_cv"],
+           "gamma_final": {}, "seed": None, "n_seeds": 1 if e.get("n_seeds") is None else e["n_seeds"],
+           "seeds": [None] if e.get("seeds") is None else e["seeds"]}
+    validate(res, where, fix=COMBINED_FIX)
+    return {**res, **{k: list(res[k]) for k in ("tokens", "loss", "val_loss", "mean_pr", "seeds")},
+            **{k: {layer: list(v) for layer, v in res[k].items()} for k in ("layer_pr", "gamma_cv")}}
+
+
+def runs_from_combined(d: dict | str | Path, path: str | Path = PILOT_COMBINED) -> dict[str, list[dict]]:
+    """Results-like dicts (one 'seed' per condition) from a pilot combined dict or its file; every condition entry
+    (an object with 'tokens') is checked as a results.json is, the message naming the file and the condition."""
     if isinstance(d, (str, Path)):
-        d = json.loads(Path(d).read_text())
-    runs = {}
-    for cond, e in d.items():
-        if not isinstance(e, dict) or "tokens" not in e:
-            continue  # metadata, not a condition
-        n = len(e["tokens"])
-        runs[cond] = [{"tag": e.get("tag", cond), "tokens": list(e["tokens"]),
-                       "loss": list(e.get("train_loss", e.get("loss")) or [None] * n),
-                       "val_loss": list(e.get("val_loss") or [None] * n),
-                       "mean_pr": list(e.get("mean_pr") or [None] * n),
-                       "layer_pr": dict(e.get("layer_pr") or {}), "gamma_cv": dict(e.get("gamma_cv") or {}),
-                       "gamma_final": {}, "seed": None, "n_seeds": e.get("n_seeds", 1),
-                       "seeds": e.get("seeds", [None])}]
+        path = Path(d)
+        d = _read_json(path, "combined file", COMBINED_FIX)
+    if not isinstance(d, dict):
+        raise ResultsError(f"{path}: expected a JSON object of conditions, found {found(d)}. {COMBINED_FIX}")
+    runs = {cond: [_combined_entry(e, cond, f"{path}: condition {cond!r}")] for cond, e in d.items()
+            if isinstance(e, dict) and "tokens" in e}  # other entries: metadata, not conditions
+    if not runs:
+        raise ResultsError(f"{path}: no condition in it (an object with 'tokens' per probe): not a pilot's "
+                           f"{PILOT_COMBINED}. {COMBINED_FIX}")
+    return runs
+
+
+# ----------------------------------------------------------------------------- the runs of a study
+
+def _same_run(tag: str, condition: str) -> bool:
+    """A file's tag names the run it is listed as: the same condition, and the same multiplier where both
+    name one ('NoQK@4' in NoQK/lr_4/)."""
+    a, b = _grid_run(tag), _grid_run(condition)
+    if a and b:
+        return a == b
+    return base_condition(tag) == base_condition(condition)
+
+
+def _n_layers(res: dict) -> int | None:
+    probes = res.get("probes") or []
+    return len(probes[0]["layers"]) if probes else None
+
+
+def check_condition(condition: str, paths: list[Path], runs: list[dict]) -> None:
+    """The runs of one condition, each loaded from its path: tagged as the condition, seeds as their folders say
+    and none twice, one number of layers. ResultsError names the file, the field and the fix."""
+    seeds: dict = {}
+    layers: tuple | None = None
+    folder = condition_dir(Path(), condition, 0, several_seeds=False)
+    for path, res in zip(paths, runs):
+        if not _same_run(res["tag"], condition):
+            raise ResultsError(f"{path}: tag: the file is tagged {res['tag']!r} but sits in the folder of condition "
+                               f"{condition!r} ({folder}/), as which it would be analysed; fix: move it to the "
+                               f"folder of {res['tag']!r}, or train {condition} again into {folder}/")
+        seed = seed_of(res)
+        m = _SEED_DIR.match(path.parent.name)
+        if seed is not None and m and int(m.group(1)) != seed:
+            raise ResultsError(f"{path}: seed: the file says seed {seed} but sits in {path.parent.name}/; fix: move "
+                               f"it to seed_{seed}/, or train that seed again")
+        if seed is not None and seed in seeds:
+            raise ResultsError(f"{path}: seed: seed {seed} again ({seeds[seed]} is seed {seed} of {condition} too): "
+                               f"the seed would count twice; fix: remove one of the two runs (and its study.json "
+                               f"entry)")
+        seeds[seed] = path
+        n = _n_layers(res)
+        if n is not None and layers is not None and n != layers[0]:
+            raise ResultsError(f"{path}: probes: {n} layers per probe record, but {layers[1]} (also {condition}) has "
+                               f"{layers[0]}: the seeds of a condition must train one model; fix: remove the odd "
+                               f"run, or train it again with the condition's config")
+        layers = layers or ((n, path) if n is not None else None)
+
+
+def _inside(folder: Path, path: Path) -> Path:
+    """`path`, which must not lead out of the study folder through a link."""
+    if _within(folder, path) is None:
+        raise ResultsError(f"{path}: leads outside the study folder {folder} through a link (or a link loop): a study "
+                           f"reads only its own files; fix: replace the link by a copy of what it points to")
+    return path
+
+
+def _load_condition(folder: Path, condition: str, paths: list[Path]) -> list[dict]:
+    runs = [load_results(_inside(folder, p)) for p in paths]
+    check_condition(condition, paths, runs)
     return runs
 
 
@@ -81,25 +300,41 @@ def load_study(folder: str | Path) -> tuple[str, dict[str, list[dict]]]:
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"{folder}: no such folder")
-    index = folder / STUDY_INDEX
-    if index.is_file():
-        try:
-            meta = json.loads(index.read_text())
-            kind, conditions = meta["kind"], meta["conditions"]
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ResultsError(f"{index}: corrupted study index ({e}); delete it to fall back to the "
-                               f"condition folders, or rerun the study") from e
-        return kind, {c: [load_results(folder / p) for p in paths] for c, paths in conditions.items()}
+    index = read_study_index(folder)
+    if index:
+        for cond, paths in index["conditions"].items():
+            for p in paths:
+                if not p.is_file():
+                    raise ResultsError(f"{index['path']}: conditions.{cond}: lists {p.relative_to(folder)}, which "
+                                       f"does not exist; fix: {INDEX_FIX}")
+        return index["kind"], {c: _load_condition(folder, c, paths) for c, paths in index["conditions"].items()}
     if (folder / PILOT_COMBINED).is_file():
-        try:
-            combined = json.loads((folder / PILOT_COMBINED).read_text())
-        except json.JSONDecodeError as e:
-            raise ResultsError(f"{folder / PILOT_COMBINED}: not valid JSON ({e})") from e
-        return "pilot", runs_from_combined(combined)
-    runs = {c: [load_results(p) for p in condition_results(folder, c)] for c in QK_CONDITIONS}
-    runs = {c: r for c, r in runs.items() if r}
+        return "pilot", runs_from_combined(_inside(folder, folder / PILOT_COMBINED))
+    runs = {c: _load_condition(folder, c, paths) for c in QK_CONDITIONS if (paths := condition_results(folder, c))}
     if runs:
         return "qk_norm", runs
     raise ResultsError(f"{folder}: no study found. Expected {STUDY_INDEX} (written by the study scripts), "
                        f"{PILOT_COMBINED} (the pilot), or condition folders {', '.join(QK_CONDITIONS)} "
                        f"holding {RESULTS_FILE}")
+
+
+def others_results(folder: str | Path, study: str | None = None) -> list[str]:
+    """What `folder` holds that another tool wrote, which figures, reports or measurements written there would
+    replace or mix with: a training run's files, or a study.json (unless it is the study `study`'s own)."""
+    folder = Path(folder)
+    held = [name for name in RUN_FILES if (folder / name).exists()]
+    if (folder / STUDY_INDEX).is_file():
+        try:
+            own = study is not None and read_study_index(folder).get("study") == study
+        except ResultsError:
+            own = False
+        held += [] if own else [STUDY_INDEX]
+    return held
+
+
+def refuse_others_results(folder: str | Path, tool: str, study: str | None = None) -> None:
+    """ResultsError when `folder` holds another tool's results (others_results): nothing is overwritten unasked."""
+    held = others_results(folder, study)
+    if held:
+        raise ResultsError(f"{folder} holds results {tool} did not write ({', '.join(held)}): it never writes into "
+                           f"such a folder; pass another --out (nothing was written)")

@@ -22,9 +22,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.results.checks import ShapeError, check_types
-from research.results.values import json_safe
+from research.results.checks import ShapeError, check_types, is_integer
+from research.results.values import json_safe, parse_json
 from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
+from utils.errors import os_fix, os_problem
 from utils.io import atomic_write_text
 
 
@@ -96,24 +97,38 @@ def diverged_at(path: str | Path) -> int | None:
     return (load_results(path).get("diverged") or {}).get("step")
 
 
-def validate(res, path: str | Path = "<results>") -> dict:
-    """Check a loaded results dict; fill optional fields; raise ResultsError naming the problem."""
+DAMAGED = "The file was damaged or edited: restore it from a copy, or train that condition again"
+
+
+def check_version(res: dict, path: str | Path, version: int = SCHEMA_VERSION) -> None:
+    """Refuse a file written by a newer version of this project (older versions and none at all are read)."""
+    found = res.get("schema_version")
+    if is_integer(found) and found > version:
+        raise ResultsError(f"{path}: schema_version: written by a newer version of this project (schema_version "
+                           f"{found} > {version}, the newest this code reads): update the code (git pull) to read it")
+
+
+def validate(res, path: str | Path = "<results>", fix: str = DAMAGED) -> dict:
+    """Check a loaded results dict; fill optional fields; raise ResultsError naming the problem. `path` starts
+    every message (the file, and where in it when the dict is one entry of a larger file), `fix` ends a
+    message about a damaged field."""
     if not isinstance(res, dict):
         raise ResultsError(f"{path}: expected a JSON object, found {type(res).__name__}; this is not a results.json")
+    check_version(res, path)
     missing = [k for k in ("tag", *PER_PROBE, "layer_pr") if k not in res]
     if missing:
         raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}; not a results.json of this project "
                            f"or of the write-ups (expected at least {', '.join(WRITEUP_FIELDS[:6])})")
     if res.get("schema", SCHEMA) != SCHEMA:
-        raise ResultsError(f"{path}: schema {res['schema']!r} is not {SCHEMA!r}")
+        raise ResultsError(f"{path}: schema {res['schema']!r:.40} is not {SCHEMA!r}: not a results file of this "
+                           f"project; point the reader at a results.json")
     if not isinstance(res["tokens"], list):
         raise ResultsError(f"{path}: field 'tokens' should be a list (one value per probe), found "
-                           f"{type(res['tokens']).__name__}")
+                           f"{type(res['tokens']).__name__}. {fix}")
     try:
         check_types(res, len(res["tokens"]))
     except ShapeError as e:
-        raise ResultsError(f"{path}: {e}. The file was damaged or edited: restore it from a copy, or train that "
-                           f"condition again") from e
+        raise ResultsError(f"{path}: {e}. {fix}") from e
     res.setdefault("gamma_cv", {})
     res.setdefault("gamma_final", {})
     res["gamma_cv"] = res["gamma_cv"] or {}
@@ -131,7 +146,9 @@ def load_results(path: str | Path) -> dict:
     if not path.is_file():
         raise ResultsError(f"{path}: no such results file")
     try:
-        res = json.loads(path.read_text())
+        res = parse_json(path.read_text())
+    except OSError as e:
+        raise ResultsError(f"{path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e)}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
                            f"a copy, or train that condition again into an empty folder") from e

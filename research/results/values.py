@@ -6,6 +6,7 @@ one-token sequence) as null, because JSON has no NaN. Readers turn null into NaN
 """
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -25,6 +26,12 @@ def present(values) -> np.ndarray:
     """The values that are not missing (None or NaN dropped), as a flat float array."""
     a = np.array([math.nan if v is None else v for v in values], dtype=float).ravel()
     return a[~np.isnan(a)]
+
+
+def parse_json(text: str):
+    """JSON text as Python values, NaN and +-Infinity (which JSON lacks, but Python's json writes) read as null:
+    every reader of the project's files parses with this, so a missing number is None whoever wrote it."""
+    return json.loads(text, parse_constant=lambda name: None)
 
 
 def json_safe(x):

@@ -41,6 +41,8 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
                  "qk_mean": "q and k gains \u2192 their means"}
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
+# The kinds of study a study.json may name (research.studies.render.KINDS draws each).
+STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr")
 
 
 def grid_key(condition: str, multiplier: float) -> str:
@@ -51,6 +53,11 @@ def grid_key(condition: str, multiplier: float) -> str:
 def split_grid_key(key: str) -> tuple[str, float]:
     condition, _, multiplier = key.rpartition(GRID_SEP)
     return condition, float(multiplier)
+
+
+def base_condition(name: str) -> str:
+    """The condition of a run name: 'NoQK' for 'NoQK@4' (a run of the learning-rate grid) and for 'NoQK'."""
+    return name.rpartition(GRID_SEP)[0] if GRID_SEP in name else name
 
 CONDITION_LABELS = {
     "QK": "QK-norm, learned gain",
@@ -65,6 +72,10 @@ CONDITION_LABELS = {
 # File names inside a study folder.
 RESULTS_FILE = "results.json"
 STUDY_INDEX = "study.json"
+# What a training run writes into its folder (training/run_files.py; the probe's results.json; the trackers' folders):
+# a tool that writes figures, reports or an export never writes into a folder holding any of them.
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", RESULTS_FILE, "checkpoints", "tokenizer", "tensorboard",
+             "wandb")
 QK_COMBINED = "combined.json"
 PILOT_COMBINED = "combined_results.json"
 REPORT = "report.md"

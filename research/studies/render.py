@@ -25,7 +25,7 @@ from research.analysis import keys as keys_analysis
 from research.analysis import lr as lr_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import qk_norm as qk_norm_analysis
-from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.plots import heads as heads_plots
 from research.plots import keys as keys_plots
 from research.plots import lr as lr_plots
@@ -34,7 +34,7 @@ from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
 from research.plots.common import write_outputs
 from research.results import ResultsError
-from research.results.layout import load_study, study_settings
+from research.results.layout import load_study, read_study_index, refuse_others_results
 from research.results.values import json_safe
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
 from utils.lock import FolderLock
@@ -81,7 +81,7 @@ KINDS: dict[str, Kind] = {
                   lambda runs, an, margin, loss_margin: {**heads_plots.figures(an), REPORT: heads_plots.report(an)}),
     "lr": Kind(lr_analysis.analyze,
                lambda runs, an, margin, loss_margin: {**lr_plots.figures(an), REPORT: lr_plots.report(an)}),
-}
+}  # the same kinds as research.results.vocabulary.STUDY_KINDS, which a study.json is checked against
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,15 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     """Load the study in `folder`, decide and draw it in memory. `margin` / `loss_margin`: the equivalence
     margins of key metrics and of losses, shares of the mean (default: those the study ran with, else
     research.analysis.rules'). ResultsError names a file that cannot be used."""
+    margin = None if margin is None else check_margin("margin", margin)
+    loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
     kind, runs = load_study(folder)
     if kind not in KINDS:
         raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
                            f"(known: {', '.join(KINDS)})")
-    settings = study_settings(folder)
-    margin = settings.get("margin", MARGIN) if margin is None else margin
-    loss_margin = settings.get("loss_margin", LOSS_MARGIN) if loss_margin is None else loss_margin
+    settings = read_study_index(folder)  # checked: its margins are shares of the mean in (0, 1), or None
+    margin = margin or settings.get("margin") or MARGIN
+    loss_margin = loss_margin or settings.get("loss_margin") or LOSS_MARGIN
     analysis = KINDS[kind].analyze(runs, margin, loss_margin)
     return StudyView(Path(folder), kind, runs, analysis, KINDS[kind].draw(runs, analysis, margin, loss_margin))
 
@@ -127,4 +129,6 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
     outputs = load_and_analyze(folder, margin, loss_margin).outputs
     target = Path(out or folder)
     with FolderLock(target, hint="pass --out to write the figures elsewhere"):
+        if target.resolve() != Path(folder).resolve():  # another folder: never one holding others' results
+            refuse_others_results(target, "split_panels.py", study=read_study_index(folder).get("study"))
         return write_outputs(target, outputs)

@@ -24,17 +24,18 @@ import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import start_from_args, start_in
-from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
-from research.results.layout import condition_dir, write_study_index
+from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import USER_ERRORS, NonFiniteLossError
+from training.errors import USER_ERRORS, NonFiniteLossError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import plan_target, plan_text
 from training.run import train_run
+from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
@@ -129,8 +130,8 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
     def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
         return run_callbacks(used_cfg, data, run_dir, device, tag=tag, logger=logger)
-    try:
-        train_run(cfg, run_dir, resume=(run_dir / "config.json").exists(), replan_schedule=replan_schedule,
+    try:  # a condition folder with a run to continue is resumed; one holding other files is refused (the Trainer)
+        train_run(cfg, run_dir, resume=RunFolder(run_dir).resumable(), replan_schedule=replan_schedule,
                   progress=progress, name=tag, callbacks=callbacks)
     except NonFiniteLossError as e:
         if not divergence_is_a_result:
@@ -143,8 +144,11 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         args = build_parser(study, description, argv).parse_args(argv)
         for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
-            if not 0 < value < 1:
-                raise ConfigError(f"{name} {value} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+            check_margin(name, value)
+        if args.seeds and len(set(args.seeds)) < len(args.seeds):
+            twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+            raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
+                              f"more than once: give each seed once")
         if study.lr_multipliers:
             if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
                 raise ConfigError("--lr-multipliers must be positive numbers, e.g. 0.25 1 4 16")
@@ -169,10 +173,32 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
     try:
         with FolderLock(out, hint="choose another --out"):
+            check_study_folder(out, study)
             _train_and_render(study, args, base, seeds, out)
-    except LockError as e:
+    except (LockError, ResultsError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        print(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
+              f"research/split_panels.py {out} draws them", file=sys.stderr)
+        sys.exit(130)
     return out
+
+
+def check_study_folder(out: Path, study: Study) -> None:
+    """Refuse an --out that holds something other than this study: a run folder, or another study's study.json
+    (its index, figures and report would be replaced)."""
+    folder = RunFolder(out)
+    if folder.holds_run():
+        raise ResultsError(f"--out {out} holds a training run ({', '.join(folder.contents())}), not a study folder: "
+                           f"choose another --out (nothing was written)")
+    try:
+        index = read_study_index(out)
+    except ResultsError as e:
+        raise ResultsError(f"{e}. This study would replace it: correct or delete it, or choose another --out "
+                           f"(nothing was written)") from None
+    if index and index["study"] not in (None, study.name):
+        raise ResultsError(f"--out {out} holds the study {index['study']!r} (its study.json), not {study.name}: "
+                           f"choose another --out (nothing was written)")
 
 
 def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
@@ -194,10 +220,18 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                 train_condition(cfg, run_dir, cond, progress=not args.no_progress,
                                 replan_schedule=args.replan_schedule, logger=args.logger,
                                 divergence_is_a_result=bool(study.lr_multipliers))
-            except (*USER_ERRORS, ResultsError, OSError) as e:
-                problem = f"{os_problem(e)}. Fix: {os_fix(e)}" if isinstance(e, OSError) else str(e)
-                sys.exit(f"error in condition {cond}, seed {seed}: {problem}\n(finished conditions in {out} are "
-                         f"kept; run the same command again to resume)")
+            except RunInterrupted as e:
+                where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
+                kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
+                print(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions in {out} are "
+                      f"kept: run the same command again to continue the study", file=sys.stderr)
+                sys.exit(130)
+            except (*USER_ERRORS, ResultsError) as e:  # before OSError: FileExistsError is both
+                sys.exit(f"error in condition {cond}, seed {seed}: {e}\n(finished conditions in {out} are kept; "
+                         f"once this is fixed, the same command continues the study)")
+            except OSError as e:
+                sys.exit(f"error in condition {cond}, seed {seed}: {os_problem(e)}. Fix: {os_fix(e)}\n(finished "
+                         f"conditions in {out} are kept; once this is fixed, the same command continues the study)")
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,

@@ -206,11 +206,10 @@ def test_data_usage_says_how_often_the_run_repeats_and_what_the_probe_gets():
     # 32 blocks of 8 tokens = 256 training tokens; the run asks for 640: 2.5 passes
     assert usage["train_tokens_available"] == 256 and usage["passes_over_train"] == 2.5
     assert (usage["val_blocks"], usage["probe_sequences"], usage["eval_sequences"]) == (3, 3, 3)
-    assert len(notes) == 3
+    assert len(notes) == 2  # a probe_batch beyond the validation blocks is refused (research.probing.callback)
     assert "asks for 640 training tokens but the corpus has 256 (32 blocks of 8): it repeats its data, 2.50 " \
            "passes" in notes[0]
-    assert "probe_batch=8 validation sequences but there are 3: it probes 3" in notes[1]
-    assert "eval_batches x batch_size = 16 sequences but there are 3" in notes[2]
+    assert "eval_batches x batch_size = 16 sequences but there are 3" in notes[1]
 
     enough, none = data_usage(cfg, _token_data(n_train=80, n_val=16))
     assert none == [] and enough["passes_over_train"] == 1.0 and enough["probe_sequences"] == 8

@@ -97,7 +97,7 @@ def test_max_tokens_still_cuts_below_the_context_silently(model_dirs, capsys):
     (study, ["--batches", "0"], "--batches 0: give 1 or more"),
     (study, ["--batch", "-2"], "--batch -2: give 1 or more"),
     (study, ["--seq_len", "4"], "--seq_len 4: give 8 or more"),
-    (study, ["--margin", "nan"], "--margin nan: it is a share of the mean"),
+    (study, ["--margin", "nan"], "--margin nan must be a share of the mean between 0 and 1"),
 ])
 def test_numeric_options_that_cannot_work_are_refused_at_parse_time(capsys, module, args, message):
     with pytest.raises(SystemExit) as e:

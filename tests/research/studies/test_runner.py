@@ -207,3 +207,93 @@ def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cach
     capsys.readouterr()
     run_study(LR_SENSITIVITY, args)  # again: every run finished or diverged, nothing is trained
     assert capsys.readouterr().out.count("diverged at step 2 before: kept as it is") == 2
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
+def test_a_study_never_replaces_results_it_did_not_write(corpus_file, cache_dir, tmp_path, capsys):
+    """The write-ups' folder holds results.json without config.json: its conditions cannot be continued, so the
+    study stops at the first with one message, and every file stays as it was."""
+    out = tmp_path / "writeups"
+    shutil.copytree(REFERENCE, out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as stop:
+        run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
+    msg = str(stop.value.code)
+    assert msg.startswith("error in condition QK, seed 0: ") and "results.json" in msg and "(?)" not in msg
+    assert "cannot be continued" in msg and "run the same command again" not in msg
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
+
+
+@pytest.mark.parametrize("case", ["metrics only", "another study", "a run", "seeds twice"])
+def test_a_study_refuses_what_it_cannot_continue_in_one_line(corpus_file, cache_dir, tmp_path, case):
+    out = tmp_path / "study"
+    out.mkdir()
+    extra = ("--seed", "0")
+    if case == "metrics only":
+        (out / "QK").mkdir()
+        (out / "QK" / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+        expect = "error in condition QK, seed 0: "
+    elif case == "another study":
+        (out / "study.json").write_text(json.dumps({"study": "key_dynamics_study", "kind": "keys", "seeds": [0],
+                                                    "preset": "debug", "margin": 0.03, "loss_margin": 0.005,
+                                                    "conditions": {"QK": ["QK/results.json"]}}))
+        expect = "holds the study 'key_dynamics_study'"
+    elif case == "a run":
+        (out / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
+        expect = "holds a training run (metrics.jsonl)"
+    else:
+        extra = ("--seeds", "0", "1", "0")
+        expect = "names seed(s) 0 more than once"
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(SystemExit) as stop:
+        run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, *extra))
+    assert expect in str(stop.value.code) and "Traceback" not in str(stop.value.code)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
+
+
+def test_ctrl_c_in_a_study_says_where_and_exits_130(corpus_file, cache_dir, tmp_path, monkeypatch, capsys):
+    from research.studies import runner
+    from training.errors import RunInterrupted
+
+    def interrupted(cfg, run_dir, **kwargs):
+        raise RunInterrupted(run_dir, 3, 2, True)
+    monkeypatch.setattr(runner, "train_run", interrupted)
+    with pytest.raises(SystemExit) as stop:
+        run_study(QK_NORM, study_args(corpus_file, cache_dir, tmp_path / "s", 4 * STEP_TOKENS, "--seed", "0"))
+    err = capsys.readouterr().err.strip()
+    assert stop.value.code == 130 and len(err.splitlines()) == 1
+    assert "interrupted in condition QK, seed 0, at step 3 (its checkpoint at step 2 is kept)" in err
+    assert "run the same command again to continue the study" in err
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
+@pytest.mark.parametrize("held", ["results.json", "config.json", "another study"])
+def test_split_panels_never_draws_into_a_folder_holding_others_results(tmp_path, held, capsys):
+    from research.split_panels import main
+    target = tmp_path / "target"
+    target.mkdir()
+    if held == "another study":
+        (target / "study.json").write_text(json.dumps({"study": "key_dynamics_study", "kind": "keys", "seeds": [0],
+                                                       "preset": "debug", "conditions": {"QK": ["QK/results.json"]}}))
+    else:
+        (target / held).write_text("{}")
+    with pytest.raises(SystemExit) as stop:
+        main([str(REFERENCE), "--out", str(target)])
+    assert "holds results split_panels.py did not write" in str(stop.value.code)
+    assert sorted(p.name for p in target.iterdir() if p.name != ".lock") == [
+        "study.json" if held == "another study" else held]
+    main([str(REFERENCE), "--out", str(tmp_path / "redrawn")])  # a folder of its own, drawn twice
+    main([str(REFERENCE), "--out", str(tmp_path / "redrawn")])
+
+
+def test_inspection_never_writes_into_a_run_or_study_folder(tmp_path, capsys):
+    from research import inspect_pretrained, pretrained_keys_study
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.json").write_text("{}")
+    assert inspect_pretrained.main(["--model", "smollm2-135m", "--out", str(run)]) == 2
+    assert pretrained_keys_study.main(["--out", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "holds results inspect_pretrained.py did not write (results.json)" in err
+    assert "holds results pretrained_keys_study.py did not write (results.json)" in err
+    assert sorted(p.name for p in run.iterdir()) == ["results.json"]
