@@ -158,7 +158,10 @@ def figures(r: dict) -> dict:
 def _text_line(r: dict) -> str:
     t = r.get("text") or {"source": "prompt"}
     if t["source"] == "prompt":
-        return f"one prompt of {r['n_tokens']} tokens."
+        c = r.get("context") or {}
+        cut = (f" (the prompt has {c['tokens_given']} tokens: cut to the model's context, {c['field']} = "
+               f"{c['limit']})" if (c.get("tokens_given") or 0) > r["n_tokens"] == c.get("limit") else "")
+        return f"one prompt of {r['n_tokens']} tokens{cut}."
     return (f"{r['batch']} windows of {r['n_tokens']} tokens of {t['source']} (sha256 {t['sha256'][:12]}, seed "
             f"{t['seed']}{', BOS first' if t.get('bos') else ''}; {t['description']}); sections of one token "
             f"sequence (logit and input lens) read window 0.")

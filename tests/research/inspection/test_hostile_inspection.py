@@ -60,6 +60,8 @@ def test_a_prompt_beyond_the_context_is_cut_to_it_with_a_note(model_dirs, tmp_pa
             f"its first {context} tokens") in err
     r = json.loads((out / "inspect.json").read_text())
     assert r["n_tokens"] == context and r["context"] == {"limit": context, "field": field, "tokens_given": 160}
+    assert (f"one prompt of {context} tokens (the prompt has 160 tokens: cut to the model's context, {field} = "
+            f"{context})") in (out / "report.md").read_text()
 
 
 def test_default_text_windows_fit_the_context_of_a_debug_run(model_dirs, tmp_path, capsys, text_file):
