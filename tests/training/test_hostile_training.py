@@ -23,19 +23,6 @@ from training.run_files import RunFolder
 from utils.testhook import DIR_ENV, ENV
 
 
-@pytest.fixture
-def args(corpus_file, cache_dir, tmp_path):
-    """args(steps, *extra): train_llm arguments for the run folder tmp_path/run."""
-    return lambda steps, *extra: cli_args(corpus_file, cache_dir, tmp_path / "run", steps, *extra)
-
-
-def fails(argv, capsys) -> str:
-    """Run train_llm expecting it to stop with a message (no traceback); returns the message."""
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(argv)
-    msg = str(stop.value.code)
-    assert msg.startswith(("error: ", "config error: ")) and "\n" not in msg, msg
-    return msg
 
 
 def snapshot(out) -> dict:
@@ -74,36 +61,36 @@ def test_every_file_a_run_writes_counts(tmp_path, layout, contents, resumable):
     assert folder.resumable() and "checkpoints/step-000006" in folder.contents()
 
 
-def test_a_folder_with_only_results_json_is_never_replaced(args, tmp_path, capsys):
+def test_a_folder_with_only_results_json_is_never_replaced(args, tmp_path, capsys, fails):
     out = tmp_path / "run"
     out.mkdir()
     (out / "results.json").write_text(json.dumps({"steps": [0, 2, 4, 6]}))  # another run's probes
     before = snapshot(out)
     for extra in ((), ("--resume",)):
-        msg = fails(args(2, *extra), capsys)
+        msg = fails(args(2, *extra))
         assert f"{out} holds files of a run (results.json) but nothing to continue from" in msg
         assert "cannot be continued: move them away or choose another --out (nothing was overwritten)" in msg
         assert snapshot(out) == before
 
 
-def test_run_files_without_config_or_checkpoint_get_one_message_with_or_without_resume(args, tmp_path, capsys):
+def test_run_files_without_config_or_checkpoint_get_one_message_with_or_without_resume(args, tmp_path, capsys, fails):
     """Defect 18: metrics alone were told 'pass --resume' without it and 'drop --resume' with it."""
     out = tmp_path / "run"
     train_llm.main(args(2, "--ckpt_every", "0", "--probe-every", "0"))
     shutil.rmtree(out / "checkpoints")
     (out / "config.json").unlink()
     before = snapshot(out)
-    first, second = fails(args(2), capsys), fails(args(2, "--resume"), capsys)
+    first, second = fails(args(2)), fails(args(2, "--resume"))
     assert first == second
     assert "metrics.jsonl" in first and "summary.json" in first and "tokenizer/" in first
     assert "cannot be continued" in first and "--resume" not in first
     assert snapshot(out) == before
 
 
-def test_a_resumable_folder_without_resume_is_told_to_pass_it(args, tmp_path, capsys):
+def test_a_resumable_folder_without_resume_is_told_to_pass_it(args, tmp_path, capsys, fails):
     out = tmp_path / "run"
     train_llm.main(args(2))
-    msg = fails(args(2), capsys)
+    msg = fails(args(2))
     assert f"{out} already holds a run (config.json," in msg and "pass --resume to continue it" in msg
 
 
@@ -116,7 +103,8 @@ def _edit_words(path, n=3):
 
 
 @pytest.mark.parametrize("edit", ["three words", "fewer blocks"])
-def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(edit, corpus_file, tmp_path, capsys):
+def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(edit, corpus_file, tmp_path, capsys,
+                                                                           fails):
     corpus = tmp_path / "corpus.txt"
     shutil.copy(corpus_file, corpus)
     argv = lambda steps, *extra: cli_args(corpus, tmp_path / "cache", tmp_path / "run", steps, *extra)  # noqa: E731
@@ -128,7 +116,7 @@ def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(ed
     else:
         corpus.write_bytes(original[: len(original) * 2 // 3])
     before = snapshot(out)
-    msg = fails(argv(6, "--resume"), capsys)
+    msg = fails(argv(6, "--resume"))
     assert f"cannot resume {out}: its data changed since step-000004 (step 4)" in msg and "corpus hash" in msg
     assert "tokenizer hash" in msg  # the BPE is trained on the corpus
     assert edit == "three words" or "train blocks 1492 -> " in msg
@@ -141,7 +129,7 @@ def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(ed
 
 
 def test_checkpoints_without_a_data_record_still_resume_and_are_checked_by_block_count(args, tmp_path,
-                                                                                      straight_run, capsys):
+                                                                                      straight_run, capsys, fails):
     out = tmp_path / "run"
     train_llm.main(args(4))
     paths = [out / "checkpoints" / f"step-{step:06d}" / "state.json" for step in (2, 4)]
@@ -151,7 +139,7 @@ def test_checkpoints_without_a_data_record_still_resume_and_are_checked_by_block
     n = states[0]["loader"]["n_blocks"]
     for p, state in zip(paths, states):  # what the older checkpoints of other data say
         p.write_text(json.dumps({**state, "loader": {**state["loader"], "n_blocks": n + 1}}))
-    msg = fails(args(6, "--resume"), capsys)
+    msg = fails(args(6, "--resume"))
     assert "its data changed" in msg and f"train blocks {n + 1} -> {n}" in msg and "Restore them" not in msg
     for p, state in zip(paths, states):
         p.write_text(json.dumps(state))
@@ -202,14 +190,14 @@ def test_the_loader_refuses_a_wrong_typed_state():
     assert (loader.epoch, loader.position, loader.seed) == (0, 0, 0)  # nothing changed
 
 
-def test_a_broken_config_json_is_named_with_its_field(args, tmp_path, capsys):
+def test_a_broken_config_json_is_named_with_its_field(args, tmp_path, capsys, fails):
     out = tmp_path / "run"
     train_llm.main(args(1, "--ckpt_every", "0"))  # its only checkpoint is written after the last step
     shutil.rmtree(out / "checkpoints")
     cfg = json.loads((out / "config.json").read_text())
     cfg["model"]["d_model"] = "128"
     (out / "config.json").write_text(json.dumps(cfg))
-    msg = fails(args(2, "--resume"), capsys)
+    msg = fails(args(2, "--resume"))
     assert f"{out / 'config.json'}: [model] d_model: expected a whole number, found '128'; fix or restore " \
            f"config.json" in msg
 
@@ -285,8 +273,8 @@ def test_divergence_advice_is_what_works(debug_cfg, tmp_path):
 
 
 # ------------------------------------------------------------------ (g) the probe's batch
-def test_a_probe_batch_larger_than_the_validation_set_is_refused_before_writing(args, tmp_path, capsys):
-    msg = fails(args(2, "--probe_batch", "100000"), capsys)
+def test_a_probe_batch_larger_than_the_validation_set_is_refused_before_writing(args, tmp_path, capsys, fails):
+    msg = fails(args(2, "--probe_batch", "100000"))
     assert "probe_batch=100000 asks for more validation sequences than the 30 there are" in msg
     assert "lower --probe_batch to 30 or fewer" in msg and "--val_frac" in msg
     assert snapshot(tmp_path / "run") == {}

@@ -11,23 +11,10 @@ import pytest
 from safetensors import SafetensorError
 
 import train_llm
-from tests.helpers import STEP_TOKENS, assert_same_run, cli_args, hidden_files, train_rows
+from tests.helpers import STEP_TOKENS, assert_same_run, hidden_files, train_rows
 from training.schedule import lr_factor
 
 
-@pytest.fixture
-def args(corpus_file, cache_dir, tmp_path):
-    """cli(steps, *extra): train_llm arguments for the run folder tmp_path/run."""
-    return lambda steps, *extra: cli_args(corpus_file, cache_dir, tmp_path / "run", steps, *extra)
-
-
-def fails(argv, capsys) -> str:
-    """Run train_llm expecting it to stop with a message (no traceback); returns the message."""
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(argv)
-    msg = str(stop.value.code)
-    assert msg.startswith(("error: ", "config error: ")), msg
-    return msg
 
 
 def snapshot(out) -> dict:
@@ -56,13 +43,13 @@ def test_a_corrupt_checkpoint_is_named_and_the_one_before_is_used(name, args, tm
     assert (out / "checkpoints" / "step-000004.unreadable" / name).read_bytes() == damaged  # kept to look at
 
 
-def test_no_loadable_checkpoint_stops_and_changes_nothing(args, tmp_path, capsys):
+def test_no_loadable_checkpoint_stops_and_changes_nothing(args, tmp_path, capsys, fails):
     out = tmp_path / "run"
     train_llm.main(args(4))
     for step in (2, 4):
         CORRUPTIONS["state.json"](out / "checkpoints" / f"step-{step:06d}" / "state.json")
     before = snapshot(out)
-    msg = fails(args(6, "--resume"), capsys)
+    msg = fails(args(6, "--resume"))
     assert f"no checkpoint under {out / 'checkpoints'} can be loaded" in msg and "Restore them" in msg
     assert snapshot(out) == before
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step-000002", "step-000004"]
@@ -80,7 +67,7 @@ def test_a_torn_metrics_line_is_dropped_with_a_warning(args, tmp_path, straight_
 
 
 @pytest.mark.parametrize("damage,steps", [("deleted", 6), ("garbage", 4)])
-def test_lost_results_json_stops_the_resume(damage, steps, args, tmp_path, capsys):
+def test_lost_results_json_stops_the_resume(damage, steps, args, tmp_path, capsys, fails):
     """Mid-run (6 > 4 steps) or finished (4): never a fresh results.json starting at the resume step."""
     out = tmp_path / "run"
     train_llm.main(args(4))
@@ -89,7 +76,7 @@ def test_lost_results_json_stops_the_resume(damage, steps, args, tmp_path, capsy
     else:
         (out / "results.json").write_text('{"tag": "QK", "tokens": [0, 2')
     before = snapshot(out)
-    msg = fails(args(steps, "--resume"), capsys)
+    msg = fails(args(steps, "--resume"))
     assert "cannot resume from step 4" in msg and "results.json" in msg
     assert ("is missing" if damage == "deleted" else "not valid JSON") in msg and "Restore results.json" in msg
     assert snapshot(out) == before and (out / "checkpoints" / "step-000004").is_dir()
@@ -104,16 +91,16 @@ def test_resuming_a_finished_run_rewrites_nothing(args, tmp_path, capsys):
     assert snapshot(out) == before and again == first and again["final_loss"] is not None
 
 
-def test_resume_rules(args, tmp_path, capsys):
+def test_resume_rules(args, tmp_path, capsys, fails):
     out = tmp_path / "run"
-    msg = fails(args(4, "--resume"), capsys)  # nothing there yet
+    msg = fails(args(4, "--resume"))  # nothing there yet
     assert f"--resume: {out} holds no run to continue" in msg and "drop --resume" in msg
     assert not (out / "config.json").exists()
     train_llm.main(args(4, "--schedule", "cosine"))
     before = snapshot(out)
-    msg = fails(args(2, "--schedule", "cosine", "--resume"), capsys)
+    msg = fails(args(2, "--schedule", "cosine", "--resume"))
     assert "has already trained 4 steps (1,024 tokens)" in msg and "Pass --tokens 1024 or more" in msg
-    msg = fails(args(6, "--schedule", "cosine", "--resume"), capsys)
+    msg = fails(args(6, "--schedule", "cosine", "--resume"))
     jump = f"from {lr_factor(4, 4, _cosine()):.4g} to {lr_factor(4, 6, _cosine()):.4g}"
     assert "from 4 to 6 steps" in msg and jump in msg and "--replan_schedule" in msg
     assert snapshot(out) == before  # refused before anything was written
@@ -128,10 +115,10 @@ def _cosine():
     return TrainConfig(schedule="cosine")
 
 
-def test_config_errors_name_the_fix(args, capsys):
-    msg = fails(args(4, "--seq_len", "64", "--max_seq_len", "64", "--batch_size", "32", "--tokens", "1000"), capsys)
+def test_config_errors_name_the_fix(args, capsys, fails):
+    msg = fails(args(4, "--seq_len", "64", "--max_seq_len", "64", "--batch_size", "32", "--tokens", "1000"))
     assert "tokens=1,000 is less than one optimizer step" in msg and "tokens_per_step" in msg and "2,048" in msg
-    msg = fails(args(4, "--device", "tpu"), capsys)
+    msg = fails(args(4, "--device", "tpu"))
     assert "--device tpu" in msg and "available here: cpu" in msg
 
 
@@ -149,7 +136,7 @@ FULL_DISK = {  # where the disk fills up: (module, attribute, the call that fail
 
 @pytest.mark.parametrize("point", list(FULL_DISK))
 def test_a_full_disk_stops_with_one_message_and_loses_nothing(point, args, tmp_path, straight_run, capsys,
-                                                              monkeypatch):
+                                                              monkeypatch, fails):
     import importlib
     module, path, nth = FULL_DISK[point]
     *parents, attr = path.split(".")
@@ -167,7 +154,7 @@ def test_a_full_disk_stops_with_one_message_and_loses_nothing(point, args, tmp_p
         _enospc()
 
     monkeypatch.setattr(owner, attr, filling)
-    msg = fails(args(6), capsys)
+    msg = fails(args(6))
     assert "the disk is full" in msg and "free space" in msg and "--resume" in msg
     monkeypatch.setattr(owner, attr, real)
     assert not [h for h in hidden_files(tmp_path / "run") if ".tmp" in h]
