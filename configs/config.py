@@ -7,6 +7,7 @@ from the command line as `--field value` (see `configs.cli`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import typing
@@ -243,8 +244,9 @@ def coerce_value(name: str, hint, value, where: str) -> object:
     raise bad("a string")
 
 
+@functools.cache
 def field_hints() -> dict[str, tuple[str, object]]:
-    """{field name: (section, type hint)} of every config field."""
+    """{field name: (section, type hint)} of every config field (resolved once: callers only read it)."""
     return {f.name: (section, typing.get_type_hints(cls)[f.name])
             for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 

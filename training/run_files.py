@@ -19,15 +19,10 @@ from typing import Callable
 
 from configs.config import ConfigError, RunConfig
 from training import checkpoint
+from training.run_names import ATOMIC_FILES, CHECKPOINTS, CONFIG, METRICS, RUN_DIRS, SUMMARY, TOKENIZER
 from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matching, temp_dir_pattern,
                       temp_file_pattern)
 
-CONFIG, METRICS, SUMMARY, TOKENIZER = "config.json", "metrics.jsonl", "summary.json", "tokenizer"
-RESULTS = "results.json"  # the key probe's (research/probing/callback.py), written into the same folder
-# Files of a run folder that utils.io writes atomically.
-ATOMIC_FILES = (CONFIG, METRICS, SUMMARY, RESULTS)
-# Folders a run writes besides checkpoints/: the tokenizer, and the trackers' (training/tracking.py)
-RUN_DIRS = (TOKENIZER, "tensorboard", "wandb")
 # What a run leaves under checkpoints/: step folders, complete or not, and those set aside as unreadable
 _CHECKPOINT_ENTRY = re.compile(r"^step-\d+(\.unreadable(-\d+)?)?$")
 
@@ -53,7 +48,7 @@ def parse_metrics(text: str) -> tuple[list[dict], list[str]]:
 class RunFolder:
     def __init__(self, path: str | Path, log: Callable = print):
         self.path, self.log = Path(path), log
-        self.checkpoints = self.path / "checkpoints"
+        self.checkpoints = self.path / CHECKPOINTS
 
     def contents(self) -> list[str]:
         """Names of the run files present (for messages): files, folders (with a slash), checkpoint folders."""

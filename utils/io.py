@@ -111,10 +111,11 @@ def escaping_links(root: str | Path) -> list[tuple[Path, str]]:
     return found
 
 
-def check_links(root: str | Path, fix: str = "choose another folder") -> None:
+def check_links(root: str | Path, fix: str = "choose another folder", error: type[Exception] = LinkError) -> None:
     """The one rule for links in a run, study or cache folder: no tool of this project reads or writes through a
     link that leads outside the folder (a planted `.lock -> ../victim.txt` would otherwise be overwritten, a
-    `tokenizer/x -> ~/secret` exported). Raise LinkError naming the link; links within the folder are allowed."""
+    `tokenizer/x -> ~/secret` exported). Raise `error` (the caller's own error class) naming the link; links within
+    the folder are allowed."""
     root = Path(root)
     if not root.is_dir():
         return
@@ -123,7 +124,7 @@ def check_links(root: str | Path, fix: str = "choose another folder") -> None:
         listed = "; ".join(f"{link} -> {target}" for link, target in bad[:3])
         more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
         what, it = ("a link", "it") if len(bad) == 1 else (f"{len(bad)} links", "them")
-        raise LinkError(f"{root} holds {what} leading outside it ({listed}{more}); this project never reads or "
+        raise error(f"{root} holds {what} leading outside it ({listed}{more}); this project never reads or "
                         f"writes through such links. Remove {it} (or put a copy of the file in its place), or {fix}")
 
 

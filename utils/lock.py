@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from utils.errors import os_problem
-from utils.io import LinkError, check_links
+from utils.io import check_links
 
 LOCK_NAME = ".lock"
 
@@ -53,10 +53,7 @@ _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 def _open_lock_file(folder: Path, hint: str, read_only_ok: bool) -> int | None:
-    try:
-        check_links(folder, hint)
-    except LinkError as e:
-        raise LockError(str(e)) from None
+    check_links(folder, hint, LockError)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)

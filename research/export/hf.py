@@ -42,9 +42,9 @@ import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
-from research.results.vocabulary import RUN_FILES
 from training.checkpoint import Checkpoint, load_newest_weights, read_state
-from utils.io import LinkError, check_links
+from training.run_names import CONFIG, RUN_FILES, is_own_run
+from utils.io import check_links
 
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
@@ -113,10 +113,7 @@ def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.T
     """(config, newest checkpoint, MinimalLLM state dict) of a run folder, or an ExportError naming the problem."""
     if not run_dir.is_dir():
         raise ExportError(f"run folder {run_dir} not found")
-    try:
-        check_links(run_dir, "export another run")
-    except LinkError as e:
-        raise ExportError(str(e)) from None
+    check_links(run_dir, "export another run", ExportError)
     if not (run_dir / "config.json").is_file():
         raise ExportError(f"{run_dir} has no config.json: expected a folder written by train_llm.py or a study "
                           f"condition (research_results/<study>/<condition>[/seed_<s>])")
@@ -158,13 +155,7 @@ def _is_run(folder: Path) -> bool:
     model, train, data): other model folders have a config.json too, and --force may replace theirs."""
     if not folder.is_dir() or (folder / EXPORT_INFO).is_file():
         return False
-    if any((folder / name).exists() for name in RUN_FILES if name != "config.json"):
-        return True
-    try:
-        config = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(config, dict) and {"model", "train", "data"} <= set(config)
+    return any((folder / name).exists() for name in RUN_FILES if name != CONFIG) or is_own_run(folder)
 
 
 def _run_part(out_dir: Path) -> Path | None:
@@ -184,10 +175,7 @@ def check_out_dir(out_dir: Path, run_dir: Path, force: bool) -> None:
     a run), or that is not empty without --force."""
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"output {out_dir} is a file, not a folder")
-    try:
-        check_links(out_dir, "choose another output folder")
-    except LinkError as e:
-        raise ExportError(str(e)) from None
+    check_links(out_dir, "choose another output folder", ExportError)
     run = _run_part(out_dir)
     if out_dir.resolve() == run_dir.resolve() or run is not None:
         where = "is the run folder itself" if out_dir.resolve() == run_dir.resolve() else (

@@ -5,6 +5,8 @@ here, so a metric or a condition is spelled in exactly one place. No torch.
 """
 from __future__ import annotations
 
+from training import run_names
+
 # Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
 # the raw projection), and after RoPE, as attention uses them.
 SITES = ("k_norm", "k_rope")
@@ -70,12 +72,11 @@ CONDITION_LABELS = {
 }
 
 # File names inside a study folder.
-RESULTS_FILE = "results.json"
+RESULTS_FILE = run_names.RESULTS  # a run's key probe writes it into the run folder
 STUDY_INDEX = "study.json"
-# What a training run writes into its folder (training/run_files.py; the probe's results.json; the trackers' folders):
-# a tool that writes figures, reports or an export never writes into a folder holding any of them.
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", RESULTS_FILE, "checkpoints", "tokenizer", "tensorboard",
-             "wandb")
+# What a training run writes into its folder: a tool that writes figures, reports or an export never writes into a
+# folder holding any of them.
+RUN_FILES = run_names.RUN_FILES
 QK_COMBINED = "combined.json"
 PILOT_COMBINED = "combined_results.json"
 REPORT = "report.md"

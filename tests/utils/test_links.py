@@ -56,7 +56,8 @@ def test_split_panels_refuses_a_study_folder_with_an_escaping_lock_link(tmp_path
     assert (tmp_path / "victim.txt").read_text() == "precious"
 
 
-def test_the_data_cache_is_checked_even_where_it_cannot_be_written(tmp_path):
+def test_the_data_cache_lock_checks_links_as_well(tmp_path):
+    """prepare_data takes the cache's lock with read_only_ok=True: the link rule applies there too."""
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "tokenizers").symlink_to(tmp_path)
     with pytest.raises(LockError, match="tokenizers ->"):
