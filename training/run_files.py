@@ -19,9 +19,9 @@ from typing import Callable
 
 from configs.config import ConfigError, RunConfig
 from training import checkpoint
-from training.run_names import ATOMIC_FILES, CHECKPOINTS, CONFIG, METRICS, RUN_DIRS, SUMMARY, TOKENIZER
 from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matching, temp_dir_pattern,
                       temp_file_pattern)
+from utils.run_names import ATOMIC_FILES, CHECKPOINTS, CONFIG, METRICS, RUN_DIRS, SUMMARY, TOKENIZER
 
 # What a run leaves under checkpoints/: step folders, complete or not, and those set aside as unreadable
 _CHECKPOINT_ENTRY = re.compile(r"^step-\d+(\.unreadable(-\d+)?)?$")

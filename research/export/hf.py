@@ -43,8 +43,8 @@ import torch
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
 from training.checkpoint import Checkpoint, load_newest_weights, read_state
-from training.run_names import CONFIG, RUN_FILES, is_own_run
 from utils.io import check_links
+from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
 WEIGHTS_FILE = "model.safetensors"
 EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)

@@ -1,7 +1,6 @@
 """Loading a model to inspect: a local Hugging Face folder, a hub id, or a training folder of this project."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,29 +9,18 @@ import torch
 from research.inspection.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
 from research.inspection.gguf import PACKAGED, read_meta, resolve_gguf
 from utils.hub import hub_problem
+from utils.run_names import is_own_run
 
 DEFAULT_CACHE = ".cache/models"  # converted GGUF models (research.inspection.gguf)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def is_own_run(path: Path) -> bool:
-    """Whether `path` is a training folder of this project (its config.json has model, train and data)."""
-    try:
-        d = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError):  # ValueError: not JSON, or not UTF-8
-        return False
-    return isinstance(d, dict) and {"model", "train", "data"} <= set(d)
 
 
 def _load_own(path: Path, dtype: torch.dtype):
     from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
     from training.checkpoint import load_newest_weights
-    from utils.io import LinkError, check_links
-    try:
-        check_links(path, "inspect another run")
-    except LinkError as e:
-        raise InspectError(str(e)) from None
+    from utils.io import check_links
+    check_links(path, "inspect another run", InspectError)
     try:
         cfg = RunConfig.load(path / "config.json")
     except ConfigError as e:
@@ -97,12 +85,20 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
         raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
     converted = resolve_gguf(name, Path(cache_dir).expanduser(), log)
     if converted is not None:
-        model, tokenizer, adapter = load_model(str(converted[0]), dtype, cache_dir, log)
-        adapter.source, adapter.gguf = f"{name} (converted: {converted[0]})", converted[1]
+        folder, meta = converted
+        model, tokenizer, adapter = _load_not_gguf(str(folder), DTYPES[dtype], meta)
+        adapter.source = f"{name} (converted: {folder})"
         return model, tokenizer, adapter
+    return _load_not_gguf(name, DTYPES[dtype])
+
+
+def _load_not_gguf(name: str, dtype: torch.dtype,
+                   gguf: dict | None = None) -> tuple[torch.nn.Module, object, Adapter]:
+    """load_model for a name that is no GGUF file: a training folder, a Hugging Face folder or a hub id.
+    gguf: the converted folder's gguf_source.json when load_model has read it already."""
     path = Path(name).expanduser()
     if path.is_dir() and is_own_run(path):
-        return _load_own(path, DTYPES[dtype])
+        return _load_own(path, dtype)
     local = path.exists()
     looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
                          and "\\" not in name)
@@ -125,13 +121,14 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
     from transformers import AutoModelForCausalLM, AutoTokenizer
     src = str(path) if local else name
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=DTYPES[dtype], local_files_only=from_local,
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=from_local,
                                                      attn_implementation=DEFAULT_ATTN)
         tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local)
     except Exception as e:  # noqa: BLE001
         raise InspectError(f"cannot load the weights or tokenizer of {src} ({type(e).__name__}: {e})") from e
     model.eval()
     adapter = adapter_cls(model)
-    adapter.source, adapter.gguf = src, read_meta(path) if local else None
+    adapter.source = src
+    adapter.gguf = gguf if gguf is not None else read_meta(path) if local else None
     adapter.tokenizer_size = len(tokenizer)
     return model, tokenizer, adapter

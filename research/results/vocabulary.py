@@ -5,7 +5,7 @@ here, so a metric or a condition is spelled in exactly one place. No torch.
 """
 from __future__ import annotations
 
-from training import run_names
+from utils import run_names
 
 # Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
 # the raw projection), and after RoPE, as attention uses them.
