@@ -421,6 +421,8 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
                                            cache_dir=str(workdir / "hf_datasets"), **kwargs)
             except Exception as e:
                 raise _unreadable(p, builder, text_field, e) from e
+            # unreached with the installed datasets (it raises on a file of no records, see _unreadable): guards
+            # a datasets version that returns 0 rows without raising
             if builder != "text" and len(ds) == 0:
                 raise DataError(f"source=files: {p} holds no records. Fix: {LEAVE_OUT}")
             if text_field not in ds.column_names:
@@ -428,8 +430,7 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
                                 f"Pass --text_field NAME")
             feat = ds.features[text_field]
             if not (isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string")):
-                text = _read_json_text(p) if builder == "json" else None
-                problem = json_problem(text, text_field) if text is not None else None
+                problem = _json_file_problem(p, text_field) if builder == "json" else None
                 if problem:  # the first record whose field is not a string
                     raise DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
                 raise DataError(f"{p}: column {text_field!r} has type {feat}, not text; pick a text column "
@@ -446,18 +447,19 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
     return Source("files", h.hexdigest(), desc, None, load, name="files")
 
 
-def _read_json_text(p: Path) -> str | None:
+def _json_file_problem(p: Path, text_field: str) -> str | None:
+    """json_problem of a .json/.jsonl file's text, or None when it says none or the file cannot be read."""
     try:
-        return decode_text(p.read_bytes(), f"source=files: {p}")
+        text = decode_text(p.read_bytes(), f"source=files: {p}")
     except (OSError, DataError):
         return None
+    return json_problem(text, text_field)
 
 
 def _unreadable(p: Path, builder: str, text_field: str, e: Exception) -> DataError:
     """The DataError for a file that datasets cannot load: the cause found in the file, else the innermost error."""
     if builder == "json":
-        text = _read_json_text(p)
-        problem = json_problem(text, text_field) if text is not None else None
+        problem = _json_file_problem(p, text_field)
         if problem:
             return DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
     if builder == "parquet":
@@ -478,8 +480,7 @@ def _missing_text(p: Path, builder: str, text_field: str, ds) -> DataError:
     """The DataError for records whose text field is missing or null: the first such line or row."""
     problem = None
     if builder == "json":
-        text = _read_json_text(p)
-        problem = json_problem(text, text_field) if text is not None else None
+        problem = _json_file_problem(p, text_field)
     if problem is None:
         row = next(i for i, v in enumerate(ds[text_field]) if v is None)
         problem = f"row {row + 1}: field {text_field!r} is missing or null"

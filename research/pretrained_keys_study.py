@@ -96,12 +96,11 @@ def untrained_like(model, seed: int):
 
 def measure(name: str, docs, args, log=print) -> dict:
     """One model's record on windows of `docs` (research.inspection.text.Documents, read once per run)."""
-    from research.inspection.adapters import ADAPTERS
     from research.inspection.key_study import measure_keys
     t0 = time.perf_counter()
     model, tokenizer, adapter = load_model(name, "float32", args.cache_dir, log)
     windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
-    init = ADAPTERS[adapter.model_type](untrained_like(model, args.seed)) if hasattr(model, "config") else None
+    init = type(adapter)(untrained_like(model, args.seed))
     log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
     rec = measure_keys(adapter, windows, args.batch, init, desc=name, show_progress=not args.no_progress)
     rec.update({"model": name, "source": adapter.source, "family": adapter.family, "model_type": adapter.model_type,

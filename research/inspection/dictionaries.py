@@ -164,7 +164,7 @@ def dictionary_section(adapter: Adapter, tokenizer, words=DEFAULT_WORDS, sample:
                        seed: int = DICT_SEED, block_pairs: int = BLOCK_PAIRS) -> dict:
     """Section 2A: positive shares, the input/output correlation and the words' cosine matrices."""
     E_in, E_out = adapter.input_embedding().detach(), adapter.output_embedding().detach()
-    V = min(E_in.shape[0], E_out.shape[0])  # an LM head padded beyond the input vocabulary: common ids only
+    V = adapter.vocab_rows()  # an LM head padded beyond the input vocabulary: common ids only
     ids = sample_ids(V, sample, seed).to(E_in.device)
     st = pair_statistics(E_in, E_out, block_pairs, ids)
     kept, wids, skipped = word_ids(tokenizer, words, V)

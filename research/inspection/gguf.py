@@ -26,6 +26,7 @@ in float32). QUANTIZATION_NOTE says what that changes in the tour.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import time
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from research.inspection.adapters import InspectError
-from utils.io import LinkError, atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
+from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
 META_NAME = "gguf_source.json"
 CONVERT_RECIPE = "gguf-to-hf-v1"  # bump when the conversion changes: old folders are then rebuilt
@@ -100,8 +101,10 @@ def _expected_sha(p: Packaged, pkg: Path) -> str | None:
     return None
 
 
-def packaged_gguf(name: str, cache_root: Path, log: Callable[[str], None] = print) -> Path:
-    """The GGUF file of a packaged model; one in parts is concatenated into cache_root/gguf/ once."""
+def packaged_gguf(name: str, cache_root: Path, log: Callable[[str], None] = print) -> tuple[Path, str | None]:
+    """(the GGUF file of a packaged model, its sha256 when this call verified it, else None): one in parts is
+    concatenated into cache_root/gguf/ once and checked against SHA256SUMS, so the caller hashes the file only when
+    nothing here did."""
     p = PACKAGED[name]
     pkg = _package_dir(p.module)
     if pkg is None:
@@ -111,7 +114,7 @@ def packaged_gguf(name: str, cache_root: Path, log: Callable[[str], None] = prin
         path = pkg / p.file
         if not path.is_file():
             raise _missing(p, f"{path} is missing from the installed package")
-        return path
+        return path, None
     chunks = []
     for i, mod in enumerate(p.parts):
         d = _package_dir(mod)
@@ -124,32 +127,33 @@ def packaged_gguf(name: str, cache_root: Path, log: Callable[[str], None] = prin
     target = Path(cache_root) / "gguf" / p.file
     if target.is_file() and target.stat().st_size == sum(c.stat().st_size for c in chunks) \
             and sha256_file(target) == expected:
-        return target
+        return target, expected
     log(f"model: joining the {len(chunks)} parts of {p.file} into {target}")
-    atomic_write_bytes(target, b"".join(c.read_bytes() for c in chunks))
-    got = sha256_file(target)
+    joined = b"".join(c.read_bytes() for c in chunks)
+    got = hashlib.sha256(joined).hexdigest()  # checked before writing: a damaged join leaves no file
     if got != expected:
         target.unlink(missing_ok=True)
         raise _missing(p, f"the joined parts have sha256 {got[:12]}..., not {expected[:12]}... as SHA256SUMS says "
                           f"(the installed parts are damaged or of another version)")
-    return target
+    atomic_write_bytes(target, joined)
+    return target, expected
 
 
-def find_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -> Path | None:
-    """The GGUF file that `spec` names (a packaged model's name, a .gguf file, or a folder holding exactly
-    one .gguf and no config.json), or None when `spec` names no GGUF at all."""
+def find_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -> tuple[Path, str | None] | None:
+    """(the GGUF file that `spec` names: a packaged model's name, a .gguf file, or a folder holding exactly one
+    .gguf and no config.json; its sha256 where already verified, else None), or None when `spec` names no GGUF."""
     if spec in PACKAGED:
         return packaged_gguf(spec, cache_root, log)
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix.lower() == ".gguf":
-        return path.resolve()
+        return path.resolve(), None
     if path.is_dir() and not (path / "config.json").exists():
         found = sorted(p for p in path.glob("*.gguf") if p.is_file())
         if len(found) > 1:
             raise InspectError(f"{path} holds {len(found)} GGUF files ({', '.join(p.name for p in found[:5])}): "
                                f"pass the one to inspect as --model {path / found[0].name}")
         if found:
-            return found[0].resolve()
+            return found[0].resolve(), None
     if spec.lower().endswith(".gguf") and not path.exists():
         raise InspectError(f"model {spec!r}: no such file")
     return None
@@ -245,15 +249,13 @@ def read_meta(folder: Path) -> dict | None:
 def resolve_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -> tuple[Path, dict] | None:
     """(converted folder, its gguf_source.json) for a spec that names a GGUF file, else None. The model cache holds
     no link leading outside it (utils.io.check_links)."""
-    try:
-        check_links(cache_root, "pass another --cache_dir")
-    except LinkError as e:
-        raise InspectError(str(e)) from None
-    path = find_gguf(spec, cache_root, log)
-    if path is None:
+    check_links(cache_root, "pass another --cache_dir", InspectError)
+    found = find_gguf(spec, cache_root, log)
+    if found is None:
         return None
+    path, known = found
     try:
-        sha = sha256_file(path)
+        sha = known or sha256_file(path)
     except OSError as e:
         raise InspectError(f"cannot read {path} ({e})") from e
     folder = Path(cache_root) / CACHE_FOLDER / f"{path.stem}-{sha[:12]}"

@@ -12,6 +12,7 @@ not (SmolLM2) starts at a plain token.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +44,6 @@ def text_documents(spec: str) -> Documents:
         texts = src.load(Path("."))["text"]  # english-v1 is built in memory: no scratch space used
         return Documents(list(texts), src.name, src.source_hash, src.description)
     from data.corpus import DataError, decode_text
-    from utils.io import sha256_file
     path = Path(spec).expanduser()
     try:
         raw = path.read_bytes()
@@ -54,7 +54,7 @@ def text_documents(spec: str) -> Documents:
         text = decode_text(raw, f"--text {spec}", f"pass '{ENGLISH}' or another text file")
     except DataError as e:
         raise InspectError(str(e)) from e
-    return Documents([text], str(path), sha256_file(path), f"{path.name}, {len(raw):,} bytes")
+    return Documents([text], str(path), hashlib.sha256(raw).hexdigest(), f"{path.name}, {len(raw):,} bytes")
 
 
 def starts_with_bos(tokenizer) -> int | None:

@@ -11,8 +11,6 @@ from data import DataError
 from data import corpus as corpus_mod
 from data import tokenizer as tokenizer_mod
 
-FIX_LEAVE = "remove it from --paths"
-
 
 def _parquet(rows: list, path):
     import pyarrow as pa

@@ -44,7 +44,7 @@ def test_gguf_specs_and_their_errors(tmp_path):
         find_gguf(str(tmp_path / "missing.gguf"), tmp_path)
     (tmp_path / "one").mkdir()
     (tmp_path / "one" / "m.gguf").write_bytes(b"x")
-    assert find_gguf(str(tmp_path / "one"), tmp_path) == (tmp_path / "one" / "m.gguf").resolve()
+    assert find_gguf(str(tmp_path / "one"), tmp_path)[0] == (tmp_path / "one" / "m.gguf").resolve()
     assert find_gguf(str(tmp_path), tmp_path) is None  # no GGUF here: the other loaders decide
     # a file that is not GGUF: one error naming it, nothing cached
     with pytest.raises(InspectError, match="not a readable GGUF file"):
@@ -84,7 +84,7 @@ def test_parts_are_joined_and_checked(tmp_path, monkeypatch):
     dirs = {"pkg": pkg, "p0": parts[0], "p1": parts[1]}
     monkeypatch.setattr(g, "_package_dir", lambda m: dirs.get(m))
     monkeypatch.setitem(g.PACKAGED, "toy", g.Packaged("toy", "m.gguf", "pkg", parts=("p0", "p1")))
-    out = packaged_gguf("toy", tmp_path / "cache", log=lambda s: None)
+    out = packaged_gguf("toy", tmp_path / "cache", log=lambda s: None)[0]
     assert out.read_bytes() == b"hello world"
     (pkg / "data" / "SHA256SUMS").write_text("0" * 64 + "  m.gguf\n")  # another version's sum
     with pytest.raises(InspectError, match="not 000000000000"):
