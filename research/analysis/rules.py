@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from configs.config import ConfigError
 from research.analysis.stats import MAX_SEEDS, one_sample_p, seeds_to_settle, t_critical
+from research.results.checks import check_margin  # noqa: F401  (defined with the other checks; imported from here too)
 from research.results.read import final_site_mean, last, seed_of
 from research.results.values import present
 from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
@@ -42,14 +42,6 @@ EQUAL, WITHIN, UNRESOLVED, DIFFERENT = ("equal", "different, within the margin",
                                         "different, beyond the margin")
 INCONCLUSIVE, DESCRIPTIVE, NO_DATA = "inconclusive", "descriptive", "no paired values"
 FINAL_FIELDS = ("mean_pr", "mean_pr_var", "loss", "val_loss")
-
-
-def check_margin(name: str, value) -> float:
-    """An equivalence margin as a float: a share of the compared values' mean, 0 < margin < 1. The one check of
-    --margin / --loss-margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ConfigError(f"{name} {value!r:.40} must be a share of the mean between 0 and 1 (e.g. 0.03)")
-    return float(value)
 
 
 def conditions(runs: dict) -> list[str]:

@@ -10,6 +10,7 @@ No torch.
 """
 from __future__ import annotations
 
+from configs.config import ConfigError
 from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES, PER_PROBE
 
 
@@ -25,6 +26,18 @@ def is_integer(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_text(v) -> bool:
+    return isinstance(v, str)
+
+
+def check_margin(name: str, value) -> float:
+    """An equivalence margin as a float: a share of the compared values' mean, 0 < margin < 1. The one check of
+    --margin / --loss-margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+        raise ConfigError(f"{name} {value!r:.40} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+    return float(value)
+
+
 def found(v) -> str:
     """A value as a message shows it: containers by their JSON type, scalars by their repr (cut at 40)."""
     if isinstance(v, dict):
@@ -34,7 +47,8 @@ def found(v) -> str:
     return f"{v!r:.40}"
 
 
-def _scalar(value, where: str, ok, kind: str, nullable: bool = True) -> None:
+def check_scalar(value, where: str, ok, kind: str, nullable: bool = True) -> None:
+    """A scalar field: of its type (`ok`), or absent (None) where `nullable`; ShapeError otherwise."""
     if not ((nullable and value is None) or ok(value)):
         raise ShapeError(f"{where} should be {kind}{' or null' if nullable else ''}, found {found(value)}")
 
@@ -123,14 +137,13 @@ def _check_ablation(ablation) -> None:
     if "learned" not in present or len(present) < 2:
         raise ShapeError("gain_ablation should hold 'learned' and at least one of " + ", ".join(ABLATION_MODES[1:]))
     if "step" in ablation:
-        _scalar(ablation["step"], "gain_ablation.step", is_integer, "a step (an integer)", nullable=False)
+        check_scalar(ablation["step"], "gain_ablation.step", is_integer, "a step (an integer)", nullable=False)
     for mode in present:
         entry = _dict(ablation[mode], f"gain_ablation.{mode}")
         for q in ("val_loss", "mean_pr"):
             if q not in entry:
                 raise ShapeError(f"gain_ablation.{mode} should hold {q} (a number or null), found no {q}")
-            if not (entry.get(q) is None or is_number(entry.get(q))):
-                raise ShapeError(f"gain_ablation.{mode}.{q} should be a number or null, found {entry.get(q)!r:.40}")
+            check_scalar(entry[q], f"gain_ablation.{mode}.{q}", is_number, "a number")
 
 
 _MODEL_SIZES = ("n_layers", "d_model", "n_heads", "n_kv_heads", "d_head", "head_dim")
@@ -141,14 +154,14 @@ def _check_config(config) -> None:
     """The run's config (configs.RunConfig.to_dict()): the sections and values readers look into."""
     config = _dict(config, "config", nullable=True)
     sections = {s: _dict(config.get(s), f"config.{s}", nullable=True) for s in ("model", "train", "data", "probe")}
-    _scalar(config.get("preset"), "config.preset", lambda v: isinstance(v, str), "a preset name (text)")
+    check_scalar(config.get("preset"), "config.preset", is_text, "a preset name (text)")
     model, train = sections["model"], sections["train"]
     for k in _MODEL_SIZES:
-        _scalar(model.get(k), f"config.model.{k}", lambda v: is_integer(v) and v > 0, "a positive integer")
-    _scalar(model.get("qk_norm"), "config.model.qk_norm", lambda v: isinstance(v, str), "text")
-    _scalar(train.get("seed"), "config.train.seed", is_integer, "an integer")
+        check_scalar(model.get(k), f"config.model.{k}", lambda v: is_integer(v) and v > 0, "a positive integer")
+    check_scalar(model.get("qk_norm"), "config.model.qk_norm", is_text, "text")
+    check_scalar(train.get("seed"), "config.train.seed", is_integer, "an integer")
     for k in _TRAIN_NUMBERS:
-        _scalar(train.get(k), f"config.train.{k}", is_number, "a number")
+        check_scalar(train.get(k), f"config.train.{k}", is_number, "a number")
     if train.get("wd_on_gains") and not is_number(train.get("adamw_lr")):
         raise ShapeError(f"config.train.adamw_lr should be a number (config.train.wd_on_gains is set), found "
                          f"{found(train.get('adamw_lr'))}")
@@ -156,21 +169,22 @@ def _check_config(config) -> None:
 
 def _check_header(res: dict, n: int) -> None:
     """The top-level fields beside the write-ups' ones: what every reader may look into."""
-    _scalar(res.get("seed"), "seed", is_integer, "an integer")
-    _scalar(res.get("preset"), "preset", lambda v: isinstance(v, str), "a preset name (text)")
-    _scalar(res.get("schema_version"), "schema_version", lambda v: is_integer(v) and v >= 0, "a version (an integer)")
+    check_scalar(res.get("seed"), "seed", is_integer, "an integer")
+    check_scalar(res.get("preset"), "preset", is_text, "a preset name (text)")
+    check_scalar(res.get("schema_version"), "schema_version", lambda v: is_integer(v) and v >= 0,
+                 "a version (an integer)")
     _check_config(res.get("config"))
     for k in ("provenance", "data"):
         _dict(res.get(k), k, nullable=True)
     diverged = _dict(res.get("diverged"), "diverged", nullable=True)
-    _scalar(diverged.get("step"), "diverged.step", is_integer, "a step (an integer)")
-    _scalar(res.get("init_val_loss"), "init_val_loss", is_number, "a number")
+    check_scalar(diverged.get("step"), "diverged.step", is_integer, "a step (an integer)")
+    check_scalar(res.get("init_val_loss"), "init_val_loss", is_number, "a number")
     for k in ("wall_time_s", "probe_time_s"):
         if k in res:
             _numbers(res[k], k, n)
     # a pilot's combined file: how many seeds each curve is the mean of, and which
     if "n_seeds" in res:
-        _scalar(res["n_seeds"], "n_seeds", lambda v: is_integer(v) and v > 0, "a positive integer", nullable=False)
+        check_scalar(res["n_seeds"], "n_seeds", lambda v: is_integer(v) and v > 0, "a positive integer", nullable=False)
     seeds = res.get("seeds")
     if "seeds" in res:
         if not isinstance(seeds, list) or not seeds or not all(s is None or is_integer(s) for s in seeds):

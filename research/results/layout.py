@@ -23,8 +23,7 @@ import math
 import re
 from pathlib import Path
 
-from research.analysis.rules import check_margin
-from research.results.checks import found, is_integer
+from research.results.checks import check_margin, found, is_integer
 from research.results.read import seed_of
 from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
@@ -195,11 +194,6 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
     return path
 
 
-def study_settings(folder: str | Path) -> dict:
-    """study.json of a study folder as a checked dict ({} when there is none); see read_study_index."""
-    return read_study_index(folder)
-
-
 # ----------------------------------------------------------------------------- combined_results.json
 
 def _combined_entry(e: dict, cond: str, where: str) -> dict:
@@ -289,28 +283,32 @@ def _inside(folder: Path, path: Path) -> Path:
     return path
 
 
-def _load_condition(folder: Path, condition: str, paths: list[Path]) -> list[dict]:
-    runs = [load_results(_inside(folder, p)) for p in paths]
+def _load_condition(condition: str, paths: list[Path], folder: Path | None = None) -> list[dict]:
+    """The runs of one condition, checked (check_condition). `folder`: refuse a path that leads out of it through a
+    link (the paths of a study.json were checked so when it was read)."""
+    runs = [load_results(p if folder is None else _inside(folder, p)) for p in paths]
     check_condition(condition, paths, runs)
     return runs
 
 
-def load_study(folder: str | Path) -> tuple[str, dict[str, list[dict]]]:
-    """(kind, runs) of a study folder: runs maps condition -> results dicts, one per seed."""
+def load_study(folder: str | Path, index: dict | None = None) -> tuple[str, dict[str, list[dict]]]:
+    """(kind, runs) of a study folder: runs maps condition -> results dicts, one per seed. `index`: the folder's
+    study.json as read_study_index returned it, for a caller that has read it already (None: read it here)."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ResultsError(f"{folder}: no such folder")
-    index = read_study_index(folder)
+    if index is None:
+        index = read_study_index(folder)
     if index:
         for cond, paths in index["conditions"].items():
             for p in paths:
                 if not p.is_file():
                     raise ResultsError(f"{index['path']}: conditions.{cond}: lists {p.relative_to(folder)}, which "
                                        f"does not exist; fix: {INDEX_FIX}")
-        return index["kind"], {c: _load_condition(folder, c, paths) for c, paths in index["conditions"].items()}
+        return index["kind"], {c: _load_condition(c, paths) for c, paths in index["conditions"].items()}
     if (folder / PILOT_COMBINED).is_file():
         return "pilot", runs_from_combined(_inside(folder, folder / PILOT_COMBINED))
-    runs = {c: _load_condition(folder, c, paths) for c in QK_CONDITIONS if (paths := condition_results(folder, c))}
+    runs = {c: _load_condition(c, paths, folder) for c in QK_CONDITIONS if (paths := condition_results(folder, c))}
     if runs:
         return "qk_norm", runs
     raise ResultsError(f"{folder}: no study found. Expected {STUDY_INDEX} (written by the study scripts), "

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.results.checks import ShapeError, found, is_integer, is_number
+from research.results.checks import ShapeError, check_scalar, found, is_integer, is_number, is_text
 from research.results.schema import ResultsError
 from research.results.values import parse_json
 
@@ -23,32 +23,22 @@ def _grid(value, where: str, rows: int, cols: int) -> None:
             raise ShapeError(f"{where}[{i}] should be {cols} numbers (one per head)")
 
 
-def _typed(value, where: str, ok, kind: str) -> None:
-    """A field the report shows: absent (None) or of its type."""
-    if value is not None and not ok(value):
-        raise ShapeError(f"{where} should be {kind} or null, found {found(value)}")
-
-
-def _is_text(v) -> bool:
-    return isinstance(v, str)
-
-
 def check_description(name: str, rec: dict) -> None:
     """What the report says about a model and its text, each field absent or of the type the report formats."""
     where = f"models.{name}"
     for k in ("source", "family", "model_type"):
-        _typed(rec.get(k), f"{where}.{k}", _is_text, "text")
-    _typed(rec.get("params"), f"{where}.params", lambda v: is_integer(v) and v > 0, "a positive integer")
-    _typed(rec.get("wall_s"), f"{where}.wall_s", is_number, "a number of seconds")
+        check_scalar(rec.get(k), f"{where}.{k}", is_text, "text")
+    check_scalar(rec.get("params"), f"{where}.params", lambda v: is_integer(v) and v > 0, "a positive integer")
+    check_scalar(rec.get("wall_s"), f"{where}.wall_s", is_number, "a number of seconds")
     text = rec.get("text")
-    _typed(text, f"{where}.text", lambda v: isinstance(v, dict), "an object")
-    for k, ok, kind in (("source", _is_text, "text"), ("sha256", _is_text, "text"), ("seed", is_integer, "an integer"),
+    check_scalar(text, f"{where}.text", lambda v: isinstance(v, dict), "an object")
+    for k, ok, kind in (("source", is_text, "text"), ("sha256", is_text, "text"), ("seed", is_integer, "an integer"),
                         ("batch", is_integer, "an integer"), ("seq_len", is_integer, "an integer")):
-        _typed((text or {}).get(k), f"{where}.text.{k}", ok, kind)
+        check_scalar((text or {}).get(k), f"{where}.text.{k}", ok, kind)
     gguf = rec.get("gguf")
-    _typed(gguf, f"{where}.gguf", lambda v: isinstance(v, dict), "an object")
+    check_scalar(gguf, f"{where}.gguf", lambda v: isinstance(v, dict), "an object")
     if gguf:  # the report states all four: each must be there
-        for k, ok, kind in (("gguf_file", _is_text, "text"), ("gguf_sha256", _is_text, "text"),
+        for k, ok, kind in (("gguf_file", is_text, "text"), ("gguf_sha256", is_text, "text"),
                             ("check_loss", is_number, "a number"),
                             ("tensor_types", lambda v: isinstance(v, dict) and all(is_number(x) and x >= 0 for x in
                                                                                   v.values()) and sum(v.values()) > 0,
@@ -56,7 +46,7 @@ def check_description(name: str, rec: dict) -> None:
             if not ok(gguf.get(k)):
                 raise ShapeError(f"{where}.gguf.{k} should be {kind}, found {found(gguf.get(k))}")
     gains = rec.get("gains")
-    _typed(gains, f"{where}.gains", lambda v: isinstance(v, dict), "an object")
+    check_scalar(gains, f"{where}.gains", lambda v: isinstance(v, dict), "an object")
     for site, rows in (gains or {}).items():
         if rows is None:
             continue
@@ -140,9 +130,9 @@ def load_pretrained_keys(path: str | Path) -> dict:
     try:
         if not isinstance(models, dict) or not models:
             raise ShapeError("models should map model names to their records")
-        _typed(res.get("command"), "command", _is_text, "text")
-        _typed(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
-        _typed(res.get("provenance"), "provenance", lambda v: isinstance(v, dict), "an object")
+        check_scalar(res.get("command"), "command", is_text, "text")
+        check_scalar(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
+        check_scalar(res.get("provenance"), "provenance", lambda v: isinstance(v, dict), "an object")
         for name, rec in models.items():
             check_model(name, rec)
     except ShapeError as e:

@@ -33,7 +33,6 @@ from research.plots import pilot as pilot_plots
 from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
 from research.plots.common import write_outputs
-from research.results import ResultsError
 from research.results.layout import load_study, read_study_index, refuse_others_results
 from research.results.values import json_safe
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
@@ -93,6 +92,7 @@ class StudyView:
     runs: dict  # condition -> [results dict per seed]
     analysis: Any  # the decisions of research.analysis, e.g. QkNormAnalysis (its .verdict.text, .decisions, ...)
     outputs: dict  # file name -> Figure, report text or JSON-ready dict: what render_study writes
+    index: dict  # its study.json, checked (research.results.layout.read_study_index); {} when it has none
 
     @property
     def figures(self) -> dict[str, Figure]:
@@ -110,15 +110,12 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     research.analysis.rules'). ResultsError names a file that cannot be used."""
     margin = None if margin is None else check_margin("margin", margin)
     loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
-    kind, runs = load_study(folder)
-    if kind not in KINDS:
-        raise ResultsError(f"{Path(folder) / 'study.json'}: unknown study kind {kind!r} "
-                           f"(known: {', '.join(KINDS)})")
-    settings = read_study_index(folder)  # checked: its margins are shares of the mean in (0, 1), or None
-    margin = margin or settings.get("margin") or MARGIN
-    loss_margin = loss_margin or settings.get("loss_margin") or LOSS_MARGIN
+    index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
+    kind, runs = load_study(folder, index)  # kind: one of STUDY_KINDS, all of them in KINDS
+    margin = margin or index.get("margin") or MARGIN
+    loss_margin = loss_margin or index.get("loss_margin") or LOSS_MARGIN
     analysis = KINDS[kind].analyze(runs, margin, loss_margin)
-    return StudyView(Path(folder), kind, runs, analysis, KINDS[kind].draw(runs, analysis, margin, loss_margin))
+    return StudyView(Path(folder), kind, runs, analysis, KINDS[kind].draw(runs, analysis, margin, loss_margin), index)
 
 
 def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,
@@ -126,9 +123,9 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
     """Draw every figure and the report of the study in `folder` (into `out`, default the same folder);
     returns the files written. `margin` / `loss_margin`: the equivalence margins of key metrics and of
     losses, shares of the mean (default: those the study ran with, else research.analysis.rules')."""
-    outputs = load_and_analyze(folder, margin, loss_margin).outputs
+    view = load_and_analyze(folder, margin, loss_margin)
     target = Path(out or folder)
     with FolderLock(target, hint="pass --out to write the figures elsewhere"):
         if target.resolve() != Path(folder).resolve():  # another folder: never one holding others' results
-            refuse_others_results(target, "split_panels.py", study=read_study_index(folder).get("study"))
-        return write_outputs(target, outputs)
+            refuse_others_results(target, "split_panels.py", study=view.index.get("study"))
+        return write_outputs(target, view.outputs)

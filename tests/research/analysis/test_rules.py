@@ -100,8 +100,7 @@ def test_the_interval_shown_agrees_with_the_test_in_every_family():
             range(n), 0.0)) for i in range(k)}
         for d in decide(family, margin=0.5).values():
             excludes0 = d.ci[0] > 0 or d.ci[1] < 0
-            assert excludes0 == (d.p_adj < 0.05) == d.significant
-            assert d.outcome == outcome_of(*d.ci, d.margin)
+            assert excludes0 == (d.p_adj < 0.05)
 
 
 def test_finals_are_keyed_by_seed():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
-from research.results.layout import condition_dir, condition_results, load_study, study_settings, write_study_index
+from research.results.layout import condition_dir, condition_results, load_study, read_study_index, write_study_index
 from research.results.read import d_head_of, last, layer_keys, seed_of
 from research.results.values import as_array, json_safe, present
 from tests.helpers import REFERENCE, REPO
@@ -91,7 +91,7 @@ def test_study_layout_and_recognition(tmp_path):
                       conditions={"NoQK": ["NoQK/seed_2/results.json"]}, margin=0.05, loss_margin=0.01)
     kind, runs = load_study(tmp_path)
     assert kind == "keys" and [r["seed"] for r in runs["NoQK"]] == [2]
-    assert (study_settings(tmp_path)["margin"], study_settings(tmp_path)["loss_margin"]) == (0.05, 0.01)
+    assert (read_study_index(tmp_path)["margin"], read_study_index(tmp_path)["loss_margin"]) == (0.05, 0.01)
     (tmp_path / "study.json").write_text("{")
     with pytest.raises(ResultsError, match="corrupted study index"):
         load_study(tmp_path)
