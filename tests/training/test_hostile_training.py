@@ -209,8 +209,10 @@ def test_ctrl_c_says_the_step_and_how_to_continue(args, tmp_path, straight_run, 
     argv = args(6)
     env = {**os.environ, ENV: "pause:step:3", DIR_ENV: str(hook_dir), "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(REPO)}
+    # SIGINT as a terminal delivers it: a shell's background job (CI) would hand the child SIGINT ignored
     proc = subprocess.Popen([sys.executable, str(REPO / "train_llm.py"), *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (hook_dir / "paused").exists():
         assert proc.poll() is None and time.time() < deadline, proc.communicate()[1][-2000:]
