@@ -2,7 +2,7 @@
 
     python train_llm.py --preset tiny --tokens 200000 --out runs/tiny
     python train_llm.py --preset tiny --out runs/tiny --resume          # continue the newest checkpoint
-    python train_llm.py --preset tiny --out runs/p --probe-every 25     # key probe -> runs/p/results.json
+    python train_llm.py --preset tiny --out runs/p --probe_every 25     # key probe -> runs/p/results.json
     python train_llm.py --config runs/tiny/config.json --out runs/again  # a saved config, run again
     python train_llm.py --preset 1b --device cuda --plan               # memory per device, then exit
     torchrun --nproc_per_node 2 train_llm.py --preset tiny --out runs/ddp
@@ -20,6 +20,7 @@ import sys
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
 from configs.cli import help_defaults, start_in
 from training.tracking import LOGGERS, check_logger
+from utils.cli import ArgumentParser
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -28,17 +29,16 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     preset = preset if preset in PRESETS else "tiny"
     defaults = help_defaults(get_preset(preset), file)
     source = f"the {preset} preset" + (f" with {file.path}" if file else "")
-    p = argparse.ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.",
-                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
     p.add_argument("--out", help="output folder (config, metrics, checkpoints, tokenizer); required unless --plan")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="print the memory this run needs per device (on DEVICES devices; default: torchrun's "
                         "WORLD_SIZE or 1) and exit without allocating anything")
     p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out that loads")
-    p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
+    p.add_argument("--replan_schedule", action="store_true",
                    help="with --resume and another --tokens under a cosine or warmup schedule: the remaining steps "
                         "follow the schedule of the new total (the lr jumps once, at the resume step)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (logs only)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bar (logs only)")
     p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
     p.add_argument("--logger", default="none", choices=LOGGERS,
                    help="experiment tracker (default none): tensorboard writes OUT/tensorboard/, wandb a W&B run "

@@ -17,6 +17,7 @@ import typing
 from configs.config import ConfigError, RunConfig
 from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
 from configs.presets import PRESETS, get_preset
+from utils.cli import ArgumentParser
 
 
 def _parse_bool(s: str) -> bool:
@@ -53,7 +54,7 @@ def start_in(argv: list[str] | None, default: str) -> tuple[str, ConfigFile | No
     """The preset and the --config file named in argv, read before the full parser exists so that --help
     can show the values a user gets. The preset: --preset, else the file's, else `default`; an unknown
     name is left for the parser to reject. A bad file raises ConfigError."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = ArgumentParser(add_help=False)
     pre.add_argument("--preset")
     pre.add_argument("--config")
     known = pre.parse_known_args(argv)[0]
@@ -88,12 +89,11 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
     given = file.values if file else {}
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
-        names = [f"--{f.name}"] + ([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])
         if f.name in given:
             shown = f"{_shown(given[f.name])} (from {file.path.name})"
         else:
             shown = notes.get(f.name, _shown(getattr(getattr(defaults, section), f.name)))
-        parser.add_argument(*names, dest=f"cfg__{f.name}", type=typ, metavar=metavar,
+        parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
                             default=argparse.SUPPRESS, help=f"[{section}] default: {shown}")
 
 

@@ -13,24 +13,24 @@ against the measured matmul ceiling of the precision the step runs in.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
 from research.speed.measure import configs
 from research.speed.suite import gpu_suite, gpu_table, run_suite, table
+from utils.cli import ArgumentParser
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--steps", type=int, default=10, help="timed training steps per config (after 3 warm-up)")
     p.add_argument("--configs", nargs="+", default=list(configs()), choices=list(configs()))
-    p.add_argument("--probe-every", type=int, default=25, help="probe interval (optimizer steps) for the overhead "
+    p.add_argument("--probe_every", type=int, default=25, help="probe interval (optimizer steps) for the overhead "
                                                                 "estimate (default 25)")
-    p.add_argument("--no-probe", action="store_true", help="skip the probe measurements")
-    p.add_argument("--probe-memory-layers", type=int, default=2,
+    p.add_argument("--no_probe", action="store_true", help="skip the probe measurements")
+    p.add_argument("--probe_memory_layers", type=int, default=2,
                    help="layers of the 1b-shaped model for the probe memory check (0 skips it)")
     p.add_argument("--cpu", action="store_true", help="measure the CPU suite even where CUDA is available")
     args = p.parse_args(argv)

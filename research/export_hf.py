@@ -14,10 +14,11 @@ import argparse
 import sys
 
 from research.export import ExportError, export_run
+from utils.cli import ArgumentParser
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("run_dir", help="train_llm.py output folder or study condition folder")
     p.add_argument("out_dir", help="folder to write (must be new or empty unless --force)")
     p.add_argument("--force", action="store_true",

@@ -30,16 +30,17 @@ from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
+from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.io import atomic_write_text
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--model", required=True,
                    help="HF folder, hub id, train_llm.py output folder, GGUF file (or a folder holding one), "
                         f"or a packaged model: {', '.join(PACKAGED)}")
-    p.add_argument("--cache_dir", "--cache-dir", default=DEFAULT_CACHE,
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
                    help="where GGUF files are converted to Hugging Face folders, once per file "
                         "(default %(default)s)")
     p.add_argument("--text", default=ENGLISH,
@@ -47,7 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "requirements-data.txt) or a UTF-8 text file; --batch windows of --seq_len tokens, one "
                         "per document where the text has enough (research/inspection/text.py). Default %(default)s")
     p.add_argument("--batch", type=int, default=4, help="text windows (default %(default)s)")
-    p.add_argument("--seq_len", "--seq-len", type=int, default=256, help="tokens per window (default %(default)s)")
+    p.add_argument("--seq_len", type=int, default=256, help="tokens per window (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the windows' choice (default %(default)s)")
     p.add_argument("--prompt", default=None,
                    help="run one prompt instead of --text windows (e.g. a sentence for the logit lens)")
@@ -62,11 +63,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--words", default=",".join(DEFAULT_WORDS),
                    help="comma-separated words for the word-similarity heatmap (words that are not one token "
                         "are listed as skipped); default %(default)s")
-    p.add_argument("--dict_sample", "--dict-sample", type=int, default=DICT_SAMPLE,
+    p.add_argument("--dict_sample", type=int, default=DICT_SAMPLE,
                    help="tokens whose pairs give the dictionaries' positive share and input/output correlation: "
                         "all tokens (exact) when the vocabulary has no more, else a seeded sample "
                         "(default %(default)s)")
-    p.add_argument("--head_layer", "--head-layer", type=int, default=0,
+    p.add_argument("--head_layer", type=int, default=0,
                    help="layer whose heads' query and key weights are read on the input dictionary (default 0)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="weights' dtype (statistics are computed in float32 either way)")

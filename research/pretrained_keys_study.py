@@ -38,6 +38,7 @@ from research.inspection.text import ENGLISH, text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
+from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
 
@@ -46,7 +47,7 @@ DEFAULT_OUT = "research_results/pretrained_keys_study"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
                    help=f"models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
                         f"folders or hub ids (default: %(default)s)")
@@ -54,17 +55,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=8,
                    help="text batches: the unit of uncertainty of every decision (default %(default)s)")
     p.add_argument("--batch", type=int, default=4, help="windows per batch (default %(default)s)")
-    p.add_argument("--seq_len", "--seq-len", type=int, default=256, help="tokens per window (default %(default)s)")
+    p.add_argument("--seq_len", type=int, default=256, help="tokens per window (default %(default)s)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the windows' choice and of the untrained reference's weights (default %(default)s)")
     p.add_argument("--margin", type=float, default=MARGIN,
                    help="equivalence margin, a share of the compared values' mean (default %(default)s)")
     p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s)")
-    p.add_argument("--cache_dir", "--cache-dir", default=DEFAULT_CACHE,
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
                    help="where GGUF files are converted to Hugging Face folders (default %(default)s)")
-    p.add_argument("--render_only", "--render-only", action="store_true",
+    p.add_argument("--render_only", action="store_true",
                    help="redraw the figures and report.md from --out/pretrained_keys.json; measure nothing")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     for name in ("batches", "batch"):
         if getattr(args, name) < 1:

@@ -9,18 +9,18 @@ output is replaced atomically. Needs numpy and matplotlib only: torch is never i
 """
 from __future__ import annotations
 
-import argparse
 import sys
 
 from research.analysis.rules import check_margin
 from research.results import ResultsError
 from research.studies.render import render_study
+from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.lock import LockError
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("folder", nargs="?", default="research_results/qk_norm_50m_study",
                    help="study folder (default research_results/qk_norm_50m_study)")
     p.add_argument("--out", help="write figures and report here instead of into the study folder")
@@ -28,10 +28,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="margin of key metrics, a share of the compared values' mean: an interval wholly inside "
                         "+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default: the "
                         "one the study ran with, else 0.03)")
-    p.add_argument("--loss-margin", type=float,
+    p.add_argument("--loss_margin", type=float,
                    help="the same for losses (default: the study's, else 0.005)")
     args = p.parse_args(argv)
-    for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
+    for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         if value is not None:
             try:
                 check_margin(name, value)

@@ -67,7 +67,7 @@ def golden_run(workdir: Path) -> dict:
     train_llm.main(["--preset", "debug", "--source", "files", "--paths", str(corpus), "--cache_dir",
                     str(workdir / "cache"), "--precision", "fp32", "--device", "cpu", "--compile", "off",
                     "--tokens", str(STEPS * STEP_TOKENS), "--eval_batches", "2", "--eval_every", "4",
-                    "--probe-every", str(STEPS), "--ckpt_every", str(STEPS), "--no-progress", "--out", str(out)])
+                    "--probe_every", str(STEPS), "--ckpt_every", str(STEPS), "--no_progress", "--out", str(out)])
     res = load_results(out / "results.json")
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
     init = res["probes"][0]

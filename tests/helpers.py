@@ -80,7 +80,7 @@ def labelled_lines(ax) -> dict:
 def cli_args(corpus_file, cache_dir, out, steps: int, *extra) -> list[str]:
     """train_llm.py arguments of a debug run of `steps` steps: probes and checkpoints every 2 steps."""
     return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-            "--precision", "fp32", "--no-progress", "--eval_batches", "2", "--probe-every", "2", "--ckpt_every", "2",
+            "--precision", "fp32", "--no_progress", "--eval_batches", "2", "--probe_every", "2", "--ckpt_every", "2",
             "--tokens", str(steps * STEP_TOKENS), "--out", str(out), *extra]
 
 

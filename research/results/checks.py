@@ -32,7 +32,7 @@ def is_text(v) -> bool:
 
 def check_margin(name: str, value) -> float:
     """An equivalence margin as a float: a share of the compared values' mean, 0 < margin < 1. The one check of
-    --margin / --loss-margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
+    --margin / --loss_margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ConfigError(f"{name} {value!r:.40} must be a share of the mean between 0 and 1 (e.g. 0.03)")
     return float(value)

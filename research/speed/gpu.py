@@ -9,7 +9,6 @@ research/benchmark.py runs it for the 88m and 1b presets when CUDA is available.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import torch
 
 from configs import PRESETS, add_config_args, apply_overrides, flops_per_token, get_preset
 from configs.cli import overrides_from_args, start_in
+from utils.cli import ArgumentParser
 
 
 def bf16_ceiling(n: int = 8192, repeats: int = 10) -> float:
@@ -112,7 +112,7 @@ def measure(preset: str, steps: int, overrides: dict, ceiling: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=10)
     preset, _ = start_in(argv, "1b")
     add_config_args(p, get_preset(preset if preset in PRESETS else "1b"), default_preset="1b")

@@ -6,7 +6,6 @@ data pipeline is not on the hot path: batches are slices of a memory-mapped arra
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import resource
@@ -20,6 +19,7 @@ from configs import ModelConfig, TrainConfig, flops_per_token, get_preset
 from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
+from utils.cli import ArgumentParser
 from utils.runtime import autocast, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
@@ -221,7 +221,7 @@ def child_json(module: str, argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
-    p = argparse.ArgumentParser(description="One measurement in this process; prints one JSON object.")
+    p = ArgumentParser(description="One measurement in this process; prints one JSON object.")
     p.add_argument("kind", choices=["training", "pair", "probe", "probe-memory", "logit-tracking"])
     p.add_argument("--config", default="tiny", choices=list(configs()))
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])

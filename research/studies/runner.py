@@ -37,6 +37,7 @@ from training.memory_fit import plan_target, plan_text
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
+from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
 from utils.runtime import device_choice, precision_choice, resolve_device
@@ -66,7 +67,7 @@ def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
 
 
 def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre = ArgumentParser(add_help=False)
     pre.add_argument("--device")
     preset, file = start_in(argv, "auto")
     device = pre.parse_known_args(argv)[0].device or (file.values.get("device") if file else None) or "auto"
@@ -76,32 +77,30 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
         defaults = base_config(study, preset, file.values if file else {})
     except ConfigError:  # the file's values may validate only with options still to come
         defaults = base_config(study, preset, {})
-    p = argparse.ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for "
-                                            f"this study.", allow_abbrev=False,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for this study.")
     p.add_argument("--seeds", type=int, nargs="+",
                    help=f"train every condition once per seed (default: {' '.join(map(str, study.default_seeds))}; "
                         f"--seed N alone: that one seed)")
     p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
     if study.lr_multipliers:
-        p.add_argument("--lr-multipliers", type=float, nargs="+", default=list(study.lr_multipliers),
+        p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers),
                        help="multiples of the preset's Muon and AdamW learning rates to train every condition at "
                             f"(default: {' '.join(f'{m:g}' for m in study.lr_multipliers)})")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars (logs only)")
     p.add_argument("--logger", default="none", choices=LOGGERS,
                    help="experiment tracker per condition (default none): tensorboard writes <condition>/tensorboard/ "
                         "(tensorboard --logdir the study folder), wandb one W&B run each (offline without a network)")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="print the memory per device of the study's largest run (on DEVICES devices; default: "
                         "torchrun's WORLD_SIZE or 1) and exit without training")
-    p.add_argument("--replan_schedule", "--replan-schedule", action="store_true",
+    p.add_argument("--replan_schedule", action="store_true",
                    help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
     p.add_argument("--margin", type=float, default=MARGIN,
                    help=f"margin of key metrics, a share of the compared values' mean: an interval wholly inside "
                         f"+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default "
                         f"{MARGIN})")
-    p.add_argument("--loss-margin", type=float, default=LOSS_MARGIN,
+    p.add_argument("--loss_margin", type=float, default=LOSS_MARGIN,
                    help=f"the same for losses (default {LOSS_MARGIN})")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
@@ -143,7 +142,7 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
     try:
         args = build_parser(study, description, argv).parse_args(argv)
-        for name, value in (("--margin", args.margin), ("--loss-margin", args.loss_margin)):
+        for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
             check_margin(name, value)
         if args.seeds and len(set(args.seeds)) < len(args.seeds):
             twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
@@ -151,7 +150,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
                               f"more than once: give each seed once")
         if study.lr_multipliers:
             if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
-                raise ConfigError("--lr-multipliers must be positive numbers, e.g. 0.25 1 4 16")
+                raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
             study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
         preset, overrides = start_from_args(args, "auto")
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),

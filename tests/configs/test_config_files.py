@@ -23,7 +23,7 @@ def _help_default(help_text: str, option: str) -> str:
 
 def test_a_saved_config_json_fed_back_reproduces_the_run_bit_for_bit(straight_run, tmp_path):
     again = tmp_path / "again"
-    train_llm.main(["--config", str(straight_run / "config.json"), "--out", str(again), "--no-progress"])
+    train_llm.main(["--config", str(straight_run / "config.json"), "--out", str(again), "--no_progress"])
     assert json.loads((again / "config.json").read_text()) == json.loads((straight_run / "config.json").read_text())
     assert_same_run(straight_run, again, 6)  # same losses, grad norms, probes and final weights
 
@@ -45,10 +45,10 @@ def test_help_shows_the_file_values_over_the_preset(tmp_path):
     f.write_text(json.dumps({"preset": "88m", "model": {"n_layers": 3}, "source": "files"}))  # --paths to come
     text = train_llm.build_parser(["--config", str(f)]).format_help()
     assert "Defaults below are those of the 88m preset with" in text
-    assert _help_default(text, "--n_layers N,") == "3 (from c.json)"
-    assert _help_default(text, "--d_model N,") == "512"  # 88m's
+    assert _help_default(text, "--n_layers N") == "3 (from c.json)"
+    assert _help_default(text, "--d_model N") == "512"  # 88m's
     study = study_parser(QK_NORM, argv=["--config", str(f), "--device", "cpu"]).format_help()
-    assert _help_default(study, "--n_layers N,") == "3 (from c.json)"
+    assert _help_default(study, "--n_layers N") == "3 (from c.json)"
     assert _help_default(study, "--tokens N") == "8000000"
 
 

@@ -252,7 +252,7 @@ def test_the_88m_preset_starts_offline_on_local_data_and_says_so(monkeypatch, tm
     out = tmp_path / "run"
     train_llm.main(["--preset", "88m", "--n_layers", "2", "--d_model", "64", "--n_heads", "2", "--n_kv_heads", "1",
                     "--d_ff", "128", "--seq_len", "64", "--batch_size", "2", "--tokens", "256", "--eval_batches", "1",
-                    "--precision", "fp32", "--cache_dir", str(tmp_path / "cache"), "--out", str(out), "--no-progress"])
+                    "--precision", "fp32", "--cache_dir", str(tmp_path / "cache"), "--out", str(out), "--no_progress"])
     log = capsys.readouterr().out
     saved = json.loads((out / "config.json").read_text())["data"]
     assert (saved["source"], saved["tokenizer"]) == ("english", "smollm2-gguf")

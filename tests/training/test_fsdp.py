@@ -24,8 +24,8 @@ STEPS = 6
 
 def _common(corpus_file, cache_dir, steps, precision="fp32"):
     return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-            "--precision", precision, "--tokens", str(steps * STEP_TOKENS * 2), "--grad_accum", "2", "--no-progress",
-            "--eval_batches", "2", "--probe-every", "3", "--ckpt_every", "3", "--device", "cpu"]
+            "--precision", precision, "--tokens", str(steps * STEP_TOKENS * 2), "--grad_accum", "2", "--no_progress",
+            "--eval_batches", "2", "--probe_every", "3", "--ckpt_every", "3", "--device", "cpu"]
 
 
 

@@ -76,7 +76,7 @@ def test_a_folder_with_only_results_json_is_never_replaced(args, tmp_path, capsy
 def test_run_files_without_config_or_checkpoint_get_one_message_with_or_without_resume(args, tmp_path, capsys, fails):
     """Defect 18: metrics alone were told 'pass --resume' without it and 'drop --resume' with it."""
     out = tmp_path / "run"
-    train_llm.main(args(2, "--ckpt_every", "0", "--probe-every", "0"))
+    train_llm.main(args(2, "--ckpt_every", "0", "--probe_every", "0"))
     shutil.rmtree(out / "checkpoints")
     (out / "config.json").unlink()
     before = snapshot(out)

@@ -141,9 +141,9 @@ def test_cli_rejects_unknown_options_and_bad_configs(capsys):
 def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, corpus_file, cache_dir):
     steps = 6
     common = ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-              "--precision", "fp32", "--tokens", str(steps * STEP_TOKENS), "--no-progress", "--eval_batches", "2"]
+              "--precision", "fp32", "--tokens", str(steps * STEP_TOKENS), "--no_progress", "--eval_batches", "2"]
     run(debug_cfg(tokens=steps * STEP_TOKENS), tmp_path / "one")  # also builds the data cache before the ranks start
-    run_train_llm(["--out", str(tmp_path / "two"), "--probe-every", "3", "--device", "cpu", *common], nproc=2)
+    run_train_llm(["--out", str(tmp_path / "two"), "--probe_every", "3", "--device", "cpu", *common], nproc=2)
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(one) == len(two) == steps
     # Same global batches and weights, both fp32 (pinned, Muon too); only the order of floating-point reductions

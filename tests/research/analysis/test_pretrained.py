@@ -104,7 +104,7 @@ def test_study_script_on_a_tiny_model(tmp_path):
     text.write_text(" ".join(SENTENCES * 20))
     out = tmp_path / "out"
     args = ["--models", str(model), "--text", str(text), "--batches", "3", "--batch", "2", "--seq_len", "16",
-            "--out", str(out), "--no-progress"]
+            "--out", str(out), "--no_progress"]
     assert study.main(args) == 0
     res = load_pretrained_keys(out / FILE)
     rec = res["models"][str(model)]

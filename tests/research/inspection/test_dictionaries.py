@@ -185,7 +185,7 @@ def test_cli_on_a_training_folder_writes_the_sections(model_dirs, tmp_path):
     from research import inspect_pretrained
     out = tmp_path / "own"
     assert inspect_pretrained.main(["--model", str(model_dirs["own"]), "--prompt", PROMPT, "--out", str(out),
-                                    "--words", "dog, cat,sea", "--dict-sample", "100", "--head-layer", "2",
+                                    "--words", "dog, cat,sea", "--dict_sample", "100", "--head_layer", "2",
                                     "--top_k", "2"]) == 0
     r = json.loads((out / "inspect.json").read_text())
     assert r["dictionaries"]["words"]["words"] == ["dog", "cat", "sea"] and r["dictionaries"]["sample_tokens"] == 100
@@ -193,7 +193,7 @@ def test_cli_on_a_training_folder_writes_the_sections(model_dirs, tmp_path):
     assert r["head_words"]["layer"] == 2 and len(r["head_words"]["query"][0]["tokens"]) == 2
     assert all((out / f).is_file() for f in ("word_similarity.png", "lenses.png", "head_words.png"))
     with pytest.raises(SystemExit):
-        inspect_pretrained.parse_args(["--model", "m", "--head-layer", "x"])
+        inspect_pretrained.parse_args(["--model", "m", "--head_layer", "x"])
     assert inspect_pretrained.main(["--model", str(model_dirs["own"]), "--out", str(out), "--head_layer", "3"]) == 2
 
 

@@ -188,5 +188,5 @@ def test_ctrl_c_prints_one_line_and_exits_130(model_dirs, tmp_path, capsys, monk
     assert capsys.readouterr().err.endswith(f"\ninterrupted; kept {out / 'inspect.json'}; the figures and report.md "
                                             f"may be missing: run again\n")  # after transformers' loading bar
     monkeypatch.setattr(study, "text_documents", interrupt)
-    assert _main(study, ["--models", "m", "--out", str(tmp_path / "study"), "--no-progress"]) == 130
+    assert _main(study, ["--models", "m", "--out", str(tmp_path / "study"), "--no_progress"]) == 130
     assert capsys.readouterr().err == "interrupted; nothing was written\n"

@@ -110,7 +110,7 @@ def test_probing_every_step_does_not_change_training(debug_cfg, tmp_path):
 
 def test_train_llm_probe_every_writes_results_and_resumes_identically(debug_cfg, tmp_path, corpus_file, cache_dir):
     common = ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-              "--precision", "fp32", "--no-progress", "--eval_batches", "2", "--probe-every", "2", "--ckpt_every", "2"]
+              "--precision", "fp32", "--no_progress", "--eval_batches", "2", "--probe_every", "2", "--ckpt_every", "2"]
     train_llm.main([*common, "--tokens", str(5 * STEP_TOKENS), "--out", str(tmp_path / "straight")])
     train_llm.main([*common, "--tokens", str(2 * STEP_TOKENS), "--out", str(tmp_path / "split")])
     train_llm.main([*common, "--tokens", str(5 * STEP_TOKENS), "--out", str(tmp_path / "split"), "--resume"])

@@ -16,8 +16,8 @@ from tests.helpers import REFERENCE, REPO, STEP_TOKENS, hold_lock, md_table, tra
 
 def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
     return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-            "--precision", "fp32", "--tokens", str(tokens), "--probe-every", "2", "--eval_batches", "2",
-            "--no-progress", "--out", str(out), *extra]
+            "--precision", "fp32", "--tokens", str(tokens), "--probe_every", "2", "--eval_batches", "2",
+            "--no_progress", "--out", str(out), *extra]
 
 
 def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, capsys):
@@ -172,8 +172,8 @@ def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
     with pytest.raises(SystemExit, match="--margin 3.0 must be a share of the mean"):
         run_study(QK_NORM, study_args(corpus_file, cache_dir, tmp_path / "x", 4 * STEP_TOKENS, "--margin", "3"))
     from research.split_panels import main
-    with pytest.raises(SystemExit, match="--loss-margin 0.0 must be"):
-        main([str(tmp_path), "--loss-margin", "0"])
+    with pytest.raises(SystemExit, match="--loss_margin 0.0 must be"):
+        main([str(tmp_path), "--loss_margin", "0"])
 
 
 def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cache_dir, tmp_path, monkeypatch, capsys):
@@ -190,7 +190,7 @@ def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cach
         return real_step(self)
     monkeypatch.setattr(Trainer, "train_step", step)
     out = tmp_path / "lr"
-    args = study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seeds", "0", "1", "--lr-multipliers", "1", "64")
+    args = study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seeds", "0", "1", "--lr_multipliers", "1", "64")
     run_study(LR_SENSITIVITY, args)
     noqk = load_results(out / "NoQK" / "lr_64" / "seed_0" / "results.json")
     assert noqk["diverged"] == {"step": 2} and noqk["steps"] == [0]
