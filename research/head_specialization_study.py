@@ -9,5 +9,10 @@ and report.md (sinks / gatherers at the last probe, with the thresholds used).
 from research.studies import HEAD_SPECIALIZATION
 from research.studies.runner import run_study
 
+
+def main(argv: list[str] | None = None) -> None:
+    run_study(HEAD_SPECIALIZATION, argv, description=__doc__)
+
+
 if __name__ == "__main__":
-    run_study(HEAD_SPECIALIZATION, description=__doc__)
+    main()

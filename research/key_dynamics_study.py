@@ -11,5 +11,10 @@ layers ended above and below sqrt(d_head)).
 from research.studies import KEY_DYNAMICS
 from research.studies.runner import run_study
 
+
+def main(argv: list[str] | None = None) -> None:
+    run_study(KEY_DYNAMICS, argv, description=__doc__)
+
+
 if __name__ == "__main__":
-    run_study(KEY_DYNAMICS, description=__doc__)
+    main()

@@ -13,5 +13,10 @@ sensitivity as Wortsman et al. 2023 define it, decided per seed).
 from research.studies import LR_SENSITIVITY
 from research.studies.runner import run_study
 
+
+def main(argv: list[str] | None = None) -> None:
+    run_study(LR_SENSITIVITY, argv, description=__doc__)
+
+
 if __name__ == "__main__":
-    run_study(LR_SENSITIVITY, description=__doc__)
+    main()

@@ -14,5 +14,10 @@ research_results/qk_norm_50m_study/.
 from research.studies import QK_NORM
 from research.studies.runner import run_study
 
+
+def main(argv: list[str] | None = None) -> None:
+    run_study(QK_NORM, argv, description=__doc__)
+
+
 if __name__ == "__main__":
-    run_study(QK_NORM, description=__doc__)
+    main()

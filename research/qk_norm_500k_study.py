@@ -9,5 +9,10 @@ panel_d_delta.png, layer_pr_heatmap_500k.png and report.md.
 from research.studies import PILOT
 from research.studies.runner import run_study
 
+
+def main(argv: list[str] | None = None) -> None:
+    run_study(PILOT, argv, description=__doc__)
+
+
 if __name__ == "__main__":
-    run_study(PILOT, description=__doc__)
+    main()
