@@ -16,6 +16,14 @@ import argparse
 import os
 import shlex
 import sys
+from typing import NoReturn
+
+# `python -m train_llm` puts the working folder first on sys.path, and a user's own utils.py, models.py or data.py
+# there would shadow this project's packages ("No module named 'utils.runtime'; 'utils' is not a package"). This
+# file sits beside its packages (in the checkout, or in site-packages): run as a program, its folder goes first,
+# before they import. (Imported, e.g. by the qk-train command, it leaves sys.path alone.)
+if __name__ == "__main__" and (_here := os.path.dirname(os.path.abspath(__file__))) not in sys.path[:1]:
+    sys.path.insert(0, _here)
 
 from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
 from configs.cli import help_defaults, start_in
@@ -30,19 +38,24 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     defaults = help_defaults(get_preset(preset), file)
     source = f"the {preset} preset" + (f" with {file.path}" if file else "")
     p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
-    p.add_argument("--out", help="output folder (config, metrics, checkpoints, tokenizer); required unless --plan")
+    p.add_argument("--out", help="Output folder: config.json, metrics, checkpoints, the tokenizer, and results.json "
+                                 "when probing. Required unless --plan")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
-                   help="print the memory this run needs per device (on DEVICES devices; default: torchrun's "
-                        "WORLD_SIZE or 1) and exit without allocating anything")
-    p.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out that loads")
+                   help="Print the memory this run needs per device, on DEVICES devices, and exit without allocating "
+                        "anything. DEVICES default: torchrun's WORLD_SIZE, else 1")
+    p.add_argument("--resume", action="store_true",
+                   help="Continue from the newest checkpoint in --out that loads (a finished run trains nothing)")
     p.add_argument("--replan_schedule", action="store_true",
-                   help="with --resume and another --tokens under a cosine or warmup schedule: the remaining steps "
-                        "follow the schedule of the new total (the lr jumps once, at the resume step)")
-    p.add_argument("--no_progress", action="store_true", help="no progress bar (logs only)")
-    p.add_argument("--tag", help="condition name in results.json (default from qk_norm: QK, QK_frozen, NoQK)")
+                   help="With --resume and another --tokens under a cosine or warmup schedule: the remaining steps "
+                        "follow the schedule of the new total (the learning rate jumps once, at the resume step)")
+    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bar")
+    from research.results.vocabulary import TAG_BY_QK_NORM  # no torch: --help stays quick
+    tags = ", ".join(f"{mode}: {tag}" for mode, tag in TAG_BY_QK_NORM.items())
+    p.add_argument("--tag", help=f"Condition name written into results.json. Default: from qk_norm ({tags})")
     p.add_argument("--logger", default="none", choices=LOGGERS,
-                   help="experiment tracker (default none): tensorboard writes OUT/tensorboard/, wandb a W&B run "
-                        "(offline without a network); losses, learning rates, tokens/s, grad norm, probe metrics")
+                   help="Experiment tracker of losses, learning rates, tokens/s, grad norm and probe metrics: "
+                        "tensorboard writes OUT/tensorboard/, wandb a W&B run (offline without a network). "
+                        "Default: none")
     add_config_args(p, defaults, file=file)
     return p
 
@@ -93,19 +106,28 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 def continue_command(argv: list[str] | None, resumable: bool) -> str:
-    """How to go on after an interrupt: the same command, with --resume once the folder holds a run to continue."""
+    """How to go on after an interrupt: the same command (as it was typed: qk-train or python train_llm.py), with
+    --resume once the folder holds a run to continue."""
     args = list(sys.argv[1:] if argv is None else argv)
+    program = "qk-train" if os.path.basename(sys.argv[0]) == "qk-train" else "python train_llm.py"
     if not resumable:
-        return f"run the same command again: python train_llm.py {shlex.join(args)}"
+        return f"run the same command again: {program} {shlex.join(args)}"
     if "--resume" not in args:
         args.append("--resume")
-    return f"continue with: python train_llm.py {shlex.join(args)}"
+    return f"continue with: {program} {shlex.join(args)}"
 
 
-if __name__ == "__main__":
+def cli() -> NoReturn:
+    """`python train_llm.py` and the qk-train command (pyproject.toml): exits 0 after a run and with main's status
+    otherwise (main returns the run's summary, which a console script would print and exit 1 on), and ends a
+    torchrun worker as training.distributed.end_process must."""
     from training.distributed import end_process
     try:
         main()
     except SystemExit as e:
         end_process(e.code)
     end_process(0)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,9 +1,9 @@
 """Command-line overrides for every config field.
 
 `add_config_args(parser, defaults)` adds `--preset`, `--config FILE` and one option per field of
-ModelConfig, TrainConfig, DataConfig and ProbeConfig (spelled with underscores or dashes); each
-option's help shows its value in `defaults`, the config the user gets without it. Unknown options
-are rejected by argparse.
+ModelConfig, TrainConfig, DataConfig and ProbeConfig, spelled as the field is (`--n_layers`); each
+option's help is the field's sentence (configs.help), its choices where it has them, and its value in
+`defaults`, the config the user gets without it. Unknown options are rejected by argparse.
 `config_from_args(args)` builds the config in this order, later wins: the preset (--preset, else
 the file's `preset`, else the script's default), the --config file's values (configs.files), the
 command-line options; then validates.
@@ -16,6 +16,7 @@ import typing
 
 from configs.config import ConfigError, RunConfig
 from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
+from configs.help import field_help
 from configs.presets import PRESETS, get_preset
 from utils.cli import ArgumentParser
 
@@ -68,7 +69,12 @@ def _chosen_preset(given: str | None, file: ConfigFile | None, default: str) -> 
 
 
 def _shown(value) -> object:
-    return (",".join(map(str, value)) or "none") if isinstance(value, list) else value
+    """A value as the command line spells it: a list comma-separated, a bool true or false, empty text as empty."""
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "empty" if value == "" else value
 
 
 def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, default_preset: str = "tiny",
@@ -78,12 +84,13 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
     option is left out (its value is printed in the help), `notes` replace a field's default text, and a
     field the --config `file` sets shows the file's value."""
     parser.add_argument("--preset", choices=[*extra_presets, *sorted(PRESETS)],
-                        help=preset_help or f"named starting config (default: the --config file's preset, else "
-                                            f"{default_preset})")
+                        help=preset_help or f"Named starting config that the other options change (configs/"
+                                            f"presets.py). Default: the --config file's preset, else "
+                                            f"{default_preset}")
     parser.add_argument("--config", metavar="FILE",
                         help="JSON or YAML file of config fields, nested as a run's config.json or flat {field: "
                              "value}; applied over the preset, under the options given here (a saved config.json "
-                             "reproduces its run)")
+                             "reproduces its run). Default: none")
     parser.set_defaults(cfg_file=file)  # read once, by start_in: start_from_args takes it from here
     notes = notes or {}
     given = file.values if file else {}
@@ -94,7 +101,7 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
         else:
             shown = notes.get(f.name, _shown(getattr(getattr(defaults, section), f.name)))
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
-                            default=argparse.SUPPRESS, help=f"[{section}] default: {shown}")
+                            default=argparse.SUPPRESS, help=field_help(section, f.name, shown))
 
 
 def help_defaults(preset: RunConfig, file: ConfigFile | None) -> RunConfig:

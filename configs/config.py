@@ -41,7 +41,28 @@ def _check_kinds(cfg) -> None:
             raise ConfigError(f"{f.name}={value!r} must be text")
 
 
+# The values of each text field that has a fixed set. The field's validation checks FIELD_CHOICES and --help lists
+# it (configs.help), so the two cannot disagree.
 QK_NORM_MODES = ("learned", "frozen", "none")
+SCHEDULES = ("constant", "cosine")
+ORTHOGONALIZERS = ("polar_express", "newton_schulz")  # optimizers.muon.ORTHOGONALIZERS implements each
+PRECISIONS = ("auto", "fp32", "bf16")
+COMPILE_MODES = ("auto", "on", "off")
+SHARD_MODES = ("none", "fsdp")
+SOURCES = ("english", "stdlib", "files", "hub")
+OFFLINE_MODES = ("error", "english")
+PROBE_PRECISIONS = ("fp32", "bf16")
+FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalizer": ORTHOGONALIZERS,
+                 "precision": PRECISIONS, "compile": COMPILE_MODES, "shard": SHARD_MODES, "source": SOURCES,
+                 "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS}
+
+
+def _check_choices(cfg) -> None:
+    """Every field of `cfg` that has a fixed set of values (FIELD_CHOICES) holds one of them."""
+    for f in dataclasses.fields(cfg):
+        choices = FIELD_CHOICES.get(f.name)
+        value = getattr(cfg, f.name)
+        _check(choices is None or value in choices, f"{f.name}={value!r}: choose one of {', '.join(choices or ())}")
 
 
 @dataclass
@@ -62,8 +83,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check_kinds(self)
-        _check(self.qk_norm in QK_NORM_MODES,
-               f"qk_norm={self.qk_norm!r}: choose one of {', '.join(QK_NORM_MODES)}")
+        _check_choices(self)
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         _check(self.d_model % self.n_heads == 0,
@@ -128,6 +148,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
         _check_kinds(self)
+        _check_choices(self)
         for name in ("tokens", "batch_size", "grad_accum", "eval_batches", "log_every", "keep_last", "ortho_steps"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         for name in ("muon_lr", "adamw_lr"):
@@ -139,16 +160,10 @@ class TrainConfig:
             _check(0 <= getattr(self, name) < 1, f"{name}={getattr(self, name)} must be in [0, 1)")
         _check(self.grad_clip >= 0, f"grad_clip={self.grad_clip} must be >= 0 (0 disables it)")
         _check(self.qk_clip >= 0, f"qk_clip={self.qk_clip} must be >= 0 (0 disables it)")
-        _check(self.schedule in ("constant", "cosine"), f"schedule={self.schedule!r}: choose constant or cosine")
         _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
         _check(0 <= self.min_lr_frac <= 1, f"min_lr_frac={self.min_lr_frac} must be in [0, 1]")
-        _check(self.orthogonalizer in ("polar_express", "newton_schulz"),
-               f"orthogonalizer={self.orthogonalizer!r}: choose polar_express or newton_schulz")
-        _check(self.precision in ("auto", "fp32", "bf16"), f"precision={self.precision!r}: choose auto, fp32 or bf16")
-        _check(self.compile in ("auto", "on", "off"), f"compile={self.compile!r}: choose auto, on or off")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
         _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
-        _check(self.shard in ("none", "fsdp"), f"shard={self.shard!r}: choose none or fsdp")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
 
@@ -169,15 +184,13 @@ class DataConfig:
     offline_note: str = ""  # set when the run fell back from the Hub to local data: what it asked for, and why
     seq_len: int = 128
     val_frac: float = 0.02
-    cache_dir: str = ".cache/data"
+    cache_dir: str = "auto"  # auto: the user cache's data/ folder, wherever the run starts (utils.cache)
 
     def __post_init__(self) -> None:
         _check_kinds(self)
-        _check(self.source in ("english", "stdlib", "files", "hub"),
-               f"source={self.source!r}: choose english, stdlib, files or hub")
+        _check_choices(self)
         _check(self.source != "files" or len(self.paths) > 0,
                "source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet files)")
-        _check(self.offline in ("error", "english"), f"offline={self.offline!r}: choose error or english")
         _check(self.seq_len > 1, f"seq_len={self.seq_len} must be > 1")
         _check(0 < self.val_frac < 0.5, f"val_frac={self.val_frac} must be in (0, 0.5)")
         _check(self.hub_docs > 0, f"hub_docs={self.hub_docs} must be positive (documents streamed from the hub)")
@@ -193,13 +206,13 @@ class ProbeConfig:
     """The key probe (research/probing/): when, on how many sequences, in which precision."""
 
     probe_every: int = 0  # optimizer steps between probes (and step 0); 0: no probing
-    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks); see docs/metrics.md
+    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks); docs/probing.md
     probe_precision: str = "fp32"  # fp32 | bf16: precision of the probe's forward pass
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         _check(self.probe_every >= 0, f"probe_every={self.probe_every} must be >= 0 (0 disables probing)")
         _check(self.probe_batch > 0, f"probe_batch={self.probe_batch} must be positive")
-        _check(self.probe_precision in ("fp32", "bf16"), f"probe_precision={self.probe_precision!r}: fp32 or bf16")
 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}

@@ -22,20 +22,36 @@ from research.speed.suite import gpu_suite, gpu_table, run_suite, table
 from utils.cli import ArgumentParser
 
 
-def main(argv: list[str] | None = None) -> None:
+GPU_PRESETS = ("88m", "1b")  # measured on CUDA, each as research/speed/gpu.py runs it
+
+
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--steps", type=int, default=10, help="timed training steps per config (after 3 warm-up)")
-    p.add_argument("--configs", nargs="+", default=list(configs()), choices=list(configs()))
-    p.add_argument("--probe_every", type=int, default=25, help="probe interval (optimizer steps) for the overhead "
-                                                                "estimate (default 25)")
-    p.add_argument("--no_probe", action="store_true", help="skip the probe measurements")
+    p.add_argument("--json", action="store_true", help="Print one JSON object instead of the table")
+    p.add_argument("--steps", type=int, default=10,
+                   help="Timed training steps per config, after 3 warm-up steps (on CUDA: per preset). "
+                        "Default: %(default)s")
+    p.add_argument("--configs", nargs="+", default=list(configs()), choices=list(configs()), metavar="CONFIG",
+                   help=f"Model configs the CPU suite measures: tiny (the tiny preset's model and batch) and "
+                        f"reference (the write-ups' small model, research/speed/measure.py). Choices: "
+                        f"{', '.join(configs())}. Default: all")
+    p.add_argument("--probe_every", type=int, default=25,
+                   help="Probe interval, in optimizer steps, for the CPU suite's estimate of the probe's share of "
+                        "training. Default: %(default)s")
+    p.add_argument("--no_probe", action="store_true", help="Skip the CPU suite's probe measurements")
     p.add_argument("--probe_memory_layers", type=int, default=2,
-                   help="layers of the 1b-shaped model for the probe memory check (0 skips it)")
-    p.add_argument("--cpu", action="store_true", help="measure the CPU suite even where CUDA is available")
-    args = p.parse_args(argv)
+                   help="Layers of the 1b-shaped model whose probe memory the CPU suite measures; 0 skips it. "
+                        "Default: %(default)s")
+    p.add_argument("--cpu", action="store_true",
+                   help=f"Measure the CPU suite even where CUDA is available (there the benchmark otherwise "
+                        f"measures the {' and '.join(GPU_PRESETS)} presets)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     if torch.cuda.is_available() and not args.cpu:
-        result = gpu_suite(("88m", "1b"), args.steps)
+        result = gpu_suite(GPU_PRESETS, args.steps)
         print(json.dumps(result, indent=2) if args.json else gpu_table(result))
         return
     result = run_suite(args.configs, args.steps, args.probe_every, not args.no_probe, args.probe_memory_layers)

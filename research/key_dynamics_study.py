@@ -1,10 +1,11 @@
 """What happens to attention keys as the model trains: norm, outliers and redundancy per layer.
 
-One QK-norm model, probed every N steps. Writes research_results/key_dynamics_study/:
-key_analysis_report.png (smoothed norm of early / middle / final layer groups,
-outlier magnitude of the first, middle and last layer, redundancy by group, final
-norm per layer against sqrt(d_head)), key_norm_evolution.png and report.md (which
-layers ended above and below sqrt(d_head)).
+Two conditions, both with QK-norm (learned gain), probed every N steps: QK, and QK_no_gain_wd
+without weight decay on the norm gains. Per condition, one figure of four panels (smoothed norm of
+the early / middle / final layer groups, outlier magnitude of the first, middle and last layer,
+redundancy by group, final norm per layer against sqrt(d_head)) and one of the key norm over
+training; report.md says which layers ended above and below sqrt(d_head). --help lists the files it
+writes.
 
     python research/key_dynamics_study.py
 """

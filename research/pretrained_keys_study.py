@@ -18,13 +18,14 @@ research/analysis/pretrained.py decides, per model, with text batches as the uni
 3. the spread of the k_norm gain (CV, golden dimensions), exact, for models that have k_norm;
 4. low key rank: pr_sv against the untrained architecture's on the same text.
 
-Writes --out/pretrained_keys.json (every per-batch number), key_norms.png, sinks.png, gains.png,
-key_rank.png and report.md.
+Writes into --out the results file (every per-batch number), one figure per question and report.md;
+--help lists the files.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -44,28 +45,43 @@ from utils.lock import FolderLock, LockError
 
 DEFAULT_MODELS = tuple(PACKAGED)
 DEFAULT_OUT = "research_results/pretrained_keys_study"
+REPORT_FILE = "report.md"
+
+
+def build_parser() -> ArgumentParser:
+    from research.plots.pretrained import FIGURES  # matplotlib: only for the parser
+    outputs = textwrap.fill(f"Writes into --out: {', '.join((FILE, *FIGURES, REPORT_FILE))}.", 100,
+                            break_on_hyphens=False)
+    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\n{outputs}")
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="MODEL",
+                   help=f"Models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
+                        f"folders or hub ids. Default: {' '.join(DEFAULT_MODELS)}")
+    p.add_argument("--text", default=ENGLISH,
+                   help="Real text the windows are cut from: 'english' (the pinned corpus english-v1) or a UTF-8 "
+                        "text file. Default: %(default)s")
+    p.add_argument("--batches", type=int, default=8,
+                   help="Text batches, the unit of uncertainty of every decision. Default: %(default)s")
+    p.add_argument("--batch", type=int, default=4, help="Text windows per batch. Default: %(default)s")
+    p.add_argument("--seq_len", type=int, default=256, help="Tokens per window, 8 or more. Default: %(default)s")
+    p.add_argument("--seed", type=int, default=0,
+                   help="Seed of the windows' choice and of the untrained reference's weights. Default: %(default)s")
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help="Equivalence margin, a share of the compared values' mean: an interval wholly inside "
+                        "+-margin reads 'about equal' (docs/decisions.md). Default: %(default)s")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help="Folder to write the results file, the figures and the report into. Default: %(default)s")
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
+                   help="Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ "
+                        "in the user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). "
+                        "Default: %(default)s")
+    p.add_argument("--render_only", action="store_true",
+                   help=f"Redraw the figures and {REPORT_FILE} from --out/{FILE}; measure nothing")
+    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = ArgumentParser(description=__doc__)
-    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
-                   help=f"models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
-                        f"folders or hub ids (default: %(default)s)")
-    p.add_argument("--text", default=ENGLISH, help="'english' (english-v1) or a UTF-8 text file (default %(default)s)")
-    p.add_argument("--batches", type=int, default=8,
-                   help="text batches: the unit of uncertainty of every decision (default %(default)s)")
-    p.add_argument("--batch", type=int, default=4, help="windows per batch (default %(default)s)")
-    p.add_argument("--seq_len", type=int, default=256, help="tokens per window (default %(default)s)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the windows' choice and of the untrained reference's weights (default %(default)s)")
-    p.add_argument("--margin", type=float, default=MARGIN,
-                   help="equivalence margin, a share of the compared values' mean (default %(default)s)")
-    p.add_argument("--out", default=DEFAULT_OUT, help="output folder (default %(default)s)")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
-                   help="where GGUF files are converted to Hugging Face folders (default %(default)s)")
-    p.add_argument("--render_only", action="store_true",
-                   help="redraw the figures and report.md from --out/pretrained_keys.json; measure nothing")
-    p.add_argument("--no_progress", action="store_true", help="no progress bars")
+    p = build_parser()
     args = p.parse_args(argv)
     for name in ("batches", "batch"):
         if getattr(args, name) < 1:
@@ -99,7 +115,7 @@ def measure(name: str, docs, args, log=print) -> dict:
     """One model's record on windows of `docs` (research.inspection.text.Documents, read once per run)."""
     from research.inspection.key_study import measure_keys
     t0 = time.perf_counter()
-    model, tokenizer, adapter = load_model(name, "float32", args.cache_dir, log)
+    model, tokenizer, adapter = load_model(name, "float32", args.cache_dir, log, progress=not args.no_progress)
     windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
     init = type(adapter)(untrained_like(model, args.seed))
     log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
@@ -123,7 +139,7 @@ def render(out: Path, res: dict, margin: float) -> Path:
     from research.plots.common import save_figures
     from utils.io import atomic_write_text
     save_figures(out, figures.figures(res, margin))
-    report = out / "report.md"
+    report = out / REPORT_FILE
     atomic_write_text(report, figures.report(res, margin))
     return report
 

@@ -2,10 +2,10 @@
 
 Three conditions, same seed and data order: QK (RMSNorm on q and k with a learned
 gain), QK_frozen (the same normalization with the gain frozen at 1), NoQK (no
-QK-norm). Every condition is probed every N steps; the figures 1_loss.png,
-2_key_pr_causal.png, 3_per_layer.png, 4_causal_decomposition.png, 5_gamma_cv.png,
-combined.json and report.md (table and triangulation verdict) land in
-research_results/qk_norm_50m_study/.
+QK-norm). Every condition is probed every N steps. The figures show the losses, the key
+PR over training and per layer, the gain's and the normalization's effects, the gain's CV
+and the gain against geometry; report.md holds the table and the triangulation verdict,
+combined.json the numbers. --help lists the files it writes.
 
     python research/qk_norm_25m_study.py                   # tiny preset on CPU (~10 min), 1b on CUDA
     python research/qk_norm_25m_study.py --seeds 0 1 2     # paired by seed: verdicts per docs/decisions.md

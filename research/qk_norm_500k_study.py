@@ -1,8 +1,8 @@
 """The pilot: QK-norm (learned gain) against no QK-norm, 500k tokens each on the tiny preset.
 
-Writes research_results/qk_norm_500k_study/: combined_results.json (keys qk_norm and
-no_qk_norm), panel_a_loss.png, panel_b_pr_trajectory.png, panel_c_per_layer.png,
-panel_d_delta.png, layer_pr_heatmap_500k.png and report.md.
+Its figures show the losses, the mean key PR over training, the final PR per layer and its
+difference, and a heatmap of PR per layer and probe; combined_results.json holds both conditions
+(keys qk_norm and no_qk_norm). --help lists the files it writes.
 
     python research/qk_norm_500k_study.py
 """

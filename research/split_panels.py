@@ -10,27 +10,48 @@ output is replaced atomically. Needs numpy and matplotlib only: torch is never i
 from __future__ import annotations
 
 import sys
+import textwrap
 
-from research.analysis.rules import check_margin
+from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.results import ResultsError
+from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
+from research.studies import QK_NORM, STUDIES
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.lock import LockError
 
+DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
+
+
+def drawn_files() -> str:
+    """What each study of the catalog has drawn into its folder (its study.json is the runner's, kept as it is)."""
+    lines = [f"{name}: {', '.join(f for f in study.outputs() if f != STUDY_INDEX)}" for name, study in STUDIES.items()]
+    return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_on_hyphens=False) for line in lines)
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\nThe files drawn for each study of the catalog (the "
+                                   f"key-dynamics and head-specialization\nfigures carry the condition's name when a "
+                                   f"study has several):\n{drawn_files()}")
+    p.add_argument("folder", nargs="?", default=DEFAULT_FOLDER,
+                   help=f"Study folder: one holding study.json (written by the study scripts), the pilot's "
+                        f"{PILOT_COMBINED}, or condition folders {', '.join(QK_CONDITIONS)} holding {RESULTS_FILE}. "
+                        f"Default: {DEFAULT_FOLDER}")
+    p.add_argument("--out", help="Folder to write the figures and report into (never one holding others' results). "
+                                 "Default: the study folder")
+    p.add_argument("--margin", type=float,
+                   help=f"Equivalence margin of key metrics, a share of the compared values' mean: an interval wholly "
+                        f"inside +-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md). "
+                        f"Default: the one the study ran with, else {MARGIN}")
+    p.add_argument("--loss_margin", type=float,
+                   help=f"Equivalence margin of losses, as --margin is of key metrics. Default: the study's, else "
+                        f"{LOSS_MARGIN}")
+    return p
+
 
 def main(argv: list[str] | None = None) -> None:
-    p = ArgumentParser(description=__doc__)
-    p.add_argument("folder", nargs="?", default="research_results/qk_norm_50m_study",
-                   help="study folder (default research_results/qk_norm_50m_study)")
-    p.add_argument("--out", help="write figures and report here instead of into the study folder")
-    p.add_argument("--margin", type=float,
-                   help="margin of key metrics, a share of the compared values' mean: an interval wholly inside "
-                        "+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default: the "
-                        "one the study ran with, else 0.03)")
-    p.add_argument("--loss_margin", type=float,
-                   help="the same for losses (default: the study's, else 0.005)")
-    args = p.parse_args(argv)
+    args = build_parser().parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         if value is not None:
             try:

@@ -18,8 +18,14 @@ from pathlib import Path
 import torch
 
 from configs import PRESETS, add_config_args, apply_overrides, flops_per_token, get_preset
-from configs.cli import overrides_from_args, start_in
+from configs.cli import help_defaults, start_from_args, start_in
 from utils.cli import ArgumentParser
+
+# What the measurement changes in the preset: CUDA, and no checkpoints or validation between the timed steps.
+MEASURED = {"device": "cuda", "ckpt_every": 0, "eval_every": 0}
+# Data fields that do not reach the measurement: it trains on random tokens of the config's vocabulary and seq_len.
+RANDOM_TOKENS_IGNORE = ("source", "paths", "text_field", "hub_dataset", "hub_subset", "hub_docs", "stdlib_max_bytes",
+                        "tokenizer", "offline", "offline_note", "val_frac", "cache_dir")
 
 
 def bf16_ceiling(n: int = 8192, repeats: int = 10) -> float:
@@ -71,7 +77,7 @@ def measure(preset: str, steps: int, overrides: dict, ceiling: float) -> dict:
     from research.probing.probe import KeyProbe
     from training.trainer import Trainer
 
-    cfg = apply_overrides(get_preset(preset), {"device": "cuda", "ckpt_every": 0, "eval_every": 0, **overrides})
+    cfg = apply_overrides(get_preset(preset), {**MEASURED, **overrides})
     with tempfile.TemporaryDirectory() as tmp:
         data = _synthetic(cfg, Path(tmp))
         torch.cuda.reset_peak_memory_stats()
@@ -111,16 +117,29 @@ def measure(preset: str, steps: int, overrides: dict, ceiling: float) -> dict:
             "mfu_with_probe": tokens * every / (every * step_s + probe_s) * fpt / ceiling}
 
 
+def build_parser(argv: list[str] | None = None) -> ArgumentParser:
+    """The parser; its help shows the config measured: the chosen preset on CUDA without checkpoints or
+    validation, with the --config file's values over it."""
+    preset, file = start_in(argv, "1b")
+    preset = preset if preset in PRESETS else "1b"
+    defaults = help_defaults(apply_overrides(get_preset(preset), MEASURED), file)
+    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\nDefaults below are those measured for the {preset} "
+                                   f"preset" + (f" with {file.path}" if file else "") + ".")
+    p.add_argument("--steps", type=int, default=10,
+                   help="Timed optimizer steps, after 3 warm-up steps (the first compiles); the median is reported. "
+                        "Default: %(default)s")
+    add_config_args(p, defaults, default_preset="1b", file=file,
+                    notes={name: "unused (the tokens are random)" for name in RANDOM_TOKENS_IGNORE})
+    return p
+
+
 def main(argv: list[str] | None = None) -> None:
-    p = ArgumentParser(description=__doc__)
-    p.add_argument("--steps", type=int, default=10)
-    preset, _ = start_in(argv, "1b")
-    add_config_args(p, get_preset(preset if preset in PRESETS else "1b"), default_preset="1b")
-    a = p.parse_args(argv)
+    a = build_parser(argv).parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("research.speed.gpu needs CUDA: on CPU run python research/benchmark.py")
+    preset, overrides = start_from_args(a, "1b")
     ceiling = bf16_ceiling()
-    result = measure(a.preset or "1b", a.steps, overrides_from_args(a), ceiling)
+    result = measure(preset, a.steps, overrides, ceiling)
     result.update(device=torch.cuda.get_device_name(), bf16_tflops=ceiling / 1e12)
     print(json.dumps(result))
 

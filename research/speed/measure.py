@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -16,11 +15,17 @@ import time
 import torch
 
 from configs import ModelConfig, TrainConfig, flops_per_token, get_preset
+from configs.config import COMPILE_MODES
 from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
 from utils.cli import ArgumentParser
 from utils.runtime import autocast, resolve_compile
+
+try:
+    import resource
+except ImportError:  # Windows has none: a stand-in reports the peak working set as ru_maxrss (utils.runtime)
+    from utils.runtime import RESOURCE_STAND_IN as resource
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
@@ -220,14 +225,46 @@ def child_json(module: str, argv: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
-    p = ArgumentParser(description="One measurement in this process; prints one JSON object.")
-    p.add_argument("kind", choices=["training", "pair", "probe", "probe-memory", "logit-tracking"])
-    p.add_argument("--config", default="tiny", choices=list(configs()))
-    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
-    p.add_argument("--steps", type=int, default=10, help="timed training steps (after 3 warm-up)")
-    p.add_argument("--layers", type=int, default=2, help="layers of the 1b-shaped model (probe-memory)")
-    p.add_argument("--impl", default="project", choices=["project", "reference"])
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"])
-    a = p.parse_args()
+# The measurements a child process runs (`run`), by kind, as --help describes them.
+MEASUREMENTS = {
+    "training": "median training step of --config (tokens/s, Muon's share, peak RSS), of --impl",
+    "pair": "the project's step against the reference's, alternating in one process: the median speed-up",
+    "probe": "the full key probe against a plain no-grad forward on the same batch, at --precision",
+    "probe-memory": "peak RSS of probing --layers layers of the 1b preset's layer shape",
+    "logit-tracking": "QK-clip's max-logit tracking as a share of the training step (no QK-norm)",
+}
+
+
+def build_parser() -> ArgumentParser:
+    kinds = "; ".join(f"{k}: {v}" for k, v in MEASUREMENTS.items())
+    ref = REFERENCE[0]
+    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\nOne measurement in this process; prints one JSON object.")
+    p.add_argument("kind", choices=list(MEASUREMENTS), help=f"The measurement. {kinds}. Required")
+    p.add_argument("--config", default="tiny", choices=list(configs()),
+                   help=f"Model config: tiny (the tiny preset's model and batch) or reference (the write-ups' small "
+                        f"model: {ref.n_layers} layers, d_model {ref.d_model}, {ref.n_heads} heads, batch "
+                        f"{REFERENCE[1]} x {REFERENCE[2]}). Default: %(default)s")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="Precision of the training step (bf16: autocast), or of the probe's forward. "
+                        "Default: %(default)s")
+    p.add_argument("--steps", type=int, default=10,
+                   help="Timed training steps, after 3 warm-up steps (training, pair, logit-tracking). "
+                        "Default: %(default)s")
+    p.add_argument("--layers", type=int, default=2,
+                   help="Layers of the 1b-shaped model (probe-memory). Default: %(default)s")
+    p.add_argument("--impl", default="project", choices=["project", "reference"],
+                   help="Whose training step: this project's or the plain reference's (research/speed/reference.py; "
+                        "training). Default: %(default)s")
+    p.add_argument("--compile", default="auto", choices=COMPILE_MODES,
+                   help="torch.compile of the project's step: auto decides as training does (utils.runtime: on "
+                        "CUDA only). Default: %(default)s")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = build_parser().parse_args(argv)
     print(json.dumps(run(a.kind, a.config, a.precision, a.steps, a.layers, a.impl, a.compile)))
+
+
+if __name__ == "__main__":  # one measurement, e.g. python -m research.speed.measure probe-memory --layers 4
+    main()

@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -66,6 +67,38 @@ def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
     return cfg
 
 
+def describe_study(study: Study) -> str:
+    """The part of a study's --help made from its catalog entry: its conditions, run folders and outputs."""
+    def overrides(o: dict) -> str:
+        return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in o.items())
+    several = len(study.default_seeds) > 1
+    example = condition_dir(Path(), study.runs()[0][0], study.default_seeds[0], several_seeds=several)
+    grid = " at each --lr_multipliers rate" if study.lr_multipliers else ""
+    runs = (f"Conditions ({len(study.conditions)}, as config overrides): "
+            + "; ".join(f"{c} ({overrides(o)})" for c, o in study.conditions.items())
+            + f". Each is trained{grid} once per seed, in its own run folder under --out (default "
+              f"research_results/{study.name}), e.g. {example.as_posix()}/ with its {RESULTS_FILE}.")
+    outputs = f"Then the study writes into --out: {', '.join(study.outputs())}."
+    return "\n".join(textwrap.fill(text, 100, break_on_hyphens=False) for text in (runs, outputs))
+
+
+def condition_notes(study: Study, defaults: RunConfig) -> dict[str, str]:
+    """The default text of the fields a study sets per run, in place of the base config's value: those its
+    conditions override, the learning rates its multipliers scale, and the seed its --seeds give."""
+    base = {**vars(defaults.model), **vars(defaults.train), **vars(defaults.data), **vars(defaults.probe)}
+
+    def shown(v) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+    notes = {name: "per condition: " + ", ".join(f"{c} {shown(o.get(name, base[name]))}"
+                                                 for c, o in study.conditions.items())
+             for name in dict.fromkeys(k for o in study.conditions.values() for k in o)}
+    if study.lr_multipliers:
+        for name in ("muon_lr", "adamw_lr"):
+            notes[name] = f"{base[name]:g} times each --lr_multipliers rate"
+    notes["seed"] = f"each of --seeds ({' '.join(map(str, study.default_seeds))})"
+    return notes
+
+
 def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
     pre = ArgumentParser(add_help=False)
     pre.add_argument("--device")
@@ -77,34 +110,41 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
         defaults = base_config(study, preset, file.values if file else {})
     except ConfigError:  # the file's values may validate only with options still to come
         defaults = base_config(study, preset, {})
-    p = ArgumentParser(description=f"{description}\nDefaults below are those of the {preset} preset for this study.")
-    p.add_argument("--seeds", type=int, nargs="+",
-                   help=f"train every condition once per seed (default: {' '.join(map(str, study.default_seeds))}; "
-                        f"--seed N alone: that one seed)")
-    p.add_argument("--out", help=f"study folder (default research_results/{study.name})")
+    p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are those "
+                                   f"of the {preset} preset for this study.")
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+                   help=f"Seeds to train every condition with, once each (runs of one seed pair up across "
+                        f"conditions). Default: {' '.join(map(str, study.default_seeds))}; --seed N alone: that one "
+                        f"seed")
+    p.add_argument("--out", help=f"Study folder: the runs, study.json, figures and report. Default: "
+                                 f"research_results/{study.name}")
     if study.lr_multipliers:
-        p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers),
-                       help="multiples of the preset's Muon and AdamW learning rates to train every condition at "
-                            f"(default: {' '.join(f'{m:g}' for m in study.lr_multipliers)})")
-    p.add_argument("--no_progress", action="store_true", help="no progress bars (logs only)")
+        p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers), metavar="M",
+                       help="Multiples of the preset's Muon and AdamW learning rates (scaled together) to train "
+                            f"every condition at. Default: {' '.join(f'{m:g}' for m in study.lr_multipliers)}")
+    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
     p.add_argument("--logger", default="none", choices=LOGGERS,
-                   help="experiment tracker per condition (default none): tensorboard writes <condition>/tensorboard/ "
-                        "(tensorboard --logdir the study folder), wandb one W&B run each (offline without a network)")
+                   help="Experiment tracker per condition: tensorboard writes <condition>/tensorboard/ (tensorboard "
+                        "--logdir the study folder), wandb one W&B run each (offline without a network). Default: "
+                        "none")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
-                   help="print the memory per device of the study's largest run (on DEVICES devices; default: "
-                        "torchrun's WORLD_SIZE or 1) and exit without training")
+                   help="Print the memory per device of the study's largest run, on DEVICES devices, and exit "
+                        "without training. DEVICES default: torchrun's WORLD_SIZE, else 1")
     p.add_argument("--replan_schedule", action="store_true",
-                   help="resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
+                   help="Resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
     p.add_argument("--margin", type=float, default=MARGIN,
-                   help=f"margin of key metrics, a share of the compared values' mean: an interval wholly inside "
-                        f"+-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md; default "
-                        f"{MARGIN})")
+                   help=f"Equivalence margin of key metrics, a share of the compared values' mean: an interval "
+                        f"wholly inside +-margin reads 'about equal', wholly beyond it 'different' "
+                        f"(docs/decisions.md). Default: {MARGIN}")
     p.add_argument("--loss_margin", type=float, default=LOSS_MARGIN,
-                   help=f"the same for losses (default {LOSS_MARGIN})")
+                   help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {LOSS_MARGIN}")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
-                    preset_help=f"auto (default): {study.gpu_preset} on CUDA, tiny on CPU; or a named preset",
-                    notes={"probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "
+                    preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
+                                f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
+                                f"else auto",
+                    notes={**condition_notes(study, defaults),
+                           "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "
                                           f"these defaults)"}, file=file)
     return p
 

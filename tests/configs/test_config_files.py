@@ -17,10 +17,12 @@ def _cfg(argv):
 
 
 def _help_default(help_text: str, option: str) -> str:
+    """The 'Default: X' of an option's help (configs.help.field_help; argparse may wrap it onto the next line)."""
     flat = " ".join(help_text.split())
-    return flat.split(f"{option} ", 1)[1].split("default: ", 1)[1].split(" --", 1)[0].strip()
+    return flat.split(f"{option} ", 1)[1].split("Default: ", 1)[1].split(" --", 1)[0].strip()
 
 
+@pytest.mark.slow
 def test_a_saved_config_json_fed_back_reproduces_the_run_bit_for_bit(straight_run, tmp_path):
     again = tmp_path / "again"
     train_llm.main(["--config", str(straight_run / "config.json"), "--out", str(again), "--no_progress"])

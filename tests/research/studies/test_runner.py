@@ -20,6 +20,7 @@ def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
             "--no_progress", "--out", str(out), *extra]
 
 
+@pytest.mark.slow
 def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, capsys):
     out = tmp_path / "study"
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
@@ -58,6 +59,7 @@ def test_qk_norm_study_end_to_end_and_resume(corpus_file, cache_dir, tmp_path, c
     assert [r[0] for r in train_rows(out / "NoQK")] == [1, 2, 3, 4]  # started again from 0: no step twice
 
 
+@pytest.mark.slow
 def test_seeds_give_one_folder_per_seed(corpus_file, cache_dir, tmp_path):
     out = tmp_path / "pilot"
     run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1"))
@@ -77,6 +79,7 @@ def test_seeds_give_one_folder_per_seed(corpus_file, cache_dir, tmp_path):
     (HEAD_SPECIALIZATION, ["norm_divergence.png", "entropy_norm_scatter.png", "effective_rank.png",
                            "gamma_heatmap.png", "report.md"]),
 ])
+@pytest.mark.slow
 def test_single_condition_studies(study, files, corpus_file, cache_dir, tmp_path):
     out = tmp_path / study.name
     run_study(study, study_args(corpus_file, cache_dir, out, 6 * STEP_TOKENS, "--n_layers", "6"))
@@ -87,6 +90,7 @@ def test_single_condition_studies(study, files, corpus_file, cache_dir, tmp_path
     assert all(len(paths) == 3 for paths in index["conditions"].values())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_split_panels_on_writeup_results_without_torch(tmp_path):
     src, folder = tmp_path / "ref", tmp_path / "figures"
@@ -153,19 +157,19 @@ def test_a_study_folder_in_use_stops_a_second_run(corpus_file, cache_dir, tmp_pa
 def _help_default(help_text: str, option: str) -> str:
     """The 'default: X' an option's help shows (argparse may wrap it onto the next line)."""
     flat = " ".join(help_text.split())
-    return flat.split(f"{option} ", 1)[1].split("default: ", 1)[1].split(" --", 1)[0].strip()
+    return flat.split(f"{option} ", 1)[1].split("Default: ", 1)[1].split(" --", 1)[0].strip()
 
 
 def test_help_shows_the_defaults_a_user_gets(capsys):
     import train_llm
-    assert _help_default(train_llm.build_parser(["--preset", "88m"]).format_help(), "--n_layers N,") == "22"
-    assert _help_default(train_llm.build_parser([]).format_help(), "--n_layers N,") == "6"
+    assert _help_default(train_llm.build_parser(["--preset", "88m"]).format_help(), "--n_layers N") == "22"
+    assert _help_default(train_llm.build_parser([]).format_help(), "--n_layers N") == "6"
     pilot = build_parser(PILOT, argv=["--device", "cpu"]).format_help()
     assert "Defaults below are those of the tiny preset" in pilot
     assert _help_default(pilot, "--tokens N") == "500000"  # the pilot's own token count on tiny
-    assert _help_default(pilot, "--probe_every N,") == "steps // 20 (12 with these defaults)"
+    assert _help_default(pilot, "--probe_every N") == "steps // 20 (12 with these defaults)"
     qk = build_parser(QK_NORM, argv=["--preset", "88m"]).format_help()
-    assert _help_default(qk, "--tokens N") == "8000000" and _help_default(qk, "--d_model N,") == "512"
+    assert _help_default(qk, "--tokens N") == "8000000" and _help_default(qk, "--d_model N") == "512"
 
 
 def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
@@ -176,6 +180,7 @@ def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
         main([str(tmp_path), "--loss_margin", "0"])
 
 
+@pytest.mark.slow
 def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cache_dir, tmp_path, monkeypatch, capsys):
     """The learning-rate grid on the debug preset; the 64x runs of NoQK are made to diverge at step 2 (a
     non-finite loss is injected), which must be recorded, not raised, and kept on a second run."""
@@ -266,6 +271,7 @@ def test_ctrl_c_in_a_study_says_where_and_exits_130(corpus_file, cache_dir, tmp_
     assert "run the same command again to continue the study" in err
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 @pytest.mark.parametrize("held", ["results.json", "config.json", "another study"])
 def test_split_panels_never_draws_into_a_folder_holding_others_results(tmp_path, held, capsys):

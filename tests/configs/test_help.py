@@ -1,0 +1,268 @@
+"""--help of every entry point: each option says what it does, its choices and its default; the choices a
+config option lists are exactly those its validation accepts; lists of outputs match the code that writes them."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import tomllib
+import typing
+
+import pytest
+
+from configs.config import FIELD_CHOICES, ORTHOGONALIZERS, SECTIONS, ConfigError
+from configs.help import FIELD_HELP
+from tests.helpers import REPO
+
+FIELDS = {f.name: (section, cls, f) for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
+UNCHOSEN = "no-such-value"
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _option_help(parser: argparse.ArgumentParser, option: str) -> str:
+    """The help text of one option, %(default)s expanded, on one line."""
+    action = next(a for a in parser._actions if option in a.option_strings or a.dest == option)
+    return _flat(parser._get_formatter()._expand_help(action))
+
+
+# ----------------------------------------------------------------------------- config fields
+
+def test_every_config_field_has_a_help_sentence():
+    assert set(FIELD_HELP) == set(FIELDS), "configs/help.py FIELD_HELP must hold exactly the config fields"
+    for name, text in FIELD_HELP.items():
+        assert text.endswith(".") and len(re.findall(r"[A-Za-z]{2,}", text)) >= 3, (name, text)
+        assert "default" not in text.lower(), f"{name}: the default is added from the config, never written by hand"
+
+
+def _section_with(name: str, value):
+    """The field's section built with `value` (other fields at their defaults)."""
+    section, cls, _ = FIELDS[name]
+    return cls(**{name: value})
+
+
+@pytest.mark.parametrize("name", [n for n, (_, cls, f) in FIELDS.items() if typing.get_type_hints(cls)[n] is str])
+def test_a_text_field_is_validated_against_its_choices_constant_or_not_at_all(name):
+    """Every choice the constant names passes the field's validation and an unlisted value fails it; a text field
+    without a constant takes any value (a literal list in its validation would leave --help without the choices)."""
+    if name not in FIELD_CHOICES:
+        _section_with(name, UNCHOSEN)  # no ConfigError: the field has no fixed set of values
+        return
+    for choice in FIELD_CHOICES[name]:
+        try:
+            _section_with(name, choice)
+        except ConfigError as e:  # refused for another reason (source=files needs --paths), never as a choice
+            assert "choose one of" not in str(e), e
+    with pytest.raises(ConfigError, match=f"{name}='{UNCHOSEN}': choose one of {', '.join(FIELD_CHOICES[name])}"):
+        _section_with(name, UNCHOSEN)
+
+
+def test_help_lists_each_fields_choices_exactly():
+    import train_llm
+    parser = train_llm.build_parser([])
+    for name in FIELDS:
+        text = _option_help(parser, f"--{name}")
+        listed = re.findall(r"Choices: (.*?)\. Default:", text)
+        assert listed == ([", ".join(FIELD_CHOICES[name])] if name in FIELD_CHOICES else []), (name, text)
+
+
+def test_muon_implements_every_orthogonalizer_the_config_accepts():
+    from optimizers import muon
+    assert tuple(muon.ORTHOGONALIZERS) == ORTHOGONALIZERS
+
+
+def test_config_help_shows_the_chosen_presets_values():
+    import train_llm
+    big = train_llm.build_parser(["--preset", "88m"])
+    assert _option_help(big, "--n_layers") == f"[model] {FIELD_HELP['n_layers']} Default: 22"
+    assert _option_help(big, "--source").endswith("Choices: english, stdlib, files, hub. Default: hub")
+    tiny = train_llm.build_parser([])
+    assert _option_help(tiny, "--n_layers").endswith("Default: 6")
+    assert _option_help(tiny, "--nesterov").endswith("Default: true")  # as the command line spells it
+    assert _option_help(tiny, "--offline_note").endswith("Default: empty")
+
+
+# ----------------------------------------------------------------------------- every entry point
+
+def _study_parser(module: str):
+    def build():
+        import importlib
+
+        from research.studies.runner import build_parser
+        script = importlib.import_module(module)
+        study = next(v for v in vars(script).values() if type(v).__name__ == "Study")
+        return build_parser(study, script.__doc__, argv=["--device", "cpu"])
+    return build
+
+
+def _module_parser(module: str, *args):
+    def build():
+        import importlib
+        return importlib.import_module(module).build_parser(*args)
+    return build
+
+
+# module -> its parser; test_every_entry_point_is_checked keeps this list complete
+ENTRY_POINTS = {
+    "train_llm": _module_parser("train_llm", []),
+    "research.qk_norm_25m_study": _study_parser("research.qk_norm_25m_study"),
+    "research.qk_norm_500k_study": _study_parser("research.qk_norm_500k_study"),
+    "research.key_dynamics_study": _study_parser("research.key_dynamics_study"),
+    "research.head_specialization_study": _study_parser("research.head_specialization_study"),
+    "research.lr_sensitivity_study": _study_parser("research.lr_sensitivity_study"),
+    "research.split_panels": _module_parser("research.split_panels"),
+    "research.inspect_pretrained": _module_parser("research.inspect_pretrained"),
+    "research.pretrained_keys_study": _module_parser("research.pretrained_keys_study"),
+    "research.export_hf": _module_parser("research.export_hf"),
+    "research.benchmark": _module_parser("research.benchmark"),
+    "research.speed.gpu": _module_parser("research.speed.gpu", []),
+    "research.speed.measure": _module_parser("research.speed.measure"),
+}
+
+
+def test_every_entry_point_is_checked():
+    """Each module of the project with a __main__ block and each console command of pyproject.toml has its
+    parser in ENTRY_POINTS."""
+    scripts = [p for p in REPO.rglob("*.py") if not {"tests", "research_results"} & set(p.relative_to(REPO).parts)
+               and not any(part.startswith(".") for part in p.relative_to(REPO).parts)]
+    mains = {".".join(p.relative_to(REPO).with_suffix("").parts) for p in scripts
+             if '__name__ == "__main__"' in p.read_text(encoding="utf-8")}
+    commands = tomllib.loads((REPO / "pyproject.toml").read_text()).get("project", {}).get("scripts", {})
+    modules = {target.split(":")[0] for target in commands.values()}
+    assert mains | modules <= set(ENTRY_POINTS)
+    assert mains, "no scripts found: the search above is wrong"
+
+
+def _sentence(text: str) -> str:
+    """The help without its section tag and its stated default."""
+    text = re.sub(r"^\[\w+\] ", "", text)
+    return re.split(r"\bDefault: |\(default", text, maxsplit=1)[0]
+
+
+@pytest.mark.parametrize("module", list(ENTRY_POINTS))
+def test_every_option_explains_itself(module):
+    """Each option's help is a sentence of its own (not only a default), states its default where it has one,
+    and names its choices where argparse does not show them."""
+    parser = ENTRY_POINTS[module]()
+    formatter = parser._get_formatter()
+    checked = 0
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = (action.option_strings or [action.dest])[0]
+        assert action.help, f"{module} {name}: no help"
+        text = _flat(formatter._expand_help(action))
+        words = re.findall(r"[A-Za-z]{2,}", _sentence(text))
+        assert len(words) >= 3, f"{module} {name}: not a sentence: {text!r}"
+        flag = isinstance(action, argparse._StoreTrueAction)
+        has_default = action.dest.startswith("cfg__") or (not flag and action.default not in (None, argparse.SUPPRESS))
+        if has_default or action.required:
+            assert "Default: " in text or "Required" in text, f"{module} {name}: no default stated: {text!r}"
+        if action.choices and action.metavar is not None:  # argparse prints choices only without a metavar
+            assert all(str(c) in text for c in action.choices), f"{module} {name}: choices missing: {text!r}"
+        checked += 1
+    assert checked >= 1
+
+
+# ----------------------------------------------------------------------------- outputs a help or docstring lists
+
+def _kind_runs(study) -> dict:
+    """Hand-built results for each of the study's runs, of the shape its kind reads."""
+    from research.results import validate
+    from tests.research.synthetic import make_results, qk_runs
+    if study.kind == "qk_norm":
+        return qk_runs((50, 40, 40), (3.6, 3.6, 3.6))
+    if study.kind == "lr":  # two probes and a final loss per run of the grid
+        def run(seed: int) -> dict:
+            probe = lambda t: {"step": t, "tokens": t, "layers": [  # noqa: E731
+                {"layer": 0, "means": {"k_norm.norm_mean": 8.0}, "attn": {"logit_max": [10.0, 5.0]}}]}
+            return validate({"tag": "x", "seed": seed, "tokens": [0, 1000], "loss": [None, 3.0],
+                             "val_loss": [None, 3.0], "mean_pr": [30.0, 20.0], "layer_pr": {"0": [30.0, 20.0]},
+                             "init_val_loss": 8.0, "probes": [probe(0), probe(1000)]})
+        return {name: [run(0), run(1)] for name, _ in study.runs()}
+    return {c: [make_results(c, qk_norm=o.get("qk_norm", "learned"))] for c, o in study.conditions.items()}
+
+
+@pytest.mark.parametrize("name", ["qk_norm_50m_study", "qk_norm_500k_study", "key_dynamics_study",
+                                  "head_specialization_study", "lr_sensitivity_study"])
+def test_a_studys_listed_outputs_are_what_its_render_draws(name):
+    """Study.outputs (which the study's --help and split_panels' --help print) against the files the study's
+    kind draws from results of the study's own conditions."""
+    from matplotlib.figure import Figure
+
+    from research.analysis.rules import LOSS_MARGIN, MARGIN
+    from research.results.vocabulary import STUDY_INDEX
+    from research.studies import STUDIES
+    from research.studies.render import KINDS
+    study = STUDIES[name]
+    runs = _kind_runs(study)
+    kind = KINDS[study.kind]
+    drawn = kind.draw(runs, kind.analyze(runs, MARGIN, LOSS_MARGIN), MARGIN, LOSS_MARGIN)
+    for item in drawn.values():
+        if isinstance(item, Figure):
+            item.clear()
+    assert study.outputs() == [STUDY_INDEX, *drawn]
+
+
+def _listed(description: str, lead: str) -> list[str]:
+    """The comma-separated files after `lead` in a help description, up to the full stop (file names hold no ". ")."""
+    return (_flat(description) + " ").split(lead, 1)[1].split(". ", 1)[0].split(", ")
+
+
+_FILE = r"(?<![\w/.-])[\w-]+\.(?:png|json|md)\b"  # a file name, not a path such as docs/decisions.md
+_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+
+
+@pytest.mark.parametrize("module", [m for m in ENTRY_POINTS if m.endswith("_study") and "pretrained" not in m])
+def test_a_study_scripts_help_and_docstring_agree_with_the_catalog(module):
+    """The help lists Study.outputs; every file, folder and count of conditions its docstring names is the
+    study's own."""
+    import importlib
+
+    from research.results.vocabulary import RESULTS_FILE
+    script = importlib.import_module(module)
+    study = next(v for v in vars(script).values() if type(v).__name__ == "Study")
+    description = ENTRY_POINTS[module]().description
+    assert _listed(description, "Then the study writes into --out: ") == study.outputs()
+    doc = script.__doc__
+    named = set(re.findall(_FILE, doc))
+    assert named <= {*study.outputs(), RESULTS_FILE}, module
+    figures = {f for f in study.outputs() if f.endswith(".png")}
+    assert not named & figures or figures <= named, f"{module}: a docstring listing figures must list them all"
+    assert set(re.findall(r"research_results/(\w+)", doc)) <= {study.name}, module
+    for word in re.findall(r"\b(\w+) conditions?\b", doc, flags=re.I):
+        if word.lower() in _NUMBERS:
+            assert _NUMBERS[word.lower()] == len(study.conditions), (module, word)
+
+
+def test_inspection_and_pretrained_keys_help_list_what_they_write():
+    from research import inspect_pretrained, pretrained_keys_study
+    from research.plots import inspection, pretrained
+    from research.results.pretrained import FILE
+    for script, files in ((inspect_pretrained, ["inspect.json", *inspection.FIGURES, "report.md"]),
+                          (pretrained_keys_study, [FILE, *pretrained.FIGURES, "report.md"])):
+        assert _listed(script.build_parser().description, "Writes into --out: ") == files
+        named = set(re.findall(_FILE, script.__doc__))
+        figures = {f for f in files if f.endswith(".png")}
+        assert named <= set(files) and (not named & figures or figures <= named), script.__name__
+
+
+def test_split_panels_help_lists_every_studys_drawings():
+    from research import split_panels
+    from research.studies import STUDIES
+    description = _flat(split_panels.build_parser().description)
+    for name, study in STUDIES.items():
+        assert f"{name}: {', '.join(study.outputs()[1:])}" in description
+
+
+def test_study_help_names_the_defaults_each_condition_sets():
+    """A field the study's conditions set shows each condition's value, not the base config's."""
+    from research.studies import KEY_DYNAMICS, LR_SENSITIVITY
+    from research.studies.runner import build_parser
+    keys = build_parser(KEY_DYNAMICS, argv=["--device", "cpu"])
+    assert _option_help(keys, "--wd_on_gains").endswith("Default: per condition: QK true, QK_no_gain_wd false")
+    lr = build_parser(LR_SENSITIVITY, argv=["--device", "cpu"])
+    assert _option_help(lr, "--muon_lr").endswith("Default: 0.024 times each --lr_multipliers rate")
+    assert _option_help(lr, "--seed").endswith("Default: each of --seeds (0 1)")
