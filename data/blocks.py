@@ -20,6 +20,7 @@ import numpy as np
 
 from data.corpus import DataError
 from utils.io import atomic_dir, atomic_write_text, sha256_file
+from utils.progress import library_progress
 
 FORMAT = 1
 SPLIT_SEED = 0x5EED_DA7A  # fixed: the train/val split never depends on the training seed
@@ -82,15 +83,10 @@ def tokenize_documents(ds, backend, eos_id: int, fingerprint: str) -> np.ndarray
             out[i] = ids
         return {"ids": out}
 
-    was_enabled = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
+    with library_progress(False):  # never a bar here: the log line after it says how long it took
         out = ds.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH, num_proc=TOKENIZE_NUM_PROC,
                      remove_columns=ds.column_names, keep_in_memory=True, new_fingerprint=fingerprint,
                      features=datasets.Features({"ids": datasets.List(datasets.Value("int32"))}))
-    finally:
-        if was_enabled:
-            datasets.enable_progress_bars()
     flat = pc.list_flatten(out.data.column("ids"))
     return flat.to_numpy() if flat.num_chunks else np.zeros(0, np.int32)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from utils.hub import hub_problem
+from utils.progress import quiet_imported
 
 if TYPE_CHECKING:  # imported where used: `import data` stays light
     import datasets
@@ -412,6 +413,7 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
 
     def load(workdir: Path) -> datasets.Dataset:
         import datasets
+        quiet_imported()  # --no_progress: no bars of load_dataset and the casts (utils.progress)
 
         parts = []
         for _, p, builder in resolved:
@@ -498,6 +500,7 @@ def hub_source(dataset: str, subset: str | None, n_docs: int, text_field: str = 
 
     def load(workdir: Path) -> datasets.Dataset:
         import datasets
+        quiet_imported()  # --no_progress: no bars while resolving and streaming (utils.progress)
 
         check_hub_reachable(dataset, "dataset", "hub_dataset")
         try:

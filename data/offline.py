@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from data.tokenizer import SMOLLM2_GGUF, hub_tokenizer_folder
+from utils.cache import cache_dir
 from utils.hub import hub_problem
 
 WRITEUP_TOKENIZER = "HuggingFaceTB/SmolLM2-135M"
@@ -43,7 +44,7 @@ def resolve_offline(cfg, log: Callable[[str], None] = print):
         if problem is not None and problem[0] != "missing":
             changes["source"] = "english"
             reasons.append(f"hub_dataset {dc.hub_dataset}/{dc.hub_subset}: {problem[1]}")
-    if dc.tokenizer == WRITEUP_TOKENIZER and not _tokenizer_cached(dc.tokenizer, Path(dc.cache_dir).expanduser()):
+    if dc.tokenizer == WRITEUP_TOKENIZER and not _tokenizer_cached(dc.tokenizer, cache_dir(dc.cache_dir, "data")):
         problem = hub_problem(dc.tokenizer, "model")
         if problem is not None and problem[0] != "missing":
             changes["tokenizer"] = SMOLLM2_GGUF

@@ -2,11 +2,11 @@
 
     data = prepare_data(cfg)           # on rank 0 first, then (after a barrier) on the others
 
-Everything expensive is cached under cfg.data.cache_dir and keyed by content hashes
-(blocks.BlockKey), so a second call with the same settings only hashes the source and
-checks the cache. See corpus.py (sources), tokenizer.py and blocks.py (cache format).
-One process at a time looks up or builds a cache folder (a lock on the cache root; others
-wait), so what a killed build left (.work-* scratch folders, .tmp-* half-written cache
+Everything expensive is cached under cfg.data.cache_dir (by default the user cache's data/ folder, utils.cache)
+and keyed by content hashes (blocks.BlockKey), so a second call with the same settings only hashes the source
+and checks the cache; where the cache lives is no part of a run's identity. See corpus.py (sources),
+tokenizer.py and blocks.py (cache format). One process at a time looks up or builds a cache folder (a lock on
+the cache root; others wait), so what a killed build left (.work-* scratch folders, .tmp-* half-written cache
 folders) can be removed safely before building.
 """
 from __future__ import annotations
@@ -25,8 +25,10 @@ import torch
 from data.blocks import BlockKey, build_blocks, load_blocks
 from data.corpus import Source, open_source
 from data.tokenizer import TOKENIZER_FOLDER, TokenizerInfo, get_tokenizer
+from utils.cache import cache_dir
 from utils.io import remove_matching, temp_dir_pattern
 from utils.lock import FolderLock
+from utils.progress import library_progress
 
 # What an interrupted preparation leaves: _LazyCorpus scratch folders and atomic_dir temporaries of
 # block folders (<hash12>-<hash12>-L<seq_len>) and of tokenizer folders (bpe-v1-..., hub-...).
@@ -110,17 +112,19 @@ class _LazyCorpus:
             shutil.rmtree(self._work, ignore_errors=True)
 
 
-def prepare_data(cfg, log: Callable[[str], None] = print) -> TokenData:
+def prepare_data(cfg, log: Callable[[str], None] = print, progress: bool = True) -> TokenData:
     """Source -> tokenizer -> blocks, each step cached under cfg.data.cache_dir.
 
     Only one process should build (call it on rank 0, barrier, then on the other ranks:
-    they hit the cache). Raises DataError with the cause and the fix on any failure.
+    they hit the cache). Raises DataError with the cause and the fix on any failure. progress=False
+    (--no_progress): no progress bar of the libraries (datasets, Hub downloads: utils.progress).
     """
     t0 = time.time()
     dc = cfg.data
-    root = Path(dc.cache_dir).expanduser()
+    root = cache_dir(dc.cache_dir, "data")
     source = open_source(dc, log)
-    with FolderLock(root, hint="choose another --cache_dir").acquire(wait=True, on_wait=log, read_only_ok=True) as lock:
+    lock = FolderLock(root, hint="choose another --cache_dir")
+    with library_progress(progress), lock.acquire(wait=True, on_wait=log, read_only_ok=True):
         if lock.key is not None:
             remove_orphans(root, log)
         return _prepare(cfg, root, source, t0, log)

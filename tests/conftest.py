@@ -32,9 +32,23 @@ def corpus_file(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory) -> Path:
+    """The user cache (utils.cache) of this session: QK_KEYS_CACHE points at a temporary folder for every test
+    and every process a test starts, so no test reads or writes the real ~/.cache/qk-keys."""
+    root = tmp_path_factory.mktemp("user_cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("QK_KEYS_CACHE", str(root))
+        yield root
+
+
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("data_cache")
+def cache_dir(user_cache) -> Path:
+    """The data cache every test shares (tests pass it as --cache_dir, and the default "auto" names it too), so
+    a corpus is prepared once per session."""
+    folder = user_cache / "data"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture

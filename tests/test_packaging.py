@@ -1,14 +1,36 @@
-"""pyproject.toml's dependency bounds and requirements.txt's exact pins say the same thing."""
+"""Packaging: pyproject.toml's dependency bounds and requirements.txt's exact pins say the same thing; the console
+commands run each script's main from any folder, one holding a user's own utils.py, models.py and data.py
+included; every module imports where fcntl and resource are missing (Windows)."""
+import importlib
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from tests.helpers import REPO
 
-tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+# The console commands and the script whose main(argv=None) each runs.
+COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_study",
+            "qk-pilot-study": "research.qk_norm_500k_study", "qk-key-dynamics": "research.key_dynamics_study",
+            "qk-head-specialization": "research.head_specialization_study",
+            "qk-lr-sensitivity": "research.lr_sensitivity_study",
+            "qk-pretrained-keys": "research.pretrained_keys_study",
+            "qk-split-panels": "research.split_panels", "qk-inspect": "research.inspect_pretrained",
+            "qk-export": "research.export_hf", "qk-benchmark": "research.benchmark"}
+
+
+def _project() -> dict:
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 
 
 def test_every_dependency_is_pinned_within_its_bounds():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pins = {}
     for line in (REPO / "requirements.txt").read_text().splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
@@ -22,3 +44,118 @@ def test_every_dependency_is_pinned_within_its_bounds():
         assert r.specifier.contains(pins[canonicalize_name(r.name)]), (r, pins[canonicalize_name(r.name)])
     assert "torch" not in {canonicalize_name(Requirement(r).name) for r in project["dependencies"]
                            if "==" in r}  # only requirements.txt pins torch
+
+
+def test_every_console_command_runs_a_scripts_main():
+    scripts = _project()["scripts"]
+    assert set(scripts) == set(COMMANDS)
+    for name, target in scripts.items():
+        module, _, attr = target.partition(":")
+        assert callable(getattr(importlib.import_module(module), attr)), name
+        main = importlib.import_module(COMMANDS[name]).main
+        assert inspect.signature(main).parameters["argv"].default is None, name
+        returns = inspect.signature(main).return_annotation
+        exit_status = returns in (None, int, "None", "int")  # a console script exits with what main returns
+        assert exit_status == (target == f"{COMMANDS[name]}:main"), name  # else through a wrapper (qk-train)
+
+
+def test_qk_train_exits_0_after_a_run_and_with_mains_status_otherwise(monkeypatch):
+    import train_llm
+    monkeypatch.setattr(train_llm, "main", lambda: {"steps": 2})  # the summary a run returns
+    with pytest.raises(SystemExit) as e:
+        train_llm.cli()
+    assert e.value.code == 0
+    monkeypatch.setattr(train_llm, "main", lambda: sys.exit("config error: x"))
+    with pytest.raises(SystemExit) as e:
+        train_llm.cli()
+    assert e.value.code == "config error: x"
+
+
+@pytest.fixture
+def users_folder(tmp_path):
+    """A working folder holding a user's own utils.py, models.py and data.py, each failing if imported."""
+    for name in ("utils", "models", "data"):
+        (tmp_path / f"{name}.py").write_text("raise SystemExit('shadowed: the user\'s own module was imported')\n")
+    return tmp_path
+
+
+def _in(folder, command: list[str]) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # after the working folder on sys.path; found without an install
+    return subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_train_llm_as_a_module_runs_beside_a_users_own_modules(users_folder):
+    proc = _in(users_folder, [sys.executable, "-m", "train_llm", "--help"])
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_the_installed_command_runs_beside_a_users_own_modules(users_folder):
+    command = shutil.which("qk-train")
+    if command is None:
+        pytest.skip("qk-train is not installed (pip install -e .)")
+    proc = _in(users_folder, [command, "--help"])
+    assert proc.returncode == 0 and "usage: qk-train" in proc.stdout, proc.stderr[-2000:]
+
+
+# Imports every module of the project where fcntl and resource are missing and os has no O_NOFOLLOW, as on
+# Windows; msvcrt, which Windows has, is played by POSIX record locks (fcntl.lockf: one process's, like Windows'
+# byte-range locks). Then a folder is locked there, and a second such process is refused it, told the holder.
+_NO_FCNTL = r"""
+import errno, fcntl as real_fcntl, importlib, os, sys, types
+from pathlib import Path
+
+def locking(fd, mode, nbytes):
+    start = os.lseek(fd, 0, os.SEEK_CUR)  # msvcrt.locking locks from the file's position
+    try:
+        real_fcntl.lockf(fd, real_fcntl.LOCK_UN if mode == 0 else real_fcntl.LOCK_EX | real_fcntl.LOCK_NB,
+                         nbytes, start)
+    except OSError:
+        raise PermissionError(errno.EACCES, "Permission denied") from None
+
+sys.modules["fcntl"] = None
+sys.modules["resource"] = None
+del os.O_NOFOLLOW
+repo, folder, role = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+sys.modules["msvcrt"] = types.SimpleNamespace(locking=locking, LK_UNLCK=0, LK_NBLCK=2)
+from utils.lock import FolderLock, LockError
+del sys.modules["msvcrt"]  # for utils.lock alone: subprocess, for one, takes msvcrt for Windows
+if role == "second":
+    try:
+        FolderLock(folder, hint="choose another --out").acquire()
+    except LockError as e:
+        print(e)
+    sys.exit(0)
+names = ["train_llm"] + [".".join(p.relative_to(repo).with_suffix("").parts).removesuffix(".__init__")
+                         for pkg in ("configs", "models", "optimizers", "data", "training", "utils", "research")
+                         for p in sorted((repo / pkg).rglob("*.py"))]
+for name in names:
+    importlib.import_module(name)
+print(len(names), "modules")
+link = folder.parent / "linked"
+link.mkdir()
+(link / "target").write_text("kept")
+os.symlink(link / "target", link / ".lock")  # within the folder (utils.io.check_links allows it), not followed
+try:
+    FolderLock(link).acquire()
+except LockError as e:
+    print(e)
+with FolderLock(folder):
+    import subprocess
+    print(subprocess.run([sys.executable, __file__, *sys.argv[1:3], "second"], capture_output=True, text=True,
+                         check=True).stdout)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="plays Windows on POSIX")
+def test_every_module_imports_without_fcntl_and_the_lock_still_locks(tmp_path):
+    script = tmp_path / "no_fcntl.py"
+    script.write_text(_NO_FCNTL)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(script), str(REPO), str(tmp_path / "run"), "first"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert int(out.split(" modules")[0]) > 100
+    assert "its .lock is a link, which this project never writes through" in out
+    assert f"{tmp_path / 'run'} is in use by pid " in out and "no_fcntl.py" in out and "choose another --out" in out
+    assert (tmp_path / "linked" / "target").read_text() == "kept"  # the link was not followed

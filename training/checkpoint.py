@@ -52,6 +52,9 @@ class Checkpoint:
     step: int
     state: dict  # contents of state.json
 
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)  # given as a str too
+
 
 def _model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     # The LM head is tied to the embedding, so each tensor appears once in the state dict.
@@ -90,10 +93,11 @@ def _set_for_removal(path: Path) -> Path:
     return target
 
 
-def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
+def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimizers: list[torch.optim.Optimizer],
                     state: dict, keep_last: int, tensors: tuple[dict, list[dict]] | None = None) -> Path:
     """Write step-N under root and prune to keep_last. `tensors`: the model's and the optimizers' state dicts
     when already gathered (FSDP: training/sharding.py), else taken from model and optimizers."""
+    root = Path(root)
     weights, optim = tensors or (_model_state(model), [o.state_dict() for o in optimizers])
     final = root / f"step-{step:06d}"
     old = _set_for_removal(final) if final.exists() else None  # the same step saved again: replaced
@@ -118,7 +122,10 @@ def save_checkpoint(root: Path, step: int, model: torch.nn.Module, optimizers: l
     return final
 
 
-def step_dirs(root: Path) -> list[tuple[int, Path]]:
+def step_dirs(root: str | Path) -> list[tuple[int, Path]]:
+    """(step, folder) of the step-N folders under root, complete or not, by step. Every function here that takes
+    a root takes a str or a Path."""
+    root = Path(root)
     if not root.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP_DIR.match(p.name)) and p.is_dir()]
@@ -129,12 +136,12 @@ def _complete(path: Path) -> bool:
     return all((path / f).is_file() for f in FILES)
 
 
-def list_checkpoints(root: Path) -> list[Checkpoint]:
+def list_checkpoints(root: str | Path) -> list[Checkpoint]:
     """Complete checkpoints under root (all three files present), oldest first."""
     return [Checkpoint(p, step, {}) for step, p in step_dirs(root) if _complete(p)]
 
 
-def latest_checkpoint(root: Path) -> Checkpoint | None:
+def latest_checkpoint(root: str | Path) -> Checkpoint | None:
     """The newest complete checkpoint, its state.json read where readable ({} otherwise)."""
     ckpts = list_checkpoints(root)
     if not ckpts:
@@ -152,10 +159,11 @@ def read_state(c: Checkpoint) -> dict:
         return {}
 
 
-def remove_orphans(root: Path) -> list[Path]:
+def remove_orphans(root: str | Path) -> list[Path]:
     """Remove what killed processes left under root: temporary checkpoint folders (.tmp-step-N-*),
     folders set for removal (.pruning-step-N-*) and incomplete step-N folders older than the
     newest complete checkpoint (removals cut short by a kill before pruning was atomic)."""
+    root = Path(root)
     removed = [p for pattern in _ORPHANS for p in remove_matching(root, pattern)]
     complete = list_checkpoints(root)
     newest = complete[-1].step if complete else -1
@@ -257,7 +265,7 @@ def apply_checkpoint(ckpt: Checkpoint, weights: dict, blob: dict, model: torch.n
         torch.cuda.set_rng_state(cuda_rng)
 
 
-def load_newest(root: Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpoint | None, list[tuple]]:
+def load_newest(root: str | Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpoint | None, list[tuple]]:
     """Try `load` on the complete checkpoints, newest first, until one works.
 
     Returns (the checkpoint loaded or None, [(checkpoint, reason)] of those that failed, newest first).
@@ -272,12 +280,13 @@ def load_newest(root: Path, load: Callable[[Checkpoint], None]) -> tuple[Checkpo
     return None, failed
 
 
-def load_model_weights(path: Path, model: torch.nn.Module) -> None:
+def load_model_weights(path: str | Path, model: torch.nn.Module) -> None:
     """Load only the weights of a checkpoint folder (for inspection and probing)."""
-    load_weights(_read(Path(path), "model.safetensors", lambda p: load_file(str(p))), model, Path(path))
+    path = Path(path)
+    load_weights(_read(path, "model.safetensors", lambda p: load_file(str(p))), model, path)
 
 
-def load_newest_weights(root: Path, model: torch.nn.Module) -> tuple[Checkpoint | None, list[tuple]]:
+def load_newest_weights(root: str | Path, model: torch.nn.Module) -> tuple[Checkpoint | None, list[tuple]]:
     """Load into `model` the weights of the newest checkpoint under `root` that reads back (export, inspection);
     returns it (None where none does) and [(checkpoint, reason)] of the newer ones that failed."""
     return load_newest(root, lambda c: load_model_weights(c.path, model))

@@ -46,10 +46,10 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
             stage = "preparing the data"
             if dist.is_main:
                 cfg = resolve_offline(cfg, log=log)
-                data = prepare_data(cfg, log=log)
+                data = prepare_data(cfg, log=log, progress=progress)
             cfg = dist.broadcast(cfg)
             if not dist.is_main:
-                data = prepare_data(cfg, log=lambda *a, **k: None)
+                data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)  # the bars are rank 0's
             stage = "starting the run" + (" (loading its checkpoint)" if resume else "")
             trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
                               progress=progress, name=name, log=log, callbacks=callbacks)

@@ -2,6 +2,7 @@
 one rule for links inside the folders this project writes (`check_links`)."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -128,10 +129,22 @@ def check_links(root: str | Path, fix: str = "choose another folder", error: typ
                         f"writes through such links. Remove {it} (or put a copy of the file in its place), or {fix}")
 
 
+def open_no_follow(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """os.open that never opens through a link at `path` (its last part): a link raises OSError ELOOP. O_NOFOLLOW
+    where the OS has it; elsewhere (Windows) a look before opening, which only a link made in between could pass
+    (making one there takes the symbolic-link right: an administrator, or developer mode)."""
+    nofollow = getattr(os, "O_NOFOLLOW", None)
+    if nofollow is not None:
+        return os.open(path, flags | nofollow, mode)
+    if os.path.islink(path):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), str(path))
+    return os.open(path, flags | getattr(os, "O_BINARY", 0), mode)  # Windows opens in text mode without O_BINARY
+
+
 def append_line(path: str | Path, line: str) -> None:
     """Append one line and flush it; if the write fails (a full disk) the file is cut back to where it
-    was, so it never ends in a torn line. A link in its place is refused (O_NOFOLLOW), never written through."""
-    with open(path, "ab", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW, 0o666)) as f:
+    was, so it never ends in a torn line. A link in its place is refused (open_no_follow), never written through."""
+    with open(path, "ab", opener=lambda p, flags: open_no_follow(p, flags)) as f:
         start = f.seek(0, os.SEEK_END)
         try:
             f.write((line.rstrip("\n") + "\n").encode("utf-8"))

@@ -1,4 +1,4 @@
-"""One writer per folder: an OS-level lock (fcntl.flock) on FOLDER/.lock.
+"""One writer per folder: an OS-level lock on FOLDER/.lock (fcntl.flock; on Windows msvcrt.locking).
 
     with FolderLock(out, hint="choose another --out"):
         ...  # write into out
@@ -7,7 +7,9 @@ The lock file holds who took it (pid, host, start time, command), so a second pr
 told whom it is waiting for. flock is released by the kernel when its holder exits, however
 it exits (kill -9 included), so a stale .lock file never blocks anyone: its contents are only
 read when the lock is actually held. The file is left in place (deleting it would let two
-processes lock two different inodes of the same name).
+processes lock two different inodes of the same name). Windows, which has no flock, locks one byte
+of the file far past the holder's description (a locked range cannot be read by others there), and
+Windows too releases it when its holder ends.
 
 Taking the lock also applies the rule for links (utils.io.check_links): a folder holding a link that leads
 outside it is refused, so no tool that locks (training, studies, split_panels, the data cache) reads or
@@ -19,7 +21,6 @@ runner holds its study folder while rendering into it; another process may not.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -29,9 +30,20 @@ from pathlib import Path
 from typing import Callable
 
 from utils.errors import os_problem
-from utils.io import check_links
+from utils.io import check_links, open_no_follow
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+try:
+    import msvcrt
+except ImportError:  # POSIX
+    msvcrt = None
 
 LOCK_NAME = ".lock"
+_WINDOWS_LOCK_BYTE = 1 << 30  # the byte msvcrt.locking locks (locking past the end of a file is allowed there)
+_HELD_ELSEWHERE = {errno.EACCES, getattr(errno, "EDEADLOCK", errno.EDEADLK)}  # msvcrt.locking's "in use"
 
 _held: dict[str, list] = {}  # realpath of the folder -> [fd, depth], this process's locks
 
@@ -40,9 +52,60 @@ class LockError(RuntimeError):
     """The folder is in use by another process, or cannot be locked; the message names the holder and the fix."""
 
 
+def _try_lock(fd: int) -> bool:
+    """Take the OS lock on fd without waiting; False where another process holds it."""
+    if fcntl is not None:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    if msvcrt is None:
+        raise LockError("this platform has no file locks (neither fcntl nor msvcrt): no folder can be guarded")
+    os.lseek(fd, _WINDOWS_LOCK_BYTE, os.SEEK_SET)  # msvcrt.locking locks from the file's position
+    try:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+    except OSError as e:
+        if e.errno in _HELD_ELSEWHERE:
+            return False
+        raise
+    return True
+
+
+def _lock_waiting(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return
+    while not _try_lock(fd):  # msvcrt's own blocking mode gives up after 10 s
+        time.sleep(0.2)
+
+
+def _unlock(fd: int) -> None:
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    else:
+        os.lseek(fd, _WINDOWS_LOCK_BYTE, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def _read_start(fd: int, n: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, 0)
+    os.lseek(fd, 0, os.SEEK_SET)  # Windows has no pread
+    return os.read(fd, n)
+
+
+def _write_start(fd: int, data: bytes) -> None:
+    if hasattr(os, "pwrite"):
+        os.pwrite(fd, data, 0)
+        return
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, data)
+
+
 def _holder_text(fd: int) -> str:
     try:
-        info = json.loads(os.pread(fd, 4096, 0).decode() or "{}")
+        info = json.loads(_read_start(fd, 4096).decode() or "{}")
         return (f"pid {info['pid']} on {info['host']}, started {info['started']}, running: "
                 f"{info['command']}")
     except (OSError, ValueError, KeyError, TypeError):
@@ -56,7 +119,7 @@ def _open_lock_file(folder: Path, hint: str, read_only_ok: bool) -> int | None:
     check_links(folder, hint, LockError)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        return os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        return open_no_follow(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise LockError(f"cannot use {folder}: its {LOCK_NAME} is a link, which this project never writes "
@@ -87,21 +150,24 @@ class FolderLock:
             self.key, self.active = key, True
             return self
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            locked = _try_lock(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if not locked:
             holder = _holder_text(fd)
             if not wait:
                 os.close(fd)
                 raise LockError(f"{self.folder} is in use by {holder}. Nothing was written. Wait for that process "
-                                f"to finish (or stop it), or {self.hint}") from None
+                                f"to finish (or stop it), or {self.hint}")
             if on_wait:
                 on_wait(f"waiting for {self.folder}, in use by {holder}")
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _lock_waiting(fd)
         info = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                 "command": " ".join([Path(sys.executable).name, *sys.argv])}
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(info) + "\n").encode(), 0)
+            _write_start(fd, (json.dumps(info) + "\n").encode())
         except OSError:
             pass  # a full disk: the lock holds all the same, only the holder's description is missing
         _held[key] = [fd, 1]
@@ -116,7 +182,7 @@ class FolderLock:
         entry[1] -= 1
         if entry[1] == 0:
             del _held[self.key]
-            fcntl.flock(entry[0], fcntl.LOCK_UN)
+            _unlock(entry[0])
             os.close(entry[0])
         self.key = None
 

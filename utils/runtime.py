@@ -4,8 +4,10 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import re
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -111,7 +113,7 @@ def resolve_compile(setting: str, device: torch.device) -> tuple[bool, str]:
     """Whether to torch.compile the training forward, and why. 'auto': on CUDA only. On CPU, inductor's
     kernels made two identical runs differ from the 7th step on (in the 7th digit of the loss), which
     would end bit-exact resumes and reproducible runs, so compiling there is asked for with --compile on
-    (about 1.45x faster on the tiny preset: docs/speed.md)."""
+    (9,196 against 7,341 tokens/s eager on the tiny preset, docs/speed.md)."""
     if setting != "auto":
         return setting == "on", f"--compile {setting}"
     if device.type == "cuda":
@@ -125,26 +127,64 @@ def autocast(device: torch.device, precision: str):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def git_commit(repo: str | Path | None = None) -> str | None:
-    repo = Path(repo) if repo else Path(__file__).resolve().parents[1]
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]  # the folder holding configs/, data/, utils/, ... and train_llm.py
+DISTRIBUTION = "qk-keys"  # pyproject.toml's [project] name
+
+
+def package_version() -> str | None:
+    """The installed qk-keys distribution's version (pyproject.toml's), None where it is not installed."""
+    from importlib import metadata
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=5)
-        if out.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
-                               capture_output=True, text=True, timeout=5).stdout.strip()
-        return out.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.TimeoutExpired):
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
         return None
 
 
+def _names_this_project(root: Path) -> bool:
+    """Whether root/pyproject.toml is this project's (its name line says qk-keys)."""
+    try:
+        text = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return re.search(rf'^name\s*=\s*"{DISTRIBUTION}"\s*$', text, re.MULTILINE) is not None
+
+
+def git_commit(repo: str | Path | None = None) -> str | None:
+    """The commit of the code's own checkout (default: the folder holding the packages, PACKAGE_ROOT), with
+    "-dirty" when tracked files differ from it. None unless that folder is the top level of a git checkout of
+    qk-keys: an installed copy, an archive, or a copy inside another git repository (a virtual environment in
+    the user's project) has no commit of its own, and neither the working folder nor GIT_DIR picks the
+    repository."""
+    root = Path(repo).resolve() if repo else PACKAGE_ROOT
+    if not _names_this_project(root):
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # GIT_DIR, GIT_WORK_TREE: another repo
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=root, env=env, capture_output=True, text=True, timeout=5)
+    try:
+        top = git("rev-parse", "--show-toplevel")
+        if top.returncode != 0 or Path(top.stdout.strip()).resolve() != root:
+            return None
+        head = git("rev-parse", "--verify", "HEAD")
+        if head.returncode != 0:  # a repository without a commit yet
+            return None
+        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):  # no git here
+        return None
+    return head.stdout.strip() + ("-dirty" if dirty else "")
+
+
 def provenance(device: torch.device) -> dict:
-    """Versions and hardware, recorded beside every run's results."""
+    """Versions and hardware, recorded beside every run's results. git_commit is None where the code is not a
+    git checkout of qk-keys (an installed copy); qk_keys, the installed version, then says which code it was
+    (None where it is not installed either): readers print "no git commit (qk-keys 0.1.0)"."""
     import numpy
     import transformers
 
     info = {
         "git_commit": git_commit(),
+        "qk_keys": package_version(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
@@ -158,6 +198,19 @@ def provenance(device: torch.device) -> dict:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+def _peak_memory_kib() -> float:
+    """This process's peak memory in KiB where the resource module is missing (Windows): the peak working set
+    (psutil, which accelerate depends on), else the resident set now."""
+    import psutil
+    info = psutil.Process().memory_info()
+    return getattr(info, "peak_wset", info.rss) / 1024
+
+
+# What research.speed.measure reads of the resource module, for Windows, which has none:
+# getrusage(RUSAGE_SELF).ru_maxrss in KiB, as Linux reports it.
+RESOURCE_STAND_IN = SimpleNamespace(RUSAGE_SELF=0, getrusage=lambda who: SimpleNamespace(ru_maxrss=_peak_memory_kib()))
 
 
 def local_cpu_threads(local_world_size: int) -> int:

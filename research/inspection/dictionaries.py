@@ -2,7 +2,7 @@
 the words the attention heads look for. Pure tensor functions plus three section builders
 that inspect_model (tour.py) calls.
 
-Definitions (the report and README state the same):
+Definitions (the report and docs/inspection.md state the same):
 
 - Dictionaries. The input dictionary is the input embedding matrix [V, d], the output
   dictionary the LM head [V, d] (the same tensor when tied). Similarity of two tokens is the

@@ -8,10 +8,12 @@ import torch
 
 from research.inspection.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
 from research.inspection.gguf import PACKAGED, read_meta, resolve_gguf
+from utils.cache import AUTO, cache_dir as cache_folder
 from utils.hub import hub_problem
+from utils.progress import library_progress
 from utils.run_names import is_own_run
 
-DEFAULT_CACHE = ".cache/models"  # converted GGUF models (research.inspection.gguf)
+DEFAULT_CACHE = AUTO  # converted GGUF models (research.inspection.gguf): the user cache's models/ (utils.cache)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -76,20 +78,22 @@ def _hf_config(name: str, path: Path, local: bool):
 
 
 def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAULT_CACHE,
-               log=print) -> tuple[torch.nn.Module, object, Adapter]:
+               log=print, progress: bool = True) -> tuple[torch.nn.Module, object, Adapter]:
     """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, a hub id, or a
     GGUF file (a .gguf, a folder holding one, or a packaged model's name: research.inspection.gguf), which is
-    converted once into a Hugging Face folder under cache_dir. adapter.gguf is that folder's
-    gguf_source.json (None for a model not read from GGUF)."""
+    converted once into a Hugging Face folder under cache_dir ("auto": the user cache's models/). adapter.gguf is
+    that folder's gguf_source.json (None for a model not read from GGUF). progress=False (--no_progress): no
+    progress bar of downloads, conversion or loading (utils.progress)."""
     if dtype not in DTYPES:
         raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    converted = resolve_gguf(name, Path(cache_dir).expanduser(), log)
-    if converted is not None:
-        folder, meta = converted
-        model, tokenizer, adapter = _load_not_gguf(str(folder), DTYPES[dtype], meta)
-        adapter.source = f"{name} (converted: {folder})"
-        return model, tokenizer, adapter
-    return _load_not_gguf(name, DTYPES[dtype])
+    with library_progress(progress):
+        converted = resolve_gguf(name, cache_folder(cache_dir, "models"), log)
+        if converted is not None:
+            folder, meta = converted
+            model, tokenizer, adapter = _load_not_gguf(str(folder), DTYPES[dtype], meta)
+            adapter.source = f"{name} (converted: {folder})"
+            return model, tokenizer, adapter
+        return _load_not_gguf(name, DTYPES[dtype])
 
 
 def _load_not_gguf(name: str, dtype: torch.dtype,

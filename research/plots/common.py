@@ -144,6 +144,21 @@ def fmt_num(v, nd: int = 3) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
 
 
+def fmt_code(provenance: dict | None) -> str:
+    """The code a result was made with, from its provenance (utils.runtime.provenance): 'git 0123456789' (the
+    commit's first 10 digits, '-dirty' kept), 'no git commit (qk-keys 0.1.0)' where the code was no git checkout
+    (an installed copy; 'qk-keys not installed' without a version either), 'git commit not recorded' for files
+    that predate the version field and hold no commit."""
+    prov = provenance if isinstance(provenance, dict) else {}
+    commit = prov.get("git_commit")
+    if isinstance(commit, str) and commit:
+        return f"git {commit[:10]}" + ("-dirty" if commit.endswith("-dirty") and len(commit) > 16 else "")
+    if "qk_keys" in prov:
+        version = prov["qk_keys"]
+        return f"no git commit (qk-keys {version})" if version else "no git commit (qk-keys not installed)"
+    return "git commit not recorded"
+
+
 def fmt_tokens(t: float) -> str:
     """Token counts as 12.3M / 456k / 789."""
     if not np.isfinite(t):

@@ -7,7 +7,8 @@ from matplotlib.ticker import MaxNLocator
 from research.analysis import pretrained as A
 from research.analysis.rules import INCONCLUSIVE, MARGIN, UNRESOLVED, needed_text
 from research.analysis.stats import mean_ci
-from research.plots.common import GROUP_COLORS, decision_table, fmt_num, message_figure, styled, subplots
+from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
+                                   subplots)
 
 CLASS_COLORS = {"sink": "#c44e52", "gatherer": "#4c72b0", "neither": "#999999", "n/a": "#dddddd"}
 
@@ -279,7 +280,7 @@ def report(res: dict, margin: float = MARGIN) -> str:
              "same recipe would come out. Comparisons are paired by batch and decided as in docs/decisions.md "
              f"(one Bonferroni interval per comparison over a claim's comparisons, read against a margin of "
              f"\u00b1{margin:.0%} of the compared values' mean).", "",
-             f"Command: `{res.get('command', '?')}`; commit {str(prov.get('git_commit', '?'))[:10]}, "
+             f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]
     for name, rec in res["models"].items():

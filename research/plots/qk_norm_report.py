@@ -7,7 +7,7 @@ import math
 
 from research.analysis.qk_norm import QkNormAnalysis
 from research.analysis.rules import effect_text, rule_text, runs_of
-from research.plots.common import decision_table, fmt_ci
+from research.plots.common import decision_table, fmt_ci, fmt_code
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -31,8 +31,7 @@ def _provenance(runs: dict, cond: str) -> str:
     presets = sorted({str(r.get("preset") or (r.get("config") or {}).get("preset")) for r in rl} - {"None"})
     seeds = [seed_of(r) for r in rl]
     tokens = sorted({r["tokens"][-1] for r in rl if r["tokens"]})
-    commits = sorted({str((r.get("provenance") or {}).get("git_commit"))[:10] for r in rl
-                      if (r.get("provenance") or {}).get("git_commit")})
+    codes = sorted({fmt_code(r.get("provenance")) for r in rl})  # "git 0123456789", "no git commit (qk-keys 0.1.0)"
     parts = []
     if presets:
         parts.append("preset " + ", ".join(presets))
@@ -40,7 +39,7 @@ def _provenance(runs: dict, cond: str) -> str:
         parts.append(("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds))
     if tokens:
         parts.append("tokens " + ", ".join(f"{t:,}" for t in tokens))
-    parts.append("git " + ", ".join(commits) if commits else "git commit not recorded")
+    parts.append(", ".join(codes))
     corpora = sorted({f"{d.get('corpus') or 'corpus'} ({str(d.get('source_hash'))[:12]})" for d in
                       ((r.get("data") or {}) for r in rl) if d.get("source_hash")})
     if corpora:

@@ -167,6 +167,14 @@ def _check_config(config) -> None:
                          f"{found(train.get('adamw_lr'))}")
 
 
+def check_provenance(value) -> None:
+    """provenance: an object (or null) whose git_commit and qk_keys (the package version, recorded since files
+    could lack a commit; older files have no such field) are text or null."""
+    prov = _dict(value, "provenance", nullable=True)
+    for k in ("git_commit", "qk_keys"):
+        check_scalar(prov.get(k), f"provenance.{k}", is_text, "text")
+
+
 def _check_header(res: dict, n: int) -> None:
     """The top-level fields beside the write-ups' ones: what every reader may look into."""
     check_scalar(res.get("seed"), "seed", is_integer, "an integer")
@@ -174,8 +182,8 @@ def _check_header(res: dict, n: int) -> None:
     check_scalar(res.get("schema_version"), "schema_version", lambda v: is_integer(v) and v >= 0,
                  "a version (an integer)")
     _check_config(res.get("config"))
-    for k in ("provenance", "data"):
-        _dict(res.get(k), k, nullable=True)
+    check_provenance(res.get("provenance"))
+    _dict(res.get("data"), "data", nullable=True)
     diverged = _dict(res.get("diverged"), "diverged", nullable=True)
     check_scalar(diverged.get("step"), "diverged.step", is_integer, "a step (an integer)")
     check_scalar(res.get("init_val_loss"), "init_val_loss", is_number, "a number")

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.results.checks import ShapeError, check_scalar, found, is_integer, is_number, is_text
+from research.results.checks import (ShapeError, check_provenance, check_scalar, found, is_integer, is_number,
+                                     is_text)
 from research.results.schema import ResultsError
 from research.results.values import parse_json
 
@@ -132,7 +133,7 @@ def load_pretrained_keys(path: str | Path) -> dict:
             raise ShapeError("models should map model names to their records")
         check_scalar(res.get("command"), "command", is_text, "text")
         check_scalar(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
-        check_scalar(res.get("provenance"), "provenance", lambda v: isinstance(v, dict), "an object")
+        check_provenance(res.get("provenance"))
         for name, rec in models.items():
             check_model(name, rec)
     except ShapeError as e:

@@ -71,6 +71,7 @@ def test_a_file_that_is_not_text_is_named_with_its_cause_and_fix(tmp_path, name,
         _load([str(path)], tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["latin.txt", "image.txt", "field.jsonl", "junk.parquet"])
 def test_folders_and_globs_give_the_same_cause(tmp_path, name):
     """The bad file beside good ones of every kind (which load as before), named through its folder and through
