@@ -84,6 +84,7 @@ def _fsdp_rank(rank: int, world: int, out, precision) -> None:
                out / f"fsdp{rank}.pt")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", DTYPES)
 def test_ddp_ranks_share_the_orthogonalization_and_match_one_process(tmp_path, precision):
     spawn_gloo(_ddp_rank, 2, tmp_path, precision)
@@ -95,6 +96,7 @@ def test_ddp_ranks_share_the_orthogonalization_and_match_one_process(tmp_path, p
     assert [r["orthogonalized"] for r in ranks] == [5 * STEPS, 4 * STEPS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", DTYPES)
 def test_fsdp_sharded_params_get_the_full_matrix_update(tmp_path, precision):
     spawn_gloo(_fsdp_rank, 2, tmp_path, precision)

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import REPO, spawn_gloo
 
 
@@ -38,6 +40,7 @@ def _shard_then_destroy(rank: int, world: int, out) -> None:
     atexit.register(lambda: (out / f"atexit{rank}.txt").write_text("ran"))
 
 
+@pytest.mark.slow
 def test_gloo_threads_outlive_destroy_after_fsdp_and_the_process_ends_without_finalizing(tmp_path):
     if not sys.platform.startswith("linux"):
         import pytest
@@ -58,6 +61,7 @@ def _end(code_literal: str, gloo: bool) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow
 def test_end_process_keeps_sys_exit_semantics():
     done = _end("0", gloo=True)
     assert (done.returncode, done.stdout) == (0, "out\n")  # stdout flushed, atexit skipped

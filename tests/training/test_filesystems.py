@@ -42,6 +42,7 @@ def remount_read_only(where) -> None:
         pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
 
 
+@pytest.mark.slow
 def test_a_read_only_folder_is_named_and_nothing_is_attempted(tmpfs, corpus_file, cache_dir, capsys):
     fs = tmpfs("1m")
     study = fs / "study"
@@ -61,6 +62,7 @@ def test_a_read_only_folder_is_named_and_nothing_is_attempted(tmpfs, corpus_file
     assert (elsewhere / "report.md").is_file()
 
 
+@pytest.mark.slow
 def test_a_disk_too_small_for_a_checkpoint_keeps_everything_written(tmpfs, corpus_file, cache_dir, tmp_path,
                                                                     straight_run):
     fs = tmpfs("4m")  # room for one 2.6 MB checkpoint of the debug model, not two

@@ -56,15 +56,18 @@ def _assert_same_curve_and_probes(root, precision):
     assert b["gain_ablation"]  # the final ablation ran on the copy too
 
 
+@pytest.mark.slow
 def test_fsdp_follows_the_single_process_curve_and_probes(runs):
     _assert_same_curve_and_probes(runs, "fp32")  # both runs fp32 (pinned)
 
 
+@pytest.mark.slow
 def test_fsdp_in_bf16_follows_the_single_process_curve_within_bf16_rounding(tmp_path, corpus_file, cache_dir):
     """The bf16 path (autocast and bf16 Muon, both runs), native or emulated depending on the CPU."""
     _assert_same_curve_and_probes(_one_and_sharded(tmp_path, corpus_file, cache_dir, "bf16"), "bf16")
 
 
+@pytest.mark.slow
 def test_fsdp_checkpoints_hold_whole_tensors_and_resume(runs, tmp_path, corpus_file, cache_dir):
     ckpt = list_checkpoints(runs / "two" / "checkpoints")[-1]
     load_model_weights(ckpt.path, MinimalLLM(get_preset("debug").model))  # an unsharded model loads it

@@ -28,6 +28,7 @@ def test_the_golden_corpus_is_the_same_bytes_everywhere():
     assert hashlib.sha256(golden_text().encode()).hexdigest() == stored["corpus_sha256"]
 
 
+@pytest.mark.slow
 def test_the_debug_preset_trains_and_probes_as_the_golden_run(tmp_path):
     stored = json.loads(GOLDEN.read_text())
     assert stored["precision"] == "fp32" and stored["command"] == "python -m tests.golden --write"

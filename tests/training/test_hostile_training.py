@@ -102,6 +102,7 @@ def _edit_words(path, n=3):
     path.write_text(text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("edit", ["three words", "fewer blocks"])
 def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(edit, corpus_file, tmp_path, capsys,
                                                                            fails):
@@ -203,6 +204,7 @@ def test_a_broken_config_json_is_named_with_its_field(args, tmp_path, capsys, fa
 
 
 # ------------------------------------------------------------------ (e) Ctrl-C
+@pytest.mark.slow
 def test_ctrl_c_says_the_step_and_how_to_continue(args, tmp_path, straight_run, capsys):
     out, hook_dir = tmp_path / "run", tmp_path / "hook"
     hook_dir.mkdir()

@@ -36,6 +36,7 @@ KILLS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", list(KILLS))
 def test_killed_anywhere_resumes_to_the_same_run(point, corpus_file, cache_dir, tmp_path, straight_run, capsys):
     hook, leftover, resumed_from = KILLS[point]
@@ -53,6 +54,7 @@ def test_killed_anywhere_resumes_to_the_same_run(point, corpus_file, cache_dir, 
     assert hidden_files(out) == []  # the leftovers were removed
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_folder_stops_and_names_the_first(corpus_file, cache_dir, tmp_path, straight_run):
     out, hook_dir = tmp_path / "run", tmp_path / "hook"
     hook_dir.mkdir()

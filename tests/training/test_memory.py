@@ -67,6 +67,7 @@ def measured_peak(cfg) -> int:
     ("tiny", {"fused_loss": False}, -0.03, 0.03),
     ("tiny", {"batch_size": 4, "seq_len": 256}, 0.0, 0.16),
 ])
+@pytest.mark.slow
 def test_plan_matches_the_measured_peak(preset, overrides, low, high):
     torch.set_num_threads(1)
     cfg = apply_overrides(get_preset(preset), {"precision": "fp32", "compile": "off", **overrides})

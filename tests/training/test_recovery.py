@@ -28,6 +28,7 @@ CORRUPTIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
 def test_a_corrupt_checkpoint_is_named_and_the_one_before_is_used(name, args, tmp_path, straight_run, capsys):
     out = tmp_path / "run"
@@ -162,6 +163,7 @@ def test_a_full_disk_stops_with_one_message_and_loses_nothing(point, args, tmp_p
     assert_same_run(straight_run, tmp_path / "run", 6)
 
 
+@pytest.mark.slow
 def test_leftovers_of_killed_runs_are_removed_and_nothing_else(args, tmp_path, cache_dir, debug_cfg, capsys):
     out = tmp_path / "run"
     train_llm.main(args(4))

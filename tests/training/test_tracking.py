@@ -28,6 +28,7 @@ def f32(values) -> list[float]:
     return [float(np.float32(v)) for v in values]
 
 
+@pytest.mark.slow
 def test_tensorboard_holds_the_runs_metrics_and_probes_each_step_once_across_a_resume(
         corpus_file, cache_dir, straight_run, tmp_path):
     pytest.importorskip("tensorboard")

@@ -138,6 +138,7 @@ def test_cli_rejects_unknown_options_and_bad_configs(capsys):
         train_llm.main(["--out", "x", "--d_model", "192", "--n_heads", "3", "--n_kv_heads", "2"])
 
 
+@pytest.mark.slow
 def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, corpus_file, cache_dir):
     steps = 6
     common = ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),

@@ -197,6 +197,7 @@ def test_inspection_of_the_export_matches_the_run_folder(exported, mode):
 # ----------------------------------------------------------------------------------------------
 # Study conditions, the command line
 
+@pytest.mark.slow
 def test_every_qk_norm_study_condition_exports(corpus_file, cache_dir, tmp_path):
     """Condition folders written by the study runner's own training path (seed_<s> layout), trained two steps
     with a checkpoint at each: the newest is exported, with its trained gains, and gives the native logits.
@@ -243,6 +244,7 @@ def export_cli(*args):
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["missing run", "no checkpoint", "non-empty output"])
 def test_cli_errors_are_one_clear_line(exported, tmp_path, case):
     native, run_dir, out = exported["learned"]

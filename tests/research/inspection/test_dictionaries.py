@@ -181,6 +181,7 @@ def test_sampled_pairs_and_an_all_positive_input_dictionary(model_dirs):
     assert d["memory_bound_bytes"] == 2 * 50 * 64 * 4 + 33 * 64
 
 
+@pytest.mark.slow
 def test_cli_on_a_training_folder_writes_the_sections(model_dirs, tmp_path):
     from research import inspect_pretrained
     out = tmp_path / "own"

@@ -51,6 +51,7 @@ def foreign_tokenizer(tmp_path_factory):
 @pytest.mark.parametrize("family, context, field", [("own", 64, "max_seq_len of the run"),
                                                     ("gpt2", 128, "max_position_embeddings"),
                                                     ("llama", 128, "max_position_embeddings")])
+@pytest.mark.slow
 def test_a_prompt_beyond_the_context_is_cut_to_it_with_a_note(model_dirs, tmp_path, capsys, family, context, field):
     out = tmp_path / "out"
     assert _main(inspect_pretrained, ["--model", str(model_dirs[family]), "--prompt", LONG, "--out", str(out),
@@ -64,6 +65,7 @@ def test_a_prompt_beyond_the_context_is_cut_to_it_with_a_note(model_dirs, tmp_pa
             f"{context})") in (out / "report.md").read_text()
 
 
+@pytest.mark.slow
 def test_default_text_windows_fit_the_context_of_a_debug_run(model_dirs, tmp_path, capsys, text_file):
     """No --prompt: windows of --seq_len 256 (the default) against the debug preset's max_seq_len 64."""
     out = tmp_path / "out"

