@@ -2,7 +2,7 @@
 
 88m and 1b are the write-ups' models and optimizer settings (they trained on the
 cosmopedia-v2 subset of smollm-corpus with the SmolLM2-135M tokenizer, vocab 49152).
-`tiny` is the CPU default, sized by measurement (docs/choosing_tiny.md): 6 layers so
+`tiny` is the CPU default, sized by measurement (docs/training.md, "Why tiny is sized as it is"): 6 layers so
 that early, middle and final pairs of layers exist, d_head 64 so keys start at norm 8,
 and two KV heads per layer so heads within a layer can be compared.
 `debug` is for tests: it trains in a fraction of a second.
@@ -45,7 +45,7 @@ def b1() -> RunConfig:
                           max_seq_len=2048),
         train=TrainConfig(tokens=50_000_000, batch_size=8, grad_accum=4, muon_lr=0.012, adamw_lr=0.003,
                           grad_clip=1.0, schedule="cosine", warmup_frac=0.01,
-                          eval_every=100, ckpt_every=100),  # no checkpointing: 58 GiB peak on an H100 (README)
+                          eval_every=100, ckpt_every=100),  # no checkpointing: 58 GiB peak on an H100 (docs/speed.md)
         data=DataConfig(**_WRITEUP_DATA),
         preset="1b",
     )

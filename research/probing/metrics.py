@@ -3,7 +3,7 @@
 No hooks and no model here: the probe collects the tensors and calls these. Every
 function runs under torch.no_grad() itself (callers need not), works on the inputs' device
 and accepts bfloat16, float16, float32 or float64 input (converted internally). The definitions
-are in docs/metrics.md.
+are in docs/probing.md.
 
 Shape legend: H heads (Hq query heads, Hkv key/value heads, G = Hq // Hkv), B batch,
 T sequence, D head size, N = B*T tokens. A "key" is one D-vector; K is the [N, D]
