@@ -29,6 +29,7 @@ from configs import PRESETS, ConfigError, add_config_args, config_from_args, get
 from configs.cli import help_defaults, start_in
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser
+from utils.run_names import CHECKPOINTS, CONFIG, METRICS, RESULTS, SUMMARY, TOKENIZER
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -38,8 +39,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     defaults = help_defaults(get_preset(preset), file)
     source = f"the {preset} preset" + (f" with {file.path}" if file else "")
     p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
-    p.add_argument("--out", help="Output folder: config.json, metrics, checkpoints, the tokenizer, and results.json "
-                                 "when probing. Required unless --plan")
+    p.add_argument("--out", help=f"Output folder: {CONFIG}, {METRICS}, {SUMMARY}, {CHECKPOINTS}/, {TOKENIZER}/, "
+                                 f"{RESULTS} when probing, tensorboard/ or wandb/ with --logger. Required unless "
+                                 f"--plan")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="Print the memory this run needs per device, on DEVICES devices, and exit without allocating "
                         "anything. DEVICES default: torchrun's WORLD_SIZE, else 1")

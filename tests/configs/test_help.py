@@ -266,3 +266,10 @@ def test_study_help_names_the_defaults_each_condition_sets():
     lr = build_parser(LR_SENSITIVITY, argv=["--device", "cpu"])
     assert _option_help(lr, "--muon_lr").endswith("Default: 0.024 times each --lr_multipliers rate")
     assert _option_help(lr, "--seed").endswith("Default: each of --seeds (0 1)")
+
+
+def test_train_llm_out_help_names_every_file_a_run_writes():
+    import train_llm
+    from utils.run_names import RUN_FILES
+    out = next(a for a in train_llm.build_parser([])._actions if "--out" in a.option_strings)
+    assert all(name in out.help for name in RUN_FILES), out.help
