@@ -68,7 +68,7 @@ def _chosen_preset(given: str | None, file: ConfigFile | None, default: str) -> 
     return given or (file.preset if file else None) or default
 
 
-def _shown(value) -> object:
+def shown_value(value) -> object:
     """A value as the command line spells it: a list comma-separated, a bool true or false, empty text as empty."""
     if isinstance(value, list):
         return ",".join(map(str, value)) or "none"
@@ -97,9 +97,9 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         if f.name in given:
-            shown = f"{_shown(given[f.name])} (from {file.path.name})"
+            shown = f"{shown_value(given[f.name])} (from {file.path.name})"
         else:
-            shown = notes.get(f.name, _shown(getattr(getattr(defaults, section), f.name)))
+            shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)))
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
                             default=argparse.SUPPRESS, help=field_help(section, f.name, shown))
 

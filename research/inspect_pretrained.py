@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 
 from research.inspection.gguf import PACKAGED
-from research.inspection.loading import DEFAULT_CACHE
+from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE
 from research.inspection.text import ENGLISH, text_batch
 from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
 from research.inspection.tour import check_arguments
@@ -45,10 +45,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--model", required=True,
                    help="The model to inspect: a Hugging Face folder, a hub id, a train_llm.py output folder, a GGUF "
                         f"file (or a folder holding one), or a packaged model: {', '.join(PACKAGED)}. Required")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
-                   help="Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ "
-                        "in the user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). "
-                        "Default: %(default)s")
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--text", default=ENGLISH,
                    help="Real text to run through the model: 'english' (the pinned corpus english-v1, "
                         "requirements-data.txt) or a UTF-8 text file; --batch windows of --seq_len tokens, one "

@@ -34,7 +34,7 @@ import torch
 from research.analysis.rules import MARGIN, check_margin
 from research.inspection import InspectError
 from research.inspection.gguf import PACKAGED
-from research.inspection.loading import DEFAULT_CACHE, is_own_run, load_model
+from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
@@ -70,10 +70,7 @@ def build_parser() -> ArgumentParser:
                         "+-margin reads 'about equal' (docs/decisions.md). Default: %(default)s")
     p.add_argument("--out", default=DEFAULT_OUT,
                    help="Folder to write the results file, the figures and the report into. Default: %(default)s")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE,
-                   help="Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ "
-                        "in the user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). "
-                        "Default: %(default)s")
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--render_only", action="store_true",
                    help=f"Redraw the figures and {REPORT_FILE} from --out/{FILE}; measure nothing")
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")

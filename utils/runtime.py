@@ -7,7 +7,6 @@ import platform
 import re
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 
@@ -200,17 +199,16 @@ def provenance(device: torch.device) -> dict:
     return info
 
 
-def _peak_memory_kib() -> float:
-    """This process's peak memory in KiB where the resource module is missing (Windows): the peak working set
-    (psutil, which accelerate depends on), else the resident set now."""
-    import psutil
-    info = psutil.Process().memory_info()
-    return getattr(info, "peak_wset", info.rss) / 1024
-
-
-# What research.speed.measure reads of the resource module, for Windows, which has none:
-# getrusage(RUSAGE_SELF).ru_maxrss in KiB, as Linux reports it.
-RESOURCE_STAND_IN = SimpleNamespace(RUSAGE_SELF=0, getrusage=lambda who: SimpleNamespace(ru_maxrss=_peak_memory_kib()))
+def peak_rss_mib() -> float:
+    """This process's peak resident memory in MiB: getrusage's ru_maxrss (KiB on Linux), or where the resource
+    module is missing (Windows) the peak working set (psutil, which accelerate depends on)."""
+    try:
+        import resource
+    except ImportError:
+        import psutil
+        info = psutil.Process().memory_info()
+        return getattr(info, "peak_wset", info.rss) / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def local_cpu_threads(local_world_size: int) -> int:

@@ -14,6 +14,9 @@ from utils.progress import library_progress
 from utils.run_names import is_own_run
 
 DEFAULT_CACHE = AUTO  # converted GGUF models (research.inspection.gguf): the user cache's models/ (utils.cache)
+CACHE_HELP = ("Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ in the "
+              "user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). Default: "
+              "%(default)s")  # --cache_dir of inspect_pretrained and pretrained_keys_study
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 

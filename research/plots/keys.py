@@ -25,6 +25,9 @@ NO_RECORDS = ("This results file has no per-probe key records ('probes'),\n"
               "only the write-ups' summary fields; key norms cannot be drawn.")
 
 
+FIGURE_BASES = ("key_analysis_report", "key_norm_evolution")  # one of each per condition (figure_name)
+
+
 def figure_name(base: str, condition: str, n_conditions: int) -> str:
     return f"{base}.png" if n_conditions == 1 else f"{base}_{condition}.png"
 
@@ -141,8 +144,7 @@ def figures(analysis: KeysAnalysis) -> dict:
     out = {}
     conds = analysis.conditions
     for cond, data in conds.items():
-        a_name = figure_name("key_analysis_report", cond, len(conds))
-        e_name = figure_name("key_norm_evolution", cond, len(conds))
+        a_name, e_name = (figure_name(b, cond, len(conds)) for b in FIGURE_BASES)
         if data is None:
             out[a_name] = message_figure(f"Key dynamics: {label(cond)}", NO_RECORDS)
             out[e_name] = message_figure(f"Key norm over training: {label(cond)}", NO_RECORDS)

@@ -18,6 +18,9 @@ from research.analysis.stats import mean_ci95
 from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 
 
+FIGURES = ("lr_final_loss.png", "lr_max_logit.png", "lr_sensitivity.png", "lr_keys.png")
+
+
 def _ys(ax) -> np.ndarray:
     return np.concatenate([np.asarray(line.get_ydata(), float).ravel() for line in ax.get_lines()] or [np.zeros(0)])
 
@@ -119,8 +122,7 @@ def fig_keys(a: LRAnalysis):
 
 
 def figures(a: LRAnalysis) -> dict:
-    return {"lr_final_loss.png": fig_final_loss(a), "lr_max_logit.png": fig_max_logit(a),
-            "lr_sensitivity.png": fig_sensitivity(a), "lr_keys.png": fig_keys(a)}
+    return dict(zip(FIGURES, (fig_final_loss(a), fig_max_logit(a), fig_sensitivity(a), fig_keys(a))))
 
 
 def _grid_table(a: LRAnalysis) -> list[str]:

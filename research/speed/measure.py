@@ -20,12 +20,7 @@ from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
 from utils.cli import ArgumentParser
-from utils.runtime import autocast, resolve_compile
-
-try:
-    import resource
-except ImportError:  # Windows has none: a stand-in reports the peak working set as ru_maxrss (utils.runtime)
-    from utils.runtime import RESOURCE_STAND_IN as resource
+from utils.runtime import autocast, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
@@ -104,7 +99,7 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
     return {"config": name, "impl": impl, "precision": precision, "compiled": compiled, "batch": [B, T],
             "params": sum(p.numel() for p in model.parameters()), "flops_per_token": flops_per_token(mc, T),
             "tokens_per_s": B * T / step_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
-            "first_step_s": first, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "first_step_s": first, "peak_rss_mib": peak_rss_mib()}
 
 
 def measure_pair(name: str, precision: str, steps: int, compile_setting: str = "auto") -> dict:
@@ -148,7 +143,7 @@ def measure_probe(name: str, probe_precision: str, repeats: int = 3) -> dict:
             fwd_bf16 = _best_time(lambda: model(ids), repeats)
     return {"config": name, "probe_precision": probe_precision, "probe_s": _best_time(lambda: probe(model), repeats),
             "forward_fp32_s": fwd_fp32, "forward_bf16_s": fwd_bf16,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": peak_rss_mib()}
 
 
 def measure_probe_memory(n_layers: int) -> dict:
@@ -160,12 +155,12 @@ def measure_probe_memory(n_layers: int) -> dict:
     mc = dataclasses.replace(get_preset("1b").model, n_layers=n_layers)
     torch.manual_seed(0)
     model = MinimalLLM(mc).eval()
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    base = peak_rss_mib()
     ids = torch.randint(0, mc.vocab_size, (8, 2048))
     t = time.perf_counter()
     rec = KeyProbe(ids)(model)
     return {"n_layers": n_layers, "params": model.num_params(), "rss_after_weights_mib": base,
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mib": peak_rss_mib(),
             "probe_s": time.perf_counter() - t, "mean_pr": rec["mean_pr"]}
 
 

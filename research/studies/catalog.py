@@ -5,11 +5,6 @@ from dataclasses import dataclass, field
 
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT, STUDY_INDEX, grid_key
 
-# The figures of the key-dynamics and learning-rate plots (research.plots.keys and .lr name them inline);
-# tests/configs/test_help.py draws every kind and checks Study.outputs against what render_study writes.
-KEY_FIGURE_BASES = ("key_analysis_report", "key_norm_evolution")
-LR_FIGURES = ("lr_final_loss.png", "lr_max_logit.png", "lr_sensitivity.png", "lr_keys.png")
-
 
 @dataclass(frozen=True)
 class Study:
@@ -34,17 +29,17 @@ class Study:
     def outputs(self) -> list[str]:
         """The files the study writes into its folder besides its runs' folders, in order: study.json (the
         runner's index), then what research.studies.render draws for the study's kind and conditions."""
-        from research.plots import heads, pilot, qk_norm  # matplotlib: only when asked
+        from research.plots import heads, keys, lr, pilot, qk_norm  # matplotlib: only when asked
         from research.plots.keys import figure_name
         if self.kind == "qk_norm":
             drawn = [*qk_norm.FIGURES, REPORT, QK_COMBINED]
         elif self.kind == "pilot":
             drawn = [*pilot.FIGURES, REPORT, PILOT_COMBINED]
         elif self.kind in ("keys", "heads"):  # one set of figures per condition, named after it when there are several
-            bases = KEY_FIGURE_BASES if self.kind == "keys" else heads.FIGURE_BASES
+            bases = keys.FIGURE_BASES if self.kind == "keys" else heads.FIGURE_BASES
             drawn = [figure_name(b, c, len(self.conditions)) for c in self.conditions for b in bases] + [REPORT]
         elif self.kind == "lr":
-            drawn = [*LR_FIGURES, REPORT]
+            drawn = [*lr.FIGURES, REPORT]
         else:
             raise ValueError(f"study {self.name}: unknown kind {self.kind!r}")
         return [STUDY_INDEX, *drawn]

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
-from configs.cli import start_from_args, start_in
+from configs.cli import shown_value, start_from_args, start_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
@@ -86,10 +86,7 @@ def condition_notes(study: Study, defaults: RunConfig) -> dict[str, str]:
     """The default text of the fields a study sets per run, in place of the base config's value: those its
     conditions override, the learning rates its multipliers scale, and the seed its --seeds give."""
     base = {**vars(defaults.model), **vars(defaults.train), **vars(defaults.data), **vars(defaults.probe)}
-
-    def shown(v) -> str:
-        return str(v).lower() if isinstance(v, bool) else str(v)
-    notes = {name: "per condition: " + ", ".join(f"{c} {shown(o.get(name, base[name]))}"
+    notes = {name: "per condition: " + ", ".join(f"{c} {shown_value(o.get(name, base[name]))}"
                                                  for c, o in study.conditions.items())
              for name in dict.fromkeys(k for o in study.conditions.values() for k in o)}
     if study.lr_multipliers:
