@@ -15,17 +15,24 @@ During `capture`, forward hooks call back into a sink, layer by layer, with:
     sink.on_state(l, h_BTd)                         residual stream entering layer l (l = n_layers: leaving
                                                     the last layer, before the final norm)
     sink.on_keys(i, site, k_HBTD)                   keys of layer i at "k_proj" / "k_norm"
+    sink.on_queries(i, "q_norm", q_HBTD)            (if the sink has it, and the model a q_norm) its output
     sink.on_attention(i, q_BHTD, k_BKTD, v, scaling, window, softcap) -> output [B, T, H, Dv] or None
 
-Attention of Hugging Face models: the model is switched, inside `capture` only, to an
-attention implementation registered here that receives the post-RoPE q and k exactly as the
-model's attention uses them (its own scaling, sliding window and soft-cap arguments) and
-returns the output the sink computes, so the fused kernel is never needed and no [T, T]
-matrix of all heads is kept. This project's MinimalLLM gets q/k from its hook points
-(hook_q_rope, hook_k_rope) and keeps its own SDPA output.
+Attention of Hugging Face models: inside `capture` only, the attention function of the model's own
+implementation (sdpa, flash_attention_2, eager, ...) is wrapped, so the sink receives the post-RoPE q
+and k exactly as the model's attention uses them (its own scaling, sliding window and soft-cap
+arguments). When the sink returns an output, the model uses it (the inspection computes attention
+blockwise itself: no [T, T] matrix of all heads is kept); when it returns None, the model's own
+implementation computes the output as it always does (the training-time probe: the model keeps its
+SDPA or flash attention and never falls back to eager). The wrapper is an entry of transformers'
+attention registry for the implementation's name, set and removed by `capture`: while it is set, another
+model of the process using that implementation passes through it untouched (no two captures at once).
+This project's MinimalLLM gets q/k from its hook points (hook_q_rope, hook_k_rope) and keeps its own
+SDPA output.
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -34,8 +41,7 @@ import torch.nn as nn
 
 from research.probing.probe import heads_first
 
-_ATTN_IMPL = "research_inspect"
-DEFAULT_ATTN = "sdpa"  # outside capture: PyTorch's fused attention, which every supported family has
+DEFAULT_ATTN = "sdpa"  # models loaded for inspection: PyTorch's fused attention, which every supported family has
 
 
 class InspectError(RuntimeError):
@@ -224,6 +230,9 @@ class OwnAdapter(Adapter):
                 if self.qk_norms(i)[1] is not None:
                     handles.append(a.hook_k_norm.register_forward_hook(
                         lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
+                if self.qk_norms(i)[0] is not None and hasattr(sink, "on_queries"):
+                    handles.append(a.hook_q_norm.register_forward_hook(
+                        lambda m, inp, out, i=i: sink.on_queries(i, "q_norm", heads_first(out))))
 
                 def q_rope(m, inp, out, scratch=scratch):
                     scratch["q"] = out.detach().transpose(1, 2)  # [B, H, T, D]
@@ -242,11 +251,12 @@ class HFAdapter(Adapter):
 
     family = "llama"
 
-    def __init__(self, model, attn_implementation: str = DEFAULT_ATTN):
+    def __init__(self, model, attn_implementation: str | None = DEFAULT_ATTN):
+        """attn_implementation: set the model's attention to it (None: keep the model's, as the training-time
+        probe does)."""
         super().__init__(model)
-        # set here through the public API, so capture() knows what to restore (transformers has no public getter)
-        self.attn_implementation = attn_implementation
-        model.set_attn_implementation(attn_implementation)
+        if attn_implementation is not None:
+            model.set_attn_implementation(attn_implementation)
         self.model_type = model.config.model_type
         self.base = self._base()
         self.layers = list(self._layer_list())
@@ -300,42 +310,62 @@ class HFAdapter(Adapter):
         """Keys [B, T, Hkv * D] from that module's output."""
         return projected
 
-    def normed_keys(self, k_norm: nn.Module, k_BTC: torch.Tensor) -> torch.Tensor:
-        """k_norm applied as the model applies it: per head."""
-        B, T, _ = k_BTC.shape
-        return k_norm(k_BTC.reshape(B, T, self.n_kv_heads, self.head_dim))
+    def query_projection(self, i: int) -> nn.Module:
+        """The module whose output holds layer i's queries (families with a q_norm)."""
+        return self.attn(i).q_proj
+
+    @torch.no_grad()
+    def normed(self, norm: nn.Module, x_BTC: torch.Tensor, heads: int) -> torch.Tensor:
+        """A q/k norm applied as the model applies it (per head) to a projection's output [B, T, heads * D]:
+        [heads, B, T, D]. Computed from the projection, because families call the norm on different layouts."""
+        B, T, _ = x_BTC.shape
+        return heads_first(norm(x_BTC.reshape(B, T, heads, self.head_dim)))
 
     @contextmanager
     def capture(self, sink):
-        from transformers import AttentionInterface
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as registry
         index = {id(self.attn(i)): i for i in range(self.n_layers)}
+        impl = getattr(self.model.config, "_attn_implementation", None) or "eager"
+        local = registry._local_mapping  # transformers' per-instance overrides: the only way to restore exactly
+        before = local.get(impl)
+        plain = registry[impl] if impl in registry else None  # None: eager, which each model's file defines
 
-        def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                      sliding_window=None, softcap=None, **kwargs):
-            if scaling is None:
-                scaling = query.shape[-1] ** -0.5
-            out = sink.on_attention(index[id(module)], query.detach(), key.detach(), value.detach(),
-                                    scaling, sliding_window, softcap)
+        def attention(module, query, key, value, attention_mask, *args, **kwargs):
+            own = plain or sys.modules[type(module).__module__].eager_attention_forward
+            i = index.get(id(module))
+            if i is None:  # another model of the process: untouched
+                return own(module, query, key, value, attention_mask, *args, **kwargs)
+            scaling = kwargs.get("scaling")
+            out = sink.on_attention(i, query.detach(), key.detach(), value.detach(),
+                                    query.shape[-1] ** -0.5 if scaling is None else scaling,
+                                    kwargs.get("sliding_window"), kwargs.get("softcap"))
+            if out is None:  # the model's own attention computes the output
+                return own(module, query, key, value, attention_mask, *args, **kwargs)
             return out.to(query.dtype), None
 
-        AttentionInterface.register(_ATTN_IMPL, attention)
         with self._hooks(sink) as handles:
             try:
-                self.model.set_attn_implementation(_ATTN_IMPL)
+                local[impl] = attention
                 for i in range(self.n_layers):
-                    k_norm = self.qk_norms(i)[1]
+                    q_norm, k_norm = self.qk_norms(i)
 
                     def k_hook(module, inp, out, i=i, k_norm=k_norm):
                         k = self.keys_of(out.detach())
                         B, T, _ = k.shape
                         sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
                         if k_norm is not None:
-                            kn = self.normed_keys(k_norm, k).reshape(B, T, self.n_kv_heads, self.head_dim)
-                            sink.on_keys(i, "k_norm", heads_first(kn))
+                            sink.on_keys(i, "k_norm", self.normed(k_norm, k, self.n_kv_heads))
                     handles.append(self.key_projection(i).register_forward_hook(k_hook))
+                    if q_norm is not None and hasattr(sink, "on_queries"):
+                        handles.append(self.query_projection(i).register_forward_hook(
+                            lambda m, inp, out, i=i, q_norm=q_norm: sink.on_queries(
+                                i, "q_norm", self.normed(q_norm, out.detach(), self.n_heads))))
                 yield
             finally:
-                self.model.set_attn_implementation(self.attn_implementation)
+                if before is None:
+                    local.pop(impl, None)
+                else:
+                    local[impl] = before
 
 
 class Qwen3Adapter(HFAdapter):
@@ -359,8 +389,10 @@ class Olmo2Adapter(HFAdapter):
 
     family = "olmo2"
 
-    def normed_keys(self, k_norm, k_BTC):
-        return k_norm(k_BTC)
+    @torch.no_grad()
+    def normed(self, norm, x_BTC, heads):
+        B, T, _ = x_BTC.shape
+        return heads_first(norm(x_BTC).reshape(B, T, heads, self.head_dim))
 
 
 class Gemma3Adapter(HFAdapter):
@@ -369,7 +401,7 @@ class Gemma3Adapter(HFAdapter):
     family = "gemma3"
     gain_offset = 1.0
 
-    def __init__(self, model, attn_implementation: str = DEFAULT_ATTN):
+    def __init__(self, model, attn_implementation: str | None = DEFAULT_ATTN):
         super().__init__(model, attn_implementation)
         self.logit_softcap = getattr(model.config, "final_logit_softcapping", None)
 

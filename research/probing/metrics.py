@@ -156,6 +156,7 @@ class _Sums:
         z = lambda: torch.zeros(HB, G, dtype=torch.float64, device=device)
         self.entropy, self.sink, self.logit, self.logit_sq = z(), z(), z(), z()
         self.logit_max = torch.full((HB, G), -math.inf, device=device)
+        self.max_at = torch.zeros(2, HB, G, dtype=torch.long, device=device)  # (query t, key j) of logit_max
         self.pairs = 0  # causal (query, key) pairs per (KV head x batch, query group)
         self.sink_pos = torch.zeros(HB, T, G, device=device)
 
@@ -176,8 +177,12 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =
     # 0 * finite = 0 there: the 0 ln 0 = 0 convention.
     s.masked_fill_(~allowed, -1e30)
-    row_max = s.amax(-1, keepdim=True)                                       # [HB, n, G, 1]
-    sums.logit_max = torch.maximum(sums.logit_max, row_max.squeeze(-1).amax(1))
+    row_max, row_arg = s.max(-1, keepdim=True)                               # [HB, n, G, 1] each
+    block_max, t_in = row_max.squeeze(-1).max(1)                             # [HB, G]: the block's best query
+    better = block_max > sums.logit_max
+    j = row_arg.squeeze(-1).gather(1, t_in.unsqueeze(1)).squeeze(1) + lo     # [HB, G]: its best key
+    sums.max_at = torch.where(better, torch.stack([t_in + start, j]), sums.max_at)
+    sums.logit_max = torch.maximum(sums.logit_max, block_max)
     s.sub_(row_max)                                                          # s' <= 0, max 0
     p = torch.softmax(s, dim=-1)
     if lo == 0:
@@ -187,6 +192,39 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
         out[:, start * G:end * G] = p.view(HB, n * G, end - lo) @ vg[:, lo:end]
     log_z = -p.amax(-1).log()                                                # [HB, n, G]
     sums.entropy += (log_z - p.mul_(s).sum(-1)).sum(1)
+
+
+def _logit_split(qg, kg, sums: _Sums, Hkv: int, B: int, G: int, scale: float) -> dict[str, torch.Tensor]:
+    """The largest logit of each query head taken apart: scale x |q| x |k| x cos(q, k) at the (query, key)
+    pair where it occurs (over the batch), and the query position / key distance of that pair."""
+    HB = qg.shape[0]
+    t, j = sums.max_at                                                       # [HB, G] each
+    rows = torch.arange(HB, device=qg.device)[:, None]
+    q = qg.view(HB, -1, G, qg.shape[-1])[rows, t, torch.arange(G, device=qg.device)[None, :]]   # [HB, G, D]
+    k = kg[rows, j] / scale                                                  # [HB, G, D] unscaled keys
+    qn, kn = q.norm(dim=-1), k.norm(dim=-1)
+    cos = (q * k).sum(-1) / (qn * kn).clamp_min(torch.finfo(torch.float32).tiny)
+    b = sums.logit_max.view(Hkv, B, G).argmax(1, keepdim=True)              # [Hkv, 1, G]: the batch row
+    pick = lambda x: x.view(Hkv, B, G).gather(1, b).reshape(Hkv * G).float()
+    return {"logit_q_norm": pick(qn), "logit_k_norm": pick(kn), "logit_cos": pick(cos),
+            "logit_scale": torch.full((Hkv * G,), float(scale), device=qg.device),
+            "logit_query_pos": pick(t.float()), "logit_key_dist": pick((t - j).float()),
+            "logit_at": torch.stack([b.expand(Hkv, 1, G).reshape(-1), pick(t.float()).long(), pick(j.float()).long()])}
+
+
+@torch.no_grad()
+def gain_factor(x_HBTD: torch.Tensor, gain: torch.Tensor, at: torch.Tensor, heads: torch.Tensor) -> torch.Tensor:
+    """|x| / |x / gain| of the vectors x[heads[i], b_i, t_i], (b_i, t_i) = at[:, i]: how much a norm's gain
+    lengthens the normalized vector it multiplies (1 for a gain of ones), float32 [len(heads)].
+
+    x: the norm's output before RoPE (RoPE keeps lengths), [H, B, T, D]; gain: its effective gain, [D] (one per
+    head dimension, shared by the heads) or [H * D] (one gain over the whole projection, OLMo 2)."""
+    D = x_HBTD.shape[-1]
+    x = x_HBTD[heads, at[0], at[1]].float()                                   # [n, D]
+    g = gain.detach().float().to(x.device).reshape(-1, D)
+    g = g[heads] if g.shape[0] > 1 else g                                    # [n or 1, D]
+    plain = torch.where(g != 0, x / g, 0.0).norm(dim=-1)
+    return torch.where(plain > 0, x.norm(dim=-1) / plain, math.nan)
 
 
 @torch.no_grad()
@@ -208,6 +246,11 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
     - logit_max, logit_mean, logit_std [Hq]: max, mean and population std of the logits s_tj over
       all allowed (query, key) pairs of the batch: what enters softmax, the quantity whose growth
       makes training unstable without QK-norm (Wortsman et al. 2023) and that QK-clip bounds.
+    - logit_q_norm, logit_k_norm, logit_cos, logit_scale [Hq]: logit_max taken apart at the (query, key)
+      pair where it occurs: |q_t|, |k_j|, their cosine and the scale, so that logit_max = logit_scale *
+      logit_q_norm * logit_k_norm * logit_cos before any soft-cap (each term's share of a logit's growth is
+      the change of its log); logit_query_pos [Hq]: t of that pair, logit_key_dist [Hq]: t - j; logit_at
+      [3, Hq] (int64): its batch row, t and j, for gain_factor (not a metric: the probes drop it).
     - output [Hq, B, T, Dv] (only when v is given): sum_j p_tj v_j, the attention output.
     All float32.
 
@@ -229,7 +272,7 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
         raise ValueError(f"need v [Hkv, B, T, Dv] matching k {tuple(k.shape)}; got {tuple(v.shape)}")
     if block_size < 1:
         raise ValueError(f"block_size must be positive, got {block_size}")
-    Hq, B, T, _ = q.shape
+    Hq, B, T, D = q.shape
     Hkv = k.shape[0]
     G = Hq // Hkv
     qg, kg, vg, qk_ratio = _grouped(q, k, v, scale)
@@ -243,7 +286,8 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
 
     logit_mean = per_head(sums.logit, sums.pairs)
     logit_var = (per_head(sums.logit_sq, sums.pairs) - logit_mean.square()).clamp_min(0)
-    result = {"entropy": per_head(sums.entropy, T).float(), "sink_mass": per_head(sums.sink, T).float(),
+    result = {**_logit_split(qg, kg, sums, Hkv, B, G, D ** -0.5 if scale is None else scale),
+              "entropy": per_head(sums.entropy, T).float(), "sink_mass": per_head(sums.sink, T).float(),
               "qk_ratio": qk_ratio, "logit_max": sums.logit_max.view(Hkv, B, G).amax(1).reshape(Hq),
               "logit_mean": logit_mean.float(), "logit_std": logit_var.sqrt().float(),
               "sink_by_position": sums.sink_pos.view(Hkv, B, T, G).mean(1).permute(0, 2, 1).reshape(Hq, T)}

@@ -25,8 +25,8 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
-from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
-from research.results.vocabulary import ATTENTION_METRICS, PR, PRE_GAIN_SITES
+from research.probing.metrics import attention_metrics, gain_factor, gamma_stats, key_metrics, layer_means
+from research.results.vocabulary import ATTENTION_METRICS, GAIN_SPLIT, LOGIT_SPLIT, PR, PRE_GAIN_SITES
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -47,9 +47,9 @@ def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
 
 @contextmanager
 def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None]) -> Iterator[None]:
-    """Call on_layer(i, {"k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward.
+    """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward.
 
-    The three hook points of a block fire in the order k_norm, q_rope, k_rope; on_layer
+    The four hook points of a block fire in the order q_norm, k_norm, q_rope, k_rope; on_layer
     runs when k_rope arrives and the layer's tensors are dropped right after.
     """
     handles = []
@@ -68,6 +68,7 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
                 scratch.clear()
 
             attn = block.attn
+            handles.append(attn.hook_q_norm.register_forward_hook(keep("q_norm")))
             handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
             handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
             handles.append(attn.hook_k_rope.register_forward_hook(finish))
@@ -82,6 +83,21 @@ def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
     return {k: v.double().tolist() for k, v in metrics.items()}
 
 
+def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre: torch.Tensor,
+                     gain_q: torch.Tensor | None, gain_k: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """The recorded attention metrics of a layer (ATTENTION_METRICS and LOGIT_SPLIT, [Hq] each) from
+    attention_metrics' result, with GAIN_SPLIT where the layer has q and k norm gains (their effective values):
+    q_pre [Hq, B, T, D] and k_pre [Hkv, B, T, D] are the norms' outputs before RoPE."""
+    out = {n: attn_m[n] for n in (*ATTENTION_METRICS, *LOGIT_SPLIT)}
+    if gain_q is not None and gain_k is not None:
+        b, t, j = attn_m["logit_at"]
+        Hq, Hkv = q_pre.shape[0], k_pre.shape[0]
+        heads = torch.arange(Hq, device=b.device)
+        out.update(zip(GAIN_SPLIT, (gain_factor(q_pre, gain_q, torch.stack([b, t]), heads),
+                                    gain_factor(k_pre, gain_k, torch.stack([b, j]), heads // (Hq // Hkv)))))
+    return out
+
+
 def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module) -> dict[str, torch.Tensor]:
     """{"k_hat": k_norm output / gain, "k_hat_rope": RoPE of it} where attn's k_norm gain is learned; else {}."""
     gain = getattr(attn.k_norm, "weight", None)
@@ -91,6 +107,29 @@ def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module)
     k_hat = torch.where(g != 0, k_norm_HBTD.float() / g, 0.0)                   # [H, B, T, D]
     k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
     return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
+
+
+@contextmanager
+def measuring(model: nn.Module, device: torch.device, precision: str) -> Iterator[None]:
+    """A probe's forward: eval mode, bf16 autocast when precision is bf16, and afterwards the module's mode and
+    the RNG states as they were, so that probing never changes training."""
+    was_training = model.training
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    model.eval()
+    try:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+            yield
+    finally:
+        model.train(was_training)
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state(cuda_rng, device)
+
+
+def _gain(norm: nn.Module) -> torch.Tensor | None:
+    """A q/k norm's gain (None for qk_norm='none', whose norm is an identity)."""
+    return getattr(norm, "weight", None)
 
 
 class KeyProbe:
@@ -114,28 +153,18 @@ class KeyProbe:
                 attn_m = attention_metrics(t["q_rope"], t["k_rope"])
                 sites = {"k_norm": t["k_norm"], "k_rope": t["k_rope"], **pre_gain_keys(attn, t["k_norm"], model.rotary)}
                 for name, m in (*((s, key_metrics(k)) for s, k in sites.items()),
-                                ("attn", {n: attn_m[n] for n in ATTENTION_METRICS})):
+                                ("attn", attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm),
+                                                          _gain(attn.k_norm)))):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
-            rec["gamma_k"] = gamma_stats(getattr(attn.k_norm, "weight", None))
-            rec["gamma_q"] = gamma_stats(getattr(attn.q_norm, "weight", None))
+            rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
+            rec["gamma_q"] = gamma_stats(_gain(attn.q_norm))
             rec["means"] = means
             layers.append(rec)
 
-        was_training = model.training
-        cpu_rng = torch.get_rng_state()
-        cuda_rng = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
         t0 = time.perf_counter()
-        model.eval()
-        try:
-            with capture_layers(model, on_layer), torch.autocast(device.type, dtype=torch.bfloat16,
-                                                                 enabled=self.precision == "bf16"):
-                model.hidden(self.ids.to(device))  # the LM head's logits are not needed
-        finally:
-            model.train(was_training)
-            torch.set_rng_state(cpu_rng)
-            if cuda_rng is not None:
-                torch.cuda.set_rng_state(cuda_rng, device)
+        with measuring(model, device, self.precision), capture_layers(model, on_layer):
+            model.hidden(self.ids.to(device))  # the LM head's logits are not needed
         layers.sort(key=lambda r: r["layer"])
         return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
                 "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),

@@ -18,6 +18,11 @@ PR = f"{MAIN_SITE}.pr_sv"  # the per-layer mean that layer_pr records
 KEY_METRICS = ("norm_mean", "norm_std", "max_abs", "mean_max_abs", "peak_frac", "std",
                "cos_mean", "pr_sv", "pr_var", "erank", "pr_vec")
 ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio", "logit_max", "logit_mean", "logit_std")
+# logit_max taken apart at the (query, key) pair where it occurs: logit_max = scale x |q| x |k| x cos (before any
+# soft-cap), with where the pair sits; and, where the model has q / k norm gains, how much each gain lengthens
+# the normalized vector there (|x| / |x / gain|, 1 for gains of ones). Files written before 2026-11 lack them.
+LOGIT_SPLIT = ("logit_scale", "logit_q_norm", "logit_k_norm", "logit_cos", "logit_query_pos", "logit_key_dist")
+GAIN_SPLIT = ("logit_q_gain", "logit_k_gain")
 # The layer means an experiment tracker (--logger) shows per layer after each probe; a name the
 # probe does not record (logit_max before the probe measured it) is left out.
 TRACKED_LAYER_MEANS = (PR, f"{MAIN_SITE}.norm_mean", "attn.entropy", "attn.sink_mass", "attn.logit_max")

@@ -34,10 +34,19 @@ def hf_config(family):
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
     if family == "gpt2":
         return tf.GPT2Config(vocab_size=300, n_embd=64, n_layer=3, n_head=4, n_positions=128)
+    if family == "apertus":  # what research/export_hf.py writes for qk_norm learned / frozen
+        return tf.ApertusConfig(**common, head_dim=16, hidden_act="relu2", bos_token_id=None, eos_token_id=None,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if family == "arcee":  # ... and for qk_norm none
+        return tf.ArceeConfig(**common, head_dim=16, bos_token_id=None, eos_token_id=None)
+    if family == "gpt_neox":  # a family no adapter reads
+        return tf.GPTNeoXConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                intermediate_size=128)
     raise ValueError(family)
 
 
-def make_hf_model(family, out_dir, seed=0):
+def make_hf(family, seed=0):
+    """A tiny random model of `family` in memory, its norm gains moved off their initial values."""
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(hf_config(family))
@@ -45,6 +54,11 @@ def make_hf_model(family, out_dir, seed=0):
         for name, p in model.named_parameters():
             if p.dim() == 1 and ("norm" in name or ".ln_" in name):
                 p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def make_hf_model(family, out_dir, seed=0):
+    model = make_hf(family, seed)
     model.save_pretrained(out_dir)
     make_tokenizer(out_dir)
     return out_dir

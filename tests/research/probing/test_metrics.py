@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from research.probing.metrics import (ATTENTION_METRICS, KEY_METRICS, attention_metrics, gamma_stats, key_metrics,
-                                      layer_means)
+from research.probing.metrics import (ATTENTION_METRICS, KEY_METRICS, attention_metrics, gain_factor, gamma_stats,
+                                      key_metrics, layer_means)
 from tests.tolerances import EPS, pr_rel_tol, sum_rel_tol, ulps, unit_roundoff
 
 
@@ -52,7 +52,12 @@ def attention_tol(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = Non
     tol = {"logit_max": (0.0, ds), "logit_mean": (0.0, ds), "logit_std": (0.0, ds),  # a std of errors <= ds is <= ds
            "sink_mass": (2 * ds + sm, 0.0), "sink_by_position": (2 * ds + sm, 0.0),   # d ln p_0 = ds_0 - E_p[ds]
            "entropy": (0.0, sm + 2 * math.log(T) * (ds + sm)),  # |dH| <= 2 H max|ds|, H <= ln T; ln Z rounds by sm
-           "qk_ratio": (2 * (sum_rel_tol("fp32", D) + sum_rel_tol("fp32", B * T)), 0.0)}  # fp32 norms, fp32 means
+           "qk_ratio": (2 * (sum_rel_tol("fp32", D) + sum_rel_tol("fp32", B * T)), 0.0),  # fp32 norms, fp32 means
+           # the split of logit_max at its pair: fp32 norms of length D; the cosine a dot product over both norms;
+           # the scale and the pair's place are exact (random inputs have no near-tie of the largest logit)
+           "logit_q_norm": (sum_rel_tol("fp32", D), 0.0), "logit_k_norm": (2 * sum_rel_tol("fp32", D), 0.0),
+           "logit_cos": (0.0, 4 * sum_rel_tol("fp32", D)), "logit_scale": (0.0, 0.0), "logit_query_pos": (0.0, 0.0),
+           "logit_key_dist": (0.0, 0.0), "logit_at": (0.0, 0.0)}
     if v is not None:
         tol["output"] = (0.0, 2 * (ds + sm) * v.abs().max().item())  # p's errors, then the fp32 sum over <= T keys
     return {name: (paths * rel, paths * abs_) for name, (rel, abs_) in tol.items()}
@@ -414,3 +419,44 @@ def test_layer_means():
     m = layer_means({"a": torch.tensor([1.0, 2.0, 6.0]), "b": torch.tensor([0.5], dtype=torch.float64)})
     assert m == {"a": 3.0, "b": 0.5}  # exact: (1 + 2 + 6) / 3 in float64
     assert all(isinstance(v, float) for v in m.values())
+
+
+@pytest.mark.parametrize("window,softcap", [(None, None), (5, None), (None, 2.0)])
+def test_logit_split_at_the_largest_logit(window, softcap):
+    """logit_max = scale |q| |k| cos at the pair found by a full search of the masked logits (float64); before the
+    soft-cap, which keeps the order of logits and so the pair."""
+    g = torch.Generator().manual_seed(3)
+    Hq, Hkv, B, T, D = 4, 2, 3, 21, 8
+    q, k = torch.randn(Hq, B, T, D, generator=g), torch.randn(Hkv, B, T, D, generator=g)
+    m = attention_metrics(q, k, scale=0.3, window=window, softcap=softcap, block_size=4)
+    t, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = (j <= t) & ((t - j < window) if window else True)
+    for h in range(Hq):
+        kh = k[h // 2].double()
+        s = torch.where(allowed, 0.3 * q[h].double() @ kh.mT, -math.inf)            # [B, T, T]
+        b, tq, jk = (int(i) for i in torch.unravel_index(s.argmax(), s.shape))
+        qv, kv = q[h, b, tq].double(), kh[b, jk]
+        assert (int(m["logit_query_pos"][h]), int(m["logit_key_dist"][h])) == (tq, tq - jk)
+        assert m["logit_at"][:, h].tolist() == [b, tq, jk]
+        assert close(m["logit_q_norm"][h].item(), qv.norm().item(), rel=sum_rel_tol("fp32", D))
+        assert close(m["logit_k_norm"][h].item(), kv.norm().item(), rel=2 * sum_rel_tol("fp32", D))
+        assert close(m["logit_cos"][h].item(), (qv @ kv / qv.norm() / kv.norm()).item(), rel=0,
+                     abs=4 * sum_rel_tol("fp32", D))
+        raw = (m["logit_scale"][h] * m["logit_q_norm"][h] * m["logit_k_norm"][h] * m["logit_cos"][h]).item()
+        assert m["logit_scale"][h].item() == pytest.approx(0.3, rel=ulps("fp32", 1))
+        assert close(raw, s.max().item(), rel=8 * sum_rel_tol("fp32", D))
+        expected_max = softcap * math.tanh(s.max().item() / softcap) if softcap else s.max().item()
+        assert close(m["logit_max"][h].item(), expected_max, rel=8 * sum_rel_tol("fp32", D))
+
+
+def test_gain_factor_by_hand():
+    """|x| / |x / gain|: 2 for x = (3, 4) under a gain of 2 everywhere; the gain (1, 2) lengthens (0, 2) by 2 and
+    leaves (1, 0) alone; a per-head gain over the whole projection (OLMo 2) is read for each head."""
+    x = torch.tensor([[[[3.0, 4.0], [1.0, 0.0], [0.0, 2.0]]]])               # [H=1, B=1, T=3, D=2]
+    at = torch.tensor([[0, 0, 0], [0, 1, 2]])                                  # (b, t) of three picks
+    heads = torch.zeros(3, dtype=torch.long)
+    assert gain_factor(x, torch.tensor([2.0, 2.0]), at, heads).tolist() == [2.0, 2.0, 2.0]
+    assert gain_factor(x, torch.tensor([1.0, 2.0]), at, heads).tolist()[1:] == [1.0, 2.0]
+    x2 = torch.cat([x, x])                                                     # two heads
+    got = gain_factor(x2, torch.tensor([1.0, 1.0, 3.0, 3.0]), torch.tensor([[0, 0], [0, 0]]), torch.tensor([0, 1]))
+    assert got.tolist() == pytest.approx([1.0, 3.0], rel=ulps("fp32", 2))

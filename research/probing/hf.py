@@ -1,0 +1,400 @@
+"""The key probe for Hugging Face causal LMs while they train: transformers' Trainer, or a loop of one's own.
+
+    from research.probing.hf import KeyProbeCallback, KeyRecorder
+
+    probe = KeyProbeCallback("run/results.json", probe_ids_BT, every=50)      # probe_ids_BT: [B, T] token ids
+    Trainer(model, args, train_dataset=..., callbacks=[probe]).train()
+
+    recorder = KeyRecorder("run/results.json", probe_ids_BT)                   # a loop of one's own
+    for step in ...:
+        ...
+        if step % 50 == 0:
+            recorder.record(model, step=step, tokens=tokens_seen, loss=mean_loss_since_last_probe)
+
+Each probe is one no-grad forward of the fixed batch (eval mode, RNG states restored, so probing
+never changes training) and appends one record to results.json in the project's schema
+(research/results/schema.py), rewritten atomically: per layer and KV head the key metrics
+(research/probing/metrics.py) at k_norm (keys after the model's k_norm; for a family without one,
+the raw projection, as this project's own probe records qk_norm='none'), k_proj (where the model has a
+k_norm), k_hat (k_norm's output over its gain: the normalized keys before the gain) and k_rope (after
+RoPE, as attention uses them); per query head the attention metrics (entropy, sink mass, logit
+statistics) and the largest logit taken apart into scale, |q|, |k|, cosine and, where the model has q/k
+norm gains, how much each gain lengthens its vector there; the q/k norm gains as the model applies them
+(1 + w for Gemma) with their CV. The probe batch's next-token loss is the record's val_loss (the batch
+is held-out text; 0 at step 0 is kept as init_val_loss, as this project's own probe does).
+
+Attention statistics come from the queries and keys the model's attention receives, blockwise
+(research.inspection.adapters wraps the attention function of the model's own implementation inside
+the probe's forward only): the model keeps its SDPA or flash attention, computes its own output, and
+never materializes a [T, T] matrix of all heads. The vocabulary's logits are never formed for the
+whole batch either: the final hidden states go through the LM head in chunks.
+
+Families: those research.inspection.adapters reads (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3,
+GPT-2, Apertus, Arcee); any other is refused with ProbeError. Models wrapped by DDP, torch.compile or
+PEFT are unwrapped. Sharded training (FSDP, DeepSpeed ZeRO-3) is refused: the probe needs the whole
+model on the process that writes the file.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from research.inspection.adapters import ADAPTERS, InspectError
+from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
+from research.probing.probe import as_lists, attention_record, measuring, unwrap
+from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
+from research.results.vocabulary import PR, PRE_GAIN_SITES
+
+DEFAULT_EVERY = 50  # optimizer steps between probes
+LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
+
+
+class ProbeError(ValueError):
+    """A model, a file or a training setup the probe cannot work with; the message says why and what to do."""
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The Hugging Face model behind DDP, torch.compile and PEFT wrappers."""
+    model = unwrap(model)
+    get_base = getattr(model, "get_base_model", None)  # PEFT
+    return unwrap(get_base()) if callable(get_base) else model
+
+
+def adapter_for(model: nn.Module):
+    """The inspection adapter of `model`'s family, keeping the model's attention implementation; ProbeError for a
+    family no adapter reads."""
+    model = base_model(model)
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    cls = ADAPTERS.get(model_type)
+    if cls is None:
+        raise ProbeError(f"the key probe cannot read a model of type {model_type!r} ({type(model).__name__}): it "
+                         f"reads {', '.join(sorted(ADAPTERS))}. Another family needs an adapter class in "
+                         f"research/inspection/adapters.py that says where it keeps its keys")
+    return cls(model, attn_implementation=None)
+
+
+def qk_norm_kind(adapter) -> str:
+    """'learned' (a k_norm whose gain trains), 'frozen' (a k_norm whose gain does not) or 'none' (no k_norm): the
+    project's names of the three conditions, which results.json records per run."""
+    k_norm = adapter.qk_norms(0)[1]
+    weight = getattr(k_norm, "weight", None)
+    if k_norm is None or weight is None:
+        return "none"
+    return "learned" if weight.requires_grad else "frozen"
+
+
+def model_config(adapter) -> dict:
+    """The model section of results.json's config for a Hugging Face model."""
+    return {"model_type": adapter.model_type, "family": adapter.family, "n_layers": adapter.n_layers,
+            "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "d_model": adapter.d_model,
+            "d_head": adapter.head_dim, "qk_norm": qk_norm_kind(adapter)}
+
+
+class _Sink:
+    """The adapter's callbacks reduced, layer by layer, to a probe record; the model's own attention computes
+    the output (on_attention returns None)."""
+
+    def __init__(self, adapter):
+        self.adapter = adapter
+        self.pre: dict[int, dict[str, torch.Tensor]] = {}
+        self.layers: list[dict] = []
+        self.final: torch.Tensor | None = None
+
+    def on_state(self, l: int, h_BTd: torch.Tensor) -> None:
+        if l == self.adapter.n_layers:
+            self.final = h_BTd
+
+    def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
+        self.pre.setdefault(i, {})[site] = k_HBTD
+
+    def on_queries(self, i: int, site: str, q_HBTD: torch.Tensor) -> None:
+        self.pre.setdefault(i, {})[site] = q_HBTD
+
+    def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
+        t = self.pre.pop(i, {})
+        q_norm, k_norm = self.adapter.qk_norms(i)
+        g_q, g_k = self.adapter.gain(q_norm), self.adapter.gain(k_norm)
+        q, k = q_BHTD.transpose(0, 1), k_BKTD.transpose(0, 1)                 # [H, B, T, D]
+        with torch.autocast(q.device.type, enabled=False):  # metrics in full precision
+            attn_m = attention_metrics(q, k, scale=scaling, window=window, softcap=softcap)
+            pre_k = t.get("k_norm", t.get("k_proj"))
+            sites = {"k_norm": pre_k, **({"k_proj": t["k_proj"]} if "k_norm" in t else {}), "k_rope": k}
+            if g_k is not None and "k_norm" in t:
+                gain = g_k.to(pre_k.device).reshape(-1, 1, 1, self.adapter.head_dim)   # [1 or Hkv, 1, 1, D]
+                sites[PRE_GAIN_SITES["k_norm"]] = torch.where(gain != 0, pre_k.float() / gain, 0.0)
+            both = g_q is not None and g_k is not None and "q_norm" in t and "k_norm" in t
+            rec: dict = {"layer": i}
+            means: dict[str, float] = {}
+            for name, m in (*((s, key_metrics(x)) for s, x in sites.items()),
+                            ("attn", attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
+                                                      g_k if both else None))):
+                rec[name] = as_lists(m)
+                means.update({f"{name}.{key}": v for key, v in layer_means(m).items()})
+        rec["gamma_k"], rec["gamma_q"], rec["means"] = gamma_stats(g_k), gamma_stats(g_q), means
+        self.layers.append(rec)
+        return None
+
+
+class HFKeyProbe:
+    """Measures a Hugging Face causal LM's keys on a fixed batch of token ids [B, T]: a record in the form of
+    research.probing.probe.KeyProbe's, plus `loss`, the batch's next-token loss (nats per token)."""
+
+    def __init__(self, probe_ids_BT: torch.Tensor, precision: str = "fp32"):
+        if not isinstance(probe_ids_BT, torch.Tensor) or probe_ids_BT.dim() != 2 or probe_ids_BT.shape[1] < 2:
+            got = tuple(probe_ids_BT.shape) if isinstance(probe_ids_BT, torch.Tensor) else probe_ids_BT
+            raise ProbeError(f"the probe batch must be token ids [B, T] with T >= 2, got {got!r:.60}")
+        if precision not in ("fp32", "bf16"):
+            raise ProbeError(f"precision {precision!r}: choose fp32 or bf16")
+        self.ids = probe_ids_BT.long()
+        self.precision = precision
+        self.current = None
+
+    @property
+    def batch_sha256(self) -> str:
+        """The probe batch's fingerprint: a resumed run must probe the same tokens."""
+        return hashlib.sha256(self.ids.cpu().numpy().tobytes()).hexdigest()
+
+    def adapter(self, model: nn.Module):
+        base = base_model(model)
+        if self.current is None or self.current.model is not base:
+            adapter = adapter_for(base)
+            try:
+                adapter.check_token_ids(self.ids, "the probe batch")
+            except InspectError as e:
+                raise ProbeError(str(e)) from e
+            self.current = adapter
+        return self.current
+
+    def _loss(self, adapter, h_BTd: torch.Tensor, ids: torch.Tensor) -> float:
+        """Mean next-token loss from the last hidden states, LOSS_CHUNK positions of logits at a time."""
+        h, target = h_BTd[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+        total = 0.0
+        for s in range(0, h.shape[0], LOSS_CHUNK):
+            z = adapter.logits(h[s:s + LOSS_CHUNK].unsqueeze(0)).squeeze(0)
+            total += F.cross_entropy(z, target[s:s + LOSS_CHUNK], reduction="sum").item()
+        return total / target.numel()
+
+    @torch.no_grad()
+    def __call__(self, model: nn.Module) -> dict:
+        adapter = self.adapter(model)
+        base = adapter.model
+        device = next(base.parameters()).device
+        ids = self.ids.to(device)
+        sink = _Sink(adapter)
+        t0 = time.perf_counter()
+        with measuring(base, device, self.precision), adapter.capture(sink):
+            base(input_ids=ids, use_cache=False, logits_to_keep=1)  # the vocabulary's logits: below, in chunks
+            loss = self._loss(adapter, sink.final, ids)
+        layers = sorted(sink.layers, key=lambda r: r["layer"])
+        if len(layers) != adapter.n_layers:
+            raise ProbeError(f"the probe saw the attention of {len(layers)} of {adapter.n_layers} layers: the model's "
+                             f"attention does not go through transformers' attention functions (a custom forward?)")
+        return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
+                "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
+                "precision": self.precision, "loss": loss}
+
+
+class KeyRecorder:
+    """results.json of a Hugging Face model's training, one probe at a time: what KeyProbeCallback writes, for a
+    loop of one's own.
+
+    The first record decides what happens to a file already at `path`: a run starting at step 0 refuses it
+    (it holds another run's probes: nothing is overwritten); a run continuing at step s > 0 (resumed from a
+    checkpoint) keeps its probes up to s - 1 and checks they were taken on the same probe batch and model
+    shape, so the file reads as one run. `header`: new_results' other arguments (config, preset, seed,
+    provenance, data), merged into what the recorder fills in itself."""
+
+    def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, tag: str = "hf", precision: str = "fp32",
+                 header: dict | None = None):
+        self.path = Path(path)
+        self.probe = HFKeyProbe(probe_ids_BT, precision)
+        self.tag = tag
+        self.header = dict(header or {})
+        self.results: dict | None = None
+        self.last_step: int | None = None
+
+    def _fresh(self, adapter) -> dict:
+        h = self.header
+        config = {**(h.get("config") or {})}
+        config["model"] = {**model_config(adapter), **(config.get("model") or {})}
+        config.setdefault("probe", {})["probe_batch"] = int(self.probe.ids.shape[0])
+        data = {**(h.get("data") or {}), "probe_batch_sha256": self.probe.batch_sha256,
+                "probe_batch": list(self.probe.ids.shape)}
+        return new_results(self.tag, config=config, preset=h.get("preset"), seed=h.get("seed"),
+                           provenance=h.get("provenance"), data=data)
+
+    def _open(self, step: int, adapter) -> dict:
+        if not self.path.exists():
+            return self._fresh(adapter)
+        fix = f"pass another path, or move {self.path} away"
+        try:
+            res = load_results(self.path)
+        except ResultsError as e:
+            raise ProbeError(f"{e}. The probe does not write over a file it cannot read: {fix}") from e
+        if step == 0 and res["steps"]:
+            raise ProbeError(f"{self.path} holds probes of another run (steps {res['steps'][0]}..{res['steps'][-1]}) "
+                             f"and this run starts at step 0: {fix}")
+        if (res.get("data") or {}).get("probe_batch_sha256") not in (None, self.probe.batch_sha256):
+            raise ProbeError(f"{self.path} was written with another probe batch: a resumed run must probe the same "
+                             f"tokens (build the batch as the run did), or {fix}")
+        n_layers = len(res["probes"][0]["layers"]) if res["probes"] else adapter.n_layers
+        if n_layers != adapter.n_layers or res["tag"] != self.tag:
+            raise ProbeError(f"{self.path} is the results of {res['tag']!r} with {n_layers} layers, not of this "
+                             f"run ({self.tag!r}, {adapter.n_layers} layers): {fix}")
+        return truncate(res, step - 1)
+
+    def record(self, model: nn.Module, *, step: int, tokens: int, loss: float | None = None,
+               wall_time_s: float | None = None) -> dict:
+        """Probe `model` after `step` optimizer steps and `tokens` training tokens; `loss`: the mean training loss
+        since the previous probe (None at step 0). Rewrites results.json; returns the record."""
+        return self.commit(self.measure(model), step=step, tokens=tokens, loss=loss, wall_time_s=wall_time_s)
+
+    def measure(self, model: nn.Module) -> dict:
+        """The probe's record of `model` now, written by `commit` (a Trainer's loss of the step comes later)."""
+        record = self.probe(model)
+        record["qk_norm"] = qk_norm_kind(self.probe.adapter(model))
+        return record
+
+    def commit(self, record: dict, *, step: int, tokens: int, loss: float | None = None,
+               wall_time_s: float | None = None) -> dict:
+        """Append a record of `measure` as the probe after `step` optimizer steps and rewrite results.json."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ProbeError(f"step must be a whole number >= 0, got {step!r:.40}")
+        if self.last_step is not None and step <= self.last_step:
+            raise ProbeError(f"step {step} comes after the probe at step {self.last_step}: steps must increase")
+        if self.results is None:
+            self.results = self._open(step, self.probe.current)
+        record = dict(record)
+        val_loss, qk_norm = record.pop("loss"), record.pop("qk_norm")
+        if step == 0:  # the model before training: the write-ups' val_loss starts at the first interval
+            self.results["init_val_loss"], val_loss = val_loss, None
+        add_probe(self.results, record, step=step, tokens=int(tokens), loss=loss, val_loss=val_loss,
+                  wall_time_s=math.nan if wall_time_s is None else wall_time_s, qk_norm=qk_norm)
+        save_results(self.path, self.results)
+        self.last_step = step
+        return record
+
+    def resume(self, model: nn.Module, step: int, every: int) -> dict:
+        """Continue results.json after a checkpoint at `step`, as this project's ProbeCallback does: the file must
+        exist and hold the probe taken last before the checkpoint (at step - step % every); probes after `step`
+        are dropped (the resumed run takes them again). Returns the file as kept."""
+        fix = (f"restore {self.path.name} from a copy, or train again from step 0 into an empty folder (its probes "
+               f"before step {step} cannot be rebuilt otherwise)")
+        if not self.path.exists():
+            raise ProbeError(f"cannot resume from step {step}: {self.path} is missing; {fix}")
+        res = self._open(step + 1, self.probe.adapter(model))
+        last = step - step % every
+        if last not in res["steps"]:
+            raise ProbeError(f"cannot resume from step {step}: {self.path} has no probe at step {last}; {fix}")
+        self.results, self.last_step = res, res["steps"][-1]
+        return res
+
+
+def _sharded(args) -> str | None:
+    """The kind of sharded training `args` (TrainingArguments) asks for, which the probe cannot follow."""
+    if getattr(args, "fsdp", None) or getattr(args, "fsdp_config", None) and getattr(args, "fsdp_config").get("fsdp"):
+        return "FSDP"
+    deepspeed = getattr(args, "deepspeed", None)
+    if deepspeed:
+        return "DeepSpeed"
+    return None
+
+
+try:
+    from transformers import TrainerCallback as _TrainerCallback
+except ImportError:  # transformers is a requirement; this keeps the module importable for the recorder's tests
+    _TrainerCallback = object
+
+
+class KeyProbeCallback(_TrainerCallback):
+    """A transformers TrainerCallback that probes the keys at step 0, every `every` optimizer steps and at the last
+    step, keeping results.json (research/results/schema.py) up to date; see the module doc.
+
+    `loss` at a probe is the mean training loss of the steps since the previous probe, read from the Trainer's
+    own logs: the callback asks the Trainer to log at every probe step (besides its logging_steps), so each
+    window is exact. `tokens`: the Trainer's count (TrainingArguments(include_num_input_tokens_seen=True)),
+    else `tokens_per_step` x step. Resuming (trainer.train(resume_from_checkpoint=...)) continues the file
+    from the checkpoint's step: it must exist and hold the probe taken last before that step, as this
+    project's own ProbeCallback requires; the loss window is rebuilt from the checkpoint's log history.
+    Only the main process probes and writes."""
+
+    def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int = DEFAULT_EVERY,
+                 tokens_per_step: int | None = None, tag: str = "hf", precision: str = "fp32",
+                 header: dict | None = None):
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ProbeError(f"every must be a whole number of optimizer steps >= 1, got {every!r:.40}")
+        self.every, self.tokens_per_step = every, tokens_per_step
+        self.recorder = KeyRecorder(path, probe_ids_BT, tag=tag, precision=precision, header=header)
+        self.logged: list[tuple[int, float, int]] = []  # (step, mean loss, steps it covers) of the Trainer's logs
+        self.pending: tuple[int, int, float, dict] | None = None  # (step, tokens, wall, record) awaiting its loss
+        self.last_probe = 0
+        self.t0, self.wall0 = time.perf_counter(), 0.0
+
+    def _tokens(self, args, state) -> int:
+        if getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False, None):
+            return int(state.num_input_tokens_seen)
+        return state.global_step * self.tokens_per_step
+
+    def _window_loss(self, end: int) -> float | None:
+        """The mean training loss over the steps after the previous probe up to `end`, from the logs (each log's
+        mean weighted by the steps it covers)."""
+        inside = [(loss, n) for step, loss, n in self.logged if self.last_probe < step <= end]
+        steps = sum(n for _, n in inside)
+        return sum(loss * n for loss, n in inside) / steps if steps else None
+
+    def _commit_pending(self) -> None:
+        step, tokens, wall, record = self.pending
+        self.recorder.commit(record, step=step, tokens=tokens, loss=self._window_loss(step), wall_time_s=wall)
+        self.last_probe, self.pending = step, None
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        sharded = _sharded(args)
+        if sharded:
+            raise ProbeError(f"the key probe needs the whole model on the process that writes results.json; "
+                             f"{sharded} shards it. Train with DDP or on one device to probe the keys")
+        if getattr(args, "include_num_input_tokens_seen", "no") in ("no", False, None) and not self.tokens_per_step:
+            raise ProbeError("the key probe records training tokens at each probe: pass TrainingArguments("
+                             "include_num_input_tokens_seen=True), or tokens_per_step to KeyProbeCallback")
+        self.t0 = time.perf_counter()
+        self.logged, last = [], 0
+        for entry in state.log_history:  # a resumed run's logs come back with its trainer_state.json
+            if "loss" in entry and "step" in entry:
+                self.logged.append((entry["step"], float(entry["loss"]), entry["step"] - last))
+                last = entry["step"]
+        if not state.is_world_process_zero:
+            return
+        if state.global_step == 0:
+            self.recorder.record(model, step=0, tokens=0, wall_time_s=0.0)
+            return
+        res = self.recorder.resume(model, state.global_step, self.every)
+        self.last_probe = res["steps"][-1]
+        walls = [w for w in res["wall_time_s"] if w is not None]
+        self.wall0 = walls[-1] if walls else 0.0
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = state.global_step
+        if step % self.every and step != state.max_steps:
+            return
+        control.should_log = True  # the loss window of this probe ends here: the Trainer logs it right after
+        if state.is_world_process_zero:
+            if self.pending is not None:  # its log never came (logging turned off by another callback)
+                self._commit_pending()
+            self.pending = (step, self._tokens(args, state), self.wall0 + time.perf_counter() - self.t0,
+                            self.recorder.measure(model))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            last = self.logged[-1][0] if self.logged else 0
+            self.logged.append((state.global_step, float(logs["loss"]), state.global_step - last))
+        if self.pending is not None and self.pending[0] == state.global_step:
+            self._commit_pending()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.pending is not None:
+            self._commit_pending()
