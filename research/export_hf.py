@@ -1,9 +1,10 @@
 """Export a run folder as a Hugging Face model folder that transformers loads with a built-in class.
 
-    python research/export_hf.py RUN_DIR OUT_DIR [--force]
+    python research/export_hf.py RUN_DIR OUT_DIR [--force] [--step N]
 
 RUN_DIR: a folder written by train_llm.py or one run of a study (research_results/<study>/<condition>
-[/lr_<multiplier>][/seed_<s>]). Its newest checkpoint (the last step's, for a finished run), its
+[/lr_<multiplier>][/seed_<s>]). Its newest checkpoint (the last step's, for a finished run; --step N: the
+checkpoint of step N, e.g. to follow keys over training with research/checkpoint_keys_study.py), its
 tokenizer and export.json (where the export came from: run, checkpoint step, mapping) are written to
 OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
 trust_remote_code: qk_norm learned or frozen as ApertusForCausalLM, none as ArceeForCausalLM
@@ -26,17 +27,24 @@ def build_parser() -> ArgumentParser:
                                    "--force, and never a run folder. Required")
     p.add_argument("--force", action="store_true",
                    help="Write into a non-empty OUT_DIR: files of the export's names are replaced, others kept")
+    p.add_argument("--step", type=int, default=None,
+                   help="Export the checkpoint of this training step (one the run kept under checkpoints/). "
+                        "Default: the newest checkpoint that reads back")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    return build_parser().parse_args(argv)
+    p = build_parser()
+    args = p.parse_args(argv)
+    if args.step is not None and args.step < 0:
+        p.error(f"--step {args.step}: give a step of 0 or more")
+    return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        info = export_run(args.run_dir, args.out_dir, force=args.force)
+        info = export_run(args.run_dir, args.out_dir, force=args.force, step=args.step)
     except ExportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

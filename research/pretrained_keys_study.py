@@ -35,7 +35,7 @@ from research.analysis.rules import MARGIN, check_margin
 from research.inspection import InspectError
 from research.inspection.gguf import PACKAGED
 from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
-from research.inspection.text import ENGLISH, text_documents, text_windows
+from research.inspection.text import add_window_options, check_window_options, text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
@@ -56,15 +56,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="MODEL",
                    help=f"Models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
                         f"folders or hub ids. Default: {' '.join(DEFAULT_MODELS)}")
-    p.add_argument("--text", default=ENGLISH,
-                   help="Real text the windows are cut from: 'english' (the pinned corpus english-v1) or a UTF-8 "
-                        "text file. Default: %(default)s")
-    p.add_argument("--batches", type=int, default=8,
-                   help="Text batches, the unit of uncertainty of every decision. Default: %(default)s")
-    p.add_argument("--batch", type=int, default=4, help="Text windows per batch. Default: %(default)s")
-    p.add_argument("--seq_len", type=int, default=256, help="Tokens per window, 8 or more. Default: %(default)s")
-    p.add_argument("--seed", type=int, default=0,
-                   help="Seed of the windows' choice and of the untrained reference's weights. Default: %(default)s")
+    add_window_options(p, "Seed of the windows' choice and of the untrained reference's weights")
     p.add_argument("--margin", type=float, default=MARGIN,
                    help="Equivalence margin, a share of the compared values' mean: an interval wholly inside "
                         "+-margin reads 'about equal' (docs/decisions.md). Default: %(default)s")
@@ -80,14 +72,7 @@ def build_parser() -> ArgumentParser:
 def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    for name in ("batches", "batch"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} {getattr(args, name)}: give 1 or more")
-    if args.seq_len < 8:
-        p.error(f"--seq_len {args.seq_len}: give 8 or more tokens (at most the models' context, checked once "
-                f"each model is loaded)")
-    if args.seed < 0:
-        p.error(f"--seed {args.seed}: give 0 or more (numpy takes no negative seed)")
+    check_window_options(p, args)
     try:
         check_margin("--margin", args.margin)  # the one check of margins (refuses nan too)
     except ValueError as e:

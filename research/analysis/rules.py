@@ -197,11 +197,16 @@ def effect_text(d: Decision, unit: str = "seed") -> str:
     return f"{d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
 
 
+def plural(unit: str) -> str:
+    """seed -> seeds, batch -> batches."""
+    return unit + ("es" if unit.endswith(("ch", "s")) else "s")
+
+
 def needed_text(d: Decision, unit: str = "seed") -> str:
     """'about 12 seeds would settle it' for an undecided outcome ('' otherwise)."""
     if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
         return ""
-    units = unit + ("es" if unit.endswith(("ch", "s")) else "s")
+    units = plural(unit)
     if d.seeds_needed is None:
         return f"not even {MAX_SEEDS:,} {units} would settle it: the difference sits at the margin"
     return f"about {d.seeds_needed} {units} would settle it"
@@ -218,6 +223,6 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
             f"at least 95% probability all intervals of the table cover their true differences at once). The "
             f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
             f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
-            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {unit}s that would settle the size "
+            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {plural(unit)} that would settle the size "
             f"with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
             f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only")

@@ -42,7 +42,8 @@ import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
-from training.checkpoint import Checkpoint, load_newest_weights, read_state
+from training.checkpoint import (Checkpoint, CheckpointError, list_checkpoints, load_model_weights,
+                                 load_newest_weights, read_state)
 from utils.io import check_links
 from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
@@ -109,8 +110,25 @@ def hf_config(cfg: ModelConfig, special_ids: dict[str, int | None], dtype: torch
 # ----------------------------------------------------------------------------------------------
 # Reading the run folder
 
-def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.Tensor]]:
-    """(config, newest checkpoint, MinimalLLM state dict) of a run folder, or an ExportError naming the problem."""
+def _load_step(run_dir: Path, model: MinimalLLM, step: int) -> Checkpoint:
+    """The checkpoint of `step` loaded into model, or an ExportError listing the steps the run holds."""
+    ckpts = list_checkpoints(run_dir / "checkpoints")
+    ckpt = next((c for c in ckpts if c.step == step), None)
+    if ckpt is None:
+        held = ", ".join(str(c.step) for c in ckpts) or "none"
+        raise ExportError(f"{run_dir} has no complete checkpoint of step {step} (steps held: {held}): pass one of "
+                          f"them to --step, or leave --step out for the newest")
+    try:
+        load_model_weights(ckpt.path, model)
+    except CheckpointError as e:
+        raise ExportError(f"checkpoint {ckpt.path} cannot be read ({e}): restore it from a copy, or export another "
+                          f"--step") from e
+    return ckpt
+
+
+def load_native(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Checkpoint, dict[str, torch.Tensor]]:
+    """(config, checkpoint, MinimalLLM state dict) of a run folder, or an ExportError naming the problem. The
+    checkpoint is that of `step`, or the newest that reads back when step is None."""
     if not run_dir.is_dir():
         raise ExportError(f"run folder {run_dir} not found")
     check_links(run_dir, "export another run", ExportError)
@@ -122,6 +140,10 @@ def load_native(run_dir: Path) -> tuple[RunConfig, Checkpoint, dict[str, torch.T
     except (ConfigError, RuntimeError) as e:
         raise ExportError(str(e)) from e
     model = MinimalLLM(cfg.model)
+    if step is not None:
+        ckpt = _load_step(run_dir, model, step)
+        ckpt.state = read_state(ckpt)
+        return cfg, ckpt, {k: v.detach() for k, v in model.state_dict().items()}
     # the newest checkpoint whose weights read back (a damaged newer one is named and skipped)
     ckpt, failed = load_newest_weights(run_dir / "checkpoints", model)
     if ckpt is None:
@@ -209,15 +231,16 @@ def _write(tmp: Path, run_dir: Path, cfg: RunConfig, ckpt: Checkpoint, weights: 
     return info
 
 
-def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False) -> dict:
-    """Write the newest checkpoint of run_dir, its tokenizer and export.json to out_dir; returns export.json's dict.
+def export_run(run_dir: str | Path, out_dir: str | Path, force: bool = False, step: int | None = None) -> dict:
+    """Write the checkpoint of `step` of run_dir (the newest when None), its tokenizer and export.json to out_dir;
+    returns export.json's dict.
 
     Everything is written to a temporary folder beside out_dir first and moved in when complete, so a
     failure while writing leaves out_dir as it was; with force, files named like ours are replaced and others kept.
     """
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, run_dir, force)
-    cfg, ckpt, weights = load_native(run_dir)
+    cfg, ckpt, weights = load_native(run_dir, step)
     special = special_token_ids(run_dir / "tokenizer")
     tmp = None
     try:

@@ -58,37 +58,44 @@ def _load_own(path: Path, dtype: torch.dtype):
     return model, tokenizer, adapter
 
 
-def _hf_config(name: str, path: Path, local: bool):
+def _hf_config(name: str, path: Path, local: bool, revision: str | None = None):
     """The model's config: from the folder, else the local cache, else the hub after a fast check.
-    Returns (config, whether it came from local files)."""
+    Returns (config, whether it came from local files). revision: a hub revision (branch, tag or commit)."""
     from transformers import AutoConfig
     try:
-        return AutoConfig.from_pretrained(str(path) if local else name, local_files_only=True), True
+        return AutoConfig.from_pretrained(str(path) if local else name, revision=revision,
+                                          local_files_only=True), True
     except Exception as e:  # noqa: BLE001 - hub/IO errors have many types; re-raised with the cause
         if local:
             raise InspectError(f"cannot read the config of {path}: {e}") from e
         cached_error = e
     problem = hub_problem(name, "model")
+    at = f" at revision {revision!r}" if revision else ""
     try:
         if problem is not None:
             raise ConnectionError(problem[1])
-        return AutoConfig.from_pretrained(name), False
+        return AutoConfig.from_pretrained(name, revision=revision), False
     except Exception as e:  # noqa: BLE001
-        raise InspectError(f"model {name!r} is neither a local folder nor in the local Hugging Face cache, "
+        raise InspectError(f"model {name!r}{at} is neither a local folder nor in the local Hugging Face cache, "
                            f"and fetching it from the hub failed ({type(e).__name__}: {e}). Without a "
                            f"network, pass a local folder (save_pretrained) or a train_llm.py output "
                            f"folder.") from cached_error
 
 
 def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAULT_CACHE,
-               log=print, progress: bool = True) -> tuple[torch.nn.Module, object, Adapter]:
+               log=print, progress: bool = True,
+               revision: str | None = None) -> tuple[torch.nn.Module, object, Adapter]:
     """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, a hub id, or a
     GGUF file (a .gguf, a folder holding one, or a packaged model's name: research.inspection.gguf), which is
     converted once into a Hugging Face folder under cache_dir ("auto": the user cache's models/). adapter.gguf is
     that folder's gguf_source.json (None for a model not read from GGUF). progress=False (--no_progress): no
-    progress bar of downloads, conversion or loading (utils.progress)."""
+    progress bar of downloads, conversion or loading (utils.progress). revision: a hub revision (branch, tag or
+    commit) of a hub id, e.g. one of a model's intermediate training checkpoints; only for hub ids."""
     if dtype not in DTYPES:
         raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    if revision is not None and (Path(name).expanduser().exists() or name in PACKAGED):
+        raise InspectError(f"revision {revision!r} given for {name!r}, which is a local file, folder or packaged "
+                           f"model: revisions belong to hub ids only; pass each local checkpoint as its own folder")
     with library_progress(progress):
         converted = resolve_gguf(name, cache_folder(cache_dir, "models"), log)
         if converted is not None:
@@ -96,11 +103,11 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
             model, tokenizer, adapter = _load_not_gguf(str(folder), DTYPES[dtype], meta)
             adapter.source = f"{name} (converted: {folder})"
             return model, tokenizer, adapter
-        return _load_not_gguf(name, DTYPES[dtype])
+        return _load_not_gguf(name, DTYPES[dtype], revision=revision)
 
 
-def _load_not_gguf(name: str, dtype: torch.dtype,
-                   gguf: dict | None = None) -> tuple[torch.nn.Module, object, Adapter]:
+def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
+                   revision: str | None = None) -> tuple[torch.nn.Module, object, Adapter]:
     """load_model for a name that is no GGUF file: a training folder, a Hugging Face folder or a hub id.
     gguf: the converted folder's gguf_source.json when load_model has read it already."""
     path = Path(name).expanduser()
@@ -119,7 +126,7 @@ def _load_not_gguf(name: str, dtype: torch.dtype,
         raise InspectError(f"{path} has no config.json: expected a Hugging Face model folder "
                            f"(save_pretrained), a GGUF file or a folder holding one, or a training folder written "
                            f"by train_llm.py")
-    config, from_local = _hf_config(name, path, local)
+    config, from_local = _hf_config(name, path, local, revision)
     adapter_cls = ADAPTERS.get(config.model_type)
     if adapter_cls is None:
         raise InspectError(f"unsupported architecture {config.model_type!r} "
@@ -129,13 +136,14 @@ def _load_not_gguf(name: str, dtype: torch.dtype,
     src = str(path) if local else name
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=from_local,
-                                                     attn_implementation=DEFAULT_ATTN)
-        tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local)
+                                                     attn_implementation=DEFAULT_ATTN, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local, revision=revision)
     except Exception as e:  # noqa: BLE001
-        raise InspectError(f"cannot load the weights or tokenizer of {src} ({type(e).__name__}: {e})") from e
+        at = f" at revision {revision!r}" if revision else ""
+        raise InspectError(f"cannot load the weights or tokenizer of {src}{at} ({type(e).__name__}: {e})") from e
     model.eval()
     adapter = adapter_cls(model)
-    adapter.source = src
+    adapter.source = f"{src}@{revision}" if revision else src
     adapter.gguf = gguf if gguf is not None else read_meta(path) if local else None
     adapter.tokenizer_size = len(tokenizer)
     return model, tokenizer, adapter

@@ -113,29 +113,40 @@ def check_model(name: str, rec) -> None:
             _grid(attn.get(m), f"{where}.attn.{m}", L, Hq)
 
 
-def load_pretrained_keys(path: str | Path) -> dict:
-    """The study file, checked; ResultsError names the problem and the fix."""
+def load_versioned(path: str | Path, *, schema: str, version: int, name: str, fix: str, check) -> dict:
+    """A study's JSON file of `schema` at `version`, checked by check(res) (raising ShapeError): the one read of
+    pretrained_keys.json and checkpoint_keys.json. ResultsError names the file, the problem and `fix`."""
     path = Path(path)
-    fix = "run research/pretrained_keys_study.py again into this folder (the models are cached: about 3 minutes)"
     if not path.is_file():
         raise ResultsError(f"{path}: no such file; {fix}")
     try:
         res = parse_json(path.read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultsError(f"{path}: not readable JSON ({e}); the file is corrupted or was cut off: {fix}") from e
-    if not isinstance(res, dict) or res.get("schema") != SCHEMA:
-        raise ResultsError(f"{path}: not a {FILE} of this project (schema {SCHEMA!r} expected)")
-    if res.get("version") != VERSION:
-        raise ResultsError(f"{path}: version {res.get('version')!r}, this code reads version {VERSION}: {fix}")
-    models = res.get("models")
+    if not isinstance(res, dict) or res.get("schema") != schema:
+        raise ResultsError(f"{path}: not a {name} of this project (schema {schema!r} expected)")
+    if res.get("version") != version:
+        raise ResultsError(f"{path}: version {res.get('version')!r}, this code reads version {version}: {fix}")
     try:
-        if not isinstance(models, dict) or not models:
-            raise ShapeError("models should map model names to their records")
-        check_scalar(res.get("command"), "command", is_text, "text")
-        check_scalar(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
-        check_provenance(res.get("provenance"))
-        for name, rec in models.items():
-            check_model(name, rec)
+        check(res)
     except ShapeError as e:
         raise ResultsError(f"{path}: {e}. The file was damaged or edited: {fix}") from e
     return res
+
+
+def _check_file(res: dict) -> None:
+    models = res.get("models")
+    if not isinstance(models, dict) or not models:
+        raise ShapeError("models should map model names to their records")
+    check_scalar(res.get("command"), "command", is_text, "text")
+    check_scalar(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
+    check_provenance(res.get("provenance"))
+    for name, rec in models.items():
+        check_model(name, rec)
+
+
+def load_pretrained_keys(path: str | Path) -> dict:
+    """The study file, checked; ResultsError names the problem and the fix."""
+    return load_versioned(path, schema=SCHEMA, version=VERSION, name=FILE, check=_check_file,
+                          fix="run research/pretrained_keys_study.py again into this folder (the models are cached: "
+                              "about 3 minutes)")

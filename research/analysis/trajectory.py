@@ -1,0 +1,169 @@
+"""Key metrics of one model over its saved checkpoints (research/checkpoint_keys_study.py). No torch.
+
+Input: checkpoint_keys.json (research.results.trajectory). Every measured checkpoint read the SAME text
+batches, so the text batch is the unit of uncertainty and the pairing unit: a checkpoint is one sample of
+that model at that step, and nothing here says how another training run would move.
+
+Per checkpoint and layer group (research.analysis.keys.layer_groups: early, middle, final), the mean over
+text batches and its 95% interval of the per-batch value (the mean over the group's layers and heads) of:
+pr_sv and norm_mean at the key site (k_norm where the model has one, else k_proj) and after RoPE (k_rope),
+peak_frac at the key site, attention entropy and first-token attention over query positions 1..T-1 (sink
+mass without query 0's forced weight of 1); the loss over the whole model. The k_norm gain's CV (std / |mean|
+per layer, the group's mean) is a property of the weights: exact, no interval.
+
+The change from the first to the last measured checkpoint is decided by research.analysis.rules: per-batch
+differences (last - first), one family over every metric and group with a text-batch interval, Bonferroni
+over that family; the loss is a family of its own at LOSS_MARGIN. Checkpoints whose weights equal an
+earlier one's (duplicate_of) are listed, never counted as a step of training.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from research.analysis.keys import layer_groups
+from research.analysis.pretrained import attn_per_batch, per_batch, site_of
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, LOSS_MARGIN, MARGIN, NO_DATA,
+                                     UNRESOLVED, WITHIN, Decision, Paired, decide, effect_text, needed_text)
+from research.analysis.stats import mean_ci
+
+GAIN_CV = "gain_cv"
+LOSS = "loss"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str     # the series' name in Trajectory.series
+    title: str   # what a figure panel and a report line call it
+    kind: str    # "keys" (at `site`), "attn" (attention, per query head) or "gain" (weights)
+    field: str   # the measure_keys metric
+    site: str | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """First -> last measured checkpoint of one metric in one layer group: the decision and its sentence."""
+
+    metric: str
+    group: str
+    decision: Decision
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    labels: list[str]          # measured checkpoints, by step
+    steps: list[int]
+    duplicates: list[dict]     # {label, step, duplicate_of, duplicate_step, source}
+    site: str                  # k_norm or k_proj
+    groups: dict               # group -> layers
+    metrics: list[Metric]
+    series: dict               # metric key -> group -> (means [C], 95% half widths [C]); loss: group "model"
+    changes: list[Change]      # the key and attention family, then the loss
+    n_batches: int
+    margin: float
+    loss_margin: float
+
+
+def metrics_of(site: str, has_gain: bool) -> list[Metric]:
+    out = [Metric(f"pr_sv@{site}", f"pr_sv at {site}", "keys", "pr_sv", site),
+           Metric(f"norm_mean@{site}", f"key norm at {site}", "keys", "norm_mean", site),
+           Metric("pr_sv@k_rope", "pr_sv after RoPE (k_rope)", "keys", "pr_sv", "k_rope"),
+           Metric("norm_mean@k_rope", "key norm after RoPE (k_rope)", "keys", "norm_mean", "k_rope"),
+           Metric(f"peak_frac@{site}", f"peak_frac at {site}", "keys", "peak_frac", site)]
+    if has_gain:
+        out.append(Metric(GAIN_CV, "k_norm gain CV (weights, exact)", "gain", "k_norm"))
+    return out + [Metric("entropy", "attention entropy (nats)", "attn", "entropy"),
+                  Metric("sink_mass", "first-token attention, queries 1..T-1", "attn", "sink_mass_excl_q0")]
+
+
+def per_batch_group(rec: dict, m: Metric, layers: list[int]) -> np.ndarray:
+    """[n_batches]: the mean over the group's layers and heads of a batch-measured metric."""
+    x = per_batch(rec, m.field, m.site) if m.kind == "keys" else attn_per_batch(rec, m.field)   # [N, L, H]
+    return x[:, layers].mean(axis=(1, 2))
+
+
+def gain_cv(rec: dict, layers: list[int]) -> float:
+    """The mean over the group's layers of the k_norm gain's CV (std, ddof 1, over |mean|); NaN without gains."""
+    rows = (rec.get("gains") or {}).get("k_norm")
+    if not rows:
+        return math.nan
+    cvs = [float(np.std(g, ddof=1) / abs(np.mean(g))) if np.mean(g) else math.nan
+           for g in (np.asarray(rows[i], float) for i in layers)]
+    return float(np.mean(cvs))
+
+
+def _by_batch(x: np.ndarray) -> dict:
+    return {i: float(v) for i, v in enumerate(x)}
+
+
+def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: float) -> str:
+    """One sentence that states the estimates and never says more than the interval showed."""
+    what = f"{title}, {group}" + (" layers" if group in ("early", "middle", "final") else "")
+    values = f"{d.mean_b:.3g} at {first} -> {d.mean_a:.3g} at {last}"
+    eff = effect_text(d, "batch")
+    if d.outcome == NO_DATA:
+        return f"{what}: no batch holds both values."
+    if d.outcome == DESCRIPTIVE:
+        return f"{what}: {values}, {eff}: one text batch, no test."
+    way = "rose" if d.diff > 0 else "fell"
+    pm = f"\u00b1{margin:.1%}" if margin < 0.01 else f"\u00b1{margin:.0%}"
+    if d.outcome == EQUAL:
+        return f"{what}: {values} ({eff}): unchanged within {pm}."
+    if d.outcome == WITHIN:
+        return f"{what}: {values} ({eff}): {way}, by less than {pm}."
+    if d.outcome == DIFFERENT:
+        return f"{what}: {values} ({eff}): {way}, by more than {pm}."
+    if d.outcome == UNRESOLVED:
+        return (f"{what}: {values} ({eff}): {way}; whether by more than {pm} is unresolved "
+                f"({needed_text(d, 'batch')}).")
+    assert d.outcome == INCONCLUSIVE
+    return f"{what}: {values} ({eff}): inconclusive, no change shown ({needed_text(d, 'batch')})."
+
+
+def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MARGIN) -> Trajectory:
+    margin = res.get("margin", MARGIN) if margin is None else margin
+    ckpts = res["checkpoints"]
+    measured = [c for c in ckpts if c.get("duplicate_of") is None]
+    step_of = {c["label"]: c["step"] for c in ckpts}
+    dups = [{"label": c["label"], "step": c["step"], "duplicate_of": c["duplicate_of"], "source": c["source"],
+             "duplicate_step": step_of[c["duplicate_of"]]} for c in ckpts if c.get("duplicate_of") is not None]
+    site = site_of(measured[0])
+    groups = layer_groups(res["model"]["n_layers"])
+    has_gain = all((c.get("gains") or {}).get("k_norm") for c in measured)
+    metrics = metrics_of(site, has_gain)
+    series, batches = {}, {}
+    for m in metrics:
+        series[m.key] = {}
+        for g, ix in groups.items():
+            if m.kind == "gain":
+                series[m.key][g] = (np.array([gain_cv(c, ix) for c in measured]), np.full(len(measured), np.nan))
+                continue
+            x = [per_batch_group(c, m, ix) for c in measured]                 # C x [N]
+            batches[(m.key, g)] = x
+            stats = np.array([mean_ci(v) for v in x])
+            series[m.key][g] = (stats[:, 0], stats[:, 1])
+    losses = [np.array([b["loss"] for b in c["batches"]], float) for c in measured]
+    stats = np.array([mean_ci(v) for v in losses])
+    series[LOSS] = {"model": (stats[:, 0], stats[:, 1])}
+    changes = []
+    if len(measured) >= 2:
+        first, last = measured[0]["label"], measured[-1]["label"]
+        titles = {m.key: m.title for m in metrics}
+        fam = decide({k: Paired.of(_by_batch(x[-1]), _by_batch(x[0])) for k, x in batches.items()}, margin)
+        changes += [Change(k[0], k[1], d, verdict(titles[k[0]], k[1], first, last, d, margin)) for k, d in fam.items()]
+        d = decide({LOSS: Paired.of(_by_batch(losses[-1]), _by_batch(losses[0]))}, loss_margin)[LOSS]
+        changes.append(Change(LOSS, "model", d, verdict("loss (nats/token)", "whole model", first, last, d,
+                                                        loss_margin)))
+    return Trajectory([c["label"] for c in measured], [c["step"] for c in measured], dups, site, groups, metrics,
+                      series, changes, len(measured[0]["batches"]), margin, loss_margin)
+
+
+def gain_change(t: Trajectory) -> dict[str, tuple[float, float]]:
+    """group -> (first, last) k_norm gain CV: exact weights, described, never tested."""
+    if GAIN_CV not in t.series:
+        return {}
+    return {g: (float(m[0]), float(m[-1])) for g, (m, _) in t.series[GAIN_CV].items()}
+
