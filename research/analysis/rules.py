@@ -223,6 +223,6 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
             f"at least 95% probability all intervals of the table cover their true differences at once). The "
             f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
             f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
-            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {plural(unit)} that would settle the size "
-            f"with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
+            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {plural(unit)} that would settle the "
+            f"size with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
             f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only")
