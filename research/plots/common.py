@@ -32,6 +32,8 @@ CONDITION_COLORS = {
     "NoQK_clip": "#9467bd",  # purple: no QK-norm, QK-clip
     "qk_norm": "#1f77b4",    # the pilot's names
     "no_qk_norm": "#2ca02c",
+    "gains_trained": "#1f77b4",  # the fine-tuning study: q/k norm gains trained
+    "gains_frozen": "#ff7f0e",   # ... and frozen at their pretrained values
 }
 # Layer groups (early / middle / final) keep theirs.
 GROUP_COLORS = {"early": "#4c72b0", "middle": "#dd8452", "final": "#c44e52"}

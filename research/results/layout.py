@@ -181,13 +181,15 @@ def read_study_index(folder: str | Path) -> dict:
     return check_study_index(_read_json(path, "study index", INDEX_FIX), path, folder)
 
 
-def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str,
+def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str | None,
                       conditions: dict[str, list[str]], margin: float, loss_margin: float) -> Path:
     """study.json: what split_panels needs to find the study's kind, results files and equivalence margins. It is
     checked as every read checks it, so no index is written that a read would refuse."""
     path = study / STUDY_INDEX
     meta = {"study": name, "kind": kind, "seeds": seeds, "preset": preset, "margin": margin,
             "loss_margin": loss_margin, "conditions": conditions}
+    if preset is None:  # a study of a pretrained model has no preset of this project
+        del meta["preset"]
     check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

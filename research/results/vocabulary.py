@@ -49,7 +49,7 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
 # The kinds of study a study.json may name (research.studies.render.KINDS draws each).
-STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr")
+STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune")
 
 
 def grid_key(condition: str, multiplier: float) -> str:
@@ -71,6 +71,9 @@ CONDITION_LABELS = {
     "QK_frozen": "QK-norm, gain frozen at 1",
     "NoQK": "no QK-norm",
     "NoQK_clip": "no QK-norm, QK-clip",
+    # the fine-tuning study of a pretrained model (research/finetune_keys_study.py)
+    "gains_trained": "q/k norm gains trained",
+    "gains_frozen": "q/k norm gains frozen at their pretrained values",
     # the pilot's names (its combined_results.json keys)
     "qk_norm": "QK-norm, learned gain",
     "no_qk_norm": "no QK-norm",

@@ -20,12 +20,14 @@ from typing import Any, Callable
 
 from matplotlib.figure import Figure
 
+from research.analysis import finetune as finetune_analysis
 from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
 from research.analysis import lr as lr_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
+from research.plots import finetune as finetune_plots
 from research.plots import heads as heads_plots
 from research.plots import keys as keys_plots
 from research.plots import lr as lr_plots
@@ -80,6 +82,9 @@ KINDS: dict[str, Kind] = {
                   lambda runs, an, margin, loss_margin: {**heads_plots.figures(an), REPORT: heads_plots.report(an)}),
     "lr": Kind(lr_analysis.analyze,
                lambda runs, an, margin, loss_margin: {**lr_plots.figures(an), REPORT: lr_plots.report(an)}),
+    "finetune": Kind(finetune_analysis.analyze,
+                     lambda runs, an, margin, loss_margin: {**finetune_plots.figures(an),
+                                                            REPORT: finetune_plots.report(runs, an)}),
 }  # the same kinds as research.results.vocabulary.STUDY_KINDS, which a study.json is checked against
 
 

@@ -1,0 +1,164 @@
+"""The fine-tuning study's decisions: does training a pretrained QK-norm model's q/k norm gains, against freezing
+them at their pretrained values, change its keys or its loss; and what happens to keys, gains and the largest
+logits as it fine-tunes. No torch.
+
+Conditions (research/finetune_keys_study.py): TRAINED (every weight but the embeddings trains) and FROZEN (the
+same, with the q_norm and k_norm gains frozen at their pretrained values). Runs of one seed share the data order,
+so the comparison is paired by seed (research.analysis.rules):
+
+- final values, TRAINED - FROZEN: mean key PR (pr_sv at k_norm, the gain's output), PR of the normalized keys
+  before the gain (k_hat), mean key norm, and the validation loss (the probe batch's, at the loss margin);
+- change over fine-tuning within each condition (last probe - first), one-sample over seeds, one family;
+- descriptive, over seeds: how far the k gains moved (|g_end - g_start| / |g_start| per layer), and the largest
+  logit's change split into its log terms: log logit_max = log scale + log|q| + log|k| + log cos, with
+  log|q| = log|q_hat| + log(q gain factor) (research/probing/metrics.py, attention_metrics and gain_factor).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from research.analysis.rules import (LOSS_MARGIN, MARGIN, Decision, Paired, by_seed, conditions, decide, effect_text,
+                                     runs_of)
+from research.analysis.series import aligned, nanmean
+from research.analysis.stats import mean_ci95
+from research.results.read import final_site_mean, last
+
+TRAINED, FROZEN = "gains_trained", "gains_frozen"
+CONDITIONS = (TRAINED, FROZEN)
+# (name, label, site, metric) of the key quantities compared at the end; "val_loss" is decided at the loss margin
+KEY_FIELDS = (("pr", "key PR (pr_sv at k_norm)", "k_norm", "pr_sv"),
+              ("pr_hat", "PR of the normalized keys before the gain (k_hat)", "k_hat", "pr_sv"),
+              ("norm", "key norm at k_norm", "k_norm", "norm_mean"))
+LOSS_LABEL = "validation loss (the probe batch)"
+LOGIT_TERMS = ("logit_max", "logit_q_norm", "logit_k_norm", "logit_cos", "logit_q_gain", "logit_k_gain")
+
+
+def site_series(res: dict, site: str, metric: str) -> list[float | None]:
+    """The per-probe mean over layers of a site's metric (None where a probe lacks it)."""
+    out = []
+    for p in res.get("probes") or []:
+        values = [layer["means"].get(f"{site}.{metric}") for layer in p["layers"]]
+        values = [v for v in values if v is not None]
+        out.append(float(np.mean(values)) if values else None)
+    return out
+
+
+def _first(res: dict, site: str, metric: str) -> float:
+    s = site_series(res, site, metric)
+    return math.nan if not s or s[0] is None else s[0]
+
+
+def gain_drift(res: dict) -> list[float]:
+    """Per layer: |g_last - g_first| / |g_first| of the k_norm gain over the run's probes (empty without gains)."""
+    probes = res.get("probes") or []
+    if len(probes) < 2:
+        return []
+    out = []
+    for a, b in zip(probes[0]["layers"], probes[-1]["layers"]):
+        if not a.get("gamma_k") or not b.get("gamma_k"):
+            return []
+        g0, g1 = np.asarray(a["gamma_k"]["values"], float), np.asarray(b["gamma_k"]["values"], float)
+        out.append(float(np.linalg.norm(g1 - g0) / np.linalg.norm(g0)) if np.linalg.norm(g0) else math.nan)
+    return out
+
+
+def log_terms(res: dict, index: int) -> dict[str, float]:
+    """The mean over layers and query heads of the log of each logit term at probe `index` (NaN where absent or not
+    positive: a cosine at the largest logit is positive unless every logit is negative)."""
+    probe = (res.get("probes") or [])[index]
+    out = {}
+    for term in LOGIT_TERMS:
+        values = [v for layer in probe["layers"] for v in (layer.get("attn") or {}).get(term) or []]
+        values = [math.log(v) for v in values if v is not None and v > 0]
+        out[term] = float(np.mean(values)) if values else math.nan
+    return out
+
+
+@dataclass(frozen=True)
+class FinetuneAnalysis:
+    conditions: list[str]
+    seeds: dict  # condition -> seeds
+    final: dict  # (TRAINED, FROZEN) decisions: name -> Decision (KEY_FIELDS names and "val_loss")
+    change: dict  # (condition, name) -> Decision of last - first within the condition
+    series: dict  # condition -> {name: (tokens, Y[n_seeds, n_probes])}
+    drift: dict  # condition -> [(mean, half width over seeds) of the k gains' relative change, per layer]
+    drift_mean: dict  # condition -> (mean, half width over seeds) of that change's mean over layers
+    logit_split: dict  # condition -> {term: (mean, half width over seeds) of the change of its mean log}
+    margin: float
+    loss_margin: float
+    verdict: str
+
+
+def _series(runs: list[dict]) -> dict:
+    out = {name: aligned(runs, lambda r, s=site, m=metric: site_series(r, s, m)) for name, _, site, metric in KEY_FIELDS}
+    out["val_loss"] = aligned(runs, lambda r: r["val_loss"])
+    out["loss"] = aligned(runs, lambda r: r["loss"])
+    return out
+
+
+def _ci(values) -> tuple[float, float]:
+    x = [v for v in values if v is not None and math.isfinite(v)]
+    if not x:
+        return math.nan, math.nan
+    return (x[0], math.nan) if len(x) == 1 else mean_ci95(x)
+
+
+def verdict_text(final: dict, margin: float, loss_margin: float) -> str:
+    """One sentence per decided quantity, each with its estimate; never more than the interval shows."""
+    if not final:
+        return "No comparison: the study needs both conditions (gains trained and frozen) with a common seed."
+    parts = []
+    for name, label, *_ in (*KEY_FIELDS, ("val_loss", LOSS_LABEL)):
+        d: Decision = final[name]
+        m = loss_margin if name == "val_loss" else margin
+        if d.outcome == "equal":
+            said = f"about equal, within \u00b1{m:.1%} of the mean"
+        elif d.outcome == "different, within the margin":
+            said = f"different, but by less than \u00b1{m:.1%} of the mean"
+        elif d.outcome == "different, beyond the margin":
+            said = f"{'higher' if d.diff > 0 else 'lower'} with trained gains, by more than {m:.1%} of the mean"
+        elif d.outcome == "different, size unresolved":
+            said = f"{'higher' if d.diff > 0 else 'lower'} with trained gains, by an amount not pinned down"
+        elif d.outcome == "inconclusive":
+            said = "inconclusive: no difference shown, none excluded"
+        else:
+            said = d.outcome
+        parts.append(f"{label} {effect_text(d)}, {said}")
+    return ("Trained minus frozen q/k norm gains, at the end of fine-tuning, paired by seed: " + "; ".join(parts)
+            + ".")
+
+
+def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> FinetuneAnalysis:
+    conds = conditions(runs)
+    per = {c: runs_of(runs, c) for c in conds}
+    final: dict = {}
+    if TRAINED in per and FROZEN in per:
+        keys = {name: Paired.of(by_seed(per[TRAINED], lambda r, s=site, m=metric: final_site_mean(r, s, m)),
+                                by_seed(per[FROZEN], lambda r, s=site, m=metric: final_site_mean(r, s, m)))
+                for name, _, site, metric in KEY_FIELDS}
+        final = {**decide(keys, margin),
+                 **decide({"val_loss": Paired.of(by_seed(per[TRAINED], lambda r: last(r, "val_loss")),
+                                                  by_seed(per[FROZEN], lambda r: last(r, "val_loss")))}, loss_margin)}
+    change_family = {}
+    for c in conds:
+        for name, _, site, metric in KEY_FIELDS:
+            values = [final_site_mean(r, site, metric) - _first(r, site, metric) for r in per[c]]
+            scale = abs(nanmean(np.array([_first(r, site, metric) for r in per[c]], float)))
+            change_family[(c, name)] = Paired.one_sample(values, scale)
+    change = decide(change_family, margin)
+    drift, drift_mean, split = {}, {}, {}
+    for c in conds:
+        layers = [gain_drift(r) for r in per[c]]
+        if layers and all(layers):
+            y = np.array(layers, float)  # [seeds, layers]
+            drift[c] = [_ci(y[:, i]) for i in range(y.shape[1])]
+            drift_mean[c] = _ci(nanmean(y, axis=1))
+        deltas = [{t: log_terms(r, -1)[t] - log_terms(r, 0)[t] for t in LOGIT_TERMS} for r in per[c]
+                  if len(r.get("probes") or []) >= 2]
+        split[c] = {t: _ci([d[t] for d in deltas]) for t in LOGIT_TERMS}
+    return FinetuneAnalysis(conds, {c: [r.get("seed") for r in per[c]] for c in conds}, final, change,
+                            {c: _series(per[c]) for c in conds}, drift, drift_mean, split, margin, loss_margin,
+                            verdict_text(final, margin, loss_margin))

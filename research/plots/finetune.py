@@ -1,0 +1,147 @@
+"""Figures and report of the fine-tuning study (research/finetune_keys_study.py), from its analysis. No torch."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from research.analysis import finetune as A
+from research.analysis.rules import rule_text
+from research.analysis.series import mean_band
+from research.plots.common import (color, decision_table, fmt_code, fmt_num, fmt_tokens, message_figure, styled,
+                                   subplots, tokens_axis)
+from research.results.vocabulary import label
+
+FIGURES = ("1_keys.png", "2_loss.png", "3_gains_and_logits.png")
+TERM_TEXT = {"logit_max": "largest logit", "logit_q_norm": "|q|", "logit_k_norm": "|k|", "logit_cos": "cos(q, k)",
+             "logit_q_gain": "q gain factor", "logit_k_gain": "k gain factor"}
+
+
+def _band(ax, an: A.FinetuneAnalysis, name: str) -> None:
+    for c in an.conditions:
+        tokens, y = an.series[c][name]
+        if not y.size:
+            continue
+        mean, half = mean_band(y)
+        x = tokens_axis(ax, tokens)
+        ax.plot(x, mean, color=color(c), label=f"{label(c)} (n={y.shape[0]})", marker="o", ms=3)
+        if np.isfinite(half).any():
+            ax.fill_between(x, mean - half, mean + half, color=color(c), alpha=0.2, lw=0)
+
+
+@styled
+def keys_figure(an: A.FinetuneAnalysis) -> Figure:
+    fig, axes = subplots(1, 3, figsize=(15, 4.2), layout="constrained")
+    for ax, (name, text, *_) in zip(axes, A.KEY_FIELDS):
+        _band(ax, an, name)
+        ax.set_title(text, fontsize=10)
+        ax.set_ylabel("mean over layers and KV heads")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Keys while fine-tuning (mean and 95% CI over seeds)")
+    return fig
+
+
+@styled
+def loss_figure(an: A.FinetuneAnalysis) -> Figure:
+    fig, axes = subplots(1, 2, figsize=(11, 4.2), layout="constrained")
+    for ax, (name, text) in zip(axes, (("loss", "training loss since the previous probe"),
+                                       ("val_loss", A.LOSS_LABEL))):
+        _band(ax, an, name)
+        ax.set_title(text, fontsize=10)
+        ax.set_ylabel("nats per token")
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Loss while fine-tuning (mean and 95% CI over seeds)")
+    return fig
+
+
+@styled
+def gains_figure(an: A.FinetuneAnalysis) -> Figure:
+    if not an.logit_split:
+        return message_figure("Gains and logits", "no run with two probes or more")
+    fig, (left, right) = subplots(1, 2, figsize=(13, 4.4), layout="constrained")
+    for c, rows in an.drift.items():
+        mean = np.array([m for m, _ in rows])
+        half = np.array([h for _, h in rows])
+        x = np.arange(len(rows))
+        left.errorbar(x, mean, yerr=np.where(np.isfinite(half), half, 0), color=color(c), marker="o", ms=3,
+                      capsize=2, label=label(c))
+    left.set_xlabel("layer")
+    left.set_ylabel("|g_end - g_start| / |g_start|")
+    left.set_title("how far the k_norm gains moved", fontsize=10)
+    if an.drift:
+        left.legend(fontsize=8)
+    width = 0.8 / max(len(an.logit_split), 1)
+    for i, (c, terms) in enumerate(an.logit_split.items()):
+        x = np.arange(len(A.LOGIT_TERMS)) + i * width
+        mean = np.array([terms[t][0] for t in A.LOGIT_TERMS])
+        half = np.array([terms[t][1] for t in A.LOGIT_TERMS])
+        right.bar(x, np.nan_to_num(mean), width, yerr=np.where(np.isfinite(half), half, 0), color=color(c),
+                  label=label(c), capsize=2)
+    right.axhline(0, color="black", lw=0.6)
+    right.set_xticks(np.arange(len(A.LOGIT_TERMS)) + width * (len(an.logit_split) - 1) / 2,
+                     [TERM_TEXT[t] for t in A.LOGIT_TERMS], fontsize=8)
+    right.set_ylabel("change of the mean log (last probe - first)")
+    right.set_title("the largest logit per head, taken apart", fontsize=10)
+    right.legend(fontsize=8)
+    return fig
+
+
+def figures(an: A.FinetuneAnalysis) -> dict[str, Figure]:
+    return dict(zip(FIGURES, (keys_figure(an), loss_figure(an), gains_figure(an))))
+
+
+def _ci_text(mean: float, half: float, nd: int = 3) -> str:
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{mean:+.{nd}f}" + (f" \u00b1 {half:.{nd}f}" if math.isfinite(half) else " (one seed)")
+
+
+def _wall(runs: dict, an: A.FinetuneAnalysis) -> float:
+    """Seconds of training and probing over all runs (each run's last wall_time_s)."""
+    walls = [r["wall_time_s"][-1] for c in an.conditions for r in A.runs_of(runs, c) if r.get("wall_time_s")]
+    return float(sum(w for w in walls if w is not None and math.isfinite(w)))
+
+
+def report(runs: dict, an: A.FinetuneAnalysis) -> str:
+    first = next(r for c in an.conditions for r in A.runs_of(runs, c))
+    model = (first.get("config") or {}).get("model") or {}
+    train = (first.get("config") or {}).get("train") or {}
+    prov = first.get("provenance") or {}
+    lines = ["# Fine-tuning a pretrained QK-norm model: its keys, gains and logits", "",
+             f"Model: {model.get('source', '?')} ({model.get('model_type', '?')}, {model.get('n_layers', '?')} "
+             f"layers, {model.get('n_heads', '?')} query / {model.get('n_kv_heads', '?')} KV heads of "
+             f"{model.get('d_head', '?')}). Text: {train.get('corpus', '?')}; {fmt_tokens(first['tokens'][-1])} "
+             f"training tokens per run ({train.get('steps', '?')} steps of {train.get('batch_size', '?')} x "
+             f"{train.get('seq_len', '?')}), learning rate {train.get('lr', '?')}, embeddings frozen, "
+             f"{train.get('precision', '?')} on {prov.get('device', '?')}. Seeds: "
+             + "; ".join(f"{label(c)}: {', '.join(map(str, s))}" for c, s in an.seeds.items()) + ".",
+             f"Code: {fmt_code(prov)}. Wall time of the runs: {_wall(runs, an) / 60:.1f} min (training and probes; "
+             f"loading not counted).", "",
+             "## Verdict", "", an.verdict, "",
+             "## Trained minus frozen gains, at the end (paired by seed)", ""]
+    if an.final:
+        names = {n: t for n, t, *_ in A.KEY_FIELDS}
+        lines += decision_table({k: d for k, d in an.final.items() if k != "val_loss"}, 3, name_of=names.get)
+        lines += ["", "Loss:", ""] + decision_table({A.LOSS_LABEL: an.final["val_loss"]}, 4)
+    else:
+        lines.append("Not decided: the study needs both conditions with a common seed.")
+    lines += ["", "## Change over fine-tuning within each condition (last probe minus first)", ""]
+    names = {n: t for n, t, *_ in A.KEY_FIELDS}
+    lines += decision_table(an.change, 3, name_of=lambda k: f"{label(k[0])}: {names[k[1]]}")
+    lines += ["", "## How far the k gains moved, and the largest logit taken apart", "",
+              "Mean over seeds \u00b1 95% CI half width. Gain drift: |g_end - g_start| / |g_start| of the k_norm gain "
+              "vector, mean over layers. Logit terms: change of the mean (over layers and query heads) of the log of "
+              "each term at each head's largest logit; log logit = log scale + log|q| + log|k| + log cos, and |q| = "
+              "|q_hat| x q gain factor (|q_hat| is fixed near sqrt(d_head) by the norm).", "",
+              "| condition | gain drift | " + " | ".join(TERM_TEXT[t] for t in A.LOGIT_TERMS) + " |",
+              "|---|---|" + "---|" * len(A.LOGIT_TERMS)]
+    for c in an.conditions:
+        lines.append(f"| {label(c)} | {_ci_text(*an.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
+                     + " | ".join(_ci_text(*an.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
+                                  for t in A.LOGIT_TERMS) + " |")
+    lines += ["", f"Final validation loss per condition: "
+              + "; ".join(f"{label(c)} {fmt_num(float(np.nanmean(an.series[c]['val_loss'][1][:, -1])))}"
+                          for c in an.conditions) + " nats/token.", "",
+              "How it is decided: " + rule_text(an.margin, an.loss_margin) + ".", ""]
+    return "\n".join(lines)
