@@ -140,7 +140,7 @@ def report(runs: dict, an: A.FinetuneAnalysis) -> str:
         lines.append(f"| {label(c)} | {_ci_text(*an.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
                      + " | ".join(_ci_text(*an.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
                                   for t in A.LOGIT_TERMS) + " |")
-    lines += ["", f"Final validation loss per condition: "
+    lines += ["", "Final validation loss per condition: "
               + "; ".join(f"{label(c)} {fmt_num(float(np.nanmean(an.series[c]['val_loss'][1][:, -1])))}"
                           for c in an.conditions) + " nats/token.", "",
               "How it is decided: " + rule_text(an.margin, an.loss_margin) + ".", ""]
