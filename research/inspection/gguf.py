@@ -26,6 +26,7 @@ in float32). QUANTIZATION_NOTE says what that changes in the tour.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -213,7 +214,9 @@ def _convert(path: Path, sha: str, folder: Path, log) -> dict:
         raise InspectError(f"transformers cannot load {path} ({type(e).__name__}: {str(e)[:300]})") from e
     loaded.eval()
     # save_pretrained refuses a GGUF-loaded model: rebuild it from its config, copy every tensor in
-    rebuilt = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32).eval()
+    config = copy.deepcopy(loaded.config)
+    config.__dict__.pop("quantization_config", None)  # the folder holds float32 weights, not GGUF blocks
+    rebuilt = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     try:
         rebuilt.load_state_dict(loaded.state_dict(), strict=True)
     except RuntimeError as e:

@@ -134,8 +134,12 @@ def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
                            f"{', '.join(sorted(ADAPTERS))} and this project's train_llm.py checkpoints")
     from transformers import AutoModelForCausalLM, AutoTokenizer
     src = str(path) if local else name
+    if gguf is not None or (local and read_meta(path) is not None):
+        # a folder converted from GGUF holds float32 weights; one converted before the conversion dropped the GGUF
+        # quantization_config from its config.json would load as a "quantized" model that no Trainer fine-tunes
+        config.__dict__.pop("quantization_config", None)
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=dtype, local_files_only=from_local,
+        model = AutoModelForCausalLM.from_pretrained(src, config=config, dtype=dtype, local_files_only=from_local,
                                                      attn_implementation=DEFAULT_ATTN, revision=revision)
         tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local, revision=revision)
     except Exception as e:  # noqa: BLE001
