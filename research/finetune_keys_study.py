@@ -84,7 +84,8 @@ def build_parser() -> ArgumentParser:
                         "Default: %(default)s")
     p.add_argument("--loss_margin", type=float, default=LOSS_MARGIN,
                    help="Equivalence margin of losses, as --margin is of key metrics. Default: %(default)s")
-    p.add_argument("--out", default=DEFAULT_OUT, help="Study folder. Default: %(default)s")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help="Study folder the runs, figures and report are written into. Default: %(default)s")
     p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
     return p

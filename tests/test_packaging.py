@@ -20,6 +20,7 @@ COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_stud
             "qk-head-specialization": "research.head_specialization_study",
             "qk-lr-sensitivity": "research.lr_sensitivity_study",
             "qk-pretrained-keys": "research.pretrained_keys_study",
+            "qk-checkpoint-keys": "research.checkpoint_keys_study", "qk-finetune-keys": "research.finetune_keys_study",
             "qk-split-panels": "research.split_panels", "qk-inspect": "research.inspect_pretrained",
             "qk-export": "research.export_hf", "qk-benchmark": "research.benchmark"}
 

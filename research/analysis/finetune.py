@@ -93,7 +93,8 @@ class FinetuneAnalysis:
 
 
 def _series(runs: list[dict]) -> dict:
-    out = {name: aligned(runs, lambda r, s=site, m=metric: site_series(r, s, m)) for name, _, site, metric in KEY_FIELDS}
+    out = {name: aligned(runs, lambda r, s=site, m=metric: site_series(r, s, m))
+           for name, _, site, metric in KEY_FIELDS}
     out["val_loss"] = aligned(runs, lambda r: r["val_loss"])
     out["loss"] = aligned(runs, lambda r: r["loss"])
     return out

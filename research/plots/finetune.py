@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
 from research.analysis.rules import rule_text
@@ -67,6 +68,7 @@ def gains_figure(an: A.FinetuneAnalysis) -> Figure:
         left.errorbar(x, mean, yerr=np.where(np.isfinite(half), half, 0), color=color(c), marker="o", ms=3,
                       capsize=2, label=label(c))
     left.set_xlabel("layer")
+    left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_ylabel("|g_end - g_start| / |g_start|")
     left.set_title("how far the k_norm gains moved", fontsize=10)
     if an.drift:

@@ -44,6 +44,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from transformers import TrainerCallback
 
 from research.inspection.adapters import ADAPTERS, InspectError
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
@@ -298,21 +299,14 @@ class KeyRecorder:
 
 def _sharded(args) -> str | None:
     """The kind of sharded training `args` (TrainingArguments) asks for, which the probe cannot follow."""
-    if getattr(args, "fsdp", None) or getattr(args, "fsdp_config", None) and getattr(args, "fsdp_config").get("fsdp"):
+    if getattr(args, "fsdp", None):
         return "FSDP"
-    deepspeed = getattr(args, "deepspeed", None)
-    if deepspeed:
+    if getattr(args, "deepspeed", None):
         return "DeepSpeed"
     return None
 
 
-try:
-    from transformers import TrainerCallback as _TrainerCallback
-except ImportError:  # transformers is a requirement; this keeps the module importable for the recorder's tests
-    _TrainerCallback = object
-
-
-class KeyProbeCallback(_TrainerCallback):
+class KeyProbeCallback(TrainerCallback):
     """A transformers TrainerCallback that probes the keys at step 0, every `every` optimizer steps and at the last
     step, keeping results.json (research/results/schema.py) up to date; see the module doc.
 

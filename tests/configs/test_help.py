@@ -116,10 +116,12 @@ ENTRY_POINTS = {
     "research.inspect_pretrained": _module_parser("research.inspect_pretrained"),
     "research.pretrained_keys_study": _module_parser("research.pretrained_keys_study"),
     "research.checkpoint_keys_study": _module_parser("research.checkpoint_keys_study"),
+    "research.finetune_keys_study": _module_parser("research.finetune_keys_study"),
     "research.export_hf": _module_parser("research.export_hf"),
     "research.benchmark": _module_parser("research.benchmark"),
     "research.speed.gpu": _module_parser("research.speed.gpu", []),
     "research.speed.measure": _module_parser("research.speed.measure"),
+    "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
 }
 
 
@@ -217,7 +219,7 @@ _NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "sev
 
 
 @pytest.mark.parametrize("module", [m for m in ENTRY_POINTS if m.endswith("_study")
-                                    and "pretrained" not in m and "checkpoint" not in m])
+                                    and not any(w in m for w in ("pretrained", "checkpoint", "finetune"))])
 def test_a_study_scripts_help_and_docstring_agree_with_the_catalog(module):
     """The help lists Study.outputs; every file, folder and count of conditions its docstring names is the
     study's own."""
@@ -241,15 +243,17 @@ def test_a_study_scripts_help_and_docstring_agree_with_the_catalog(module):
 
 def test_inspection_and_pretrained_keys_help_list_what_they_write():
     """The files a docstring names are the ones written, or the ones read (the step files of a checkpoint)."""
-    from research import checkpoint_keys_study, inspect_pretrained, pretrained_keys_study
+    from research import checkpoint_keys_study, finetune_keys_study, inspect_pretrained, pretrained_keys_study
     from research.inspection.checkpoints import EXPORT_INFO, TRAINER_STATE
-    from research.plots import inspection, pretrained, trajectory
+    from research.plots import finetune, inspection, pretrained, trajectory
     from research.results import trajectory as trajectory_file
     from research.results.pretrained import FILE
     for script, files, read in ((inspect_pretrained, ["inspect.json", *inspection.FIGURES, "report.md"], ()),
                                 (pretrained_keys_study, [FILE, *pretrained.FIGURES, "report.md"], ()),
                                 (checkpoint_keys_study, [trajectory_file.FILE, *trajectory.FIGURES, "report.md"],
-                                 (EXPORT_INFO, TRAINER_STATE))):
+                                 (EXPORT_INFO, TRAINER_STATE)),
+                                (finetune_keys_study, ["study.json", "<condition>/seed_<s>/results.json",
+                                                       *finetune.FIGURES, "report.md"], ())):
         assert _listed(script.build_parser().description, "Writes into --out: ") == files
         named = set(re.findall(_FILE, script.__doc__)) - set(read)
         figures = {f for f in files if f.endswith(".png")}

@@ -201,3 +201,21 @@ def test_trainer_setups_the_probe_cannot_follow(tmp_path):
             callback.on_train_begin(args, SimpleNamespace(global_step=0), None)
     with pytest.raises(ProbeError, match="every must be a whole number"):
         KeyProbeCallback(tmp_path / "x.json", ids(), every=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_probe_on_cuda_matches_cpu(models):
+    """The same record on CUDA as on CPU, the model left on its device and in its mode. Both fp32 with TF32 off;
+    two fp32 paths of 3 layers whose longest sums run over d_model x T terms: 4 x sum_rel_tol of those, each way."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rel = 8 * sum_rel_tol("fp32", 64 * 24)
+    cpu = HFKeyProbe(ids())(models["gemma3"])
+    model = make_hf("gemma3").float().eval().cuda()
+    gpu = HFKeyProbe(ids())(model)
+    assert next(model.parameters()).is_cuda and not model.training
+    assert gpu["loss"] == pytest.approx(cpu["loss"], rel=rel)
+    for a, b in zip(cpu["layers"], gpu["layers"]):
+        for site in ("k_norm", "k_hat", "k_rope"):
+            assert b[site]["pr_sv"] == pytest.approx(a[site]["pr_sv"], rel=rel)
+        assert b["attn"]["logit_max"] == pytest.approx(a["attn"]["logit_max"], rel=rel)
