@@ -39,7 +39,7 @@ from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, l
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
 from research.probing.hf import KeyProbeCallback, ProbeError, model_config
 from research.results import ResultsError, load_results
-from research.results.layout import condition_dir, read_study_index, refuse_others_results, write_study_index
+from research.results.layout import condition_dir, refuse_others_results, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
@@ -235,8 +235,7 @@ def main(argv=None) -> int:
     log = print
     try:
         from research.studies.render import render_study
-        if read_study_index(out).get("study") != STUDY:
-            refuse_others_results(out, "finetune_keys_study.py", study=STUDY)
+        refuse_others_results(out, "finetune_keys_study.py", study=STUDY)  # its own study.json is no other's
         device = resolve_device(args.device)
         precision = args.precision if args.precision != "auto" else (
             "bf16" if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()) else "fp32")

@@ -11,6 +11,8 @@
         if step % 50 == 0:
             recorder.record(model, step=step, tokens=tokens_seen, loss=mean_loss_since_last_probe)
 
+    record_keys("run/results.json", model, probe_ids_BT, step=step, tokens=tokens_seen)   # or one call at a time
+
 Each probe is one no-grad forward of the fixed batch (eval mode, RNG states restored, so probing
 never changes training) and appends one record to results.json in the project's schema
 (research/results/schema.py), rewritten atomically: per layer and KV head the key metrics
@@ -295,6 +297,15 @@ class KeyRecorder:
             raise ProbeError(f"cannot resume from step {step}: {self.path} has no probe at step {last}; {fix}")
         self.results, self.last_step = res, res["steps"][-1]
         return res
+
+
+def record_keys(path: str | Path, model: nn.Module, probe_ids_BT: torch.Tensor, *, step: int, tokens: int,
+                loss: float | None = None, tag: str = "hf", header: dict | None = None) -> dict:
+    """One probe appended to results.json at `path`, for a loop of one's own that keeps no recorder between
+    probes: the file is read back each time (KeyRecorder's rules: a step-0 call never overwrites another run's
+    probes, a later one keeps the probes before `step`). Returns the record."""
+    return KeyRecorder(path, probe_ids_BT, tag=tag, header=header).record(model, step=step, tokens=tokens,
+                                                                          loss=loss)
 
 
 def _sharded(args) -> str | None:

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from research.probing.hf import HFKeyProbe, KeyProbeCallback, KeyRecorder, ProbeError
+from research.probing.hf import HFKeyProbe, KeyProbeCallback, KeyRecorder, ProbeError, record_keys
 from research.results import load_results
 from tests.research.inspection.builders import make_hf
 from tests.tolerances import sum_rel_tol, ulps
@@ -124,6 +124,16 @@ def test_recorder_writes_the_projects_schema(models, tmp_path):
     again = KeyRecorder(path, ids(), tag="gemma")  # resumed at step 5: the probe at 10 is dropped, 0 kept
     again.record(model, step=5, tokens=240, loss=2.6)
     assert load_results(path)["steps"] == [0, 5]
+
+
+def test_record_keys_one_call_at_a_time(models, tmp_path):
+    path = tmp_path / "results.json"
+    for step in (0, 5, 10):
+        record_keys(path, models["llama"], ids(), step=step, tokens=8 * step, loss=None if step == 0 else 3.0)
+    res = load_results(path)
+    assert res["steps"] == [0, 5, 10] and res["tokens"] == [0, 40, 80] and res["config"]["model"]["qk_norm"] == "none"
+    record_keys(path, models["llama"], ids(), step=5, tokens=40, loss=2.0)  # a resumed loop redoes step 5
+    assert load_results(path)["loss"] == [None, 2.0]
 
 
 def test_a_damaged_file_is_refused_not_overwritten(models, tmp_path):
