@@ -32,28 +32,26 @@ def _band(ax, an: A.FinetuneAnalysis, name: str) -> None:
 
 
 @styled
+def bands_figure(an: A.FinetuneAnalysis, panels: list[tuple[str, str]], ylabel: str, title: str) -> Figure:
+    """One panel per (series name, title): each condition's mean over seeds with its 95% band."""
+    fig, axes = subplots(1, len(panels), figsize=(5 * len(panels) + 0.5, 4.2), layout="constrained")
+    for ax, (name, text) in zip(axes, panels):
+        _band(ax, an, name)
+        ax.set_title(text, fontsize=10)
+        ax.set_ylabel(ylabel)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{title} (mean and 95% CI over seeds)")
+    return fig
+
+
 def keys_figure(an: A.FinetuneAnalysis) -> Figure:
-    fig, axes = subplots(1, 3, figsize=(15, 4.2), layout="constrained")
-    for ax, (name, text, *_) in zip(axes, A.KEY_FIELDS):
-        _band(ax, an, name)
-        ax.set_title(text, fontsize=10)
-        ax.set_ylabel("mean over layers and KV heads")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Keys while fine-tuning (mean and 95% CI over seeds)")
-    return fig
+    return bands_figure(an, [(name, text) for name, text, *_ in A.KEY_FIELDS], "mean over layers and KV heads",
+                        "Keys while fine-tuning")
 
 
-@styled
 def loss_figure(an: A.FinetuneAnalysis) -> Figure:
-    fig, axes = subplots(1, 2, figsize=(11, 4.2), layout="constrained")
-    for ax, (name, text) in zip(axes, (("loss", "training loss since the previous probe"),
-                                       ("val_loss", A.LOSS_LABEL))):
-        _band(ax, an, name)
-        ax.set_title(text, fontsize=10)
-        ax.set_ylabel("nats per token")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("Loss while fine-tuning (mean and 95% CI over seeds)")
-    return fig
+    return bands_figure(an, [("loss", "training loss since the previous probe"), ("val_loss", A.LOSS_LABEL)],
+                        "nats per token", "Loss while fine-tuning")
 
 
 @styled
