@@ -26,12 +26,11 @@ from pathlib import Path
 
 import torch
 
-from research.analysis.rules import MARGIN, check_margin
 from research.inspection import InspectError
 from research.inspection.checkpoints import read_step, weights_sha256
-from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
-from research.inspection.text import (add_window_options, check_window_options, starts_with_bos, text_documents,
-                                      text_windows)
+from research.inspection.loading import is_own_run, load_model
+from research.inspection.options import add_measure_options, check_measure_options
+from research.inspection.text import starts_with_bos, text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
 from research.results.trajectory import FILE, SCHEMA, VERSION, load_trajectory
@@ -57,27 +56,15 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
                    help="Training step of each checkpoint (or revision), in the order given, overriding what is read "
                         "from the checkpoints. Default: read from each checkpoint")
-    add_window_options(p)
-    p.add_argument("--margin", type=float, default=MARGIN,
-                   help="Equivalence margin, a share of the compared values' mean: an interval wholly inside "
-                        "+-margin reads 'unchanged' (docs/decisions.md). Default: %(default)s")
-    p.add_argument("--out", default=DEFAULT_OUT,
-                   help="Folder to write the results file, the figures and the report into. Default: %(default)s")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
-    p.add_argument("--render_only", action="store_true",
-                   help=f"Redraw the figures and {REPORT_FILE} from --out/{FILE}; measure nothing")
-    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
+                        seed_help="Seed of the windows' choice", margin_reads="unchanged")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    check_window_options(p, args)
-    try:
-        check_margin("--margin", args.margin)
-    except ValueError as e:
-        p.error(str(e))
+    check_measure_options(p, args)
     if args.render_only:
         return args
     if not args.checkpoints:
@@ -98,8 +85,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         if path.is_dir() and is_own_run(path):
             p.error(f"--checkpoints {name}: a training folder of this project; export the steps to follow first "
                     f"(python research/export_hf.py {name} OUT_N --step N, once per step) and pass the OUT_N")
-    if args.batches < 2:
-        print("note: with one batch there is no uncertainty to estimate: the report is descriptive", file=sys.stderr)
     return args
 
 

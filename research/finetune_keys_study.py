@@ -44,7 +44,7 @@ from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
 from utils.lock import FolderLock, LockError
-from utils.runtime import cpu_has_native_bf16, provenance, resolve_device
+from utils.runtime import provenance, resolve_device, resolve_precision
 
 STUDY = "finetune_keys_study"
 DEFAULT_MODEL = "gemma3-270m"
@@ -237,8 +237,7 @@ def main(argv=None) -> int:
         from research.studies.render import render_study
         refuse_others_results(out, "finetune_keys_study.py", study=STUDY)  # its own study.json is no other's
         device = resolve_device(args.device)
-        precision = args.precision if args.precision != "auto" else (
-            "bf16" if device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16()) else "fp32")
+        precision = resolve_precision(args.precision, device)
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
         out.mkdir(parents=True, exist_ok=True)

@@ -31,11 +31,11 @@ from pathlib import Path
 
 import torch
 
-from research.analysis.rules import MARGIN, check_margin
 from research.inspection import InspectError
 from research.inspection.gguf import PACKAGED
-from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
-from research.inspection.text import add_window_options, check_window_options, text_documents, text_windows
+from research.inspection.loading import is_own_run, load_model
+from research.inspection.options import add_measure_options, check_measure_options
+from research.inspection.text import text_documents, text_windows
 from research.results import ResultsError, save_results
 from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
@@ -56,33 +56,20 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS), metavar="MODEL",
                    help=f"Models to measure: packaged names ({', '.join(PACKAGED)}), GGUF files, Hugging Face "
                         f"folders or hub ids. Default: {' '.join(DEFAULT_MODELS)}")
-    add_window_options(p, "Seed of the windows' choice and of the untrained reference's weights")
-    p.add_argument("--margin", type=float, default=MARGIN,
-                   help="Equivalence margin, a share of the compared values' mean: an interval wholly inside "
-                        "+-margin reads 'about equal' (docs/decisions.md). Default: %(default)s")
-    p.add_argument("--out", default=DEFAULT_OUT,
-                   help="Folder to write the results file, the figures and the report into. Default: %(default)s")
-    p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
-    p.add_argument("--render_only", action="store_true",
-                   help=f"Redraw the figures and {REPORT_FILE} from --out/{FILE}; measure nothing")
-    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
+                        seed_help="Seed of the windows' choice and of the untrained reference's weights",
+                        margin_reads="about equal")
     return p
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = build_parser()
     args = p.parse_args(argv)
-    check_window_options(p, args)
-    try:
-        check_margin("--margin", args.margin)  # the one check of margins (refuses nan too)
-    except ValueError as e:
-        p.error(str(e))
+    check_measure_options(p, args)
     for name in args.models:
         if Path(name).expanduser().is_dir() and is_own_run(Path(name).expanduser()):
             p.error(f"--models {name}: a training folder of this project, which this study does not read; export "
                     f"it first (python research/export_hf.py {name} OUT) and pass OUT")
-    if args.batches < 2 and not args.render_only:
-        print("note: with one batch there is no uncertainty to estimate: the report is descriptive", file=sys.stderr)
     return args
 
 

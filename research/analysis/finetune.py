@@ -157,8 +157,8 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
             y = np.array(layers, float)  # [seeds, layers]
             drift[c] = [_ci(y[:, i]) for i in range(y.shape[1])]
             drift_mean[c] = _ci(nanmean(y, axis=1))
-        deltas = [{t: log_terms(r, -1)[t] - log_terms(r, 0)[t] for t in LOGIT_TERMS} for r in per[c]
-                  if len(r.get("probes") or []) >= 2]
+        ends = [(log_terms(r, 0), log_terms(r, -1)) for r in per[c] if len(r.get("probes") or []) >= 2]
+        deltas = [{t: last_[t] - first_[t] for t in LOGIT_TERMS} for first_, last_ in ends]
         split[c] = {t: _ci([d[t] for d in deltas]) for t in LOGIT_TERMS}
     return FinetuneAnalysis(conds, {c: [r.get("seed") for r in per[c]] for c in conds}, final, change,
                             {c: _series(per[c]) for c in conds}, drift, drift_mean, split, margin, loss_margin,

@@ -108,27 +108,3 @@ def text_batch(tokenizer, spec: str, n: int, seq_len: int, seed: int = 0) -> tup
                  "seq_len": seq_len, "seed": seed, "bos": starts_with_bos(tokenizer) is not None,
                  "documents": docs.picked}
 
-
-def add_window_options(p, seed_help: str = "Seed of the windows' choice") -> None:
-    """--text, --batches, --batch, --seq_len and --seed of the studies that measure models on real-text windows
-    (checked by check_window_options)."""
-    p.add_argument("--text", default=ENGLISH,
-                   help="Real text the windows are cut from: 'english' (the pinned corpus english-v1) or a UTF-8 "
-                        "text file. Default: %(default)s")
-    p.add_argument("--batches", type=int, default=8,
-                   help="Text batches, the unit of uncertainty of every decision. Default: %(default)s")
-    p.add_argument("--batch", type=int, default=4, help="Text windows per batch. Default: %(default)s")
-    p.add_argument("--seq_len", type=int, default=256, help="Tokens per window, 8 or more. Default: %(default)s")
-    p.add_argument("--seed", type=int, default=0, help=f"{seed_help}. Default: %(default)s")
-
-
-def check_window_options(p, args) -> None:
-    """p.error (one line, exit 2) for window options that cannot work."""
-    for name in ("batches", "batch"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name} {getattr(args, name)}: give 1 or more")
-    if args.seq_len < 8:
-        p.error(f"--seq_len {args.seq_len}: give 8 or more tokens (at most the model's context, checked once it is "
-                f"loaded)")
-    if args.seed < 0:
-        p.error(f"--seed {args.seed}: give 0 or more (numpy takes no negative seed)")

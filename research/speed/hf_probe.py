@@ -44,10 +44,9 @@ def _sync(device: torch.device) -> None:
 
 def measure(args) -> dict:
     from research.inspection.loading import load_model
-    from utils.runtime import cpu_has_native_bf16, provenance
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    precision = args.precision if args.precision != "auto" else (
-        "bf16" if device.type == "cuda" or cpu_has_native_bf16() else "fp32")
+    from utils.runtime import provenance, resolve_device, resolve_precision
+    device = resolve_device("auto")
+    precision = resolve_precision(args.precision, device)
     model, _, adapter = load_model(args.model, "float32", log=lambda *a: None, progress=False)
     model.to(device).train()
     emb = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
