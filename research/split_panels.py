@@ -3,30 +3,25 @@
     python research/split_panels.py research_results/qk_norm_50m_study
     python research/split_panels.py ../shared/reference/qk_norm_50m_study --out /tmp/writeups
 
-The study is recognised from the files (research/results/layout.py); a folder holding checkpoint_keys.json
-(research/checkpoint_keys_study.py) gets that study's figures and report. Every results file is
-validated before anything is drawn; nothing is written unless all of them pass, and each
+The study is recognised from the files, as the registry of study kinds says (research/studies/kinds.py):
+its study.json, or a study's own results file (pretrained_keys.json, checkpoint_keys.json). Every results
+file is validated before anything is drawn; nothing is written unless all of them pass, and each
 output is replaced atomically. Needs numpy and matplotlib only: torch is never imported.
 """
 from __future__ import annotations
 
 import sys
 import textwrap
-from pathlib import Path
 
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
-from research.plots.common import write_outputs
-from research.plots.trajectory import outputs as trajectory_outputs
 from research.results import ResultsError
-from research.results.layout import refuse_others_results
-from research.results.trajectory import FILE as TRAJECTORY_FILE
-from research.results.trajectory import load_trajectory
 from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
 from research.studies import QK_NORM, STUDIES
+from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
 from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.lock import LockError
 
 DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
 
@@ -44,7 +39,8 @@ def build_parser() -> ArgumentParser:
     p.add_argument("folder", nargs="?", default=DEFAULT_FOLDER,
                    help=f"Study folder: one holding study.json (written by the study scripts), the pilot's "
                         f"{PILOT_COMBINED}, condition folders {', '.join(QK_CONDITIONS)} holding {RESULTS_FILE}, "
-                        f"or a folder holding {TRAJECTORY_FILE} (checkpoint_keys_study.py). Default: {DEFAULT_FOLDER}")
+                        f"or a folder holding a study's own results file ("
+                        f"{', '.join(k.found_by for k in KINDS.values() if k.found_by)}). Default: {DEFAULT_FOLDER}")
     p.add_argument("--out", help="Folder to write the figures and report into (never one holding others' results). "
                                  "Default: the study folder")
     p.add_argument("--margin", type=float,
@@ -57,16 +53,6 @@ def build_parser() -> ArgumentParser:
     return p
 
 
-def render_trajectory(folder: str, out: str | None, margin: float | None, loss_margin: float | None) -> list[Path]:
-    """The figures and report of research/checkpoint_keys_study.py from the folder's checkpoint_keys.json."""
-    drawn = trajectory_outputs(load_trajectory(Path(folder) / TRAJECTORY_FILE), margin, loss_margin)  # in memory first
-    target = Path(out or folder)
-    with FolderLock(target, hint="pass --out to write the figures elsewhere"):
-        if target.resolve() != Path(folder).resolve():
-            refuse_others_results(target, "split_panels.py")
-        return write_outputs(target, drawn)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
@@ -76,10 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             except ValueError as e:
                 sys.exit(f"error: {e}")
     try:
-        trajectory = (Path(args.folder) / TRAJECTORY_FILE).is_file()
-        written = (render_trajectory(args.folder, args.out, args.margin, args.loss_margin) if trajectory
-                   else render_study(args.folder, args.out, args.margin, args.loss_margin))
-        for path in written:
+        for path in render_study(args.folder, args.out, args.margin, args.loss_margin):
             print(f"wrote {path}")
     except (ResultsError, LockError) as e:
         sys.exit(f"error: {e}")

@@ -90,6 +90,7 @@ class FinetuneAnalysis:
     margin: float
     loss_margin: float
     verdict: str
+    runs: dict  # the runs decided (condition -> results per seed): what the report's header reads
 
 
 def _series(runs: list[dict]) -> dict:
@@ -162,4 +163,4 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
         split[c] = {t: _ci([d[t] for d in deltas]) for t in LOGIT_TERMS}
     return FinetuneAnalysis(conds, {c: [r.get("seed") for r in per[c]] for c in conds}, final, change,
                             {c: _series(per[c]) for c in conds}, drift, drift_mean, split, margin, loss_margin,
-                            verdict_text(final, margin, loss_margin))
+                            verdict_text(final, margin, loss_margin), runs)

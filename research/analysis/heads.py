@@ -175,10 +175,17 @@ def norm_gap(run: RunHeads) -> float:
     return float(sinks.mean() - gatherers.mean()) if sinks.size and gatherers.size else math.nan
 
 
-def analyze(runs: dict[str, list[dict]], layer: int | None = None,
-            margin: float = MARGIN) -> dict[str, HeadsCondition | None]:
-    """condition -> its head analysis (None: no probe records). `layer` fixes the layer shown
-    (default: the layer whose KV-head norms spread most at the last probe)."""
+@dataclass(frozen=True)
+class HeadsAnalysis:
+    """Everything the figures and the report of the head-specialization study draw from."""
+
+    conditions: dict  # condition -> HeadsCondition, or None where its runs hold no probe records
+    margin: float
+
+
+def analyze(runs: dict[str, list[dict]], layer: int | None = None, margin: float = MARGIN) -> HeadsAnalysis:
+    """Each condition's head analysis. `layer` fixes the layer shown (default: the layer whose KV-head norms
+    spread most at the last probe)."""
     out = {}
     for cond, results in runs.items():
         with_probes = [r for r in results if r.get("probes")]
@@ -199,4 +206,4 @@ def analyze(runs: dict[str, list[dict]], layer: int | None = None,
         gap = decide({"gap": Paired.one_sample(gaps, scale)}, margin)["gap"] if np.isfinite(gaps).any() else None
         out[cond] = HeadsCondition(per_run, len(with_probes), er, probe_tokens(with_probes[0])[:er.shape[0]],
                                    seeds_text(with_probes), gap)
-    return out
+    return HeadsAnalysis(out, margin)

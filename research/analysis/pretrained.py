@@ -27,6 +27,7 @@ Claims:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -156,8 +157,37 @@ def rank_claims(rec: dict, margin: float = MARGIN) -> dict | None:
     return out
 
 
-def analyze(rec: dict, margin: float = MARGIN) -> dict:
+@dataclass(frozen=True)
+class ModelKeys:
+    """One model's answers, decided over its text batches."""
+
+    record: dict  # the model's record in pretrained_keys.json (what it is, the text, every per-batch number)
+    norm: dict  # claim 1 (norm_claims)
+    sinks: dict  # claim 2 (sink_claims)
+    gain: dict | None  # claim 3 (gain_claims); None without k_norm
+    rank: dict | None  # claim 4 (rank_claims); None without an untrained reference
+    loss: tuple[float, float]  # the loss on the text: mean, sd over batches (NaN with one batch)
+    n_batches: int
+
+
+@dataclass(frozen=True)
+class PretrainedAnalysis:
+    """Everything the figures and the report of the pretrained-keys study draw from."""
+
+    file: dict  # pretrained_keys.json, checked (research.results.pretrained): command, provenance, wall time
+    models: dict  # model name -> ModelKeys, in the file's order
+    margin: float
+
+
+def analyze(rec: dict, margin: float = MARGIN) -> ModelKeys:
     losses = np.array([b["loss"] for b in rec["batches"]], float)
-    return {"norm": norm_claims(rec, margin), "sinks": sink_claims(rec, margin), "gain": gain_claims(rec),
-            "rank": rank_claims(rec, margin), "loss": (float(losses.mean()), float(losses.std(ddof=1)))
-            if losses.size > 1 else (float(losses.mean()), math.nan), "n_batches": len(rec["batches"])}
+    loss = (float(losses.mean()), float(losses.std(ddof=1)) if losses.size > 1 else math.nan)
+    return ModelKeys(rec, norm_claims(rec, margin), sink_claims(rec, margin), gain_claims(rec),
+                     rank_claims(rec, margin), loss, len(rec["batches"]))
+
+
+def analyze_file(res: dict, margin: float | None = None) -> PretrainedAnalysis:
+    """Every model of a checked pretrained_keys.json, at `margin` (None: the margin the study ran with, else
+    research.analysis.rules.MARGIN)."""
+    margin = (res.get("margin") or MARGIN) if margin is None else margin
+    return PretrainedAnalysis(res, {name: analyze(rec, margin) for name, rec in res["models"].items()}, margin)

@@ -304,6 +304,7 @@ class QkNormAnalysis:
     ablation: dict
     layer_effects: LayerEffects
     probe_bias: dict | None
+    runs: dict  # the runs decided (condition -> results per seed): the curves the figures draw
 
     @property
     def descriptive(self) -> bool:
@@ -333,4 +334,4 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
         train_loss_verdict=triangulate(decisions["loss"], "the training loss"),
         claims=claims(runs, decisions, pr, loss, margin), summary=summary(runs),
         decomposition=decomposition(runs, margin, decisions), ablation=ablation(runs, margin, loss_margin),
-        layer_effects=layer_effects(runs, margin), probe_bias=probe_bias(runs))
+        layer_effects=layer_effects(runs, margin), probe_bias=probe_bias(runs), runs=runs)

@@ -65,6 +65,7 @@ class Trajectory:
     n_batches: int
     margin: float
     loss_margin: float
+    file: dict                 # checkpoint_keys.json, checked: the command, provenance, model, text, checkpoints
 
 
 def metrics_of(site: str, has_gain: bool) -> list[Metric]:
@@ -158,7 +159,7 @@ def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MA
         changes.append(Change(LOSS, "model", d, verdict("loss (nats/token)", "whole model", first, last, d,
                                                         loss_margin)))
     return Trajectory([c["label"] for c in measured], [c["step"] for c in measured], dups, site, groups, metrics,
-                      series, changes, len(measured[0]["batches"]), margin, loss_margin)
+                      series, changes, len(measured[0]["batches"]), margin, loss_margin, res)
 
 
 def gain_change(t: Trajectory) -> dict[str, tuple[float, float]]:

@@ -19,9 +19,9 @@ TERM_TEXT = {"logit_max": "largest logit", "logit_q_norm": "|q|", "logit_k_norm"
              "logit_q_gain": "q gain factor", "logit_k_gain": "k gain factor"}
 
 
-def _band(ax, an: A.FinetuneAnalysis, name: str) -> None:
-    for c in an.conditions:
-        tokens, y = an.series[c][name]
+def _band(ax, analysis: A.FinetuneAnalysis, name: str) -> None:
+    for c in analysis.conditions:
+        tokens, y = analysis.series[c][name]
         if not y.size:
             continue
         mean, half = mean_band(y)
@@ -32,11 +32,11 @@ def _band(ax, an: A.FinetuneAnalysis, name: str) -> None:
 
 
 @styled
-def bands_figure(an: A.FinetuneAnalysis, panels: list[tuple[str, str]], ylabel: str, title: str) -> Figure:
+def bands_figure(analysis: A.FinetuneAnalysis, panels: list[tuple[str, str]], ylabel: str, title: str) -> Figure:
     """One panel per (series name, title): each condition's mean over seeds with its 95% band."""
     fig, axes = subplots(1, len(panels), figsize=(5 * len(panels) + 0.5, 4.2), layout="constrained")
     for ax, (name, text) in zip(axes, panels):
-        _band(ax, an, name)
+        _band(ax, analysis, name)
         ax.set_title(text, fontsize=10)
         ax.set_ylabel(ylabel)
     axes[0].legend(fontsize=8)
@@ -44,22 +44,22 @@ def bands_figure(an: A.FinetuneAnalysis, panels: list[tuple[str, str]], ylabel: 
     return fig
 
 
-def keys_figure(an: A.FinetuneAnalysis) -> Figure:
-    return bands_figure(an, [(name, text) for name, text, *_ in A.KEY_FIELDS], "mean over layers and KV heads",
+def keys_figure(analysis: A.FinetuneAnalysis) -> Figure:
+    return bands_figure(analysis, [(name, text) for name, text, *_ in A.KEY_FIELDS], "mean over layers and KV heads",
                         "Keys while fine-tuning")
 
 
-def loss_figure(an: A.FinetuneAnalysis) -> Figure:
-    return bands_figure(an, [("loss", "training loss since the previous probe"), ("val_loss", A.LOSS_LABEL)],
+def loss_figure(analysis: A.FinetuneAnalysis) -> Figure:
+    return bands_figure(analysis, [("loss", "training loss since the previous probe"), ("val_loss", A.LOSS_LABEL)],
                         "nats per token", "Loss while fine-tuning")
 
 
 @styled
-def gains_figure(an: A.FinetuneAnalysis) -> Figure:
-    if not an.logit_split:
+def gains_figure(analysis: A.FinetuneAnalysis) -> Figure:
+    if not analysis.logit_split:
         return message_figure("Gains and logits", "no run with two probes or more")
     fig, (left, right) = subplots(1, 2, figsize=(13, 4.4), layout="constrained")
-    for c, rows in an.drift.items():
+    for c, rows in analysis.drift.items():
         mean = np.array([m for m, _ in rows])
         half = np.array([h for _, h in rows])
         x = np.arange(len(rows))
@@ -69,17 +69,17 @@ def gains_figure(an: A.FinetuneAnalysis) -> Figure:
     left.xaxis.set_major_locator(MaxNLocator(integer=True))
     left.set_ylabel("|g_end - g_start| / |g_start|")
     left.set_title("how far the k_norm gains moved", fontsize=10)
-    if an.drift:
+    if analysis.drift:
         left.legend(fontsize=8)
-    width = 0.8 / max(len(an.logit_split), 1)
-    for i, (c, terms) in enumerate(an.logit_split.items()):
+    width = 0.8 / max(len(analysis.logit_split), 1)
+    for i, (c, terms) in enumerate(analysis.logit_split.items()):
         x = np.arange(len(A.LOGIT_TERMS)) + i * width
         mean = np.array([terms[t][0] for t in A.LOGIT_TERMS])
         half = np.array([terms[t][1] for t in A.LOGIT_TERMS])
         right.bar(x, np.nan_to_num(mean), width, yerr=np.where(np.isfinite(half), half, 0), color=color(c),
                   label=label(c), capsize=2)
     right.axhline(0, color="black", lw=0.6)
-    right.set_xticks(np.arange(len(A.LOGIT_TERMS)) + width * (len(an.logit_split) - 1) / 2,
+    right.set_xticks(np.arange(len(A.LOGIT_TERMS)) + width * (len(analysis.logit_split) - 1) / 2,
                      [TERM_TEXT[t] for t in A.LOGIT_TERMS], fontsize=8)
     right.set_ylabel("change of the mean log (last probe - first)")
     right.set_title("the largest logit per head, taken apart", fontsize=10)
@@ -87,8 +87,8 @@ def gains_figure(an: A.FinetuneAnalysis) -> Figure:
     return fig
 
 
-def figures(an: A.FinetuneAnalysis) -> dict[str, Figure]:
-    return dict(zip(FIGURES, (keys_figure(an), loss_figure(an), gains_figure(an))))
+def figures(analysis: A.FinetuneAnalysis) -> dict[str, Figure]:
+    return dict(zip(FIGURES, (keys_figure(analysis), loss_figure(analysis), gains_figure(analysis))))
 
 
 def _ci_text(mean: float, half: float, nd: int = 3) -> str:
@@ -97,14 +97,15 @@ def _ci_text(mean: float, half: float, nd: int = 3) -> str:
     return f"{mean:+.{nd}f}" + (f" \u00b1 {half:.{nd}f}" if math.isfinite(half) else " (one seed)")
 
 
-def _wall(runs: dict, an: A.FinetuneAnalysis) -> float:
+def _wall(runs: dict, analysis: A.FinetuneAnalysis) -> float:
     """Seconds of training and probing over all runs (each run's last wall_time_s)."""
-    walls = [r["wall_time_s"][-1] for c in an.conditions for r in A.runs_of(runs, c) if r.get("wall_time_s")]
+    walls = [r["wall_time_s"][-1] for c in analysis.conditions for r in A.runs_of(runs, c) if r.get("wall_time_s")]
     return float(sum(w for w in walls if w is not None and math.isfinite(w)))
 
 
-def report(runs: dict, an: A.FinetuneAnalysis) -> str:
-    first = next(r for c in an.conditions for r in A.runs_of(runs, c))
+def report(analysis: A.FinetuneAnalysis) -> str:
+    runs = analysis.runs
+    first = next(r for c in analysis.conditions for r in A.runs_of(runs, c))
     model = (first.get("config") or {}).get("model") or {}
     train = (first.get("config") or {}).get("train") or {}
     prov = first.get("provenance") or {}
@@ -115,20 +116,21 @@ def report(runs: dict, an: A.FinetuneAnalysis) -> str:
              f"training tokens per run ({train.get('steps', '?')} steps of {train.get('batch_size', '?')} x "
              f"{train.get('seq_len', '?')}), learning rate {train.get('lr', '?')}, embeddings frozen, "
              f"{train.get('precision', '?')} on {prov.get('device', '?')}. Seeds: "
-             + "; ".join(f"{label(c)}: {', '.join(map(str, s))}" for c, s in an.seeds.items()) + ".",
-             f"Code: {fmt_code(prov)}. Wall time of the runs: {_wall(runs, an) / 60:.1f} min (training and probes; "
+             + "; ".join(f"{label(c)}: {', '.join(map(str, s))}" for c, s in analysis.seeds.items()) + ".",
+             f"Code: {fmt_code(prov)}. Wall time of the runs: {_wall(runs, analysis) / 60:.1f} min (training and "
+             f"probes; "
              f"loading not counted).", "",
-             "## Verdict", "", an.verdict, "",
+             "## Verdict", "", analysis.verdict, "",
              "## Trained minus frozen gains, at the end (paired by seed)", ""]
-    if an.final:
+    if analysis.final:
         names = {n: t for n, t, *_ in A.KEY_FIELDS}
-        lines += decision_table({k: d for k, d in an.final.items() if k != "val_loss"}, 3, name_of=names.get)
-        lines += ["", "Loss:", ""] + decision_table({A.LOSS_LABEL: an.final["val_loss"]}, 4)
+        lines += decision_table({k: d for k, d in analysis.final.items() if k != "val_loss"}, 3, name_of=names.get)
+        lines += ["", "Loss:", ""] + decision_table({A.LOSS_LABEL: analysis.final["val_loss"]}, 4)
     else:
         lines.append("Not decided: the study needs both conditions with a common seed.")
     lines += ["", "## Change over fine-tuning within each condition (last probe minus first)", ""]
     names = {n: t for n, t, *_ in A.KEY_FIELDS}
-    lines += decision_table(an.change, 3, name_of=lambda k: f"{label(k[0])}: {names[k[1]]}")
+    lines += decision_table(analysis.change, 3, name_of=lambda k: f"{label(k[0])}: {names[k[1]]}")
     lines += ["", "## How far the k gains moved, and the largest logit taken apart", "",
               "Mean over seeds \u00b1 95% CI half width. Gain drift: |g_end - g_start| / |g_start| of the k_norm gain "
               "vector, mean over layers. Logit terms: change of the mean (over layers and query heads) of the log of "
@@ -136,12 +138,12 @@ def report(runs: dict, an: A.FinetuneAnalysis) -> str:
               "|q_hat| x q gain factor (|q_hat| is fixed near sqrt(d_head) by the norm).", "",
               "| condition | gain drift | " + " | ".join(TERM_TEXT[t] for t in A.LOGIT_TERMS) + " |",
               "|---|---|" + "---|" * len(A.LOGIT_TERMS)]
-    for c in an.conditions:
-        lines.append(f"| {label(c)} | {_ci_text(*an.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
-                     + " | ".join(_ci_text(*an.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
+    for c in analysis.conditions:
+        lines.append(f"| {label(c)} | {_ci_text(*analysis.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
+                     + " | ".join(_ci_text(*analysis.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
                                   for t in A.LOGIT_TERMS) + " |")
     lines += ["", "Final validation loss per condition: "
-              + "; ".join(f"{label(c)} {fmt_num(float(np.nanmean(an.series[c]['val_loss'][1][:, -1])))}"
-                          for c in an.conditions) + " nats/token.", "",
-              "How it is decided: " + rule_text(an.margin, an.loss_margin) + ".", ""]
+              + "; ".join(f"{label(c)} {fmt_num(float(np.nanmean(analysis.series[c]['val_loss'][1][:, -1])))}"
+                          for c in analysis.conditions) + " nats/token.", "",
+              "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ".", ""]
     return "\n".join(lines)

@@ -20,7 +20,8 @@ from matplotlib import colormaps
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 
-from research.analysis.heads import SINK_MASS, TAXONOMY_MARGIN, HeadsCondition, HeadSeries, LayerChoice, Taxonomy
+from research.analysis.heads import (SINK_MASS, TAXONOMY_MARGIN, HeadsAnalysis, HeadsCondition, HeadSeries,
+                                    LayerChoice, Taxonomy)
 from research.analysis.rules import DESCRIPTIVE
 from research.plots.common import fmt_num, fmt_p, fmt_tokens, label, message_figure, styled, subplots, tokens_axis
 from research.plots.keys import figure_name
@@ -152,11 +153,11 @@ def _seed_txt(h: HeadSeries, n: int) -> str:
     return base + (f" (first of {n} seeds)" if n > 1 else "")
 
 
-def figures(analysis: dict[str, HeadsCondition | None]) -> dict:
+def figures(analysis: HeadsAnalysis) -> dict:
     """The four figures of every condition, by file name; per-head figures show the first seed."""
     out = {}
-    for cond, c in analysis.items():
-        names = [figure_name(b, cond, len(analysis)) for b in FIGURE_BASES]
+    for cond, c in analysis.conditions.items():
+        names = [figure_name(b, cond, len(analysis.conditions)) for b in FIGURE_BASES]
         if c is None:
             for b, n in zip(FIGURE_BASES, names):
                 out[n] = message_figure(f"{b.replace('_', ' ')}: {label(cond)}", NO_RECORDS)
@@ -203,7 +204,7 @@ def _norm_gap(c: HeadsCondition) -> list[str]:
             f"**{c.norm_gap_claim}**.", ""]
 
 
-def report(analysis: dict[str, HeadsCondition | None]) -> str:
+def report(analysis: HeadsAnalysis) -> str:
     lines = ["# Head specialization: sinks vs gatherers", "",
              "Per KV head, on the fixed evaluation batch. Key metrics at the k_norm output (pre-RoPE): norm = mean "
              "key L2 norm, max_abs = largest |key component|, pr_vec = dimensions used by one key. Attention "
@@ -218,7 +219,7 @@ def report(analysis: dict[str, HeadsCondition | None]) -> str:
              f"- **gatherer**: sink mass \u2264 {SINK_MASS:g} and entropy > median entropy "
              f"\u00d7 {1 + TAXONOMY_MARGIN:g}",
              "- **neither**: every other head", ""]
-    for cond, c in analysis.items():
+    for cond, c in analysis.conditions.items():
         lines += [f"## {label(cond)} (`{cond}`)", ""]
         if c is None:
             lines += ["No per-probe head records ('probes') in the results file(s): nothing to classify.", ""]

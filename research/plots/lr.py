@@ -41,10 +41,10 @@ def _log_y(ax) -> None:
         ax.set_yscale("log")
 
 
-def _band(ax, a: LRAnalysis, cond: str, value) -> None:
+def _band(ax, analysis: LRAnalysis, cond: str, value) -> None:
     """Seed mean and 95% CI of `value(run)` per multiplier, NaN-aware."""
-    ms = list(a.grid[cond])
-    stats = [mean_ci95([value(r) for r in a.grid[cond][m]]) for m in ms]
+    ms = list(analysis.grid[cond])
+    stats = [mean_ci95([value(r) for r in analysis.grid[cond][m]]) for m in ms]
     mean = np.array([s[0] for s in stats])
     half = np.nan_to_num(np.array([s[1] for s in stats]))
     ax.plot(ms, mean, "o-", color=color(cond), label=label(cond), lw=1.8, ms=4)
@@ -52,19 +52,19 @@ def _band(ax, a: LRAnalysis, cond: str, value) -> None:
 
 
 @styled
-def fig_final_loss(a: LRAnalysis):
+def fig_final_loss(analysis: LRAnalysis):
     fig, ax = subplots(figsize=(7.5, 4.8))
-    init = [r.init_loss for by_m in a.grid.values() for runs in by_m.values() for r in runs]
+    init = [r.init_loss for by_m in analysis.grid.values() for runs in by_m.values() for r in runs]
     l0 = float(np.nanmean(init)) if init else math.nan
-    for cond in a.grid:
-        _band(ax, a, cond, lambda r: r.final_loss)
-        div = [(m, sum(r.diverged_step is not None for r in runs)) for m, runs in a.grid[cond].items()]
+    for cond in analysis.grid:
+        _band(ax, analysis, cond, lambda r: r.final_loss)
+        div = [(m, sum(r.diverged_step is not None for r in runs)) for m, runs in analysis.grid[cond].items()]
         xs = [m for m, n in div if n]
         if xs:
             ax.scatter(xs, [l0] * len(xs), marker="x", s=60, color=color(cond), zorder=5)
     if math.isfinite(l0):
         ax.axhline(l0, color="grey", ls="--", lw=1, label=f"initial loss {l0:.2f} (x: a seed diverged)")
-    _xaxis(ax, a.multipliers)
+    _xaxis(ax, analysis.multipliers)
     ax.set_ylabel("final validation loss (nats)")
     ax.set_title("Final loss against the learning rate")
     ax.legend(fontsize=8)
@@ -73,12 +73,12 @@ def fig_final_loss(a: LRAnalysis):
 
 
 @styled
-def fig_max_logit(a: LRAnalysis):
+def fig_max_logit(analysis: LRAnalysis):
     fig, ax = subplots(figsize=(7.5, 4.5))
-    for cond, m in a.highest_stable.items():
+    for cond, m in analysis.highest_stable.items():
         if m is None:
             continue
-        runs = a.grid[cond][m]
+        runs = analysis.grid[cond][m]
         n = min(len(r.logit_series) for r in runs)
         y = np.nanmean([r.logit_series[:n] for r in runs], axis=0)
         ax.plot(tokens_axis(ax, runs[0].tokens[:n]), y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
@@ -91,11 +91,11 @@ def fig_max_logit(a: LRAnalysis):
 
 
 @styled
-def fig_sensitivity(a: LRAnalysis):
+def fig_sensitivity(analysis: LRAnalysis):
     fig, ax = subplots(figsize=(6.5, 4.2))
-    conds = list(a.sensitivity_ci)
-    mean = [a.sensitivity_ci[c][0] for c in conds]
-    half = np.nan_to_num([a.sensitivity_ci[c][1] for c in conds])
+    conds = list(analysis.sensitivity_ci)
+    mean = [analysis.sensitivity_ci[c][0] for c in conds]
+    half = np.nan_to_num([analysis.sensitivity_ci[c][1] for c in conds])
     ax.bar(range(len(conds)), mean, yerr=half, capsize=4, color=[color(c) for c in conds])
     ax.set_xticks(range(len(conds)), [label(c) for c in conds], rotation=15, fontsize=8)
     ax.set_ylabel("LR sensitivity (nats; 95% CI over seeds)")
@@ -105,14 +105,14 @@ def fig_sensitivity(a: LRAnalysis):
 
 
 @styled
-def fig_keys(a: LRAnalysis):
+def fig_keys(analysis: LRAnalysis):
     fig, axes = subplots(1, 3, figsize=(14, 4.2))
     panels = (("max_logit", "final largest attention logit", True), ("pr", "final key PR (k_norm pr_sv)", False),
               ("key_norm", "final key norm (k_norm)", False))
     for ax, (attr, title, log) in zip(axes, panels):
-        for cond in a.grid:
-            _band(ax, a, cond, lambda r, attr=attr: getattr(r, attr))
-        _xaxis(ax, a.multipliers)
+        for cond in analysis.grid:
+            _band(ax, analysis, cond, lambda r, attr=attr: getattr(r, attr))
+        _xaxis(ax, analysis.multipliers)
         if log:
             _log_y(ax)
         ax.set_title(title)
@@ -121,14 +121,15 @@ def fig_keys(a: LRAnalysis):
     return fig
 
 
-def figures(a: LRAnalysis) -> dict:
-    return dict(zip(FIGURES, (fig_final_loss(a), fig_max_logit(a), fig_sensitivity(a), fig_keys(a))))
+def figures(analysis: LRAnalysis) -> dict:
+    return dict(zip(FIGURES, (fig_final_loss(analysis), fig_max_logit(analysis), fig_sensitivity(analysis),
+                              fig_keys(analysis))))
 
 
-def _grid_table(a: LRAnalysis) -> list[str]:
+def _grid_table(analysis: LRAnalysis) -> list[str]:
     rows = ["| condition | multiplier | final val loss (mean \u00b1 95% CI) | diverged | final max logit | key PR |",
             "|---|---|---|---|---|---|"]
-    for cond, by_m in a.grid.items():
+    for cond, by_m in analysis.grid.items():
         for m, runs in by_m.items():
             mean, half = mean_ci95([r.final_loss for r in runs])
             div = sum(r.diverged_step is not None for r in runs)
@@ -139,41 +140,43 @@ def _grid_table(a: LRAnalysis) -> list[str]:
     return rows
 
 
-def _onset_text(a: LRAnalysis, decisions: dict, what: str) -> str:
+def _onset_text(analysis: LRAnalysis, decisions: dict, what: str) -> str:
     if not decisions:
         return f"{what}: nothing to compare"
-    first, open_ = a.first(decisions, +1), a.undecided(decisions)
+    first, open_ = analysis.first(decisions, +1), analysis.undecided(decisions)
     if len(open_) == len(decisions):
         return f"{what}: undecided at every multiplier (one seed, or too few)"
     text = f"{what} from {first:g}x" if first else f"{what} at no multiplier of the grid"
     return text + (f" (undecided at {', '.join(f'{m:g}x' for m in open_)})" if open_ else "")
 
 
-def _onsets(a: LRAnalysis) -> list[str]:
+def _onsets(analysis: LRAnalysis) -> list[str]:
     lines = []
-    for cond in a.grid:
-        stable = a.highest_stable[cond]
+    for cond in analysis.grid:
+        stable = analysis.highest_stable[cond]
         parts = [f"highest rate with no diverged seed: {f'{stable:g}x' if stable else 'none'}",
-                 _onset_text(a, a.logit_onset.get(cond, {}), "final max logit above its 1x value")]
+                 _onset_text(analysis, analysis.logit_onset.get(cond, {}), "final max logit above its 1x value")]
         if cond != REFERENCE:
-            parts.append(_onset_text(a, a.loss_onset.get(cond, {}), f"final loss worse than {label(REFERENCE)}'s"))
+            parts.append(_onset_text(analysis, analysis.loss_onset.get(cond, {}),
+                                     f"final loss worse than {label(REFERENCE)}'s"))
         lines.append(f"- {label(cond)}: " + "; ".join(parts) + ".")
     return lines
 
 
-def report(a: LRAnalysis) -> str:
-    sens = [f"| {label(c)} | {fmt_num(m)} | {fmt_num(h)} | {len(a.sensitivity[c])} |"
-            for c, (m, h) in a.sensitivity_ci.items()]
+def report(analysis: LRAnalysis) -> str:
+    sens = [f"| {label(c)} | {fmt_num(m)} | {fmt_num(h)} | {len(analysis.sensitivity[c])} |"
+            for c, (m, h) in analysis.sensitivity_ci.items()]
     lines = ["# Learning-rate sensitivity", "",
              "Each condition trained at every multiple of the preset's Muon and AdamW learning rates (both scaled "
              "together). A run whose loss became non-finite is recorded as diverged at its step and counts at "
              "the initial loss. Sensitivity (Wortsman et al. 2023): mean over the grid of min(final loss, initial "
-             "loss) minus the best final loss of the grid, per seed.", "", "## Grid", ""] + _grid_table(a)
+             "loss) minus the best final loss of the grid, per seed.", "", "## Grid", ""] + _grid_table(analysis)
     lines += ["", "## Sensitivity", "", "| condition | mean (nats) | 95% CI half width | seeds |", "|---|---|---|---|",
-              *sens, "", f"Procedure: {rule_text(a.margin, a.loss_margin)}. Here the margin is a share of the mean "
-              f"best loss ({a.loss_margin:.1%}), and % is of the best loss.", ""]
-    lines += decision_table(a.decisions, 3, lambda k: f"{label(k[0])} \u2212 {label(k[1])}")
+              *sens, "", f"Procedure: {rule_text(analysis.margin, analysis.loss_margin)}. Here the margin is a share "
+              f"of the mean "
+              f"best loss ({analysis.loss_margin:.1%}), and % is of the best loss.", ""]
+    lines += decision_table(analysis.decisions, 3, lambda k: f"{label(k[0])} \u2212 {label(k[1])}")
     lines += ["", "## Where loss and logits start to move", "",
               "Per multiplier, a condition's final loss against QK-norm's (paired by seed, Bonferroni over the "
-              "multipliers), and its final max logit against its own at 1x (same procedure):", ""] + _onsets(a)
+              "multipliers), and its final max logit against its own at 1x (same procedure):", ""] + _onsets(analysis)
     return "\n".join(lines) + "\n"

@@ -37,9 +37,9 @@ def _finish(fig, ax=None):
 
 
 @styled
-def panel_loss(an: PilotAnalysis):
+def panel_loss(analysis: PilotAnalysis):
     fig, ax = subplots(figsize=(8.5, 5.2))
-    for cond, c in an.conditions.items():
+    for cond, c in analysis.conditions.items():
         e = c.combined
         x = tokens_axis(ax, e["tokens"])
         ax.plot(x, as_array(e["train_loss"]), color=color(cond), lw=2, label=f"{label(cond)}: train{_seeds_txt(e)}")
@@ -50,9 +50,9 @@ def panel_loss(an: PilotAnalysis):
 
 
 @styled
-def panel_pr(an: PilotAnalysis):
+def panel_pr(analysis: PilotAnalysis):
     fig, ax = subplots(figsize=(8.5, 5.2))
-    for cond, c in an.conditions.items():
+    for cond, c in analysis.conditions.items():
         e = c.combined
         x = tokens_axis(ax, e["tokens"])
         ax.plot(x, as_array(e["mean_pr"]), color=color(cond), lw=2, marker="o", ms=3,
@@ -63,10 +63,10 @@ def panel_pr(an: PilotAnalysis):
 
 
 @styled
-def panel_per_layer(an: PilotAnalysis):
+def panel_per_layer(analysis: PilotAnalysis):
     fig, ax = subplots(figsize=(8.5, 5.2))
     n_layers = 0
-    for cond, c in an.conditions.items():
+    for cond, c in analysis.conditions.items():
         layers = sorted(c.final_layer)
         n_layers = max(n_layers, len(layers))
         ax.plot(layers, [c.final_layer[i] for i in layers], color=color(cond), lw=2, marker="o",
@@ -80,26 +80,26 @@ def panel_per_layer(an: PilotAnalysis):
 
 
 @styled
-def panel_delta(an: PilotAnalysis):
+def panel_delta(analysis: PilotAnalysis):
     fig, ax = subplots(figsize=(8.5, 5.2))
-    a, b = an.a, an.b
+    a, b = analysis.a, analysis.b
     if a is None or b is None:
         ax.axis("off")
         ax.text(0.5, 0.5, "The per-layer difference needs two conditions\n(QK-norm and no QK-norm); "
-                f"only {', '.join(map(label, an.conditions)) or 'none'} found.", ha="center", va="center",
+                f"only {', '.join(map(label, analysis.conditions)) or 'none'} found.", ha="center", va="center",
                 transform=ax.transAxes, fontsize=11)
         ax.set_title("(d) Per-layer difference of final key PR")
         return _finish(fig)
-    delta = np.array([an.delta[i] for i in an.layers])
-    half = np.array([an.layer_decisions[i].ci[1] - an.layer_decisions[i].diff for i in an.layers])
+    delta = np.array([analysis.delta[i] for i in analysis.layers])
+    half = np.array([analysis.layer_decisions[i].ci[1] - analysis.layer_decisions[i].diff for i in analysis.layers])
     err = half if np.isfinite(half).any() else None
-    ax.bar(an.layers, delta, color=[color(a) if v >= 0 else color(b) for v in delta], edgecolor="black", lw=0.5,
+    ax.bar(analysis.layers, delta, color=[color(a) if v >= 0 else color(b) for v in delta], edgecolor="black", lw=0.5,
            yerr=err, capsize=3 if err is not None else 0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("layer")
     ax.set_ylabel("Δ final key PR (dimensions)")
-    if len(an.layers) <= 24:
-        ax.set_xticks(an.layers)
+    if len(analysis.layers) <= 24:
+        ax.set_xticks(analysis.layers)
     ax.set_title(f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}"
                  + ("\n(error bars: Bonferroni intervals of the per-seed differences over the layers)"
                     if err is not None else ""))
@@ -109,11 +109,11 @@ def panel_delta(an: PilotAnalysis):
 
 
 @styled
-def heatmap(an: PilotAnalysis):
-    conds = list(an.conditions)
+def heatmap(analysis: PilotAnalysis):
+    conds = list(analysis.conditions)
     mats = {}
     for cond in conds:
-        e = an.conditions[cond].combined
+        e = analysis.conditions[cond].combined
         layers = sorted(e["layer_pr"], key=int)
         mats[cond] = np.array([as_array(e["layer_pr"][l]) for l in layers]) if layers else np.zeros((0, 0))
     finite = np.concatenate([m[np.isfinite(m)] for m in mats.values()]) if mats else np.zeros(0)
@@ -123,7 +123,7 @@ def heatmap(an: PilotAnalysis):
                          layout="constrained")
     im = None
     for ax, cond in zip(axes[0], conds):
-        m, tokens = mats[cond], an.conditions[cond].combined["tokens"]
+        m, tokens = mats[cond], analysis.conditions[cond].combined["tokens"]
         ax.grid(False)
         if m.size == 0:
             ax.axis("off")
@@ -138,15 +138,16 @@ def heatmap(an: PilotAnalysis):
         ax.set_yticks(range(L) if L <= 24 else np.linspace(0, L - 1, 12).round().astype(int))
         ax.set_xlabel("training tokens (millions) at each probe")
         ax.set_ylabel("layer")
-        ax.set_title(f"{label(cond)}{_seeds_txt(an.conditions[cond].combined)}")
+        ax.set_title(f"{label(cond)}{_seeds_txt(analysis.conditions[cond].combined)}")
     if im is not None:
         fig.colorbar(im, ax=list(axes[0]), label="key PR (pr_sv, dimensions)", fraction=0.04, pad=0.01)
     fig.suptitle("Key participation ratio per layer and probe (same colour scale in every panel)")
     return fig
 
 
-def figures(an: PilotAnalysis) -> dict:
-    return dict(zip(FIGURES, (panel_loss(an), panel_pr(an), panel_per_layer(an), panel_delta(an), heatmap(an))))
+def figures(analysis: PilotAnalysis) -> dict:
+    return dict(zip(FIGURES, (panel_loss(analysis), panel_pr(analysis), panel_per_layer(analysis),
+                              panel_delta(analysis), heatmap(analysis))))
 
 
 # ----------------------------------------------------------------------------- report
@@ -155,38 +156,40 @@ def _signed(v, nd=3) -> str:
     return "n/a" if v is None or not np.isfinite(v) else f"{v:+.{nd}f}"
 
 
-def report(an: PilotAnalysis, top: int = 3) -> str:
+def report(analysis: PilotAnalysis, top: int = 3) -> str:
     lines = ["# Pilot: QK-norm vs no QK-norm", "",
              "PR = participation ratio of the keys at the k_norm output (pre-RoPE), pr_sv = (Σs)² / Σs² of the "
              "singular values; mean PR = mean over layers. Final = last probe. Train loss = mean training loss "
              "of the last probe_every steps before the probe.", "",
              "| condition | seeds | tokens | final mean PR | final train loss | final val loss |",
              "|---|---|---|---|---|---|"]
-    for cond, c in an.conditions.items():
+    for cond, c in analysis.conditions.items():
         lines.append(f"| {label(cond)} (`{cond}`) | {c.combined.get('n_seeds', 1)} | {c.tokens:,.0f} | "
                      f"{fmt_num(c.final_pr, 2)} | {fmt_num(c.final_loss)} | {fmt_num(c.final_val)} |")
     lines.append("")
-    a, b = an.a, an.b
+    a, b = analysis.a, analysis.b
     if a is None or b is None:
         lines += ["Only one condition: the QK-norm minus no-QK-norm difference needs both.", ""]
         return "\n".join(lines) + "\n"
-    sa, sb = an.conditions[a], an.conditions[b]
+    sa, sb = analysis.conditions[a], analysis.conditions[b]
     dpr = sa.final_pr - sb.final_pr
     rel = dpr / sb.final_pr if sb.final_pr else float("nan")
-    outcomes = [d.outcome for d in an.layer_decisions.values()]
+    outcomes = [d.outcome for d in analysis.layer_decisions.values()]
     lines += [f"## Difference: {label(a)} − {label(b)}", "",
               f"- Final mean PR: {_signed(dpr, 2)} ({_signed(100 * rel, 1)}% of {label(b)})",
               f"- Final train loss: {_signed(sa.final_loss - sb.final_loss)}",
               f"- Final val loss: {_signed(sa.final_val - sb.final_val)}",
               "- Layers that differ most (largest |Δ final PR|): "
-              + (", ".join(f"layer {i} ({_signed(an.delta[i], 2)})" for i in an.ranked[:top]) or "none"),
-              f"- {label(a)} higher in {sum(an.delta[i] > 0 for i in an.ranked)} of {len(an.ranked)} layers, "
-              f"lower in {sum(an.delta[i] < 0 for i in an.ranked)}",
+              + (", ".join(f"layer {i} ({_signed(analysis.delta[i], 2)})" for i in analysis.ranked[:top])
+                 or "none"),
+              f"- {label(a)} higher in {sum(analysis.delta[i] > 0 for i in analysis.ranked)} of "
+              f"{len(analysis.ranked)} layers, lower in {sum(analysis.delta[i] < 0 for i in analysis.ranked)}",
               "- Per-layer decisions: " + (", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
                                           or "none"), "",
-              f"Decisions, per seed ({rule_text(an.margin, an.loss_margin)}):", ""]
+              f"Decisions, per seed ({rule_text(analysis.margin, analysis.loss_margin)}):", ""]
     names = {"mean_pr": "final mean PR", "loss": "final train loss", "val_loss": "final val loss"}
-    lines += decision_table(an.decisions, 3, names.get) + [""]
-    lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Bonferroni over the {len(an.layers)} layers):", ""]
-    lines += decision_table(an.layer_decisions, 2, lambda i: f"layer {i}") + [""]
+    lines += decision_table(analysis.decisions, 3, names.get) + [""]
+    lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Bonferroni over the {len(analysis.layers)} layers):",
+              ""]
+    lines += decision_table(analysis.layer_decisions, 2, lambda i: f"layer {i}") + [""]
     return "\n".join(lines) + "\n"

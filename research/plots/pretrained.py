@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import INCONCLUSIVE, MARGIN, UNRESOLVED, needed_text
+from research.analysis.rules import INCONCLUSIVE, UNRESOLVED, needed_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)
@@ -28,9 +28,14 @@ def _layer_band(ax, x_NL: np.ndarray, color: str, label: str) -> None:
         ax.fill_between(np.arange(len(m)), m - half, m + half, color=color, alpha=0.25, lw=0)
 
 
+def _records(analysis: A.PretrainedAnalysis) -> dict:
+    """model name -> its record in pretrained_keys.json."""
+    return {name: model.record for name, model in analysis.models.items()}
+
+
 @styled
-def plot_key_norms(res: dict):
-    models = res["models"]
+def plot_key_norms(analysis: A.PretrainedAnalysis):
+    models = _records(analysis)
     fig, axes = _panels(len(models))
     for ax, (name, rec) in zip(axes, models.items()):
         site = A.site_of(rec)
@@ -52,11 +57,10 @@ def plot_key_norms(res: dict):
 
 
 @styled
-def plot_sinks(res: dict):
-    models = res["models"]
-    fig, axes = _panels(len(models), 4.2)
-    for ax, (name, rec) in zip(axes, models.items()):
-        s = A.sink_claims(rec)
+def plot_sinks(analysis: A.PretrainedAnalysis):
+    fig, axes = _panels(len(analysis.models), 4.2)
+    for ax, (name, model) in zip(axes, analysis.models.items()):
+        rec, s = model.record, model.sinks
         tax = s["taxonomy"] if rec["n_kv_heads"] > 1 else s["taxonomy_query_heads"]
         unit = "KV heads" if rec["n_kv_heads"] > 1 else "query heads (one KV head per layer)"
         sink = A.attn_per_batch(rec, "sink_mass_excl_q0").mean(0)
@@ -83,18 +87,18 @@ def plot_sinks(res: dict):
 
 
 @styled
-def plot_gains(res: dict):
-    models = {n: r for n, r in res["models"].items() if (r.get("gains") or {}).get("k_norm")}
+def plot_gains(analysis: A.PretrainedAnalysis):
+    models = {n: m for n, m in analysis.models.items() if m.gain is not None}
     if not models:
         return message_figure("k_norm gains", "none of the models normalizes its keys (no k_norm)")
     fig, axes = subplots(len(models), 2, figsize=(13, 3.6 * len(models)), squeeze=False,
                          gridspec_kw={"width_ratios": [3, 1.2]})
-    for row, (name, rec) in zip(axes, models.items()):
+    for row, (name, model) in zip(axes, models.items()):
+        rec, gc = model.record, model.gain
         g = np.array(rec["gains"]["k_norm"], float)                    # [L, D]
         lim = float(np.abs(g).max())
         im = row[0].imshow(g, aspect="auto", origin="lower", cmap="RdBu_r", vmin=-lim, vmax=lim,
                            interpolation="nearest")
-        gc = A.gain_claims(rec)
         for i, layer in enumerate(gc["layers"]):
             row[0].plot(layer["golden"], [i] * len(layer["golden"]), "k|", ms=5)
         row[0].set_title(f"{name}: k_norm gain as applied{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; "
@@ -114,8 +118,8 @@ def plot_gains(res: dict):
 
 
 @styled
-def plot_key_rank(res: dict):
-    models = res["models"]
+def plot_key_rank(analysis: A.PretrainedAnalysis):
+    models = _records(analysis)
     fig, axes = _panels(len(models))
     for ax, (name, rec) in zip(axes, models.items()):
         site = A.site_of(rec)
@@ -136,8 +140,9 @@ def plot_key_rank(res: dict):
 FIGURES = ("key_norms.png", "sinks.png", "gains.png", "key_rank.png")
 
 
-def figures(res: dict, margin: float = MARGIN) -> dict:
-    return dict(zip(FIGURES, (plot_key_norms(res), plot_sinks(res), plot_gains(res), plot_key_rank(res))))
+def figures(analysis: A.PretrainedAnalysis) -> dict:
+    return dict(zip(FIGURES, (plot_key_norms(analysis), plot_sinks(analysis), plot_gains(analysis),
+                              plot_key_rank(analysis))))
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -163,15 +168,15 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
     return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({d.rel:+.0%}; {_ci(d)})"
 
 
-def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
-    a = A.analyze(rec, margin)
+def _model_header(name: str, model: A.ModelKeys) -> list[str]:
+    rec = model.record
     t = {k: "?" if v is None else v for k, v in (rec.get("text") or {}).items()}  # a hand-made file may say less
     t = {"batch": "?", "seq_len": "?", "source": "?", "sha256": "?", "seed": "?", **t}
     r = {"family": "?", "model_type": "?", "source": "?", **{k: v for k, v in rec.items() if v is not None}}
     params = f"{rec['params']:,}" if rec.get("params") is not None else "?"
     wall = f"{rec['wall_s']:.0f} s" if rec.get("wall_s") is not None else "? s"
-    n, G = a["n_batches"], rec["n_heads"] // rec["n_kv_heads"]
-    loss, loss_sd = a["loss"]
+    n = model.n_batches
+    loss, loss_sd = model.loss
     lines = [f"## {name}", "",
              f"{r['family']} ({r['model_type']}), {params} parameters, {rec['n_layers']} layers, "
              f"{rec['n_heads']} query / {rec['n_kv_heads']} KV heads of size {rec['head_dim']}; from {r['source']}. "
@@ -184,8 +189,12 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
                   + ", ".join(f"{k} {v / sum(g['tensor_types'].values()):.0%}" for k, v in g["tensor_types"].items())
                   + f" of the parameters): the keys are the quantized model's; the gains are exact (float32). The "
                   f"conversion scored {g['check_loss']:.3f} nats/token on its check text.", ""]
-    # 1. norms
-    nm = a["norm"]
+    return lines
+
+
+def _norm_section(model: A.ModelKeys, margin: float) -> list[str]:
+    lines = []
+    nm = model.norm
     lines += ["### 1. Key norms against sqrt(d_head), by depth", "", "![](key_norms.png)", "",
               f"Site {nm['site']}; sqrt(d_head) = {nm['sqrt_d_head']:.2f}; groups "
               + ", ".join(f"{g} = layers {ix}" for g, ix in nm["groups"].items()) + ".", ""]
@@ -193,8 +202,14 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
         lines.append(f"- {g}: mean key norm {nm['group_mean'][g]:.2f}, "
                      + _against(d, "sqrt(d_head)", "longer than", "shorter than", margin) + ".")
     lines += ["", "Depth (paired by batch):", ""] + decision_table(nm["depth"], 2, unit="batch") + [""]
-    # 2. sinks
-    s = a["sinks"]
+    return lines
+
+
+def _sink_section(model: A.ModelKeys, margin: float) -> list[str]:
+    rec = model.record
+    G = rec["n_heads"] // rec["n_kv_heads"]
+    lines = []
+    s = model.sinks
     lines += ["### 2. Sinks and gatherers", "", "![](sinks.png)", "",
               f"Sink rate (query heads with mean first-token attention > 0.3): {s['sink_rate']:.3f} over query "
               f"positions 1..T-1, {s['sink_rate_with_q0']:.3f} with position 0 (Gu et al. 2024's mean, which counts "
@@ -226,8 +241,13 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
                      if k < 3 else ""), ""]
     else:
         lines += [f"Do sinks (as classified) have longer keys within a layer? Not testable here: {s['why_not']}.", ""]
-    # 3. gains
-    gc = a["gain"]
+    return lines
+
+
+def _gain_section(model: A.ModelKeys, margin: float) -> list[str]:
+    rec = model.record
+    lines = []
+    gc = model.gain
     lines += ["### 3. Spread of the k_norm gain", ""]
     if gc is None:
         lines += ["The model has no k_norm: nothing to measure.", ""]
@@ -248,8 +268,13 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
                          + (f" ({x['golden_energy']:.0%})" if x["golden"] else "")
                          + " |")
         lines.append("")
-    # 4. rank
-    r = a["rank"]
+    return lines
+
+
+def _rank_section(model: A.ModelKeys, margin: float) -> list[str]:
+    rec = model.record
+    lines = []
+    r = model.rank
     lines += ["### 4. Key rank", ""]
     if r is None:
         lines += ["No untrained reference was measured.", ""]
@@ -272,7 +297,14 @@ def _model_lines(name: str, rec: dict, margin: float) -> list[str]:
     return lines
 
 
-def report(res: dict, margin: float = MARGIN) -> str:
+def _model_lines(name: str, model: A.ModelKeys, margin: float) -> list[str]:
+    """One model's part of report.md: what it is and its four answers."""
+    return (_model_header(name, model) + _norm_section(model, margin) + _sink_section(model, margin)
+            + _gain_section(model, margin) + _rank_section(model, margin))
+
+
+def report(analysis: A.PretrainedAnalysis) -> str:
+    res, margin = analysis.file, analysis.margin
     prov = res.get("provenance") or {}
     lines = ["# Keys of pretrained models", "",
              "One model is one sample: every interval below is over TEXT BATCHES (the same model on different "
@@ -283,6 +315,6 @@ def report(res: dict, margin: float = MARGIN) -> str:
              f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]
-    for name, rec in res["models"].items():
-        lines += _model_lines(name, rec, margin)
+    for name, model in analysis.models.items():
+        lines += _model_lines(name, model, margin)
     return "\n".join(lines)

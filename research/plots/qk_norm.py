@@ -301,9 +301,9 @@ def fig_gain_vs_geometry(analysis: QkNormAnalysis):
     return fig
 
 
-def figures(runs: dict, analysis: QkNormAnalysis) -> dict:
+def figures(analysis: QkNormAnalysis) -> dict:
     """The study's six figures, by file name, in order."""
-    conds = analysis.conditions
+    runs, conds = analysis.runs, analysis.conditions
     return dict(zip(FIGURES, (fig_loss(runs, conds), fig_mean_pr(runs, analysis), fig_per_layer(runs, conds),
                               fig_decomposition(analysis), fig_gamma_cv(runs, conds),
                               fig_gain_vs_geometry(analysis))))

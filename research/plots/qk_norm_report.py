@@ -160,39 +160,39 @@ def _probe_bias(a: QkNormAnalysis) -> list[str]:
             f"effective N is smaller and the shortfall larger: this is the least bias, not its size.", ""]
 
 
-def report(runs: dict, analysis: QkNormAnalysis) -> str:
+def report(analysis: QkNormAnalysis) -> str:
     """The text of report.md."""
-    a = analysis
-    conds = a.conditions
+    runs = analysis.runs
+    conds = analysis.conditions
     ns = {c: len(runs_of(runs, c)) for c in conds}
-    L = ["# QK-norm study: does the gain or the normalization drive key rank?", ""]
-    L.append("Conditions: " + "; ".join(name(c) for c in conds) + ". " + _seeds_sentence(runs, conds) +
+    lines = ["# QK-norm study: does the gain or the normalization drive key rank?", ""]
+    lines.append("Conditions: " + "; ".join(name(c) for c in conds) + ". " + _seeds_sentence(runs, conds) +
              "PR is the participation ratio (sum s)\u00b2 / sum s\u00b2 of the singular values of the keys "
              f"({SITE_TEXT}), averaged over KV heads and layers; 'final' = the last probe.")
-    L.append("")
-    if a.descriptive:
-        L.append("One seed per condition: the numbers below are descriptive only. No comparison is tested and "
+    lines.append("")
+    if analysis.descriptive:
+        lines.append("One seed per condition: the numbers below are descriptive only. No comparison is tested and "
                  "no verdict is drawn; run several seeds (--seeds) to decide.")
     else:
-        L.append("Values are mean \u00b1 95% confidence half width over seeds (Student t, n\u22121 degrees of "
+        lines.append("Values are mean \u00b1 95% confidence half width over seeds (Student t, n\u22121 degrees of "
                  "freedom); n is the number of seeds.")
-    L += ["", "## Final values", "",
+    lines += ["", "## Final values", "",
           "| condition | final PR (pr_sv) | final PR (pr_var) | final val loss | final train loss | n |",
           "|---|---|---|---|---|---|"]
     for c in conds:
-        e = a.summary[c]
-        L.append(f"| {name(c)} | {_fmt(e, 'final_pr', 1)} | {_fmt(e, 'final_pr_var', 1)} "
+        e = analysis.summary[c]
+        lines.append(f"| {name(c)} | {_fmt(e, 'final_pr', 1)} | {_fmt(e, 'final_pr_var', 1)} "
                  f"| {_fmt(e, 'final_val_loss', 3)} | {_fmt(e, 'final_loss', 3)} | {ns[c]} |")
-    L += _decisions(a) + _decomposition(a) + _ablation(a, runs) + _probe_bias(a)
-    L += ["## The write-ups' claims at this scale", ""]
-    for k, cl in a.claims.items():
-        L.append(f"- ({k}) {cl.claim}: **{cl.status}**. {cl.text}")
-    L += ["", "## Figures", "",
+    lines += _decisions(analysis) + _decomposition(analysis) + _ablation(analysis, runs) + _probe_bias(analysis)
+    lines += ["## The write-ups' claims at this scale", ""]
+    for k, cl in analysis.claims.items():
+        lines.append(f"- ({k}) {cl.claim}: **{cl.status}**. {cl.text}")
+    lines += ["", "## Figures", "",
           "1_loss.png (train solid, validation dashed), 2_key_pr_causal.png (mean PR over tokens), "
           "3_per_layer.png (PR per layer at the last probe), 4_causal_decomposition.png (A\u2212B gain effect, "
           "B\u2212C normalization effect per layer), 5_gamma_cv.png (gain CV over training), 6_gain_vs_geometry.png "
           "(the A\u2212B difference split into the gain's arithmetic and the keys' geometry).", "",
           "## Provenance", ""]
     for c in conds:
-        L.append(f"- {c}: {_provenance(runs, c)}")
-    return "\n".join(L) + "\n"
+        lines.append(f"- {c}: {_provenance(runs, c)}")
+    return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """Figures and report.md of research/checkpoint_keys_study.py, from checkpoint_keys.json alone (no torch).
 
-    outputs(res, margin)   # {file name: Figure or text}: the figures and the report, drawn in memory
+    figures(analysis), report(analysis)   # of research.analysis.trajectory.analyze(checkpoint_keys.json)
 
 Each panel is one metric against the training step, one line per layer group with its 95% interval over
 text batches. A checkpoint whose weights equal an earlier one's is no point of the line: a dotted vertical
@@ -13,11 +13,10 @@ import math
 import numpy as np
 
 from research.analysis import trajectory as A
-from research.analysis.rules import LOSS_MARGIN, rule_text
+from research.analysis.rules import rule_text
 from research.plots.common import GROUP_COLORS, decision_table, drawable, fmt_code, fmt_num, styled, subplots
 
 FIGURES = ("key_trajectories.png", "attention_trajectories.png")
-REPORT_FILE = "report.md"
 DUP_COLOR = "#888888"
 
 
@@ -27,8 +26,8 @@ def _line(ax, steps, mean, half, color: str, label: str) -> None:
         ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2, lw=0)
 
 
-def _mark_duplicates(ax, t: A.Trajectory) -> None:
-    for i, d in enumerate(t.duplicates):
+def _mark_duplicates(ax, analysis: A.Trajectory) -> None:
+    for i, d in enumerate(analysis.duplicates):
         ax.axvline(d["step"], color=DUP_COLOR, ls=":", lw=1.2,
                    label="identical weights (not a step of training)" if i == 0 else None)
         ax.annotate(drawable(f"{d['label']} = {d['duplicate_of']}", 48), (d["step"], 1),
@@ -36,21 +35,21 @@ def _mark_duplicates(ax, t: A.Trajectory) -> None:
                     color=DUP_COLOR)
 
 
-def _panel(ax, t: A.Trajectory, key: str, title: str) -> None:
-    for g, (mean, half) in t.series[key].items():
-        _line(ax, t.steps, mean, half, GROUP_COLORS.get(g, "k"), g)
-    _mark_duplicates(ax, t)
+def _panel(ax, analysis: A.Trajectory, key: str, title: str) -> None:
+    for g, (mean, half) in analysis.series[key].items():
+        _line(ax, analysis.steps, mean, half, GROUP_COLORS.get(g, "k"), g)
+    _mark_duplicates(ax, analysis)
     ax.set_title(title)
     ax.set_xlabel("training step")
     ax.legend(fontsize=7)
 
 
-def _grid(t: A.Trajectory, panels: list[tuple[str, str]], ncols: int = 3):
+def _grid(analysis: A.Trajectory, panels: list[tuple[str, str]], ncols: int = 3):
     nrows = math.ceil(len(panels) / ncols)
     fig, axes = subplots(nrows, ncols, figsize=(5.2 * ncols, 3.7 * nrows), squeeze=False)
     flat = axes.ravel()
     for ax, (key, title) in zip(flat, panels):
-        _panel(ax, t, key, title)
+        _panel(ax, analysis, key, title)
     for ax in flat[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
@@ -58,18 +57,18 @@ def _grid(t: A.Trajectory, panels: list[tuple[str, str]], ncols: int = 3):
 
 
 @styled
-def plot_keys(t: A.Trajectory):
-    return _grid(t, [(m.key, m.title) for m in t.metrics if m.kind in ("keys", "gain")])
+def plot_keys(analysis: A.Trajectory):
+    return _grid(analysis, [(m.key, m.title) for m in analysis.metrics if m.kind in ("keys", "gain")])
 
 
 @styled
-def plot_attention(t: A.Trajectory):
-    return _grid(t, [(m.key, m.title) for m in t.metrics if m.kind == "attn"]
+def plot_attention(analysis: A.Trajectory):
+    return _grid(analysis, [(m.key, m.title) for m in analysis.metrics if m.kind == "attn"]
                  + [(A.LOSS, "loss on the text (nats/token)")], ncols=3)
 
 
-def figures(t: A.Trajectory) -> dict:
-    return dict(zip(FIGURES, (plot_keys(t), plot_attention(t))))
+def figures(analysis: A.Trajectory) -> dict:
+    return dict(zip(FIGURES, (plot_keys(analysis), plot_attention(analysis))))
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -80,73 +79,83 @@ def _cell(mean: float, half: float) -> str:
     return f"{mean:.3f} \u00b1 {half:.3f}"
 
 
-def report(res: dict, t: A.Trajectory) -> str:
+def _header(analysis: A.Trajectory) -> list[str]:
+    res = analysis.file
     prov, text, model = res.get("provenance") or {}, res["text"], res["model"]
-    lines = ["# Keys over training checkpoints", "",
-             "One model, several of its saved checkpoints, the same text windows through each. Intervals are over "
-             "TEXT BATCHES: they say how precisely each checkpoint's keys are measured on this kind of text, not how "
-             "another training run would move. The change from the first to the last measured checkpoint is decided "
-             "as in docs/decisions.md, paired by batch; it says nothing about the path between them, which the "
-             "figures show.", "",
-             f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, {prov.get('cpu', '?')}, torch "
-             f"{prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, float32; "
-             f"{fmt_num(res.get('wall_s'), 0)} s.", "",
-             f"Model: {model.get('family', '?')} ({model.get('model_type', '?')}), {model['n_layers']} layers, "
-             f"{model['n_heads']} query / {model['n_kv_heads']} KV heads of size {model['head_dim']}. Text: "
-             f"{text['batches']} batches of {text['batch']} windows of {text['seq_len']} tokens of {text['source']} "
-             f"(sha256 {str(text['sha256'])[:12]}, seed {text['seed']}), the same windows for every checkpoint.", "",
-             "## Checkpoints", "",
+    return ["# Keys over training checkpoints", "",
+            "One model, several of its saved checkpoints, the same text windows through each. Intervals are over "
+            "TEXT BATCHES: they say how precisely each checkpoint's keys are measured on this kind of text, not how "
+            "another training run would move. The change from the first to the last measured checkpoint is decided "
+            "as in docs/decisions.md, paired by batch; it says nothing about the path between them, which the "
+            "figures show.", "",
+            f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, {prov.get('cpu', '?')}, torch "
+            f"{prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, float32; "
+            f"{fmt_num(res.get('wall_s'), 0)} s.", "",
+            f"Model: {model.get('family', '?')} ({model.get('model_type', '?')}), {model['n_layers']} layers, "
+            f"{model['n_heads']} query / {model['n_kv_heads']} KV heads of size {model['head_dim']}. Text: "
+            f"{text['batches']} batches of {text['batch']} windows of {text['seq_len']} tokens of {text['source']} "
+            f"(sha256 {str(text['sha256'])[:12]}, seed {text['seed']}), the same windows for every checkpoint.", ""]
+
+
+def _checkpoints(analysis: A.Trajectory) -> list[str]:
+    lines = ["## Checkpoints", "",
              "| label | step | step read from | weights sha256 | loss (nats/token) | source |",
              "|---|---|---|---|---|---|"]
-    loss = dict(zip(t.labels, t.series[A.LOSS]["model"][0]))
-    for c in res["checkpoints"]:
+    loss = dict(zip(analysis.labels, analysis.series[A.LOSS]["model"][0]))
+    for c in analysis.file["checkpoints"]:
         what = (f"identical to {c['duplicate_of']}: not measured, not a step" if c.get("duplicate_of") is not None
                 else fmt_num(loss.get(c["label"]), 3))
         lines.append(f"| {c['label']} | {c['step']} | {c.get('step_from') or '?'} | {c['sha256'][:12]} | {what} | "
                      f"{c['source']} |")
     lines.append("")
-    for d in t.duplicates:
+    for d in analysis.duplicates:
         lines.append(f"- **{d['label']}** (step {d['step']}, {d['source']}) has the same weights as "
                      f"**{d['duplicate_of']}** (step {d['duplicate_step']}): the same model saved twice, so it is "
                      f"named here and drawn as a dotted line, never as progress of training.")
-    if t.duplicates:
+    if analysis.duplicates:
         lines.append("")
-    lines += ["## Metrics by step", "", "![](key_trajectories.png)", "", "![](attention_trajectories.png)", "",
-              f"Keys at {t.site} (where the write-ups measure them: "
-              + ("after k_norm, before RoPE" if t.site == "k_norm" else "the model has no k_norm: the key projection")
-              + ") and after RoPE; groups " + ", ".join(f"{g} = layers {ix}" for g, ix in t.groups.items())
-              + ". Each cell: mean over text batches \u00b1 the half width of its 95% interval; the gain CV is exact.",
-              ""]
-    for m in [*t.metrics, A.Metric(A.LOSS, "loss (nats/token)", "loss", "loss")]:
-        groups = list(t.series[m.key])
-        lines += [f"**{m.title}**", "", "| checkpoint | step | " + " | ".join(groups) + " |",
-                  "|---|---|" + "---|" * len(groups)]
-        for i, (lab, step) in enumerate(zip(t.labels, t.steps)):
-            lines.append(f"| {lab} | {step} | "
-                         + " | ".join(_cell(t.series[m.key][g][0][i], t.series[m.key][g][1][i]) for g in groups) + " |")
+    return lines
+
+
+def _metrics(analysis: A.Trajectory) -> list[str]:
+    where = "after k_norm, before RoPE" if analysis.site == "k_norm" else "the model has no k_norm: the key projection"
+    lines = ["## Metrics by step", "", "![](key_trajectories.png)", "", "![](attention_trajectories.png)", "",
+             f"Keys at {analysis.site} (where the write-ups measure them: {where}) and after RoPE; groups "
+             + ", ".join(f"{g} = layers {ix}" for g, ix in analysis.groups.items())
+             + ". Each cell: mean over text batches \u00b1 the half width of its 95% interval; the gain CV is exact.",
+             ""]
+    for m in [*analysis.metrics, A.Metric(A.LOSS, "loss (nats/token)", "loss", "loss")]:
+        series = analysis.series[m.key]
+        lines += [f"**{m.title}**", "", "| checkpoint | step | " + " | ".join(series) + " |",
+                  "|---|---|" + "---|" * len(series)]
+        for i, (lab, step) in enumerate(zip(analysis.labels, analysis.steps)):
+            lines.append(f"| {lab} | {step} | " + " | ".join(_cell(mean[i], half[i]) for mean, half in series.values())
+                         + " |")
         lines.append("")
-    lines += ["## First to last checkpoint", ""]
-    if not t.changes:
-        lines += [f"Only one checkpoint was measured ({t.labels[0]}): there is no change to decide.", ""]
-        return "\n".join(lines)
-    lines += [f"From {t.labels[0]} (step {t.steps[0]}) to {t.labels[-1]} (step {t.steps[-1]}), n = {t.n_batches} "
+    return lines
+
+
+def _changes(analysis: A.Trajectory) -> list[str]:
+    lines = ["## First to last checkpoint", ""]
+    if not analysis.changes:
+        return lines + [f"Only one checkpoint was measured ({analysis.labels[0]}): there is no change to decide."]
+    first, last = (analysis.labels[0], analysis.steps[0]), (analysis.labels[-1], analysis.steps[-1])
+    lines += [f"From {first[0]} (step {first[1]}) to {last[0]} (step {last[1]}), n = {analysis.n_batches} "
               f"text batches; the key and attention metrics are one family (Bonferroni over its "
-              f"{sum(c.metric != A.LOSS for c in t.changes)} comparisons), the loss its own:", ""]
-    lines += [f"- {c.verdict}" for c in t.changes]
-    for g, (a, b) in A.gain_change(t).items():
-        lines.append(f"- k_norm gain CV, {g} layers: {a:.3f} -> {b:.3f} (weights, exact: described, not tested).")
-    titles = {m.key: m.title for m in t.metrics}
+              f"{sum(c.metric != A.LOSS for c in analysis.changes)} comparisons), the loss its own:", ""]
+    lines += [f"- {c.verdict}" for c in analysis.changes]
+    for g, (before, after) in A.gain_change(analysis).items():
+        lines.append(f"- k_norm gain CV, {g} layers: {before:.3f} -> {after:.3f} (weights, exact: described, not "
+                     f"tested).")
+    titles = {m.key: m.title for m in analysis.metrics}
     lines += ["", "Metrics (last - first, per batch):", ""]
-    lines += decision_table({(c.metric, c.group): c.decision for c in t.changes if c.metric != A.LOSS}, 3,
+    lines += decision_table({(c.metric, c.group): c.decision for c in analysis.changes if c.metric != A.LOSS}, 3,
                             name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="batch")
-    lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in t.changes if c.metric == A.LOSS}, 4,
-                                                unit="batch")
-    lines += ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="batch") + ".", ""]
-    return "\n".join(lines)
+    lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in analysis.changes if c.metric == A.LOSS},
+                                                4, unit="batch")
+    return lines + ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin, unit="batch") + "."]
 
 
-def outputs(res: dict, margin: float | None = None, loss_margin: float | None = None) -> dict:
-    """{file: Figure or text}: the figures and report.md of a checked checkpoint_keys.json (margin: the file's
-    when None; loss_margin: research.analysis.rules.LOSS_MARGIN when None)."""
-    t = A.analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
-    return {**figures(t), REPORT_FILE: report(res, t)}
+def report(analysis: A.Trajectory) -> str:
+    """report.md: the provenance, the checkpoints, every metric by step, then the decided first -> last changes."""
+    return "\n".join(_header(analysis) + _checkpoints(analysis) + _metrics(analysis) + _changes(analysis) + [""])

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT, STUDY_INDEX, grid_key
+from research.results.vocabulary import STUDY_INDEX, grid_key
 
 
 @dataclass(frozen=True)
 class Study:
     name: str  # output folder under research_results/
-    kind: str  # how its results become figures and a report: a key of research.studies.render.KINDS
+    kind: str  # how its results become figures and a report: a key of research.studies.kinds.KINDS
     conditions: dict[str, dict] = field(default_factory=dict)  # condition -> config overrides
     gpu_preset: str = "88m"  # the write-ups' setting, used on CUDA when --preset is auto
     default_tokens: int | None = None  # tokens per condition on the tiny preset (None: the preset's)
@@ -28,21 +28,9 @@ class Study:
 
     def outputs(self) -> list[str]:
         """The files the study writes into its folder besides its runs' folders, in order: study.json (the
-        runner's index), then what research.studies.render draws for the study's kind and conditions."""
-        from research.plots import heads, keys, lr, pilot, qk_norm  # matplotlib: only when asked
-        from research.plots.keys import figure_name
-        if self.kind == "qk_norm":
-            drawn = [*qk_norm.FIGURES, REPORT, QK_COMBINED]
-        elif self.kind == "pilot":
-            drawn = [*pilot.FIGURES, REPORT, PILOT_COMBINED]
-        elif self.kind in ("keys", "heads"):  # one set of figures per condition, named after it when there are several
-            bases = keys.FIGURE_BASES if self.kind == "keys" else heads.FIGURE_BASES
-            drawn = [figure_name(b, c, len(self.conditions)) for c in self.conditions for b in bases] + [REPORT]
-        elif self.kind == "lr":
-            drawn = [*lr.FIGURES, REPORT]
-        else:
-            raise ValueError(f"study {self.name}: unknown kind {self.kind!r}")
-        return [STUDY_INDEX, *drawn]
+        runner's index), then what its kind (research.studies.kinds) draws for its conditions."""
+        from research.studies.kinds import KINDS
+        return [STUDY_INDEX, *KINDS[self.kind].outputs(list(self.conditions))]
 
 
 # 4 seeds x 300k tokens: with Bonferroni over three pairs a fourth seed lowers the t each test needs from 7.6

@@ -195,14 +195,13 @@ def test_a_studys_listed_outputs_are_what_its_render_draws(name):
     kind draws from results of the study's own conditions."""
     from matplotlib.figure import Figure
 
-    from research.analysis.rules import LOSS_MARGIN, MARGIN
     from research.results.vocabulary import STUDY_INDEX
     from research.studies import STUDIES
-    from research.studies.render import KINDS
+    from research.studies.kinds import KINDS
     study = STUDIES[name]
     runs = _kind_runs(study)
     kind = KINDS[study.kind]
-    drawn = kind.draw(runs, kind.analyze(runs, MARGIN, LOSS_MARGIN), MARGIN, LOSS_MARGIN)
+    drawn = kind.draw(kind.analyze(runs, None, None))
     for item in drawn.values():
         if isinstance(item, Figure):
             item.clear()

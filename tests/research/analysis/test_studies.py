@@ -64,7 +64,7 @@ def test_key_dynamics_groups_and_d_head_fallbacks():
 # ----------------------------------------------------------------------------- heads
 
 def test_head_taxonomy_by_attention_and_layer_choice():
-    c = heads.analyze({"QK": [make_results()]})["QK"]
+    c = heads.analyze({"QK": [make_results()]}).conditions["QK"]
     run = c.runs[0]
     assert run.divergence.layer == 4 and run.shown == run.divergence  # KV-head norms 12 vs 2: the widest spread
     t = run.taxonomy
@@ -82,12 +82,12 @@ def test_a_low_entropy_head_without_sink_mass_is_no_sink():
 
 
 def test_sinks_have_higher_norms_across_seeds():
-    c = heads.analyze({"QK": [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]})["QK"]
+    c = heads.analyze({"QK": [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]}).conditions["QK"]
     assert c.norm_gap.outcome == DIFFERENT and c.norm_gap_claim == "holds"
 
 
 def test_heads_fixed_layer_grouping_and_no_records():
-    c = heads.analyze({"NoQK": [make_results("NoQK", qk_norm="none")]}, layer=2)["NoQK"]
+    c = heads.analyze({"NoQK": [make_results("NoQK", qk_norm="none")]}, layer=2).conditions["NoQK"]
     assert c.runs[0].shown.layer == 2 and c.runs[0].shown.why == "set by the caller"
     assert c.runs[0].divergence.layer == 4
     with pytest.raises(ValueError, match="layer 9"):
@@ -96,12 +96,12 @@ def test_heads_fixed_layer_grouping_and_no_records():
     assert h.n_kv == 1 and h.group == 2
     np.testing.assert_allclose(h.series["entropy"][-1, :, 0], 2.0)
     assert "one KV head" in heads.choose_layer(h).why
-    assert heads.analyze({"QK": [writeups_only(make_results())]}) == {"QK": None}
+    assert heads.analyze({"QK": [writeups_only(make_results())]}).conditions == {"QK": None}
 
 
 def test_heads_erank_is_the_seed_mean():
     a, b = make_results(seed=0), make_results(seed=1)
-    c = heads.analyze({"QK": [a, b]})["QK"]
+    c = heads.analyze({"QK": [a, b]}).conditions["QK"]
     assert c.n_seeds == 2 and c.erank_seeds == "mean over 2 seeds" and len(c.runs) == 2
     np.testing.assert_allclose(c.erank[-1], [56.0 - 2 * (i + 1) for i in range(L)])
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from research import checkpoint_keys_study as study
+from research.studies import checkpoint_keys
 from research import export_hf, split_panels
 from research.analysis import trajectory as A
 from research.export import ExportError, export_run
@@ -57,18 +58,18 @@ def test_steps_given_override_and_checkpoints_are_sorted_by_step(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "export.json").write_text(json.dumps({"step": step}))
         dirs.append(str(tmp_path / name))
-    args = study.parse_args(["--checkpoints", *dirs])
-    assert [(e["label"], e["step"], e["step_from"]) for e in study.plan(args)] == [("early", 10, "export.json"),
+    args = checkpoint_keys.parse_args(["--checkpoints", *dirs])
+    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 10, "export.json"),
                                                                                   ("late", 50, "export.json")]
-    args = study.parse_args(["--checkpoints", *dirs, "--steps", "5", "2"])
-    assert [(e["label"], e["step"], e["step_from"]) for e in study.plan(args)] == [("early", 2, "--steps"),
+    args = checkpoint_keys.parse_args(["--checkpoints", *dirs, "--steps", "5", "2"])
+    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 2, "--steps"),
                                                                                   ("late", 5, "--steps")]
-    args = study.parse_args(["--checkpoints", "org/model", "--revisions", "stage1-step2000", "step1000"])
-    assert [(e["label"], e["step"], e["revision"]) for e in study.plan(args)] == [
+    args = checkpoint_keys.parse_args(["--checkpoints", "org/model", "--revisions", "stage1-step2000", "step1000"])
+    assert [(e["label"], e["step"], e["revision"]) for e in checkpoint_keys.plan(args)] == [
         ("step1000", 1000, "step1000"), ("stage1-step2000", 2000, "stage1-step2000")]
-    args = study.parse_args(["--checkpoints", "org/model", "--revisions", "main", "step1000"])
+    args = checkpoint_keys.parse_args(["--checkpoints", "org/model", "--revisions", "main", "step1000"])
     with pytest.raises(InspectError, match=r"no training step found for main .*pass --steps"):
-        study.plan(args)
+        checkpoint_keys.plan(args)
 
 
 def test_options_that_cannot_work_are_refused(tmp_path, capsys):
@@ -77,7 +78,7 @@ def test_options_that_cannot_work_are_refused(tmp_path, capsys):
                       (["--checkpoints", "a", "b", "--revisions", "r1", "r2"], "--revisions takes one hub id"),
                       ([], "--checkpoints: give the checkpoints")):
         with pytest.raises(SystemExit):
-            study.parse_args(argv)
+            checkpoint_keys.parse_args(argv)
         assert msg in capsys.readouterr().err
 
 
@@ -254,5 +255,5 @@ def test_checkpoints_of_another_architecture_or_a_run_folder_are_refused(exports
     assert "is not the architecture of hf-0" in err and "Traceback" not in err
     assert not (tmp_path / "o" / FILE).exists()
     with pytest.raises(SystemExit):
-        study.parse_args(["--checkpoints", str(run), str(out[0])])
+        checkpoint_keys.parse_args(["--checkpoints", str(run), str(out[0])])
     assert "export the steps to follow first" in capsys.readouterr().err

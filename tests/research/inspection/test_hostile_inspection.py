@@ -10,6 +10,7 @@ import torch
 
 from research import inspect_pretrained
 from research import pretrained_keys_study as study
+from research.studies import pretrained_keys
 from research.inspection import InspectError, inspect_model, load_model
 from research.inspection.dictionaries import word_ids
 from research.inspection.key_study import measure_keys
@@ -97,11 +98,11 @@ def test_max_tokens_still_cuts_below_the_context_silently(model_dirs, capsys):
     (inspect_pretrained, ["--head_layer", "-1"], "--head_layer -1: give 0..layers - 1"),
     (inspect_pretrained, ["--layer", "-1"], "--layer -1: give 0..layers - 1"),
     (inspect_pretrained, ["--seed", "-1"], "--seed -1: give 0 or more"),
-    (study, ["--seed", "-1"], "--seed -1: give 0 or more"),
-    (study, ["--batches", "0"], "--batches 0: give 1 or more"),
-    (study, ["--batch", "-2"], "--batch -2: give 1 or more"),
-    (study, ["--seq_len", "4"], "--seq_len 4: give 8 or more"),
-    (study, ["--margin", "nan"], "--margin nan must be a share of the mean between 0 and 1"),
+    (pretrained_keys, ["--seed", "-1"], "--seed -1: give 0 or more"),
+    (pretrained_keys, ["--batches", "0"], "--batches 0: give 1 or more"),
+    (pretrained_keys, ["--batch", "-2"], "--batch -2: give 1 or more"),
+    (pretrained_keys, ["--seq_len", "4"], "--seq_len 4: give 8 or more"),
+    (pretrained_keys, ["--margin", "nan"], "--margin nan must be a share of the mean between 0 and 1"),
 ])
 def test_numeric_options_that_cannot_work_are_refused_at_parse_time(capsys, module, args, message):
     with pytest.raises(SystemExit) as e:
@@ -135,7 +136,7 @@ def test_the_key_study_refuses_windows_beyond_the_context_and_training_folders(m
                                            r"\(max_position_embeddings = 128\): pass --seq_len 128 or less"):
         measure_keys(adapter, torch.randint(3, 30, (2, 130)), 2, show_progress=False)
     with pytest.raises(SystemExit):
-        study.parse_args(["--models", str(model_dirs["own"])])
+        pretrained_keys.parse_args(["--models", str(model_dirs["own"])])
     assert "a training folder of this project, which this study does not read; export it first (python " \
            "research/export_hf.py" in capsys.readouterr().err
 
@@ -189,6 +190,6 @@ def test_ctrl_c_prints_one_line_and_exits_130(model_dirs, tmp_path, capsys, monk
     assert _main(inspect_pretrained, args) == 130
     assert capsys.readouterr().err.endswith(f"\ninterrupted; kept {out / 'inspect.json'}; the figures and report.md "
                                             f"may be missing: run again\n")  # after transformers' loading bar
-    monkeypatch.setattr(study, "text_documents", interrupt)
-    assert _main(study, ["--models", "m", "--out", str(tmp_path / "study"), "--no_progress"]) == 130
+    monkeypatch.setattr(pretrained_keys, "text_documents", interrupt)
+    assert _main(pretrained_keys, ["--models", "m", "--out", str(tmp_path / "study"), "--no_progress"]) == 130
     assert capsys.readouterr().err == "interrupted; nothing was written\n"

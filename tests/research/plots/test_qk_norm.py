@@ -15,7 +15,7 @@ from tests.research.synthetic import qk_run, qk_runs, with_final_probe
 
 def test_figures_draw_each_condition_from_its_results():
     runs = qk_runs((50, 40, 42), (3.60, 3.70, 3.65), seeds=1)
-    figs = qk_norm.figures(runs, analysis.analyze(runs))
+    figs = qk_norm.figures(analysis.analyze(runs))
     assert list(figs) == list(qk_norm.FIGURES)
     # 2: one line per condition, its mean_pr; the verdict is printed on the figure
     lines = labelled_lines(figs["2_key_pr_causal.png"].axes[0])
@@ -41,14 +41,14 @@ def test_figures_draw_each_condition_from_its_results():
 
 def test_seed_bands_and_missing_data():
     runs = qk_runs((50, 40, 42), (3.60, 3.70, 3.65))
-    figs = qk_norm.figures(runs, analysis.analyze(runs))
+    figs = qk_norm.figures(analysis.analyze(runs))
     ax = figs["2_key_pr_causal.png"].axes[0]
     assert len(ax.collections) == 3  # one shaded 95% band per condition
     np.testing.assert_allclose(labelled_lines(ax)[qk_norm.name("QK") + ", n=3"], runs["QK"][1]["mean_pr"])
     assert any("both the gain and the normalization change key PR, in opposite directions" in t.get_text()
                for t in figs["2_key_pr_causal.png"].texts)
     no_gain = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
-    figs = qk_norm.figures(no_gain, analysis.analyze(no_gain))
+    figs = qk_norm.figures(analysis.analyze(no_gain))
     assert "No QK-norm gain" in figs["5_gamma_cv.png"].axes[0].texts[0].get_text()
     (total,) = figs["4_causal_decomposition.png"].axes[0].containers
     assert [b.get_height() for b in total] == pytest.approx([10.0] * 4)  # A-C only
@@ -58,7 +58,7 @@ PR_SV = "Final key PR, pr_sv (the write-ups' uncentered PR)"
 
 
 def _report(runs) -> str:
-    return qk_norm_report.report(runs, analysis.analyze(runs))
+    return qk_norm_report.report(analysis.analyze(runs))
 
 
 def _claim_status(report: str, letter: str) -> str:
@@ -128,7 +128,7 @@ def test_report_of_the_gain_decomposition_and_ablation():
     loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
     assert loss_rows["k gain \u2192 1"]["difference"] == "+0.1000"
     assert "Isotropic keys of size 64 would read pr_var = 63.50" in report
-    figs = qk_norm.figures(runs, analysis.analyze(runs))
+    figs = qk_norm.figures(analysis.analyze(runs))
     from matplotlib.container import BarContainer
     total, gain, geometry = [c for c in figs["6_gain_vs_geometry.png"].axes[0].containers
                              if isinstance(c, BarContainer)]

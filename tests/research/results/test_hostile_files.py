@@ -168,9 +168,9 @@ def test_write_study_index_refuses_what_a_read_would_refuse(tmp_path):
     assert not (tmp_path / "study.json").exists()
 
 
-def test_study_kinds_are_the_kinds_render_draws():
-    from research.studies.render import KINDS
-    assert tuple(KINDS) == STUDY_KINDS
+def test_study_kinds_are_the_registrys_kinds_a_study_json_names():
+    from research.studies.kinds import KINDS
+    assert tuple(name for name, kind in KINDS.items() if kind.found_by is None) == STUDY_KINDS
 
 
 # ----------------------------------------------------------------------------- results.json
@@ -423,7 +423,7 @@ def test_plots_draw_files_without_the_optional_values():
     for s, r in enumerate(qk["QK"]):
         r["gain_ablation"] = {"learned": {"val_loss": None, "mean_pr": 30.0}, "k_ones": {"val_loss": 6.0 + s,
                                                                                          "mean_pr": 31.0}}
-    assert "nan nats" in qk_norm_report.report(qk, qk_analysis.analyze(qk))
+    assert "nan nats" in qk_norm_report.report(qk_analysis.analyze(qk))
 
 
 # ----------------------------------------------------------------------------- pretrained_keys.json
@@ -470,6 +470,7 @@ def test_pretrained_keys_fields_the_report_shows_are_checked(tmp_path, damage, w
 
 
 def test_pretrained_report_of_a_file_without_the_description(tmp_path):
+    from research.analysis.pretrained import analyze_file
     from research.plots import pretrained as figures
     from research.results.pretrained import SCHEMA, VERSION, load_pretrained_keys
     path = tmp_path / "pretrained_keys.json"
@@ -477,7 +478,7 @@ def test_pretrained_report_of_a_file_without_the_description(tmp_path):
                                 "wall_s": NaN_TEXT}).replace(f'"{NaN_TEXT}"', "NaN"))
     res = load_pretrained_keys(path)
     assert res["wall_s"] is None
-    report = figures.report(res)
+    report = figures.report(analyze_file(res))
     assert "## m" in report and "? (?), ? parameters, 2 layers" in report and "n/a s." in report
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from research import finetune_keys_study as study
+from research.studies import finetune
 from research.analysis import finetune as A
 from research.results import load_results
 from research.results.read import final_site_mean
@@ -96,5 +97,5 @@ def test_options_that_cannot_work_are_refused(capsys):
                       (["--seeds", "1", "1"], "distinct seeds"), (["--lr", "0"], "positive learning rate"),
                       (["--probe_every", "0"], "--probe_every 0")):
         with pytest.raises(SystemExit):
-            study.parse_args(argv)
+            finetune.parse_args(argv)
         assert msg in capsys.readouterr().err

@@ -55,7 +55,7 @@ def test_importing_the_plots_leaves_matplotlib_backend_and_style_alone(tmp_path)
             "from research.analysis import qk_norm as an; from research.plots.common import write_outputs; "
             "from tests.research.synthetic import qk_runs; "
             "runs = qk_runs((50, 40, 40), (3.6, 3.6, 3.6)); "
-            f"paths = write_outputs({str(tmp_path)!r}, research.plots.qk_norm.figures(runs, an.analyze(runs))); "
+            f"paths = write_outputs({str(tmp_path)!r}, research.plots.qk_norm.figures(an.analyze(runs))); "
             "print(matplotlib.get_backend(), matplotlib.rcParams['axes.grid'], matplotlib.rcParams['figure.dpi'], "
             "'matplotlib.pyplot' in sys.modules, len(paths))")
     env = {**os.environ, "MPLBACKEND": "svg", "PYTHONPATH": str(REPO)}

@@ -1,0 +1,207 @@
+"""The checkpoint-keys study (research/checkpoint_keys_study.py): measure one model's saved checkpoints on the same
+text batches, then decide and draw through the registry of study kinds (kind 'checkpoint_keys').
+
+    main(argv, description)   # what the script runs: parse, order the checkpoints by step, measure each, write
+                              # checkpoint_keys.json, then research.studies.render draws its figures and report.md
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+
+from research.inspection import InspectError
+from research.inspection.checkpoints import read_step, weights_sha256
+from research.inspection.loading import is_own_run, load_model
+from research.inspection.options import add_measure_options, check_measure_options
+from research.inspection.text import starts_with_bos, text_documents, text_windows
+from research.results import ResultsError, save_results
+from research.results.layout import refuse_others_results
+from research.results.trajectory import FILE, SCHEMA, VERSION
+from research.results.vocabulary import REPORT as REPORT_FILE
+from research.studies.kinds import KINDS
+from research.studies.render import render_study
+from utils.cli import ArgumentParser
+from utils.errors import os_fix, os_problem
+from utils.lock import FolderLock, LockError
+
+DEFAULT_OUT = "research_results/checkpoint_keys_study"
+
+
+def build_parser(description: str = "") -> ArgumentParser:
+    outputs = textwrap.fill(f"Writes into --out: {', '.join((FILE, *KINDS['checkpoint_keys'].outputs([])))}.", 100,
+                            break_on_hyphens=False)
+    p = ArgumentParser(description=f"{description.rstrip()}\n\n{outputs}")
+    p.add_argument("--checkpoints", nargs="+", metavar="CHECKPOINT",
+                   help="Checkpoints of one model: Hugging Face folders (export_hf.py exports, Trainer checkpoint-N "
+                        "folders), GGUF files, or one hub id with --revisions. Required unless --render_only")
+    p.add_argument("--revisions", nargs="+", metavar="REVISION",
+                   help="Hub revisions (branches, tags or commits) of the one hub id in --checkpoints, e.g. a "
+                        "model's intermediate training checkpoints; needs a network. Default: none")
+    p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
+                   help="Training step of each checkpoint (or revision), in the order given, overriding what is read "
+                        "from the checkpoints. Default: read from each checkpoint")
+    add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
+                        seed_help="Seed of the windows' choice", margin_reads="unchanged")
+    return p
+
+
+def parse_args(argv=None, description: str = "") -> argparse.Namespace:
+    p = build_parser(description)
+    args = p.parse_args(argv)
+    check_measure_options(p, args)
+    if args.render_only:
+        return args
+    if not args.checkpoints:
+        p.error("--checkpoints: give the checkpoints to measure (or --render_only to redraw)")
+    if args.revisions is not None and len(args.checkpoints) != 1:
+        p.error(f"--revisions takes one hub id in --checkpoints, found {len(args.checkpoints)}: pass local "
+                f"checkpoints without --revisions")
+    n = len(args.revisions) if args.revisions is not None else len(args.checkpoints)
+    if n < 2:
+        p.error("give 2 or more checkpoints (or revisions): a trajectory needs more than one point")
+    if args.steps is not None:
+        if len(args.steps) != n:
+            p.error(f"--steps gives {len(args.steps)} steps for {n} checkpoints: give one per checkpoint, in order")
+        if min(args.steps) < 0:
+            p.error(f"--steps {' '.join(map(str, args.steps))}: steps are 0 or more")
+    for name in args.checkpoints:
+        path = Path(name).expanduser()
+        if path.is_dir() and is_own_run(path):
+            p.error(f"--checkpoints {name}: a training folder of this project; export the steps to follow first "
+                    f"(python research/export_hf.py {name} OUT_N --step N, once per step) and pass the OUT_N")
+    return args
+
+
+def _labels(names: list[str]) -> list[str]:
+    """Short unique labels: a folder's or file's name, the full spelling where two names collide, #k after."""
+    short = [Path(n).name or n for n in names]
+    labels = [s if short.count(s) == 1 else n for s, n in zip(short, names)]
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        seen[lab] = seen.get(lab, 0) + 1
+        out.append(lab if labels.count(lab) == 1 else f"{lab} #{seen[lab]}")
+    return out
+
+
+def plan(args) -> list[dict]:
+    """The checkpoints in step order: {label, name, revision, step, step_from}; InspectError where a step is unknown."""
+    if args.revisions is not None:
+        entries = [{"label": lab, "name": args.checkpoints[0], "revision": r}
+                   for lab, r in zip(_labels(args.revisions), args.revisions)]
+    else:
+        entries = [{"label": lab, "name": n, "revision": None} for lab, n in zip(_labels(args.checkpoints),
+                                                                                args.checkpoints)]
+    for i, e in enumerate(entries):
+        if args.steps is not None:
+            e["step"], e["step_from"] = args.steps[i], "--steps"
+            continue
+        found = read_step(e["name"], e["revision"])
+        if found is None:
+            raise InspectError(f"no training step found for {e['label']} (no export.json, trainer_state.json, "
+                               f"checkpoint-N folder name or number in a revision's name): pass --steps, one per "
+                               f"checkpoint in the order given")
+        e["step"], e["step_from"] = found
+    return sorted(entries, key=lambda e: e["step"])  # stable: checkpoints of one step keep the order given
+
+
+def _shape(adapter) -> dict:
+    return {"model_type": adapter.model_type, "family": adapter.family, "n_layers": adapter.n_layers,
+            "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads, "head_dim": adapter.head_dim,
+            "d_model": adapter.d_model}
+
+
+def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dict]:
+    """(one record per checkpoint in step order, the reference: the first checkpoint's model shape, windows and
+    BOS). A checkpoint with the weights of an earlier one is recorded as its duplicate and not measured."""
+    from research.inspection.key_study import measure_keys
+    records: list[dict] = []
+    ref: dict = {}
+    seen: dict[str, str] = {}  # weights' sha256 -> label of the measured checkpoint
+    for e in entries:
+        t0 = time.perf_counter()
+        model, tokenizer, adapter = load_model(e["name"], "float32", args.cache_dir, log,
+                                               progress=not args.no_progress, revision=e["revision"])
+        digest = weights_sha256(model)
+        head = {"label": e["label"], "source": adapter.source, "step": e["step"], "step_from": e["step_from"],
+                "sha256": digest}
+        if digest in seen:
+            log(f"{e['label']} (step {e['step']}): the weights of {seen[digest]}; recorded as its duplicate, not "
+                f"measured")
+            records.append({**head, "duplicate_of": seen[digest]})
+            continue
+        windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
+        shape = _shape(adapter)
+        if not ref:
+            ref = {"label": e["label"], "model": {**shape, "vocab": len(tokenizer)}, "windows": windows,
+                   "bos": starts_with_bos(tokenizer)}
+        else:
+            differs = [k for k in shape if k not in ("model_type", "family") and shape[k] != ref["model"][k]]
+            if differs or shape["model_type"] != ref["model"]["model_type"]:
+                raise InspectError(f"{e['label']} ({shape['model_type']}, {shape['n_layers']} layers, "
+                                   f"{shape['n_heads']} heads of {shape['head_dim']}) is not the architecture of "
+                                   f"{ref['label']} ({ref['model']['model_type']}, {ref['model']['n_layers']} layers, "
+                                   f"{ref['model']['n_heads']} heads of {ref['model']['head_dim']}): a trajectory "
+                                   f"follows one model; pass checkpoints of one training run")
+            if len(tokenizer) != ref["model"]["vocab"] or not torch.equal(windows, ref["windows"]):
+                raise InspectError(f"{e['label']}'s tokenizer is not {ref['label']}'s ({len(tokenizer):,} tokens "
+                                   f"against {ref['model']['vocab']:,}, or other token ids for the same text): every "
+                                   f"checkpoint must read the same tokens")
+        log(f"{e['label']} (step {e['step']}): {args.batches} batches of {args.batch} x {windows.shape[1]} tokens "
+            f"of {docs.name}")
+        rec = measure_keys(adapter, windows, args.batch, None, desc=e["label"], show_progress=not args.no_progress)
+        rec.update({**head, "duplicate_of": None, **shape, "params": adapter.model_param_count(), "gguf": adapter.gguf,
+                    "wall_s": time.perf_counter() - t0})
+        seen[digest] = e["label"]
+        records.append(rec)
+        del model, adapter
+    return records, ref
+
+
+def main(argv=None, description: str = "") -> int:
+    args = parse_args(argv, description)
+    out = Path(args.out)
+    saved = None  # the results file, once written: an interrupt keeps it
+    try:
+        if args.render_only:
+            render_study(out, margin=args.margin)
+            print(f"wrote {out / REPORT_FILE} and the figures")
+            return 0
+        refuse_others_results(out, "checkpoint_keys_study.py")
+        entries = plan(args)
+        out.mkdir(parents=True, exist_ok=True)
+        with FolderLock(out, hint="pass another --out"):
+            from utils.runtime import provenance
+            t0 = time.perf_counter()
+            docs = text_documents(args.text)
+            records, ref = measure(entries, docs, args)
+            text = {"source": docs.name, "sha256": docs.sha256, "description": docs.description,
+                    "documents": docs.picked, "batches": args.batches, "batch": args.batch,
+                    "seq_len": int(ref["windows"].shape[1]), "seed": args.seed, "bos": ref["bos"] is not None}
+            res = {"schema": SCHEMA, "version": VERSION, "model": ref["model"], "text": text, "checkpoints": records,
+                   "margin": args.margin,
+                   "command": "python research/checkpoint_keys_study.py " + " ".join(argv or sys.argv[1:]),
+                   "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}
+            save_results(out / FILE, res)
+            saved = out / FILE
+        render_study(out, margin=args.margin)
+        report = out / REPORT_FILE
+    except KeyboardInterrupt:
+        kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
+        print(f"interrupted; {kept}", file=sys.stderr)
+        return 130
+    except (InspectError, ResultsError, LockError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
+        return 2
+    dups = sum(r["duplicate_of"] is not None for r in records)
+    print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s"
+          + (f"; {dups} checkpoint(s) with weights identical to an earlier one, named in the report" if dups else ""))
+    return 0

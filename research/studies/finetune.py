@@ -1,0 +1,270 @@
+"""The fine-tuning study (research/finetune_keys_study.py): fine-tune a pretrained QK-norm model with transformers'
+Trainer, q/k norm gains trained or frozen, probing its keys; then decide and draw through the registry of study
+kinds (kind 'finetune').
+
+    main(argv, description)   # what the script runs: parse, train every condition x seed (finished runs kept),
+                              # write study.json, then research.studies.render draws its figures and report.md
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from research.analysis.finetune import CONDITIONS, FROZEN, TRAINED
+from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
+from research.inspection import InspectError
+from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
+from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
+from research.probing.hf import KeyProbeCallback, ProbeError, model_config
+from research.results import ResultsError, load_results
+from research.results.layout import condition_dir, refuse_others_results, write_study_index
+from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
+from research.studies.kinds import KINDS
+from research.studies.render import render_study
+from utils.cli import ArgumentParser
+from utils.errors import os_fix, os_problem
+from utils.lock import FolderLock, LockError
+from utils.runtime import provenance, resolve_device, resolve_precision
+
+STUDY = "finetune_keys_study"
+DEFAULT_MODEL = "gemma3-270m"
+DEFAULT_OUT = f"research_results/{STUDY}"
+HELD_OUT = 0.1  # share of the corpus's documents kept out of training: the probe batch comes from them
+
+
+def build_parser(description: str = "") -> ArgumentParser:
+    outputs = textwrap.fill(f"Writes into --out: {STUDY_INDEX}, <condition>/seed_<s>/{RESULTS_FILE}, "
+                            f"{', '.join(KINDS['finetune'].outputs(list(CONDITIONS)))}.", 100, break_on_hyphens=False)
+    p = ArgumentParser(description=f"{description.rstrip()}\n\n{outputs}")
+    p.add_argument("--model", default=DEFAULT_MODEL,
+                   help="The pretrained model: a packaged name, a GGUF file, a Hugging Face folder or a hub id, of a "
+                        "family with q/k norms. Default: %(default)s")
+    p.add_argument("--tokens", type=int, default=24_576,
+                   help="Training tokens per run (rounded down to whole steps). Default: %(default)s (24 steps of 8 x "
+                        "128), about 4 minutes per run of Gemma 3 270M on 2 CPU cores in bf16")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                   help="Seeds (data order); every condition runs each, paired by seed. Default: 0 1 2")
+    p.add_argument("--probe_every", type=int, default=None,
+                   help="Optimizer steps between probes (also at step 0 and the last step). Default: a quarter of the "
+                        "steps")
+    p.add_argument("--batch_size", type=int, default=8, help="Sequences per optimizer step. Default: %(default)s")
+    p.add_argument("--seq_len", type=int, default=128, help="Tokens per sequence. Default: %(default)s")
+    p.add_argument("--lr", type=float, default=1e-4,
+                   help="Peak AdamW learning rate (linear warmup over 10%% of the steps, then linear decay; no "
+                        "weight decay, so a frozen and a trained gain differ only by training). Default: %(default)s")
+    p.add_argument("--probe_batch", type=int, default=8,
+                   help="Held-out windows in the probe batch (--seq_len tokens each). Default: %(default)s")
+    p.add_argument("--device", default="auto", help="auto (CUDA when available), cpu or cuda[:N]. Default: auto")
+    p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
+                   help="Training precision: bf16 autocast or fp32; auto: bf16 on CUDA and on CPUs with native bf16. "
+                        "The probe measures in fp32. Default: auto")
+    p.add_argument("--margin", type=float, default=MARGIN,
+                   help="Equivalence margin of key metrics, a share of the compared values' mean (docs/decisions.md). "
+                        "Default: %(default)s")
+    p.add_argument("--loss_margin", type=float, default=LOSS_MARGIN,
+                   help="Equivalence margin of losses, as --margin is of key metrics. Default: %(default)s")
+    p.add_argument("--out", default=DEFAULT_OUT,
+                   help="Study folder the runs, figures and report are written into. Default: %(default)s")
+    p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
+    p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    return p
+
+
+def parse_args(argv=None, description: str = "") -> argparse.Namespace:
+    p = build_parser(description)
+    args = p.parse_args(argv)
+    for name in ("tokens", "batch_size", "probe_batch"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} {getattr(args, name)}: give 1 or more")
+    if args.seq_len < 8:
+        p.error(f"--seq_len {args.seq_len}: give 8 or more tokens")
+    if args.probe_every is not None and args.probe_every < 1:
+        p.error(f"--probe_every {args.probe_every}: give 1 or more optimizer steps")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        p.error(f"--lr {args.lr}: give a positive learning rate")
+    if len(set(args.seeds)) < len(args.seeds) or min(args.seeds) < 0:
+        p.error(f"--seeds {' '.join(map(str, args.seeds))}: give distinct seeds >= 0")
+    for name in ("margin", "loss_margin"):
+        try:
+            check_margin(f"--{name}", getattr(args, name))
+        except ValueError as e:
+            p.error(str(e))
+    steps = args.tokens // (args.batch_size * args.seq_len)
+    if steps < 1:
+        p.error(f"--tokens {args.tokens} is less than one step of {args.batch_size} x {args.seq_len} tokens")
+    path = Path(args.model).expanduser()
+    if path.is_dir() and is_own_run(path):
+        p.error(f"--model {args.model}: a training folder of this project; export it first (python "
+                f"research/export_hf.py {args.model} OUT) and pass OUT")
+    if len(args.seeds) < 2:
+        print("note: with one seed nothing is tested: the report is descriptive", file=sys.stderr)
+    return args
+
+
+def split_corpus(docs: Documents, held_out: float = HELD_OUT) -> tuple[Documents, Documents]:
+    """(training documents, held-out documents): a fixed shuffle (seed 0) of the documents, its first share held
+    out, so every run and every seed probes the same text and never trains on it."""
+    order = np.random.default_rng(0).permutation(len(docs.texts))
+    n = max(1, int(len(order) * held_out))
+    pick = lambda ix, what: Documents([docs.texts[i] for i in ix], f"{docs.name} ({what})", docs.sha256,
+                                      docs.description)
+    return pick(order[n:], "training documents"), pick(order[:n], "held-out documents")
+
+
+def training_blocks(tokenizer, docs: Documents, seq_len: int, n_blocks: int) -> torch.Tensor:
+    """[N, seq_len] token blocks of the training documents in their order, each document ending with EOS (and
+    starting with BOS where the tokenizer puts one first): a pool four times what a run needs (or the whole
+    corpus), from which each seed draws its own order."""
+    bos, eos = starts_with_bos(tokenizer), getattr(tokenizer, "eos_token_id", None)
+    want = 4 * n_blocks * seq_len
+    stream: list[int] = []
+    for text in docs.texts:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        stream += ([bos] if bos is not None else []) + ids + ([eos] if eos is not None else [])
+        if len(stream) >= want:
+            break
+    n = len(stream) // seq_len
+    if n < n_blocks:
+        raise InspectError(f"the training documents hold {len(stream):,} tokens: {n} blocks of {seq_len}, {n_blocks} "
+                           f"needed; pass fewer --tokens or a shorter --seq_len")
+    return torch.tensor(stream[:n * seq_len], dtype=torch.long).view(n, seq_len)
+
+
+class Blocks(torch.utils.data.Dataset):
+    """Token blocks as the Trainer's causal-LM examples (labels = inputs; the model shifts them)."""
+
+    def __init__(self, blocks: torch.Tensor):
+        self.blocks = blocks
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.blocks[i], "labels": self.blocks[i]}
+
+
+def set_trainable(model, condition: str) -> dict[str, int]:
+    """Freeze the embeddings (both conditions) and, for gains_frozen, the q/k norm gains; returns the counts of
+    trainable and frozen parameters. InspectError for a model without q/k norm gains."""
+    emb = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    gains = [p for n, p in model.named_parameters() if n.endswith(("q_norm.weight", "k_norm.weight"))]
+    if not gains:
+        raise InspectError(f"{type(model).__name__} has no q_norm / k_norm gains: the two conditions would be the same "
+                           f"model; pass a QK-norm model (Gemma 3, Qwen3, OLMo 2, Apertus), e.g. {DEFAULT_MODEL}")
+    frozen = {id(p) for p in gains} if condition == FROZEN else set()
+    counts = {"trainable": 0, "frozen": 0}
+    for p in model.parameters():
+        train = id(p) not in emb and id(p) not in frozen
+        p.requires_grad_(train)
+        counts["trainable" if train else "frozen"] += p.numel()
+    return counts
+
+
+def finished(path: Path, steps: int) -> bool:
+    """A run whose results.json holds its last probe (a damaged file is no finished run: ResultsError says so)."""
+    return path.is_file() and load_results(path)["steps"][-1:] == [steps]
+
+
+def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor, probe_ids: torch.Tensor,
+              steps: int, every: int, device: torch.device, precision: str, data: dict, log=print) -> None:
+    """Fine-tune one condition at one seed with transformers' Trainer and the key probe."""
+    from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
+    from transformers.utils import logging as hf_logging
+    model, _, adapter = load_model(args.model, "float32", args.cache_dir, lambda *a: None, progress=False)
+    counts = set_trainable(model, condition)
+    order = torch.from_numpy(np.random.default_rng(seed).permutation(len(pool))[:steps * args.batch_size])
+    results = run_dir / RESULTS_FILE
+    if results.exists():  # an unfinished run of an earlier start: trained again from step 0
+        results.unlink()
+    header = {"seed": seed, "provenance": {**provenance(device), "train_precision": precision},
+              "data": data, "config": {"model": {**model_config(adapter), "source": adapter.source},
+                                       "train": {"seed": seed, "lr": args.lr, "steps": steps,
+                                                 "batch_size": args.batch_size, "seq_len": args.seq_len,
+                                                 "precision": precision, "corpus": data["corpus"],
+                                                 "trainable_params": counts["trainable"],
+                                                 "frozen_params": counts["frozen"]},
+                                       "probe": {"every": every}}}
+    callback = KeyProbeCallback(results, probe_ids, every=every, tag=condition, header=header)
+    targs = TrainingArguments(
+        output_dir=str(run_dir / "trainer"), max_steps=steps, per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr, lr_scheduler_type="linear", warmup_steps=max(1, steps // 10), weight_decay=0.0,
+        logging_steps=every, save_strategy="no", report_to=[], seed=seed, data_seed=seed,
+        bf16=precision == "bf16", use_cpu=device.type == "cpu", include_num_input_tokens_seen=True,
+        disable_tqdm=args.no_progress, dataloader_num_workers=0,
+        train_sampling_strategy="sequential")  # the seed's own order (Blocks below), the same for both conditions
+    set_seed(seed)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the Trainer's own info lines; its progress bar stays
+    try:
+        t0 = time.perf_counter()
+        trainer = Trainer(model=model, args=targs, train_dataset=Blocks(pool[order]), callbacks=[callback])
+        trainer.remove_callback(PrinterCallback)  # its dict per log; the summary line below says what matters
+        trainer.train()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    res = load_results(results)
+    log(f"{condition} seed {seed}: {steps} steps in {time.perf_counter() - t0:.0f} s; val loss "
+        f"{res['init_val_loss']:.3f} -> {res['val_loss'][-1]:.3f}, mean key PR {res['mean_pr'][0]:.2f} -> "
+        f"{res['mean_pr'][-1]:.2f}")
+
+
+def main(argv=None, description: str = "") -> int:
+    args = parse_args(argv, description)
+    out = Path(args.out)
+    log = print
+    try:
+        refuse_others_results(out, "finetune_keys_study.py", study=STUDY)  # its own study.json is no other's
+        device = resolve_device(args.device)
+        precision = resolve_precision(args.precision, device)
+        steps = args.tokens // (args.batch_size * args.seq_len)
+        every = args.probe_every or max(1, steps // 4)
+        out.mkdir(parents=True, exist_ok=True)
+        with FolderLock(out, hint="pass another --out"):
+            t0 = time.perf_counter()
+            model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log,
+                                                   progress=not args.no_progress)
+            set_trainable(model, TRAINED)  # refuses a model without q/k norm gains before any training
+            del model
+            docs = text_documents(ENGLISH)
+            train_docs, held = split_corpus(docs)
+            probe_ids = text_windows(tokenizer, held, args.probe_batch, args.seq_len, seed=0)
+            pool = training_blocks(tokenizer, train_docs, args.seq_len, steps * args.batch_size)
+            data = {"corpus": docs.name, "corpus_sha256": docs.sha256, "held_out_documents": len(held.texts),
+                    "probe_documents": held.picked, "pool_blocks": len(pool)}
+            log(f"{args.model}: {steps} steps of {args.batch_size} x {args.seq_len} tokens per run, probes every "
+                f"{every} steps on {args.probe_batch} held-out windows; {precision} on {device}; conditions "
+                f"{', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
+            several = len(args.seeds) > 1
+            index = {c: [] for c in CONDITIONS}
+            for seed in args.seeds:
+                for condition in CONDITIONS:
+                    run_dir = condition_dir(out, condition, seed, several)
+                    index[condition].append(str(run_dir.relative_to(out) / RESULTS_FILE))
+                    if finished(run_dir / RESULTS_FILE, steps):
+                        log(f"{condition} seed {seed}: finished earlier, kept")
+                        continue
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, device, precision,
+                              data, log)
+            write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
+                              conditions=index, margin=args.margin, loss_margin=args.loss_margin)
+        written = render_study(out)
+        log(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
+    except KeyboardInterrupt:
+        print(f"interrupted; finished runs are kept in {out}: run the same command again to continue",
+              file=sys.stderr)
+        return 130
+    except (InspectError, ProbeError, ResultsError, LockError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
+        return 2
+    return 0

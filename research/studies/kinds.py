@@ -1,0 +1,176 @@
+"""The one registry of study kinds: how each kind's folder is read, decided, drawn and written. No torch.
+
+A kind is one record (`Kind`): `load` reads and checks its folder's inputs, `analyze` decides them (a frozen
+dataclass of research.analysis), and from that analysis alone `figures`, `report` and `combined` build what is
+written. research.studies.render runs these steps for any folder; the study runner, every study script and
+research/split_panels.py go through it. A kind is found from the folder: its study.json names it, or its own
+results file does (`found_by`).
+
+Adding a kind: write its analysis (research/analysis/<kind>.py) and its figures and report
+(research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md shows an example).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from research.analysis import finetune as finetune_analysis
+from research.analysis import heads as heads_analysis
+from research.analysis import keys as keys_analysis
+from research.analysis import lr as lr_analysis
+from research.analysis import pilot as pilot_analysis
+from research.analysis import pretrained as pretrained_analysis
+from research.analysis import qk_norm as qk_norm_analysis
+from research.analysis import trajectory as trajectory_analysis
+from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.results import ResultsError
+from research.results.layout import load_study
+from research.results.pretrained import FILE as PRETRAINED_FILE
+from research.results.pretrained import load_pretrained_keys
+from research.results.trajectory import FILE as TRAJECTORY_FILE
+from research.results.trajectory import load_trajectory
+from research.results.values import json_safe
+from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
+
+
+def _no_combined(analysis) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of study, from its folder to the files it writes."""
+
+    name: str  # as study.json's "kind" names it
+    load: Callable[[Path, dict], Any]  # (folder, its checked study.json or {}) -> the inputs analyze decides
+    analyze: Callable[[Any, float | None, float | None], Any]  # (inputs, margin, loss_margin; None: the
+    #   kind's default, the one its inputs ran with) -> a frozen dataclass of research.analysis
+    figures: Callable[[Any], dict]  # (analysis) -> {file name: Figure}
+    report: Callable[[Any], str]  # (analysis) -> report.md
+    outputs: Callable[[list[str]], list[str]]  # (conditions) -> the names of the files it writes, in order
+    combined: Callable[[Any], dict] = _no_combined  # (analysis) -> {file name: JSON-ready dict}
+    found_by: str | None = None  # the results file that marks a folder of this kind (where no study.json names it)
+
+    def draw(self, analysis) -> dict:
+        """{file name: Figure, report text or JSON-ready dict}: everything the kind writes, in memory."""
+        return {**self.figures(analysis), REPORT: self.report(analysis), **self.combined(analysis)}
+
+
+# ---------------------------------------------------------------------------------- kinds of trained runs
+
+def _runs(folder: Path, index: dict) -> dict:
+    return load_study(folder, index)[1]
+
+
+def _margins(analyze, with_loss: bool = True):
+    """An analyze of runs with the project's margins where a study gives none."""
+    def run(runs: dict, margin: float | None, loss_margin: float | None):
+        margin = MARGIN if margin is None else margin
+        if with_loss:
+            return analyze(runs, margin=margin, loss_margin=LOSS_MARGIN if loss_margin is None else loss_margin)
+        return analyze(runs, margin=margin)
+    return run
+
+
+def _decision_json(d) -> dict:
+    return json_safe({"n": d.n, "difference": d.diff, "relative": d.rel, "ci": list(d.ci), "ci_level": d.ci_level,
+                      "p": d.p, "p_bonferroni": d.p_adj, "margin": d.margin, "outcome": d.outcome,
+                      "seeds_needed": d.seeds_needed})
+
+
+def _qk_norm_combined(analysis) -> dict:
+    return {QK_COMBINED: {
+        "study": "qk_norm", "conditions": sorted(analysis.runs), "margin": analysis.margin,
+        "loss_margin": analysis.loss_margin, "summary": analysis.summary,
+        "decisions": {name: {f"{x}-{y}": _decision_json(d) for (x, y), d in decisions.items()}
+                      for name, decisions in analysis.decisions.items()},
+        "verdict": analysis.verdict.text, "verdict_pr_var": analysis.verdict_pr_var.text,
+        "loss_verdict": analysis.loss_verdict.text, "train_loss_verdict": analysis.train_loss_verdict.text,
+        "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}}
+
+
+def _pilot_combined(analysis) -> dict:
+    return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
+
+
+def _fixed(*names: str):
+    return lambda conditions: list(names)
+
+
+def _per_condition(bases: tuple[str, ...]):
+    """One set of figures per condition, named after it when there are several (research.plots.keys.figure_name)."""
+    def outputs(conditions: list[str]) -> list[str]:
+        from research.plots.keys import figure_name
+        return [figure_name(b, c, len(conditions)) for c in conditions for b in bases] + [REPORT]
+    return outputs
+
+
+def _plots(module: str):
+    """research.plots.<module>, imported when first drawn (matplotlib is not needed to read a folder)."""
+    import importlib
+    return importlib.import_module(f"research.plots.{module}")
+
+
+def _figures(module: str) -> Callable[[Any], dict]:
+    return lambda analysis: _plots(module).figures(analysis)
+
+
+def _report(module: str) -> Callable[[Any], str]:
+    return lambda analysis: _plots(module).report(analysis)
+
+
+# ---------------------------------------------------------------------------------- kinds of measured models
+
+def _pretrained_analyze(res: dict, margin: float | None, loss_margin: float | None):
+    return pretrained_analysis.analyze_file(res, margin)
+
+
+def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | None):
+    return trajectory_analysis.analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
+
+
+def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict], dict]:
+    def load(folder: Path, index: dict) -> dict:
+        path = Path(folder) / name
+        if not path.is_file():
+            raise ResultsError(f"{folder}: no {name} in it")
+        return load_file(path)
+    return load
+
+
+def _names(module: str, extra: tuple[str, ...] = ()) -> Callable[[list[str]], list[str]]:
+    return lambda conditions: [*_plots(module).FIGURES, REPORT, *extra]
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), _figures("qk_norm"), _report("qk_norm_report"),
+         _names("qk_norm", (QK_COMBINED,)), _qk_norm_combined),
+    Kind("pilot", _runs, _margins(pilot_analysis.analyze), _figures("pilot"), _report("pilot"),
+         _names("pilot", (PILOT_COMBINED,)), _pilot_combined),
+    Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), _figures("keys"), _report("keys"),
+         lambda conditions: _per_condition(_plots("keys").FIGURE_BASES)(conditions)),
+    Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), _figures("heads"), _report("heads"),
+         lambda conditions: _per_condition(_plots("heads").FIGURE_BASES)(conditions)),
+    Kind("lr", _runs, _margins(lr_analysis.analyze), _figures("lr"), _report("lr"), _names("lr")),
+    Kind("finetune", _runs, _margins(finetune_analysis.analyze), _figures("finetune"), _report("finetune"),
+         _names("finetune")),
+    Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze, _figures("pretrained"),
+         _report("pretrained"), _names("pretrained"), found_by=PRETRAINED_FILE),
+    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, _figures("trajectory"),
+         _report("trajectory"), _names("trajectory"), found_by=TRAJECTORY_FILE),
+)}
+
+
+def read(folder: Path, index: dict) -> tuple[Kind, object]:
+    """(the kind of a study folder, its inputs read and checked): the kind its study.json names, else the one whose
+    results file it holds, else what research.results.layout.load_study recognizes (the pilot's combined file,
+    QK-norm condition folders). ResultsError names a file that cannot be used."""
+    if index:
+        kind = KINDS[index["kind"]]
+        return kind, kind.load(folder, index)
+    for kind in KINDS.values():
+        if kind.found_by and (Path(folder) / kind.found_by).is_file():
+            return kind, kind.load(folder, index)
+    name, runs = load_study(folder, index)
+    return KINDS[name], runs
