@@ -30,7 +30,7 @@ from research.results.values import parse_json
 from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, RUN_FILES,
                                          STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
 from utils.errors import os_problem
-from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Obj, OneOf, Opt, Rule, Text, check
+from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
 INDEX_FIX = "rerun the study or correct/delete study.json"
@@ -234,6 +234,32 @@ def runs_from_combined(d: dict | str | Path, path: str | Path = PILOT_COMBINED) 
         raise ResultsError(f"{path}: no condition in it (an object with 'tokens' per probe): not a pilot's "
                            f"{PILOT_COMBINED}. {COMBINED_FIX}")
     return runs
+
+
+# ----------------------------------------------------------------------------- combined.json (QK-norm study)
+
+_NUMBERS = ListOf(Number(), "a list of numbers or null")
+_FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final_loss", "final_val_loss")
+           for part, spec in (("", Number()), ("_ci95", Number()), ("_per_seed", _NUMBERS))}
+_DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
+                                                           "margin")},
+                 "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
+                 "seeds_needed": Integer()})
+# combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
+# notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
+# rendered file against it).
+QK_COMBINED_FORMAT = Obj({
+    "study": OneOf(("qk_norm",)),
+    "conditions": ListOf(Text(nullable=False), "a non-empty list of condition names", nonempty=True),
+    "margin": Custom(lambda v: check_margin("margin", v), "a margin"),
+    "loss_margin": Custom(lambda v: check_margin("loss_margin", v), "a margin"),
+    "summary": MapOf(Obj({"tag": Text(nullable=False), "label": Text(nullable=False), "n": Integer(lo=1),
+                          "seeds": ListOf(Integer(), "a list of integers or null"), "tokens": _NUMBERS, **_FINALS}),
+                     path="dot"),
+    "decisions": MapOf(MapOf(_DECISION, path="dot"), path="dot"),  # field -> "x-y" -> decision
+    **{k: Text(nullable=False) for k in ("verdict", "verdict_pr_var", "loss_verdict", "train_loss_verdict")},
+    "claims": MapOf(Obj({"claim": Text(nullable=False), "status": Text(nullable=False)}), path="dot"),
+})
 
 
 # ----------------------------------------------------------------------------- the runs of a study
