@@ -40,7 +40,8 @@ def _label_once(c: dict, where: str, ctx) -> None:
 def _measured_or_duplicate(c: dict, where: str, ctx) -> None:
     """A duplicate names an earlier measured checkpoint and holds no measurement; a measured one is a model record
     (research.results.pretrained.MODEL) of the file's architecture on the file's batches."""
-    labels, dup, i = ctx["labels"], c.get("duplicate_of"), int(where[where.index("[") + 1:-1])
+    labels, dup = ctx["labels"], c.get("duplicate_of")
+    i = len(labels)  # every earlier checkpoint left its label
     if dup is not None:
         first = labels.get(dup)
         if first is None or first[1] is not None:
