@@ -5,7 +5,7 @@
         optim.pt            optimizer state dicts + torch RNG state (tensors and numbers only,
                             read back with torch.load(weights_only=True))
         state.json          step, tokens, data-loader position, config, the callbacks' states and the
-                            data identity (training.resume.data_identity); check_state checks their types
+                            data identity (training.resume.data_identity); STATE declares their types
 
 A folder is first written under a hidden temporary name (.tmp-step-N-*) and renamed when
 complete (utils.io.atomic_dir), so a crash mid-write never leaves a folder that looks like a
@@ -30,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from utils.errors import is_disk_full
+from utils.formats import Integer, MapOf, Number, Obj, Opt, check, found
 from utils.io import atomic_dir, remove_matching, temp_dir_pattern
 from utils.testhook import hook
 
@@ -191,33 +192,24 @@ def _read(path: Path, what: str, reader: Callable):
         raise CheckpointError(f"{what} cannot be read ({type(e).__name__}: {str(e)[:200]})") from e
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+# state.json declared (utils.formats): every field of the type save_checkpoint writes. The callbacks' own states and
+# the loader position are checked by their owners when they are loaded (CheckpointError names the callback).
+STATE = Obj({
+    "step": Integer("a step (a whole number >= 0)", nullable=False, lo=0),
+    "tokens": Opt(Integer("a whole number >= 0", nullable=False, lo=0)),
+    "wall_time": Opt(Number("a number of seconds", nullable=False, ok=lambda v: math.isfinite(v) and v >= 0)),
+    "loader": Obj({}, show=found),
+    **{k: Opt(Obj({}, show=found)) for k in ("config", "data")},  # data: training.resume.data_identity
+    "callbacks": Opt(MapOf(Obj({}, show=found), show=found)),  # {callback name: its state}
+}, show=found)
 
 
 def check_state(state) -> dict:
-    """A state.json's contents, every field of the type save_checkpoint wrote (ValueError names the one that
-    is not): step, loader, and where present tokens, wall_time, config, callbacks (an object per callback),
-    data (the data identity, training.resume)."""
-    if not isinstance(state, dict) or not _is_int(state.get("step")) or "loader" not in state:
+    """A state.json's contents checked against STATE (FormatError, a ValueError, names the field that does not fit);
+    ValueError "not a checkpoint state" for a file without step and loader."""
+    if not isinstance(state, dict) or "step" not in state or "loader" not in state:
         raise ValueError("not a checkpoint state (expected step and loader)")
-    problems = []
-    if state["step"] < 0:
-        problems.append(f"step {state['step']} is negative")
-    if "tokens" in state and not (_is_int(state["tokens"]) and state["tokens"] >= 0):
-        problems.append(f"tokens must be a whole number >= 0, found {state['tokens']!r}")
-    wall = state.get("wall_time", 0.0)
-    if not (isinstance(wall, (int, float)) and not isinstance(wall, bool) and math.isfinite(wall) and wall >= 0):
-        problems.append(f"wall_time must be a number of seconds, found {wall!r}")
-    for key in ("loader", "config", "callbacks", "data"):
-        if key in state and not isinstance(state[key], dict):
-            problems.append(f"{key} must be an object, found {state[key]!r}"[:120])
-    callbacks = state.get("callbacks")
-    if isinstance(callbacks, dict):
-        problems += [f"the state of callback {name!r} must be an object, found {v!r}"[:120]
-                     for name, v in callbacks.items() if not isinstance(v, dict)]
-    if problems:
-        raise ValueError("; ".join(problems))
+    check(STATE, state)
     return state
 
 

@@ -23,13 +23,14 @@ import math
 import re
 from pathlib import Path
 
-from research.results.checks import check_margin, found, is_integer
+from research.results.checks import check_margin, found
 from research.results.read import seed_of
 from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
 from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, RUN_FILES,
                                          STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
 from utils.errors import os_problem
+from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
 INDEX_FIX = "rerun the study or correct/delete study.json"
@@ -88,17 +89,13 @@ def _within(folder: Path, path: Path) -> Path | None:
 
 
 def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> list[Path]:
-    """One condition's results files: relative paths inside the study folder and inside the condition's own folder
-    (a link leading out of the folder is refused too), none listed twice."""
+    """One condition's results files (a non-empty list of text, as STUDY declares): relative paths inside the
+    study folder and inside the condition's own folder (a link leading out of the folder is refused too), none
+    listed twice."""
     where = f"conditions.{cond}"
-    if not isinstance(entries, list) or not entries:
-        raise ResultsError(f"{path}: {where}: expected a non-empty list of results files (paths relative to the "
-                           f"study folder), found {found(entries)}; fix: {INDEX_FIX}")
     own = condition_dir(Path(), cond, 0, several_seeds=False).parts
     out = []
     for i, entry in enumerate(entries):
-        if not isinstance(entry, str) or not entry.strip():
-            raise ResultsError(f"{path}: {where}[{i}]: expected a path (text), found {found(entry)}; fix: {INDEX_FIX}")
         rel = Path(entry)
         key = None if rel.is_absolute() or ".." in rel.parts else _within(folder, folder / rel)
         if key is None:
@@ -116,58 +113,65 @@ def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> li
     return out
 
 
-def check_study_index(meta, path: Path, folder: Path) -> dict:
-    """The fields of a study.json, checked and typed: {path (of study.json), study, kind, seeds, preset, margin,
-    loss_margin (None where absent), conditions: {name: [results file paths under folder]}}. ResultsError names the
-    field and the fix."""
-    def bad(field: str, expected: str, value, shown: str | None = None) -> ResultsError:
-        return ResultsError(f"{path}: {field}: expected {expected}, found {shown or found(value)}; fix: {INDEX_FIX}")
-    if not isinstance(meta, dict):
-        raise bad("(top level)", "a JSON object (the study index)", meta)
-    out: dict = {"path": path}
-    for field in ("study", "preset"):
-        value = meta.get(field)
-        if field in meta and (not isinstance(value, str) or not value):
-            raise bad(field, "a name (text)", value)
-        out[field] = value
-    kind = meta.get("kind")
-    if not isinstance(kind, str) or kind not in STUDY_KINDS:
-        raise bad("kind", f"one of {', '.join(STUDY_KINDS)}", kind)
-    out["kind"] = kind
+def _seeds_once(meta: dict, where: str, ctx) -> None:
     seeds = meta.get("seeds")
-    if "seeds" in meta and (not isinstance(seeds, list) or not seeds or not all(is_integer(s) for s in seeds)):
-        raise bad("seeds", "a non-empty list of integers", seeds)
     if seeds is not None and len(set(seeds)) < len(seeds):
         twice = sorted({s for s in seeds if seeds.count(s) > 1})
-        raise bad("seeds", "each seed once", seeds, f"seed(s) {', '.join(map(str, twice))} more than once")
-    out["seeds"] = seeds
-    for field in ("margin", "loss_margin"):
-        out[field] = None
-        if field in meta:
-            try:
-                out[field] = check_margin(field, meta[field])
-            except ValueError as e:
-                raise ResultsError(f"{path}: {field}: {e}; fix: {INDEX_FIX}") from e
-    conditions = meta.get("conditions")
-    if not isinstance(conditions, dict) or not conditions:
-        raise bad("conditions", "an object mapping each condition to its results files", conditions)
+        raise FormatError("seeds", "each seed once", f"seed(s) {', '.join(map(str, twice))} more than once")
+
+
+def _runs_named_for_the_kind(meta: dict, where: str, ctx) -> None:
+    """Each condition names its folder; a study of kind 'lr' names its runs condition@multiplier, no other kind
+    does; no run twice."""
     runs: dict = {}
-    for cond in conditions:
+    for cond in meta["conditions"]:
         grid, name = _grid_run(cond), base_condition(cond)
+        at = f"conditions.{cond}"
         if not name or name in (".", "..") or Path(name).name != name:
-            raise bad(f"conditions.{cond}", "a condition name, which is also its folder's (no '/', not '.' or '..')",
-                      cond)
-        if kind == "lr" and grid is None:
-            raise bad(f"conditions.{cond}", "a run of the learning-rate grid named condition@multiplier (e.g. "
-                      "'NoQK@4', a positive multiplier), as a study of kind 'lr' names them", cond)
-        if kind != "lr" and GRID_SEP in cond:
-            raise bad(f"conditions.{cond}", f"a condition name without {GRID_SEP!r} (only a study of kind 'lr' "
-                      "names its runs condition@multiplier)", cond)
+            raise FormatError(at, "a condition name, which is also its folder's (no '/', not '.' or '..')", found(cond))
+        if meta["kind"] == "lr" and grid is None:
+            raise FormatError(at, "a run of the learning-rate grid named condition@multiplier (e.g. 'NoQK@4', a "
+                              "positive multiplier), as a study of kind 'lr' names them", found(cond))
+        if meta["kind"] != "lr" and GRID_SEP in cond:
+            raise FormatError(at, f"a condition name without {GRID_SEP!r} (only a study of kind 'lr' names its runs "
+                              "condition@multiplier)", found(cond))
         if grid in runs:
-            raise bad(f"conditions.{cond}", "one entry per run", cond, f"the same run as conditions.{runs[grid]}")
+            raise FormatError(at, "one entry per run", f"the same run as conditions.{runs[grid]}")
         runs[grid or cond] = cond
+
+
+_NAME = Opt(Text("a name (text)", nullable=False, nonempty=True))
+# study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
+# preset of this project); the paths of conditions are checked against the folder by _check_paths.
+STUDY = Obj({
+    "study": _NAME, "preset": _NAME,
+    "kind": OneOf(STUDY_KINDS),
+    "seeds": Opt(ListOf(Integer(nullable=False), "a non-empty list of integers", nonempty=True, whole=True,
+                        show=found)),
+    "(seeds)": Rule(_seeds_once),
+    "margin": Opt(Custom(lambda v: check_margin("margin", v), "a margin")),
+    "loss_margin": Opt(Custom(lambda v: check_margin("loss_margin", v), "a margin")),
+    "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, ok=str.strip),
+                               "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
+                               show=found),
+                        "an object mapping each condition to its results files", path="dot", nonempty=True,
+                        show=found),
+}, "a JSON object (the study index)", show=found, rules=(_runs_named_for_the_kind,))
+
+
+def check_study_index(meta, path: Path, folder: Path) -> dict:
+    """The fields of a study.json, checked (STUDY) and typed: {path (of study.json), study, kind, seeds, preset,
+    margin, loss_margin (None where absent), conditions: {name: [results file paths under folder]}}. ResultsError
+    names the field and the fix."""
+    try:
+        check(STUDY, meta)
+    except FormatError as e:
+        raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
+    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds")}}
+    out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin")})
     seen: dict = {}
-    out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen) for cond, entries in conditions.items()}
+    out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen)
+                         for cond, entries in meta["conditions"].items()}
     return out
 
 
@@ -230,6 +234,32 @@ def runs_from_combined(d: dict | str | Path, path: str | Path = PILOT_COMBINED) 
         raise ResultsError(f"{path}: no condition in it (an object with 'tokens' per probe): not a pilot's "
                            f"{PILOT_COMBINED}. {COMBINED_FIX}")
     return runs
+
+
+# ----------------------------------------------------------------------------- combined.json (QK-norm study)
+
+_NUMBERS = ListOf(Number(), "a list of numbers or null")
+_FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final_loss", "final_val_loss")
+           for part, spec in (("", Number()), ("_ci95", Number()), ("_per_seed", _NUMBERS))}
+_DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
+                                                           "margin")},
+                 "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
+                 "seeds_needed": Integer()})
+# combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
+# notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
+# rendered file against it).
+QK_COMBINED_FORMAT = Obj({
+    "study": OneOf(("qk_norm",)),
+    "conditions": ListOf(Text(nullable=False), "a non-empty list of condition names", nonempty=True),
+    "margin": Custom(lambda v: check_margin("margin", v), "a margin"),
+    "loss_margin": Custom(lambda v: check_margin("loss_margin", v), "a margin"),
+    "summary": MapOf(Obj({"tag": Text(nullable=False), "label": Text(nullable=False), "n": Integer(lo=1),
+                          "seeds": ListOf(Integer(), "a list of integers or null"), "tokens": _NUMBERS, **_FINALS}),
+                     path="dot"),
+    "decisions": MapOf(MapOf(_DECISION, path="dot"), path="dot"),  # field -> "x-y" -> decision
+    **{k: Text(nullable=False) for k in ("verdict", "verdict_pr_var", "loss_verdict", "train_loss_verdict")},
+    "claims": MapOf(Obj({"claim": Text(nullable=False), "status": Text(nullable=False)}), path="dot"),
+})
 
 
 # ----------------------------------------------------------------------------- the runs of a study

@@ -18,95 +18,84 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from research.results.checks import ShapeError, check_provenance, check_scalar, found, is_integer, is_number, is_text
+from research.results.checks import PROVENANCE
 from research.results.pretrained import check_model, load_versioned
+from utils.formats import FormatError, Integer, ListOf, Number, Obj, Rule, Text, found
 
 SCHEMA = "qk-keys/checkpoint-keys"
 VERSION = 1
 FILE = "checkpoint_keys.json"
 _DIMS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_POSITIVE = Integer("a positive integer", nullable=False, lo=1)
 
 
-def _check_text(text) -> None:
-    if not isinstance(text, dict):
-        raise ShapeError(f"text should be an object (where the windows came from), found {found(text)}")
-    for k, ok, kind in (("source", is_text, "text"), ("sha256", is_text, "text"),
-                        ("batches", lambda v: is_integer(v) and v > 0, "a positive integer"),
-                        ("batch", lambda v: is_integer(v) and v > 0, "a positive integer"),
-                        ("seq_len", lambda v: is_integer(v) and v > 0, "a positive integer"),
-                        ("seed", is_integer, "an integer")):
-        check_scalar(text.get(k), f"text.{k}", ok, kind, nullable=False)
+def _label_once(c: dict, where: str, ctx) -> None:
+    labels = ctx.setdefault("labels", {})  # label -> (index, the label it duplicates or None)
+    if c["label"] in labels:
+        raise FormatError(f"{where}.label", problem=f" {c['label']!r} names checkpoints[{labels[c['label']][0]}] too: "
+                                                    f"labels are unique")
 
 
-def _check_entry(i: int, c, labels: dict, model: dict, n_batches: int) -> None:
-    where = f"checkpoints[{i}]"
-    if not isinstance(c, dict):
-        raise ShapeError(f"{where} should be an object, found {found(c)}")
-    check_scalar(c.get("label"), f"{where}.label", lambda v: is_text(v) and v, "a non-empty text", nullable=False)
-    label = c["label"]
-    if label in labels:
-        raise ShapeError(f"{where}.label {label!r} names checkpoints[{labels[label][0]}] too: labels are unique")
-    check_scalar(c.get("source"), f"{where}.source", is_text, "text", nullable=False)
-    check_scalar(c.get("step"), f"{where}.step", lambda v: is_integer(v) and v >= 0, "a step (an integer >= 0)",
-                 nullable=False)
-    check_scalar(c.get("step_from"), f"{where}.step_from", is_text, "text")
-    check_scalar(c.get("sha256"), f"{where}.sha256", lambda v: is_text(v) and _SHA256.match(v),
-                 "64 hex digits (the weights' sha256)", nullable=False)
-    dup = c.get("duplicate_of")
+def _measured_or_duplicate(c: dict, where: str, ctx) -> None:
+    """A duplicate names an earlier measured checkpoint and holds no measurement; a measured one is a model record
+    (research.results.pretrained.MODEL) of the file's architecture on the file's batches."""
+    labels, dup = ctx["labels"], c.get("duplicate_of")
+    i = len(labels)  # every earlier checkpoint left its label
     if dup is not None:
         first = labels.get(dup)
         if first is None or first[1] is not None:
-            raise ShapeError(f"{where}.duplicate_of {found(dup)} should name an earlier measured checkpoint")
+            raise FormatError(f"{where}.duplicate_of", problem=f" {found(dup)} should name an earlier measured "
+                                                               f"checkpoint")
         if "batches" in c:
-            raise ShapeError(f"{where} is a duplicate of {dup!r} and should hold no measurement (batches)")
-        labels[label] = (i, dup)
+            raise FormatError(where, problem=f" is a duplicate of {dup!r} and should hold no measurement (batches)")
+        labels[c["label"]] = (i, dup)
         return
-    labels[label] = (i, None)
-    try:
-        check_model(label, c)
-    except ShapeError as e:  # check_model names fields as models.<name>...; here they live at checkpoints[i]
-        raise ShapeError(str(e).replace(f"models.{label}", where)) from e
+    labels[c["label"]] = (i, None)
+    check_model(c, where)
+    model, n_batches = ctx["file"]["model"], ctx["file"]["text"]["batches"]
     for k in _DIMS:
         if c[k] != model[k]:
-            raise ShapeError(f"{where}.{k} is {c[k]}, model.{k} is {model[k]}: one model's checkpoints share one "
-                             f"architecture")
+            raise FormatError(f"{where}.{k}", problem=f" is {c[k]}, model.{k} is {model[k]}: one model's checkpoints "
+                                                      f"share one architecture")
     if len(c["batches"]) != n_batches:
-        raise ShapeError(f"{where}.batches holds {len(c['batches'])} batches, text.batches says {n_batches}: every "
-                         f"checkpoint reads the same batches")
+        raise FormatError(f"{where}.batches", problem=f" holds {len(c['batches'])} batches, text.batches says "
+                                                      f"{n_batches}: every checkpoint reads the same batches")
 
 
-def check_trajectory(res: dict) -> None:
-    """Raise ShapeError on the first field the analysis or the report could not use."""
-    check_scalar(res.get("command"), "command", is_text, "text")
-    check_scalar(res.get("wall_s"), "wall_s", is_number, "a number of seconds")
-    check_scalar(res.get("margin"), "margin", lambda v: is_number(v) and 0 < v < 1, "a share between 0 and 1")
-    check_provenance(res.get("provenance"))
-    model = res.get("model")
-    if not isinstance(model, dict) or not all(is_integer(model.get(k)) and model[k] > 0 for k in _DIMS):
-        raise ShapeError(f"model should record {', '.join(_DIMS)} as positive integers")
-    check_scalar(model.get("model_type"), "model.model_type", is_text, "text")
-    _check_text(res.get("text"))
-    ckpts = res.get("checkpoints")
-    if not isinstance(ckpts, list) or not ckpts:
-        raise ShapeError("checkpoints should be a non-empty list")
-    labels: dict[str, tuple[int, str | None]] = {}
-    for i, c in enumerate(ckpts):
-        _check_entry(i, c, labels, model, res["text"]["batches"])
+def _one_trajectory(res: dict, where: str, ctx) -> None:
+    ckpts = res["checkpoints"]
     steps = [c["step"] for c in ckpts]
     if steps != sorted(steps):
-        raise ShapeError(f"checkpoints should be sorted by step, found steps {steps}")
-    if all(c.get("duplicate_of") is not None for c in ckpts):
-        raise ShapeError("checkpoints should hold at least one measured checkpoint")
+        raise FormatError("checkpoints", "sorted by step", f"steps {steps}")
     measured = [c for c in ckpts if c.get("duplicate_of") is None]
+    if not measured:
+        raise FormatError("checkpoints", problem=" should hold at least one measured checkpoint")
     sites = {tuple(sorted(c["batches"][0]["keys"])) for c in measured}
     if len(sites) > 1:
-        raise ShapeError(f"the measured checkpoints hold different key sites ({sorted(sites)}): one architecture "
-                         f"has one set of sites")
+        raise FormatError("the measured checkpoints", problem=f" hold different key sites ({sorted(sites)}): one "
+                                                              f"architecture has one set of sites")
+
+
+_ENTRY = Obj({"label": Text("a non-empty text", nullable=False, nonempty=True), "(once)": Rule(_label_once),
+              "source": Text(nullable=False), "step": Integer("a step (an integer >= 0)", nullable=False, lo=0),
+              "step_from": Text(),
+              "sha256": Text("64 hex digits (the weights' sha256)", nullable=False, ok=_SHA256.match),
+              "(measurement)": Rule(_measured_or_duplicate)}, show=found)
+TRAJECTORY = Obj({
+    "command": Text(), "wall_s": Number("a number of seconds"),
+    "margin": Number("a share between 0 and 1", ok=lambda v: 0 < v < 1),
+    "provenance": PROVENANCE,
+    "model": Obj({**{k: _POSITIVE for k in _DIMS}, "model_type": Text()}, show=found),
+    "text": Obj({"source": Text(nullable=False), "sha256": Text(nullable=False), "batches": _POSITIVE,
+                 "batch": _POSITIVE, "seq_len": _POSITIVE, "seed": Integer(nullable=False)},
+                "an object (where the windows came from)", show=found),
+    "checkpoints": ListOf(_ENTRY, "a non-empty list", nonempty=True, show=found),
+}, name="file", rules=(_one_trajectory,))
 
 
 def load_trajectory(path: str | Path) -> dict:
     """The study file, checked; ResultsError names the file, the field and the fix."""
-    return load_versioned(path, schema=SCHEMA, version=VERSION, name=FILE, check=check_trajectory,
+    return load_versioned(path, schema=SCHEMA, version=VERSION, name=FILE, spec=TRAJECTORY,
                           fix="run research/checkpoint_keys_study.py again into this folder with the same "
                               "--checkpoints (converted GGUF files are cached)")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -189,6 +190,21 @@ def test_the_loader_refuses_a_wrong_typed_state():
         with pytest.raises((TypeError, ValueError)):
             loader.load_state_dict(bad)
     assert (loader.epoch, loader.position, loader.seed) == (0, 0, 0)  # nothing changed
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("step", -1, "step should be a step (a whole number >= 0), found -1"),
+    ("tokens", "x", "tokens should be a whole number >= 0, found 'x'"),
+    ("wall_time", float("nan"), "wall_time should be a number of seconds, found nan"),
+    ("loader", 3, "loader should be an object, found 3"),
+    ("callbacks", {"probe": 5}, "callbacks['probe'] should be an object, found 5"),
+])
+def test_state_json_is_checked_against_its_declaration(field, value, words):
+    from training.checkpoint import check_state
+    with pytest.raises(ValueError, match=re.escape(words)):
+        check_state({"step": 4, "loader": {}, field: value})
+    with pytest.raises(ValueError, match="not a checkpoint state"):
+        check_state({"step": 4})
 
 
 def test_a_broken_config_json_is_named_with_its_field(args, tmp_path, capsys, fails):

@@ -483,3 +483,20 @@ def test_pretrained_report_of_a_file_without_the_description(tmp_path):
 
 
 NaN_TEXT = "__nan__"
+
+
+# ----------------------------------------------------------------------------- combined.json of the QK-norm study
+
+def test_the_qk_norm_combined_file_fits_its_declaration():
+    """combined.json is read back by no tool; its declaration says what it holds, and a rendered one fits it."""
+    from research.analysis import qk_norm as qk_analysis
+    from research.results.layout import QK_COMBINED_FORMAT
+    from research.results.vocabulary import QK_COMBINED
+    from research.studies.render import draw_qk_norm
+    from utils.formats import FormatError, check
+    runs = {c: [qk_run(c, s, 40.0 - 5 * i, 3.6) for s in (0, 1, 2)] for i, c in enumerate(("QK", "QK_frozen", "NoQK"))}
+    combined = json.loads(json.dumps(draw_qk_norm(runs, qk_analysis.analyze(runs), 0.03, 0.005)[QK_COMBINED]))
+    check(QK_COMBINED_FORMAT, combined)
+    combined["summary"]["QK"]["final_pr_per_seed"] = "40"
+    with pytest.raises(FormatError, match=r"^summary.QK.final_pr_per_seed should be a list of numbers or null"):
+        check(QK_COMBINED_FORMAT, combined)

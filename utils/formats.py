@@ -1,0 +1,276 @@
+"""Formats declared: what a JSON file read back must hold, written once as a tree of small specs, and the one
+checker that walks a loaded value along it. No torch, nothing of the project: every reader can use it.
+
+A declaration reads like the file:
+
+    RESULTS = Obj({"tag": Text(kind="a condition name (text)", nullable=False, nonempty=True),
+                   "tokens": ListOf(Number(nullable=False), n="probes"),
+                   "seed": Integer(),                    # absent and null are the same: "an integer or null"
+                   "n_seeds": Opt(Integer(lo=1, nullable=False)),   # may be absent, never null
+                   ...})
+    check(RESULTS, loaded_dict, ctx={"probes": 5})
+
+The first field that does not fit raises FormatError(where, expected, found): the field path ("probes[2].layers[0]
+.layer", "gamma_final['1'][1]"), what the declaration says it should be, and what was found. The reader of each
+file puts its file name before the message and its fix after (research.results.schema, layout, pretrained,
+trajectory; training.checkpoint for a checkpoint's state.json). Facts across fields (seeds named once, one
+architecture per checkpoint) are `rules` of an Obj: small functions that raise FormatError too.
+
+Why specs and a checker of our own, not pydantic: pydantic is not among the project's dependencies (torch,
+datasets, transformers, matplotlib, numpy), and research/results must import with nothing more than numpy so that
+figures can be redrawn anywhere; the formats need what a model library expresses only as hand-written validators
+anyway (one value per probe across several fields, lengths given by other fields, JSON object keys that are layer
+indices); and the messages keep the project's wording (field path, expected, found, the fix), which users and tests
+rely on. One checker of ~200 lines over these specs does all of it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable
+
+
+class FormatError(ValueError):
+    """One field that does not fit its declaration. str(): "<where> should be <expected>, found <found>", or
+    "<where><problem>" for a rule's own words (a problem starts with its separator: " names ...", ": ...")."""
+
+    def __init__(self, where: str, expected: str = "", found: str = "", problem: str | None = None):
+        self.where, self.expected, self.found, self.problem = where, expected, found, problem
+        super().__init__(self.text())
+
+    def text(self, style: str = "should") -> str:
+        """The message in one of the two wordings the project's files use: "should" (results.json and the studies'
+        files: "x should be y, found z") or "expected" (study.json: "x: expected y, found z")."""
+        if self.problem is not None:
+            return f"{self.where}{self.problem}"
+        if style == "expected":
+            return f"{self.where or '(top level)'}: expected {self.expected}, found {self.found}"
+        should = self.expected if self.expected.startswith("should ") else f"should be {self.expected}"
+        return f"{self.where} {should}, found {self.found}"
+
+
+# ----------------------------------------------------------------------------- how a value is shown
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def is_integer(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def found(v) -> str:
+    """A value as a message shows it: containers by their JSON type, scalars by their repr (cut at 40)."""
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "a list" if v else "an empty list"
+    return f"{v!r:.40}"
+
+
+def type_name(v) -> str:
+    """A value shown by its Python type ('list', 'int', 'NoneType'): how results.json's messages show a container
+    field that holds something else."""
+    return type(v).__name__
+
+
+def _join(where: str, key, style: str) -> str:
+    if style == "index":
+        return f"{where}[{key!r}]"
+    return f"{where}.{key}" if where else str(key)
+
+
+# ----------------------------------------------------------------------------- specs
+
+class Spec:
+    """One value's declaration; check(value, where, ctx) raises FormatError or returns None."""
+    nullable = False
+
+    def check(self, v, where: str, ctx: dict) -> None:
+        raise NotImplementedError
+
+    @property
+    def expected(self) -> str:
+        raise NotImplementedError
+
+
+class Scalar(Spec):
+    """A number, an integer, text, one of some values... `ok(v)` says whether v fits; `kind` says it in words."""
+
+    def __init__(self, ok: Callable[[object], bool], kind: str, nullable: bool = True, show=found):
+        self.ok, self.kind, self.nullable, self.show = ok, kind, nullable, show
+
+    @property
+    def expected(self) -> str:
+        return f"{self.kind} or null" if self.nullable else self.kind
+
+    def check(self, v, where, ctx):
+        if not ((self.nullable and v is None) or self.ok(v)):
+            raise FormatError(where, self.expected, self.show(v))
+
+
+def Number(kind: str = "a number", nullable: bool = True, ok: Callable = lambda v: True) -> Scalar:
+    return Scalar(lambda v: is_number(v) and ok(v), kind, nullable)
+
+
+def Integer(kind: str = "an integer", nullable: bool = True, lo: int | None = None) -> Scalar:
+    return Scalar(lambda v: is_integer(v) and (lo is None or v >= lo), kind, nullable)
+
+
+def Text(kind: str = "text", nullable: bool = True, nonempty: bool = False,
+         ok: Callable = lambda v: True) -> Scalar:
+    return Scalar(lambda v: isinstance(v, str) and (bool(v) or not nonempty) and ok(v), kind, nullable)
+
+
+def OneOf(values, nullable: bool = False) -> Scalar:
+    return Scalar(lambda v: isinstance(v, str) and v in values, f"one of {', '.join(values)}", nullable)
+
+
+class Custom(Spec):
+    """A value checked by a function of the project that raises ValueError in its own words (a margin's rule):
+    the message is "<where>: <its words>"."""
+
+    def __init__(self, fn: Callable, kind: str):
+        self.fn, self.kind = fn, kind
+
+    expected = property(lambda self: self.kind)
+
+    def check(self, v, where, ctx):
+        try:
+            self.fn(v)
+        except ValueError as e:
+            raise FormatError(where, problem=f": {e}") from e
+
+
+class Opt(Spec):
+    """A field that may be absent; when present, `spec` holds (absent differs from null here)."""
+
+    def __init__(self, spec: Spec):
+        self.spec = spec
+
+    expected = property(lambda self: self.spec.expected)
+
+    def check(self, v, where, ctx):
+        self.spec.check(v, where, ctx)
+
+
+class Req(Opt):
+    """A field that must be present (even where `spec` allows null): "<where> should hold <name> (...)"."""
+
+
+class Rule(Spec):
+    """A check across the fields of the Obj it is declared in, run where it is declared (before the fields after
+    it, which may rely on it): fn(obj, where, ctx) raises FormatError."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    expected = ""
+
+    def check(self, v, where, ctx):
+        self.fn(v, where, ctx)
+
+
+class ListOf(Spec):
+    """A list of `item`s. n: its length, an int or a function of ctx (None: any); `size` words a wrong length
+    ({n}, {len}); nonempty; uniform: one length wherever the list sits (its path with indices dropped, e.g. every
+    probe's per-head list of one metric); whole: a wrong item is told as the whole list not fitting."""
+
+    def __init__(self, item: Spec, kind: str | None = None, n=None, size: str = "should have {n} values, found {len}",
+                 nonempty: bool = False, nullable: bool = False, uniform: bool = False, whole: bool = False,
+                 empty_ok: bool = False, show=type_name):
+        self.item, self.n, self.size, self.nonempty, self.nullable = item, n, size, nonempty, nullable
+        self.uniform, self.whole, self.empty_ok, self.show = uniform, whole, empty_ok, show
+        self.kind = kind or "a list"
+
+    @property
+    def expected(self) -> str:
+        return f"{self.kind} or null" if self.nullable else self.kind
+
+    def check(self, v, where, ctx):
+        if v is None and self.nullable:
+            return
+        if not isinstance(v, list) or (self.nonempty and not v):
+            raise FormatError(where, self.expected, self.show(v))
+        n = self.n(ctx) if callable(self.n) else ctx.get(self.n) if isinstance(self.n, str) else self.n
+        if self.uniform:
+            n = ctx.setdefault(("length", re.sub(r"\[[^\]]*\]", "[]", where)), len(v))
+        if n is not None and len(v) != n and not (self.empty_ok and not v):
+            raise FormatError(where, problem=" " + self.size.format(n=n, len=len(v)))
+        for i, x in enumerate(v):
+            try:
+                self.item.check(x, f"{where}[{i}]", ctx)
+            except FormatError:
+                if not self.whole:
+                    raise
+                raise FormatError(where, self.expected, self.show(v)) from None
+
+
+class MapOf(Spec):
+    """A JSON object of any keys, each value a `value`; `key(k)` says whether a key fits (told as `key_kind`).
+    path: "index" names a value x['k'], "dot" x.k."""
+
+    def __init__(self, value: Spec, kind: str = "an object", key: Callable | None = None, key_kind: str = "",
+                 path: str = "index", nullable: bool = False, nonempty: bool = False, show=type_name):
+        self.value, self.kind, self.key, self.key_kind, self.path = value, kind, key, key_kind, path
+        self.nullable, self.nonempty, self.show = nullable, nonempty, show
+
+    expected = property(lambda self: self.kind)
+
+    def check(self, v, where, ctx):
+        if v is None and self.nullable:
+            return
+        if not isinstance(v, dict) or (self.nonempty and not v):
+            raise FormatError(where, self.expected, self.show(v))
+        for k, x in v.items():
+            if self.key is not None and not self.key(k):
+                raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {k!r:.40}")
+            self.value.check(x, _join(where, k, self.path), ctx)
+
+
+class Obj(Spec):
+    """A JSON object of declared fields, checked in the order declared: an absent field is checked as null, except
+    an Opt (skipped) and a Req (refused); a Rule among them (under any label) checks the object there. rest: the
+    spec of every undeclared key (None: not checked). name: the object is ctx[name] while its fields are checked (a
+    length given by another field). rules: checks across fields, f(value, where, ctx), run after the fields. A kind
+    may be a whole predicate ("should map sites to metrics") where "should be ..." would not say it."""
+
+    def __init__(self, fields: dict[str, Spec], kind: str = "an object", nullable: bool = False,
+                 rest: Spec | None = None, name: str | None = None, rules: tuple = (), show=type_name):
+        self.fields, self.kind, self.nullable, self.rest, self.name = fields, kind, nullable, rest, name
+        self.rules, self.show = rules, show
+
+    expected = property(lambda self: self.kind)
+
+    def check(self, v, where, ctx):
+        if v is None and self.nullable:
+            return
+        if not isinstance(v, dict):
+            raise FormatError(where, self.expected, self.show(v))
+        if self.name:
+            ctx[self.name] = v
+        for name, spec in self.fields.items():
+            if isinstance(spec, Rule):
+                spec.check(v, where, ctx)
+                continue
+            at = _join(where, name, "dot")
+            if name not in v and isinstance(spec, Opt):
+                if isinstance(spec, Req):
+                    raise FormatError(where, problem=f" should hold {name} ({spec.expected}), found no {name}")
+                continue
+            spec.check(v.get(name), at, ctx)
+        if self.rest is not None:
+            for k, x in v.items():
+                if k not in self.fields:
+                    self.rest.check(x, _join(where, k, "dot"), ctx)
+        for rule in self.rules:
+            rule(v, where, ctx)
+
+
+def check(spec: Spec, value, where: str = "", ctx: dict | None = None) -> None:
+    """Walk `value` along its declaration; FormatError names the first field that does not fit."""
+    spec.check(value, where, {} if ctx is None else ctx)
+
+
+def finite(v) -> bool:
+    return is_number(v) and math.isfinite(v)
