@@ -125,7 +125,8 @@ def load_versioned(path: str | Path, *, schema: str, version: int, name: str, fi
 
 PRETRAINED_KEYS = Obj({"models": MapOf(MODEL, "should map model names to their records", path="dot", nonempty=True,
                                       show=found),
-                       "command": Text(), "wall_s": Number("a number of seconds"), "provenance": PROVENANCE})
+                       "command": Text(), "wall_s": Number("a number of seconds"), "provenance": PROVENANCE,
+                       "margin": Number("a share between 0 and 1", ok=lambda v: 0 < v < 1)})
 
 
 def load_pretrained_keys(path: str | Path) -> dict:

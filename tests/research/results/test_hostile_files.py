@@ -469,6 +469,17 @@ def test_pretrained_keys_fields_the_report_shows_are_checked(tmp_path, damage, w
     assert str(err.value).startswith(f"{path}: {words}"), str(err.value)
 
 
+def test_the_margin_a_pretrained_keys_file_redraws_with_is_checked(tmp_path):
+    """split_panels redraws a pretrained-keys folder at the margin its file holds: a margin that is no share of the
+    mean is refused, naming the field, before anything is drawn."""
+    from research.results.pretrained import SCHEMA, VERSION, load_pretrained_keys
+    path = tmp_path / "pretrained_keys.json"
+    path.write_text(json.dumps({"schema": SCHEMA, "version": VERSION, "models": {"m": _pretrained_record()},
+                                "margin": 5}))
+    with pytest.raises(ResultsError, match=r"pretrained_keys.json: margin should be a share between 0 and 1"):
+        load_pretrained_keys(path)
+
+
 def test_pretrained_report_of_a_file_without_the_description(tmp_path):
     from research.analysis.pretrained import analyze_file
     from research.plots import pretrained as figures
@@ -492,10 +503,10 @@ def test_the_qk_norm_combined_file_fits_its_declaration():
     from research.analysis import qk_norm as qk_analysis
     from research.results.layout import QK_COMBINED_FORMAT
     from research.results.vocabulary import QK_COMBINED
-    from research.studies.render import draw_qk_norm
+    from research.studies.kinds import KINDS
     from utils.formats import FormatError, check
     runs = {c: [qk_run(c, s, 40.0 - 5 * i, 3.6) for s in (0, 1, 2)] for i, c in enumerate(("QK", "QK_frozen", "NoQK"))}
-    combined = json.loads(json.dumps(draw_qk_norm(runs, qk_analysis.analyze(runs), 0.03, 0.005)[QK_COMBINED]))
+    combined = json.loads(json.dumps(KINDS["qk_norm"].combined(qk_analysis.analyze(runs, 0.03, 0.005))[QK_COMBINED]))
     check(QK_COMBINED_FORMAT, combined)
     combined["summary"]["QK"]["final_pr_per_seed"] = "40"
     with pytest.raises(FormatError, match=r"^summary.QK.final_pr_per_seed should be a list of numbers or null"):
