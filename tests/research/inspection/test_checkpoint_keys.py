@@ -59,8 +59,8 @@ def test_steps_given_override_and_checkpoints_are_sorted_by_step(tmp_path):
         (tmp_path / name / "export.json").write_text(json.dumps({"step": step}))
         dirs.append(str(tmp_path / name))
     args = checkpoint_keys.parse_args(["--checkpoints", *dirs])
-    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 10, "export.json"),
-                                                                                  ("late", 50, "export.json")]
+    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [
+        ("early", 10, "export.json"), ("late", 50, "export.json")]
     args = checkpoint_keys.parse_args(["--checkpoints", *dirs, "--steps", "5", "2"])
     assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 2, "--steps"),
                                                                                   ("late", 5, "--steps")]

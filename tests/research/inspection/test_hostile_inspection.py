@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from research import inspect_pretrained
-from research import pretrained_keys_study as study
 from research.studies import pretrained_keys
 from research.inspection import InspectError, inspect_model, load_model
 from research.inspection.dictionaries import word_ids
