@@ -94,14 +94,12 @@ def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
 
-def _fixed(*names: str):
-    return lambda conditions: list(names)
-
-
-def _per_condition(bases: tuple[str, ...]):
-    """One set of figures per condition, named after it when there are several (research.plots.keys.figure_name)."""
+def _per_condition(module: str) -> Callable[[list[str]], list[str]]:
+    """One set of the module's FIGURE_BASES per condition, named after it when there are several
+    (research.plots.keys.figure_name), then the report."""
     def outputs(conditions: list[str]) -> list[str]:
         from research.plots.keys import figure_name
+        bases = _plots(module).FIGURE_BASES
         return [figure_name(b, c, len(conditions)) for c in conditions for b in bases] + [REPORT]
     return outputs
 
@@ -149,9 +147,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("pilot", _runs, _margins(pilot_analysis.analyze), _figures("pilot"), _report("pilot"),
          _names("pilot", (PILOT_COMBINED,)), _pilot_combined),
     Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), _figures("keys"), _report("keys"),
-         lambda conditions: _per_condition(_plots("keys").FIGURE_BASES)(conditions)),
+         _per_condition("keys")),
     Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), _figures("heads"), _report("heads"),
-         lambda conditions: _per_condition(_plots("heads").FIGURE_BASES)(conditions)),
+         _per_condition("heads")),
     Kind("lr", _runs, _margins(lr_analysis.analyze), _figures("lr"), _report("lr"), _names("lr")),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), _figures("finetune"), _report("finetune"),
          _names("finetune")),
