@@ -80,11 +80,17 @@ class MinimalLLM(nn.Module):
     def forward(self, idx_BT: torch.Tensor, targets_BT: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, vocab] without targets; mean cross-entropy (float32 scalar) with them."""
         h_BTd = self.hidden(idx_BT)
-        if targets_BT is not None and self.fused_loss:
+        if targets_BT is not None:
+            return self.loss(h_BTd, targets_BT)
+        return F.linear(h_BTd, self.embed.weight)
+
+    def loss(self, h_BTd: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy (float32 scalar) of the LM head on final hidden states [B, T, d] (hidden()'s
+        output), as forward computes it: so a pass that needed the hidden states anyway (the key probe) gets
+        the loss of its tokens without a second forward."""
+        if self.fused_loss:
             return linear_cross_entropy(h_BTd.flatten(0, 1), self.embed.weight, targets_BT.flatten())
         logits_BTV = F.linear(h_BTd, self.embed.weight)
-        if targets_BT is None:
-            return logits_BTV
         return F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
 
     def num_params(self, trainable_only: bool = False) -> int:

@@ -44,6 +44,7 @@ class StepInfo:
     # The model with whole weights: `model` itself, or under FSDP rank 0's unsharded copy (None on other
     # ranks), filled from the shards by a collective that every rank must call (training/sharding.py).
     full_model: Callable[[], nn.Module | None] | None = None
+    world_size: int = 1  # processes training together (under DDP or FSDP `evaluate` is a collective)
 
 
 class Callback(Protocol):

@@ -366,7 +366,8 @@ class Trainer:
         info = StepInfo(step=self.step, total_steps=self.steps, start_step=self.start_step,
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
-                        is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model)
+                        is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
+                        world_size=self.dist.world_size)
         for callback in self.callbacks:
             callback(info)
 

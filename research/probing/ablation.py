@@ -1,7 +1,8 @@
 """Gain ablations: the trained learned-gain model evaluated with its q_norm / k_norm gains replaced.
 
 For each mode the named gains of every layer are set, the validation loss is measured on fixed
-batches and the keys are probed; the trained gains are put back exactly afterwards.
+batches and the keys are probed (in one forward where the batches are the probe's first sequences,
+KeyProbe.covers); the trained gains are put back exactly afterwards.
 
     learned    the gains as trained
     k_ones     every k_norm gain replaced by 1
@@ -54,6 +55,7 @@ def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.T
         for side in gains:
             for g, t in zip(gains[side], trained[side]):
                 g.copy_(t)
+    shared = probe.covers(batches)  # the validation batches are the probe's first sequences: one forward for both
     was_training = model.training
     model.eval()
     out = {}
@@ -65,8 +67,9 @@ def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.T
                 for side in sides:
                     for g, t in zip(gains[side], trained[side]):
                         g.copy_(torch.ones_like(t) if how == "ones" else t.mean().expand_as(t))
-            rec = probe(model)
-            out[mode] = {"val_loss": validation_loss(model, batches, probe.precision), "mean_pr": rec["mean_pr"],
+            rec, loss = probe.measure(model, shared)
+            out[mode] = {"val_loss": loss if shared else validation_loss(model, batches, probe.precision),
+                         "mean_pr": rec["mean_pr"],
                          "layer_pr": [layer["means"][PR] for layer in rec["layers"]]}
     finally:
         restore()

@@ -24,11 +24,14 @@ class ProbeCallback:
     """Probe at step 0, every `every` optimizer steps and at the last step.
 
     At each probe: the validation loss (all ranks take part), then on rank 0 the key probe on
-    the fixed batch and an atomic rewrite of results.json. The validation loss of the initial model
-    is kept as `init_val_loss` (the write-ups' `val_loss` has no value at step 0). `loss` at a probe is the mean
-    training loss of the last `every` steps: the steps since the previous probe, as in the
-    write-ups, except at a final probe that comes sooner, whose window reaches back so it is
-    as long. After the last step, where the k_norm gain is learned, the gain ablation
+    the fixed batch and an atomic rewrite of results.json. Where the trainer's validation batches are the
+    probe batch's first `val_rows` sequences, in the probe's precision, on one process, and the trainer has
+    not validated at this step already, the validation loss comes from the probe's own forward
+    (KeyProbe.measure): the same tokens' mean loss, one forward instead of two (probe_callback decides).
+    The validation loss of the initial model is kept as `init_val_loss` (the write-ups' `val_loss` has no value
+    at step 0). `loss` at a probe is the mean training loss of the last `every` steps: the steps since the
+    previous probe, as in the write-ups, except at a final probe that comes sooner, whose window reaches back
+    so it is as long. After the last step, where the k_norm gain is learned, the gain ablation
     (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
     (a missing or unreadable results.json stops the resume with ResultsError in `after_resume`, never a
@@ -40,12 +43,14 @@ class ProbeCallback:
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
                  header: dict, qk_norm: str, ablation_batches: list | None = None,
-                 on_probe: Callable[[int, Mapping[str, float]], None] | None = None):
+                 on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
+                 probe_targets_BT: torch.Tensor | None = None, val_rows: int = 0):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
-        self.probe = KeyProbe(probe_ids_BT, precision)
+        self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT)
+        self.val_rows = val_rows  # > 0: the trainer's validation set is the probe batch's first val_rows
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
         self.on_probe = on_probe
@@ -79,15 +84,19 @@ class ProbeCallback:
             self.recent_losses.append(info.loss)
         if info.step % self.every and info.step != info.total_steps:
             return
-        val_loss = info.evaluate()
+        # one process only: under DDP every rank must take part in the trainer's validation
+        shared = self.val_rows if info.world_size == 1 and "val_loss" not in info.metrics else 0
+        val_loss = None if shared else info.evaluate()  # at a validation step, the trainer's value (cached)
         model = info.full_model() if info.full_model else info.model  # every rank: a collective under FSDP
         if not info.is_main:
             return
         if self.results is None:
             self.results = self._open(info.start_step)
+        record, own_loss = self.probe.measure(model, shared)
+        if shared:
+            val_loss = own_loss
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
             self.results["init_val_loss"], val_loss = val_loss, None
-        record = self.probe(model)
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
@@ -134,9 +143,10 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
                    on_probe: Callable[[int, Mapping[str, float]], None] | None = None) -> ProbeCallback:
     """The probe of a run: the first probe_batch validation blocks, results.json in out_dir; ConfigError when
     there are fewer validation blocks than probe_batch (config.json would say what the probe did not do)."""
+    train_precision = resolve_precision(cfg.train.precision, device)
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
               "seed": cfg.train.seed,
-              "provenance": {**provenance(device), "train_precision": resolve_precision(cfg.train.precision, device),
+              "provenance": {**provenance(device), "train_precision": train_precision,
                              "corpus": data.corpus, "source_hash": data.source_hash},
               "data": data_usage(cfg, data)[0]}
     n_val = int(data.val.shape[0])
@@ -144,11 +154,19 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
         raise ConfigError(f"probe_batch={cfg.probe.probe_batch} asks for more validation sequences than the {n_val} "
                           f"there are: lower --probe_batch to {n_val} or fewer, or raise --val_frac (now "
                           f"{cfg.data.val_frac}) or use more text")
-    ids = data.val[: cfg.probe.probe_batch, :-1].long()
-    ablation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's validation set
+    blocks = data.val[: cfg.probe.probe_batch].long()
+    ids, targets = blocks[:, :-1].contiguous(), blocks[:, 1:].contiguous()
+    validation = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches)  # the trainer's, on one process
+    # One forward for the probe and the validation loss where the validation set is the probe batch's first
+    # sequences and both run in one precision (the tiny preset: 4 x 16 = probe_batch 64). Not where the
+    # precisions differ (a bf16 run's validation is bf16, the probe fp32: sharing would change val_loss beyond
+    # rounding), nor where the validation set holds sequences the probe does not read (their forward is needed
+    # anyway; splitting the validation pass would change its batches for a part of its cost).
+    probe = KeyProbe(ids, cfg.probe.probe_precision, targets)
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
-                         ablation_batches=ablation, on_probe=on_probe)
+                         ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
+                         val_rows=probe.covers(validation) if train_precision == cfg.probe.probe_precision else 0)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, device: torch.device, *, tag: str | None = None,

@@ -2,6 +2,8 @@
 
     probe = KeyProbe(eval_ids_BT)
     record = probe(model)        # per-layer key/attention metrics and gain statistics
+    record, loss = KeyProbe(eval_ids_BT, targets_BT=next_ids_BT).measure(model, loss_rows=n)
+                                 # and the mean LM loss of the first n sequences, from the same forward
 
 Hooks are attached only inside `capture_layers`, which removes them in `finally`.
 Each layer's tensors are reduced to metrics as soon as its last hook (post-RoPE keys)
@@ -133,14 +135,40 @@ def _gain(norm: nn.Module) -> torch.Tensor | None:
 
 
 class KeyProbe:
-    """Measures a model's keys on a fixed evaluation batch of token ids [B, T]."""
+    """Measures a model's keys on a fixed evaluation batch of token ids [B, T]; given the batch's next tokens
+    (targets [B, T]), also the LM loss of its first sequences from the same forward (measure)."""
 
-    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32"):
+    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32", targets_BT: torch.Tensor | None = None):
+        if targets_BT is not None and targets_BT.shape != eval_ids_BT.shape:
+            raise ValueError(f"targets {tuple(targets_BT.shape)} must have the ids' shape {tuple(eval_ids_BT.shape)}")
         self.ids = eval_ids_BT
+        self.targets = targets_BT
         self.precision = precision
 
-    @torch.no_grad()
     def __call__(self, model: nn.Module) -> dict:
+        return self.measure(model)[0]
+
+    def covers(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+        """n where the (inputs, targets) batches, in order, are the first n sequences of the probe's batch and
+        its targets, and all batches have the same size (so that their mean of batch-mean losses is the mean
+        loss over those n sequences' tokens, what measure(model, n) gives); 0 where they are not."""
+        if self.targets is None or not batches or len({x.shape for x, _ in batches}) != 1:
+            return 0
+        x, y = torch.cat([x for x, _ in batches]), torch.cat([y for _, y in batches])
+        n = x.shape[0]
+        if n > self.ids.shape[0] or x.shape[1:] != self.ids.shape[1:]:
+            return 0
+        same = torch.equal(x.long(), self.ids[:n].long()) and torch.equal(y.long(), self.targets[:n].long())
+        return n if same else 0
+
+    @torch.no_grad()
+    def measure(self, model: nn.Module, loss_rows: int = 0) -> tuple[dict, float | None]:
+        """(the probe's record, the mean next-token loss of the batch's first `loss_rows` sequences, or None for
+        loss_rows=0). The loss comes from the probe's own hidden states through the model's LM head and loss
+        (MinimalLLM.loss), in the probe's precision and eval mode: the value a validation pass over those
+        sequences in that precision gives, up to float rounding, without a second forward."""
+        if loss_rows and (self.targets is None or loss_rows > self.ids.shape[0]):
+            raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
         layers: list[dict] = []
@@ -162,10 +190,14 @@ class KeyProbe:
             rec["means"] = means
             layers.append(rec)
 
+        loss = None
         t0 = time.perf_counter()
-        with measuring(model, device, self.precision), capture_layers(model, on_layer):
-            model.hidden(self.ids.to(device))  # the LM head's logits are not needed
+        with measuring(model, device, self.precision):
+            with capture_layers(model, on_layer):
+                h_BTd = model.hidden(self.ids.to(device))
+            probe_time = time.perf_counter() - t0  # the probe's own cost, without the loss it shares
+            if loss_rows:
+                loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
         layers.sort(key=lambda r: r["layer"])
-        return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
-                "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
-                "precision": self.precision}
+        return ({"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
+                 "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision}, loss)

@@ -193,3 +193,55 @@ def test_gain_ablation_replaces_the_gains_and_puts_them_back():
             b.attn.q_norm.weight.fill_(1.0), b.attn.k_norm.weight.fill_(1.0)
     assert out["qk_ones"]["val_loss"] == validation_loss(frozen.eval(), batches, "fp32")
     assert gain_ablation(model_for("frozen"), probe, batches) == {}
+
+
+def test_the_probe_gives_the_loss_of_its_first_sequences_from_its_own_forward():
+    from tests.tolerances import forward_rel_tol
+    model = model_with_random_gains(q=True).eval()
+    x, y = ids(4, 24), ids(4, 24).roll(1, dims=1)
+    probe = KeyProbe(x, targets_BT=y)
+    plain = probe(model)
+    for n in (2, 4):
+        record, loss = probe.measure(model, n)
+        assert {k: v for k, v in record.items() if k != "probe_time_s"} == \
+               {k: v for k, v in plain.items() if k != "probe_time_s"}  # the same forward: the same numbers
+        with torch.no_grad():
+            want = model(x[:n], y[:n]).item()
+        cfg = model.cfg  # batches of another size may sum in another order, nothing more
+        assert loss == pytest.approx(want, rel=forward_rel_tol(cfg.n_layers, cfg.d_model), abs=0)
+    assert probe.measure(model)[1] is None
+    with pytest.raises(ValueError, match="loss_rows=5"):
+        probe.measure(model, 5)
+
+
+def test_covers_says_when_validation_batches_are_the_probes_first_sequences():
+    from data import val_batches
+    blocks = torch.randint(0, 512, (10, 25), generator=torch.Generator().manual_seed(2))
+    probe = KeyProbe(blocks[:8, :-1].long(), targets_BT=blocks[:8, 1:].long())
+    assert probe.covers(val_batches(blocks, 4, 2)) == 8
+    assert probe.covers(val_batches(blocks, 2, 3)) == 6  # a prefix: the loss of the first 6
+    assert probe.covers(val_batches(blocks, 4, 3)) == 0  # sequences the probe does not read
+    assert probe.covers([(blocks[1:3, :-1], blocks[1:3, 1:])]) == 0  # not its first ones
+    assert probe.covers([(blocks[:4, :-1], blocks[:4, 1:]), (blocks[4:6, :-1], blocks[4:6, 1:])]) == 0  # uneven
+    assert probe.covers([(blocks[:4, :-1], blocks[1:5, 1:])]) == 0  # other targets
+    assert KeyProbe(blocks[:8, :-1]).covers(val_batches(blocks, 4, 2)) == 0  # no targets, no loss
+
+
+def test_the_probe_and_the_validation_share_one_forward_where_their_sequences_are_the_same(debug_cfg, tmp_path):
+    from tests.tolerances import forward_rel_tol
+    results, calls = {}, {}
+    for probe_batch in (8, 16):  # the validation set: eval_batches 2 x batch_size 8 = the first 16 sequences
+        cfg = debug_cfg(tokens=5 * STEP_TOKENS, probe_every=1, probe_batch=probe_batch)
+        t = probed_trainer(cfg, tmp_path / str(probe_batch))
+        counted, evaluate = [], t.evaluate
+        t.evaluate = lambda: counted.append(t.step) or evaluate()
+        t.fit()
+        results[probe_batch], calls[probe_batch] = load_results(tmp_path / str(probe_batch) / "results.json"), counted
+    # Shared: the trainer validates at the last step only (the callback's second call there reads its cache)
+    assert calls[8] == [0, 1, 2, 3, 4, 5, 5] and calls[16] == [5, 5]
+    shared, own = results[16], results[8]
+    assert shared["steps"] == own["steps"] and shared["loss"] == own["loss"]
+    tol = forward_rel_tol(cfg.model.n_layers, cfg.model.d_model)  # one batch of 16 against two of 8
+    assert shared["init_val_loss"] == pytest.approx(own["init_val_loss"], rel=tol, abs=0)
+    assert shared["val_loss"][1:] == pytest.approx(own["val_loss"][1:], rel=tol, abs=0)
+    assert shared["val_loss"][-1] == own["val_loss"][-1]  # the trainer's validation at the last step, as before
