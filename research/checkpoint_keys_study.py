@@ -10,7 +10,7 @@ Each checkpoint (a Hugging Face folder, a GGUF file, or a revision of one hub id
 SAME --batches batches of --batch windows of --seq_len tokens of real text (--text) go through it: per
 batch the probe's key metrics (per layer and KV head at k_proj, k_norm where the model has one, and after
 RoPE), its attention metrics and its loss (research/inspection/key_study.py). The training step of each
-checkpoint is read from it (research/inspection/checkpoints.py) unless --steps gives them; checkpoints are
+checkpoint is read from it (research/access/checkpoints.py) unless --steps gives them; checkpoints are
 taken in step order. A checkpoint whose weights hash (sha256 of the state dict) equals an earlier one's is
 named as its duplicate and not measured: it is no progress of training, whatever its name says.
 research/analysis/trajectory.py decides, per layer group, the change from the first to the last checkpoint,
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from research.inspection import InspectError
-from research.inspection.checkpoints import read_step, weights_sha256
-from research.inspection.loading import is_own_run, load_model
+from research.access import InspectError
+from research.access.checkpoints import read_step, weights_sha256
+from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
 from research.results import ResultsError, save_results

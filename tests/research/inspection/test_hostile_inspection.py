@@ -10,7 +10,8 @@ import torch
 
 from research import inspect_pretrained
 from research import pretrained_keys_study as study
-from research.inspection import InspectError, inspect_model, load_model
+from research.access import InspectError, load_model
+from research.inspection import inspect_model
 from research.inspection.dictionaries import word_ids
 from research.inspection.key_study import measure_keys
 from research.inspection.text import text_documents
