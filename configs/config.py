@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message names the field and the fix."""
+from utils.errors import ConfigError  # configs' error; defined in utils, which raises it too (the device choice)
 
 
 # Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had

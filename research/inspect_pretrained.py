@@ -22,10 +22,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from research.inspection.gguf import PACKAGED
-from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE
+from research.access import InspectError, load_model
+from research.access.gguf import PACKAGED
+from research.access.loading import CACHE_HELP, DEFAULT_CACHE
+from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, inspect_model
 from research.inspection.text import ENGLISH, text_batch
-from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, InspectError, inspect_model, load_model
 from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures

@@ -1,7 +1,14 @@
-"""Operating-system errors told the way a user can act on them (disk full, read-only, permissions)."""
+"""Errors of the ground floor: ConfigError, and operating-system errors told the way a user can act on them (disk
+full, read-only, permissions)."""
 from __future__ import annotations
 
 import errno
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot work; the message names the field and the fix. Defined here, on the ground
+    floor, so that utils (the device choice) raises it without importing configs; configs.config re-exports it."""
+
 
 _PROBLEMS = {
     errno.ENOSPC: "the disk is full",

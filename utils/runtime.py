@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from utils.errors import ConfigError
+
 
 def mps_available() -> bool:
     """Whether this machine has Apple's Metal GPU backend (MPS) for torch."""
@@ -28,7 +30,6 @@ def available_devices() -> list[str]:
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """'auto' picks cuda:LOCAL_RANK when CUDA is available, else mps (Apple GPU), else cpu. Anything this
     machine does not have raises ConfigError naming the devices it does have."""
-    from configs.config import ConfigError
     if name == "auto" and torch.cuda.is_available():
         if local_rank >= torch.cuda.device_count():
             raise ConfigError(f"process {local_rank} on this node has no GPU of its own: this machine has "

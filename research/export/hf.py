@@ -42,13 +42,13 @@ import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
+from research.access.checkpoints import EXPORT_INFO
 from training.checkpoint import (Checkpoint, CheckpointError, list_checkpoints, load_model_weights,
                                  load_newest_weights, read_state)
 from utils.io import check_links
 from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
 WEIGHTS_FILE = "model.safetensors"
-EXPORT_INFO = "export.json"  # where the export came from (run, checkpoint step, mapping)
 MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS_FILE, EXPORT_INFO)
 
 

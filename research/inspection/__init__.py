@@ -1,10 +1,7 @@
-"""The pretrained-model tour (the Llama 2 7B write-up): adapters (one class per model family),
-loading (local folder, hub id, or a training folder of this project), the tour itself and its
-dictionary sections (token dictionaries, input lens, head words)."""
-from research.inspection.adapters import ADAPTERS, Adapter, InspectError, OwnAdapter
+"""The pretrained-model tour (the Llama 2 7B write-up) and the key study on text windows: the tour itself and
+its dictionary sections (token dictionaries, input lens, head words). Loading the models (a local folder, a hub
+id, a GGUF file or a training folder of this project) and the adapters are model access (research.access)."""
 from research.inspection.dictionaries import DEFAULT_WORDS, DICT_SAMPLE
-from research.inspection.loading import load_model
 from research.inspection.tour import DEFAULT_PROMPT, inspect_model
 
-__all__ = ["ADAPTERS", "Adapter", "DEFAULT_PROMPT", "DEFAULT_WORDS", "DICT_SAMPLE", "InspectError", "OwnAdapter",
-           "inspect_model", "load_model"]
+__all__ = ["DEFAULT_PROMPT", "DEFAULT_WORDS", "DICT_SAMPLE", "inspect_model"]

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import torch
 
-from research.inspection.adapters import Adapter, InspectError
+from research.access.adapters import Adapter, InspectError
 
 BLOCK_PAIRS = 1 << 21     # pair cosines per block and dictionary: ~33 bytes each of scratch, ~70 MB
 VOCAB_BLOCK = 4096        # dictionary rows in float32 at a time: 67 MB at d = 4096

@@ -14,7 +14,7 @@ with the probe's own functions (research.probing.metrics):
 Per model, exact (weights, no sampling): the gains of k_norm / q_norm as the multiplier the model
 applies (1 + w for Gemma), [L][D].
 Nothing of a [T, T] size for all heads and nothing of the hidden states is kept: the adapter
-calls back layer by layer (research.inspection.adapters) and each call is reduced at once.
+calls back layer by layer (research.access.adapters) and each call is reduced at once.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from research.inspection.adapters import Adapter, InspectError
+from research.access.adapters import Adapter, InspectError
 from research.inspection.tour import excluding_query0
 from research.probing.metrics import attention_metrics, key_metrics
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from research.analysis.rules import MARGIN, check_margin
-from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE
+from research.access.loading import CACHE_HELP, DEFAULT_CACHE
 from research.inspection.text import ENGLISH
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from research.inspection.adapters import InspectError
+from research.access.adapters import InspectError
 
 ENGLISH = "english"
 

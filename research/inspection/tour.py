@@ -1,6 +1,6 @@
 """Inspect a pretrained causal LM's internals (the Llama 2 7B write-up's tour), for any supported family.
 
-    model, tokenizer, adapter = load_model("path")         # research.inspection.loading
+    model, tokenizer, adapter = load_model("path")         # research.access.loading
     result = inspect_model(adapter, tokenizer, prompt)     # a JSON-ready dict (inspect.json)
 
 Sections of the result: params (tally by kind), weights (sigma/mean|w| of Wq/Wk/Wv/Wo per
@@ -33,8 +33,8 @@ from collections import deque
 
 import torch
 
-from research.inspection.adapters import Adapter, InspectError
-from research.inspection.gguf import quantization_note
+from research.access.adapters import Adapter, InspectError
+from research.access.gguf import quantization_note
 from research.inspection.dictionaries import (DEFAULT_WORDS, DICT_SAMPLE, dictionary_section, head_words,
                                               input_lens)
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means

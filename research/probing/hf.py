@@ -26,12 +26,12 @@ norm gains, how much each gain lengthens its vector there; the q/k norm gains as
 is held-out text; 0 at step 0 is kept as init_val_loss, as this project's own probe does).
 
 Attention statistics come from the queries and keys the model's attention receives, blockwise
-(research.inspection.adapters wraps the attention function of the model's own implementation inside
+(research.access.adapters wraps the attention function of the model's own implementation inside
 the probe's forward only): the model keeps its SDPA or flash attention, computes its own output, and
 never materializes a [T, T] matrix of all heads. The vocabulary's logits are never formed for the
 whole batch either: the final hidden states go through the LM head in chunks.
 
-Families: those research.inspection.adapters reads (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3,
+Families: those research.access.adapters reads (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3,
 GPT-2, Apertus, Arcee); any other is refused with ProbeError. Models wrapped by DDP, torch.compile or
 PEFT are unwrapped. Sharded training (FSDP, DeepSpeed ZeRO-3) is refused: the probe needs the whole
 model on the process that writes the file.
@@ -48,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformers import TrainerCallback
 
-from research.inspection.adapters import ADAPTERS, InspectError
+from research.access.adapters import ADAPTERS, InspectError
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
 from research.probing.probe import as_lists, attention_record, measuring, unwrap
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
@@ -78,7 +78,7 @@ def adapter_for(model: nn.Module):
     if cls is None:
         raise ProbeError(f"the key probe cannot read a model of type {model_type!r} ({type(model).__name__}): it "
                          f"reads {', '.join(sorted(ADAPTERS))}. Another family needs an adapter class in "
-                         f"research/inspection/adapters.py that says where it keeps its keys")
+                         f"research/access/adapters.py that says where it keeps its keys")
     return cls(model, attn_implementation=None)
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
+from research.access.adapters import heads_first
 from research.probing.metrics import attention_metrics, gain_factor, gamma_stats, key_metrics, layer_means
 from research.results.vocabulary import ATTENTION_METRICS, GAIN_SPLIT, LOGIT_SPLIT, PR, PRE_GAIN_SITES
 
@@ -40,11 +41,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             model = model._orig_mod
         else:
             return model
-
-
-def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
-    """[B, T, H, D] hook output -> [H, B, T, D] (detached view), the layout the metrics take."""
-    return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
 
 
 @contextmanager

@@ -43,7 +43,7 @@ def _sync(device: torch.device) -> None:
 
 
 def measure(args) -> dict:
-    from research.inspection.loading import load_model
+    from research.access.loading import load_model
     from utils.runtime import provenance, resolve_device, resolve_precision
     device = resolve_device("auto")
     precision = resolve_precision(args.precision, device)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from research.inspection import InspectError
-from research.inspection.checkpoints import read_step, weights_sha256
-from research.inspection.loading import is_own_run, load_model
+from research.access import InspectError
+from research.access.checkpoints import read_step, weights_sha256
+from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
 from research.results import ResultsError, save_results

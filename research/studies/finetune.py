@@ -19,8 +19,8 @@ import torch
 
 from research.analysis.finetune import CONDITIONS, FROZEN, TRAINED
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
-from research.inspection import InspectError
-from research.inspection.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
+from research.access import InspectError
+from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
 from research.probing.hf import KeyProbeCallback, ProbeError, model_config
 from research.results import ResultsError, load_results

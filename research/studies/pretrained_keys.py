@@ -14,9 +14,9 @@ from pathlib import Path
 
 import torch
 
-from research.inspection import InspectError
-from research.inspection.gguf import PACKAGED
-from research.inspection.loading import is_own_run, load_model
+from research.access import InspectError
+from research.access.gguf import PACKAGED
+from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import text_documents, text_windows
 from research.results import ResultsError, save_results

@@ -243,7 +243,7 @@ def test_a_study_scripts_help_and_docstring_agree_with_the_catalog(module):
 def test_inspection_and_pretrained_keys_help_list_what_they_write():
     """The files a docstring names are the ones written, or the ones read (the step files of a checkpoint)."""
     from research import checkpoint_keys_study, finetune_keys_study, inspect_pretrained, pretrained_keys_study
-    from research.inspection.checkpoints import EXPORT_INFO, TRAINER_STATE
+    from research.access.checkpoints import EXPORT_INFO, TRAINER_STATE
     from research.plots import finetune, inspection, pretrained, trajectory
     from research.results import trajectory as trajectory_file
     from research.results.pretrained import FILE

@@ -86,8 +86,8 @@ def test_training_refuses_a_run_folder_whose_checkpoints_lead_outside(corpus_fil
 
 def test_inspection_and_the_model_cache_refuse_links_leading_outside(tmp_path):
     from configs import get_preset
-    from research.inspection.adapters import InspectError
-    from research.inspection.loading import load_model
+    from research.access.adapters import InspectError
+    from research.access.loading import load_model
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     run.mkdir()
     elsewhere.mkdir()

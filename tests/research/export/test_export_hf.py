@@ -159,7 +159,8 @@ def test_inspection_of_the_export_matches_the_run_folder(exported, mode):
     their scale |k|, so metrics in key units within R |k|, cosines, shares, probabilities and nats within R
     absolute, the rest (dimension counts, ratios, RMS) relative. (The norm_std of unit-gain keys, ~1e-5,
     is set by the norms' eps, not by rounding: it is compared on the scale |k| like any key length.)"""
-    from research.inspection import inspect_model, load_model
+    from research.access import load_model
+    from research.inspection import inspect_model
     native, run_dir, out = exported[mode]
     runs = []
     for path in (run_dir, out):

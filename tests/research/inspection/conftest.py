@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from research.inspection import inspect_model, load_model
+from research.access import load_model
+from research.inspection import inspect_model
 from tests.research.inspection.builders import FAMILIES, PROMPT, make_hf_model, make_own_run
 
 WORDS = ["cat", "dog", "sun", "sky", "king", "cat"]  # king: unknown to the tokenizer; cat: a repeat

@@ -14,8 +14,8 @@ from research.studies import checkpoint_keys
 from research import export_hf, split_panels
 from research.analysis import trajectory as A
 from research.export import ExportError, export_run
-from research.inspection import InspectError
-from research.inspection.checkpoints import read_step, step_from_revision, weights_sha256
+from research.access import InspectError
+from research.access.checkpoints import read_step, step_from_revision, weights_sha256
 from research.results import ResultsError
 from research.results.trajectory import FILE, load_trajectory
 from tests.research.inspection.builders import SENTENCES, make_tokenizer

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from research.inspection import InspectError, inspect_model, load_model
+from research.access import InspectError, load_model
+from research.inspection import inspect_model
 from research.inspection.dictionaries import (dictionary_section, head_words, pair_blocks, pair_statistics,
                                               sample_ids, vocab_cosines)
 from tests.research.inspection.builders import PROMPT

@@ -6,8 +6,8 @@ import warnings
 import pytest
 import torch
 
-from research.inspection import InspectError, load_model
-from research.inspection.gguf import find_gguf, packaged_gguf, quantization_note
+from research.access import InspectError, load_model
+from research.access.gguf import find_gguf, packaged_gguf, quantization_note
 from research.inspection.text import Documents, text_windows
 from research.inspection.tour import excluding_query0
 from research.plots.common import drawable, subplots
@@ -70,7 +70,7 @@ def test_an_architecture_transformers_cannot_read_is_one_clear_error(tmp_path):
 
 
 def test_parts_are_joined_and_checked(tmp_path, monkeypatch):
-    from research.inspection import gguf as g
+    from research.access import gguf as g
     pkg = tmp_path / "pkg"
     (pkg / "data").mkdir(parents=True)
     parts = []

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from research import inspect_pretrained
+from research.access import InspectError, load_model
+from research.inspection import inspect_model
 from research.studies import pretrained_keys
-from research.inspection import InspectError, inspect_model, load_model
 from research.inspection.dictionaries import word_ids
 from research.inspection.key_study import measure_keys
 from research.inspection.text import text_documents

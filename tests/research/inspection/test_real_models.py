@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from data.corpus import _package_dir
-from research.inspection import inspect_model, load_model
-from research.inspection.gguf import CHECK_MAX_LOSS, CHECK_TEXT, PACKAGED
+from research.access import load_model
+from research.inspection import inspect_model
+from research.access.gguf import CHECK_MAX_LOSS, CHECK_TEXT, PACKAGED
 
 pytestmark = pytest.mark.slow
 

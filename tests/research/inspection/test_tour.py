@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from research.inspection import InspectError, inspect_model, load_model
+from research.access import InspectError, load_model
+from research.inspection import inspect_model
 from research.inspection.tour import SINK_THRESHOLD
 from tests.research.inspection.builders import PROMPT, hf_config, make_hf_model
 from tests.tolerances import logit_atol, sum_rel_tol, ulps

@@ -39,13 +39,16 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
-from research.probing.probe import heads_first
-
 DEFAULT_ATTN = "sdpa"  # models loaded for inspection: PyTorch's fused attention, which every supported family has
 
 
 class InspectError(RuntimeError):
     """A model that cannot be found, loaded or inspected; the message says why and what to do."""
+
+
+def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
+    """[B, T, H, D] hook output -> [H, B, T, D] (detached view), the layout the sinks and the metrics take."""
+    return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
 
 
 def _first(out):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from research.inspection.adapters import InspectError
+from research.access.adapters import InspectError
 from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
 META_NAME = "gguf_source.json"

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import torch
 
-from research.inspection.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
-from research.inspection.gguf import PACKAGED, read_meta, resolve_gguf
+from research.access.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
+from research.access.gguf import PACKAGED, read_meta, resolve_gguf
 from utils.cache import AUTO, cache_dir as cache_folder
 from utils.hub import hub_problem
 from utils.progress import library_progress
 from utils.run_names import is_own_run
 
-DEFAULT_CACHE = AUTO  # converted GGUF models (research.inspection.gguf): the user cache's models/ (utils.cache)
+DEFAULT_CACHE = AUTO  # converted GGUF models (research.access.gguf): the user cache's models/ (utils.cache)
 CACHE_HELP = ("Folder where GGUF files are converted to Hugging Face folders, once per file; auto: models/ in the "
               "user's qk-keys cache ($QK_KEYS_CACHE, else ~/.cache/qk-keys on Linux; utils/cache.py). Default: "
               "%(default)s")  # --cache_dir of inspect_pretrained and pretrained_keys_study
@@ -86,7 +86,7 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
                log=print, progress: bool = True,
                revision: str | None = None) -> tuple[torch.nn.Module, object, Adapter]:
     """(model, tokenizer, adapter) for a local HF folder, a training folder of this project, a hub id, or a
-    GGUF file (a .gguf, a folder holding one, or a packaged model's name: research.inspection.gguf), which is
+    GGUF file (a .gguf, a folder holding one, or a packaged model's name: research.access.gguf), which is
     converted once into a Hugging Face folder under cache_dir ("auto": the user cache's models/). adapter.gguf is
     that folder's gguf_source.json (None for a model not read from GGUF). progress=False (--no_progress): no
     progress bar of downloads, conversion or loading (utils.progress). revision: a hub revision (branch, tag or

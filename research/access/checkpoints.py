@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from research.export.hf import EXPORT_INFO
-from research.inspection.adapters import InspectError
+from research.access.adapters import InspectError
 
+EXPORT_INFO = "export.json"  # written into an export by research/export (run, checkpoint step, mapping)
 TRAINER_STATE = "trainer_state.json"
 _TRAINER_DIR = re.compile(r"^checkpoint-(\d+)$")
 

@@ -1,0 +1,218 @@
+"""The import rules of the project's own code (docs/layout.md, "Imports go one way").
+
+Every .py file outside tests/ is read with ast; every import counts, at module level or inside a function
+(a deferred import is still an arrow). A room is a top-level package (utils/, configs/, ...), a package of
+research/ (research/access/, ...), the scripts in research/ itself, or train_llm.py. Three rules:
+
+(a) Rooms stand on the floors of FLOORS: a room imports only rooms on lower floors. Rooms on one floor are
+    siblings and import each other neither way.
+(b) No two folders import each other (checked on the arrows themselves, so also for a room missing from FLOORS).
+(c) utils/ is the ground floor: it imports nothing of the project.
+
+The torch-free boundary of research/results, analysis and plots (no torch at run time) is a test of its own:
+tests/research/results/test_results.py.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPTS = "research/*.py"  # the entry scripts in research/ (and research/__init__.py, empty)
+
+# Lowest floor first. A room imports only rooms on floors below its own.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    # 1. the ground floor: atomic files, locks, the cache, OS errors and ConfigError, the device choice
+    ("utils",),
+    # 2. the configuration dataclasses, presets and the command line
+    ("configs",),
+    # 3. the parts of a run, each knowing only its config: tokens and batches, the model, the optimizers
+    ("data", "models", "optimizers"),
+    # 4. the training loop, checkpoints, the run folder
+    ("training",),
+    # 5. results files without torch: the schema, the file names, the checks
+    ("research/results",),
+    # 6. two independent rooms over the results and the runs: the decisions (no torch) and model access
+    #    (own runs, Hugging Face folders, GGUF files; research/access imports no research room but results)
+    ("research/analysis", "research/access"),
+    # 7. figures and report text, drawn from the results and the decisions (no torch)
+    ("research/plots",),
+    # 8. what is done with a loaded model: the key probe, the export to a Hugging Face folder
+    ("research/probing", "research/export"),
+    # 9. the pretrained-model tour and the key study on text windows (measures with the probe's metrics)
+    ("research/inspection",),
+    # 10. putting it together: the study catalog and runner, the speed measurements
+    ("research/studies", "research/speed"),
+    # 11. the entry points
+    (SCRIPTS, "train_llm.py"),
+)
+FLOOR = {room: level for level, rooms in enumerate(FLOORS, start=1) for room in rooms}
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """One import statement of the project's own code that crosses from one room to another."""
+    file: str  # the importing file, relative to the repository root
+    line: int
+    module: str  # the imported module, as written (resolved for relative imports)
+    source: str  # the importing room
+    target: str  # the imported room
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} imports {self.module} ({self.source} -> {self.target})"
+
+
+def project_files(root: Path) -> list[Path]:
+    """The project's own .py files: its top-level packages but tests/, and its top-level modules."""
+    packages = [d for d in sorted(root.iterdir()) if (d / "__init__.py").is_file() and d.name != "tests"]
+    return sorted(root.glob("*.py")) + [p for d in packages for p in sorted(d.rglob("*.py"))]
+
+
+def room_of(module: str, root: Path) -> str | None:
+    """The room of a dotted module name; None for a module not of this project (torch, json, ...)."""
+    parts = module.split(".")
+    if (root / f"{parts[0]}.py").is_file():
+        return f"{parts[0]}.py"
+    if not (root / parts[0] / "__init__.py").is_file() or parts[0] == "tests":
+        return None
+    if parts[0] == "research":
+        if len(parts) > 1 and (root / "research" / parts[1]).is_dir():
+            return f"research/{parts[1]}"
+        return SCRIPTS
+    return parts[0]
+
+
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _imported(node: ast.AST, path: Path, root: Path) -> list[str]:
+    """The modules one import statement names; `from package import submodule` names the submodule."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:  # relative: resolved against the importing file's package
+        package = module_name(path, root).split(".")
+        if path.name != "__init__.py":
+            package = package[:-1]
+        package = package[:len(package) - node.level + 1]
+        base = ".".join([*package, base] if base else package)
+    names = []
+    for alias in node.names:
+        sub = f"{base}.{alias.name}"
+        as_path = root.joinpath(*sub.split("."))
+        names.append(sub if as_path.with_suffix(".py").is_file() or (as_path / "__init__.py").is_file() else base)
+    return list(dict.fromkeys(names))  # `from m import a, b`: one arrow to m
+
+
+def arrows(root: Path = ROOT) -> list[Arrow]:
+    """Every import of the project's own code from one room into another, module level or in a function."""
+    found = []
+    for path in project_files(root):
+        source = room_of(module_name(path, root), root)
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=rel)):
+            for module in _imported(node, path, root):
+                target = room_of(module, root)
+                if target is not None and target != source:
+                    found.append(Arrow(rel, node.lineno, module, source, target))
+    return sorted(found, key=lambda a: (a.file, a.line, a.module))
+
+
+@functools.cache
+def project_arrows() -> list[Arrow]:
+    return arrows(ROOT)
+
+
+def floor_breaks(found: list[Arrow]) -> list[str]:
+    """Rule (a): each arrow that runs up or sideways, or touches a room FLOORS does not place."""
+    problems = []
+    for a in found:
+        missing = [room for room in (a.source, a.target) if room not in FLOOR]
+        if missing:
+            problems.append(f"{a}: {' and '.join(missing)} is on no floor; add it to FLOORS in {Path(__file__).name}")
+        elif FLOOR[a.target] >= FLOOR[a.source]:
+            where = "the same floor" if FLOOR[a.target] == FLOOR[a.source] else f"floor {FLOOR[a.target]}"
+            problems.append(f"{a}: {a.source} (floor {FLOOR[a.source]}) may import only rooms below it, and "
+                            f"{a.target} is on {where}; move the shared piece down instead")
+    return problems
+
+
+def mutual(found: list[Arrow]) -> list[str]:
+    """Rule (b): each pair of rooms that import each other, with one arrow of each direction."""
+    first: dict[tuple[str, str], Arrow] = {}
+    for a in found:
+        first.setdefault((a.source, a.target), a)
+    return [f"{x} and {y} import each other: {first[x, y]}; {first[y, x]}"
+            for (x, y) in sorted(first) if x < y and (y, x) in first]
+
+
+def ground_breaks(found: list[Arrow]) -> list[str]:
+    """Rule (c): each import of utils/ from the rest of the project."""
+    return [f"{a}: utils imports nothing of the project" for a in found if a.source == "utils"]
+
+
+def _report(problems: list[str]) -> str:
+    return "\n".join(["", *problems])
+
+
+def test_rooms_import_only_lower_floors():
+    assert not (problems := floor_breaks(project_arrows())), _report(problems)
+
+
+def test_no_two_folders_import_each_other():
+    assert not (problems := mutual(project_arrows())), _report(problems)
+
+
+def test_utils_imports_nothing_of_the_project():
+    assert not (problems := ground_breaks(project_arrows())), _report(problems)
+
+
+def test_every_room_is_on_a_floor():
+    rooms = {room_of(module_name(p, ROOT), ROOT) for p in project_files(ROOT)}
+    assert rooms == set(FLOOR), f"rooms without a floor: {sorted(rooms - set(FLOOR))}; " \
+                                f"floors without a room: {sorted(set(FLOOR) - rooms)}"
+
+
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_rules_see_a_bad_import(tmp_path):
+    """The checks find what they are for: an arrow up inside a function, a pair importing each other, utils
+    importing configs, and a relative import; each message names the file, the line and the module."""
+    init = ""
+    _tree(tmp_path, {
+        "utils/__init__.py": init, "configs/__init__.py": init, "research/__init__.py": init,
+        "research/access/__init__.py": init, "research/probing/__init__.py": init,
+        "utils/runtime.py": "import os\nfrom configs.config import ConfigError\n",
+        "configs/config.py": "from utils import runtime\n",
+        "research/access/adapters.py": "import torch\n\n\ndef f():\n    from research.probing.probe import unwrap\n",
+        "research/probing/probe.py": "from ..access import adapters\n",
+        "tests/test_x.py": "from research.probing import probe\n",  # tests are not rooms
+    })
+    found = arrows(tmp_path)
+    assert [str(a) for a in found] == [
+        "configs/config.py:1 imports utils.runtime (configs -> utils)",
+        "research/access/adapters.py:5 imports research.probing.probe (research/access -> research/probing)",
+        "research/probing/probe.py:1 imports research.access.adapters (research/probing -> research/access)",
+        "utils/runtime.py:2 imports configs.config (utils -> configs)",
+    ]
+    ups = floor_breaks(found)
+    assert len(ups) == 2 and ups[0].startswith("research/access/adapters.py:5 imports research.probing.probe")
+    assert ups[1].startswith("utils/runtime.py:2 imports configs.config")
+    pairs = mutual(found)
+    assert len(pairs) == 2 and pairs[0].startswith("configs and utils import each other: configs/config.py:1")
+    assert pairs[1].startswith("research/access and research/probing import each other")
+    assert ground_breaks(found) == ["utils/runtime.py:2 imports configs.config (utils -> configs): utils imports "
+                                    "nothing of the project"]
