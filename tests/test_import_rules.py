@@ -44,9 +44,11 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("research/probing", "research/export"),
     # 9. the pretrained-model tour and the key study on text windows (measures with the probe's metrics)
     ("research/inspection",),
-    # 10. putting it together: the study catalog and runner, the speed measurements
-    ("research/studies", "research/speed"),
-    # 11. the entry points
+    # 10. putting it together: the registry of study kinds, the catalog and runner, the studies of HF models
+    ("research/studies",),
+    # 11. the speed measurements (a study's runs measured with and without the probe, among others)
+    ("research/speed",),
+    # 12. the entry points
     (SCRIPTS, "train_llm.py"),
 )
 FLOOR = {room: level for level, rooms in enumerate(FLOORS, start=1) for room in rooms}

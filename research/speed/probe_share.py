@@ -73,14 +73,19 @@ def timed_run(cfg, data, probe: bool) -> dict:
             "probes": probes}
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(description=__doc__)
     p.add_argument("--condition", default="QK", choices=list(QK_NORM.conditions),
                    help="The study condition to train (QK runs the gain ablation after its last step). Default: QK")
-    p.add_argument("--steps", type=int, default=0, help="Cut the run after this many steps (0: the whole run)")
+    p.add_argument("--steps", type=int, default=0,
+                   help="Cut the run after this many steps (0: the whole run). Default: 0")
     p.add_argument("--repeats", type=int, default=1, help="Runs with and without the probe, alternated. Default: 1")
-    p.add_argument("--device", default="cpu", help="Default: cpu (the study's tiny preset)")
-    args = p.parse_args(argv)
+    p.add_argument("--device", default="cpu", help="Device to train on. Default: cpu (the study's tiny preset)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     cfg = resolve_offline(study_run_config(args.condition, args.steps, args.device), log=lambda *a, **k: None)
     data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)
     runs: dict[str, list[dict]] = {"probe": [], "no_probe": []}

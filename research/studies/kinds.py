@@ -24,6 +24,15 @@ from research.analysis import pretrained as pretrained_analysis
 from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis import trajectory as trajectory_analysis
 from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.plots import finetune as finetune_plots
+from research.plots import heads as heads_plots
+from research.plots import keys as keys_plots
+from research.plots import lr as lr_plots
+from research.plots import pilot as pilot_plots
+from research.plots import pretrained as pretrained_plots
+from research.plots import qk_norm as qk_norm_plots
+from research.plots import qk_norm_report
+from research.plots import trajectory as trajectory_plots
 from research.results import ResultsError
 from research.results.layout import load_study
 from research.results.pretrained import FILE as PRETRAINED_FILE
@@ -94,28 +103,17 @@ def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
 
-def _per_condition(module: str) -> Callable[[list[str]], list[str]]:
-    """One set of the module's FIGURE_BASES per condition, named after it when there are several
-    (research.plots.keys.figure_name), then the report."""
+def _per_condition(bases: tuple[str, ...]) -> Callable[[list[str]], list[str]]:
+    """One set of figures per condition, named after it when there are several (keys_plots.figure_name), then
+    the report."""
     def outputs(conditions: list[str]) -> list[str]:
-        from research.plots.keys import figure_name
-        bases = _plots(module).FIGURE_BASES
-        return [figure_name(b, c, len(conditions)) for c in conditions for b in bases] + [REPORT]
+        return [keys_plots.figure_name(b, c, len(conditions)) for c in conditions for b in bases] + [REPORT]
     return outputs
 
 
-def _plots(module: str):
-    """research.plots.<module>, imported when first drawn (matplotlib is not needed to read a folder)."""
-    import importlib
-    return importlib.import_module(f"research.plots.{module}")
-
-
-def _figures(module: str) -> Callable[[Any], dict]:
-    return lambda analysis: _plots(module).figures(analysis)
-
-
-def _report(module: str) -> Callable[[Any], str]:
-    return lambda analysis: _plots(module).report(analysis)
+def _named(figures: tuple[str, ...], *extra: str) -> Callable[[list[str]], list[str]]:
+    """A kind's fixed figures, then the report and its combined file(s)."""
+    return lambda conditions: [*figures, REPORT, *extra]
 
 
 # ---------------------------------------------------------------------------------- kinds of measured models
@@ -137,26 +135,22 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
     return load
 
 
-def _names(module: str, extra: tuple[str, ...] = ()) -> Callable[[list[str]], list[str]]:
-    return lambda conditions: [*_plots(module).FIGURES, REPORT, *extra]
-
-
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), _figures("qk_norm"), _report("qk_norm_report"),
-         _names("qk_norm", (QK_COMBINED,)), _qk_norm_combined),
-    Kind("pilot", _runs, _margins(pilot_analysis.analyze), _figures("pilot"), _report("pilot"),
-         _names("pilot", (PILOT_COMBINED,)), _pilot_combined),
-    Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), _figures("keys"), _report("keys"),
-         _per_condition("keys")),
-    Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), _figures("heads"), _report("heads"),
-         _per_condition("heads")),
-    Kind("lr", _runs, _margins(lr_analysis.analyze), _figures("lr"), _report("lr"), _names("lr")),
-    Kind("finetune", _runs, _margins(finetune_analysis.analyze), _figures("finetune"), _report("finetune"),
-         _names("finetune")),
-    Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze, _figures("pretrained"),
-         _report("pretrained"), _names("pretrained"), found_by=PRETRAINED_FILE),
-    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, _figures("trajectory"),
-         _report("trajectory"), _names("trajectory"), found_by=TRAJECTORY_FILE),
+    Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
+         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined),
+    Kind("pilot", _runs, _margins(pilot_analysis.analyze), pilot_plots.figures, pilot_plots.report,
+         _named(pilot_plots.FIGURES, PILOT_COMBINED), _pilot_combined),
+    Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), keys_plots.figures, keys_plots.report,
+         _per_condition(keys_plots.FIGURE_BASES)),
+    Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
+         _per_condition(heads_plots.FIGURE_BASES)),
+    Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES)),
+    Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
+         _named(finetune_plots.FIGURES)),
+    Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
+         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE),
+    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, trajectory_plots.figures,
+         trajectory_plots.report, _named(trajectory_plots.FIGURES), found_by=TRAJECTORY_FILE),
 )}
 
 

@@ -122,6 +122,7 @@ ENTRY_POINTS = {
     "research.speed.gpu": _module_parser("research.speed.gpu", []),
     "research.speed.measure": _module_parser("research.speed.measure"),
     "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
+    "research.speed.probe_share": _module_parser("research.speed.probe_share"),
 }
 
 
