@@ -10,23 +10,20 @@ output is replaced atomically. Needs numpy and matplotlib only: torch is never i
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 from pathlib import Path
 
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.plots.common import write_outputs
 from research.plots.trajectory import outputs as trajectory_outputs
-from research.results import ResultsError
 from research.results.layout import refuse_others_results
 from research.results.trajectory import FILE as TRAJECTORY_FILE
 from research.results.trajectory import load_trajectory
 from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
 from research.studies import QK_NORM, STUDIES
 from research.studies.render import render_study
-from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.cli import ArgumentParser, command
+from utils.lock import FolderLock
 
 DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
 
@@ -67,24 +64,17 @@ def render_trajectory(folder: str, out: str | None, margin: float | None, loss_m
         return write_outputs(target, drawn)
 
 
+@command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         if value is not None:
-            try:
-                check_margin(name, value)
-            except ValueError as e:
-                sys.exit(f"error: {e}")
-    try:
-        trajectory = (Path(args.folder) / TRAJECTORY_FILE).is_file()
-        written = (render_trajectory(args.folder, args.out, args.margin, args.loss_margin) if trajectory
-                   else render_study(args.folder, args.out, args.margin, args.loss_margin))
-        for path in written:
-            print(f"wrote {path}")
-    except (ResultsError, LockError) as e:
-        sys.exit(f"error: {e}")
-    except OSError as e:
-        sys.exit(f"error: cannot write the figures: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR")
+            check_margin(name, value)
+    trajectory = (Path(args.folder) / TRAJECTORY_FILE).is_file()
+    written = (render_trajectory(args.folder, args.out, args.margin, args.loss_margin) if trajectory
+               else render_study(args.folder, args.out, args.margin, args.loss_margin))
+    for path in written:
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

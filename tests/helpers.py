@@ -5,6 +5,8 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "qk_norm_50m_study"  # the write-ups' own results
 STEP_TOKENS = 8 * 32  # debug preset: batch 8 x seq_len 32
@@ -151,3 +153,17 @@ def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
         raise
     shutdown_distributed(d)
     end_process(0)
+
+
+def stops(capsys, main, argv, code: int = 2) -> str:
+    """Run a command's `main(argv)` expecting it to stop as utils.cli.command stops a command: exit status `code`
+    (2: a user error, 130: Ctrl-C), its last stderr line the one line that says why, no traceback. That line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == code and "Traceback" not in err, (stop.value.code, err[-2000:])
+    line = err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert code != 2 or line.startswith("error: "), err[-2000:]
+    return line
+

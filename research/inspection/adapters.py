@@ -40,11 +40,12 @@ import torch
 import torch.nn as nn
 
 from research.probing.probe import heads_first
+from utils.errors import UserError
 
 DEFAULT_ATTN = "sdpa"  # models loaded for inspection: PyTorch's fused attention, which every supported family has
 
 
-class InspectError(RuntimeError):
+class InspectError(UserError, RuntimeError):
     """A model that cannot be found, loaded or inspected; the message says why and what to do."""
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import textwrap
 from pathlib import Path
 
@@ -32,16 +31,20 @@ from research.results.layout import condition_dir, read_study_index, write_study
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import USER_ERRORS, NonFiniteLossError, RunInterrupted
+from training.errors import NonFiniteLossError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import plan_target, plan_text
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.errors import Interrupted, UserError, explain
+from utils.lock import FolderLock
 from utils.runtime import device_choice, precision_choice, resolve_device
+
+
+class StudyError(UserError):
+    """A condition or the drawing failed; the message says which, why, and that the finished conditions are kept."""
 
 def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
     """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
@@ -177,28 +180,27 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
-    try:
-        args = build_parser(study, description, argv).parse_args(argv)
-        for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
-            check_margin(name, value)
-        if args.seeds and len(set(args.seeds)) < len(args.seeds):
-            twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
-            raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
-                              f"more than once: give each seed once")
-        if study.lr_multipliers:
-            if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
-                raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
-            study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
-        preset, overrides = start_from_args(args, "auto")
-        base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
-                           overrides)
-        if args.plan is not None:  # planning for CUDA needs no GPU here
-            print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
-            return Path(args.out or Path("research_results") / study.name)
-        device = resolve_device(base.train.device)
-        check_logger(args.logger)
-    except ConfigError as e:
-        sys.exit(f"config error: {e}")
+    """Train the study's runs and draw its figures and report; the command's errors end as utils.cli.command
+    ends them (the study scripts' `main` is wrapped in it)."""
+    args = build_parser(study, description, argv).parse_args(argv)
+    for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
+        check_margin(name, value)
+    if args.seeds and len(set(args.seeds)) < len(args.seeds):
+        twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
+                          f"more than once: give each seed once")
+    if study.lr_multipliers:
+        if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
+            raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
+        study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
+    preset, overrides = start_from_args(args, "auto")
+    base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
+                       overrides)
+    if args.plan is not None:  # planning for CUDA needs no GPU here
+        print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
+        return Path(args.out or Path("research_results") / study.name)
+    device = resolve_device(base.train.device)
+    check_logger(args.logger)
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     print(f"{study.name}: preset {base.preset} on {device_choice(base.train.device, device)}, precision "
@@ -211,12 +213,9 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         with FolderLock(out, hint="choose another --out"):
             check_study_folder(out, study)
             _train_and_render(study, args, base, seeds, out)
-    except (LockError, ResultsError) as e:
-        sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        print(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
-              f"research/split_panels.py {out} draws them", file=sys.stderr)
-        sys.exit(130)
+        raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
+                          f"research/split_panels.py {out} draws them") from None
     return out
 
 
@@ -259,23 +258,17 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
             except RunInterrupted as e:
                 where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
                 kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
-                print(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions in {out} are "
-                      f"kept: run the same command again to continue the study", file=sys.stderr)
-                sys.exit(130)
-            except (*USER_ERRORS, ResultsError) as e:  # before OSError: FileExistsError is both
-                sys.exit(f"error in condition {cond}, seed {seed}: {e}\n(finished conditions in {out} are kept; "
-                         f"once this is fixed, the same command continues the study)")
-            except OSError as e:
-                sys.exit(f"error in condition {cond}, seed {seed}: {os_problem(e)}. Fix: {os_fix(e)}\n(finished "
-                         f"conditions in {out} are kept; once this is fixed, the same command continues the study)")
+                raise Interrupted(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions "
+                                  f"in {out} are kept: run the same command again to continue the study") from None
+            except (UserError, OSError) as e:
+                raise StudyError(f"in condition {cond}, seed {seed}: {explain(e)} (finished conditions in {out} are "
+                                 f"kept; once this is fixed, the same command continues the study)") from None
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
                           margin=args.margin, loss_margin=args.loss_margin)
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
-    except ResultsError as e:
-        sys.exit(f"error: {e}")
     except OSError as e:
-        sys.exit(f"error: cannot write the figures and report into {out}: {os_problem(e)}. Fix: {os_fix(e)}; the "
-                 f"trained conditions are kept (python research/split_panels.py {out} --out DIR draws them elsewhere)")
+        raise StudyError(f"cannot write the figures and report into {out}: {explain(e)}; the trained conditions are "
+                         f"kept (python research/split_panels.py {out} --out DIR draws them elsewhere)") from None

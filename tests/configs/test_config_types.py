@@ -9,6 +9,7 @@ import train_llm
 from configs import ConfigError, RunConfig, apply_overrides, get_preset
 from training import memory_fit
 from training.memory_fit import MemoryPlanError, check_fits
+from tests.helpers import stops
 
 
 def _saved(tmp_path, edit) -> str:
@@ -78,11 +79,10 @@ def test_values_out_of_range_are_refused_with_the_config(overrides, message):
     (["--muon_lr", "inf"], "muon_lr=inf must be a finite number"),
     (["--muon_lr", "nan"], "muon_lr=nan must be a finite number"),
 ])
-def test_late_failing_options_are_refused_before_anything_is_written(tmp_path, option, message):
+def test_late_failing_options_are_refused_before_anything_is_written(tmp_path, option, message, capsys):
     out = tmp_path / "run"
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(["--preset", "debug", "--out", str(out), *option])
-    assert str(stop.value.code).startswith(f"config error: {message}")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--out", str(out), *option]).startswith(
+        f"error: {message}")
     assert not out.exists()
 
 
