@@ -26,7 +26,7 @@ if __name__ == "__main__" and (_here := os.path.dirname(os.path.abspath(__file__
     sys.path.insert(0, _here)
 
 from configs import PRESETS, add_config_args, config_from_args, get_preset
-from configs.cli import help_defaults, start_in
+from configs.cli import help_defaults, help_flag, parse_once, start_in
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser, command
 from utils.errors import Interrupted
@@ -34,12 +34,23 @@ from utils.run_names import CHECKPOINTS, CONFIG, METRICS, RESULTS, SUMMARY, TOKE
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; its help shows the values of the chosen preset with the --config file's values over them."""
+    """The parser whose help shows the values of the preset argv chooses with its --config file's values over them."""
     preset, file = start_in(argv, "tiny")
-    preset = preset if preset in PRESETS else "tiny"
-    defaults = help_defaults(get_preset(preset), file)
-    source = f"the {preset} preset" + (f" with {file.path}" if file else "")
-    p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
+    return parser((preset, file, None))
+
+
+def parser(start: tuple | None) -> argparse.ArgumentParser:
+    """The options. `start`: (preset, --config file, _) for the parser whose help shows the preset's values with
+    the file's over them, or None for the parser that only parses (configs.cli.parse_once), which builds no config."""
+    if start is None:
+        p, defaults, file = ArgumentParser(add_help=False), None, None
+        help_flag(p)
+    else:
+        preset, file, _ = start
+        preset = preset if preset in PRESETS else "tiny"
+        defaults = help_defaults(get_preset(preset), file)
+        source = f"the {preset} preset" + (f" with {file.path}" if file else "")
+        p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
     p.add_argument("--out", help=f"Output folder: {CONFIG}, {METRICS}, {SUMMARY}, {CHECKPOINTS}/, {TOKENIZER}/, "
                                  f"{RESULTS} when probing, tensorboard/ or wandb/ with --logger. Required unless "
                                  f"--plan")
@@ -65,30 +76,28 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 @command
 def main(argv: list[str] | None = None) -> dict | None:
-    parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args = parse_once(parser, argv, "tiny")
     cfg = config_from_args(args)
     check_logger(args.logger)
-    from utils.runtime import resolve_device
-    if args.plan is None:  # a plan for CUDA may be made on a machine without one
-        resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
-    if args.plan is not None:
+    if args.plan is not None:  # a plan for CUDA may be made on a machine without one
         from training.memory_fit import plan_text
         print(plan_text(cfg, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
         return None
+    from utils.runtime import resolve_runtime
+    runtime = resolve_runtime(cfg.train.device, cfg.train.precision)  # once; a device this machine lacks: named now
     if not args.out:
-        parser.error("the following arguments are required: --out")
+        parser(None).error("the following arguments are required: --out")
 
     from research.probing.callback import run_callbacks  # heavy imports after argument checks
     from training.errors import RunInterrupted
     from training.run import train_run
 
-    def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
-        return run_callbacks(used_cfg, data, args.out, device, tag=args.tag, logger=args.logger)
+    def callbacks(used_cfg, data, runtime):  # the config the run uses (offline, data/offline.py, may change it)
+        return run_callbacks(used_cfg, data, args.out, runtime, tag=args.tag, logger=args.logger)
 
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,
-                            progress=not args.no_progress, callbacks=callbacks)
+                            progress=not args.no_progress, callbacks=callbacks, runtime=runtime)
     except RunInterrupted as e:  # Ctrl-C: one line, how to go on
         raise Interrupted(f"{e}; {continue_command(argv, e.resumable)}") from None
     if summary is not None:  # rank 0

@@ -142,10 +142,11 @@ def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
     import torch
 
     from training.distributed import end_process, init_distributed, shutdown_distributed
+    from utils.runtime import resolve_runtime
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
-    d = init_distributed("cpu")
+    d = init_distributed(resolve_runtime("cpu"))
     try:
         fn(rank, world_size, *args)
     except BaseException:
