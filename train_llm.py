@@ -25,20 +25,32 @@ from typing import NoReturn
 if __name__ == "__main__" and (_here := os.path.dirname(os.path.abspath(__file__))) not in sys.path[:1]:
     sys.path.insert(0, _here)
 
-from configs import PRESETS, ConfigError, add_config_args, config_from_args, get_preset
-from configs.cli import help_defaults, start_in
+from configs import PRESETS, add_config_args, config_from_args, get_preset
+from configs.cli import help_defaults, help_flag, parse_once, start_in
 from training.tracking import LOGGERS, check_logger
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, command
+from utils.errors import Interrupted
 from utils.run_names import CHECKPOINTS, CONFIG, METRICS, RESULTS, SUMMARY, TOKENIZER
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; its help shows the values of the chosen preset with the --config file's values over them."""
+    """The parser whose help shows the values of the preset argv chooses with its --config file's values over them."""
     preset, file = start_in(argv, "tiny")
-    preset = preset if preset in PRESETS else "tiny"
-    defaults = help_defaults(get_preset(preset), file)
-    source = f"the {preset} preset" + (f" with {file.path}" if file else "")
-    p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
+    return parser((preset, file, None))
+
+
+def parser(start: tuple | None) -> argparse.ArgumentParser:
+    """The options. `start`: (preset, --config file, _) for the parser whose help shows the preset's values with
+    the file's over them, or None for the parser that only parses (configs.cli.parse_once), which builds no config."""
+    if start is None:
+        p, defaults, file = ArgumentParser(add_help=False), None, None
+        help_flag(p)
+    else:
+        preset, file, _ = start
+        preset = preset if preset in PRESETS else "tiny"
+        defaults = help_defaults(get_preset(preset), file)
+        source = f"the {preset} preset" + (f" with {file.path}" if file else "")
+        p = ArgumentParser(description=f"{__doc__}\nDefaults below are those of {source}.")
     p.add_argument("--out", help=f"Output folder: {CONFIG}, {METRICS}, {SUMMARY}, {CHECKPOINTS}/, {TOKENIZER}/, "
                                  f"{RESULTS} when probing, tensorboard/ or wandb/ with --logger. Required unless "
                                  f"--plan")
@@ -62,44 +74,32 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> dict | None:
-    try:
-        parser = build_parser(argv)
-        args = parser.parse_args(argv)
-        cfg = config_from_args(args)
-        check_logger(args.logger)
-        from utils.runtime import resolve_device
-        if args.plan is None:  # a plan for CUDA may be made on a machine without one
-            resolve_device(cfg.train.device)  # a device this machine lacks: named before any work
-    except ConfigError as e:
-        sys.exit(f"config error: {e}")
-    if args.plan is not None:
+    args = parse_once(parser, argv, "tiny")
+    cfg = config_from_args(args)
+    check_logger(args.logger)
+    if args.plan is not None:  # a plan for CUDA may be made on a machine without one
         from training.memory_fit import plan_text
         print(plan_text(cfg, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
         return None
+    from utils.runtime import resolve_runtime
+    runtime = resolve_runtime(cfg.train.device, cfg.train.precision)  # once; a device this machine lacks: named now
     if not args.out:
-        parser.error("the following arguments are required: --out")
+        parser(None).error("the following arguments are required: --out")
 
     from research.probing.callback import run_callbacks  # heavy imports after argument checks
-    from research.results import ResultsError
-    from training.errors import USER_ERRORS, RunInterrupted
+    from training.errors import RunInterrupted
     from training.run import train_run
-    from utils.errors import os_fix, os_problem
 
-    def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
-        return run_callbacks(used_cfg, data, args.out, device, tag=args.tag, logger=args.logger)
+    def callbacks(used_cfg, data, runtime):  # the config the run uses (offline, data/offline.py, may change it)
+        return run_callbacks(used_cfg, data, args.out, runtime, tag=args.tag, logger=args.logger)
 
     try:
         summary = train_run(cfg, args.out, resume=args.resume, replan_schedule=args.replan_schedule,
-                            progress=not args.no_progress, callbacks=callbacks)
-    except RunInterrupted as e:  # Ctrl-C: one line, how to go on, the shell's code for SIGINT
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(f"{e}; {continue_command(argv, e.resumable)}", file=sys.stderr, flush=True)
-        sys.exit(130)
-    except (*USER_ERRORS, ResultsError) as e:
-        sys.exit(f"error: {e}")
-    except OSError as e:  # outside the training loop, e.g. a read-only --cache_dir
-        sys.exit(f"error: {os_problem(e)}. Fix: {os_fix(e)}")
+                            progress=not args.no_progress, callbacks=callbacks, runtime=runtime)
+    except RunInterrupted as e:  # Ctrl-C: one line, how to go on
+        raise Interrupted(f"{e}; {continue_command(argv, e.resumable)}") from None
     if summary is not None:  # rank 0
         print(f"done: {summary['steps']} steps, {summary['tokens']:,} tokens, loss {summary['final_loss']}, "
               f"val_loss {summary['final_val_loss']:.4f}, {summary['tokens_per_s'] or 0:,.0f} tokens/s; "

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from typing import Callable
 
 from configs.config import ConfigError, RunConfig
 from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
@@ -63,6 +64,27 @@ def start_in(argv: list[str] | None, default: str) -> tuple[str, ConfigFile | No
     return _chosen_preset(known.preset, file, default), file
 
 
+def parse_once(build: Callable[[tuple[str, ConfigFile | None, argparse.Namespace] | None], argparse.ArgumentParser],
+               argv: list[str] | None, default_preset: str) -> argparse.Namespace:
+    """argv parsed once, for the help and the run. `build(None)` makes the parser that parses (its option
+    texts are never shown, so no preset is built for them; `-h/--help` is a flag there, see help_flag); asked
+    for --help, `build((preset, file, args))` with the preset and the --config file the parse named (and the
+    parsed arguments) makes the parser whose help shows their values, which is printed. The --config file is
+    read once, here or by start_from_args."""
+    args = build(None).parse_args(argv)
+    if not args.help:
+        return args
+    file = read_config_file(args.config) if args.config else None
+    parser = build((_chosen_preset(args.preset, file, default_preset), file, args))
+    parser.print_help()
+    parser.exit()
+
+
+def help_flag(parser: argparse.ArgumentParser) -> None:
+    """-h/--help as a flag of a parser made with add_help=False (parse_once prints the help after the parse)."""
+    parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
+
+
 def _chosen_preset(given: str | None, file: ConfigFile | None, default: str) -> str:
     """--preset, else the --config file's preset, else the script's default."""
     return given or (file.preset if file else None) or default
@@ -77,11 +99,12 @@ def shown_value(value) -> object:
     return "empty" if value == "" else value
 
 
-def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, default_preset: str = "tiny",
+def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig | None, default_preset: str = "tiny",
                     extra_presets=(), preset_help: str | None = None, notes: dict[str, str] | None = None,
                     file: ConfigFile | None = None) -> None:
     """--preset, --config and one option per config field; `defaults` is the config a user gets when the
-    option is left out (its value is printed in the help), `notes` replace a field's default text, and a
+    option is left out (its value is printed in the help; None for a parser that only parses, parse_once),
+    `notes` replace a field's default text, and a
     field the --config `file` sets shows the file's value."""
     parser.add_argument("--preset", choices=[*extra_presets, *sorted(PRESETS)],
                         help=preset_help or f"Named starting config that the other options change (configs/"
@@ -99,7 +122,7 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig, defaul
         if f.name in given:
             shown = f"{shown_value(given[f.name])} (from {file.path.name})"
         else:
-            shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)))
+            shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
                             default=argparse.SUPPRESS, help=field_help(section, f.name, shown))
 

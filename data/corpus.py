@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from utils.errors import UserError
 from utils.hub import hub_problem
 from utils.progress import quiet_imported
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # imported where used: `import data` stays light
     import datasets
 
 
-class DataError(RuntimeError):
+class DataError(UserError, RuntimeError):
     """Data preparation cannot go on; the message names the cause and the fix."""
 
 

@@ -19,7 +19,7 @@ import torch
 
 from research.speed.measure import configs
 from research.speed.suite import gpu_suite, gpu_table, run_suite, table
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, command
 
 
 GPU_PRESETS = ("88m", "1b")  # measured on CUDA, each as research/speed/gpu.py runs it
@@ -48,6 +48,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if torch.cuda.is_available() and not args.cpu:

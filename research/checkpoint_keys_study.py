@@ -17,12 +17,14 @@ research/analysis/trajectory.py decides, per layer group, the change from the fi
 with text batches as the unit of uncertainty. All checkpoints must share one architecture and tokenizer.
 """
 from research.studies import checkpoint_keys
+from utils.cli import command
 
 
 def build_parser():
     return checkpoint_keys.build_parser(__doc__)
 
 
+@command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
     return checkpoint_keys.main(argv, __doc__)
 

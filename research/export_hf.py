@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from research.export import ExportError, export_run
-from utils.cli import ArgumentParser
+from research.export import export_run
+from utils.cli import ArgumentParser, command
 
 
 def build_parser() -> ArgumentParser:
@@ -41,13 +41,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+@command
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        info = export_run(args.run_dir, args.out_dir, force=args.force, step=args.step)
-    except ExportError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    info = export_run(args.run_dir, args.out_dir, force=args.force, step=args.step)
     print(f"exported {args.run_dir} (checkpoint step {info['step']}, qk_norm={info['qk_norm']}) as "
           f"{info['architecture']} to {args.out_dir}")
     return 0

@@ -21,12 +21,14 @@ q/k norms (Gemma 3, Qwen3, OLMo 2, Apertus). A run already finished in --out is 
 trained again from the start (no checkpoints of the model are saved).
 """
 from research.studies import finetune
+from utils.cli import command
 
 
 def build_parser():
     return finetune.build_parser(__doc__)
 
 
+@command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
     return finetune.main(argv, __doc__)
 

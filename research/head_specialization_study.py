@@ -9,8 +9,10 @@ sinks and gatherers at the last probe, with the thresholds used. --help lists th
 """
 from research.studies import HEAD_SPECIALIZATION
 from research.studies.runner import run_study
+from utils.cli import command
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     run_study(HEAD_SPECIALIZATION, argv, description=__doc__)
 

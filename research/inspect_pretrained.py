@@ -22,18 +22,18 @@ import sys
 import textwrap
 from pathlib import Path
 
-from research.access import InspectError, load_model
 from research.access.gguf import PACKAGED
 from research.access.loading import CACHE_HELP, DEFAULT_CACHE
-from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, inspect_model
 from research.inspection.text import ENGLISH, text_batch
+from research.access import load_model
+from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, inspect_model
 from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures
-from research.results import ResultsError, save_results
+from research.results import save_results
 from research.results.layout import refuse_others_results
-from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
+from utils.cli import ArgumentParser, command
+from utils.errors import Interrupted
 from utils.io import atomic_write_text
 
 INSPECT_FILE, REPORT_FILE = "inspect.json", "report.md"
@@ -104,45 +104,34 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _inspect(args, out: Path, written: list[Path]) -> int:
-    try:
-        refuse_others_results(out, "inspect_pretrained.py")
-    except ResultsError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
-        check_arguments(adapter, args.top_k, args.layer, args.head_layer, args.dict_sample)
-        ids, text = None, None
-        if args.prompt is None:
-            seq_len = args.seq_len
-            if adapter.context is not None and seq_len > adapter.context:
-                seq_len = adapter.context
-                print(f"note: --seq_len {args.seq_len} is more than the model's context ({adapter.context_name} = "
-                      f"{adapter.context}): windows of {seq_len} tokens are used", file=sys.stderr)
-            ids, text = text_batch(tokenizer, args.text, args.batch, seq_len, args.seed)
-        result = inspect_model(adapter, tokenizer, args.prompt, ids=ids, text=text,
-                               positions=args.positions, top_k=args.top_k,
-                               heatmap_layer=args.layer, max_tokens=args.max_tokens,
-                               words=[w.strip() for w in args.words.split(",") if w.strip()],
-                               dict_sample=args.dict_sample, head_layer=args.head_layer)
-    except InspectError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    refuse_others_results(out, "inspect_pretrained.py")
+    model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
+    check_arguments(adapter, args.top_k, args.layer, args.head_layer, args.dict_sample)
+    ids, text = None, None
+    if args.prompt is None:
+        seq_len = args.seq_len
+        if adapter.context is not None and seq_len > adapter.context:
+            seq_len = adapter.context
+            print(f"note: --seq_len {args.seq_len} is more than the model's context ({adapter.context_name} = "
+                  f"{adapter.context}): windows of {seq_len} tokens are used", file=sys.stderr)
+        ids, text = text_batch(tokenizer, args.text, args.batch, seq_len, args.seed)
+    result = inspect_model(adapter, tokenizer, args.prompt, ids=ids, text=text,
+                           positions=args.positions, top_k=args.top_k,
+                           heatmap_layer=args.layer, max_tokens=args.max_tokens,
+                           words=[w.strip() for w in args.words.split(",") if w.strip()],
+                           dict_sample=args.dict_sample, head_layer=args.head_layer)
     report = out / REPORT_FILE
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        save_results(out / INSPECT_FILE, result)  # atomic; NaN (e.g. a 2-token prompt) written as null
-        written.append(out / INSPECT_FILE)
-        save_figures(out, figures.figures(result))
-        atomic_write_text(report, figures.report(result))
-    except OSError as e:
-        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
-        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    save_results(out / INSPECT_FILE, result)  # atomic; NaN (e.g. a 2-token prompt) written as null
+    written.append(out / INSPECT_FILE)
+    save_figures(out, figures.figures(result))
+    atomic_write_text(report, figures.report(result))
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
           f"wrote {out / INSPECT_FILE}, {report} and figures in {result['time_s']:.1f} s")
     return 0
 
 
+@command
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out) if args.out else Path("research_results/inspect") / re.sub(r"[^\w.-]+", "_",
@@ -153,8 +142,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         kept = (f"kept {written[0]}; the figures and report.md may be missing: run again" if written
                 else "nothing was written")
-        print(f"interrupted; {kept}", file=sys.stderr)
-        return 130
+        raise Interrupted(f"interrupted; {kept}") from None
 
 
 if __name__ == "__main__":

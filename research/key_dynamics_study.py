@@ -11,8 +11,10 @@ writes.
 """
 from research.studies import KEY_DYNAMICS
 from research.studies.runner import run_study
+from utils.cli import command
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     run_study(KEY_DYNAMICS, argv, description=__doc__)
 

@@ -12,8 +12,10 @@ Wortsman et al. 2023 define it, per seed. --help lists the files it writes.
 """
 from research.studies import LR_SENSITIVITY
 from research.studies.runner import run_study
+from utils.cli import command
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     run_study(LR_SENSITIVITY, argv, description=__doc__)
 

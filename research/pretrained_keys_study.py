@@ -22,12 +22,14 @@ Writes into --out the results file (every per-batch number), one figure per ques
 --help lists the files.
 """
 from research.studies import pretrained_keys
+from utils.cli import command
 
 
 def build_parser():
     return pretrained_keys.build_parser(__doc__)
 
 
+@command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
     return pretrained_keys.main(argv, __doc__)
 

@@ -13,8 +13,10 @@ combined.json the numbers. --help lists the files it writes.
 """
 from research.studies import QK_NORM
 from research.studies.runner import run_study
+from utils.cli import command
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     run_study(QK_NORM, argv, description=__doc__)
 

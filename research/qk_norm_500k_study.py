@@ -8,8 +8,10 @@ difference, and a heatmap of PR per layer and probe; combined_results.json holds
 """
 from research.studies import PILOT
 from research.studies.runner import run_study
+from utils.cli import command
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     run_study(PILOT, argv, description=__doc__)
 

@@ -10,18 +10,14 @@ output is replaced atomically. Needs numpy and matplotlib only: torch is never i
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
-from research.results import ResultsError
 from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
 from research.studies import QK_NORM, STUDIES
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
-from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import LockError
+from utils.cli import ArgumentParser, command
 
 DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
 
@@ -53,21 +49,14 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         if value is not None:
-            try:
-                check_margin(name, value)
-            except ValueError as e:
-                sys.exit(f"error: {e}")
-    try:
-        for path in render_study(args.folder, args.out, args.margin, args.loss_margin):
-            print(f"wrote {path}")
-    except (ResultsError, LockError) as e:
-        sys.exit(f"error: {e}")
-    except OSError as e:
-        sys.exit(f"error: cannot write the figures: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR")
+            check_margin(name, value)
+    for path in render_study(args.folder, args.out, args.margin, args.loss_margin):
+        print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ import json
 import socket
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference" / "qk_norm_50m_study"  # the write-ups' own results
 STEP_TOKENS = 8 * 32  # debug preset: batch 8 x seq_len 32
@@ -140,10 +142,11 @@ def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
     import torch
 
     from training.distributed import end_process, init_distributed, shutdown_distributed
+    from utils.runtime import resolve_runtime
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
-    d = init_distributed("cpu")
+    d = init_distributed(resolve_runtime("cpu"))
     try:
         fn(rank, world_size, *args)
     except BaseException:
@@ -151,3 +154,17 @@ def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
         raise
     shutdown_distributed(d)
     end_process(0)
+
+
+def stops(capsys, main, argv, code: int = 2) -> str:
+    """Run a command's `main(argv)` expecting it to stop as utils.cli.command stops a command: exit status `code`
+    (2: a user error, 130: Ctrl-C), its last stderr line the one line that says why, no traceback. That line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == code and "Traceback" not in err, (stop.value.code, err[-2000:])
+    line = err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert code != 2 or line.startswith("error: "), err[-2000:]
+    return line
+

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -66,10 +67,10 @@ def test_qk_train_exits_0_after_a_run_and_with_mains_status_otherwise(monkeypatc
     with pytest.raises(SystemExit) as e:
         train_llm.cli()
     assert e.value.code == 0
-    monkeypatch.setattr(train_llm, "main", lambda: sys.exit("config error: x"))
+    monkeypatch.setattr(train_llm, "main", lambda: sys.exit(2))  # a user error, as utils.cli.command ends it
     with pytest.raises(SystemExit) as e:
         train_llm.cli()
-    assert e.value.code == "config error: x"
+    assert e.value.code == 2
 
 
 @pytest.fixture
@@ -160,3 +161,53 @@ def test_every_module_imports_without_fcntl_and_the_lock_still_locks(tmp_path):
     assert "its .lock is a link, which this project never writes through" in out
     assert f"{tmp_path / 'run'} is in use by pid " in out and "no_fcntl.py" in out and "choose another --out" in out
     assert (tmp_path / "linked" / "target").read_text() == "kept"  # the link was not followed
+
+
+def _bad_input(command: str, tmp: Path) -> list[str]:
+    """Arguments that each command refuses as a user error (a missing file or folder), past argparse."""
+    missing = str(tmp / "missing")
+    if command in ("qk-train", "qk-norm-study", "qk-pilot-study", "qk-key-dynamics", "qk-head-specialization",
+                   "qk-lr-sensitivity"):
+        return ["--config", f"{missing}.yaml", "--out", str(tmp / "out")]
+    if command in ("qk-pretrained-keys", "qk-checkpoint-keys"):
+        return ["--render_only", "--out", missing]
+    if command in ("qk-finetune-keys", "qk-inspect"):
+        return ["--model", missing, "--out", str(tmp / "out")]
+    if command == "qk-export":
+        return [missing, str(tmp / "out")]
+    if command == "qk-split-panels":
+        return [missing]
+    return ["--configs", "missing"]  # qk-benchmark reads no files: an option's bad value (argparse's own error)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_ends_a_user_error_with_one_line_and_status_2(command, tmp_path, capsys, monkeypatch):
+    """The one wrapper (utils.cli.command): the console command's own target, as pip's script calls it."""
+    module, _, attr = _project()["scripts"][command].partition(":")
+    monkeypatch.setattr(sys, "argv", [command, *_bad_input(command, tmp_path)])
+    with pytest.raises(SystemExit) as stop:
+        sys.exit(getattr(importlib.import_module(module), attr)())
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err, err[-2000:]
+    last = err.rstrip("\n").rsplit("\n", 1)[-1]
+    if command == "qk-benchmark":  # argparse's usage error: the usage, then "PROG: error: ..."
+        assert last.startswith(f"{command}: error: argument --configs"), err
+    else:
+        assert last.startswith("error: ") and str(tmp_path / "missing") in last, err
+
+
+@pytest.mark.slow
+def test_a_script_run_as_a_program_exits_2_on_a_user_error_and_130_on_ctrl_c(tmp_path):
+    """The exit status the shell sees, from a real process: a user error, then Ctrl-C (a KeyboardInterrupt raised
+    where the data would be read)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(REPO / "research" / "split_panels.py"), str(tmp_path / "missing")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: "), proc.stderr
+    code = ("import sys, research.split_panels as s; sys.argv = ['split_panels.py', sys.argv[1]]\n"
+            "def stop(*a, **k): raise KeyboardInterrupt\n"
+            "s.render_study = stop; s.main()")
+    (tmp_path / "study.json").write_text("{}")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120,
+                          env=env)
+    assert proc.returncode == 130 and proc.stderr == "interrupted\n", proc.stderr

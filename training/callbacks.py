@@ -18,12 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
-import torch
 import torch.nn as nn
 
 if TYPE_CHECKING:
     from configs.config import RunConfig
     from data import TokenData
+    from utils.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,6 @@ class Callback(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
-# Builds a run's callbacks once the config it uses, its data and its device are known (training.run.train_run,
-# Trainer(callbacks=...)).
-CallbackFactory = Callable[["RunConfig", "TokenData", torch.device], list[Callback]]
+# Builds a run's callbacks once the config it uses, its data and its runtime (device, precision) are known
+# (training.run.train_run, Trainer(callbacks=...)).
+CallbackFactory = Callable[["RunConfig", "TokenData", "Runtime"], list[Callback]]

@@ -29,7 +29,7 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file, save_file
 
-from utils.errors import is_disk_full
+from utils.errors import UserError, is_disk_full
 from utils.formats import Integer, MapOf, Number, Obj, Opt, check, found
 from utils.io import atomic_dir, remove_matching, temp_dir_pattern
 from utils.testhook import hook
@@ -39,7 +39,7 @@ FILES = ("model.safetensors", "optim.pt", "state.json")
 _ORPHANS = (temp_dir_pattern(r"step-\d+"), re.compile(r"^\.pruning-step-\d+-[A-Za-z0-9_]+$"))
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that cannot be written or read; the message names it and the fix."""
 
     def __init__(self, message: str, disk_full: bool = False):

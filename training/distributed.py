@@ -10,6 +10,8 @@ from typing import NoReturn
 import torch
 import torch.distributed as dist
 
+from utils.runtime import Runtime
+
 _gloo_started = False  # set once this process has started a gloo process group (init_distributed; end_process)
 
 
@@ -55,22 +57,22 @@ class Dist:
         return t
 
 
-def init_distributed(device_type: str) -> Dist:
-    """Start the process group when launched by torchrun; a no-op for a single process.
+def init_distributed(runtime: Runtime) -> Dist:
+    """Start the process group of `runtime` (utils.runtime.resolve_runtime read torchrun's environment) when
+    launched by torchrun; a no-op for a single process.
 
     gloo on CPU, NCCL on CUDA.
     """
     global _gloo_started
-    if "RANK" not in os.environ or int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    if not runtime.distributed:
         return Dist()
-    d = Dist(rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
-             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", os.environ["WORLD_SIZE"])))
+    d = Dist(rank=runtime.rank, world_size=runtime.world_size, local_rank=runtime.local_rank,
+             local_world_size=runtime.local_world_size)
     if not dist.is_initialized():
-        if device_type == "cuda":
+        if runtime.device.type == "cuda":
             torch.cuda.set_device(d.local_rank)
         # a long timeout: rank 0 alone may tokenize a corpus or write a large checkpoint while the others wait
-        backend = "nccl" if device_type == "cuda" else "gloo"
+        backend = "nccl" if runtime.device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(hours=2))
         _gloo_started |= backend == "gloo"
     return d

@@ -1,19 +1,16 @@
 """The errors a user can cause when training, each with a message that names the problem and the fix.
 
-Entry points (train_llm.py, the study runner) catch USER_ERRORS and print the message alone:
-no traceback, a non-zero exit code. RunInterrupted (Ctrl-C) is not one of them: it ends with code 130.
+Each is a utils.errors.UserError: every command (utils.cli.command) prints the message alone, with no traceback,
+and exits with status 2. RunInterrupted (Ctrl-C) is not one of them: it ends with status 130.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from configs.config import ConfigError
-from data.corpus import DataError
-from training.checkpoint import CheckpointError
-from utils.lock import LockError
+from utils.errors import Interrupted, UserError
 
 
-class RunError(RuntimeError):
+class RunError(UserError, RuntimeError):
     """A run folder or a resume that cannot go on as asked (the message says why and what to do)."""
 
 
@@ -25,7 +22,7 @@ class NonFiniteLossError(RunError):
         self.step = step
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(Interrupted):
     """Ctrl-C (KeyboardInterrupt) stopped a run in `folder`: after `step` optimizer steps (None: before training
     began, e.g. while preparing the data); `checkpoint` is the step of the newest checkpoint (None: none yet) and
     `resumable` says whether the folder now needs --resume to go on (training.run_files.RunFolder.resumable)."""
@@ -50,5 +47,3 @@ class RunInterrupted(Exception):
             kept = f"nothing of the run was written to {self.folder} yet"
         return f"{where}; {kept}"
 
-
-USER_ERRORS = (ConfigError, DataError, FileExistsError, RunError, CheckpointError, LockError)

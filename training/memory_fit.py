@@ -1,7 +1,7 @@
 """The memory plan against the device: `--plan` prints it, a CUDA run that cannot fit is refused.
 
 `plan_text(cfg, world_size)` is what `train_llm.py --plan` and every study's `--plan` print;
-`check_fits(cfg, device, world_size)` runs before the model is built (training.run.train_run) and raises
+`check_fits(cfg, runtime)` runs before the model is built (training.run.train_run) and raises
 MemoryPlanError, naming the options that would fit, when the plan with its headroom exceeds the memory
 CUDA reports free (torch.cuda.mem_get_info). On every device the model is first built in this machine's
 memory, whose RoPE tables grow with --max_seq_len: tables that would take more than half of the physical
@@ -17,7 +17,7 @@ import torch
 from configs.cli import apply_overrides
 from configs.config import ConfigError, RunConfig
 from training.memory import GIB, HEADROOM, MemoryPlan, format_plan, needed_bytes, plan_memory
-from utils.runtime import resolve_precision
+from utils.runtime import Runtime, resolve_precision
 
 DEVICE_COUNTS = (2, 4, 8, 16, 32)  # FSDP sizes tried when naming options
 
@@ -38,8 +38,9 @@ def plan_target(cfg: RunConfig) -> tuple[str, str]:
     return "cpu", resolve_precision("auto", torch.device("cpu"))
 
 
-def _plan(cfg: RunConfig, world_size: int, **overrides) -> MemoryPlan:
-    device_type, precision = plan_target(cfg)
+def _plan(cfg: RunConfig, world_size: int, target: tuple[str, str] | None = None, **overrides) -> MemoryPlan:
+    """The plan on `target` (device type, precision): the runtime's where one is settled, else plan_target's."""
+    device_type, precision = target or plan_target(cfg)
     return plan_memory(apply_overrides(cfg, overrides) if overrides else cfg, device_type, precision, world_size)
 
 
@@ -132,13 +133,15 @@ def check_rope_fits(cfg: RunConfig, memory: int | None = None) -> None:
         f"blocks need only --seq_len {cfg.data.seq_len})")
 
 
-def check_fits(cfg: RunConfig, device: torch.device, world_size: int) -> None:
+def check_fits(cfg: RunConfig, runtime: Runtime) -> None:
     """Refuse a model whose RoPE tables cannot be built in this machine's memory, and a CUDA run whose planned
-    need exceeds the device's free memory (MemoryPlanError names options)."""
+    need exceeds the device's free memory (MemoryPlanError names options); the device, precision and process
+    count are the runtime's."""
     check_rope_fits(cfg)
+    device, world_size = runtime.device, runtime.world_size
     if device.type != "cuda":
         return
-    plan = _plan(cfg, world_size)
+    plan = _plan(cfg, world_size, (device.type, runtime.precision))
     need = needed_bytes(plan)
     free, total = cuda_free(device)
     if need <= free:

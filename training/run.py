@@ -15,14 +15,14 @@ from training.memory_fit import check_fits
 from training.run_files import RunFolder
 from training.trainer import Trainer
 from utils.lock import FolderLock
-from utils.runtime import resolve_device
+from utils.runtime import Runtime, resolve_runtime
 
 __all__ = ["train_run", "CallbackFactory"]
 
 
 def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, replan_schedule: bool = False,
               progress: bool = True, name: str = "train", callbacks: CallbackFactory | None = None,
-              log: Callable = print) -> dict | None:
+              log: Callable = print, runtime: Runtime | None = None) -> dict | None:
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
@@ -30,18 +30,21 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     a CUDA run whose memory plan (training/memory.py) does not fit the device, stops first, with
     training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
-    prepares the data (building the caches); the other ranks then read them. `callbacks(cfg, data,
-    device)` builds the callbacks once the config the run uses, the data and the device are known,
+    prepares the data (building the caches); the other ranks then read them. `runtime`: the device,
+    precision and process group settled once for this process (resolved from cfg.train when None), handed to
+    the memory check, the trainer and the callbacks. `callbacks(cfg, data, runtime)` builds the
+    callbacks once the config the run uses and the data are known,
     before a resume chooses its checkpoint (training.trainer). A preset that falls back to local data
     without a network (data/offline.py) trains, and writes to config.json, the config it used; a
     corpus too small for the run is said at the start (data.data_usage) and recorded. Ctrl-C raises
     training.errors.RunInterrupted: the step reached, the newest checkpoint, whether --resume is needed.
     """
-    dist = init_distributed(resolve_device(cfg.train.device).type)
+    runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
+    dist = init_distributed(runtime)
     finished = False
     trainer, stage = None, "checking the run"
     try:
-        check_fits(cfg, resolve_device(cfg.train.device, dist.local_rank), dist.world_size)  # before any allocation
+        check_fits(cfg, runtime)  # before any allocation
         with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
             stage = "preparing the data"
             if dist.is_main:
@@ -52,7 +55,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
                 data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)  # the bars are rank 0's
             stage = "starting the run" + (" (loading its checkpoint)" if resume else "")
             trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
-                              progress=progress, name=name, log=log, callbacks=callbacks)
+                              progress=progress, name=name, log=log, callbacks=callbacks, runtime=runtime)
             if dist.is_main:  # after the trainer's own data line, once its callbacks accepted the data
                 for note in data_usage(cfg, data)[1]:
                     log(f"data: note: {note}")

@@ -52,8 +52,7 @@ from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
 from utils.errors import os_fix, os_problem
-from utils.runtime import (autocast, device_choice, local_cpu_threads, precision_choice, provenance, resolve_compile,
-                           resolve_device, resolve_precision)
+from utils.runtime import Runtime, autocast, local_cpu_threads, provenance, resolve_compile, resolve_runtime
 from utils.testhook import hook
 
 __all__ = ["Trainer", "NonFiniteLossError"]
@@ -62,15 +61,16 @@ __all__ = ["Trainer", "NonFiniteLossError"]
 class Trainer:
     def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, dist: Dist = Dist(),
                  resume: bool = False, replan_schedule: bool = False, log: Callable = print, progress: bool = True,
-                 name: str = "train", callbacks: CallbackFactory | None = None):
-        """`callbacks(cfg, data, device)` builds the run's callbacks before a resume chooses its checkpoint (their
-        saved states are checked with it); add_callback registers more later."""
+                 name: str = "train", callbacks: CallbackFactory | None = None, runtime: Runtime | None = None):
+        """`runtime`: the device and precision settled for this process (training.run.train_run's; resolved here
+        from cfg.train when None). `callbacks(cfg, data, runtime)` builds the run's callbacks before a resume
+        chooses its checkpoint (their saved states are checked with it); add_callback registers more later."""
         self.cfg, self.data, self.out, self.name, self.dist = cfg, data, Path(out_dir), name, dist
         tc = cfg.train
-        self.device = resolve_device(tc.device, self.dist.local_rank)
+        self.runtime = runtime or resolve_runtime(tc.device, tc.precision)
+        self.device, self.precision = self.runtime.device, self.runtime.precision
         if self.device.type == "cpu":
             torch.set_num_threads(local_cpu_threads(self.dist.local_world_size))
-        self.precision = resolve_precision(tc.precision, self.device)
         self.is_main = self.dist.is_main
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
@@ -89,7 +89,7 @@ class Trainer:
         check_sharding(cfg, self.dist.world_size)
         self.fsdp = tc.shard == "fsdp"
         saved = self._check_out_dir(resume)
-        for callback in (callbacks(cfg, data, self.device) if callbacks else []):  # before anything is allocated
+        for callback in (callbacks(cfg, data, self.runtime) if callbacks else []):  # before anything is allocated
             self._register(callback)
 
         torch.manual_seed(tc.seed)  # same initial weights on every rank
@@ -123,8 +123,8 @@ class Trainer:
         self.fwd = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
             if self.dist.enabled and not self.fsdp else self.model
 
-        self._log(f"run: preset={cfg.preset} device={device_choice(tc.device, self.device)} "
-                  f"precision={precision_choice(tc.precision, self.device)} "
+        self._log(f"run: preset={cfg.preset} device={self.runtime.device_choice()} "
+                  f"precision={self.runtime.precision_choice()} "
                   f"processes={self.dist.world_size} shard={tc.shard} compile={self.compiled} ({compile_why}) "
                   f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "

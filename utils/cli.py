@@ -1,4 +1,4 @@
-"""The command-line parser every entry point uses.
+"""The command-line parser every entry point uses, and the one wrapper of every command (`command`).
 
 One spelling per option: words are joined by underscores, as the config fields they set are
 (`--n_layers`, `--no_progress`, `--loss_margin`). A hyphenated spelling is refused with the right one
@@ -7,7 +7,13 @@ named, and an option is never matched by its prefix (`--out` does not stand for 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
 import re
+import sys
+from typing import Callable
+
+from utils.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError, explain
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -27,3 +33,30 @@ class ArgumentParser(argparse.ArgumentParser):
         if hints:
             message = f"{message} ({'; '.join(hints)}: options join words with underscores)"
         super().error(message)
+
+
+def command(main: Callable | None = None, *, fix_also: str = ""):
+    """The one wrapper of every command's `main` (a decorator; `@command(fix_also="pass --out DIR")` adds a way out
+    to an OSError's fix). Failures end the same way in every command:
+
+    - Ctrl-C (KeyboardInterrupt, or utils.errors.Interrupted saying what was kept): one line on stderr (rank 0's,
+      under torchrun), exit status 130;
+    - a user error (utils.errors.UserError and its subclasses in the layers above) or an OSError: one line
+      "error: ..." (an OSError as the problem and the fix), exit status 2, as argparse's usage errors;
+    - anything else is a bug and keeps its traceback.
+
+    On success it returns what main returns."""
+    def wrap(main: Callable) -> Callable:
+        @functools.wraps(main)
+        def run(*args, **kwargs):
+            try:
+                return main(*args, **kwargs)
+            except (KeyboardInterrupt, Interrupted) as e:
+                if os.environ.get("RANK", "0") == "0":  # one line for the whole job, not one per process
+                    print(str(e) if isinstance(e, Interrupted) else "interrupted", file=sys.stderr, flush=True)
+                raise SystemExit(EXIT_INTERRUPTED) from None
+            except (UserError, OSError) as e:
+                print(f"error: {explain(e, fix_also)}", file=sys.stderr, flush=True)
+                raise SystemExit(EXIT_USER_ERROR) from None
+        return run
+    return wrap(main) if main is not None else wrap

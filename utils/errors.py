@@ -5,11 +5,6 @@ from __future__ import annotations
 import errno
 
 
-class ConfigError(ValueError):
-    """A configuration that cannot work; the message names the field and the fix. Defined here, on the ground
-    floor, so that utils (the device choice) raises it without importing configs; configs.config re-exports it."""
-
-
 _PROBLEMS = {
     errno.ENOSPC: "the disk is full",
     errno.EDQUOT: "the disk quota is exhausted",
@@ -48,3 +43,32 @@ def is_disk_full(e: BaseException) -> bool:
         return e.errno in (errno.ENOSPC, errno.EDQUOT)
     text = str(e)
     return "No space left" in text or "StorageFull" in text or "os error 28" in text
+
+
+EXIT_USER_ERROR = 2  # a user error, as argparse's own usage errors: one code for every command (docs/layout.md)
+EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's code for a process ended by SIGINT
+
+
+class UserError(Exception):
+    """A problem the user can fix, whose message says what and how in one line. The error classes of the layers
+    above (ConfigError, ResultsError, LockError, ...) subclass it, so that every command (utils.cli.command) tells
+    them the same way without importing them: "error: <message>", exit status EXIT_USER_ERROR."""
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration that cannot work; the message names the field and the fix. Defined here, on the ground
+    floor, so that utils (the device choice) raises it without importing configs; configs.config re-exports it."""
+
+
+class Interrupted(Exception):
+    """Ctrl-C, told with what was kept ("interrupted; kept ..."): a command prints the message and exits with
+    EXIT_INTERRUPTED. A command turns KeyboardInterrupt into this where it can say more than "interrupted"."""
+
+
+def explain(e: UserError | OSError, fix_also: str = "") -> str:
+    """The one line a command prints for a user error or an OSError: the message, or for an error of the operating
+    system the problem and the fix (`fix_also`: another way out, e.g. "pass --out DIR"). An OSError the project
+    raised with a message of its own (no errno, e.g. "--out holds a run: pass --resume") is its message."""
+    if isinstance(e, OSError) and not isinstance(e, UserError) and e.errno is not None:
+        return f"{os_problem(e)}. Fix: {os_fix(e)}" + (f", or {fix_also}" if fix_also else "")
+    return str(e)

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from utils.errors import UserError
 from utils.testhook import hook
 
 
@@ -88,7 +89,7 @@ def atomic_dir(final: Path) -> Iterator[Path]:
         raise
 
 
-class LinkError(RuntimeError):
+class LinkError(UserError, RuntimeError):
     """A link inside a folder of this project that leads outside it; the message names the link and the fix."""
 
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from utils.errors import os_problem
+from utils.errors import UserError, os_problem
 from utils.io import check_links, open_no_follow
 
 try:
@@ -48,7 +48,7 @@ _HELD_ELSEWHERE = {errno.EACCES, getattr(errno, "EDEADLOCK", errno.EDEADLK)}  # 
 _held: dict[str, list] = {}  # realpath of the folder -> [fd, depth], this process's locks
 
 
-class LockError(RuntimeError):
+class LockError(UserError, RuntimeError):
     """The folder is in use by another process, or cannot be locked; the message names the holder and the fix."""
 
 

@@ -1,4 +1,5 @@
-"""Device, precision, seeding and provenance helpers."""
+"""Device, precision, seeding and provenance helpers; `Runtime`, the device, precision and process group decided
+once per process (resolve_runtime)."""
 from __future__ import annotations
 
 import functools
@@ -6,7 +7,9 @@ import os
 import platform
 import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import torch
 
@@ -100,13 +103,59 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 def precision_choice(precision: str, device: torch.device) -> str:
     """The precision and why, for the first lines of a run's log."""
-    chosen = resolve_precision(precision, device)
+    return _precision_why(precision, resolve_precision(precision, device), device)
+
+
+def _precision_why(precision: str, chosen: str, device: torch.device) -> str:
     if precision != "auto":
         return f"{chosen} (--precision {precision})"
     why = {("cuda", "bf16"): "CUDA with bf16", ("cuda", "fp32"): "this GPU has no bf16",
            ("cpu", "bf16"): "CPU with native bf16", ("cpu", "fp32"): "no native bf16 on this CPU",
            }.get((device.type, chosen), f"fp32 on {device.type}")
     return f"{chosen} (auto: {why})"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how this process computes, settled once per process (resolve_runtime) and handed down to the
+    trainer, the memory check, the probe and the provenance, which never read --device or --precision again.
+    `device_asked` and `precision_asked` are the settings as given (auto, cuda, ...), for the log's "why"."""
+    device: torch.device
+    precision: str  # what training autocasts to: "bf16" or "fp32"
+    device_asked: str = "auto"
+    precision_asked: str = "auto"
+    rank: int = 0  # torchrun's RANK, LOCAL_RANK, WORLD_SIZE and LOCAL_WORLD_SIZE (0, 0, 1, 1 alone)
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype autocast computes matmuls in."""
+        return torch.bfloat16 if self.precision == "bf16" else torch.float32
+
+    def device_choice(self) -> str:
+        """The device and why, for the first lines of a run's log."""
+        return device_choice(self.device_asked, self.device)
+
+    def precision_choice(self) -> str:
+        """The precision and why, for the first lines of a run's log."""
+        return _precision_why(self.precision_asked, self.precision, self.device)
+
+
+def resolve_runtime(device: str = "auto", precision: str = "auto", env: Mapping[str, str] | None = None) -> Runtime:
+    """The device (resolve_device, on this process's LOCAL_RANK), the precision (resolve_precision) and the
+    process group's shape from torchrun's environment, decided once. ConfigError for a device this machine lacks."""
+    env = os.environ if env is None else env
+    world = int(env.get("WORLD_SIZE", "1")) if "RANK" in env else 1
+    rank, local_rank = (int(env["RANK"]), int(env.get("LOCAL_RANK", "0"))) if world > 1 else (0, 0)
+    local_world = int(env.get("LOCAL_WORLD_SIZE", str(world))) if world > 1 else 1
+    dev = resolve_device(device, local_rank)
+    return Runtime(dev, resolve_precision(precision, dev), device, precision, rank, local_rank, world, local_world)
 
 
 def resolve_compile(setting: str, device: torch.device) -> tuple[bool, str]:

@@ -39,10 +39,12 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
+from utils.errors import UserError
+
 DEFAULT_ATTN = "sdpa"  # models loaded for inspection: PyTorch's fused attention, which every supported family has
 
 
-class InspectError(RuntimeError):
+class InspectError(UserError, RuntimeError):
     """A model that cannot be found, loaded or inspected; the message says why and what to do."""
 
 

@@ -45,6 +45,7 @@ from models.llm import MinimalLLM
 from research.access.checkpoints import EXPORT_INFO
 from training.checkpoint import (Checkpoint, CheckpointError, list_checkpoints, load_model_weights,
                                  load_newest_weights, read_state)
+from utils.errors import UserError
 from utils.io import check_links
 from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
@@ -52,7 +53,7 @@ WEIGHTS_FILE = "model.safetensors"
 MODEL_FILES = ("config.json", "generation_config.json", WEIGHTS_FILE, EXPORT_INFO)
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """A run folder that cannot be exported, or an output folder that must not be written; the message says why."""
 
 

@@ -17,7 +17,7 @@ from research.results.read import tracked_scalars
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
 from training.tracking import tracker_for
-from utils.runtime import provenance, resolve_precision
+from utils.runtime import Runtime, provenance
 
 
 class ProbeCallback:
@@ -139,14 +139,14 @@ class ProbeCallback:
             self.results = self._resumed_results(self.step, self.last_probe_step)
 
 
-def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: str | None = None,
+def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | None = None,
                    on_probe: Callable[[int, Mapping[str, float]], None] | None = None) -> ProbeCallback:
     """The probe of a run: the first probe_batch validation blocks, results.json in out_dir; ConfigError when
-    there are fewer validation blocks than probe_batch (config.json would say what the probe did not do)."""
-    train_precision = resolve_precision(cfg.train.precision, device)
+    there are fewer validation blocks than probe_batch (config.json would say what the probe did not do). The
+    provenance records the runtime's device and the precision training runs in."""
     header = {"tag": tag or TAG_BY_QK_NORM[cfg.model.qk_norm], "config": cfg.to_dict(), "preset": cfg.preset,
               "seed": cfg.train.seed,
-              "provenance": {**provenance(device), "train_precision": train_precision,
+              "provenance": {**provenance(runtime.device), "train_precision": runtime.precision,
                              "corpus": data.corpus, "source_hash": data.source_hash},
               "data": data_usage(cfg, data)[0]}
     n_val = int(data.val.shape[0])
@@ -166,14 +166,14 @@ def probe_callback(cfg, data, out_dir: str | Path, device: torch.device, tag: st
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
-                         val_rows=probe.covers(validation) if train_precision == cfg.probe.probe_precision else 0)
+                         val_rows=probe.covers(validation) if runtime.precision == cfg.probe.probe_precision else 0)
 
 
-def run_callbacks(cfg, data, out_dir: str | Path, device: torch.device, *, tag: str | None = None,
+def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,
                   logger: str = "none") -> list:
     """A run's callbacks: the key probe (when cfg probes) and the `logger` tracker, which shows the
     probe's headline numbers too (so it comes after the probe)."""
     tracker = tracker_for(logger, out_dir, name="/".join(Path(out_dir).parts[-2:]), config=cfg.to_dict())
-    probe = (probe_callback(cfg, data, out_dir, device, tag=tag, on_probe=tracker.add if tracker else None)
+    probe = (probe_callback(cfg, data, out_dir, runtime, tag=tag, on_probe=tracker.add if tracker else None)
              if cfg.probe.probe_every else None)
     return [c for c in (probe, tracker) if c is not None]

@@ -53,12 +53,13 @@ from research.probing.metrics import attention_metrics, gamma_stats, key_metrics
 from research.probing.probe import as_lists, attention_record, measuring, unwrap
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
 from research.results.vocabulary import PR, PRE_GAIN_SITES
+from utils.errors import UserError
 
 DEFAULT_EVERY = 50  # optimizer steps between probes
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
 
 
-class ProbeError(ValueError):
+class ProbeError(UserError, ValueError):
     """A model, a file or a training setup the probe cannot work with; the message says why and what to do."""
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 from research.results.checks import ShapeError, check_types, is_integer
 from research.results.values import json_safe, parse_json
 from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
-from utils.errors import os_fix, os_problem
+from utils.errors import UserError, os_fix, os_problem
 from utils.io import atomic_write_text
 
 
-class ResultsError(ValueError):
+class ResultsError(UserError, ValueError):
     """A results file that cannot be used; the message names the file, the problem and the fix."""
 
 

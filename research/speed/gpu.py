@@ -19,7 +19,8 @@ import torch
 
 from configs import PRESETS, add_config_args, apply_overrides, flops_per_token, get_preset
 from configs.cli import help_defaults, start_from_args, start_in
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, command
+from utils.errors import UserError
 
 # What the measurement changes in the preset: CUDA, and no checkpoints or validation between the timed steps.
 MEASURED = {"device": "cuda", "ckpt_every": 0, "eval_every": 0}
@@ -133,10 +134,11 @@ def build_parser(argv: list[str] | None = None) -> ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     a = build_parser(argv).parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("research.speed.gpu needs CUDA: on CPU run python research/benchmark.py")
+        raise UserError("research.speed.gpu needs CUDA: on CPU run python research/benchmark.py")
     preset, overrides = start_from_args(a, "1b")
     ceiling = bf16_ceiling()
     result = measure(preset, a.steps, overrides, ceiling)

@@ -18,7 +18,7 @@ import time
 import torch
 
 from research.probing.hf import DEFAULT_EVERY, HFKeyProbe
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, command
 
 
 def build_parser() -> ArgumentParser:
@@ -90,6 +90,7 @@ def measure(args) -> dict:
             "overhead": probe_s / (args.every * step_s), "tokens_per_s": args.batch_size * args.seq_len / step_s}
 
 
+@command
 def main(argv=None) -> None:
     args = build_parser().parse_args(argv)
     r = measure(args)

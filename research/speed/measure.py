@@ -19,7 +19,7 @@ from configs.config import COMPILE_MODES
 from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, command
 from utils.runtime import autocast, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
@@ -256,6 +256,7 @@ def build_parser() -> ArgumentParser:
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     a = build_parser().parse_args(argv)
     print(json.dumps(run(a.kind, a.config, a.precision, a.steps, a.layers, a.impl, a.compile)))

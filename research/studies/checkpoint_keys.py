@@ -19,15 +19,15 @@ from research.access.checkpoints import read_step, weights_sha256
 from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
-from research.results import ResultsError, save_results
+from research.results import save_results
 from research.results.layout import refuse_others_results
 from research.results.trajectory import FILE, SCHEMA, VERSION
 from research.results.vocabulary import REPORT as REPORT_FILE
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.errors import Interrupted
+from utils.lock import FolderLock
 
 DEFAULT_OUT = "research_results/checkpoint_keys_study"
 
@@ -193,14 +193,7 @@ def main(argv=None, description: str = "") -> int:
         report = out / REPORT_FILE
     except KeyboardInterrupt:
         kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
-        print(f"interrupted; {kept}", file=sys.stderr)
-        return 130
-    except (InspectError, ResultsError, LockError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
-        return 2
+        raise Interrupted(f"interrupted; {kept}") from None
     dups = sum(r["duplicate_of"] is not None for r in records)
     print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s"
           + (f"; {dups} checkpoint(s) with weights identical to an earlier one, named in the report" if dups else ""))

@@ -22,15 +22,15 @@ from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.access import InspectError
 from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
-from research.probing.hf import KeyProbeCallback, ProbeError, model_config
-from research.results import ResultsError, load_results
+from research.probing.hf import KeyProbeCallback, model_config
+from research.results import load_results
 from research.results.layout import condition_dir, refuse_others_results, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.errors import Interrupted
+from utils.lock import FolderLock
 from utils.runtime import provenance, resolve_device, resolve_precision
 
 STUDY = "finetune_keys_study"
@@ -258,13 +258,6 @@ def main(argv=None, description: str = "") -> int:
         written = render_study(out)
         log(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
     except KeyboardInterrupt:
-        print(f"interrupted; finished runs are kept in {out}: run the same command again to continue",
-              file=sys.stderr)
-        return 130
-    except (InspectError, ProbeError, ResultsError, LockError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
-        return 2
+        raise Interrupted(f"interrupted; finished runs are kept in {out}: run the same command again to "
+                          f"continue") from None
     return 0

@@ -14,20 +14,19 @@ from pathlib import Path
 
 import torch
 
-from research.access import InspectError
 from research.access.gguf import PACKAGED
 from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import text_documents, text_windows
-from research.results import ResultsError, save_results
+from research.results import save_results
 from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION
 from research.results.vocabulary import REPORT as REPORT_FILE
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
+from utils.errors import Interrupted
+from utils.lock import FolderLock
 
 DEFAULT_MODELS = tuple(PACKAGED)
 DEFAULT_OUT = "research_results/pretrained_keys_study"
@@ -112,13 +111,6 @@ def main(argv=None, description: str = "") -> int:
         report = out / REPORT_FILE
     except KeyboardInterrupt:
         kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
-        print(f"interrupted; {kept}", file=sys.stderr)
-        return 130
-    except (InspectError, ResultsError, LockError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: cannot write into {out}: {os_problem(e)}. Fix: {os_fix(e)}, or pass --out DIR", file=sys.stderr)
-        return 2
+        raise Interrupted(f"interrupted; {kept}") from None
     print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s")
     return 0

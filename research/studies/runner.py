@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import sys
 import textwrap
 from pathlib import Path
 
 import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
-from configs.cli import shown_value, start_from_args, start_in
+from configs.cli import help_flag, parse_once, shown_value, start_from_args, start_in
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
@@ -32,16 +31,20 @@ from research.results.layout import condition_dir, read_study_index, write_study
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import USER_ERRORS, NonFiniteLossError, RunInterrupted
+from training.errors import NonFiniteLossError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import plan_target, plan_text
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser
-from utils.errors import os_fix, os_problem
-from utils.lock import FolderLock, LockError
-from utils.runtime import device_choice, precision_choice, resolve_device
+from utils.errors import Interrupted, UserError, explain
+from utils.lock import FolderLock
+from utils.runtime import Runtime, resolve_runtime
+
+
+class StudyError(UserError):
+    """A condition or the drawing failed; the message says which, why, and that the finished conditions are kept."""
 
 def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
     """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
@@ -97,18 +100,39 @@ def condition_notes(study: Study, defaults: RunConfig) -> dict[str, str]:
 
 
 def build_parser(study: Study, description: str = "", argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The study's parser whose help shows the values of the preset and --config file argv names."""
+    preset, file = start_in(argv, "auto")
     pre = ArgumentParser(add_help=False)
     pre.add_argument("--device")
-    preset, file = start_in(argv, "auto")
-    device = pre.parse_known_args(argv)[0].device or (file.values.get("device") if file else None) or "auto"
-    preset = resolve_preset(preset, device, study.gpu_preset)
-    preset = preset if preset in PRESETS else "tiny"
-    try:
-        defaults = base_config(study, preset, file.values if file else {})
-    except ConfigError:  # the file's values may validate only with options still to come
-        defaults = base_config(study, preset, {})
-    p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are those "
-                                   f"of the {preset} preset for this study.")
+    return study_parser(study, description, (preset, file, pre.parse_known_args(argv)[0]))
+
+
+def parse_study_args(study: Study, description: str, argv: list[str] | None) -> argparse.Namespace:
+    """The command line, parsed once for the help and the run (configs.cli.parse_once)."""
+    return parse_once(lambda start: study_parser(study, description, start), argv, "auto")
+
+
+def study_parser(study: Study, description: str, start: tuple | None) -> argparse.ArgumentParser:
+    """The study's options. `start`: (preset, --config file, arguments parsed so far) for the parser whose help
+    shows that preset's values for this study, or None for the parser that only parses (configs.cli.parse_once),
+    which builds no config."""
+    if start is None:
+        p, defaults, notes = ArgumentParser(add_help=False), None, {}
+        help_flag(p)
+    else:
+        preset, file, known = start
+        device = getattr(known, "device", None) or getattr(known, "cfg__device", None) or \
+            (file.values.get("device") if file else None) or "auto"
+        preset = resolve_preset(preset, device, study.gpu_preset)
+        preset = preset if preset in PRESETS else "tiny"
+        try:
+            defaults = base_config(study, preset, file.values if file else {})
+        except ConfigError:  # the file's values may validate only with options still to come
+            defaults = base_config(study, preset, {})
+        notes = {**condition_notes(study, defaults),
+                 "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with these defaults)"}
+        p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are "
+                                       f"those of the {preset} preset for this study.")
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
                    help=f"Seeds to train every condition with, once each (runs of one seed pair up across "
                         f"conditions). Default: {' '.join(map(str, study.default_seeds))}; --seed N alone: that one "
@@ -140,9 +164,7 @@ def build_parser(study: Study, description: str = "", argv: list[str] | None = N
                     preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
                                 f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
                                 f"else auto",
-                    notes={**condition_notes(study, defaults),
-                           "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with "
-                                          f"these defaults)"}, file=file)
+                    notes=notes, file=start[1] if start else None)
     return p
 
 
@@ -155,20 +177,21 @@ def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
 
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
-                    divergence_is_a_result: bool = False, logger: str = "none") -> None:
-    """Train one run with the probe; where divergence is a result (the learning-rate grid), a run whose loss
-    became non-finite is recorded as diverged and is not trained again."""
+                    divergence_is_a_result: bool = False, logger: str = "none", runtime: Runtime | None = None) -> None:
+    """Train one run with the probe on `runtime` (the study's, settled once; resolved from cfg when None); where
+    divergence is a result (the learning-rate grid), a run whose loss became non-finite is recorded as diverged and
+    is not trained again."""
     results = run_dir / RESULTS_FILE
     step = diverged_at(results) if divergence_is_a_result else None
     if step is not None:
         print(f"   diverged at step {step} before: kept as it is", flush=True)
         return
 
-    def callbacks(used_cfg, data, device):  # the config the run uses (offline, data/offline.py, may change it)
-        return run_callbacks(used_cfg, data, run_dir, device, tag=tag, logger=logger)
+    def callbacks(used_cfg, data, runtime):  # the config the run uses (offline, data/offline.py, may change it)
+        return run_callbacks(used_cfg, data, run_dir, runtime, tag=tag, logger=logger)
     try:  # a condition folder with a run to continue is resumed; one holding other files is refused (the Trainer)
         train_run(cfg, run_dir, resume=RunFolder(run_dir).resumable(), replan_schedule=replan_schedule,
-                  progress=progress, name=tag, callbacks=callbacks)
+                  progress=progress, name=tag, callbacks=callbacks, runtime=runtime)
     except NonFiniteLossError as e:
         if not divergence_is_a_result:
             raise
@@ -177,32 +200,31 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
-    try:
-        args = build_parser(study, description, argv).parse_args(argv)
-        for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
-            check_margin(name, value)
-        if args.seeds and len(set(args.seeds)) < len(args.seeds):
-            twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
-            raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
-                              f"more than once: give each seed once")
-        if study.lr_multipliers:
-            if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
-                raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
-            study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
-        preset, overrides = start_from_args(args, "auto")
-        base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
-                           overrides)
-        if args.plan is not None:  # planning for CUDA needs no GPU here
-            print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
-            return Path(args.out or Path("research_results") / study.name)
-        device = resolve_device(base.train.device)
-        check_logger(args.logger)
-    except ConfigError as e:
-        sys.exit(f"config error: {e}")
+    """Train the study's runs and draw its figures and report; the command's errors end as utils.cli.command
+    ends them (the study scripts' `main` is wrapped in it)."""
+    args = parse_study_args(study, description, argv)
+    for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
+        check_margin(name, value)
+    if args.seeds and len(set(args.seeds)) < len(args.seeds):
+        twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
+                          f"more than once: give each seed once")
+    if study.lr_multipliers:
+        if not args.lr_multipliers or min(args.lr_multipliers) <= 0:
+            raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
+        study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
+    preset, overrides = start_from_args(args, "auto")
+    base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
+                       overrides)
+    if args.plan is not None:  # planning for CUDA needs no GPU here
+        print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
+        return Path(args.out or Path("research_results") / study.name)
+    runtime = resolve_runtime(base.train.device, base.train.precision)  # once for every run of the study
+    check_logger(args.logger)
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
-    print(f"{study.name}: preset {base.preset} on {device_choice(base.train.device, device)}, precision "
-          f"{precision_choice(base.train.precision, device)}; "
+    print(f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
+          f"{runtime.precision_choice()}; "
           f"{len(study.conditions)} conditions x "
           + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
           + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
@@ -210,13 +232,10 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         with FolderLock(out, hint="choose another --out"):
             check_study_folder(out, study)
-            _train_and_render(study, args, base, seeds, out)
-    except (LockError, ResultsError) as e:
-        sys.exit(f"error: {e}")
+            _train_and_render(study, args, base, seeds, out, runtime)
     except KeyboardInterrupt:
-        print(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
-              f"research/split_panels.py {out} draws them", file=sys.stderr)
-        sys.exit(130)
+        raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
+                          f"research/split_panels.py {out} draws them") from None
     return out
 
 
@@ -245,7 +264,7 @@ def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
     return f"{study.name}: the largest of its {len(configs)} runs\n{plan_text(largest, world_size)}"
 
 
-def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path) -> None:
+def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
     paths: dict[str, list[str]] = {}
     for seed in seeds:
         for cond, cond_overrides in study.runs():
@@ -255,27 +274,21 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
             try:
                 train_condition(cfg, run_dir, cond, progress=not args.no_progress,
                                 replan_schedule=args.replan_schedule, logger=args.logger,
-                                divergence_is_a_result=bool(study.lr_multipliers))
+                                divergence_is_a_result=bool(study.lr_multipliers), runtime=runtime)
             except RunInterrupted as e:
                 where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
                 kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
-                print(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions in {out} are "
-                      f"kept: run the same command again to continue the study", file=sys.stderr)
-                sys.exit(130)
-            except (*USER_ERRORS, ResultsError) as e:  # before OSError: FileExistsError is both
-                sys.exit(f"error in condition {cond}, seed {seed}: {e}\n(finished conditions in {out} are kept; "
-                         f"once this is fixed, the same command continues the study)")
-            except OSError as e:
-                sys.exit(f"error in condition {cond}, seed {seed}: {os_problem(e)}. Fix: {os_fix(e)}\n(finished "
-                         f"conditions in {out} are kept; once this is fixed, the same command continues the study)")
+                raise Interrupted(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions "
+                                  f"in {out} are kept: run the same command again to continue the study") from None
+            except (UserError, OSError) as e:
+                raise StudyError(f"in condition {cond}, seed {seed}: {explain(e)} (finished conditions in {out} are "
+                                 f"kept; once this is fixed, the same command continues the study)") from None
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
                           margin=args.margin, loss_margin=args.loss_margin)
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
-    except ResultsError as e:
-        sys.exit(f"error: {e}")
     except OSError as e:
-        sys.exit(f"error: cannot write the figures and report into {out}: {os_problem(e)}. Fix: {os_fix(e)}; the "
-                 f"trained conditions are kept (python research/split_panels.py {out} --out DIR draws them elsewhere)")
+        raise StudyError(f"cannot write the figures and report into {out}: {explain(e)}; the trained conditions are "
+                         f"kept (python research/split_panels.py {out} --out DIR draws them elsewhere)") from None

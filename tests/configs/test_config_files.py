@@ -1,5 +1,6 @@
 """--config FILE: JSON or YAML, nested like config.json or flat; the preset, then the file, then the options."""
 import json
+import re
 
 import pytest
 
@@ -8,8 +9,8 @@ from configs import ConfigError, config_from_args
 from configs.files import read_config_file
 from research.studies import QK_NORM
 from research.studies.runner import build_parser as study_parser
-from research.studies.runner import run_study
-from tests.helpers import assert_same_run
+from research import qk_norm_25m_study
+from tests.helpers import assert_same_run, stops
 
 
 def _cfg(argv):
@@ -66,21 +67,22 @@ def test_help_shows_the_file_values_over_the_preset(tmp_path):
     ("model: [1,\n", "c.yaml", r"c.yaml: not valid YAML"),
     ("- 1\n- 2\n", "c.yml", r"c.yml: expected a mapping of config fields"),
 ])
-def test_mistakes_in_a_file_get_one_clear_error_naming_it(tmp_path, content, name, message):
+def test_mistakes_in_a_file_get_one_clear_error_naming_it(tmp_path, content, name, message, capsys):
     f = tmp_path / name
     f.write_text(content if isinstance(content, str) else json.dumps(content))
     with pytest.raises(ConfigError, match=message):
         read_config_file(f)
-    with pytest.raises(SystemExit, match=f"config error: .*{message}"):
-        train_llm.main(["--config", str(f), "--out", str(tmp_path / "run")])
+    assert re.match(f"error: .*{message}", stops(capsys, train_llm.main, ["--config", str(f), "--out",
+                                                                           str(tmp_path / "run")]))
     assert not (tmp_path / "run").exists()
 
 
 def test_a_missing_file_and_a_study_without_probes_are_refused(tmp_path, capsys):
-    with pytest.raises(SystemExit, match=r"config error: --config .*nope.yaml: no such file"):
-        train_llm.main(["--config", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "run")])
+    assert re.match(r"error: --config .*nope.yaml: no such file",
+                    stops(capsys, train_llm.main, ["--config", str(tmp_path / "nope.yaml"), "--out",
+                                                   str(tmp_path / "run")]))
     f = tmp_path / "c.json"
     f.write_text(json.dumps({"probe": {"probe_every": 0}}))
-    with pytest.raises(SystemExit, match="config error: probe_every=0: a study probes its runs"):
-        run_study(QK_NORM, ["--config", str(f), "--out", str(tmp_path / "study")])
+    assert stops(capsys, qk_norm_25m_study.main, ["--config", str(f), "--out", str(tmp_path / "study")]
+                 ).startswith("error: probe_every=0: a study probes its runs")
     assert not (tmp_path / "study").exists()

@@ -9,6 +9,8 @@ import train_llm
 from configs import ConfigError, RunConfig, apply_overrides, get_preset
 from training import memory_fit
 from training.memory_fit import MemoryPlanError, check_fits
+from tests.helpers import stops
+from utils.runtime import Runtime
 
 
 def _saved(tmp_path, edit) -> str:
@@ -78,11 +80,10 @@ def test_values_out_of_range_are_refused_with_the_config(overrides, message):
     (["--muon_lr", "inf"], "muon_lr=inf must be a finite number"),
     (["--muon_lr", "nan"], "muon_lr=nan must be a finite number"),
 ])
-def test_late_failing_options_are_refused_before_anything_is_written(tmp_path, option, message):
+def test_late_failing_options_are_refused_before_anything_is_written(tmp_path, option, message, capsys):
     out = tmp_path / "run"
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(["--preset", "debug", "--out", str(out), *option])
-    assert str(stop.value.code).startswith(f"config error: {message}")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--out", str(out), *option]).startswith(
+        f"error: {message}")
     assert not out.exists()
 
 
@@ -90,9 +91,9 @@ def test_rope_tables_that_cannot_fit_in_memory_are_refused_naming_a_max_seq_len_
     monkeypatch.setattr(memory_fit, "physical_memory", lambda: 2 ** 30)  # a 1 GiB machine
     cfg = apply_overrides(get_preset("debug"), {"max_seq_len": 2 ** 22})  # d_head 64: ~1.0 GiB of RoPE tables
     with pytest.raises(MemoryPlanError) as e:
-        check_fits(cfg, torch.device("cpu"), world_size=1)
+        check_fits(cfg, Runtime(torch.device("cpu"), "fp32"))
     msg = str(e.value)
     assert msg.startswith("--max_seq_len 4,194,304: the model's RoPE tables") and "\n" not in msg
     fits = int(msg.split("Fix: --max_seq_len ")[1].split()[0])
     assert cfg.data.seq_len <= fits < 2 ** 22
-    check_fits(apply_overrides(cfg, {"max_seq_len": fits}), torch.device("cpu"), world_size=1)  # the value named fits
+    check_fits(apply_overrides(cfg, {"max_seq_len": fits}), Runtime(torch.device("cpu"), "fp32"))  # named: fits

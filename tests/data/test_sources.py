@@ -224,7 +224,7 @@ def test_a_probe_batch_beyond_the_validation_blocks_is_refused_and_data_usage_is
         cfg = debug_cfg(tokens=8 * 32 * 40, probe_every=20, cache_dir=str(tmp_path / "cache"), **overrides)
         logs: list[str] = []
         summary = train_run(cfg, tmp_path / "run", progress=False, log=logs.append,
-                            callbacks=lambda used, data, device: run_callbacks(used, data, tmp_path / "run", device))
+                            callbacks=lambda used, data, runtime: run_callbacks(used, data, tmp_path / "run", runtime))
         return summary, logs
 
     with pytest.raises(ConfigError, match=r"probe_batch=512 asks for more validation sequences than the (\d+) there "

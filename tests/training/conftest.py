@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import cli_args
+from tests.helpers import cli_args, stops
 
 
 @pytest.fixture
@@ -14,13 +14,7 @@ def args(corpus_file, cache_dir, tmp_path):
 
 @pytest.fixture
 def fails(capsys):
-    """fails(argv): run train_llm expecting it to stop with one line naming the problem (no traceback)."""
+    """fails(argv): run train_llm expecting it to stop with one line naming the problem (no traceback), exit status 2;
+    that line."""
     import train_llm
-
-    def run(argv) -> str:
-        with pytest.raises(SystemExit) as stop:
-            train_llm.main(argv)
-        msg = str(stop.value.code)
-        assert msg.startswith(("error: ", "config error: ")) and "\n" not in msg, msg
-        return msg
-    return run
+    return lambda argv: stops(capsys, train_llm.main, argv)

@@ -8,7 +8,7 @@ import pytest
 
 import train_llm
 from research.results import load_results, save_results
-from tests.helpers import assert_same_run, cli_args, hidden_files, train_rows
+from tests.helpers import assert_same_run, cli_args, hidden_files, stops, train_rows
 from tests.research.synthetic import make_results
 
 
@@ -49,14 +49,11 @@ def test_a_read_only_folder_is_named_and_nothing_is_attempted(tmpfs, corpus_file
     for cond, mode in (("QK", "learned"), ("QK_frozen", "frozen"), ("NoQK", "none")):
         save_results(study / cond / "results.json", make_results(cond, qk_norm=mode))
     remount_read_only(fs)
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(cli_args(corpus_file, cache_dir, fs / "run", 2))
-    assert str(stop.value.code) == (f"error: cannot use {fs / 'run'}: the file system is read-only ({fs / 'run'}); "
-                                    f"choose another --out")
+    msg = stops(capsys, train_llm.main, cli_args(corpus_file, cache_dir, fs / "run", 2))
+    assert msg == f"error: cannot use {fs / 'run'}: the file system is read-only ({fs / 'run'}); choose another --out"
     from research.split_panels import main as split_panels
-    with pytest.raises(SystemExit) as stop:
-        split_panels([str(study)])
-    assert "the file system is read-only" in str(stop.value.code) and "pass --out" in str(stop.value.code)
+    msg = stops(capsys, split_panels, [str(study)])
+    assert "the file system is read-only" in msg and "pass --out" in msg
     elsewhere = fs.parent / "figures"
     split_panels([str(study), "--out", str(elsewhere)])  # reading a read-only study is fine
     assert (elsewhere / "report.md").is_file()
@@ -64,12 +61,10 @@ def test_a_read_only_folder_is_named_and_nothing_is_attempted(tmpfs, corpus_file
 
 @pytest.mark.slow
 def test_a_disk_too_small_for_a_checkpoint_keeps_everything_written(tmpfs, corpus_file, cache_dir, tmp_path,
-                                                                    straight_run):
+                                                                    straight_run, capsys):
     fs = tmpfs("4m")  # room for one 2.6 MB checkpoint of the debug model, not two
     out = fs / "run"
-    with pytest.raises(SystemExit) as stop:
-        train_llm.main(cli_args(corpus_file, cache_dir, out, 6))
-    msg = str(stop.value.code)
+    msg = stops(capsys, train_llm.main, cli_args(corpus_file, cache_dir, out, 6))
     assert msg.startswith(f"error: could not write checkpoint {out / 'checkpoints' / 'step-000004'}")
     assert "free space on that disk" in msg and f"newest checkpoint is {out / 'checkpoints' / 'step-000002'}" in msg
     assert hidden_files(out) == []  # the half-written checkpoint was removed

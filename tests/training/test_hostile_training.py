@@ -19,7 +19,8 @@ import torch
 
 import train_llm
 from tests.helpers import REPO, STEP_TOKENS, assert_same_run, build_trainer, cli_args
-from training.errors import USER_ERRORS, NonFiniteLossError, RunInterrupted
+from training.errors import NonFiniteLossError, RunInterrupted
+from utils.errors import UserError
 from training.run_files import RunFolder
 from utils.testhook import DIR_ENV, ENV
 
@@ -260,7 +261,7 @@ def test_ctrl_c_while_preparing_the_data_says_so(args, tmp_path, capsys, monkeyp
     err = capsys.readouterr().err
     assert err.startswith("interrupted while preparing the data, before training began")
     assert "run the same command again: python train_llm.py" in err and "--resume" not in err
-    assert RunInterrupted not in USER_ERRORS and not issubclass(RunInterrupted, USER_ERRORS)
+    assert not issubclass(RunInterrupted, UserError)
 
 
 # ------------------------------------------------------------------ (f) divergence advice

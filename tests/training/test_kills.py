@@ -15,7 +15,7 @@ import time
 import pytest
 
 import train_llm
-from tests.helpers import REPO, assert_same_run, cli_args, hidden_files
+from tests.helpers import REPO, assert_same_run, cli_args, hidden_files, stops
 from utils.testhook import DIR_ENV, ENV
 
 
@@ -55,7 +55,8 @@ def test_killed_anywhere_resumes_to_the_same_run(point, corpus_file, cache_dir, 
 
 
 @pytest.mark.slow
-def test_a_second_run_on_the_same_folder_stops_and_names_the_first(corpus_file, cache_dir, tmp_path, straight_run):
+def test_a_second_run_on_the_same_folder_stops_and_names_the_first(corpus_file, cache_dir, tmp_path, straight_run,
+                                                                  capsys):
     out, hook_dir = tmp_path / "run", tmp_path / "hook"
     hook_dir.mkdir()
     argv = cli_args(corpus_file, cache_dir, out, 6)
@@ -66,9 +67,7 @@ def test_a_second_run_on_the_same_folder_stops_and_names_the_first(corpus_file, 
             assert first.poll() is None and time.time() < deadline, first.communicate()[1][-2000:]
             time.sleep(0.1)
         for extra in ([], ["--resume"]):
-            with pytest.raises(SystemExit) as stop:
-                train_llm.main(argv + extra)
-            msg = str(stop.value.code)
+            msg = stops(capsys, train_llm.main, argv + extra)
             assert msg.startswith(f"error: {out} is in use by pid {first.pid} on ") and "train_llm.py" in msg
             assert "Nothing was written" in msg and "choose another --out" in msg
     finally:

@@ -21,6 +21,7 @@ from optimizers import build_optimizers
 from training.memory import GIB, needed_bytes, plan_memory
 from training import memory_fit
 from training.memory_fit import MemoryPlanError, check_fits, fit_options
+from utils.runtime import Runtime
 
 
 def _held_bytes(model, optimizers) -> int:
@@ -89,15 +90,15 @@ def test_a_cuda_run_that_does_not_fit_is_refused_naming_what_fits(monkeypatch):
     monkeypatch.setattr(memory_fit, "cuda_free", lambda device: (20 * GIB, 80 * GIB))
     cfg = apply_overrides(get_preset("1b"), {"device": "cuda:0", "grad_checkpointing": False})
     with pytest.raises(MemoryPlanError) as e:
-        check_fits(cfg, torch.device("cuda", 0), world_size=1)
+        check_fits(cfg, Runtime(torch.device("cuda", 0), "bf16"))
     msg = str(e.value)
     assert "GiB free of 80.0" in msg and "options that fit" in msg and "\n" not in msg
     assert "--shard fsdp under torchrun --nproc_per_node" in msg
     for option in fit_options(cfg, 1, 20 * GIB):  # each option named does fit
         assert float(option.rsplit("(", 1)[1].split()[0]) <= 20
-    check_fits(cfg, torch.device("cpu"), world_size=1)  # never refused on CPU
+    check_fits(cfg, Runtime(torch.device("cpu"), "fp32"))  # never refused on CPU
     monkeypatch.setattr(memory_fit, "cuda_free", lambda device: (79 * GIB, 80 * GIB))
-    check_fits(apply_overrides(cfg, {"grad_checkpointing": True}), torch.device("cuda", 0), world_size=1)
+    check_fits(apply_overrides(cfg, {"grad_checkpointing": True}), Runtime(torch.device("cuda", 0), "bf16"))
 
 
 def test_plan_option_prints_and_exits_without_out(capsys):

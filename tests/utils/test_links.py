@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import REFERENCE, cli_args
+from tests.helpers import REFERENCE, cli_args, stops
 from utils.io import LinkError, append_line, check_links, escaping_links
 from utils.lock import FolderLock, LockError
 
@@ -50,9 +50,7 @@ def test_split_panels_refuses_a_study_folder_with_an_escaping_lock_link(tmp_path
     shutil.copytree(REFERENCE, study)
     (tmp_path / "victim.txt").write_text("precious")
     (study / ".lock").symlink_to("../victim.txt")
-    with pytest.raises(SystemExit) as done:
-        split_panels.main([str(study)])
-    assert str(done.value.code).startswith("error: ") and "victim.txt" in str(done.value.code)
+    assert "victim.txt" in stops(capsys, split_panels.main, [str(study)])
     assert (tmp_path / "victim.txt").read_text() == "precious"
 
 
@@ -72,15 +70,14 @@ def test_appending_never_writes_through_a_link(tmp_path):
     assert err.value.errno == errno.ELOOP and (tmp_path / "victim.txt").read_text() == "precious\n"
 
 
-def test_training_refuses_a_run_folder_whose_checkpoints_lead_outside(corpus_file, cache_dir, tmp_path):
+def test_training_refuses_a_run_folder_whose_checkpoints_lead_outside(corpus_file, cache_dir, tmp_path, capsys):
     import train_llm
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     run.mkdir()
     elsewhere.mkdir()
     (run / "checkpoints").symlink_to(elsewhere)
-    with pytest.raises(SystemExit) as done:
-        train_llm.main(cli_args(corpus_file, cache_dir, run, 2))
-    assert "checkpoints ->" in str(done.value.code) and "choose another --out" in str(done.value.code)
+    err = stops(capsys, train_llm.main, cli_args(corpus_file, cache_dir, run, 2))
+    assert "checkpoints ->" in err and "choose another --out" in err
     assert not any(elsewhere.iterdir()) and sorted(p.name for p in run.iterdir()) == ["checkpoints"]
 
 

@@ -1,10 +1,13 @@
 """--device auto: CUDA, then Apple's MPS, then the CPU; fp32 on MPS; a missing device is named with those there are."""
+import re
+
 import pytest
 import torch
 
 import train_llm
 from configs import ConfigError
-from utils.runtime import device_choice, precision_choice, resolve_device, resolve_precision
+from tests.helpers import stops
+from utils.runtime import Runtime, device_choice, precision_choice, resolve_device, resolve_precision, resolve_runtime
 
 
 @pytest.fixture
@@ -35,7 +38,7 @@ def test_mps_trains_in_fp32_unless_asked_for_bf16():
     assert precision_choice("bf16", mps) == "bf16 (--precision bf16)"
 
 
-def test_a_device_this_machine_lacks_is_named_with_those_it_has(machine, tmp_path):
+def test_a_device_this_machine_lacks_is_named_with_those_it_has(machine, tmp_path, capsys):
     machine(gpus=1, mps=False)
     with pytest.raises(ConfigError, match=r"--device mps: choose auto or one of the devices available here: "
                                           r"cpu, cuda:0$"):
@@ -48,8 +51,9 @@ def test_a_device_this_machine_lacks_is_named_with_those_it_has(machine, tmp_pat
     with pytest.raises(ConfigError, match=r"--device tpu: .* here: cpu, mps \(not a device name\)"):
         resolve_device("tpu")
     machine(gpus=0, mps=False)
-    with pytest.raises(SystemExit, match=r"config error: --device mps: .* here: cpu$"):
-        train_llm.main(["--preset", "debug", "--device", "mps", "--out", str(tmp_path / "run")])
+    assert re.fullmatch(r"error: --device mps: .* here: cpu",
+                        stops(capsys, train_llm.main, ["--preset", "debug", "--device", "mps", "--out",
+                                                       str(tmp_path / "run")]))
     assert not (tmp_path / "run").exists()
 
 
@@ -61,3 +65,72 @@ def test_the_run_log_says_which_device_and_precision_and_why(debug_cfg, tmp_path
     lines: list[str] = []
     Trainer(debug_cfg(), prepare_data(debug_cfg(), log=quiet), tmp_path, progress=False, log=lines.append)
     assert "device=cpu (auto: no CUDA or MPS) precision=fp32 (--precision fp32)" in lines[0]
+
+
+def test_the_runtime_is_settled_from_the_settings_and_torchruns_environment(machine):
+    machine(gpus=2, mps=False)
+    env = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    r = resolve_runtime("auto", "fp32", env)
+    assert (r.device, r.precision, r.rank, r.local_rank, r.world_size, r.local_world_size, r.distributed) == \
+        (torch.device("cuda:1"), "fp32", 3, 1, 4, 2, True)
+    assert r.dtype == torch.float32 and r.device_choice() == "cuda:1 (auto: CUDA)"
+    assert r.precision_choice() == "fp32 (--precision fp32)"
+    machine(gpus=0, mps=False)
+    alone = resolve_runtime("cpu", "bf16", {"WORLD_SIZE": "4"})  # no RANK: not launched by torchrun
+    assert alone == Runtime(torch.device("cpu"), "bf16", "cpu", "bf16") and not alone.distributed
+    assert alone.dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match="--device cuda: "):
+        resolve_runtime("cuda", "auto", {})
+
+
+def test_a_study_settles_argv_its_base_config_and_its_runtime_once(machine, monkeypatch, tmp_path, corpus_file,
+                                                                   cache_dir):
+    """One process of a study, up to its first training step: argv parsed once (the help and the run share the
+    parse), the device and precision resolved once and handed down (trainer, memory check, probe, provenance)."""
+    import argparse
+
+    import research.probing.callback
+    import research.studies.runner as runner
+    import training.memory_fit
+    import training.run
+    import training.trainer
+    from research import qk_norm_25m_study
+    from tests.helpers import STEP_TOKENS
+    from training.trainer import Trainer
+    machine(gpus=0, mps=False)
+    counts = {"parse": 0, "device": 0, "precision": 0, "runtime": []}
+    real_parse, real_device, real_precision = argparse.ArgumentParser.parse_known_args, resolve_device, \
+        resolve_precision
+
+    def parse(self, *a, **k):
+        counts["parse"] += 1
+        return real_parse(self, *a, **k)
+
+    def device(*a, **k):
+        counts["device"] += 1
+        return real_device(*a, **k)
+
+    def precision(*a, **k):
+        counts["precision"] += 1
+        return real_precision(*a, **k)
+
+    class Stop(Exception):
+        pass
+
+    def first_step(trainer):
+        counts["runtime"].append(trainer.runtime)
+        raise Stop
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", parse)
+    monkeypatch.setattr("utils.runtime.resolve_device", device)
+    monkeypatch.setattr("utils.runtime.resolve_precision", precision)
+    monkeypatch.setattr(training.memory_fit, "resolve_precision", precision)  # plan_target's, for --plan only
+    monkeypatch.setattr(Trainer, "train_step", first_step)
+    argv = ["--preset", "debug", "--seed", "0", "--out", str(tmp_path / "s"), "--no_progress", "--source", "files",
+            "--paths", str(corpus_file), "--cache_dir", str(cache_dir), "--tokens", str(4 * STEP_TOKENS)]
+    with pytest.raises(Stop):
+        qk_norm_25m_study.main(argv)
+    assert (counts["parse"], counts["device"], counts["precision"]) == (1, 1, 1)
+    assert counts["runtime"][0] == Runtime(torch.device("cpu"), resolve_precision("auto", torch.device("cpu")))
+    for layer in (runner, training.run, training.trainer, training.memory_fit, research.probing.callback):
+        assert not hasattr(layer, "resolve_device"), layer  # each takes the runtime it is handed
+

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from research.export import export_run
-from tests.helpers import REPO
+from tests.helpers import REPO, stops
 from tests.research.inspection.builders import PROMPT, make_tokenizer
 from tests.tolerances import forward_rel_tol, logit_atol
 
@@ -272,7 +272,7 @@ def test_force_replaces_the_exports_files_and_keeps_others(exported, tmp_path, c
     target.mkdir()
     (target / "notes.txt").write_text("mine")
     (target / "config.json").write_text("{}")
-    assert export_hf.main([str(run_dir), str(target)]) == 2 and "--force" in capsys.readouterr().err
+    assert "--force" in stops(capsys, export_hf.main, [str(run_dir), str(target)])
     assert (target / "config.json").read_text() == "{}"
     assert export_hf.main([str(run_dir), str(target), "--force"]) == 0
     assert "as ArceeForCausalLM" in capsys.readouterr().out
@@ -280,8 +280,8 @@ def test_force_replaces_the_exports_files_and_keeps_others(exported, tmp_path, c
         "model_type"] == "arcee"
     assert not list(tmp_path.glob(".tmp-*"))  # the staging folder is gone
     before = (run_dir / "config.json").read_text()
-    assert export_hf.main([str(run_dir), str(run_dir), "--force"]) == 2  # never over the run's own config.json
-    assert "run folder itself" in capsys.readouterr().err and (run_dir / "config.json").read_text() == before
+    err = stops(capsys, export_hf.main, [str(run_dir), str(run_dir), "--force"])  # never over the run's config.json
+    assert "run folder itself" in err and (run_dir / "config.json").read_text() == before
 
 
 def test_unreadable_runs_are_named(exported, tmp_path):
@@ -338,8 +338,7 @@ def test_force_never_reaches_into_a_run_folder(exported, tmp_path, where, capsys
               "another run's tokenizer": other / "tokenizer"}[where]
     before = {p: p.read_bytes() for p in other.rglob("*") if p.is_file()}
     source = other if where == "its checkpoint" else run_dir
-    assert export_hf.main([str(source), str(target), "--force"]) == 2
-    err = capsys.readouterr().err
-    assert "never writes into a run's files, even with --force" in err and len(err.splitlines()) == 1
+    assert "never writes into a run's files, even with --force" in stops(capsys, export_hf.main,
+                                                                          [str(source), str(target), "--force"])
     assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
     assert export_hf.main([str(source), str(other / "hf")]) == 0  # a new folder beside the run's files is fine

@@ -21,9 +21,12 @@ LONG = " ".join([PROMPT] * 10)  # 160 word tokens: beyond the debug preset's 64 
 
 
 def _main(module, args: list[str]) -> int:
-    """main(args), failing the test (not the session) when a KeyboardInterrupt escapes it."""
+    """main(args)'s exit status (utils.cli.command raises SystemExit on a failure), failing the test (not the
+    session) when a KeyboardInterrupt escapes it."""
     try:
         return module.main(args)
+    except SystemExit as e:
+        return e.code
     except KeyboardInterrupt:
         pytest.fail("KeyboardInterrupt escaped main()")
 

@@ -13,6 +13,7 @@ from research.inspection import inspect_model
 from research.inspection.tour import SINK_THRESHOLD
 from tests.research.inspection.builders import PROMPT, hf_config, make_hf_model
 from tests.tolerances import logit_atol, sum_rel_tol, ulps
+from tests.helpers import stops
 
 
 def test_outputs_have_expected_shapes_and_json_roundtrip(results):
@@ -153,8 +154,8 @@ def test_cli_writes_json_figures_report_and_clear_errors(model_dirs, tmp_path, c
                                     "--positions", "-1", "2", "--layer", "0"]) == 0
     assert all((out / f).is_file() for f in ("inspect.json", "report.md", *FIGURES))
     assert "Sink rate" in (out / "report.md").read_text()
-    assert inspect_pretrained.main(["--model", str(tmp_path / "missing"), "--out", str(out)]) == 2
-    assert "not found" in capsys.readouterr().err
+    assert "not found" in stops(capsys, inspect_pretrained.main, ["--model", str(tmp_path / "missing"), "--out",
+                                                                  str(out)])
 
 
 def test_missing_and_unsupported_models_raise_clear_errors(tmp_path, monkeypatch):
@@ -215,8 +216,7 @@ def test_a_corrupt_checkpoint_is_named_and_the_older_one_inspected(straight_run,
     assert f"checkpoint {newest.parent} cannot be loaded: model.safetensors cannot be read" in capsys.readouterr().err
     older = run / "checkpoints" / "step-000004" / "model.safetensors"
     older.write_bytes(b"garbage")
-    assert inspect_pretrained.main(["--model", str(run), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
+    err = stops(capsys, inspect_pretrained.main, ["--model", str(run), "--out", str(tmp_path / "out")])
     assert f"error: no checkpoint under {run / 'checkpoints'} can be loaded (step-000006: model.safetensors" in err
     assert "step-000004: model.safetensors cannot be read" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()

@@ -91,7 +91,7 @@ def probed_trainer(cfg, out) -> Trainer:
     data = prepare_data(cfg, log=quiet)
     t = Trainer(cfg, data, out, progress=False, log=quiet)
     if cfg.probe.probe_every:
-        t.add_callback(probe_callback(cfg, data, out, t.device))
+        t.add_callback(probe_callback(cfg, data, out, t.runtime))
     return t
 
 

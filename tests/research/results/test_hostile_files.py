@@ -14,7 +14,7 @@ from research.results import ResultsError, load_results, save_results
 from research.results.layout import (condition_results, load_study, read_study_index, runs_from_combined,
                                      write_study_index)
 from research.results.vocabulary import STUDY_KINDS
-from tests.helpers import REFERENCE
+from tests.helpers import REFERENCE, stops
 from tests.research.synthetic import make_results, qk_run
 
 INDEX_FIX = "fix: rerun the study or correct/delete study.json"
@@ -399,10 +399,8 @@ def test_combined_results_top_level_is_checked(tmp_path):
 def test_split_panels_says_one_line_and_exits_non_zero(tmp_path, field, value, capsys):
     from research import split_panels
     _study(tmp_path, **{field: value})
-    with pytest.raises(SystemExit) as err:
-        split_panels.main([str(tmp_path), "--out", str(tmp_path / "out")])
-    message = str(err.value.code)
-    assert message.startswith(f"error: {tmp_path / 'study.json'}: {field}") and "\n" not in message
+    message = stops(capsys, split_panels.main, [str(tmp_path), "--out", str(tmp_path / "out")])
+    assert message.startswith(f"error: {tmp_path / 'study.json'}: {field}")
     assert message.endswith(INDEX_FIX) and not (tmp_path / "out").exists()
 
 

@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
+from research import qk_norm_25m_study
 from research.probing.ablation import MODES
 from research.results import load_results
 from research.studies import HEAD_SPECIALIZATION, KEY_DYNAMICS, PILOT, QK_NORM
 from research.studies.runner import build_parser, run_study
-from tests.helpers import REFERENCE, REPO, STEP_TOKENS, hold_lock, md_table, train_rows
+from tests.helpers import REFERENCE, REPO, STEP_TOKENS, hold_lock, md_table, stops, train_rows
 
 
 def study_args(corpus_file, cache_dir, out, tokens=4 * STEP_TOKENS, *extra):
@@ -113,12 +114,10 @@ def test_split_panels_on_writeup_results_without_torch(tmp_path):
 
 def test_split_panels_names_the_problem(tmp_path, capsys):
     from research.split_panels import main
-    with pytest.raises(SystemExit, match="no study found"):
-        main([str(tmp_path)])
+    assert "no study found" in stops(capsys, main, [str(tmp_path)])
     (tmp_path / "QK").mkdir()
     (tmp_path / "QK" / "results.json").write_text("{ not json")
-    with pytest.raises(SystemExit, match=r"QK/results.json: not valid JSON"):
-        main([str(tmp_path)])
+    assert "QK/results.json: not valid JSON" in stops(capsys, main, [str(tmp_path)])
 
 
 def test_split_panels_writes_nothing_until_every_file_validates(tmp_path, capsys):
@@ -133,24 +132,22 @@ def test_split_panels_writes_nothing_until_every_file_validates(tmp_path, capsys
     bad = json.loads((tmp_path / "NoQK" / "results.json").read_text())
     bad["layer_pr"]["0"][2] = "n/a"  # plotting would crash on it after the first figure
     (tmp_path / "NoQK" / "results.json").write_text(json.dumps(bad))
-    with pytest.raises(SystemExit) as stop:
-        main([str(tmp_path)])
-    assert str(stop.value.code) == (f"error: {tmp_path / 'NoQK' / 'results.json'}: layer_pr['0'][2] should be a "
-                                    f"number or null, found 'n/a'. The file was damaged or edited: restore it "
-                                    f"from a copy, or train that condition again")
+    assert stops(capsys, main, [str(tmp_path)]) == (
+        f"error: {tmp_path / 'NoQK' / 'results.json'}: layer_pr['0'][2] should be a number or null, found 'n/a'. The "
+        f"file was damaged or edited: restore it from a copy, or train that condition again")
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file() and p.name != ".lock"} == drawn
 
 
-def test_a_study_folder_in_use_stops_a_second_run(corpus_file, cache_dir, tmp_path):
+def test_a_study_folder_in_use_stops_a_second_run(corpus_file, cache_dir, tmp_path, capsys):
     out = tmp_path / "study"
     holder = hold_lock(out)
     try:
-        with pytest.raises(SystemExit) as stop:
-            run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
+        msg = stops(capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed",
+                                                               "0"))
     finally:
         holder.kill()
         holder.wait()
-    assert str(stop.value.code).startswith(f"error: {out} is in use by pid {holder.pid} on ")
+    assert msg.startswith(f"error: {out} is in use by pid {holder.pid} on ")
     assert [p.name for p in out.iterdir()] == [".lock"]  # nothing else was written
 
 
@@ -172,12 +169,12 @@ def test_help_shows_the_defaults_a_user_gets(capsys):
     assert _help_default(qk, "--tokens N") == "8000000" and _help_default(qk, "--d_model N") == "512"
 
 
-def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path):
-    with pytest.raises(SystemExit, match="--margin 3.0 must be a share of the mean"):
-        run_study(QK_NORM, study_args(corpus_file, cache_dir, tmp_path / "x", 4 * STEP_TOKENS, "--margin", "3"))
+def test_margins_are_checked_and_recorded(corpus_file, cache_dir, tmp_path, capsys):
+    assert "--margin 3.0 must be a share of the mean" in stops(
+        capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, tmp_path / "x", 4 * STEP_TOKENS, "--margin",
+                                                   "3"))
     from research.split_panels import main
-    with pytest.raises(SystemExit, match="--loss_margin 0.0 must be"):
-        main([str(tmp_path), "--loss_margin", "0"])
+    assert "--loss_margin 0.0 must be" in stops(capsys, main, [str(tmp_path), "--loss_margin", "0"])
 
 
 @pytest.mark.slow
@@ -221,23 +218,21 @@ def test_a_study_never_replaces_results_it_did_not_write(corpus_file, cache_dir,
     out = tmp_path / "writeups"
     shutil.copytree(REFERENCE, out)
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(SystemExit) as stop:
-        run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
-    msg = str(stop.value.code)
-    assert msg.startswith("error in condition QK, seed 0: ") and "results.json" in msg and "(?)" not in msg
+    msg = stops(capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
+    assert msg.startswith("error: in condition QK, seed 0: ") and "results.json" in msg and "(?)" not in msg
     assert "cannot be continued" in msg and "run the same command again" not in msg
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
 @pytest.mark.parametrize("case", ["metrics only", "another study", "a run", "seeds twice"])
-def test_a_study_refuses_what_it_cannot_continue_in_one_line(corpus_file, cache_dir, tmp_path, case):
+def test_a_study_refuses_what_it_cannot_continue_in_one_line(corpus_file, cache_dir, tmp_path, case, capsys):
     out = tmp_path / "study"
     out.mkdir()
     extra = ("--seed", "0")
     if case == "metrics only":
         (out / "QK").mkdir()
         (out / "QK" / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
-        expect = "error in condition QK, seed 0: "
+        expect = "error: in condition QK, seed 0: "
     elif case == "another study":
         (out / "study.json").write_text(json.dumps({"study": "key_dynamics_study", "kind": "keys", "seeds": [0],
                                                     "preset": "debug", "margin": 0.03, "loss_margin": 0.005,
@@ -250,9 +245,8 @@ def test_a_study_refuses_what_it_cannot_continue_in_one_line(corpus_file, cache_
         extra = ("--seeds", "0", "1", "0")
         expect = "names seed(s) 0 more than once"
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(SystemExit) as stop:
-        run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, *extra))
-    assert expect in str(stop.value.code) and "Traceback" not in str(stop.value.code)
+    assert expect in stops(capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS,
+                                                                      *extra))
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
@@ -263,10 +257,8 @@ def test_ctrl_c_in_a_study_says_where_and_exits_130(corpus_file, cache_dir, tmp_
     def interrupted(cfg, run_dir, **kwargs):
         raise RunInterrupted(run_dir, 3, 2, True)
     monkeypatch.setattr(runner, "train_run", interrupted)
-    with pytest.raises(SystemExit) as stop:
-        run_study(QK_NORM, study_args(corpus_file, cache_dir, tmp_path / "s", 4 * STEP_TOKENS, "--seed", "0"))
-    err = capsys.readouterr().err.strip()
-    assert stop.value.code == 130 and len(err.splitlines()) == 1
+    err = stops(capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, tmp_path / "s", 4 * STEP_TOKENS,
+                                                           "--seed", "0"), code=130)
     assert "interrupted in condition QK, seed 0, at step 3 (its checkpoint at step 2 is kept)" in err
     assert "run the same command again to continue the study" in err
 
@@ -283,9 +275,7 @@ def test_split_panels_never_draws_into_a_folder_holding_others_results(tmp_path,
                                                        "preset": "debug", "conditions": {"QK": ["QK/results.json"]}}))
     else:
         (target / held).write_text("{}")
-    with pytest.raises(SystemExit) as stop:
-        main([str(REFERENCE), "--out", str(target)])
-    assert "holds results split_panels.py did not write" in str(stop.value.code)
+    assert "holds results split_panels.py did not write" in stops(capsys, main, [str(REFERENCE), "--out", str(target)])
     assert sorted(p.name for p in target.iterdir() if p.name != ".lock") == [
         "study.json" if held == "another study" else held]
     main([str(REFERENCE), "--out", str(tmp_path / "redrawn")])  # a folder of its own, drawn twice
@@ -297,9 +287,8 @@ def test_inspection_never_writes_into_a_run_or_study_folder(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text("{}")
-    assert inspect_pretrained.main(["--model", "smollm2-135m", "--out", str(run)]) == 2
-    assert pretrained_keys_study.main(["--out", str(run)]) == 2
-    err = capsys.readouterr().err
-    assert "holds results inspect_pretrained.py did not write (results.json)" in err
-    assert "holds results pretrained_keys_study.py did not write (results.json)" in err
+    assert "holds results inspect_pretrained.py did not write (results.json)" in stops(
+        capsys, inspect_pretrained.main, ["--model", "smollm2-135m", "--out", str(run)])
+    assert "holds results pretrained_keys_study.py did not write (results.json)" in stops(
+        capsys, pretrained_keys_study.main, ["--out", str(run)])
     assert sorted(p.name for p in run.iterdir()) == ["results.json"]
