@@ -11,6 +11,7 @@ import torch
 from research import inspect_pretrained
 from research.access import InspectError, load_model
 from research.inspection import inspect_model
+from research import pretrained_keys_study as study
 from research.studies import pretrained_keys
 from research.inspection.dictionaries import word_ids
 from research.inspection.key_study import measure_keys
@@ -194,5 +195,5 @@ def test_ctrl_c_prints_one_line_and_exits_130(model_dirs, tmp_path, capsys, monk
     assert capsys.readouterr().err.endswith(f"\ninterrupted; kept {out / 'inspect.json'}; the figures and report.md "
                                             f"may be missing: run again\n")  # after transformers' loading bar
     monkeypatch.setattr(pretrained_keys, "text_documents", interrupt)
-    assert _main(pretrained_keys, ["--models", "m", "--out", str(tmp_path / "study"), "--no_progress"]) == 130
+    assert _main(study, ["--models", "m", "--out", str(tmp_path / "study"), "--no_progress"]) == 130
     assert capsys.readouterr().err == "interrupted; nothing was written\n"
