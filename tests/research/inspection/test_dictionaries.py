@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from research.access import InspectError, load_model
+from research.inspection import command as inspect_command
 from research.inspection import inspect_model
 from research.inspection.dictionaries import (dictionary_section, head_words, pair_blocks, pair_statistics,
                                               sample_ids, vocab_cosines)
@@ -196,7 +197,7 @@ def test_cli_on_a_training_folder_writes_the_sections(model_dirs, tmp_path, caps
     assert r["head_words"]["layer"] == 2 and len(r["head_words"]["query"][0]["tokens"]) == 2
     assert all((out / f).is_file() for f in ("word_similarity.png", "lenses.png", "head_words.png"))
     with pytest.raises(SystemExit):
-        inspect_pretrained.parse_args(["--model", "m", "--head_layer", "x"])
+        inspect_command.parse_args(["--model", "m", "--head_layer", "x"])
     stops(capsys, inspect_pretrained.main, ["--model", str(model_dirs["own"]), "--out", str(out), "--head_layer",
                                             "3"])
 

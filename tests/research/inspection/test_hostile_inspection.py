@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from research import inspect_pretrained
+from research.inspection import command as inspect_command
 from research.access import InspectError, load_model
 from research.inspection import inspect_model
 from research import pretrained_keys_study as study
@@ -92,16 +93,16 @@ def test_max_tokens_still_cuts_below_the_context_silently(model_dirs, capsys):
 
 # ---------------------------------------------------------------- numeric options
 @pytest.mark.parametrize("module, args, message", [
-    (inspect_pretrained, ["--top_k", "0"], "--top_k 0: give 1..the model's vocabulary size"),
-    (inspect_pretrained, ["--top_k", "-3"], "--top_k -3: give 1..the model's vocabulary size"),
-    (inspect_pretrained, ["--max_tokens", "0"], "--max_tokens 0: give 2 or more"),
-    (inspect_pretrained, ["--max_tokens", "1"], "--max_tokens 1: give 2 or more"),
-    (inspect_pretrained, ["--batch", "0"], "--batch 0: give 1 or more"),
-    (inspect_pretrained, ["--seq_len", "1"], "--seq_len 1: give 2 or more"),
-    (inspect_pretrained, ["--dict_sample", "2"], "--dict_sample 2: give 3 or more"),
-    (inspect_pretrained, ["--head_layer", "-1"], "--head_layer -1: give 0..layers - 1"),
-    (inspect_pretrained, ["--layer", "-1"], "--layer -1: give 0..layers - 1"),
-    (inspect_pretrained, ["--seed", "-1"], "--seed -1: give 0 or more"),
+    (inspect_command, ["--top_k", "0"], "--top_k 0: give 1..the model's vocabulary size"),
+    (inspect_command, ["--top_k", "-3"], "--top_k -3: give 1..the model's vocabulary size"),
+    (inspect_command, ["--max_tokens", "0"], "--max_tokens 0: give 2 or more"),
+    (inspect_command, ["--max_tokens", "1"], "--max_tokens 1: give 2 or more"),
+    (inspect_command, ["--batch", "0"], "--batch 0: give 1 or more"),
+    (inspect_command, ["--seq_len", "1"], "--seq_len 1: give 2 or more"),
+    (inspect_command, ["--dict_sample", "2"], "--dict_sample 2: give 3 or more"),
+    (inspect_command, ["--head_layer", "-1"], "--head_layer -1: give 0..layers - 1"),
+    (inspect_command, ["--layer", "-1"], "--layer -1: give 0..layers - 1"),
+    (inspect_command, ["--seed", "-1"], "--seed -1: give 0 or more"),
     (pretrained_keys, ["--seed", "-1"], "--seed -1: give 0 or more"),
     (pretrained_keys, ["--batches", "0"], "--batches 0: give 1 or more"),
     (pretrained_keys, ["--batch", "-2"], "--batch -2: give 1 or more"),
@@ -110,7 +111,7 @@ def test_max_tokens_still_cuts_below_the_context_silently(model_dirs, capsys):
 ])
 def test_numeric_options_that_cannot_work_are_refused_at_parse_time(capsys, module, args, message):
     with pytest.raises(SystemExit) as e:
-        module.parse_args(["--model" if module is inspect_pretrained else "--models", "m", *args])
+        module.parse_args(["--model" if module is inspect_command else "--models", "m", *args])
     assert e.value.code == 2 and f"error: {message}" in capsys.readouterr().err
 
 
@@ -186,7 +187,7 @@ def test_ctrl_c_prints_one_line_and_exits_130(model_dirs, tmp_path, capsys, monk
         raise KeyboardInterrupt
     out = tmp_path / "out"
     args = ["--model", str(model_dirs["qwen3"]), "--prompt", PROMPT, "--out", str(out), "--top_k", "2"]
-    monkeypatch.setattr(inspect_pretrained, "load_model", interrupt)
+    monkeypatch.setattr(inspect_command, "load_model", interrupt)
     assert _main(inspect_pretrained, args) == 130
     assert capsys.readouterr().err == "interrupted; nothing was written\n" and not out.exists()
     monkeypatch.undo()
