@@ -19,15 +19,11 @@ from research.access.checkpoints import read_step, weights_sha256
 from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
-from research.results import save_results
-from research.results.layout import refuse_others_results
 from research.results.trajectory import FILE, SCHEMA, VERSION
 from research.results.vocabulary import REPORT as REPORT_FILE
 from research.studies.kinds import KINDS
-from research.studies.render import render_study
+from research.studies.measured import run_measured
 from utils.cli import ArgumentParser
-from utils.errors import Interrupted
-from utils.lock import FolderLock
 
 DEFAULT_OUT = "research_results/checkpoint_keys_study"
 
@@ -165,36 +161,22 @@ def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dic
 
 def main(argv=None, description: str = "") -> int:
     args = parse_args(argv, description)
-    out = Path(args.out)
-    saved = None  # the results file, once written: an interrupt keeps it
-    try:
-        if args.render_only:
-            render_study(out, margin=args.margin)
-            print(f"wrote {out / REPORT_FILE} and the figures")
-            return 0
-        refuse_others_results(out, "checkpoint_keys_study.py")
-        entries = plan(args)
-        out.mkdir(parents=True, exist_ok=True)
-        with FolderLock(out, hint="pass another --out"):
-            from utils.runtime import provenance
-            t0 = time.perf_counter()
-            docs = text_documents(args.text)
-            records, ref = measure(entries, docs, args)
-            text = {"source": docs.name, "sha256": docs.sha256, "description": docs.description,
-                    "documents": docs.picked, "batches": args.batches, "batch": args.batch,
-                    "seq_len": int(ref["windows"].shape[1]), "seed": args.seed, "bos": ref["bos"] is not None}
-            res = {"schema": SCHEMA, "version": VERSION, "model": ref["model"], "text": text, "checkpoints": records,
-                   "margin": args.margin,
-                   "command": "python research/checkpoint_keys_study.py " + " ".join(argv or sys.argv[1:]),
-                   "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}
-            save_results(out / FILE, res)
-            saved = out / FILE
-        render_study(out, margin=args.margin)
-        report = out / REPORT_FILE
-    except KeyboardInterrupt:
-        kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
-        raise Interrupted(f"interrupted; {kept}") from None
-    dups = sum(r["duplicate_of"] is not None for r in records)
-    print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s"
-          + (f"; {dups} checkpoint(s) with weights identical to an earlier one, named in the report" if dups else ""))
+    entries = [] if args.render_only else plan(args)  # a step that cannot be read stops before anything is written
+
+    def measure_checkpoints() -> dict:
+        from utils.runtime import provenance
+        docs = text_documents(args.text)
+        records, ref = measure(entries, docs, args)
+        text = {"source": docs.name, "sha256": docs.sha256, "description": docs.description,
+                "documents": docs.picked, "batches": args.batches, "batch": args.batch,
+                "seq_len": int(ref["windows"].shape[1]), "seed": args.seed, "bos": ref["bos"] is not None}
+        return {"schema": SCHEMA, "version": VERSION, "model": ref["model"], "text": text, "checkpoints": records,
+                "margin": args.margin,
+                "command": "python research/checkpoint_keys_study.py " + " ".join(argv or sys.argv[1:]),
+                "provenance": provenance(torch.device("cpu"))}
+    record = run_measured(Path(args.out), FILE, tool="checkpoint_keys_study.py", margin=args.margin,
+                          render_only=args.render_only, measure=measure_checkpoints)
+    dups = sum(r["duplicate_of"] is not None for r in record["checkpoints"]) if record else 0
+    if dups:
+        print(f"{dups} checkpoint(s) with weights identical to an earlier one, named in the report")
     return 0

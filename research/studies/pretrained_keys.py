@@ -18,15 +18,11 @@ from research.access.gguf import PACKAGED
 from research.access.loading import is_own_run, load_model
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import text_documents, text_windows
-from research.results import save_results
-from research.results.layout import refuse_others_results
 from research.results.pretrained import FILE, SCHEMA, VERSION
 from research.results.vocabulary import REPORT as REPORT_FILE
 from research.studies.kinds import KINDS
-from research.studies.render import render_study
+from research.studies.measured import run_measured
 from utils.cli import ArgumentParser
-from utils.errors import Interrupted
-from utils.lock import FolderLock
 
 DEFAULT_MODELS = tuple(PACKAGED)
 DEFAULT_OUT = "research_results/pretrained_keys_study"
@@ -88,29 +84,14 @@ def measure(name: str, docs, args, log=print) -> dict:
 
 def main(argv=None, description: str = "") -> int:
     args = parse_args(argv, description)
-    out = Path(args.out)
-    saved = None  # the results file, once written: an interrupt keeps it
-    try:
-        if args.render_only:
-            render_study(out, margin=args.margin)
-            print(f"wrote {out / REPORT_FILE} and the figures")
-            return 0
-        refuse_others_results(out, "pretrained_keys_study.py")
-        out.mkdir(parents=True, exist_ok=True)
-        with FolderLock(out, hint="pass another --out"):
-            from utils.runtime import provenance
-            t0 = time.perf_counter()
-            docs = text_documents(args.text)
-            models = {name: measure(name, docs, args) for name in args.models}
-            res = {"schema": SCHEMA, "version": VERSION, "models": models, "margin": args.margin,
-                   "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
-                   "provenance": provenance(torch.device("cpu")), "wall_s": time.perf_counter() - t0}
-            save_results(out / FILE, res)
-            saved = out / FILE
-        render_study(out, margin=args.margin)
-        report = out / REPORT_FILE
-    except KeyboardInterrupt:
-        kept = f"kept {saved}; draw the figures and report with --render_only" if saved else "nothing was written"
-        raise Interrupted(f"interrupted; {kept}") from None
-    print(f"wrote {out / FILE}, {report} and the figures in {res['wall_s']:.0f} s")
+
+    def measure_models() -> dict:
+        from utils.runtime import provenance
+        docs = text_documents(args.text)
+        models = {name: measure(name, docs, args) for name in args.models}
+        return {"schema": SCHEMA, "version": VERSION, "models": models, "margin": args.margin,
+                "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
+                "provenance": provenance(torch.device("cpu"))}
+    run_measured(Path(args.out), FILE, tool="pretrained_keys_study.py", margin=args.margin,
+                 render_only=args.render_only, measure=measure_models)
     return 0
