@@ -44,9 +44,9 @@ def _sync(device: torch.device) -> None:
 
 def measure(args) -> dict:
     from research.access.loading import load_model
-    from utils.runtime import provenance, resolve_device, resolve_precision
-    device = resolve_device("auto")
-    precision = resolve_precision(args.precision, device)
+    from utils.runtime import provenance, resolve_runtime
+    runtime = resolve_runtime("auto", args.precision)
+    device, precision = runtime.device, runtime.precision
     model, _, adapter = load_model(args.model, "float32", log=lambda *a: None, progress=False)
     model.to(device).train()
     emb = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}

@@ -31,7 +31,7 @@ from research.studies.render import render_study
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted
 from utils.lock import FolderLock
-from utils.runtime import provenance, resolve_device, resolve_precision
+from utils.runtime import Runtime, provenance, resolve_runtime
 
 STUDY = "finetune_keys_study"
 DEFAULT_MODEL = "gemma3-270m"
@@ -173,7 +173,7 @@ def finished(path: Path, steps: int) -> bool:
 
 
 def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor, probe_ids: torch.Tensor,
-              steps: int, every: int, device: torch.device, precision: str, data: dict, log=print) -> None:
+              steps: int, every: int, runtime: Runtime, data: dict, log=print) -> None:
     """Fine-tune one condition at one seed with transformers' Trainer and the key probe."""
     from transformers import PrinterCallback, Trainer, TrainingArguments, set_seed
     from transformers.utils import logging as hf_logging
@@ -183,6 +183,7 @@ def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor
     results = run_dir / RESULTS_FILE
     if results.exists():  # an unfinished run of an earlier start: trained again from step 0
         results.unlink()
+    device, precision = runtime.device, runtime.precision
     header = {"seed": seed, "provenance": {**provenance(device), "train_precision": precision},
               "data": data, "config": {"model": {**model_config(adapter), "source": adapter.source},
                                        "train": {"seed": seed, "lr": args.lr, "steps": steps,
@@ -221,8 +222,7 @@ def main(argv=None, description: str = "") -> int:
     log = print
     try:
         refuse_others_results(out, "finetune_keys_study.py", study=STUDY)  # its own study.json is no other's
-        device = resolve_device(args.device)
-        precision = resolve_precision(args.precision, device)
+        runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
         out.mkdir(parents=True, exist_ok=True)
@@ -239,8 +239,8 @@ def main(argv=None, description: str = "") -> int:
             data = {"corpus": docs.name, "corpus_sha256": docs.sha256, "held_out_documents": len(held.texts),
                     "probe_documents": held.picked, "pool_blocks": len(pool)}
             log(f"{args.model}: {steps} steps of {args.batch_size} x {args.seq_len} tokens per run, probes every "
-                f"{every} steps on {args.probe_batch} held-out windows; {precision} on {device}; conditions "
-                f"{', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
+                f"{every} steps on {args.probe_batch} held-out windows; {runtime.precision} on {runtime.device}; "
+                f"conditions {', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
             several = len(args.seeds) > 1
             index = {c: [] for c in CONDITIONS}
             for seed in args.seeds:
@@ -251,8 +251,7 @@ def main(argv=None, description: str = "") -> int:
                         log(f"{condition} seed {seed}: finished earlier, kept")
                         continue
                     run_dir.mkdir(parents=True, exist_ok=True)
-                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, device, precision,
-                              data, log)
+                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
             write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
                               conditions=index, margin=args.margin, loss_margin=args.loss_margin)
         written = render_study(out)
