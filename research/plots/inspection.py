@@ -181,37 +181,46 @@ def _gain_lines(amp: dict) -> list[str]:
     return lines + [""]
 
 
-def report(r: dict) -> str:
-    """The text of report.md."""
-    p, a, h, amp = r["params"], r["attention"], r["hidden"], r["amplitude"]
-    L = r["n_layers"]
-    lines = [f"# Inspection of {r['model']}", "",
-             f"{r['family']} ({r['model_type']}), {L} layers, d_model {r['d_model']}, {r['n_heads']} query / "
-             f"{r['n_kv_heads']} KV heads of size {r['head_dim']}, {r['dtype']}; {_text_line(r)}", ""]
-    if r.get("quantization"):
-        lines += [f"**Quantized weights.** {r['quantization']}", ""]
-    lines += ["## Parameters", "", "| kind | parameters | share |", "|---|---|---|"]
-    for kind, n in p["by_kind"].items():
-        lines.append(f"| {kind} | {n:,} | {n / p['total']:.1%} |")
-    lines += [f"| total | {p['total']:,} | model's own count {p['model_count']:,} "
-              f"({'matches' if p['matches'] else 'MISMATCH'}) |", "",
+def _header(record: dict) -> list[str]:
+    lines = [f"# Inspection of {record['model']}", "",
+             f"{record['family']} ({record['model_type']}), {record['n_layers']} layers, d_model {record['d_model']}, "
+             f"{record['n_heads']} query / {record['n_kv_heads']} KV heads of size {record['head_dim']}, "
+             f"{record['dtype']}; {_text_line(record)}", ""]
+    if record.get("quantization"):
+        lines += [f"**Quantized weights.** {record['quantization']}", ""]
+    return lines
+
+
+def _parameters(record: dict) -> list[str]:
+    params = record["params"]
+    lines = ["## Parameters", "", "| kind | parameters | share |", "|---|---|---|"]
+    for kind, n in params["by_kind"].items():
+        lines.append(f"| {kind} | {n:,} | {n / params['total']:.1%} |")
+    lines += [f"| total | {params['total']:,} | model's own count {params['model_count']:,} "
+              f"({'matches' if params['matches'] else 'MISMATCH'}) |", "",
               "## Weights: sigma / mean|w| (a zero-centred Gaussian gives 1.253)", "",
               "![](weight_stats.png)", "", "| matrix | model-dim vectors (mean over layers) | across-head vectors |",
               "|---|---|---|"]
-    for m, d in r["weights"]["matrices"].items():
+    for m, d in record["weights"]["matrices"].items():
         lines.append(f"| W{m} | {fmt_num(float(np.mean(d['model_dim'])))} | {fmt_num(float(np.mean(d['heads'])))} |")
-    lines += ["", "## Attention to the first token", "", "![](first_token_attention.png)", "",
-              f"Sink rate (share of layer-head pairs with mean first-token attention > {a['sink_threshold']}): "
-              f"**{a['sink_rate']:.3f}** over all query positions (Gu et al. 2024), "
-              + (f"**{a['sink_rate_excl_q0']:.3f}** without query 0 (which can only attend to token 0, weight 1). "
-                 if "sink_rate_excl_q0" in a else "")
-              + "Mean first-token attention per layer: "
-              + ", ".join(fmt_num(x, 2) for x in a["layer_mean_first_token"]) + "."
-              + (" Without query 0: " + ", ".join(fmt_num(x, 2) for x in a["layer_mean_first_token_excl_q0"]) + "."
-                 if "layer_mean_first_token_excl_q0" in a else ""),
-              "", "## Hidden-state similarity", "", "![](hidden_similarity.png)", "",
-              "Adjacent-layer cosine (mean per layer): " + ", ".join(fmt_num(x, 3) for x in h["adjacent_mean"]) + "."]
-    for g, gd in h["gaps"].items():
+    return lines
+
+
+def _attention_and_hidden(record: dict) -> list[str]:
+    attn, hidden, amp = record["attention"], record["hidden"], record["amplitude"]
+    lines = ["", "## Attention to the first token", "", "![](first_token_attention.png)", "",
+             f"Sink rate (share of layer-head pairs with mean first-token attention > {attn['sink_threshold']}): "
+             f"**{attn['sink_rate']:.3f}** over all query positions (Gu et al. 2024), "
+             + (f"**{attn['sink_rate_excl_q0']:.3f}** without query 0 (which can only attend to token 0, weight 1). "
+                if "sink_rate_excl_q0" in attn else "")
+             + "Mean first-token attention per layer: "
+             + ", ".join(fmt_num(x, 2) for x in attn["layer_mean_first_token"]) + "."
+             + (" Without query 0: " + ", ".join(fmt_num(x, 2) for x in attn["layer_mean_first_token_excl_q0"]) + "."
+                if "layer_mean_first_token_excl_q0" in attn else ""),
+             "", "## Hidden-state similarity", "", "![](hidden_similarity.png)", "",
+             "Adjacent-layer cosine (mean per layer): " + ", ".join(fmt_num(x, 3) for x in hidden["adjacent_mean"])
+             + "."]
+    for g, gd in hidden["gaps"].items():
         if gd["measured"]:
             lines.append(f"{g}-layer gap from layer 0: measured {fmt_num(gd['measured'][0])}, "
                          f"product of 1-layer similarities {fmt_num(gd['predicted'][0])}.")
@@ -219,28 +228,42 @@ def report(r: dict) -> str:
             lines.append(f"{g}-layer gap: the model has fewer than {g} layers.")
     lines += ["", "## Amplitude", "", "![](amplitude.png)", "",
               "RMS of hidden states (0 = embeddings): " + ", ".join(fmt_num(x, 3) for x in amp["rms"]) + ".", ""]
-    lines += _gain_lines(amp)
-    lines += ["## Logit lens", ""]
-    for j, pos in enumerate(r["logit_lens"]["positions"]):
-        lines += [f"Position {pos} (token {r['tokens'][pos]!r}):", "", "| state | top tokens (prob) |", "|---|---|"]
-        for layer in r["logit_lens"]["layers"]:
+    return lines + _gain_lines(amp)
+
+
+def _logit_lens(record: dict) -> list[str]:
+    lines = ["## Logit lens", ""]
+    for j, pos in enumerate(record["logit_lens"]["positions"]):
+        lines += [f"Position {pos} (token {record['tokens'][pos]!r}):", "", "| state | top tokens (prob) |",
+                  "|---|---|"]
+        for layer in record["logit_lens"]["layers"]:
             e = layer["positions"][j]
             lines.append(f"| {layer['layer']} | " + ", ".join(f"{t!r} ({pr:.2f})" for t, pr in
                                                              zip(e["tokens"], e["probs"])) + " |")
         lines.append("")
-    lines += dictionaries.report_lines(r)
-    lines += ["## Keys", "", "![](key_metrics.png)", "", "![](key_heads.png)", "",
-              f"Means over KV heads (key_heads.png and inspect.json have each KV head); sqrt(d_head) = "
-              f"{math.sqrt(r['head_dim']):.1f}. The k_norm gain is the multiplier the model applies"
-              + (" (1 + w for Gemma)" if r["family"] == "gemma3" else "") + ": signed mean, mean |gain| and CV.", "",
-              "| layer | " + " | ".join(f"{s} pr_sv | {s} norm" for s in r["keys"]["sites"])
-              + " | k_norm gain mean / mean abs (cv) |", "|" + "---|" * (2 + 2 * len(r["keys"]["sites"]))]
-    for layer in r["keys"]["layers"]:
+    return lines
+
+
+def _keys(record: dict) -> list[str]:
+    sites = record["keys"]["sites"]
+    lines = ["## Keys", "", "![](key_metrics.png)", "", "![](key_heads.png)", "",
+             f"Means over KV heads (key_heads.png and inspect.json have each KV head); sqrt(d_head) = "
+             f"{math.sqrt(record['head_dim']):.1f}. The k_norm gain is the multiplier the model applies"
+             + (" (1 + w for Gemma)" if record["family"] == "gemma3" else "")
+             + ": signed mean, mean |gain| and CV.", "",
+             "| layer | " + " | ".join(f"{s} pr_sv | {s} norm" for s in sites)
+             + " | k_norm gain mean / mean abs (cv) |", "|" + "---|" * (2 + 2 * len(sites))]
+    for layer in record["keys"]["layers"]:
         g = layer["gamma_k"]
         cells = [f"{fmt_num(layer['means'][f'{s}.pr_sv'], 2)} | {fmt_num(layer['means'][f'{s}.norm_mean'], 2)}"
-                 for s in r["keys"]["sites"]]
+                 for s in sites]
         gk = ("none" if g is None else
               f"{fmt_num(g['mean'])} / {fmt_num(float(np.mean(np.abs(g['values']))))} ({fmt_num(g['cv'])})")
         lines.append(f"| {layer['layer']} | " + " | ".join(cells) + f" | {gk} |")
-    lines += ["", "## Memory", "", r["memory"]["bound"] + ".", ""]
-    return "\n".join(lines)
+    return lines + ["", "## Memory", "", record["memory"]["bound"] + ".", ""]
+
+
+def report(record: dict) -> str:
+    """The text of report.md, section by section, from an inspect.json record."""
+    return "\n".join(_header(record) + _parameters(record) + _attention_and_hidden(record) + _logit_lens(record)
+                     + dictionaries.report_lines(record) + _keys(record))
