@@ -1,4 +1,5 @@
-"""The studies (catalog), the one runner that trains them (runner, torch) and the rendering of a
+"""The studies: the registry of study kinds (kinds), the catalog and the one runner that trains it (runner,
+torch), the studies of Hugging Face models (finetune, pretrained_keys, checkpoint_keys) and the rendering of any
 study folder into figures and a report (render, no torch)."""
 from research.studies.catalog import (HEAD_SPECIALIZATION, KEY_DYNAMICS, LR_SENSITIVITY, PILOT, QK_NORM, STUDIES,
                                       Study)
