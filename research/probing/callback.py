@@ -44,13 +44,14 @@ class ProbeCallback:
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
                  header: dict, qk_norm: str, ablation_batches: list | None = None,
                  on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
-                 probe_targets_BT: torch.Tensor | None = None, val_rows: int = 0):
+                 probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
         self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT)
-        self.val_rows = val_rows  # > 0: the trainer's validation set is the probe batch's first val_rows
+        # > 0: the trainer's validation set (ablation_batches) is the probe batch's first val_rows sequences
+        self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
         self.on_probe = on_probe
@@ -162,11 +163,10 @@ def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | 
     # precisions differ (a bf16 run's validation is bf16, the probe fp32: sharing would change val_loss beyond
     # rounding), nor where the validation set holds sequences the probe does not read (their forward is needed
     # anyway; splitting the validation pass would change its batches for a part of its cost).
-    probe = KeyProbe(ids, cfg.probe.probe_precision, targets)
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
-                         val_rows=probe.covers(validation) if runtime.precision == cfg.probe.probe_precision else 0)
+                         share_validation=runtime.precision == cfg.probe.probe_precision)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,
