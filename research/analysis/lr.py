@@ -29,7 +29,7 @@ import numpy as np
 
 from research.analysis.rules import LOSS_MARGIN, MARGIN, Decision, Paired, decide
 from research.analysis.stats import mean_ci95
-from research.results.read import last, layer_series, probe_tokens, seed_of
+from research.results.read import last, layer_series, pair_key, probe_tokens
 from research.results.values import as_float
 from research.results.vocabulary import LR_CONDITIONS, split_grid_key
 
@@ -51,7 +51,7 @@ def max_logit_series(res: dict) -> np.ndarray:
 class Run:
     """One (condition, multiplier, seed) run, reduced to what the study reports."""
 
-    seed: object
+    seed: object  # research.results.read.pair_key: None for a run paired with nothing
     final_loss: float  # NaN when diverged
     init_loss: float
     diverged_step: int | None
@@ -66,7 +66,7 @@ class Run:
         norms = layer_series(res, "norm_mean")
         diverged = (res.get("diverged") or {}).get("step")
         series = max_logit_series(res)
-        return Run(seed_of(res), math.nan if diverged is not None else last(res, "val_loss"),
+        return Run(pair_key(res), math.nan if diverged is not None else last(res, "val_loss"),
                    as_float(res.get("init_val_loss")), diverged, float(series[-1]) if res.get("probes") else math.nan,
                    last(res, "mean_pr"), float(np.nanmean(norms[-1])) if norms.size else math.nan, probe_tokens(res),
                    series)
@@ -92,7 +92,8 @@ def _capped_by_seed(by_m: dict[float, list[Run]]) -> dict:
     per_seed: dict = {}
     for runs in by_m.values():
         for r in runs:
-            per_seed.setdefault(r.seed, []).append(r.capped_loss)
+            if r.seed is not None:  # a run without a seed is paired with nothing
+                per_seed.setdefault(r.seed, []).append(r.capped_loss)
     return per_seed
 
 
@@ -113,7 +114,7 @@ def highest_stable(by_m: dict[float, list[Run]]) -> float | None:
 
 
 def _per_seed(runs: list[Run], attr: str) -> dict:
-    return {r.seed: getattr(r, attr) for r in runs}
+    return {r.seed: getattr(r, attr) for r in runs if r.seed is not None}
 
 
 def onset(by_m: dict[float, list[Run]], reference: dict[float, list[Run]] | None, margin: float,

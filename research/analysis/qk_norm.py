@@ -23,7 +23,7 @@ import numpy as np
 from research.analysis.claims import claims
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
                                      UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions, decide, effect_text,
-                                     finals, needed_text, runs_of)
+                                     final_value, finals, needed_text, runs_of)
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
@@ -198,6 +198,10 @@ def probe_bias(runs: dict) -> dict | None:
 # Tables and per-layer effects
 
 
+SUMMARY_NAME = {"mean_pr": "final_pr", "mean_pr_var": "final_pr_var", "loss": "final_loss",
+                "val_loss": "final_val_loss"}  # a final field -> its name in summary() (combined.json)
+
+
 def summary(runs: dict) -> dict:
     """condition -> final PR / train loss / val loss: mean over seeds, 95% CI half width, per-seed values.
 
@@ -209,9 +213,8 @@ def summary(runs: dict) -> dict:
         rl = runs_of(runs, c)
         entry = {"tag": c, "label": label(c), "n": len(rl), "seeds": [seed_of(r) for r in rl],
                  "tokens": [r["tokens"][-1] if r["tokens"] else None for r in rl]}
-        for name, field in (("final_pr", "mean_pr"), ("final_pr_var", "mean_pr_var"), ("final_loss", "loss"),
-                            ("final_val_loss", "val_loss")):
-            values = list(finals(runs, c, field).values())
+        for field, name in SUMMARY_NAME.items():
+            values = [final_value(r, field) for r in rl]  # every run, paired or not: a description
             mean, half = mean_ci95(values)
             entry[name] = json_safe(mean)
             entry[f"{name}_ci95"] = json_safe(half)

@@ -30,7 +30,7 @@ import numpy as np
 
 from research.analysis.stats import MAX_SEEDS, one_sample_p, seeds_to_settle, t_critical
 from research.results.checks import check_margin  # noqa: F401  (defined with the other checks; imported from here too)
-from research.results.read import final_site_mean, last, seed_of
+from research.results.read import final_site_mean, last, pair_key
 from research.results.values import present
 from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
 
@@ -56,12 +56,9 @@ def runs_of(runs: dict, cond: str) -> list[dict]:
 
 
 def by_seed(runs: list[dict], get) -> dict:
-    """{seed: get(run)} over a condition's runs (runs without a seed are keyed by their position)."""
-    out = {}
-    for i, r in enumerate(runs):
-        seed = seed_of(r)
-        out[f"run {i}" if seed is None else seed] = get(r)
-    return out
+    """{seed: get(run)} over a condition's runs that have a seed (research.results.read.pair_key). A run without
+    one is left out: runs are paired by identity, never by their position in a list."""
+    return {key: get(r) for r in runs if (key := pair_key(r)) is not None}
 
 
 def final_value(res: dict, field: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from research.analysis.qk_norm import QkNormAnalysis
+from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
 from research.analysis.rules import effect_text, rule_text, runs_of
 from research.plots.common import decision_table, fmt_ci, fmt_code
 from research.plots.qk_norm import SITE_TEXT, name
@@ -44,8 +44,9 @@ def _provenance(runs: dict, cond: str) -> str:
                       ((r.get("data") or {}) for r in rl) if d.get("source_hash")})
     if corpora:
         parts.append("data " + ", ".join(corpora))
-    machines = sorted({f"{p.get('train_precision')} on {p.get('cpu') or p.get('gpu') or p.get('device')}" for p in
-                       ((r.get("provenance") or {}) for r in rl) if p.get("train_precision")})
+    machines = sorted({" on ".join(str(x) for x in (p["train_precision"], p.get("cpu") or p.get("gpu") or
+                                                    p.get("device")) if x)
+                       for p in ((r.get("provenance") or {}) for r in rl) if p.get("train_precision")})
     if machines:
         parts.append("trained in " + ", ".join(machines))
     return "; ".join(parts)
@@ -91,7 +92,8 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
     lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}.", ""]
     for field, title, dec in TABLES:
         ds = a.decisions[field]
-        lines += [f"### {title}", ""] + (decision_table(ds, dec, _pair) if any(d.n for d in ds.values()) else
+        recorded = any(e[SUMMARY_NAME[field]] is not None for e in a.summary.values())
+        lines += [f"### {title}", ""] + (decision_table(ds, dec, _pair) if recorded else
                                          ["Not recorded in these results."]) + [""]
     lines += ["## Verdicts", "",
               f"- Key PR, pr_sv (the write-ups' measure): **{a.verdict.text}**.",

@@ -320,7 +320,17 @@ def _load_condition(condition: str, paths: list[Path], folder: Path | None = Non
     link (the paths of a study.json were checked so when it was read)."""
     runs = [load_results(p if folder is None else _inside(folder, p)) for p in paths]
     check_condition(condition, paths, runs)
-    return runs
+    return [_folder_seed(res, p) for res, p in zip(runs, paths)]
+
+
+def _folder_seed(res: dict, path: Path) -> dict:
+    """A run whose file names no seed takes the seed of the seed_<n> folder it sits in (recorded as
+    `seed_from: "folder"`, never written back), so that it is paired by seed like any other run; a run with no
+    seed either way stays unpaired (research.analysis.identity)."""
+    m = _SEED_DIR.match(path.parent.name)
+    if seed_of(res) is not None or not m:
+        return res
+    return {**res, "seed": int(m.group(1)), "seed_from": "folder"}
 
 
 def load_study(folder: str | Path, index: dict | None = None) -> tuple[str, dict[str, list[dict]]]:

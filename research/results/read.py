@@ -21,6 +21,17 @@ def seed_of(res: dict):
     return ((res.get("config") or {}).get("train") or {}).get("seed")
 
 
+def pair_key(res: dict):
+    """What pairs a run with the runs of other conditions: its seed (seed_of; research.results.layout fills in
+    the seed_<n> folder's when the file names none); for a curve that is the mean over several seeds (a pilot's
+    combined file), the tuple of those seeds when all are recorded; else None: the run is never paired."""
+    seed = seed_of(res)
+    if seed is not None:
+        return seed
+    seeds = res.get("seeds")
+    return tuple(seeds) if seeds and None not in seeds else None
+
+
 def seeds_text(runs: list[dict]) -> str:
     """How a figure or report names the runs it averages: 'seed 3', '1 run' (seed unknown) or 'mean over n seeds'."""
     if len(runs) == 1:

@@ -20,6 +20,7 @@ atomically after every probe. No torch here.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from research.results.checks import ShapeError, check_types, is_integer
@@ -61,20 +62,40 @@ def add_probe(res: dict, record: dict, *, step: int, tokens: int, loss: float | 
     res["probes"].append({"step": step, "tokens": tokens, **record})
 
 
-def truncate(res: dict, step: int) -> dict:
-    """Keep only probes taken at or before `step` (a resumed run redoes the rest)."""
-    keep = [i for i, s in enumerate(res.get("steps", [])) if s <= step]
+def _keep_probes(res: dict, keep: list[int], last_step: float, undated: float) -> dict:
+    """`res` with only the probes at indices `keep`. A gain ablation measured after `last_step` (one without a step
+    counts as measured at `undated`) is dropped; gamma_final is read again from the last probe kept (dropped when
+    there are no probe records to read it from)."""
     out = dict(res)
     for k in (*PER_PROBE, "steps", "wall_time_s", "probe_time_s", "probes"):
-        out[k] = [res[k][i] for i in keep]
+        if k in res:
+            out[k] = [res[k][i] for i in keep if i < len(res[k])]
     for k in ("layer_pr", "gamma_cv"):
-        out[k] = {layer: [v[i] for i in keep] for layer, v in res[k].items()}
-    if (res.get("gain_ablation") or {}).get("step", 0) > step:  # measured after the last step
-        del out["gain_ablation"]
-    if out["probes"] and out.get("gamma_final"):
+        out[k] = {layer: [v[i] for i in keep if i < len(v)] for layer, v in (res.get(k) or {}).items()}
+    if (res.get("gain_ablation") or {}).get("step", undated) > last_step:  # measured after the last probe kept
+        out.pop("gain_ablation", None)
+    if out.get("probes") and out.get("gamma_final"):
         out["gamma_final"] = {str(r["layer"]): r["gamma_k"]["values"] for r in out["probes"][-1]["layers"]
-                              if r["gamma_k"] is not None}
+                              if r.get("gamma_k") is not None}
+    elif out.get("gamma_final") and len(keep) < len(res["tokens"]):
+        out["gamma_final"] = {}  # the gains at the run's end, which no longer is the last probe kept
     return out
+
+
+def truncate(res: dict, step: int) -> dict:
+    """Keep only probes taken at or before `step` (a resumed run redoes the rest)."""
+    return _keep_probes(res, [i for i, s in enumerate(res.get("steps", [])) if s <= step], step, undated=0)
+
+
+def cut_at_tokens(res: dict, tokens: float) -> dict:
+    """Keep only probes taken at or before `tokens` training tokens: a run compared with others at a budget they
+    all reached (research.analysis.identity). The run itself is returned when nothing is cut."""
+    keep = [i for i, t in enumerate(res["tokens"]) if t is not None and t <= tokens]
+    if len(keep) == len(res["tokens"]):
+        return res
+    steps = res.get("steps") or []
+    last_step = steps[keep[-1]] if keep and keep[-1] < len(steps) else -math.inf
+    return _keep_probes(res, keep, last_step, undated=math.inf)
 
 
 def save_results(path: str | Path, res: dict) -> None:

@@ -1,10 +1,11 @@
 """The one registry of study kinds: how each kind's folder is read, decided, drawn and written. No torch.
 
-A kind is one record (`Kind`): `load` reads and checks its folder's inputs, `analyze` decides them (a frozen
-dataclass of research.analysis), and from that analysis alone `figures`, `report` and `combined` build what is
-written. research.studies.render runs these steps for any folder; the study runner, every study script and
-research/split_panels.py go through it. A kind is found from the folder: its study.json names it, or its own
-results file does (`found_by`).
+A kind is one record (`Kind`): `load` reads and checks its folder's inputs, `compare` says which of its runs may be
+compared and at what budget (research.analysis.identity, the same check for every kind of trained runs), `analyze`
+decides them (a frozen dataclass of research.analysis), and from that analysis alone `figures`, `report` and
+`combined` build what is written; the report opens with what was compared. research.studies.render runs these
+steps for any folder; the study runner, every study script and research/split_panels.py go through it. A kind is
+found from the folder: its study.json names it, or its own results file does (`found_by`).
 
 Adding a kind: write its analysis (research/analysis/<kind>.py) and its figures and report
 (research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md shows an example).
@@ -23,6 +24,7 @@ from research.analysis import pilot as pilot_analysis
 from research.analysis import pretrained as pretrained_analysis
 from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis import trajectory as trajectory_analysis
+from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.plots import finetune as finetune_plots
 from research.plots import heads as heads_plots
@@ -47,6 +49,19 @@ def _no_combined(analysis) -> dict:
     return {}
 
 
+def nothing_to_pair(inputs) -> None:
+    """A kind that measures one model or one run from one file: it pairs text batches or checkpoints within that
+    file, and has no runs to pair."""
+    return None
+
+
+def with_section(report: str, section: str) -> str:
+    """`report` with `section` placed after its title and opening paragraph."""
+    blocks = report.split("\n\n")
+    at = 2 if len(blocks) > 2 and not blocks[1].startswith("#") else 1
+    return "\n\n".join([*blocks[:at], section.rstrip("\n"), *blocks[at:]])
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of study, from its folder to the files it writes."""
@@ -60,10 +75,19 @@ class Kind:
     outputs: Callable[[list[str]], list[str]]  # (conditions) -> the names of the files it writes, in order
     combined: Callable[[Any], dict] = _no_combined  # (analysis) -> {file name: JSON-ready dict}
     found_by: str | None = None  # the results file that marks a folder of this kind (where no study.json names it)
+    compare: Callable[[Any], Comparison | None] = compare  # (inputs) -> the runs to decide and why, or None
 
-    def draw(self, analysis) -> dict:
+    def decide(self, inputs, margin: float | None, loss_margin: float | None) -> tuple[Any, Comparison | None]:
+        """(the analysis, the comparison it rests on): the runs `compare` keeps, decided by `analyze`."""
+        comparison = self.compare(inputs)
+        return self.analyze(inputs if comparison is None else comparison.runs, margin, loss_margin), comparison
+
+    def draw(self, analysis, comparison: Comparison | None = None) -> dict:
         """{file name: Figure, report text or JSON-ready dict}: everything the kind writes, in memory."""
-        return {**self.figures(analysis), REPORT: self.report(analysis), **self.combined(analysis)}
+        report = self.report(analysis)
+        if comparison is not None:
+            report = with_section(report, comparison.section())
+        return {**self.figures(analysis), REPORT: report, **self.combined(analysis)}
 
 
 # ---------------------------------------------------------------------------------- kinds of trained runs
@@ -148,9 +172,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
          _named(finetune_plots.FIGURES)),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE),
+         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE,
+         compare=nothing_to_pair),
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, trajectory_plots.figures,
-         trajectory_plots.report, _named(trajectory_plots.FIGURES), found_by=TRAJECTORY_FILE),
+         trajectory_plots.report, _named(trajectory_plots.FIGURES), found_by=TRAJECTORY_FILE, compare=nothing_to_pair),
 )}
 
 

@@ -35,7 +35,8 @@ class StudyView:
 
     folder: Path
     kind: str  # its name in research.studies.kinds.KINDS
-    inputs: Any  # what was decided: condition -> [results dict per seed], or the study's own results file
+    inputs: Any  # what was read: condition -> [results dict per seed], or the study's own results file
+    comparison: Any  # research.analysis.identity.Comparison: the runs decided, cut at one budget (None: one file)
     analysis: Any  # the decisions of research.analysis, e.g. QkNormAnalysis (its .verdict.text, .decisions, ...)
     outputs: dict  # file name -> Figure, report text or JSON-ready dict: what render_study writes
     index: dict  # its study.json, checked (research.results.layout.read_study_index); {} when it has none
@@ -58,8 +59,8 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
     index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
     kind, inputs = read(Path(folder), index)
-    analysis = kind.analyze(inputs, margin or index.get("margin"), loss_margin or index.get("loss_margin"))
-    return StudyView(Path(folder), kind.name, inputs, analysis, kind.draw(analysis), index)
+    analysis, comparison = kind.decide(inputs, margin or index.get("margin"), loss_margin or index.get("loss_margin"))
+    return StudyView(Path(folder), kind.name, inputs, comparison, analysis, kind.draw(analysis, comparison), index)
 
 
 def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,

@@ -30,7 +30,8 @@ def _analyze(inputs: dict, margin: float | None, loss_margin: float | None) -> T
 TOY = Kind("toy", _load, _analyze, figures=lambda analysis: {"toy.png": message_figure("toy", f"{analysis.total}")},
            report=lambda analysis: f"# Toy\n\ntotal {analysis.total:g} at margin {analysis.margin:g}\n",
            outputs=lambda conditions: ["toy.png", "report.md", "toy_combined.json"],
-           combined=lambda analysis: {"toy_combined.json": {"total": analysis.total}}, found_by="toy.json")
+           combined=lambda analysis: {"toy_combined.json": {"total": analysis.total}}, found_by="toy.json",
+           compare=kinds.nothing_to_pair)  # one file, no runs to pair
 
 
 @pytest.fixture

@@ -1,0 +1,144 @@
+"""Identity before statistics: which runs of a study are compared, and at what budget (docs/decisions.md).
+
+Every study kind of trained runs goes through `compare(runs)` before it is decided (research.studies.kinds):
+
+- Paired by seed. A run's seed is its file's, else that of the seed_<n> folder it sits in
+  (research.results.read.pair_key). A run with neither stays in the figures and tables but is paired with
+  nothing: research.analysis.rules.by_seed leaves it out, and the report says so. Never by position.
+- One recipe. Runs that differ from the rest of the study in preset, corpus, tokenizer or training
+  precision are set aside, each attribute in turn: the value most runs share is kept, and the report names
+  the runs set aside and why. When two values are equally common the study is refused (ResultsError): no
+  rule could say which runs are the study.
+- One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
+  that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
+  the runs share no probe after their first, the study is refused. A run that diverged (the learning-rate
+  study) ends where it diverged, which is its result: it neither sets nor meets the budget.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from research.results.read import pair_key
+from research.results.schema import ResultsError, cut_at_tokens
+
+# (what it is, how a run records it): the attributes every compared run must share
+RECIPE = (
+    ("preset", lambda r: r.get("preset") or (r.get("config") or {}).get("preset")),
+    ("corpus", lambda r: _hash((r.get("data") or {}), "corpus", "source_hash")),
+    ("tokenizer", lambda r: _hash((r.get("data") or {}), "tokenizer", "tokenizer_hash")),
+    ("training precision", lambda r: (r.get("provenance") or {}).get("train_precision")),
+)
+FIX = ("train the runs of a study with one preset, corpus, tokenizer and precision and to one token budget (the "
+       "study scripts do), or move the odd runs out of the folder")
+
+
+def _hash(data: dict, name: str, field: str) -> str | None:
+    """'english-v1 (d05e51db6254)' for a recorded hash, None when the run does not record one."""
+    h = data.get(field)
+    return f"{data.get(name) or name} ({str(h)[:12]})" if h else None
+
+
+def _tokens(t: float) -> str:
+    return f"{t:,.0f} tokens"
+
+
+def _seeds(runs: list[dict]) -> str:
+    keys = [pair_key(r) for r in runs]
+    known = [k for k in keys if k is not None]
+    text = ("seed" + ("s " if len(known) > 1 else " ") + ", ".join(map(str, known))) if known else ""
+    missing = len(keys) - len(known)
+    return ", ".join(x for x in (text, f"{missing} run{'s' * (missing > 1)} without a seed" if missing else "") if x)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The runs a study decides, and in words what was compared and what was set aside."""
+
+    runs: dict  # condition -> [results dict per seed]: the runs kept, each cut at the budget
+    budget: float | None  # training tokens every final value is taken at (None: no run recorded a probe)
+    compared: str  # one sentence: which runs, paired how, at what budget, of what recipe
+    set_aside: tuple[str, ...] = ()  # one sentence per thing left out or unpaired, with the reason
+
+    def section(self) -> str:
+        """The report's 'What was compared' section (markdown)."""
+        lines = ["## What was compared", "", self.compared]
+        if self.set_aside:
+            lines += ["", "Set aside or unpaired:", "", *(f"- {s}" for s in self.set_aside)]
+        return "\n".join(lines) + "\n"
+
+
+def _named(cond: str, runs: list[dict]) -> str:
+    return f"{cond} ({_seeds(runs)})"
+
+
+def _ends(runs: list[dict]) -> str:
+    """The token counts the runs' last probes were taken at."""
+    return " or ".join(_tokens(t) for t in sorted({r["tokens"][-1] for r in runs if r["tokens"]}))
+
+
+def _one_recipe(runs: dict, notes: list[str]) -> dict:
+    """The runs that share each RECIPE attribute's most common value; the others named in `notes`."""
+    for what, get in RECIPE:
+        counts = Counter(v for rl in runs.values() for r in rl if (v := get(r)) is not None)
+        if len(counts) < 2:
+            continue
+        (top, n), (second, m) = counts.most_common(2)
+        if n == m:
+            groups = "; ".join(f"{v}: " + ", ".join(_named(c, [r for r in rl if get(r) == v]) for c, rl in
+                                                      runs.items() if any(get(r) == v for r in rl))
+                               for v in counts)
+            raise ResultsError(f"the runs of this study differ in {what}, as many runs one way as the other ({groups})"
+                               f": they cannot be compared, and no rule says which are the study; fix: {FIX}")
+        odd = {c: [r for r in rl if get(r) not in (None, top)] for c, rl in runs.items()}
+        odd = {c: rl for c, rl in odd.items() if rl}
+        which = "; ".join(f"{_named(c, rl)}: {', '.join(sorted({str(get(r)) for r in rl}))}" for c, rl in odd.items())
+        notes.append(f"{which} \u2014 a different {what} from the other runs ({top}): not compared")
+        runs = {c: kept for c, rl in runs.items() if (kept := [r for r in rl if get(r) in (None, top)])}
+    return runs
+
+
+def _budget(runs: dict, notes: list[str]) -> tuple[dict, float | None]:
+    """The runs cut at the last token count all of them probed, and that count."""
+    timed = {id(r): r for rl in runs.values() for r in rl if r["tokens"] and not r.get("diverged")}
+    grids = [{t for t in r["tokens"] if t is not None} for r in timed.values()]
+    if not grids:
+        return runs, None
+    common = set.intersection(*grids)
+    if not common or (max(common) == min(min(g) for g in grids) and any(len(g) > 1 for g in grids)):
+        ends = "; ".join(f"{_named(c, rl)} last probed at {_ends(rl)}" for c, rl in runs.items())
+        raise ResultsError(f"the runs of this study share no probe after their first ({ends}): there is no budget "
+                           f"at which all of them can be compared; fix: {FIX}")
+    budget = max(common)
+    longer = {c: [r for r in rl if id(r) in timed and r["tokens"][-1] > budget] for c, rl in runs.items()}
+    longer = {c: rl for c, rl in longer.items() if rl}
+    if longer:
+        went = "; ".join(f"{_named(c, rl)} trained to {_ends(rl)}" for c, rl in longer.items())
+        notes.append(f"{went}: every final value is taken at {_tokens(budget)}, the last probe all runs reached; "
+                     f"their later probes are not compared")
+        runs = {c: [cut_at_tokens(r, budget) if id(r) in timed else r for r in rl] for c, rl in runs.items()}
+    elif len({frozenset(g) for g in grids}) > 1:
+        notes.append("the runs were probed at different token counts: trajectories are compared only where they "
+                     "share probes")
+    return runs, budget
+
+
+def compare(runs: dict) -> Comparison:
+    """The runs of a study (condition -> [results dict]) that may be compared, cut at one budget, with the report's
+    account of it. ResultsError when no set of them can be compared (see the module docstring)."""
+    notes: list[str] = []
+    unpaired = {c: n for c, rl in runs.items() if (n := sum(pair_key(r) is None for r in rl))}
+    if unpaired:
+        notes.append("runs without a seed (no `seed` in the file, not in a seed_<n> folder): "
+                     + ", ".join(f"{c} {n}" for c, n in unpaired.items()) + ". They are shown, but paired with "
+                     "nothing: a comparison that needs them reads 'no paired values'")
+    kept = _one_recipe({c: list(rl) for c, rl in runs.items()}, notes)
+    kept, budget = _budget(kept, notes)
+    recipe = [f"{what} {v}" for what, get in RECIPE
+              if len(vs := {get(r) for rl in kept.values() for r in rl} - {None}) == 1 and (v := vs.pop())]
+    paired = any(pair_key(r) is not None for rl in kept.values() for r in rl)
+    compared = ("Runs: " + "; ".join(_named(c, rl) for c, rl in kept.items())
+                + ("; paired by seed" if paired else "; none has a seed, so none is paired")
+                + (f"; final values at {_tokens(budget)}" if budget is not None else "")
+                + (f"; {', '.join(recipe)}" if recipe else "") + ".")
+    return Comparison(kept, budget, compared, tuple(notes))
