@@ -1,14 +1,17 @@
 """Stored study folders of every kind, and what they drew when they were stored: what a refactor must not change.
 
-    python -m tests.research.studies.stored --write     # rebuild tests/research/studies/stored/*.tar.gz
+    python -m tests.research.studies.stored --write [KIND ...]    # run the studies again and store them anew
+    python -m tests.research.studies.stored --redraw [KIND ...]   # keep the stored inputs, store today's drawing
 
 Each archive holds a study folder's inputs as the study wrote them (study.json and the runs' results.json, or the
 study's own JSON file) and, under expected/, what rendering drew from them: report.md, the combined file, and
 figures.txt (the figure files' names). tests/research/studies/test_stored.py renders every folder again and
-compares. Rebuild only for a change meant to alter a report, and say so in the commit.
+compares. Redraw (or rebuild) only for a change meant to alter a report, read the diff of expected/report.md it
+prints, and say so in the commit.
 """
 from __future__ import annotations
 
+import difflib
 import io
 import sys
 import tarfile
@@ -86,25 +89,43 @@ def drawn(folder: Path) -> dict[str, bytes]:
     return out
 
 
+def _store(kind: str, folder: Path) -> Path:
+    """Archive the inputs of the study in `folder` and what rendering drew there (drawn) as the stored `kind`."""
+    expected = drawn(folder)
+    archive = STORED / f"{kind}.tar.gz"
+    archive.parent.mkdir(exist_ok=True)
+    with tarfile.open(archive, "w:gz") as tar:
+        def add(name: str, data: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+        for path in sorted(folder.rglob("*")):
+            rel = path.relative_to(folder)
+            if path.is_file() and path.name in INPUTS and (len(rel.parts) > 1 or path.name not in TEXT_OUTPUTS):
+                add(f"study/{rel.as_posix()}", path.read_bytes())
+        for name, data in expected.items():
+            add(f"expected/{name}", data)
+    return archive
+
+
 def write(kind: str) -> Path:
+    """Run the kind's study on its tiny budget again and store it."""
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "study"
         BUILDERS[kind](folder)
-        expected = drawn(folder)
-        archive = STORED / f"{kind}.tar.gz"
-        archive.parent.mkdir(exist_ok=True)
-        with tarfile.open(archive, "w:gz") as tar:
-            def add(name: str, data: bytes) -> None:
-                info = tarfile.TarInfo(name)
-                info.size, info.mtime, info.mode = len(data), 0, 0o644
-                tar.addfile(info, io.BytesIO(data))
-            for path in sorted(folder.rglob("*")):
-                rel = path.relative_to(folder)
-                if path.is_file() and path.name in INPUTS and (len(rel.parts) > 1 or path.name not in TEXT_OUTPUTS):
-                    add(f"study/{rel.as_posix()}", path.read_bytes())
-            for name, data in expected.items():
-                add(f"expected/{name}", data)
-    return archive
+        return _store(kind, folder)
+
+
+def redraw(kind: str) -> Path:
+    """Draw the stored inputs with today's code and store that drawing as expected; print the report's diff."""
+    from research.studies.render import render_study
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, expected = unpack(kind, Path(tmp))
+        render_study(folder)
+        new = (folder / "report.md").read_text().splitlines(keepends=True)
+        old = expected.get("report.md", b"").decode().splitlines(keepends=True)
+        sys.stdout.writelines(difflib.unified_diff(old, new, f"{kind}/expected/report.md", f"{kind}/report.md"))
+        return _store(kind, folder)
 
 
 def unpack(kind: str, root: Path) -> tuple[Path, dict[str, bytes]]:
@@ -116,8 +137,8 @@ def unpack(kind: str, root: Path) -> tuple[Path, dict[str, bytes]]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] != ["--write"]:
+    if sys.argv[1:2] not in (["--write"], ["--redraw"]):
         sys.exit(__doc__)
     for kind in sys.argv[2:] or BUILDERS:
-        path = write(kind)
+        path = (write if sys.argv[1] == "--write" else redraw)(kind)
         print(f"{kind}: {path} ({path.stat().st_size:,} bytes)", flush=True)
