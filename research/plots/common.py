@@ -184,10 +184,15 @@ def fmt_ci(d, decimals: int) -> str:
     return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
 
 
-def fmt_final(tokens) -> str:
-    """Where a "final" value comes from: 'final (at 300k tokens)'; several budgets are all named."""
+def fmt_at(tokens) -> str:
+    """The probe(s) values come from: 'at 300k tokens'; several budgets are all named ('at 300k / 600k tokens')."""
     ts = sorted({float(t) for t in np.atleast_1d(np.asarray(tokens, float)) if np.isfinite(t)})
-    return f"final (at {' / '.join(fmt_tokens(t) for t in ts) or '?'} tokens)"
+    return f"at {' / '.join(fmt_tokens(t) for t in ts) or '?'} tokens"
+
+
+def fmt_final(tokens) -> str:
+    """Where a "final" value comes from: 'final (at 300k tokens)'."""
+    return f"final ({fmt_at(tokens)})"
 
 
 def decided_text(d, decimals: int, unit: str = "seed") -> str:

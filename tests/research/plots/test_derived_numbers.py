@@ -5,13 +5,16 @@ No torch."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import stats
 
+from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
 from research.analysis import pilot as pilot_analysis
-from research.plots import keys, pilot
+from research.analysis import qk_norm
+from research.plots import heads, keys, pilot, qk_norm_report
 from tests.helpers import bullet, md_table
-from tests.research.synthetic import L, make_results
+from tests.research.synthetic import SINK, L, make_results, qk_runs
 
 
 def t_interval(d, k: int = 1) -> tuple[float, float]:
@@ -119,3 +122,28 @@ def test_key_dynamics_says_a_part_inside_the_margin_is_no_share():
     text = keys.report(keys_analysis.analyze(wd_runs([0.0, 0.02, -0.02], [0.1, 0.1, 0.1])))
     line = bullet(text, "early layers: weight decay's part of the change")
     assert line.startswith("-0.100 [") and "inside \u00b13% of the norm, so no share" in line
+
+
+# ----------------------------------------------------------------------------- heads, QK-norm
+
+def with_sink_norm(res: dict, shift: float) -> dict:
+    """`res` with the sink's key norm at the last probe moved by `shift` (the sink-gatherer gap with it)."""
+    res["probes"][-1]["layers"][SINK[0]]["k_norm"]["norm_mean"][SINK[1]] += shift
+    return res
+
+
+@pytest.mark.parametrize("shifts, said, claim", [
+    ([3.0, -6.0, 2.0], "not decided (inconclusive): +6.667 [", "inconclusive"),
+    ([0.0, 0.1, -0.1], "+7.000 [", "holds")])
+def test_heads_gap_is_a_decision_or_said_to_be_open(shifts, said, claim):
+    a = heads_analysis.analyze({"QK": [with_sink_norm(make_results(seed=s), x) for s, x in enumerate(shifts)]})
+    gaps = [12.0 + x - 5.0 for x in shifts]  # the sink's norm minus the gatherer's, per seed
+    lo, hi = t_interval(gaps)
+    text = heads.report(a)
+    assert f"per seed that has both (3): {said}" in text and f"[{lo:+.3f}, {hi:+.3f}] (95.0%)" in text
+    assert f"key norms: **{claim}**" in text
+
+
+def test_qk_norm_report_names_the_probe_of_its_final_values():
+    text = qk_norm_report.report(qk_norm.analyze(qk_runs([30.0, 30.0, 30.0], [3.0, 3.0, 3.0])))
+    assert "'final' = the last probe, at 1M tokens." in text
