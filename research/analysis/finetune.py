@@ -133,7 +133,7 @@ def recovery(per: dict, margin: float) -> dict:
         if j in (0, y.shape[1] - 1):
             end = "first" if j == 0 else "last"
             chosen[c] = Recovery(choose, test, float(tokens[j]), None, None,
-                                 f"seeds {', '.join(map(str, choose))} have their lowest mean key PR at the {end} "
+                                 f"seed(s) {', '.join(map(str, choose))}: lowest mean key PR at the {end} "
                                  f"probe: no dip to test")
             continue
         t = y[half:]
