@@ -8,7 +8,10 @@ so the comparison is paired by seed (research.analysis.rules):
 
 - final values, TRAINED - FROZEN: mean key PR (pr_sv at k_norm, the gain's output), PR of the normalized keys
   before the gain (k_hat), mean key norm, and the validation loss (the probe batch's, at the loss margin);
-- change over fine-tuning within each condition (last probe - first), one-sample over seeds, one family;
+- change over fine-tuning within each condition (last probe - first), one-sample over seeds, one family; the
+  held-out loss's change its own family, at the loss margin;
+- does key PR recover after its lowest point (Recovery): the probe of the minimum is chosen on half of the seeds and
+  the fall to it and the rise after it are tested on the other half, so the choice is not tested on its own data;
 - descriptive, over seeds: how far the k gains moved (|g_end - g_start| / |g_start| per layer), and the largest
   logit's change split into its log terms: log logit_max = log scale + log|q| + log|k| + log cos, with
   log|q| = log|q_hat| + log(q gain factor) (research/probing/metrics.py, attention_metrics and gain_factor).
@@ -24,7 +27,8 @@ from research.analysis.rules import (LOSS_MARGIN, MARGIN, Decision, Paired, by_s
                                      runs_of)
 from research.analysis.series import aligned, nanmean
 from research.analysis.stats import mean_ci95
-from research.results.read import final_site_mean, last
+from research.results.read import final_site_mean, last, seed_of
+from research.results.values import as_float
 
 TRAINED, FROZEN = "gains_trained", "gains_frozen"
 CONDITIONS = (TRAINED, FROZEN)
@@ -78,6 +82,88 @@ def log_terms(res: dict, index: int) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
+class Recovery:
+    """Does a condition's key PR fall and then rise again? The probe of the minimum is chosen on the mean of the
+    `choose` seeds and the fall to it and the rise after it are tested on the `test` seeds only."""
+
+    choose: list  # seeds whose mean series picks the probe of the minimum (the first half, in seed order)
+    test: list  # the other seeds: fall and rise are decided on them
+    tokens: float  # training tokens at the chosen probe (NaN when none was chosen)
+    fall: Decision | None  # first minus the chosen probe, per test seed (positive: PR fell to it)
+    rise: Decision | None  # last minus the chosen probe, per test seed (positive: PR rose after it)
+    why_not: str = ""  # why it is not tested ("" when it is)
+
+    @property
+    def status(self) -> str:
+        """'falls and rises again' (both beyond the margin and positive), 'no fall and rise' (a settled size says
+        otherwise), 'inconclusive', or 'not tested'."""
+        if self.fall is None or self.rise is None or not (self.fall.tested and self.rise.tested):
+            return "not tested"
+        if all(d.differs and d.diff > 0 for d in (self.fall, self.rise)):
+            return "falls and rises again"
+        if any(d.decided and not (d.differs and d.diff > 0) for d in (self.fall, self.rise)):
+            return "no fall and rise"
+        return "inconclusive"
+
+
+def _seed_order(s) -> tuple:
+    return (0, s, "") if isinstance(s, (int, float)) else (1, 0, str(s))
+
+
+def recovery(per: dict, margin: float) -> dict:
+    """condition -> Recovery of its key PR (pr_sv at k_norm): one family over the conditions' falls and rises."""
+    family, chosen = {}, {}
+    for c, rl in per.items():
+        seeds = [seed_of(r) for r in rl]
+        if len(rl) < 3 or None in seeds:
+            why = ("a run has no seed, so the seeds cannot be split" if None in seeds else
+                   f"{len(rl)} seed(s): the probe of the minimum is chosen on half of the seeds and tested on the "
+                   "other half, which needs 3 seeds or more")
+            chosen[c] = Recovery([], [], math.nan, None, None, why)
+            continue
+        order = sorted(range(len(rl)), key=lambda i: _seed_order(seeds[i]))
+        tokens, y = aligned([rl[i] for i in order], lambda r: site_series(r, "k_norm", "pr_sv"))
+        half = len(order) // 2
+        choose, test = [seeds[i] for i in order[:half]], [seeds[i] for i in order[half:]]
+        m = nanmean(y[:half], axis=0)
+        if y.shape[1] < 3 or not np.isfinite(m).any():
+            chosen[c] = Recovery(choose, test, math.nan, None, None, "fewer than 3 probes with key PR")
+            continue
+        j = int(np.nanargmin(m))
+        if j in (0, y.shape[1] - 1):
+            end = "first" if j == 0 else "last"
+            chosen[c] = Recovery(choose, test, float(tokens[j]), None, None,
+                                 f"seed(s) {', '.join(map(str, choose))}: lowest mean key PR at the {end} "
+                                 f"probe: no dip to test")
+            continue
+        t = y[half:]
+        scale = abs(float(nanmean(t[:, 0])))
+        family[(c, "fall")] = Paired.one_sample(t[:, 0] - t[:, j], scale)
+        family[(c, "rise")] = Paired.one_sample(t[:, -1] - t[:, j], scale)
+        chosen[c] = Recovery(choose, test, float(tokens[j]), None, None)
+    decided = decide(family, margin)
+    return {c: (r if r.why_not else Recovery(r.choose, r.test, r.tokens, decided[(c, "fall")], decided[(c, "rise")]))
+            for c, r in chosen.items()}
+
+
+def start_val_loss(res: dict) -> float:
+    """The held-out loss at the first probe: the step-0 probe keeps it as `init_val_loss`, its val_loss is null."""
+    first = as_float((res.get("val_loss") or [None])[0])
+    return first if math.isfinite(first) else as_float(res.get("init_val_loss"))
+
+
+def loss_change(per: dict, loss_margin: float) -> dict:
+    """condition -> Decision of the held-out loss at the last probe minus at the first (the probe of step 0, kept as
+    `init_val_loss`), per seed (one family)."""
+    family = {}
+    for c, rl in per.items():
+        first = [start_val_loss(r) for r in rl]
+        family[c] = Paired.one_sample([last(r, "val_loss") - f for r, f in zip(rl, first)],
+                                      abs(float(nanmean(np.array(first, float)))))
+    return decide(family, loss_margin)
+
+
+@dataclass(frozen=True)
 class FinetuneAnalysis:
     conditions: list[str]
     seeds: dict  # condition -> seeds
@@ -91,6 +177,8 @@ class FinetuneAnalysis:
     loss_margin: float
     verdict: str
     runs: dict  # the runs decided (condition -> results per seed): what the report's header reads
+    loss_change: dict  # condition -> Decision of the held-out loss, last probe minus first (loss margin)
+    recovery: dict  # condition -> Recovery of key PR after its lowest point
 
 
 def _series(runs: list[dict]) -> dict:
@@ -163,4 +251,5 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
         split[c] = {t: _ci([d[t] for d in deltas]) for t in LOGIT_TERMS}
     return FinetuneAnalysis(conds, {c: [r.get("seed") for r in per[c]] for c in conds}, final, change,
                             {c: _series(per[c]) for c in conds}, drift, drift_mean, split, margin, loss_margin,
-                            verdict_text(final, margin, loss_margin), runs)
+                            verdict_text(final, margin, loss_margin), runs, loss_change(per, loss_margin),
+                            recovery(per, margin))

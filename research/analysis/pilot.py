@@ -67,9 +67,8 @@ def pair(conditions) -> tuple[str | None, str | None]:
 
 
 def final(values) -> float:
-    """Last finite value of a per-probe list (NaN if none)."""
+    """The value at the last probe (NaN where that probe has none: never an earlier probe's value)."""
     a = as_array(values)
-    a = a[np.isfinite(a)]
     return float(a[-1]) if a.size else math.nan
 
 
@@ -90,11 +89,17 @@ class PilotAnalysis:
     b: str | None  # no-QK-norm side
     layers: list[int]  # layers both sides have
     delta: dict  # layer -> final PR of a minus b (difference of the seed means)
-    ranked: list[int]  # layers by |delta|, largest first (finite deltas only)
+    ranked: list[int]  # layers by |delta|, largest first (finite deltas only); descriptive
     decisions: dict  # "mean_pr" / "loss" / "val_loss" -> Decision of a minus b, per seed
     layer_decisions: dict  # layer -> Decision of a's final layer PR minus b's (Bonferroni over the layers)
     margin: float
     loss_margin: float
+
+    @property
+    def differing(self) -> list[int]:
+        """The layers whose final PR differs beyond the margin (decided per seed), largest |difference| first."""
+        hits = [i for i, d in self.layer_decisions.items() if d.differs]
+        return sorted(hits, key=lambda i: -abs(self.layer_decisions[i].diff))
 
 
 def analyze(runs: dict[str, list[dict]], margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> PilotAnalysis:

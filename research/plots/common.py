@@ -184,6 +184,39 @@ def fmt_ci(d, decimals: int) -> str:
     return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
 
 
+def fmt_at(tokens) -> str:
+    """The probe(s) values come from: 'at 300k tokens'; several budgets are all named ('at 300k / 600k tokens')."""
+    ts = sorted({float(t) for t in np.atleast_1d(np.asarray(tokens, float)) if np.isfinite(t)})
+    return f"at {' / '.join(fmt_tokens(t) for t in ts) or '?'} tokens"
+
+
+def fmt_final(tokens) -> str:
+    """Where a "final" value comes from: 'final (at 300k tokens)'."""
+    return f"final ({fmt_at(tokens)})"
+
+
+def decided_text(d, decimals: int, unit: str = "seed") -> str:
+    """A comparison as far as its decision goes: '+3.00 [+2.50, +3.50] (95.0%), +10.0% [+8.3%, +11.7%] of the mean:
+    different, beyond the margin' when its size is settled, undecided_text otherwise."""
+    if not d.decided:
+        return undecided_text(d, decimals, unit)
+    lo, hi = d.ci_rel
+    return f"{d.diff:+.{decimals}f} {fmt_ci(d, decimals)}, {d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}] of the mean: {d.outcome}"
+
+
+def undecided_text(d, decimals: int, unit: str = "seed") -> str:
+    """A comparison whose size is not settled, as a report says it: 'not decided (inconclusive): +0.194
+    [-2.600, +2.200] (98.3%), +12.0% of the mean; about 9 seeds would settle it'. Nothing derived from it (a share,
+    a ranking, a count) may stand beside this."""
+    if d.outcome == NO_DATA:
+        return f"not decided ({NO_DATA})"
+    if not d.tested:
+        return f"not decided (one {unit}, no test): {d.diff:+.{decimals}f}"
+    more = needed_text(d, unit)
+    return (f"not decided ({d.outcome}): {d.diff:+.{decimals}f} {fmt_ci(d, decimals)}, {d.rel:+.1%} "
+            f"[{d.ci_rel[0]:+.1%}, {d.ci_rel[1]:+.1%}] of the mean" + (f"; {more}" if more else ""))
+
+
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
     """Markdown rows of research.analysis.rules Decisions: the difference and its interval, both also as shares
     of the compared values' mean, Bonferroni's p and the outcome read off the interval. `unit`: what the n

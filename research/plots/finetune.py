@@ -8,10 +8,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
-from research.analysis.rules import rule_text
+from research.analysis.rules import effect_text, rule_text
 from research.analysis.series import mean_band
-from research.plots.common import (color, decision_table, fmt_code, fmt_num, fmt_tokens, message_figure, styled,
-                                   subplots, tokens_axis)
+from research.plots.common import (color, decided_text, decision_table, fmt_code, fmt_final, fmt_num, fmt_tokens,
+                                   message_figure, styled, subplots, tokens_axis)
+from research.results.read import last
 from research.results.vocabulary import label
 
 FIGURES = ("1_keys.png", "2_loss.png", "3_gains_and_logits.png")
@@ -103,6 +104,49 @@ def _wall(runs: dict, analysis: A.FinetuneAnalysis) -> float:
     return float(sum(w for w in walls if w is not None and math.isfinite(w)))
 
 
+def _last_tokens(runs: dict, analysis: A.FinetuneAnalysis) -> list:
+    return [r["tokens"][-1] for c in analysis.conditions for r in A.runs_of(runs, c) if r.get("tokens")]
+
+
+def _loss_change(analysis: A.FinetuneAnalysis) -> list[str]:
+    """The held-out loss from the first probe to the last, per condition: decided, or said to be open."""
+    lines = ["", "Held-out loss (the probe batch's validation loss), last probe minus first, per seed (margin \u00b1"
+             f"{analysis.loss_margin:.1%} of the first probe's loss):", ""]
+    lines += decision_table(analysis.loss_change, 4, name_of=label) + [""]
+    for c, d in analysis.loss_change.items():
+        runs = A.runs_of(analysis.runs, c)
+        start = float(np.nanmean([A.start_val_loss(r) for r in runs]))
+        end = float(np.nanmean([last(r, "val_loss") for r in runs]))
+        way = ("rose" if d.diff > 0 else "fell") if d.differs else "stayed within the margin" if d.same else ""
+        said = f"{way}: {effect_text(d)}, {d.outcome}" if d.decided else decided_text(d, 4)
+        lines.append(f"- {label(c)}, held-out loss: {fmt_num(start)} at the first probe, {fmt_num(end)} "
+                     f"{fmt_final(_last_tokens({c: runs}, analysis))} (means over seeds); {said}.")
+    return lines
+
+
+def _recovery(analysis: A.FinetuneAnalysis) -> list[str]:
+    """Does key PR rise again after its lowest point? Chosen on one half of the seeds, tested on the other."""
+    lines = ["", "## Does key PR rise again after its lowest point?", "",
+             "The probe of the minimum is chosen on the mean key PR (pr_sv at k_norm) of the first half of the seeds "
+             "(in seed order); the fall to that probe (first minus it) and the rise after it (last minus it) are "
+             "tested on the other seeds only, so the choice is never tested on the data that made it. Both beyond "
+             "the margin and positive: it falls and rises again. One family over the conditions; margin a share of "
+             "the first probe's PR.", ""]
+    tested = {(c, part): d for c, r in analysis.recovery.items() if r.fall is not None
+              for part, d in (("fall", r.fall), ("rise", r.rise))}
+    if tested:
+        lines += decision_table(tested, 3, name_of=lambda k: f"{label(k[0])}: {k[1]}") + [""]
+    for c, r in analysis.recovery.items():
+        if r.fall is None:
+            lines.append(f"- {label(c)}, key PR: not tested ({r.why_not}).")
+            continue
+        lines.append(f"- {label(c)}, key PR: minimum chosen at {fmt_tokens(r.tokens)} tokens on seed(s) "
+                     f"{', '.join(map(str, r.choose))}, tested on seed(s) {', '.join(map(str, r.test))}: "
+                     f"**{r.status}** (fall {effect_text(r.fall)}, {r.fall.outcome}; rise {effect_text(r.rise)}, "
+                     f"{r.rise.outcome}).")
+    return lines
+
+
 def report(analysis: A.FinetuneAnalysis) -> str:
     runs = analysis.runs
     first = next(r for c in analysis.conditions for r in A.runs_of(runs, c))
@@ -121,7 +165,7 @@ def report(analysis: A.FinetuneAnalysis) -> str:
              f"probes; "
              f"loading not counted).", "",
              "## Verdict", "", analysis.verdict, "",
-             "## Trained minus frozen gains, at the end (paired by seed)", ""]
+             f"## Trained minus frozen gains, {fmt_final(_last_tokens(runs, analysis))} (paired by seed)", ""]
     if analysis.final:
         names = {n: t for n, t, *_ in A.KEY_FIELDS}
         lines += decision_table({k: d for k, d in analysis.final.items() if k != "val_loss"}, 3, name_of=names.get)
@@ -131,6 +175,7 @@ def report(analysis: A.FinetuneAnalysis) -> str:
     lines += ["", "## Change over fine-tuning within each condition (last probe minus first)", ""]
     names = {n: t for n, t, *_ in A.KEY_FIELDS}
     lines += decision_table(analysis.change, 3, name_of=lambda k: f"{label(k[0])}: {names[k[1]]}")
+    lines += _loss_change(analysis) + _recovery(analysis)
     lines += ["", "## How far the k gains moved, and the largest logit taken apart", "",
               "Mean over seeds \u00b1 95% CI half width. Gain drift: |g_end - g_start| / |g_start| of the k_norm gain "
               "vector, mean over layers. Logit terms: change of the mean (over layers and query heads) of the log of "
@@ -142,8 +187,5 @@ def report(analysis: A.FinetuneAnalysis) -> str:
         lines.append(f"| {label(c)} | {_ci_text(*analysis.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
                      + " | ".join(_ci_text(*analysis.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
                                   for t in A.LOGIT_TERMS) + " |")
-    lines += ["", "Final validation loss per condition: "
-              + "; ".join(f"{label(c)} {fmt_num(float(np.nanmean(analysis.series[c]['val_loss'][1][:, -1])))}"
-                          for c in analysis.conditions) + " nats/token.", "",
-              "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ".", ""]
+    lines += ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ".", ""]
     return "\n".join(lines)

@@ -22,8 +22,8 @@ from matplotlib.colors import Normalize
 
 from research.analysis.heads import (SINK_MASS, TAXONOMY_MARGIN, HeadsAnalysis, HeadsCondition, HeadSeries,
                                     LayerChoice, Taxonomy)
-from research.analysis.rules import DESCRIPTIVE
-from research.plots.common import fmt_num, fmt_p, fmt_tokens, label, message_figure, styled, subplots, tokens_axis
+from research.plots.common import (decided_text, fmt_num, fmt_p, fmt_tokens, label, message_figure, styled, subplots,
+                                   tokens_axis)
 from research.plots.keys import figure_name
 
 FIGURE_BASES = ("norm_divergence", "entropy_norm_scatter", "effective_rank", "gamma_heatmap")
@@ -194,14 +194,9 @@ def _norm_gap(c: HeadsCondition) -> list[str]:
         return ["No seed has both a sink and a gatherer: the write-ups' claim that sinks have higher key norms "
                 "than gatherers cannot be tested here.", ""]
     d = c.norm_gap
-    if d.outcome == DESCRIPTIVE:
-        verdict = "descriptive only (one seed)"
-    else:
-        lo, hi = d.ci
-        verdict = f"{d.outcome} ({d.ci_level:.1%} CI [{lo:+.3f}, {hi:+.3f}], p = {fmt_p(d.p_adj)})"
-    return [f"Sinks' mean key norm minus gatherers', per seed that has both ({d.n}): {d.diff:+.3f} ({d.rel:+.1%} of "
-            f"the mean key norm), {verdict}. The write-ups' claim that sinks have high and gatherers low key norms: "
-            f"**{c.norm_gap_claim}**.", ""]
+    p = f" (p = {fmt_p(d.p_adj)})" if d.tested else ""
+    return [f"Sinks' mean key norm minus gatherers', per seed that has both ({d.n}): {decided_text(d, 3)}{p}. The "
+            f"write-ups' claim that sinks have high and gatherers low key norms: **{c.norm_gap_claim}**.", ""]
 
 
 def report(analysis: HeadsAnalysis) -> str:

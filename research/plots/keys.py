@@ -16,9 +16,9 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
-from research.analysis.rules import rule_text
-from research.plots.common import (GROUP_COLORS, decision_table, fmt_num, fmt_tokens, label, message_figure, smooth,
-                                   styled, subplots, tokens_axis)
+from research.analysis.rules import Decision, rule_text
+from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_ci, fmt_num, fmt_tokens, label,
+                                   message_figure, smooth, styled, subplots, tokens_axis, undecided_text)
 
 GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "final layers"}
 NO_RECORDS = ("This results file has no per-probe key records ('probes'),\n"
@@ -176,7 +176,8 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
     for side in ("above", "below", "at", "undecided"):
         lines.append(f"- Ended {side if side == 'undecided' else side + ' sqrt(d_head)'}: "
                      f"{_layers_text([i for i in range(L) if where[i] == side])}")
-    lines += ["", "### Per layer (initial = first probe, final = last probe)", "",
+    lines += ["", f"### Per layer (initial = first probe, at {fmt_tokens(t[0])} tokens; final = last probe, at "
+              f"{fmt_tokens(t[-1])} tokens)", "",
               "| layer | group | initial norm | final norm | change | vs sqrt(d_head) | initial max_abs | "
               "final max_abs | initial cos_mean | final cos_mean | final peak_frac |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -202,6 +203,25 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
     return lines + [""]
 
 
+def _wd_share(group: str, wd: Decision, with_wd: Decision | None, margin: float) -> str:
+    """Weight decay's share of a group's norm change, given only when both its part and the change are settled
+    beyond the margin; otherwise what is not decided, with its interval."""
+    part = f"- {group} layers: weight decay's part of the change"
+    if with_wd is None:
+        return f"{part}: {wd.diff:+.3f} ({wd.outcome}); the change with weight decay was not measured"
+    if wd.differs and with_wd.differs:
+        return (f"- {group} layers: change {with_wd.diff:+.3f} {fmt_ci(with_wd, 3)} with weight decay, of which "
+                f"{wd.diff:+.3f} {fmt_ci(wd, 3)} ({wd.diff / with_wd.diff:.0%}) is weight decay's (both beyond the "
+                f"margin).")
+    if wd.same:
+        return (f"{part}: {wd.diff:+.3f} {fmt_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%} of the norm, "
+                f"so no share of the change is put on weight decay.")
+    if not wd.decided:
+        return f"{part}: {undecided_text(wd, 3)}. No share is given."
+    return (f"{part}: {wd.diff:+.3f} {fmt_ci(wd, 3)}, {wd.outcome}; the change with weight decay: "
+            f"{decided_text(with_wd, 3)}. No share is given.")
+
+
 def _changes(analysis: KeysAnalysis) -> list[str]:
     if not analysis.group_changes:
         return []
@@ -222,11 +242,8 @@ def _changes(analysis: KeysAnalysis) -> list[str]:
                   "Per group, the norm change with weight decay on the gains minus the change without it, paired by "
                   "seed: the part of the change weight decay alone explains.", ""]
         lines += decision_table(analysis.weight_decay, 3, lambda g: f"{g} layers")
-        for g, d in analysis.weight_decay.items():
-            with_wd = analysis.group_changes.get((WITH_WD, g))
-            if with_wd is not None and with_wd.diff:
-                lines.append(f"- {g} layers: change {with_wd.diff:+.3f} with weight decay, of which {d.diff:+.3f} "
-                             f"({d.diff / with_wd.diff:.0%}) is weight decay's.")
+        lines += [_wd_share(g, d, analysis.group_changes.get((WITH_WD, g)), analysis.margin)
+                  for g, d in analysis.weight_decay.items()]
     return lines + [""]
 
 

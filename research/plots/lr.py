@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from research.analysis.lr import REFERENCE, LRAnalysis
-from research.analysis.rules import rule_text
+from research.analysis.rules import effect_text, rule_text
 from research.analysis.stats import mean_ci95
 from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 
@@ -141,13 +141,21 @@ def _grid_table(analysis: LRAnalysis) -> list[str]:
 
 
 def _onset_text(analysis: LRAnalysis, decisions: dict, what: str) -> str:
+    """Where a difference first lies beyond the margin, from the decided multipliers only; the others are named with
+    their intervals, and an undecided one below the first decided hit means the onset may lie lower."""
     if not decisions:
         return f"{what}: nothing to compare"
     first, open_ = analysis.first(decisions, +1), analysis.undecided(decisions)
+    opened = ", ".join(f"{m:g}x ({effect_text(decisions[m])})" for m in open_)
     if len(open_) == len(decisions):
-        return f"{what}: undecided at every multiplier (one seed, or too few)"
-    text = f"{what} from {first:g}x" if first else f"{what} at no multiplier of the grid"
-    return text + (f" (undecided at {', '.join(f'{m:g}x' for m in open_)})" if open_ else "")
+        return f"{what}: not decided at any multiplier ({opened})"
+    if first is None:
+        text = f"{what} at no multiplier whose comparison is decided"
+    else:
+        text = f"{what} beyond the margin first at {first:g}x" + (
+            " of the decided multipliers (an undecided lower one may be the onset)" if any(m < first for m in open_)
+            else "")
+    return text + (f" (not decided at {opened})" if open_ else "")
 
 
 def _onsets(analysis: LRAnalysis) -> list[str]:

@@ -15,7 +15,7 @@ from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
 from research.analysis.rules import rule_text
-from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
+from research.plots.common import color, decided_text, decision_table, fmt_num, label, styled, subplots, tokens_axis
 from research.results.values import as_array
 
 FIGURES = ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
@@ -152,16 +152,31 @@ def figures(analysis: PilotAnalysis) -> dict:
 
 # ----------------------------------------------------------------------------- report
 
-def _signed(v, nd=3) -> str:
-    return "n/a" if v is None or not np.isfinite(v) else f"{v:+.{nd}f}"
+def _layer_lines(analysis: PilotAnalysis, top: int) -> list[str]:
+    """The ranking and the count of layers, from the layers whose decision is settled only."""
+    a, ds, n = analysis.a, analysis.layer_decisions, len(analysis.layers)
+    decided = [i for i, d in ds.items() if d.decided]
+    if not decided:
+        return [f"- Which layers differ, and in how many {label(a)} is higher: not decided in any of the {n} layers "
+                "(their intervals are in the per-layer table below)"]
+    beyond = analysis.differing
+    open_ = n - len(decided)
+    rest = f"; not decided in {open_}" if open_ else ""
+    return ["- Layers that differ beyond the margin, largest first: "
+            + (", ".join(f"layer {i} ({decided_text(ds[i], 2)})" for i in beyond[:top]) if beyond else
+               f"none of the {len(decided)} decided layers") + rest,
+            f"- {label(a)} higher beyond the margin in {sum(ds[i].diff > 0 for i in beyond)} of {n} layers, lower in "
+            f"{sum(ds[i].diff < 0 for i in beyond)}, the same within the margin in {len(decided) - len(beyond)}"
+            + rest]
 
 
 def report(analysis: PilotAnalysis, top: int = 3) -> str:
     lines = ["# Pilot: QK-norm vs no QK-norm", "",
-             "PR = participation ratio of the keys at the k_norm output (pre-RoPE), pr_sv = (Σs)² / Σs² of the "
-             "singular values; mean PR = mean over layers. Final = last probe. Train loss = mean training loss "
-             "of the last probe_every steps before the probe.", "",
-             "| condition | seeds | tokens | final mean PR | final train loss | final val loss |",
+             "PR = participation ratio of the keys at the k_norm output (pre-RoPE), pr_sv = (Σs)² / "
+             "Σs² of the singular values; mean PR = mean over layers. Final = the last probe, at the token "
+             "count the table gives (n/a where that probe has no value). Train loss = mean training loss of the last "
+             "probe_every steps before the probe.", "",
+             "| condition | seeds | final probe (tokens) | final mean PR | final train loss | final val loss |",
              "|---|---|---|---|---|---|"]
     for cond, c in analysis.conditions.items():
         lines.append(f"| {label(cond)} (`{cond}`) | {c.combined.get('n_seeds', 1)} | {c.tokens:,.0f} | "
@@ -171,19 +186,15 @@ def report(analysis: PilotAnalysis, top: int = 3) -> str:
     if a is None or b is None:
         lines += ["Only one condition: the QK-norm minus no-QK-norm difference needs both.", ""]
         return "\n".join(lines) + "\n"
-    sa, sb = analysis.conditions[a], analysis.conditions[b]
-    dpr = sa.final_pr - sb.final_pr
-    rel = dpr / sb.final_pr if sb.final_pr else float("nan")
     outcomes = [d.outcome for d in analysis.layer_decisions.values()]
-    lines += [f"## Difference: {label(a)} − {label(b)}", "",
-              f"- Final mean PR: {_signed(dpr, 2)} ({_signed(100 * rel, 1)}% of {label(b)})",
-              f"- Final train loss: {_signed(sa.final_loss - sb.final_loss)}",
-              f"- Final val loss: {_signed(sa.final_val - sb.final_val)}",
-              "- Layers that differ most (largest |Δ final PR|): "
-              + (", ".join(f"layer {i} ({_signed(analysis.delta[i], 2)})" for i in analysis.ranked[:top])
-                 or "none"),
-              f"- {label(a)} higher in {sum(analysis.delta[i] > 0 for i in analysis.ranked)} of "
-              f"{len(analysis.ranked)} layers, lower in {sum(analysis.delta[i] < 0 for i in analysis.ranked)}",
+    ds = analysis.decisions
+    lines += [f"## Difference: {label(a)} − {label(b)}, per seed", "",
+              "Each line is the per-seed decision of the table below; a ranking or count of layers uses only the "
+              "layers whose decision is settled.", "",
+              f"- Final mean PR: {decided_text(ds['mean_pr'], 2)}",
+              f"- Final train loss: {decided_text(ds['loss'], 3)}",
+              f"- Final val loss: {decided_text(ds['val_loss'], 3)}",
+              *_layer_lines(analysis, top),
               "- Per-layer decisions: " + (", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
                                           or "none"), "",
               f"Decisions, per seed ({rule_text(analysis.margin, analysis.loss_margin)}):", ""]

@@ -7,7 +7,7 @@ import math
 
 from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
 from research.analysis.rules import effect_text, rule_text, runs_of
-from research.plots.common import decision_table, fmt_ci, fmt_code
+from research.plots.common import decision_table, fmt_ci, fmt_at, fmt_code
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -170,7 +170,8 @@ def report(analysis: QkNormAnalysis) -> str:
     lines = ["# QK-norm study: does the gain or the normalization drive key rank?", ""]
     lines.append("Conditions: " + "; ".join(name(c) for c in conds) + ". " + _seeds_sentence(runs, conds) +
              "PR is the participation ratio (sum s)\u00b2 / sum s\u00b2 of the singular values of the keys "
-             f"({SITE_TEXT}), averaged over KV heads and layers; 'final' = the last probe.")
+             f"({SITE_TEXT}), averaged over KV heads and layers; 'final' = the last probe, "
+             f"{fmt_at([r['tokens'][-1] for c in conds for r in runs_of(runs, c) if r.get('tokens')])}.")
     lines.append("")
     if analysis.descriptive:
         lines.append("One seed per condition: the numbers below are descriptive only. No comparison is tested and "

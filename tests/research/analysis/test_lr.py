@@ -79,4 +79,22 @@ def test_figures_and_report_carry_the_analysis():
     text = lr_plots.report(a)
     assert "| no QK-norm | 16x | n/a | 3/3 |" in text
     assert "- no QK-norm: highest rate with no diverged seed: 4x" in text
-    assert "final loss worse than QK-norm, learned gain's from 4x" in text
+    assert "final loss worse than QK-norm, learned gain's beyond the margin first at 4x." in text
+
+
+def test_an_onset_is_named_from_decided_multipliers_only():
+    """NoQK's loss against QK's: equal at 0.25x, open at 1x and 4x (seeds disagree), beyond the margin at 16x."""
+    runs = {}
+    for m in MULTS:
+        runs[grid_key("QK", m)] = [run(s, 3.0 + 0.01 * s) for s in range(3)]
+        off = {0.25: [0, 0, 0], 1: [0.2, -0.2, 0.05], 4: [0.3, -0.1, 0.0], 16: [0.5, 0.5, 0.5]}[m]
+        runs[grid_key("NoQK", m)] = [run(s, 3.0 + 0.01 * s + off[s]) for s in range(3)]
+    text = lr_plots.report(analyze(runs))
+    line = next(ln for ln in text.splitlines() if ln.startswith("- no QK-norm:"))
+    assert ("final loss worse than QK-norm, learned gain's beyond the margin first at 16x of the decided multipliers "
+            "(an undecided lower one may be the onset) (not decided at 1x (+0.6% [") in line
+    assert "from 16x" not in line and "4x (+2.2% [" in line
+    one = {k: v[:1] for k, v in runs.items()}  # one seed: nothing is decided, and nothing is named as the onset
+    line = next(ln for ln in lr_plots.report(analyze(one)).splitlines() if ln.startswith("- no QK-norm:"))
+    assert "final loss worse than QK-norm, learned gain's: not decided at any multiplier (0.25x (+0.0% (one seed)), " \
+        "1x (+6.5% (one seed))" in line and "first at" not in line
