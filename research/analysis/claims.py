@@ -84,7 +84,8 @@ def _pr_and_loss(decisions: dict) -> Claim:
         else:
             parts.append(f"{head}: neither moves beyond its margin")
     if signs and not apart and len(signs) == 1:
-        status, why = FAILS, "PR orders the loss in every ordered pair"
+        status, why = FAILS, (f"PR orders the loss: in every ordered pair the higher-PR condition has the "
+                              f"{'higher' if signs == {True} else 'lower'} loss, and no pair is apart")
     elif apart and signs:
         status, why = MIXED, "some pairs are apart, others ordered"
     elif len(signs) == 2:
