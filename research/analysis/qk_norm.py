@@ -4,8 +4,10 @@ Pure functions of results dicts (runs: condition -> one results dict per seed), 
 procedure of research.analysis.rules (paired by seed, one Bonferroni interval per pair, read against a
 margin):
 
-    pair_decisions(runs, field)  the three pairs in one final quantity
-    triangulate(decisions)       A != B ~ C: the gain drives it; A ~ B != C: the normalization does
+    pair_decisions(runs, field)  the three pairs in one final quantity (and family_decisions: with the
+                                 difference of the steps, (A-B) - (B-C), decided in the same family)
+    triangulate(decisions)       A != B ~ C, the gain's step larger by the margin: the gain drives it; the mirror
+                                 image: the normalization does; steps of comparable size: both contribute
     decomposition(runs)          the A - B PR difference split into the gain's arithmetic and geometry
     ablation(runs)               the trained models with their gains replaced by 1 or by their mean
     layer_effects(runs)          A - B and B - C per layer
@@ -30,21 +32,52 @@ from research.results.values import as_float, json_safe
 from research.results.vocabulary import ABLATION_MODES, MAIN_SITE, PRE_GAIN_SITES, QK_CONDITIONS, QK_PAIRS, label
 
 PAIRS = QK_PAIRS
-STEP = dict(zip(PAIRS, ("the gain's effect (A\u2212B)", "the normalization's effect (B\u2212C)",
-                        "QK-norm's whole effect (A\u2212C)")))
+STEPS = "steps"  # (A-B) - (B-C) = A - 2B + C: the gain's step minus the normalization's, per seed
+STEP = dict(zip(PAIRS + (STEPS,), ("the gain's effect (A\u2212B)", "the normalization's effect (B\u2212C)",
+                                   "QK-norm's whole effect (A\u2212C)",
+                                   "the difference of the steps ((A\u2212B)\u2212(B\u2212C))")))
+DRIVER = {PAIRS[0]: "gain", PAIRS[1]: "normalization"}  # the step each pair measures, as the verdict key names it
+
+
+def step_difference(runs: dict, field: str) -> Paired | None:
+    """Per seed that ran A, B and C: (A-B) - (B-C) = A - 2B + C; None unless all three ran. Its scale (the margin
+    is a share of it) is A-C's, the mean of A and C: with A-C it tells which step is the larger by the margin
+    (|A-B| - |B-C| is the smaller of |A-2B+C| and |A-C| when the two have the same sign as A-B, minus it when
+    their signs differ; docs/decisions.md)."""
+    if not all(runs.get(c) for c in QK_CONDITIONS):
+        return None
+    a, b, c = (finals(runs, x, field) for x in QK_CONDITIONS)
+    seeds = [s for s in a if s in b and s in c and all(math.isfinite(v[s]) for v in (a, b, c))]
+    xa, xb, xc = (np.array([v[s] for s in seeds], float) for v in (a, b, c))
+    if not seeds:
+        return Paired(np.zeros(0), math.nan, math.nan, math.nan)
+    return Paired((xa - xb) - (xb - xc), float((xa - xb).mean()), float((xb - xc).mean()),
+                  (abs(float(xa.mean())) + abs(float(xc.mean()))) / 2)
+
+
+def family_decisions(runs: dict, field: str, margin: float = MARGIN) -> tuple[dict, Decision | None]:
+    """The pairs of conditions present in one final quantity (x minus y), and with all three conditions the
+    difference of the steps (STEPS), decided in ONE family: k = 4 then, so the verdict that reads all four is
+    right with 95% probability (docs/decisions.md). ({(x, y): Decision}, Decision or None)."""
+    family = {(x, y): Paired.of(finals(runs, x, field), finals(runs, y, field))
+              for x, y in PAIRS if runs.get(x) and runs.get(y)}
+    steps = step_difference(runs, field)
+    if steps is not None:
+        family[STEPS] = steps
+    dec = decide(family, margin)
+    return {p: d for p, d in dec.items() if p != STEPS}, dec.get(STEPS)
 
 
 def pair_decisions(runs: dict, field: str, margin: float = MARGIN) -> dict:
-    """{(x, y): Decision} for the pairs of conditions present, in one final quantity (x minus y)."""
-    family = {(x, y): Paired.of(finals(runs, x, field), finals(runs, y, field))
-              for x, y in PAIRS if runs.get(x) and runs.get(y)}
-    return decide(family, margin)
+    """{(x, y): Decision} for the pairs of conditions present, in one final quantity (x minus y), decided in the
+    family that also holds the difference of the steps (family_decisions)."""
+    return family_decisions(runs, field, margin)[0]
 
 
 @dataclass(frozen=True)
 class Verdict:
-    # gain / normalization / both / opposite / small / cancel / neither: a driver, or its absence, is named;
-    # inconclusive / qknorm (A and C only) / descriptive / none: it is not
+    # gain / normalization / contribute / both / opposite / small / cancel / neither: a driver, or its absence, is
+    # named; inconclusive / qknorm (A and C only) / descriptive / none: it is not
     key: str
     text: str
 
@@ -65,12 +98,29 @@ def _confirms(ac: Decision, step: Decision) -> bool:
     return ac.significant and np.sign(ac.diff) == np.sign(step.diff)
 
 
-def triangulate(dec: dict, what: str = "it") -> Verdict:
-    """Which of the gain (A-B) and the normalization (B-C) moves `what`, read off the three pairs' intervals
-    (research.analysis.rules); docs/decisions.md has the table and a worked example of each verdict.
+def _larger(driver: tuple, dec: dict, steps: Decision | None) -> bool | None:
+    """Whether the driver's step (PAIRS[0]: the gain, PAIRS[1]: the normalization) is shown larger than the other
+    step by the margin. |A-B| - |B-C| is min(|A-2B+C|, |A-C|) when A-2B+C and A-C share a sign and minus it when
+    they do not, so: True when both lie beyond the margin, A-C with the driver's sign and A-2B+C with it for the
+    gain, against it for the normalization; False when A-2B+C lies inside the margin (the steps differ by less
+    than it; the driver's step being beyond it, the other step then has its sign); None otherwise."""
+    ac, step = dec[PAIRS[2]], dec[driver]
+    if steps is None or not steps.tested:
+        return None
+    sign = np.sign(step.diff) * (1 if driver == PAIRS[0] else -1)
+    if steps.differs and ac.differs and np.sign(steps.diff) == sign and np.sign(ac.diff) == np.sign(step.diff):
+        return True
+    return False if steps.same else None
 
-    A driver is named only when its step lies beyond the margin, the other step lies inside it (so below the
-    driver's), and A-C is real with the driver's sign. Every text carries the three estimates."""
+
+def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> Verdict:
+    """Which of the gain (A-B) and the normalization (B-C) moves `what`, read off the three pairs' intervals
+    and that of the difference of the steps (`steps`, (A-B) - (B-C), decided in the pairs' family;
+    family_decisions); docs/decisions.md has the table and a worked example of each verdict.
+
+    A single driver is named only when its step lies beyond the margin, the other step inside it, and its step
+    is shown larger than the other by the margin (A-2B+C and A-C beyond it, with the driver's signs). Steps
+    that differ by less than the margin: both contribute. Every text carries the estimates."""
     ab, bc, ac = (dec.get(p) for p in PAIRS)
     if not (ab and bc):
         if not ac:
@@ -86,10 +136,11 @@ def triangulate(dec: dict, what: str = "it") -> Verdict:
                        f"{head or 'inconclusive'}: {describe(PAIRS[2], ac)}; without the frozen-gain run (B) gain "
                        f"and normalization cannot be separated")
     margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale else "the margin"
-    steps = "; ".join(describe(p, d) for p, d in zip(PAIRS, (ab, bc, ac)))
+    shown = list(zip(PAIRS, (ab, bc, ac))) + ([(STEPS, steps)] if steps is not None else [])
+    text = "; ".join(describe(p, d) for p, d in shown)
 
     def verdict(key: str, head: str) -> Verdict:
-        return Verdict(key, f"{head}; margin {margin}: {steps}")
+        return Verdict(key, f"{head}; margin {margin}: {text}")
     if not (ab.tested and bc.tested):
         return verdict("descriptive", "no verdict, " + ("one seed per condition (descriptive only)"
                                                         if DESCRIPTIVE in (ab.outcome, bc.outcome) else
@@ -97,16 +148,24 @@ def triangulate(dec: dict, what: str = "it") -> Verdict:
     if not (ab.decided and bc.decided):
         return verdict("inconclusive", "inconclusive: the size of " + " and of ".join(
             STEP[p].split(" (")[0] for p, d in zip(PAIRS, (ab, bc)) if not d.decided) + " is not settled")
-    if ab.differs and bc.same:
-        if _confirms(ac, ab):
-            return verdict("gain", f"the gain drives {what}")
-        return verdict("inconclusive", "inconclusive: A\u2212B and B\u2212C point to the gain, but A\u2212C "
-                                       "does not confirm it")
-    if ab.same and bc.differs:
-        if _confirms(ac, bc):
-            return verdict("normalization", f"the normalization drives {what}")
-        return verdict("inconclusive", "inconclusive: A\u2212B and B\u2212C point to the normalization, but "
-                                       "A\u2212C does not confirm it")
+    for driver, other in ((PAIRS[0], PAIRS[1]), (PAIRS[1], PAIRS[0])):
+        if not (dec[driver].differs and dec[other].same):
+            continue
+        key, other_key = DRIVER[driver], DRIVER[other]  # "gain", "normalization"
+        larger = _larger(driver, dec, steps)
+        if larger:
+            return verdict(key, f"the {key} drives {what}: its step is larger than the {other_key}'s by at least "
+                                f"the margin")
+        if not _confirms(ac, dec[driver]):
+            return verdict("inconclusive", f"inconclusive: A\u2212B and B\u2212C point to the {key}, but A\u2212C "
+                                           f"does not confirm it")
+        if larger is False:
+            return verdict("contribute", f"both the {key} and the {other_key} contribute to {what}, in the same "
+                                         f"direction: the {key}'s step lies beyond the margin and the {other_key}'s "
+                                         f"within it, but the two differ by less than the margin")
+        return verdict("inconclusive", f"inconclusive: the {key}'s step lies beyond the margin and the {other_key}'s "
+                                       f"within it, but the {key}'s is not shown larger than the {other_key}'s by the "
+                                       f"margin")
     if ab.differs and bc.differs:
         if np.sign(ab.diff) != np.sign(bc.diff):
             return verdict("opposite", f"both the gain and the normalization change {what}, in opposite directions"
@@ -297,6 +356,7 @@ class QkNormAnalysis:
     margin: float  # equivalence margin of key metrics, a share of the mean
     loss_margin: float  # that of losses
     decisions: dict  # field (FINAL_FIELDS) -> {(x, y): Decision}
+    steps: dict  # field -> Decision of (A-B) - (B-C), decided in the pairs' family (None without all three)
     verdict: Verdict  # on the final key PR, pr_sv (the write-ups' uncentered PR)
     verdict_pr_var: Verdict  # on the final centered PR, pr_var
     loss_verdict: Verdict  # on the final validation loss
@@ -328,13 +388,18 @@ class QkNormAnalysis:
 
 
 def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> QkNormAnalysis:
-    decisions = {field: pair_decisions(runs, field, margin if field.startswith("mean_pr") else loss_margin)
-                 for field in FINAL_FIELDS}
-    pr, loss = triangulate(decisions["mean_pr"], "key PR"), triangulate(decisions["val_loss"], "the validation loss")
+    families = {field: family_decisions(runs, field, margin if field.startswith("mean_pr") else loss_margin)
+                for field in FINAL_FIELDS}
+    decisions = {field: pairs for field, (pairs, _) in families.items()}
+    steps = {field: step for field, (_, step) in families.items()}
+
+    def verdict(field: str, what: str) -> Verdict:
+        return triangulate(decisions[field], what, steps[field])
+    pr, loss = verdict("mean_pr", "key PR"), verdict("val_loss", "the validation loss")
     return QkNormAnalysis(
-        conditions=conditions(runs), margin=margin, loss_margin=loss_margin, decisions=decisions, verdict=pr,
-        verdict_pr_var=triangulate(decisions["mean_pr_var"], "the centered key PR"), loss_verdict=loss,
-        train_loss_verdict=triangulate(decisions["loss"], "the training loss"),
+        conditions=conditions(runs), margin=margin, loss_margin=loss_margin, decisions=decisions, steps=steps,
+        verdict=pr, verdict_pr_var=verdict("mean_pr_var", "the centered key PR"), loss_verdict=loss,
+        train_loss_verdict=verdict("loss", "the training loss"),
         claims=claims(runs, decisions, pr, loss, margin), summary=summary(runs),
         decomposition=decomposition(runs, margin, decisions), ablation=ablation(runs, margin, loss_margin),
         layer_effects=layer_effects(runs, margin), probe_bias=probe_bias(runs), runs=runs)

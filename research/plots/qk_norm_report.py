@@ -101,12 +101,14 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
               f"- {_pr_agreement(a)}",
               f"- Validation loss: **{a.loss_verdict.text}**.",
               f"- Training loss, for comparison (the claims use the validation loss): {a.train_loss_verdict.text}.",
-              "", "Reading: a driver is named only when its step's interval lies wholly beyond the margin, the "
-              "other step's wholly inside it, and A\u2212C is real with the driver's sign: A\u2260B\u2248C "
-              "\u2192 the gain drives it; A\u2248B\u2260C \u2192 the normalization does; both beyond \u2192 both "
-              "(same or opposite directions); both inside \u2192 neither, unless A\u2212C lies beyond the margin "
-              "(small effects that add up) or two real opposite effects cancel. Any step not settled leaves the "
-              "verdict inconclusive. docs/decisions.md has a worked example of each.", ""]
+              "", "Reading: a single driver is named only when its step's interval lies wholly beyond the margin, "
+              "the other step's wholly inside it, and its step is shown larger than the other's by the margin (the "
+              "difference of the steps, (A\u2212B)\u2212(B\u2212C), and A\u2212C both beyond it on the driver's "
+              "side); steps that differ by less than the margin both contribute. Both beyond \u2192 both (same or "
+              "opposite directions); both inside \u2192 neither, unless A\u2212C lies beyond the margin (small "
+              "effects that add up) or two real opposite effects cancel. Any step not settled leaves the verdict "
+              "inconclusive. With all three conditions each table's family also holds the difference of the steps "
+              "(k = 4). docs/decisions.md has a worked example of each.", ""]
     return lines
 
 
