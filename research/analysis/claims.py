@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
-from research.analysis.rules import MARGIN, Decision, Paired, decide, effect_text, needed_text, runs_of
+from research.analysis import dips
+from research.analysis.dips import dip_decisions, in_seed_order, split_seeds
+from research.analysis.rules import MARGIN, Decision, effect_text, needed_text, runs_of
 from research.analysis.series import aligned, nanmean
-from research.results.read import seed_of
 from research.results.vocabulary import LETTERS, QK_CONDITIONS, QK_PAIRS
 
 HOLDS, FAILS, MIXED, OPEN, UNTESTED = "holds", "fails", "mixed", "inconclusive", "not tested"
@@ -96,43 +96,6 @@ def _pr_and_loss(decisions: dict) -> Claim:
     return Claim(claim, status, f"{why}. " + "; ".join(parts) + ".")
 
 
-def split_seeds(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows that choose the probe, rows that test it) of n seeds in seed order: every other seed from the
-    second chooses (n // 2 of them), the rest, from the first, test (the larger half)."""
-    rows = np.arange(n)
-    return rows[1::2], rows[0::2]
-
-
-def dip(y: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
-    """Y[n_seeds, n_probes] (seed order, at least 3 probes): the interior probe i* lowest in the mean of the
-    choosing seeds (split_seeds), and on the OTHER seeds the fall y[0] - y[i*] and the rise y[-1] - y[i*]. The
-    tested seeds had no say in i*, so under no dip the fall and the rise are centred on 0 (-1: no finite value)."""
-    choose, test = split_seeds(y.shape[0])
-    interior = nanmean(y[choose, 1:-1], axis=0)
-    i = 1 + int(np.nanargmin(interior)) if np.isfinite(interior).any() else -1
-    return i, y[test, 0] - y[test, i], y[test, -1] - y[test, i]
-
-
-def dip_decisions(ys: dict, margin: float) -> tuple[dict, dict]:
-    """ys: condition -> Y[n_seeds, n_probes] in seed order, each with at least 3 probes and 2 seeds to test.
-    ({(condition, "fall"|"rise"): Decision} decided as one family, {condition: i*}); the margin is a share of
-    the tested seeds' mean at i*."""
-    family, where = {}, {}
-    for c, y in ys.items():
-        i, fall, rise = dip(y)
-        if i < 0:
-            continue
-        scale = float(nanmean(y[split_seeds(y.shape[0])[1], i]))
-        where[c] = i
-        family[(c, "fall")], family[(c, "rise")] = Paired.one_sample(fall, scale), Paired.one_sample(rise, scale)
-    return decide(family, margin), where
-
-
-def _in_seed_order(runs: list[dict]) -> list[dict]:
-    """Runs sorted by seed (numbers before names), so which seeds choose and which test depends on the seeds only."""
-    return sorted(runs, key=lambda r: (not isinstance(seed_of(r), int), str(seed_of(r)).zfill(12)))
-
-
 def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
     """Per condition the probe i* is chosen on half of the seeds (the interior probe lowest in their mean) and
     the fall (start - value at i*) and the rise (end - value at i*) are tested against 0 on the other half
@@ -143,11 +106,9 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
     claim = "the PR trajectory is U-shaped (falls, then recovers)"
     ys, xs, parts, shapes = {}, {}, [], []
     for c in conds:
-        xs[c], y = aligned(_in_seed_order(runs_of(runs, c)), lambda r: r["mean_pr"])
-        if y.shape[1] < 3 or len(split_seeds(y.shape[0])[1]) < 2:
-            parts.append(f"{LETTERS[c]}: " + ("fewer than 3 probes" if y.shape[1] < 3 else
-                                              f"{y.shape[0]} seed(s), too few to choose the minimum on some and "
-                                              f"test it on at least two others"))
+        xs[c], y = aligned(in_seed_order(runs_of(runs, c)), lambda r: r["mean_pr"])
+        if why := dips.enough(y):
+            parts.append(f"{LETTERS[c]}: {why}")
             shapes.append(UNTESTED)
         else:
             ys[c] = y
@@ -159,13 +120,7 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
             continue
         i, mean = where[c], nanmean(y[split_seeds(y.shape[0])[1]], axis=0)
         fall, rise = dec[(c, "fall")], dec[(c, "rise")]
-        rises = [d.differs and d.diff > 0 for d in (fall, rise)]
-        if all(rises):
-            shapes.append(HOLDS)
-        elif any(d.decided and not up for d, up in zip((fall, rise), rises)):
-            shapes.append(FAILS)
-        else:
-            shapes.append(OPEN)
+        shapes.append({dips.RISES: HOLDS, dips.NO_RISE: FAILS, dips.OPEN: OPEN}[dips.shape(fall, rise)])
         parts.append(f"{LETTERS[c]} (tested seeds' mean): {mean[0]:.1f} \u2192 {mean[i]:.1f} at {xs[c][i] / 1e6:.3g}M "
                      f"tokens (the probe the other seeds chose) \u2192 {mean[-1]:.1f}; fall {fmt_decision(fall)}, "
                      f"rise {fmt_decision(rise)}")

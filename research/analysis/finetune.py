@@ -10,8 +10,9 @@ so the comparison is paired by seed (research.analysis.rules):
   before the gain (k_hat), mean key norm, and the validation loss (the probe batch's, at the loss margin);
 - change over fine-tuning within each condition (last probe - first), one-sample over seeds, one family; the
   held-out loss's change its own family, at the loss margin;
-- does key PR recover after its lowest point (Recovery): the probe of the minimum is chosen on half of the seeds and
-  the fall to it and the rise after it are tested on the other half, so the choice is not tested on its own data;
+- does key PR recover after its lowest point (Recovery, research.analysis.dips): the probe of the minimum is chosen
+  on half of the seeds and the fall to it and the rise after it are tested on the others, so the choice is not
+  tested on its own data;
 - descriptive, over seeds: how far the k gains moved (|g_end - g_start| / |g_start| per layer), and the largest
   logit's change split into its log terms: log logit_max = log scale + log|q| + log|k| + log cos, with
   log|q| = log|q_hat| + log(q gain factor) (research/probing/metrics.py, attention_metrics and gain_factor).
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from research.analysis import dips
 from research.analysis.rules import (LOSS_MARGIN, MARGIN, Decision, Paired, by_seed, conditions, decide, effect_text,
                                      runs_of)
 from research.analysis.series import aligned, nanmean
@@ -83,10 +85,10 @@ def log_terms(res: dict, index: int) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Recovery:
-    """Does a condition's key PR fall and then rise again? The probe of the minimum is chosen on the mean of the
-    `choose` seeds and the fall to it and the rise after it are tested on the `test` seeds only."""
+    """Does a condition's key PR fall and then rise again (research.analysis.dips)? The probe of the minimum is
+    chosen on the `choose` seeds and the fall to it and the rise after it are tested on the `test` seeds only."""
 
-    choose: list  # seeds whose mean series picks the probe of the minimum (the first half, in seed order)
+    choose: list  # seeds whose mean series picks the probe of the minimum (every other seed from the second)
     test: list  # the other seeds: fall and rise are decided on them
     tokens: float  # training tokens at the chosen probe (NaN when none was chosen)
     fall: Decision | None  # first minus the chosen probe, per test seed (positive: PR fell to it)
@@ -95,55 +97,33 @@ class Recovery:
 
     @property
     def status(self) -> str:
-        """'falls and rises again' (both beyond the margin and positive), 'no fall and rise' (a settled size says
-        otherwise), 'inconclusive', or 'not tested'."""
+        """dips.RISES (both beyond the margin and positive), dips.NO_RISE (a settled size says otherwise),
+        dips.OPEN, or dips.UNTESTED."""
         if self.fall is None or self.rise is None or not (self.fall.tested and self.rise.tested):
-            return "not tested"
-        if all(d.differs and d.diff > 0 for d in (self.fall, self.rise)):
-            return "falls and rises again"
-        if any(d.decided and not (d.differs and d.diff > 0) for d in (self.fall, self.rise)):
-            return "no fall and rise"
-        return "inconclusive"
-
-
-def _seed_order(s) -> tuple:
-    return (0, s, "") if isinstance(s, (int, float)) else (1, 0, str(s))
+            return dips.UNTESTED
+        return dips.shape(self.fall, self.rise)
 
 
 def recovery(per: dict, margin: float) -> dict:
     """condition -> Recovery of its key PR (pr_sv at k_norm): one family over the conditions' falls and rises."""
-    family, chosen = {}, {}
+    ys, xs, split, why = {}, {}, {}, {}
     for c, rl in per.items():
-        seeds = [seed_of(r) for r in rl]
-        if len(rl) < 3 or None in seeds:
-            why = ("a run has no seed, so the seeds cannot be split" if None in seeds else
-                   f"{len(rl)} seed(s): the probe of the minimum is chosen on half of the seeds and tested on the "
-                   "other half, which needs 3 seeds or more")
-            chosen[c] = Recovery([], [], math.nan, None, None, why)
-            continue
-        order = sorted(range(len(rl)), key=lambda i: _seed_order(seeds[i]))
-        tokens, y = aligned([rl[i] for i in order], lambda r: site_series(r, "k_norm", "pr_sv"))
-        half = len(order) // 2
-        choose, test = [seeds[i] for i in order[:half]], [seeds[i] for i in order[half:]]
-        m = nanmean(y[:half], axis=0)
-        if y.shape[1] < 3 or not np.isfinite(m).any():
-            chosen[c] = Recovery(choose, test, math.nan, None, None, "fewer than 3 probes with key PR")
-            continue
-        j = int(np.nanargmin(m))
-        if j in (0, y.shape[1] - 1):
-            end = "first" if j == 0 else "last"
-            chosen[c] = Recovery(choose, test, float(tokens[j]), None, None,
-                                 f"seed(s) {', '.join(map(str, choose))}: lowest mean key PR at the {end} "
-                                 f"probe: no dip to test")
-            continue
-        t = y[half:]
-        scale = abs(float(nanmean(t[:, 0])))
-        family[(c, "fall")] = Paired.one_sample(t[:, 0] - t[:, j], scale)
-        family[(c, "rise")] = Paired.one_sample(t[:, -1] - t[:, j], scale)
-        chosen[c] = Recovery(choose, test, float(tokens[j]), None, None)
-    decided = decide(family, margin)
-    return {c: (r if r.why_not else Recovery(r.choose, r.test, r.tokens, decided[(c, "fall")], decided[(c, "rise")]))
-            for c, r in chosen.items()}
+        runs = dips.in_seed_order(rl)
+        seeds = [seed_of(r) for r in runs]
+        xs[c], y = aligned(runs, lambda r: site_series(r, "k_norm", "pr_sv"))
+        choose, test = dips.split_seeds(len(runs))
+        split[c] = ([seeds[i] for i in choose], [seeds[i] for i in test])
+        why[c] = "a run has no seed, so the seeds cannot be split" if None in seeds else dips.enough(y)
+        if not why[c]:
+            ys[c] = y
+    decided, where = dips.dip_decisions(ys, margin)
+    out = {}
+    for c in per:
+        if c in where:
+            out[c] = Recovery(*split[c], float(xs[c][where[c]]), decided[(c, "fall")], decided[(c, "rise")])
+        else:
+            out[c] = Recovery(*split[c], math.nan, None, None, why[c] or "no key PR values")
+    return out
 
 
 def start_val_loss(res: dict) -> float:

@@ -135,7 +135,7 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
         return Verdict("qknorm" if head else "inconclusive",
                        f"{head or 'inconclusive'}: {describe(PAIRS[2], ac)}; without the frozen-gain run (B) gain "
                        f"and normalization cannot be separated")
-    margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale else "the margin"
+    margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale and math.isfinite(ab.scale) else "the margin"
     shown = list(zip(PAIRS, (ab, bc, ac))) + ([(STEPS, steps)] if steps is not None else [])
     text = "; ".join(describe(p, d) for p, d in shown)
 

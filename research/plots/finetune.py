@@ -127,11 +127,12 @@ def _loss_change(analysis: A.FinetuneAnalysis) -> list[str]:
 def _recovery(analysis: A.FinetuneAnalysis) -> list[str]:
     """Does key PR rise again after its lowest point? Chosen on one half of the seeds, tested on the other."""
     lines = ["", "## Does key PR rise again after its lowest point?", "",
-             "The probe of the minimum is chosen on the mean key PR (pr_sv at k_norm) of the first half of the seeds "
-             "(in seed order); the fall to that probe (first minus it) and the rise after it (last minus it) are "
-             "tested on the other seeds only, so the choice is never tested on the data that made it. Both beyond "
-             "the margin and positive: it falls and rises again. One family over the conditions; margin a share of "
-             "the first probe's PR.", ""]
+             "The probe of the minimum is the interior probe lowest in the mean key PR (pr_sv at k_norm) of every "
+             "other seed from the second (in seed order); the fall to it (first minus it) and the rise after it "
+             "(last minus it) are tested on the other seeds only, so the choice is never tested on the data that "
+             "made it (research/analysis/dips.py, as for the QK-norm study's claim (d)). Both beyond the margin and "
+             "positive: it falls and rises again. One family over the conditions; margin a share of the tested "
+             "seeds' PR at the chosen probe.", ""]
     tested = {(c, part): d for c, r in analysis.recovery.items() if r.fall is not None
               for part, d in (("fall", r.fall), ("rise", r.rise))}
     if tested:

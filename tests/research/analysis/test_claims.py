@@ -7,7 +7,7 @@ import numpy as np
 from scipy import stats
 
 from research.analysis import qk_norm
-from research.analysis.claims import dip, dip_decisions, split_seeds
+from research.analysis.dips import dip, dip_decisions, split_seeds
 from research.plots.qk_norm_report import report
 from tests.research.synthetic import qk_runs
 
