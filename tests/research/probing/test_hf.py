@@ -115,13 +115,20 @@ def test_recorder_writes_the_projects_schema(models, tmp_path):
     assert res["val_loss"][0] is None and res["val_loss"][1] == pytest.approx(res["init_val_loss"])  # same weights
     assert res["config"]["model"]["qk_norm"] == "learned" and res["seed"] == 3
     assert sorted(res["layer_pr"]) == ["0", "1", "2"] and len(res["gamma_cv"]["0"]) == 2
-    with pytest.raises(ProbeError, match="step 10 comes after the probe at step 10"):
+    with pytest.raises(ProbeError, match="step 10: this recorder's last probe was at step 10, and records only "
+                                         "append"):
         rec.record(model, step=10, tokens=480)
     with pytest.raises(ProbeError, match="holds probes of another run.*starts at step 0"):
         KeyRecorder(path, ids(), tag="gemma").record(model, step=0, tokens=0)
     with pytest.raises(ProbeError, match="another probe batch"):
         KeyRecorder(path, ids(seed=2), tag="gemma").record(model, step=20, tokens=960)
-    again = KeyRecorder(path, ids(), tag="gemma")  # resumed at step 5: the probe at 10 is dropped, 0 kept
+    before = path.read_bytes()
+    with pytest.raises(ProbeError, match=r"step 5: .*results.json holds probes up to step 10, and records only "
+                                         r"append .*pass resumed_at=<its step>"):
+        KeyRecorder(path, ids(), tag="gemma").record(model, step=5, tokens=240, loss=2.6)
+    assert path.read_bytes() == before  # nothing truncated
+    again = KeyRecorder(path, ids(), tag="gemma")  # resumed from a checkpoint at step 4: the probe at 10 is dropped
+    again.resume(model, 4, every=10)
     again.record(model, step=5, tokens=240, loss=2.6)
     assert load_results(path)["steps"] == [0, 5]
 
@@ -132,8 +139,43 @@ def test_record_keys_one_call_at_a_time(models, tmp_path):
         record_keys(path, models["llama"], ids(), step=step, tokens=8 * step, loss=None if step == 0 else 3.0)
     res = load_results(path)
     assert res["steps"] == [0, 5, 10] and res["tokens"] == [0, 40, 80] and res["config"]["model"]["qk_norm"] == "none"
-    record_keys(path, models["llama"], ids(), step=5, tokens=40, loss=2.0)  # a resumed loop redoes step 5
-    assert load_results(path)["loss"] == [None, 2.0]
+    before = path.read_bytes()
+    for step in (5, 10, 0):  # a loop that restarts its counter per epoch, or repeats a step: refused, nothing cut
+        with pytest.raises(ProbeError, match=f"step {step}: .* holds probes up to step 10, and records only append"
+                           if step else "holds probes of another run"):
+            record_keys(path, models["llama"], ids(), step=step, tokens=40, loss=2.0)
+        assert path.read_bytes() == before
+    record_keys(path, models["llama"], ids(), step=6, tokens=48, loss=2.0, resumed_at=5)  # a resumed loop
+    assert load_results(path)["steps"] == [0, 5, 6] and load_results(path)["loss"] == [None, 3.0, 2.0]
+    with pytest.raises(ProbeError, match="step 5, resumed_at 5: the first probe after a resume comes after"):
+        record_keys(path, models["llama"], ids(), step=5, tokens=48, resumed_at=5)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"step": 2.0}, r"step=2.0 \(float\): give the number of optimizer steps done as a whole number >= 0"),
+    ({"step": True}, r"step=True \(bool\): give the number of optimizer steps done"),
+    ({"step": -1}, r"step=-1 \(int\): give the number of optimizer steps done as a whole number >= 0"),
+    ({"tokens": "abc"}, r"tokens='abc' \(str\): give the number of training tokens seen as a whole number >= 0"),
+    ({"tokens": -8}, r"tokens=-8 \(int\): give the number of training tokens seen"),
+    ({"tokens": 8.5}, r"tokens=8.5 \(float\)"),
+    ({"loss": float("nan")}, r"loss=nan \(float\): give the mean training loss since the previous probe as a "
+                             r"finite number, or None"),
+    ({"loss": float("inf")}, r"loss=inf \(float\)"),
+    ({"loss": "2.5"}, r"loss='2.5' \(str\)"),
+])
+def test_the_probe_api_refuses_values_of_the_wrong_type(models, tmp_path, values, message):
+    path = tmp_path / "results.json"
+    args = {"step": 3, "tokens": 24, "loss": 2.0, **values}
+    with pytest.raises(ProbeError, match=message):
+        record_keys(path, models["llama"], ids(), **args)
+    with pytest.raises(ProbeError, match=message):
+        KeyRecorder(path, ids()).record(models["llama"], **args)
+    assert not path.exists()
+    record_keys(path, models["llama"], ids(), step=0, tokens=0)
+    before = path.read_bytes()
+    with pytest.raises(ProbeError, match=message):
+        record_keys(path, models["llama"], ids(), **{**args, "step": 3 if "step" not in values else args["step"]})
+    assert path.read_bytes() == before
 
 
 def test_a_damaged_file_is_refused_not_overwritten(models, tmp_path):
