@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from research.results.checks import PROVENANCE
-from research.results.schema import ResultsError
+from research.results.schema import ResultsError, check_version
 from research.results.values import parse_json
 from utils.formats import FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Rule, Text, check, found
 
@@ -114,6 +114,7 @@ def load_versioned(path: str | Path, *, schema: str, version: int, name: str, fi
         raise ResultsError(f"{path}: not readable JSON ({e}); the file is corrupted or was cut off: {fix}") from e
     if not isinstance(res, dict) or res.get("schema") != schema:
         raise ResultsError(f"{path}: not a {name} of this project (schema {schema!r} expected)")
+    check_version(res, path, version, key="version")
     if res.get("version") != version:
         raise ResultsError(f"{path}: version {res.get('version')!r}, this code reads version {version}: {fix}")
     try:

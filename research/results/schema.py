@@ -121,12 +121,14 @@ def diverged_at(path: str | Path) -> int | None:
 DAMAGED = "The file was damaged or edited: restore it from a copy, or train that condition again"
 
 
-def check_version(res: dict, path: str | Path, version: int = SCHEMA_VERSION) -> None:
-    """Refuse a file written by a newer version of this project (older versions and none at all are read)."""
-    found = res.get("schema_version")
+def check_version(res: dict, path: str | Path, version: int = SCHEMA_VERSION, key: str = "schema_version") -> None:
+    """Refuse a file written by a newer version of this project (older versions and none at all are read): the one
+    answer for every versioned file (results.json's `schema_version`, the studies' `version`), never "run again",
+    which would overwrite it. `key`: the field holding the file's version."""
+    found = res.get(key)
     if is_integer(found) and found > version:
-        raise ResultsError(f"{path}: schema_version: written by a newer version of this project (schema_version "
-                           f"{found} > {version}, the newest this code reads): update the code (git pull) to read it")
+        raise ResultsError(f"{path}: {key}: written by a newer version of this project ({key} {found} > {version}, "
+                           f"the newest this code reads): update the code (git pull) to read it")
 
 
 def validate(res, path: str | Path = "<results>", fix: str = DAMAGED) -> dict:

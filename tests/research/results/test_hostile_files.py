@@ -13,6 +13,10 @@ from research.analysis.rules import check_margin
 from research.results import ResultsError, load_results, save_results
 from research.results.layout import (condition_results, load_study, read_study_index, runs_from_combined,
                                      write_study_index)
+from research.results.pretrained import SCHEMA as PRETRAINED_SCHEMA
+from research.results.pretrained import load_pretrained_keys
+from research.results.trajectory import SCHEMA as TRAJECTORY_SCHEMA
+from research.results.trajectory import load_trajectory
 from research.results.vocabulary import STUDY_KINDS
 from tests.helpers import REFERENCE, stops
 from tests.research.synthetic import make_results, qk_run
@@ -509,3 +513,19 @@ def test_the_qk_norm_combined_file_fits_its_declaration():
     combined["summary"]["QK"]["final_pr_per_seed"] = "40"
     with pytest.raises(FormatError, match=r"^summary.QK.final_pr_per_seed should be a list of numbers or null"):
         check(QK_COMBINED_FORMAT, combined)
+
+
+@pytest.mark.parametrize("load, schema, name", [(load_pretrained_keys, PRETRAINED_SCHEMA, "pretrained_keys.json"),
+                                                (load_trajectory, TRAJECTORY_SCHEMA, "checkpoint_keys.json")])
+def test_every_versioned_file_of_a_newer_version_asks_for_newer_code(tmp_path, load, schema, name):
+    """A study's file from a newer version is answered as results.json is: update the code, never 'run again' (which
+    would overwrite it); an older one is still told to run again."""
+    path = tmp_path / name
+    path.write_text(json.dumps({"schema": schema, "version": 7}))
+    with pytest.raises(ResultsError) as err:
+        load(path)
+    assert str(err.value) == (f"{path}: version: written by a newer version of this project (version 7 > 1, the "
+                              f"newest this code reads): update the code (git pull) to read it")
+    path.write_text(json.dumps({"schema": schema, "version": 0}))
+    with pytest.raises(ResultsError, match="version 0, this code reads version 1: run research/"):
+        load(path)
