@@ -383,7 +383,8 @@ class Trainer:
         try:
             yield
         except OSError as e:
-            raise RunError(f"cannot write to {self.out}: {os_problem(e)}. Fix: {os_fix(e)}. {self._kept()}") from e
+            raise RunError(f"cannot write to {self.out}: {os_problem(e, self.out)}. Fix: {os_fix(e)}. "
+                           f"{self._kept()}") from e
         except CheckpointError as e:
             fix = "free space on that disk (or point --out elsewhere)" if e.disk_full else "check its disk"
             raise RunError(f"{e}. Fix: {fix}. {self._kept()}") from e

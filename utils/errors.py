@@ -3,6 +3,8 @@ full, read-only, permissions)."""
 from __future__ import annotations
 
 import errno
+import shutil
+from pathlib import Path
 
 
 _PROBLEMS = {
@@ -25,11 +27,32 @@ _FIXES = {
 }
 
 
-def os_problem(e: OSError) -> str:
-    """'<what happened> (<path>)' for an OSError, in words."""
+def free_space(path: str | Path) -> str:
+    """'<n> free on its disk' for the disk holding `path` (or its nearest existing parent), in words; 'its free
+    space is unknown' where the system does not say."""
+    p = Path(path)
+    while not p.exists() and p.parent != p:
+        p = p.parent
+    try:
+        free = shutil.disk_usage(p).free
+    except OSError:
+        return "its free space is unknown"
+    for size, unit in ((1 << 30, "GB"), (1 << 20, "MB"), (1 << 10, "KB")):
+        if free >= size:
+            return f"{free / size:.1f} {unit} free on its disk"
+    return f"{free} bytes free on its disk"
+
+
+def os_problem(e: OSError, where: str | Path | None = None) -> str:
+    """'<what happened> (<path>)' for an OSError, in words; for a full disk also the free space there. `where`: the
+    file or folder being written, for an error of the system that names none (a write to an open file)."""
     what = _PROBLEMS.get(e.errno, e.strerror or type(e).__name__)
-    where = e.filename if e.filename is not None else "?"
-    return f"{what} ({where})"
+    path = e.filename if e.filename is not None else where
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        if path is None:
+            return f"{what} (the system named no file, so the free space is unknown)"
+        return f"{what} ({path}; {free_space(path)})"
+    return f"{what} ({path if path is not None else 'the system named no file'})"
 
 
 def os_fix(e: OSError) -> str:

@@ -7,7 +7,9 @@ The lock file holds who took it (pid, host, start time, command), so a second pr
 told whom it is waiting for. flock is released by the kernel when its holder exits, however
 it exits (kill -9 included), so a stale .lock file never blocks anyone: its contents are only
 read when the lock is actually held. The file is left in place (deleting it would let two
-processes lock two different inodes of the same name). Windows, which has no flock, locks one byte
+processes lock two different inodes of the same name), with one exception: a folder that taking the lock
+created, and into which nothing else was written by the time it is released (a refused or failed command),
+is removed with its .lock, so such a command leaves no new folder behind. Windows, which has no flock, locks one byte
 of the file far past the holder's description (a locked range cannot be read by others there), and
 Windows too releases it when its holder ends.
 
@@ -115,9 +117,33 @@ def _holder_text(fd: int) -> str:
 _UNWRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def _open_lock_file(folder: Path, hint: str, read_only_ok: bool) -> int | None:
+def _missing(folder: Path) -> list[Path]:
+    """The folders `folder.mkdir(parents=True)` would create, deepest first."""
+    missing = []
+    while not folder.exists() and not folder.is_symlink() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _remove_if_bare(created: list[Path]) -> None:
+    """Remove the .lock of a folder the lock created, and the folders it created, where nothing else was written
+    into them: a refused or failed command leaves no new folder behind."""
+    folder = created[0]
+    try:
+        if {p.name for p in folder.iterdir()} != {LOCK_NAME}:
+            return
+        (folder / LOCK_NAME).unlink()
+        for path in created:  # deepest first; stops at the first that holds something
+            path.rmdir()
+    except OSError:
+        pass  # written into meanwhile, or not ours to remove: kept
+
+
+def _open_lock_file(folder: Path, hint: str, read_only_ok: bool, created: list[Path]) -> int | None:
     check_links(folder, hint, LockError)
     try:
+        created[:] = _missing(folder)
         folder.mkdir(parents=True, exist_ok=True)
         return open_no_follow(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT)
     except OSError as e:
@@ -134,17 +160,24 @@ class FolderLock:
         self.folder, self.hint = Path(folder), hint
         self.key: str | None = None  # set while this object holds the lock
         self.active = False  # acquired (locked, or used unlocked where read_only_ok allowed it)
+        self.created: list[Path] = []  # the folders taking the lock created, deepest first
 
     def acquire(self, wait: bool = False, on_wait: Callable[[str], None] | None = None,
                 read_only_ok: bool = False) -> "FolderLock":
         """Take the lock; if another process holds it, raise LockError (or, with wait, block until it is free).
         read_only_ok: an existing folder this process may not write to is used unlocked (it cannot change it)."""
-        fd = _open_lock_file(self.folder, self.hint, read_only_ok)
+        created: list[Path] = []
+        try:
+            fd = _open_lock_file(self.folder, self.hint, read_only_ok, created)
+        except BaseException:
+            if created:
+                _remove_if_bare(created)
+            raise
         if fd is None:
             self.active = True
             return self
         key = os.path.realpath(self.folder)
-        if key in _held:  # this process holds it already
+        if key in _held:  # this process holds it already (created nothing: the first holder's folder)
             os.close(fd)
             _held[key][1] += 1
             self.key, self.active = key, True
@@ -157,7 +190,7 @@ class FolderLock:
         if not locked:
             holder = _holder_text(fd)
             if not wait:
-                os.close(fd)
+                os.close(fd)  # another process holds the folder: it existed, nothing to remove
                 raise LockError(f"{self.folder} is in use by {holder}. Nothing was written. Wait for that process "
                                 f"to finish (or stop it), or {self.hint}")
             if on_wait:
@@ -171,7 +204,7 @@ class FolderLock:
         except OSError:
             pass  # a full disk: the lock holds all the same, only the holder's description is missing
         _held[key] = [fd, 1]
-        self.key, self.active = key, True
+        self.key, self.active, self.created = key, True, created
         return self
 
     def release(self) -> None:
@@ -182,9 +215,11 @@ class FolderLock:
         entry[1] -= 1
         if entry[1] == 0:
             del _held[self.key]
+            if self.created:  # still locked: no other process can have written meanwhile
+                _remove_if_bare(self.created)
             _unlock(entry[0])
             os.close(entry[0])
-        self.key = None
+        self.key, self.created = None, []
 
     def __enter__(self) -> "FolderLock":
         return self if self.active else self.acquire()

@@ -20,13 +20,11 @@ from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
-from research.results.layout import refuse_others_results
+from research.results.owners import refuse_foreign
+from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted
 from utils.io import atomic_write_text
-
-INSPECT_FILE, REPORT_FILE = "inspect.json", "report.md"
-
 
 def build_parser(description: str = "") -> ArgumentParser:
     outputs = ", ".join((INSPECT_FILE, *figures.FIGURES, REPORT_FILE))
@@ -93,7 +91,7 @@ def parse_args(argv=None, description: str = "") -> argparse.Namespace:
 
 
 def _inspect(args, out: Path, written: list[Path]) -> int:
-    refuse_others_results(out, "inspect_pretrained.py")
+    refuse_foreign(out, "inspect", "inspect_pretrained.py")
     model, tokenizer, adapter = load_model(args.model, args.dtype, args.cache_dir)
     check_arguments(adapter, args.top_k, args.layer, args.head_layer, args.dict_sample)
     ids, text = None, None

@@ -27,8 +27,8 @@ from research.results.checks import check_margin, found
 from research.results.read import seed_of
 from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
-from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, RUN_FILES,
-                                         STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
+from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX,
+                                         STUDY_KINDS, base_condition, split_grid_key)
 from utils.errors import os_problem
 from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
@@ -356,25 +356,3 @@ def load_study(folder: str | Path, index: dict | None = None) -> tuple[str, dict
     raise ResultsError(f"{folder}: no study found. Expected {STUDY_INDEX} (written by the study scripts), "
                        f"{PILOT_COMBINED} (the pilot), or condition folders {', '.join(QK_CONDITIONS)} "
                        f"holding {RESULTS_FILE}")
-
-
-def others_results(folder: str | Path, study: str | None = None) -> list[str]:
-    """What `folder` holds that another tool wrote, which figures, reports or measurements written there would
-    replace or mix with: a training run's files, or a study.json (unless it is the study `study`'s own)."""
-    folder = Path(folder)
-    held = [name for name in RUN_FILES if (folder / name).exists()]
-    if (folder / STUDY_INDEX).is_file():
-        try:
-            own = study is not None and read_study_index(folder).get("study") == study
-        except ResultsError:
-            own = False
-        held += [] if own else [STUDY_INDEX]
-    return held
-
-
-def refuse_others_results(folder: str | Path, tool: str, study: str | None = None) -> None:
-    """ResultsError when `folder` holds another tool's results (others_results): nothing is overwritten unasked."""
-    held = others_results(folder, study)
-    if held:
-        raise ResultsError(f"{folder} holds results {tool} did not write ({', '.join(held)}): it never writes into "
-                           f"such a folder; pass another --out (nothing was written)")

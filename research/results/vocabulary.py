@@ -88,6 +88,7 @@ RUN_FILES = run_names.RUN_FILES
 QK_COMBINED = "combined.json"
 PILOT_COMBINED = "combined_results.json"
 REPORT = "report.md"
+INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
 
 
 def label(condition: str) -> str:

@@ -174,7 +174,7 @@ def main(argv=None, description: str = "") -> int:
                 "margin": args.margin,
                 "command": "python research/checkpoint_keys_study.py " + " ".join(argv or sys.argv[1:]),
                 "provenance": provenance(torch.device("cpu"))}
-    record = run_measured(Path(args.out), FILE, tool="checkpoint_keys_study.py", margin=args.margin,
+    record = run_measured(Path(args.out), "checkpoint_keys", tool="checkpoint_keys_study.py", margin=args.margin,
                           render_only=args.render_only, measure=measure_checkpoints)
     dups = sum(r["duplicate_of"] is not None for r in record["checkpoints"]) if record else 0
     if dups:

@@ -24,7 +24,8 @@ from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
 from research.probing.hf import KeyProbeCallback, model_config
 from research.results import load_results
-from research.results.layout import condition_dir, refuse_others_results, write_study_index
+from research.results.layout import condition_dir, write_study_index
+from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
@@ -221,11 +222,10 @@ def main(argv=None, description: str = "") -> int:
     out = Path(args.out)
     log = print
     try:
-        refuse_others_results(out, "finetune_keys_study.py", study=STUDY)  # its own study.json is no other's
+        refuse_foreign(out, "finetune", "finetune_keys_study.py")  # its own study.json is no other's
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
-        out.mkdir(parents=True, exist_ok=True)
         with FolderLock(out, hint="pass another --out"):
             t0 = time.perf_counter()
             model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log,

@@ -37,9 +37,8 @@ from research.plots import qk_norm_report
 from research.plots import trajectory as trajectory_plots
 from research.results import ResultsError
 from research.results.layout import load_study
-from research.results.pretrained import FILE as PRETRAINED_FILE
+from research.results.owners import owned_file
 from research.results.pretrained import load_pretrained_keys
-from research.results.trajectory import FILE as TRAJECTORY_FILE
 from research.results.trajectory import load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
@@ -159,6 +158,7 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
     return load
 
 
+PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # owners.OWNERS
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
          _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined),

@@ -1,6 +1,6 @@
 """The frame the studies that measure models into one results file share (pretrained keys, checkpoint keys).
 
-    record = run_measured(out, FILE, tool="pretrained_keys_study.py", margin=args.margin,
+    record = run_measured(out, "pretrained_keys", tool="pretrained_keys_study.py", margin=args.margin,
                           render_only=args.render_only, measure=lambda: {...})
 
 --render_only redraws the folder (research.studies.render); otherwise the folder is checked (never one holding
@@ -14,24 +14,25 @@ from pathlib import Path
 from typing import Callable
 
 from research.results import save_results
-from research.results.layout import refuse_others_results
+from research.results.owners import owned_file, refuse_foreign
 from research.results.vocabulary import REPORT
 from research.studies.render import render_study
 from utils.errors import Interrupted
 from utils.lock import FolderLock
 
 
-def run_measured(out: Path, file: str, *, tool: str, margin: float, render_only: bool,
+def run_measured(out: Path, kind: str, *, tool: str, margin: float, render_only: bool,
                  measure: Callable[[], dict]) -> dict | None:
-    """The record written to out/file (None with render_only); prints what was written."""
+    """The record written to the results file of `kind` in `out` (research.results.owners; None with render_only);
+    prints what was written."""
+    file = owned_file(kind)
     saved = None  # the results file, once written: an interrupt keeps it
     try:
         if render_only:
             render_study(out, margin=margin)
             print(f"wrote {out / REPORT} and the figures")
             return None
-        refuse_others_results(out, tool)
-        out.mkdir(parents=True, exist_ok=True)
+        refuse_foreign(out, kind, tool)
         with FolderLock(out, hint="pass another --out"):
             t0 = time.perf_counter()
             record = measure()

@@ -92,6 +92,6 @@ def main(argv=None, description: str = "") -> int:
         return {"schema": SCHEMA, "version": VERSION, "models": models, "margin": args.margin,
                 "command": "python research/pretrained_keys_study.py " + " ".join(argv or sys.argv[1:]),
                 "provenance": provenance(torch.device("cpu"))}
-    run_measured(Path(args.out), FILE, tool="pretrained_keys_study.py", margin=args.margin,
+    run_measured(Path(args.out), "pretrained_keys", tool="pretrained_keys_study.py", margin=args.margin,
                  render_only=args.render_only, measure=measure_models)
     return 0

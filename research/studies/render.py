@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 
 from research.analysis.rules import check_margin
 from research.plots.common import write_outputs
-from research.results.layout import read_study_index, refuse_others_results
+from research.results.layout import read_study_index
+from research.results.owners import refuse_foreign
 from research.results.vocabulary import REPORT
 from research.studies.kinds import read
 from utils.lock import FolderLock
@@ -70,7 +71,6 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
     losses, shares of the mean (default: those the study ran with, else research.analysis.rules')."""
     view = load_and_analyze(folder, margin, loss_margin)
     target = Path(out or folder)
+    refuse_foreign(target, view.kind, f"the drawing of a {view.kind} study (split_panels.py)")  # its folder too
     with FolderLock(target, hint="pass --out to write the figures elsewhere"):
-        if target.resolve() != Path(folder).resolve():  # another folder: never one holding others' results
-            refuse_others_results(target, "split_panels.py", study=view.index.get("study"))
         return write_outputs(target, view.outputs)

@@ -28,6 +28,7 @@ from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
+from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
@@ -230,8 +231,8 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
           + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
     try:
+        check_study_folder(out, study)  # before the lock, which would create the folder
         with FolderLock(out, hint="choose another --out"):
-            check_study_folder(out, study)
             _train_and_render(study, args, base, seeds, out, runtime)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
@@ -240,17 +241,15 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
 
 
 def check_study_folder(out: Path, study: Study) -> None:
-    """Refuse an --out that holds something other than this study: a run folder, or another study's study.json
-    (its index, figures and report would be replaced)."""
-    folder = RunFolder(out)
-    if folder.holds_run():
-        raise ResultsError(f"--out {out} holds a training run ({', '.join(folder.contents())}), not a study folder: "
-                           f"choose another --out (nothing was written)")
+    """Refuse an --out that holds something other than this study: another tool's results (a run, another kind's
+    study.json or results file: research.results.owners), or another study of its kind (its index, figures and
+    report would be replaced)."""
     try:
         index = read_study_index(out)
     except ResultsError as e:
         raise ResultsError(f"{e}. This study would replace it: correct or delete it, or choose another --out "
                            f"(nothing was written)") from None
+    refuse_foreign(out, study.kind, f"the study {study.name}")
     if index and index["study"] not in (None, study.name):
         raise ResultsError(f"--out {out} holds the study {index['study']!r} (its study.json), not {study.name}: "
                            f"choose another --out (nothing was written)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,3 +70,37 @@ def test_append_line_on_a_full_disk_leaves_no_torn_line(tmp_path, monkeypatch):
         append_line(path, '{"step": 2, "loss": 1.5}')
     assert err.value.errno == errno.ENOSPC
     assert path.read_text() == '{"step": 1}\n'  # cut back to the last whole line
+
+
+def test_a_full_disk_is_told_with_its_free_space_never_a_question_mark(tmp_path):
+    from utils.errors import explain, os_problem
+    named = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "new" / "results.json"))
+    msg = explain(named)
+    assert msg.startswith(f"the disk is full ({tmp_path / 'new' / 'results.json'}; ") and " free on its disk)" in msg
+    assert re.search(r"; \d+(\.\d)? (GB|MB|KB|bytes) free on its disk\)", msg) and "(?)" not in msg
+    unnamed = OSError(errno.ENOSPC, "No space left on device")  # a write to an open file names none
+    assert os_problem(unnamed) == "the disk is full (the system named no file, so the free space is unknown)"
+    assert os_problem(unnamed, tmp_path).startswith(f"the disk is full ({tmp_path}; ")
+    assert os_problem(OSError(errno.EROFS, "Read-only")) == "the file system is read-only (the system named no file)"
+
+
+def test_a_refused_command_leaves_no_new_folder(tmp_path):
+    """The lock creates the folder it guards; released with nothing else written, the folder (and the parents it
+    created) goes again, so a refusal leaves nothing new; a folder that existed, or holds what was written, stays."""
+    new = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError):
+        with FolderLock(new):
+            assert (new / ".lock").is_file()
+            raise RuntimeError("refused")
+    assert sorted(tmp_path.iterdir()) == []
+    with FolderLock(new):
+        with FolderLock(new):  # nested: the outer holder decides
+            pass
+        assert (new / ".lock").is_file()
+        (new / "results.json").write_text("{}")
+    assert sorted(p.name for p in new.iterdir()) == [".lock", "results.json"]
+    old = tmp_path / "old"
+    old.mkdir()
+    with FolderLock(old):
+        pass
+    assert (old / ".lock").is_file()  # a folder that existed keeps its lock file, as before

@@ -237,10 +237,10 @@ def test_a_study_refuses_what_it_cannot_continue_in_one_line(corpus_file, cache_
         (out / "study.json").write_text(json.dumps({"study": "key_dynamics_study", "kind": "keys", "seeds": [0],
                                                     "preset": "debug", "margin": 0.03, "loss_margin": 0.005,
                                                     "conditions": {"QK": ["QK/results.json"]}}))
-        expect = "holds the study 'key_dynamics_study'"
+        expect = "belongs to the study 'key_dynamics_study' (kind keys), by its study.json"
     elif case == "a run":
         (out / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
-        expect = "holds a training run (metrics.jsonl)"
+        expect = "belongs to a training run (train_llm.py, or a study's condition), by its metrics.jsonl"
     else:
         extra = ("--seeds", "0", "1", "0")
         expect = "names seed(s) 0 more than once"
@@ -275,8 +275,8 @@ def test_split_panels_never_draws_into_a_folder_holding_others_results(tmp_path,
                                                        "preset": "debug", "conditions": {"QK": ["QK/results.json"]}}))
     else:
         (target / held).write_text("{}")
-    assert "holds results split_panels.py did not write" in stops(capsys, main, [str(REFERENCE), "--out", str(target)])
-    assert sorted(p.name for p in target.iterdir() if p.name != ".lock") == [
+    assert "pass another --out (nothing was written)" in stops(capsys, main, [str(REFERENCE), "--out", str(target)])
+    assert sorted(p.name for p in target.iterdir()) == [
         "study.json" if held == "another study" else held]
     main([str(REFERENCE), "--out", str(tmp_path / "redrawn")])  # a folder of its own, drawn twice
     main([str(REFERENCE), "--out", str(tmp_path / "redrawn")])
@@ -287,8 +287,8 @@ def test_inspection_never_writes_into_a_run_or_study_folder(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "results.json").write_text("{}")
-    assert "holds results inspect_pretrained.py did not write (results.json)" in stops(
+    assert "by its results.json: inspect_pretrained.py writes only into a folder of its own (inspect)" in stops(
         capsys, inspect_pretrained.main, ["--model", "smollm2-135m", "--out", str(run)])
-    assert "holds results pretrained_keys_study.py did not write (results.json)" in stops(
+    assert "by its results.json: pretrained_keys_study.py writes only into a folder of its own" in stops(
         capsys, pretrained_keys_study.main, ["--out", str(run)])
     assert sorted(p.name for p in run.iterdir()) == ["results.json"]
