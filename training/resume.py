@@ -21,6 +21,7 @@ from typing import Iterable
 from configs.config import ConfigError, RunConfig, TrainConfig
 from training.errors import RunError
 from training.schedule import lr_factor
+from utils.compare import differences
 
 # Fields that may change when a run is resumed: they do not alter what the
 # remaining steps compute (tokens extends or shortens the run, within the rules above).
@@ -28,20 +29,10 @@ RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_la
                      "fused_loss", "cache_dir", "offline_note"}  # the note only words why (data/offline.py)
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def config_differences(old: RunConfig, new: RunConfig) -> list[str]:
-    a, b = _flatten(old.to_dict()), _flatten(new.to_dict())
-    return [f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k) and k.split(".")[-1] not in RESUMABLE_CHANGES]
+    """'<field>: <saved> -> <asked>' for each field a resume may not change (utils.compare, the one comparison of
+    a recorded run with what is asked, which the fine-tuning study uses too)."""
+    return differences(old.to_dict(), new.to_dict(), ignore=RESUMABLE_CHANGES)
 
 
 def check_same_run(old: RunConfig, new: RunConfig, out) -> None:

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from research.analysis.finetune import CONDITIONS, FROZEN, TRAINED
+from research.analysis.finetune import CONDITIONS, FROZEN
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.access import InspectError
 from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
-from research.probing.hf import KeyProbeCallback, model_config
+from research.probing.hf import HFKeyProbe, KeyProbeCallback, model_config
 from research.results import load_results
 from research.results.layout import condition_dir, write_study_index
 from research.results.owners import refuse_foreign
@@ -30,7 +30,8 @@ from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from utils.cli import ArgumentParser
-from utils.errors import Interrupted
+from utils.compare import differences
+from utils.errors import ConfigError, Interrupted
 from utils.lock import FolderLock
 from utils.runtime import Runtime, provenance, resolve_runtime
 
@@ -168,9 +169,39 @@ def set_trainable(model, condition: str) -> dict[str, int]:
     return counts
 
 
-def finished(path: Path, steps: int) -> bool:
-    """A run whose results.json holds its last probe (a damaged file is no finished run: ResultsError says so)."""
-    return path.is_file() and load_results(path)["steps"][-1:] == [steps]
+def run_record(args, model: dict, counts: dict, seed: int, steps: int, every: int, precision: str, data: dict,
+               probe_ids: torch.Tensor) -> dict:
+    """What a run of one condition at `seed` records of its config, model and data (its results.json's "config"
+    and "data"): what a run found in the folder must equal to be kept. `model` (condition_model) and `counts`
+    (set_trainable's): the condition's."""
+    return {"config": {"model": model,
+                       "train": {"seed": seed, "lr": args.lr, "steps": steps, "batch_size": args.batch_size,
+                                 "seq_len": args.seq_len, "precision": precision, "corpus": data["corpus"],
+                                 "trainable_params": counts["trainable"], "frozen_params": counts["frozen"]},
+                       "probe": {"every": every, "probe_batch": int(probe_ids.shape[0])}},
+            "data": {**data, "probe_batch_sha256": HFKeyProbe(probe_ids).batch_sha256,
+                     "probe_batch": list(probe_ids.shape)}}
+
+
+def condition_model(adapter) -> dict:
+    """The model as a run records it, once set_trainable has set its condition (its q/k norm kind follows it)."""
+    return {**model_config(adapter), "source": adapter.source}
+
+
+def kept(path: Path, asked: dict, steps: int) -> bool:
+    """Whether the run at `path` (its results.json) is finished and kept: False where there is none or it stopped
+    before its last probe (it is trained again from step 0); ConfigError where its recorded config, model or
+    data differ from `asked` (run_record), naming each differing field with both values (utils.compare, the
+    comparison the catalog studies' resumes make), so that a study never mixes runs of two settings."""
+    if not path.is_file():
+        return False
+    res = load_results(path)  # a damaged file is no finished run: ResultsError says so
+    diffs = differences({"config": res.get("config") or {}, "data": res.get("data") or {}}, asked, only_asked=True)
+    if diffs:
+        raise ConfigError(f"{path.parent} holds a run of other settings ({'; '.join(diffs)}): a study keeps only "
+                          f"runs of the settings asked. Pass the options it ran with, or another --out (or move "
+                          f"{path.parent} away to train it again); nothing was written")
+    return res["steps"][-1:] == [steps]
 
 
 def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor, probe_ids: torch.Tensor,
@@ -182,17 +213,12 @@ def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor
     counts = set_trainable(model, condition)
     order = torch.from_numpy(np.random.default_rng(seed).permutation(len(pool))[:steps * args.batch_size])
     results = run_dir / RESULTS_FILE
-    if results.exists():  # an unfinished run of an earlier start: trained again from step 0
+    if results.exists():  # an unfinished run of an earlier start, of the same settings: trained again from step 0
         results.unlink()
     device, precision = runtime.device, runtime.precision
+    record = run_record(args, condition_model(adapter), counts, seed, steps, every, precision, data, probe_ids)
     header = {"seed": seed, "provenance": {**provenance(device), "train_precision": precision},
-              "data": data, "config": {"model": {**model_config(adapter), "source": adapter.source},
-                                       "train": {"seed": seed, "lr": args.lr, "steps": steps,
-                                                 "batch_size": args.batch_size, "seq_len": args.seq_len,
-                                                 "precision": precision, "corpus": data["corpus"],
-                                                 "trainable_params": counts["trainable"],
-                                                 "frozen_params": counts["frozen"]},
-                                       "probe": {"every": every}}}
+              "data": data, "config": record["config"]}
     callback = KeyProbeCallback(results, probe_ids, every=every, tag=condition, header=header)
     targs = TrainingArguments(
         output_dir=str(run_dir / "trainer"), max_steps=steps, per_device_train_batch_size=args.batch_size,
@@ -230,7 +256,10 @@ def main(argv=None, description: str = "") -> int:
             t0 = time.perf_counter()
             model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log,
                                                    progress=not args.no_progress)
-            set_trainable(model, TRAINED)  # refuses a model without q/k norm gains before any training
+            counts, models = {}, {}  # each condition's, as its runs record them
+            for c in CONDITIONS:
+                counts[c] = set_trainable(model, c)  # refuses a model without q/k norm gains before any training
+                models[c] = condition_model(adapter)
             del model
             docs = text_documents(ENGLISH)
             train_docs, held = split_corpus(docs)
@@ -243,15 +272,19 @@ def main(argv=None, description: str = "") -> int:
                 f"conditions {', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
             several = len(args.seeds) > 1
             index = {c: [] for c in CONDITIONS}
-            for seed in args.seeds:
-                for condition in CONDITIONS:
-                    run_dir = condition_dir(out, condition, seed, several)
-                    index[condition].append(str(run_dir.relative_to(out) / RESULTS_FILE))
-                    if finished(run_dir / RESULTS_FILE, steps):
-                        log(f"{condition} seed {seed}: finished earlier, kept")
-                        continue
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
+            runs = [(seed, condition, condition_dir(out, condition, seed, several)) for seed in args.seeds
+                    for condition in CONDITIONS]
+            asked = {run_dir: run_record(args, models[c], counts[c], seed, steps, every, runtime.precision, data,
+                                         probe_ids) for seed, c, run_dir in runs}
+            done = {run_dir: kept(run_dir / RESULTS_FILE, asked[run_dir], steps)
+                    for run_dir in asked}  # every run checked before any is trained
+            for seed, condition, run_dir in runs:
+                index[condition].append(str(run_dir.relative_to(out) / RESULTS_FILE))
+                if done[run_dir]:
+                    log(f"{condition} seed {seed}: finished earlier, kept")
+                    continue
+                run_dir.mkdir(parents=True, exist_ok=True)
+                train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
             write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
                               conditions=index, margin=args.margin, loss_margin=args.loss_margin)
         written = render_study(out)

@@ -84,6 +84,27 @@ def test_a_rerun_keeps_finished_runs_and_trains_an_unfinished_one_again(done, ca
     assert load_results(path)["steps"] == [0, 2, 4, 6, 8]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("change, fields", [
+    (["--lr", "0.05"], "config.train.lr: 0.0001 -> 0.05"),
+    (["--seq_len", "32"], "config.train.seq_len: 16 -> 32; config.train.steps: 8 -> 4"),
+    (["--lr", "0.05", "--seeds", "0", "1", "2"], "config.train.lr: 0.0001 -> 0.05"),  # a seed added at another lr
+    (["--probe_batch", "4"], "config.probe.probe_batch: 8 -> 4"),
+])
+def test_a_rerun_with_other_settings_is_refused_naming_each_field(done, capsys, change, fields):
+    """A study keeps a finished run only when its recorded config, model and data are those asked (the catalog
+    studies' rule): another --lr, --seq_len or probe batch is refused before anything is trained or written."""
+    model, out = done
+    results = lambda: {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}  # noqa: E731
+    before = results()
+    err = stops(capsys, study.main, ["--model", str(model), "--out", str(out), *ARGS, *change])  # the last wins
+    assert err.startswith(f"error: {out / A.TRAINED / 'seed_0'} holds a run of other settings (") and fields in err
+    assert err.endswith("Pass the options it ran with, or another --out (or move "
+                        f"{out / A.TRAINED / 'seed_0'} away to train it again); nothing was written")
+    assert results() == before
+    assert not (out / A.TRAINED / "seed_2").exists()
+
+
 def test_a_model_without_qk_norms_is_refused(tmp_path, capsys):
     model = make_hf_model("llama", tmp_path / "llama")
     capsys.readouterr()  # the builder's own progress
