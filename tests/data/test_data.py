@@ -89,7 +89,7 @@ def test_tokenize_documents_joins_with_eos(built, corpus_files):
     _, texts = corpus_files
     tok = AutoTokenizer.from_pretrained(d.tokenizer_dir)
     ds = datasets.Dataset.from_dict({"text": texts[:3] + ["", f"literal {EOT} inside"]})
-    flat = blocks_mod.tokenize_documents(ds, tok.backend_tokenizer, d.eos_id, fingerprint="t")
+    flat = blocks_mod.tokenize_documents(ds, tok.backend_tokenizer, d.eos_id)
     expect = []
     for t in texts[:3]:
         expect += tok.encode(t, add_special_tokens=False) + [d.eos_id]
@@ -183,19 +183,19 @@ def test_tampered_or_truncated_cache_raises(tmp_path, corpus_files):
 def test_interrupted_build_leaves_no_cache(tmp_path, corpus_files, monkeypatch):
     paths, _ = corpus_files
     cfg = cfg_for(tmp_path, paths[:2])
-    real_save = np.save
+    real_write = blocks_mod._write_split
     calls = []
 
-    def failing_save(f, arr, *a, **k):
+    def failing_write(*a, **k):  # val.npy (the second array) is never written
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("simulated kill")
-        return real_save(f, arr, *a, **k)
+        return real_write(*a, **k)
 
-    monkeypatch.setattr(blocks_mod.np, "save", failing_save)
+    monkeypatch.setattr(blocks_mod, "_write_split", failing_write)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, log=quiet)
-    monkeypatch.setattr(blocks_mod.np, "save", real_save)
+    monkeypatch.setattr(blocks_mod, "_write_split", real_write)
     root = Path(cfg.data.cache_dir)
     assert [p.name for p in root.iterdir() if p.name not in ("tokenizers", ".lock")] == []
     d = prepare_data(cfg, log=quiet)
