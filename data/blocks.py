@@ -66,19 +66,32 @@ BATCH_CHARS = 1 << 20
 WRITE_BLOCKS = 1 << 14  # blocks copied into train.npy / val.npy at a time
 
 
-def cut_points(text: str, size: int = PIECE_CHARS) -> list[int]:
+def _not_space(c: str) -> bool:
+    return not c.isspace()
+
+
+# Where a piece may end: before a line break that follows a character of this kind. GPT-2 style pre-tokenizers never
+# join a non-space character with the whitespace after it; Llama-3 style ones join punctuation with the line breaks
+# after it, but never a letter or digit. splits_at_lines picks the first rule that a tokenizer keeps.
+CUT_RULES = (_not_space, str.isalnum)
+
+
+def cut_points(text: str, size: int = PIECE_CHARS, after=_not_space) -> list[int]:
     """Where a long text may be cut into pieces of about `size` characters without changing its tokens: before a
-    line break that follows a letter or digit. A GPT-2 style byte-level pre-tokenizer never joins a letter or digit
-    with the whitespace after it, so no pre-token spans such a cut and a piece's tokens are the text's (checked for
-    each tokenizer by `splits_at_lines`). A line longer than `size` stays whole."""
+    line break whose preceding character passes `after` (one of CUT_RULES). No pre-token of a tokenizer that keeps
+    the rule spans such a cut, so the pieces' tokens joined are the text's. A line longer than `size` stays whole."""
     cuts, start, n = [], 0, len(text)
+
+    def ok(cut: int) -> bool:
+        return after(text[cut - 1])
+
     while n - start > size:
         cut = text.rfind("\n", start + 1, start + size)
-        while cut > start and not text[cut - 1].isalnum():
+        while cut > start and not ok(cut):
             cut = text.rfind("\n", start + 1, cut)
         if cut <= start:  # no cut in the window: the first one after it
             cut = text.find("\n", start + size)
-            while cut != -1 and not text[cut - 1].isalnum():
+            while cut != -1 and not ok(cut):
                 cut = text.find("\n", cut + 1)
             if cut == -1:
                 break
@@ -87,26 +100,33 @@ def cut_points(text: str, size: int = PIECE_CHARS) -> list[int]:
     return cuts
 
 
-def pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
+def pieces(text: str, size: int = PIECE_CHARS, after=_not_space) -> list[str]:
     """`text` cut at cut_points (one piece for a short text)."""
-    bounds = [0, *cut_points(text, size), len(text)]
+    bounds = [0, *cut_points(text, size, after), len(text)]
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 _SPLIT_PROBE = ("First line, it's here\n\n  indented 12345 x\nend.\r\nwin\tok\n\n\nÜber façade 日本語\n"
-                "a<|endoftext|>b\n'tis     spaced\nlast")
+                "gamma,\ndelta;\n\nx = f(1)\n    return {a}\na<|endoftext|>b\n'tis     spaced\nlast ✓\nend")
 
 
-def splits_at_lines(enc) -> bool:
-    """Whether `enc` (a tokenizers.Tokenizer) gives the same ids for a text and for its pieces joined: true for
-    byte-level BPEs without a normalizer (this project's, GPT-2's, SmolLM2's); false where a normalizer or a
-    prefix added to every input would make a piece's first token differ. Such a tokenizer gets whole documents."""
+def splits_at_lines(enc):
+    """The first of CUT_RULES under which `enc` (a tokenizers.Tokenizer) gives a text's ids for its pieces joined,
+    else None: the first rule for byte-level BPEs without a normalizer (this project's, GPT-2's, SmolLM2's); None
+    where a normalizer or a prefix added to every input would change a piece's first token. A tokenizer without a
+    rule gets whole documents, as does one with an added token that holds a line break after other text (it could
+    span a cut anywhere)."""
+    added = enc.get_added_tokens_decoder().values()
+    if any("\n" in t.content.lstrip("\n") for t in added if not (t.special and enc.encode_special_tokens)):
+        return None
     whole = enc.encode(_SPLIT_PROBE, add_special_tokens=False).ids
-    for cut in cut_points(_SPLIT_PROBE, 1):
-        parts = enc.encode_batch([_SPLIT_PROBE[:cut], _SPLIT_PROBE[cut:]], add_special_tokens=False)
-        if parts[0].ids + parts[1].ids != whole:
-            return False
-    return bool(cut_points(_SPLIT_PROBE, 1))
+    for rule in CUT_RULES:
+        cuts = cut_points(_SPLIT_PROBE, 1, rule)
+        pairs = enc.encode_batch([part for c in cuts for part in (_SPLIT_PROBE[:c], _SPLIT_PROBE[c:])],
+                                 add_special_tokens=False)
+        if cuts and all(a.ids + b.ids == whole for a, b in zip(pairs[::2], pairs[1::2])):
+            return rule
+    return None
 
 
 def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
@@ -121,7 +141,7 @@ def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
     enc = Tokenizer.from_str(backend.to_str())
     enc.encode_special_tokens = True
     encode = getattr(enc, "encode_batch_fast", enc.encode_batch)
-    size = PIECE_CHARS if splits_at_lines(enc) else None
+    rule = splits_at_lines(enc)
     batch: list[str] = []
     ends: list[bool] = []  # whether batch[i] is a document's last piece (EOS follows it)
     chars = 0
@@ -140,7 +160,7 @@ def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
         for text in rows["text"]:
             if not text:
                 continue
-            parts = pieces(text, size) if size else [text]
+            parts = pieces(text, PIECE_CHARS, rule) if rule else [text]
             for i, part in enumerate(parts):
                 batch.append(part)
                 ends.append(i == len(parts) - 1)
