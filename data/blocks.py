@@ -58,9 +58,9 @@ class BlockKey:
         return [f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in self.meta().items() if meta.get(k) != v]
 
 
-# Documents are tokenized in pieces of at most PIECE_CHARS characters, in batches of about BATCH_CHARS, and their ids
-# go to a file as they come: the tokenizer's working memory (its encodings take ~170 bytes per character) is bounded
-# by the batch, not by the corpus or its longest document (docs/data.md, "Memory").
+# Documents are tokenized in pieces of about PIECE_CHARS characters (cut_points), in batches of about BATCH_CHARS, and
+# their ids go to a file as they come: the tokenizer's working memory (its encodings took ~200 bytes per character of
+# a whole document) is bounded by the batch, not by the corpus or its longest document (docs/data.md, "Memory").
 PIECE_CHARS = 1 << 16
 BATCH_CHARS = 1 << 20
 WRITE_BLOCKS = 1 << 14  # blocks copied into train.npy / val.npy at a time
