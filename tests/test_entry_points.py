@@ -227,8 +227,10 @@ def test_ctrl_c_while_torch_imports_ends_in_one_line_with_130(args):
     """The signal is sent once utils.cli has imported (-X importtime prints each import as it completes), while the
     heavy imports after it still run: exit 130 and one line, no traceback of the import under way."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # SIGINT as a terminal delivers it: a shell's background job (CI) would hand the child SIGINT ignored
     proc = subprocess.Popen([sys.executable, "-X", "importtime", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in proc.stderr:
         lines.append(line)
