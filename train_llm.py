@@ -23,8 +23,8 @@ from typing import NoReturn
 if __name__ == "__main__" and (_here := os.path.dirname(os.path.abspath(__file__))) not in sys.path[:1]:
     sys.path.insert(0, _here)
 
+from utils.cli import command  # noqa: E402 (first: Ctrl-C while torch imports ends in one line)
 from research.probing import command as train  # noqa: E402 (after the sys.path guard)
-from utils.cli import command  # noqa: E402
 
 
 def build_parser(argv: list[str] | None = None):

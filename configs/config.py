@@ -255,6 +255,29 @@ def coerce_value(name: str, hint, value, where: str) -> object:
     raise bad("a string")
 
 
+class DuplicateKey(ValueError):
+    """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
+
+    def __init__(self, key, where: str = ""):
+        super().__init__(f"key {key!r} appears twice in one mapping{where}: a reader would keep only the last, "
+                         f"silently. Fix: keep one of them")
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def parse_json(text: str) -> object:
+    """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
+    last); the one JSON reader of config files (--config, config.json)."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 @functools.cache
 def field_hints() -> dict[str, tuple[str, object]]:
     """{field name: (section, type hint)} of every config field (resolved once: callers only read it)."""
@@ -347,10 +370,10 @@ class RunConfig:
         """A saved config.json; ConfigError names the file, the field and the fix."""
         path = Path(path)
         try:
-            return cls.from_dict(json.loads(path.read_text()), where=f"{path}: ")
+            return cls.from_dict(parse_json(path.read_text()), where=f"{path}: ")
         except ConfigError as e:
             raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as e:
             raise ConfigError(f"cannot read config {path}: {e}; fix or restore {path.name}") from e
 
 

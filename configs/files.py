@@ -21,8 +21,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, coerce_value, field_hints, section_values,
-                            split_list)
+from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
+                            section_values, split_list)
 from configs.presets import PRESETS
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
@@ -36,6 +36,23 @@ class ConfigFile:
     values: dict[str, object]  # {field name: value}, typed as the config's fields
 
 
+def _yaml_loader(yaml):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (safe_load keeps the last, silently)."""
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise DuplicateKey(key, f" (line {key_node.start_mark.line + 1})")
+                    seen.add(key)
+                except TypeError:  # an unhashable key: PyYAML's own error names it
+                    pass
+            return super().construct_mapping(node, deep)
+    return UniqueKeyLoader
+
+
 def _parse(path: Path, text: str) -> object:
     if path.suffix.lower() in YAML_SUFFIXES:
         try:
@@ -44,11 +61,15 @@ def _parse(path: Path, text: str) -> object:
             raise ConfigError(f"{path}: reading YAML needs PyYAML (pip install -r requirements.txt, or "
                               f"pip install pyyaml); a JSON file works without it") from None
         try:
-            return yaml.safe_load(text)
+            return yaml.load(text, Loader=_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
+        except DuplicateKey as e:
+            raise ConfigError(f"{path}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
     try:
-        return json.loads(text)
+        return parse_json(text)
+    except DuplicateKey as e:
+        raise ConfigError(f"{path}: {e}") from None
     except json.JSONDecodeError as e:
         hint = "" if path.suffix.lower() == ".json" else " (YAML files must end in .yaml or .yml)"
         raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
@@ -90,6 +111,9 @@ def read_config_file(path: str | Path) -> ConfigFile:
         raise ConfigError(f"{path}: expected a mapping of config fields (as in a run's config.json), found "
                           f"{type(data).__name__}")
     preset = data.get("preset")
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(f"{path}: preset: expected the name of a preset ({', '.join(PRESETS)}), found {preset!r}. "
+                          f"Fix: write it as a name (preset: debug), or leave it out and pass --preset")
     if preset is not None and preset not in PRESETS:
         raise ConfigError(f"{path}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)} "
                           f"(or leave it out and pass --preset)")

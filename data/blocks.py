@@ -15,16 +15,15 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from data.corpus import DataError
 from utils.io import atomic_dir, atomic_write_text, sha256_file
-from utils.progress import library_progress
 
 FORMAT = 1
 SPLIT_SEED = 0x5EED_DA7A  # fixed: the train/val split never depends on the training seed
-TOKENIZE_NUM_PROC = None  # one process: two were slower on 2 cores (docs/data.md)
 TOKENIZE_BATCH = 256
 
 
@@ -59,36 +58,134 @@ class BlockKey:
         return [f"{k}={meta.get(k)!r} (requested {v!r})" for k, v in self.meta().items() if meta.get(k) != v]
 
 
-def tokenize_documents(ds, backend, eos_id: int, fingerprint: str) -> np.ndarray:
-    """All documents' token ids, each document followed by EOS, as one int32 array.
+# Documents are tokenized in pieces of about PIECE_CHARS characters (cut_points), in batches of about BATCH_CHARS, and
+# their ids go to a file as they come: the tokenizer's working memory (its encodings took ~200 bytes per character of
+# a whole document) is bounded by the batch, not by the corpus or its longest document (docs/data.md, "Memory").
+PIECE_CHARS = 1 << 16
+BATCH_CHARS = 1 << 20
+WRITE_BLOCKS = 1 << 14  # blocks copied into train.npy / val.npy at a time
 
-    `backend` is a `tokenizers.Tokenizer`; special-token text inside documents is encoded as
-    plain text (a literal "<|endoftext|>" in a file does not become a separator).
+
+def _not_space(c: str) -> bool:
+    return not c.isspace()
+
+
+# Where a piece may end: before a line break that follows a character of this kind. GPT-2 style pre-tokenizers never
+# join a non-space character with the whitespace after it; Llama-3 style ones join punctuation with the line breaks
+# after it, but never a letter or digit. splits_at_lines picks the first rule that a tokenizer keeps.
+CUT_RULES = (_not_space, str.isalnum)
+
+
+def cut_points(text: str, size: int = PIECE_CHARS, after=_not_space) -> list[int]:
+    """Where a long text may be cut into pieces of about `size` characters without changing its tokens: before a
+    line break whose preceding character passes `after` (one of CUT_RULES). No pre-token of a tokenizer that keeps
+    the rule spans such a cut, so the pieces' tokens joined are the text's. A line longer than `size` stays whole."""
+    cuts, start, n = [], 0, len(text)
+
+    def ok(cut: int) -> bool:
+        return after(text[cut - 1])
+
+    while n - start > size:
+        cut = text.rfind("\n", start + 1, start + size)
+        while cut > start and not ok(cut):
+            cut = text.rfind("\n", start + 1, cut)
+        if cut <= start:  # no cut in the window: the first one after it
+            cut = text.find("\n", start + size)
+            while cut != -1 and not ok(cut):
+                cut = text.find("\n", cut + 1)
+            if cut == -1:
+                break
+        cuts.append(cut)
+        start = cut
+    return cuts
+
+
+def pieces(text: str, size: int = PIECE_CHARS, after=_not_space) -> list[str]:
+    """`text` cut at cut_points (one piece for a short text)."""
+    bounds = [0, *cut_points(text, size, after), len(text)]
+    return [text[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+_SPLIT_PROBE = ("First line, it's here\n\n  indented 12345 x\nend.\r\nwin\tok\n\n\nÜber façade 日本語\n"
+                "gamma,\ndelta;\n\nx = f(1)\n    return {a}\na<|endoftext|>b\n'tis     spaced\nlast ✓\nend")
+
+
+def splits_at_lines(enc):
+    """The first of CUT_RULES under which `enc` (a tokenizers.Tokenizer) gives a text's ids for its pieces joined,
+    else None: the first rule for byte-level BPEs without a normalizer (this project's, GPT-2's, SmolLM2's); None
+    where a normalizer or a prefix added to every input would change a piece's first token. A tokenizer without a
+    rule gets whole documents, as does one with an added token that holds a line break after other text (it could
+    span a cut anywhere)."""
+    added = enc.get_added_tokens_decoder().values()
+    if any("\n" in t.content.lstrip("\n") for t in added if not (t.special and enc.encode_special_tokens)):
+        return None
+    whole = enc.encode(_SPLIT_PROBE, add_special_tokens=False).ids
+    for rule in CUT_RULES:
+        cuts = cut_points(_SPLIT_PROBE, 1, rule)
+        pairs = enc.encode_batch([part for c in cuts for part in (_SPLIT_PROBE[:c], _SPLIT_PROBE[c:])],
+                                 add_special_tokens=False)
+        if cuts and all(a.ids + b.ids == whole for a, b in zip(pairs[::2], pairs[1::2])):
+            return rule
+    return None
+
+
+def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
+    """Every document's token ids, each document followed by EOS (an empty one adds nothing), in order, as int32
+    arrays of about BATCH_CHARS characters' worth.
+
+    `backend` is a `tokenizers.Tokenizer`; special-token text inside documents is encoded as plain text (a literal
+    "<|endoftext|>" in a file does not become a separator).
     """
-    import datasets
-    import pyarrow.compute as pc
     from tokenizers import Tokenizer
 
     enc = Tokenizer.from_str(backend.to_str())
     enc.encode_special_tokens = True
     encode = getattr(enc, "encode_batch_fast", enc.encode_batch)
+    rule = splits_at_lines(enc)
+    batch: list[str] = []
+    ends: list[bool] = []  # whether batch[i] is a document's last piece (EOS follows it)
+    chars = 0
 
-    def tokenize(batch):
-        texts = batch["text"]
-        keep = [i for i, t in enumerate(texts) if t]
-        out: list[list[int]] = [[] for _ in texts]
-        for i, e in zip(keep, encode([texts[i] for i in keep], add_special_tokens=False)):
-            ids = e.ids
-            ids.append(eos_id)
-            out[i] = ids
-        return {"ids": out}
+    def flush() -> np.ndarray:
+        ids: list[int] = []
+        for e, last in zip(encode(batch, add_special_tokens=False), ends):
+            ids += e.ids
+            if last:
+                ids.append(eos_id)
+        batch.clear()
+        ends.clear()
+        return np.asarray(ids, dtype=np.int32)
 
-    with library_progress(False):  # never a bar here: the log line after it says how long it took
-        out = ds.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH, num_proc=TOKENIZE_NUM_PROC,
-                     remove_columns=ds.column_names, keep_in_memory=True, new_fingerprint=fingerprint,
-                     features=datasets.Features({"ids": datasets.List(datasets.Value("int32"))}))
-    flat = pc.list_flatten(out.data.column("ids"))
-    return flat.to_numpy() if flat.num_chunks else np.zeros(0, np.int32)
+    for rows in ds.iter(batch_size=TOKENIZE_BATCH):
+        for text in rows["text"]:
+            if not text:
+                continue
+            parts = pieces(text, PIECE_CHARS, rule) if rule else [text]
+            for i, part in enumerate(parts):
+                batch.append(part)
+                ends.append(i == len(parts) - 1)
+                chars += len(part)
+                if chars >= BATCH_CHARS:
+                    yield flush()
+                    chars = 0
+    if batch:
+        yield flush()
+
+
+def tokenize_documents(ds, backend, eos_id: int) -> np.ndarray:
+    """All of token_chunks as one int32 array (for a corpus that fits in memory; build_blocks streams instead)."""
+    chunks = list(token_chunks(ds, backend, eos_id))
+    return np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
+
+
+def _split_index(n: int, L: int, n_tokens: int, val_frac: float) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks' split: (train, val) block indices, each sorted; val gets round(val_frac * n) blocks (at least 1)."""
+    if n < 2:
+        raise DataError(f"the corpus has {n_tokens} tokens = {n} block(s) of seq_len+1={L}; need at least 2 "
+                        f"(one train, one val): add data or lower --seq_len")
+    n_val = min(n - 1, max(1, int(round(val_frac * n))))
+    perm = np.random.Generator(np.random.PCG64(SPLIT_SEED)).permutation(n)
+    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
 
 def split_blocks(tokens: np.ndarray, seq_len: int, val_frac: float, dtype: np.dtype):
@@ -96,13 +193,8 @@ def split_blocks(tokens: np.ndarray, seq_len: int, val_frac: float, dtype: np.dt
     with a fixed permutation: val gets round(val_frac * n) blocks (at least 1), train the rest."""
     L = seq_len + 1
     n = len(tokens) // L
-    if n < 2:
-        raise DataError(f"the corpus has {len(tokens)} tokens = {n} block(s) of seq_len+1={L}; need at least 2 "
-                        f"(one train, one val): add data or lower --seq_len")
+    train_idx, val_idx = _split_index(n, L, len(tokens), val_frac)
     blocks = tokens[: n * L].reshape(n, L).astype(dtype)
-    n_val = min(n - 1, max(1, int(round(val_frac * n))))
-    perm = np.random.Generator(np.random.PCG64(SPLIT_SEED)).permutation(n)
-    val_idx, train_idx = np.sort(perm[:n_val]), np.sort(perm[n_val:])
     return blocks[train_idx], blocks[val_idx]
 
 
@@ -112,9 +204,13 @@ def write_blocks(folder: Path, train: np.ndarray, val: np.ndarray, meta: dict) -
         for name, arr in (("train", train), ("val", val)):
             with open(tmp / f"{name}.npy", "wb") as f:
                 np.save(f, np.ascontiguousarray(arr))
-        full = {**meta, "n_train": int(len(train)), "n_val": int(len(val)),
-                "train_sha256": sha256_file(tmp / "train.npy"), "val_sha256": sha256_file(tmp / "val.npy")}
-        atomic_write_text(tmp / "meta.json", json.dumps(full, indent=2) + "\n")
+        _write_meta(tmp, meta, len(train), len(val))
+
+
+def _write_meta(tmp: Path, meta: dict, n_train: int, n_val: int) -> None:
+    full = {**meta, "n_train": int(n_train), "n_val": int(n_val),
+            "train_sha256": sha256_file(tmp / "train.npy"), "val_sha256": sha256_file(tmp / "val.npy")}
+    atomic_write_text(tmp / "meta.json", json.dumps(full, indent=2) + "\n")
 
 
 def _cache_error(folder: Path, problem: str) -> DataError:
@@ -162,17 +258,43 @@ def _sha256_file_safe(path: Path) -> str | None:
         return None
 
 
+def _write_split(path: Path, blocks: np.ndarray, index: np.ndarray, dtype: np.dtype) -> None:
+    """blocks[index] as a .npy file of `dtype`, copied WRITE_BLOCKS rows at a time (never the whole array)."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(index), blocks.shape[1]))
+    for i in range(0, len(index), WRITE_BLOCKS):
+        out[i:i + WRITE_BLOCKS] = blocks[index[i:i + WRITE_BLOCKS]]
+    out.flush()
+    del out
+
+
 def build_blocks(folder: Path, ds, backend, key: BlockKey, about: dict, log=print) -> None:
     """Tokenize `ds`, cut, split and write the cache folder for `key`; `about` adds descriptive
-    fields to meta.json (source, tokenizer name) that are not part of the key."""
+    fields to meta.json (source, tokenizer name) that are not part of the key. The token ids go to a scratch file
+    in the folder being written and the blocks are copied from it in slices, so memory holds one batch of the
+    tokenizer's work and one slice of blocks, whatever the corpus's size (docs/data.md, "Memory")."""
     t0 = time.time()
-    tokens = tokenize_documents(ds, backend, key.eos_id, fingerprint=f"tok-{folder.name}")
-    if len(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= key.vocab_size):
-        raise DataError(f"token ids span [{tokens.min()}, {tokens.max()}], outside the tokenizer's "
-                        f"{key.vocab_size} ids")
-    t_tok = time.time() - t0
-    train, val = split_blocks(tokens, key.seq_len, key.val_frac, key.dtype)
-    write_blocks(folder, train, val, {**key.meta(), **about, "created": time.time(), "n_docs": len(ds),
-                                      "n_tokens": int(len(tokens)), "tokenize_seconds": round(t_tok, 2)})
-    log(f"data: tokenized {len(ds)} documents -> {len(tokens):,} tokens in {t_tok:.1f}s; "
-        f"{len(train)} train + {len(val)} val blocks of {key.seq_len + 1} -> {folder}")
+    L = key.seq_len + 1
+    with atomic_dir(folder) as tmp:
+        scratch = tmp / "tokens.int32"
+        n_tokens, lo, hi = 0, 0, 0
+        with open(scratch, "wb") as f:
+            for ids in token_chunks(ds, backend, key.eos_id):
+                if len(ids):
+                    lo, hi = min(lo, int(ids.min())), max(hi, int(ids.max()))
+                f.write(ids.tobytes())
+                n_tokens += len(ids)
+        if n_tokens and (lo < 0 or hi >= key.vocab_size):
+            raise DataError(f"token ids span [{lo}, {hi}], outside the tokenizer's {key.vocab_size} ids")
+        t_tok = time.time() - t0
+        n = n_tokens // L
+        train_idx, val_idx = _split_index(n, L, n_tokens, key.val_frac)
+        blocks = np.memmap(scratch, dtype=np.int32, mode="r", shape=(n, L)) if n else None
+        for name, index in (("train", train_idx), ("val", val_idx)):
+            _write_split(tmp / f"{name}.npy", blocks, index, key.dtype)
+        del blocks
+        scratch.unlink()
+        meta = {**key.meta(), **about, "created": time.time(), "n_docs": len(ds), "n_tokens": n_tokens,
+                "tokenize_seconds": round(t_tok, 2)}
+        _write_meta(tmp, meta, len(train_idx), len(val_idx))
+    log(f"data: tokenized {len(ds)} documents -> {n_tokens:,} tokens in {t_tok:.1f}s; "
+        f"{len(train_idx)} train + {len(val_idx)} val blocks of {L} -> {folder}")

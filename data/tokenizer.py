@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from data.blocks import pieces
 from data.corpus import DataError, Source, _package_dir, check_hub_reachable
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
@@ -177,9 +178,9 @@ def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, lo
     t0 = time.time()
     ds = corpus()
 
-    def texts():
+    def texts():  # long documents in pieces that pre-tokenize as the whole does (the same word counts)
         for batch in ds.iter(batch_size=1000):
-            yield [t for t in batch["text"] if t]
+            yield [piece for t in batch["text"] if t for piece in pieces(t)]
 
     raw = train_bpe(texts(), vocab_size)
     wrapped = wrap_tokenizer(raw)

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 
+from utils.cli import ArgumentParser, command, count, positive_int
+
 import torch
 
 from research.speed.measure import configs
 from research.speed.suite import gpu_suite, gpu_table, run_suite, table
-from utils.cli import ArgumentParser, command
 
 
 GPU_PRESETS = ("88m", "1b")  # measured on CUDA, each as research/speed/gpu.py runs it
@@ -28,18 +29,18 @@ GPU_PRESETS = ("88m", "1b")  # measured on CUDA, each as research/speed/gpu.py r
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--json", action="store_true", help="Print one JSON object instead of the table")
-    p.add_argument("--steps", type=int, default=10,
+    p.add_argument("--steps", type=positive_int, default=10,
                    help="Timed training steps per config, after 3 warm-up steps (on CUDA: per preset). "
                         "Default: %(default)s")
     p.add_argument("--configs", nargs="+", default=list(configs()), choices=list(configs()), metavar="CONFIG",
                    help=f"Model configs the CPU suite measures: tiny (the tiny preset's model and batch) and "
                         f"reference (the write-ups' small model, research/speed/measure.py). Choices: "
                         f"{', '.join(configs())}. Default: all")
-    p.add_argument("--probe_every", type=int, default=25,
+    p.add_argument("--probe_every", type=positive_int, default=25,
                    help="Probe interval, in optimizer steps, for the CPU suite's estimate of the probe's share of "
                         "training. Default: %(default)s")
     p.add_argument("--no_probe", action="store_true", help="Skip the CPU suite's probe measurements")
-    p.add_argument("--probe_memory_layers", type=int, default=2,
+    p.add_argument("--probe_memory_layers", type=count, default=2,
                    help="Layers of the 1b-shaped model whose probe memory the CPU suite measures; 0 skips it. "
                         "Default: %(default)s")
     p.add_argument("--cpu", action="store_true",

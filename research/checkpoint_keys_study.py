@@ -16,8 +16,9 @@ named as its duplicate and not measured: it is no progress of training, whatever
 research/analysis/trajectory.py decides, per layer group, the change from the first to the last checkpoint,
 with text batches as the unit of uncertainty. All checkpoints must share one architecture and tokenizer.
 """
-from research.studies import checkpoint_keys
 from utils.cli import command
+
+from research.studies import checkpoint_keys
 
 
 def build_parser():

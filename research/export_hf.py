@@ -15,8 +15,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from research.export import export_run
 from utils.cli import ArgumentParser, command
+
+from research.export import export_run
 
 
 def build_parser() -> ArgumentParser:

@@ -20,8 +20,9 @@ research/analysis/finetune.py decides, paired by seed, by the project's procedur
 q/k norms (Gemma 3, Qwen3, OLMo 2, Apertus). A run already finished in --out is kept; an unfinished one is
 trained again from the start (no checkpoints of the model are saved).
 """
-from research.studies import finetune
 from utils.cli import command
+
+from research.studies import finetune
 
 
 def build_parser():

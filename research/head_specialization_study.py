@@ -7,9 +7,10 @@ sinks and gatherers at the last probe, with the thresholds used. --help lists th
 
     python research/head_specialization_study.py
 """
+from utils.cli import command
+
 from research.studies import HEAD_SPECIALIZATION
 from research.studies.runner import run_study
-from utils.cli import command
 
 
 @command

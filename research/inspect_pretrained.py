@@ -14,8 +14,9 @@ large models. A prompt or --seq_len beyond the model's context (a run's max_seq_
 Hugging Face model's max_position_embeddings) is cut to it, with a note. Ctrl-C stops with
 exit status 130, saying what was kept.
 """
-from research.inspection import command as inspection
 from utils.cli import command
+
+from research.inspection import command as inspection
 
 
 def build_parser():

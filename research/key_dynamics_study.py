@@ -9,9 +9,10 @@ writes.
 
     python research/key_dynamics_study.py
 """
+from utils.cli import command
+
 from research.studies import KEY_DYNAMICS
 from research.studies.runner import run_study
-from utils.cli import command
 
 
 @command

@@ -10,9 +10,10 @@ Wortsman et al. 2023 define it, per seed. --help lists the files it writes.
     python research/lr_sensitivity_study.py                 # tiny on CPU (~20 min), 88m on CUDA
     python research/lr_sensitivity_study.py --seeds 0 1 2   # more seeds
 """
+from utils.cli import command
+
 from research.studies import LR_SENSITIVITY
 from research.studies.runner import run_study
-from utils.cli import command
 
 
 @command

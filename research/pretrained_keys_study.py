@@ -21,8 +21,9 @@ research/analysis/pretrained.py decides, per model, with text batches as the uni
 Writes into --out the results file (every per-batch number), one figure per question and report.md;
 --help lists the files.
 """
-from research.studies import pretrained_keys
 from utils.cli import command
+
+from research.studies import pretrained_keys
 
 
 def build_parser():

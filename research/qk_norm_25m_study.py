@@ -11,9 +11,10 @@ combined.json the numbers. --help lists the files it writes.
     python research/qk_norm_25m_study.py --seeds 0 1 2     # paired by seed: verdicts per docs/decisions.md
     python research/qk_norm_25m_study.py --preset 88m --tokens 8000000 --out runs/qk88m
 """
+from utils.cli import command
+
 from research.studies import QK_NORM
 from research.studies.runner import run_study
-from utils.cli import command
 
 
 @command

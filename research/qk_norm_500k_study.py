@@ -6,9 +6,10 @@ difference, and a heatmap of PR per layer and probe; combined_results.json holds
 
     python research/qk_norm_500k_study.py
 """
+from utils.cli import command
+
 from research.studies import PILOT
 from research.studies.runner import run_study
-from utils.cli import command
 
 
 @command

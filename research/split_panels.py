@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import textwrap
 
+from utils.cli import ArgumentParser, command
+
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.results.vocabulary import PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX
 from research.studies import QK_NORM, STUDIES
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
-from utils.cli import ArgumentParser, command
 
 DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
 

@@ -1,5 +1,9 @@
 """The command-line parser every entry point uses, and the one wrapper of every command (`command`).
 
+Every entry point (a script, a `python -m` module with a main) imports this module before anything heavy: from
+that import on, Ctrl-C ends the process in one line with status 130, also while torch and the other libraries are
+still importing, before the wrapped main has started (`_interrupted_outside_main`).
+
 One spelling per option: words are joined by underscores, as the config fields they set are
 (`--n_layers`, `--no_progress`, `--loss_margin`). A hyphenated spelling is refused with the right one
 named, and an option is never matched by its prefix (`--out` does not stand for `--output`).
@@ -35,6 +39,48 @@ class ArgumentParser(argparse.ArgumentParser):
         super().error(message)
 
 
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `minimum`, else argparse's usage error (exit 2) naming the
+    value found and what is expected, so that an option is checked where it is parsed, never deep in the work."""
+    def parse(s: str) -> int:
+        try:
+            value = int(s)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {s!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {value}")
+        return value
+    parse.__name__ = f"whole number >= {minimum}"
+    return parse
+
+
+positive_int = at_least(1)  # counts that must be at least one: steps, repeats, batch sizes, intervals
+count = at_least(0)  # counts where 0 means none or all, as the option's help says
+
+
+_main_started = False  # a wrapped main has begun: an interrupt after it ends is the wrapper's or Python's
+
+
+def _interrupted_outside_main(kind, value, traceback) -> None:
+    """sys.excepthook while an entry point starts: Ctrl-C before its main began (torch still importing) ends in
+    one line and status 130, as inside main, not in a traceback of the import under way."""
+    if issubclass(kind, KeyboardInterrupt) and os.environ.get("RANK", "0") == "0":
+        where = "" if _main_started else " while starting (nothing was done)"
+        print(f"interrupted{where}", file=sys.stderr, flush=True)
+    if issubclass(kind, KeyboardInterrupt):
+        try:
+            sys.stdout.flush()
+        except (OSError, ValueError):  # a closed or broken stdout: nothing more to say there
+            pass
+        os._exit(EXIT_INTERRUPTED)  # the shell's code for Ctrl-C, which Python would give only as a signal death
+    _previous_hook(kind, value, traceback)
+
+
+_previous_hook = sys.excepthook
+if sys.excepthook is sys.__excepthook__:  # an interactive shell or a test runner with a hook of its own keeps it
+    sys.excepthook = _interrupted_outside_main
+
+
 def command(main: Callable | None = None, *, fix_also: str = ""):
     """The one wrapper of every command's `main` (a decorator; `@command(fix_also="pass --out DIR")` adds a way out
     to an OSError's fix). Failures end the same way in every command:
@@ -49,6 +95,8 @@ def command(main: Callable | None = None, *, fix_also: str = ""):
     def wrap(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(*args, **kwargs):
+            global _main_started
+            _main_started = True
             try:
                 return main(*args, **kwargs)
             except (KeyboardInterrupt, Interrupted) as e:

@@ -15,11 +15,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from utils.cli import ArgumentParser, command, positive_int
+
 import torch
 
 from configs import PRESETS, add_config_args, apply_overrides, flops_per_token, get_preset
 from configs.cli import help_defaults, start_from_args, start_in
-from utils.cli import ArgumentParser, command
 from utils.errors import UserError
 
 # What the measurement changes in the preset: CUDA, and no checkpoints or validation between the timed steps.
@@ -126,7 +127,7 @@ def build_parser(argv: list[str] | None = None) -> ArgumentParser:
     defaults = help_defaults(apply_overrides(get_preset(preset), MEASURED), file)
     p = ArgumentParser(description=f"{__doc__.rstrip()}\n\nDefaults below are those measured for the {preset} "
                                    f"preset" + (f" with {file.path}" if file else "") + ".")
-    p.add_argument("--steps", type=int, default=10,
+    p.add_argument("--steps", type=positive_int, default=10,
                    help="Timed optimizer steps, after 3 warm-up steps (the first compiles); the median is reported. "
                         "Default: %(default)s")
     add_config_args(p, defaults, default_preset="1b", file=file,

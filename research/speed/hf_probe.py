@@ -15,21 +15,24 @@ import json
 import statistics
 import time
 
+from utils.cli import ArgumentParser, command, positive_int
+
 import torch
 
 from research.probing.hf import DEFAULT_EVERY, HFKeyProbe
-from utils.cli import ArgumentParser, command
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--model", default="gemma3-270m",
                    help="A packaged name, GGUF file, Hugging Face folder or hub id. Default: %(default)s")
-    p.add_argument("--batch_size", type=int, default=8, help="Sequences per step and probe. Default: %(default)s")
-    p.add_argument("--seq_len", type=int, default=128, help="Tokens per sequence. Default: %(default)s")
-    p.add_argument("--steps", type=int, default=5, help="Timed training steps, after 2 warm-up. Default: %(default)s")
-    p.add_argument("--probes", type=int, default=3, help="Timed probes, after 1 warm-up. Default: %(default)s")
-    p.add_argument("--every", type=int, default=DEFAULT_EVERY,
+    p.add_argument("--batch_size", type=positive_int, default=8,
+                   help="Sequences per step and probe. Default: %(default)s")
+    p.add_argument("--seq_len", type=positive_int, default=128, help="Tokens per sequence. Default: %(default)s")
+    p.add_argument("--steps", type=positive_int, default=5,
+                   help="Timed training steps, after 2 warm-up. Default: %(default)s")
+    p.add_argument("--probes", type=positive_int, default=3, help="Timed probes, after 1 warm-up. Default: %(default)s")
+    p.add_argument("--every", type=positive_int, default=DEFAULT_EVERY,
                    help="Probe interval in optimizer steps (KeyProbeCallback's default). Default: %(default)s")
     p.add_argument("--precision", default="auto", choices=("auto", "bf16", "fp32"),
                    help="Training precision; auto: bf16 on CUDA and CPUs with native bf16. Default: auto")

@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+from utils.cli import ArgumentParser, command, positive_int
+
 import torch
 
 from configs import ModelConfig, TrainConfig, flops_per_token, get_preset
@@ -19,7 +21,6 @@ from configs.config import COMPILE_MODES
 from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
-from utils.cli import ArgumentParser, command
 from utils.runtime import autocast, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
@@ -242,10 +243,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="Precision of the training step (bf16: autocast), or of the probe's forward. "
                         "Default: %(default)s")
-    p.add_argument("--steps", type=int, default=10,
+    p.add_argument("--steps", type=positive_int, default=10,
                    help="Timed training steps, after 3 warm-up steps (training, pair, logit-tracking). "
                         "Default: %(default)s")
-    p.add_argument("--layers", type=int, default=2,
+    p.add_argument("--layers", type=positive_int, default=2,
                    help="Layers of the 1b-shaped model (probe-memory). Default: %(default)s")
     p.add_argument("--impl", default="project", choices=["project", "reference"],
                    help="Whose training step: this project's or the plain reference's (research/speed/reference.py; "

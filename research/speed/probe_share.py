@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from utils.cli import ArgumentParser, command, count, positive_int
+
 from configs import apply_overrides
 from data import prepare_data, resolve_offline
 from research.probing.callback import run_callbacks
@@ -25,7 +27,6 @@ from research.results.vocabulary import RESULTS_FILE
 from research.studies import QK_NORM
 from research.studies.runner import base_config, resolve_preset, run_config
 from training.trainer import Trainer
-from utils.cli import ArgumentParser
 
 
 class _Timed:
@@ -77,13 +78,15 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--condition", default="QK", choices=list(QK_NORM.conditions),
                    help="The study condition to train (QK runs the gain ablation after its last step). Default: QK")
-    p.add_argument("--steps", type=int, default=0,
+    p.add_argument("--steps", type=count, default=0,
                    help="Cut the run after this many steps (0: the whole run). Default: 0")
-    p.add_argument("--repeats", type=int, default=1, help="Runs with and without the probe, alternated. Default: 1")
+    p.add_argument("--repeats", type=positive_int, default=1,
+                   help="Runs with and without the probe, alternated. Default: 1")
     p.add_argument("--device", default="cpu", help="Device to train on. Default: cpu (the study's tiny preset)")
     return p
 
 
+@command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     cfg = resolve_offline(study_run_config(args.condition, args.steps, args.device), log=lambda *a, **k: None)

@@ -66,6 +66,24 @@ def test_help_shows_the_file_values_over_the_preset(tmp_path):
     ('{"model": {"n_layers": 2}', "c.json", r"c.json: not valid JSON \(Expecting"),
     ("model: [1,\n", "c.yaml", r"c.yaml: not valid YAML"),
     ("- 1\n- 2\n", "c.yml", r"c.yml: expected a mapping of config fields"),
+    # a value of the wrong shape is named where the file is read, with what was found and the fix
+    ("preset: {name: debug}\n", "c.yaml", r"c.yaml: preset: expected the name of a preset \(tiny, 88m, 1b, debug\), "
+                                          r"found \{'name': 'debug'\}. Fix: write it as a name \(preset: debug\), "
+                                          r"or leave it out and pass --preset"),
+    ({"preset": ["debug"]}, "c.json", r"c.json: preset: expected the name of a preset .*found \['debug'\]"),
+    ({"preset": 1}, "c.json", r"c.json: preset: expected the name of a preset .*found 1\. Fix"),
+    ("model: 3\n", "c.yaml", r"c.yaml: section 'model' must be a mapping of its fields, found 3"),
+    ("n_layers: [2]\n", "c.yaml", r"c.yaml: n_layers: expected a whole number, found \[2\]"),
+    ("model:\n  n_heads: {a: 1}\n", "c.yaml", r"c.yaml: \[model\] n_heads: expected a whole number, found \{'a': 1\}"),
+    # a key given twice is refused, not read as its last value
+    ('{"preset": "debug", "train": {"tokens": 1024, "tokens": 2048}}', "c.json",
+     r"c.json: key 'tokens' appears twice in one mapping: a reader would keep only the last, silently. Fix: keep "
+     r"one of them"),
+    ('{"n_layers": 2, "n_layers": 2}', "c.json", r"c.json: key 'n_layers' appears twice"),
+    ("preset: debug\nmodel:\n  n_layers: 2\n  n_layers: 3\n", "c.yaml",
+     r"c.yaml: key 'n_layers' appears twice in one mapping \(line 4\): a reader would keep only the last, silently. "
+     r"Fix: keep one of them"),
+    ("preset: debug\npreset: tiny\n", "c.yml", r"c.yml: key 'preset' appears twice in one mapping \(line 2\)"),
 ])
 def test_mistakes_in_a_file_get_one_clear_error_naming_it(tmp_path, content, name, message, capsys):
     f = tmp_path / name
@@ -86,3 +104,15 @@ def test_a_missing_file_and_a_study_without_probes_are_refused(tmp_path, capsys)
     assert stops(capsys, qk_norm_25m_study.main, ["--config", str(f), "--out", str(tmp_path / "study")]
                  ).startswith("error: probe_every=0: a study probes its runs")
     assert not (tmp_path / "study").exists()
+
+
+def test_a_saved_config_json_with_a_key_twice_is_refused(tmp_path):
+    from configs import RunConfig, get_preset
+
+    path = tmp_path / "config.json"
+    get_preset("debug").save(path)
+    text = path.read_text()
+    path.write_text(text.replace('"n_layers": ', '"n_layers": 9, "n_layers": ', 1))
+    with pytest.raises(ConfigError, match=r"cannot read config .*config.json: key 'n_layers' appears twice in one "
+                                          r"mapping.*; fix or restore config.json"):
+        RunConfig.load(path)

@@ -89,7 +89,7 @@ def test_tokenize_documents_joins_with_eos(built, corpus_files):
     _, texts = corpus_files
     tok = AutoTokenizer.from_pretrained(d.tokenizer_dir)
     ds = datasets.Dataset.from_dict({"text": texts[:3] + ["", f"literal {EOT} inside"]})
-    flat = blocks_mod.tokenize_documents(ds, tok.backend_tokenizer, d.eos_id, fingerprint="t")
+    flat = blocks_mod.tokenize_documents(ds, tok.backend_tokenizer, d.eos_id)
     expect = []
     for t in texts[:3]:
         expect += tok.encode(t, add_special_tokens=False) + [d.eos_id]
@@ -183,19 +183,19 @@ def test_tampered_or_truncated_cache_raises(tmp_path, corpus_files):
 def test_interrupted_build_leaves_no_cache(tmp_path, corpus_files, monkeypatch):
     paths, _ = corpus_files
     cfg = cfg_for(tmp_path, paths[:2])
-    real_save = np.save
+    real_write = blocks_mod._write_split
     calls = []
 
-    def failing_save(f, arr, *a, **k):
+    def failing_write(*a, **k):  # val.npy (the second array) is never written
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt("simulated kill")
-        return real_save(f, arr, *a, **k)
+        return real_write(*a, **k)
 
-    monkeypatch.setattr(blocks_mod.np, "save", failing_save)
+    monkeypatch.setattr(blocks_mod, "_write_split", failing_write)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, log=quiet)
-    monkeypatch.setattr(blocks_mod.np, "save", real_save)
+    monkeypatch.setattr(blocks_mod, "_write_split", real_write)
     root = Path(cfg.data.cache_dir)
     assert [p.name for p in root.iterdir() if p.name not in ("tokenizers", ".lock")] == []
     d = prepare_data(cfg, log=quiet)
@@ -403,3 +403,79 @@ def test_stdlib_source(tmp_path, monkeypatch):
     tok = AutoTokenizer.from_pretrained(d.tokenizer_dir)
     sample = Path(corpus_mod.stdlib_root(), "this.py").read_text()
     assert tok.decode(tok.encode(sample, add_special_tokens=False)) == sample
+
+
+# ---------------------------------------------------------------- memory: streaming in pieces
+def test_cut_points_fall_before_a_line_break_after_a_letter_or_digit():
+    text = "alpha beta\n\n  gamma,\ndelta 42\n" + "x" * 50 + "\nend ✓\n  \n"
+    cuts = blocks_mod.cut_points(text, 8)
+    assert cuts and all(text[c] == "\n" and not text[c - 1].isspace() for c in cuts) and len(cuts) == 5
+    assert "".join(blocks_mod.pieces(text, 8)) == text
+    strict = blocks_mod.cut_points(text, 8, str.isalnum)
+    assert all(text[c - 1].isalnum() for c in strict) and len(strict) == 3
+    assert blocks_mod.pieces("one very long line without a break", 4) == ["one very long line without a break"]
+    assert blocks_mod.pieces("short\ntext", 1000) == ["short\ntext"]
+
+
+def test_each_tokenizer_gets_the_cuts_it_keeps():
+    """A prefix added to every input (Metaspace) changes a piece's first token: whole documents. A Llama-3 style
+    split that joins punctuation with the line breaks after it: cuts after letters and digits only. An added token
+    holding a line break after text: whole documents."""
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers
+
+    meta = Tokenizer(models.WordLevel({"▁a": 0, "a": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    meta.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="always")
+    assert blocks_mod.splits_at_lines(meta) is None
+    words = {"[UNK]": 0, ".Ċ": 1, ".": 2, "Ċ": 3, ",Ċ": 4, ",": 5}  # ids that tell "." + "\n" from ".\n"
+    llama = Tokenizer(models.WordLevel(words, unk_token="[UNK]"))
+    llama.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+"),
+                             behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    assert blocks_mod.splits_at_lines(llama) is str.isalnum
+    llama.add_tokens(["x\n"])  # an added token may span any cut before a line break
+    assert blocks_mod.splits_at_lines(llama) is None
+
+
+def _whole_document_blocks(folder: Path, texts: list[str], tokenizer_dir: Path, key) -> None:
+    """The blocks as data preparation wrote them before it streamed: every document encoded whole, EOS after each,
+    one array cut and split, np.save'd."""
+    from tokenizers import Tokenizer
+
+    enc = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    enc.encode_special_tokens = True
+    ids: list[int] = []
+    for t in texts:
+        if t:
+            ids += enc.encode(t, add_special_tokens=False).ids + [key.eos_id]
+    train, val = split_blocks(np.asarray(ids, dtype=np.int32), key.seq_len, key.val_frac, key.dtype)
+    blocks_mod.write_blocks(folder, train, val, key.meta())
+
+
+def test_streamed_preparation_writes_the_bytes_of_whole_documents(tmp_path, monkeypatch):
+    """Long documents cut into pieces (pieces of ~300 characters, batches of ~700 here, against 64 Ki and 1 Mi in
+    use) give the same BPE and the same train.npy and val.npy, byte for byte, as whole documents."""
+    from data.tokenizer import train_bpe
+
+    rng = random.Random(7)
+    texts = [make_doc(rng, 120), "", make_doc(rng, 3), f"literal {EOT} inside\n\n  and more", make_doc(rng, 200)]
+    paths = []
+    for i, t in enumerate(texts):
+        paths.append(tmp_path / f"d{i}.txt")
+        paths[-1].write_text(t, encoding="utf-8")
+    monkeypatch.setattr(blocks_mod, "PIECE_CHARS", 300)
+    monkeypatch.setattr(blocks_mod, "BATCH_CHARS", 700)
+    monkeypatch.setattr("data.tokenizer.pieces", lambda t: blocks_mod.pieces(t, 300))  # the BPE's pieces
+    assert len(blocks_mod.pieces(texts[-1], 300)) > 10
+    d = prepare_data(cfg_for(tmp_path, [p for p, t in zip(paths, texts) if t]), log=quiet)
+
+    whole = train_bpe(iter([[t for t in texts if t]]), 400)
+    built = json.loads((d.tokenizer_dir / "tokenizer.json").read_text())
+    assert built["model"]["merges"] == json.loads(whole.to_str())["model"]["merges"]
+    key = blocks_mod.BlockKey(source_hash=d.source_hash, tokenizer_hash=d.tokenizer_hash, seq_len=16,
+                              vocab_size=d.vocab_size, eos_id=d.eos_id, val_frac=get_preset("debug").data.val_frac)
+    _whole_document_blocks(tmp_path / "reference", [t for t in texts if t], d.tokenizer_dir, key)
+    for name in ("train.npy", "val.npy"):
+        assert (d.cache_dir / name).read_bytes() == (tmp_path / "reference" / name).read_bytes(), name
+    assert d.n_tokens == len(np.concatenate([d.train.numpy().ravel(), d.val.numpy().ravel()])) + d.n_tokens % 17
+    assert not (d.cache_dir / "tokens.int32").exists()
