@@ -231,6 +231,7 @@ def main(argv=None, description: str = "") -> int:
             model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log,
                                                    progress=not args.no_progress)
             set_trainable(model, TRAINED)  # refuses a model without q/k norm gains before any training
+            adapter.check_window(args.seq_len)  # the training blocks and the probe batch: as every study checks
             del model
             docs = text_documents(ENGLISH)
             train_docs, held = split_corpus(docs)
