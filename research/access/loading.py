@@ -25,12 +25,14 @@ def _load_own(path: Path, dtype: torch.dtype):
     from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
     from training.checkpoint import load_newest_weights
+    from training.memory_fit import check_fits
     from utils.io import check_links
     check_links(path, "inspect another run", InspectError)
     try:
         cfg = RunConfig.load(path / "config.json")
     except ConfigError as e:
         raise InspectError(str(e)) from e
+    check_fits(cfg)  # the model is built in this machine's memory: refused with the numbers when it cannot be
     model = MinimalLLM(cfg.model)
     ckpt, failed = load_newest_weights(path / "checkpoints", model)
     for bad, why in failed:
