@@ -39,8 +39,9 @@ def build_parser(description: str = "") -> ArgumentParser:
                    help="Hub revisions (branches, tags or commits) of the one hub id in --checkpoints, e.g. a "
                         "model's intermediate training checkpoints; needs a network. Default: none")
     p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
-                   help="Training step of each checkpoint (or revision), in the order given, overriding what is read "
-                        "from the checkpoints. Default: read from each checkpoint")
+                   help="Training step of each checkpoint (or revision), in the order given, for checkpoints that "
+                        "record none; a step recorded in export.json or trainer_state.json must agree. Default: read "
+                        "from each checkpoint")
     add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
                         seed_help="Seed of the windows' choice", margin_reads="unchanged")
     return p
