@@ -280,14 +280,15 @@ class HFAdapter(Adapter):
         self.context, self.context_name = dims["context"], "max_position_embeddings"
         self._check_weights(source)
 
-    # where the config keeps each dimension (GPT-2 names them otherwise); a field that is absent takes the default
-    FIELDS = {"n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
-              "d_model": "hidden_size", "context": "max_position_embeddings"}
+    # where the config keeps each dimension (GPT-2 names them otherwise; None: none); an absent one takes the default
+    FIELDS: dict[str, str | None] = {
+        "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+        "d_model": "hidden_size", "context": "max_position_embeddings"}
 
     @classmethod
     def dims(cls, c) -> dict:
         """The attention's dimensions as the config states them (None where a field is absent)."""
-        return {k: getattr(c, field, None) for k, field in cls.FIELDS.items()}
+        return {k: getattr(c, field, None) if field else None for k, field in cls.FIELDS.items()}
 
     @classmethod
     def check_config(cls, c, source: str) -> dict:
@@ -481,14 +482,9 @@ class GPT2Adapter(HFAdapter):
     def _layer_list(self):
         return self.base.h
 
-    FIELDS = {"n_heads": "n_head", "n_kv_heads": "n_head", "head_dim": "no head_dim", "d_model": "n_embd",
+    # GPT-2 splits n_embd into n_head equal heads (no head_dim) and has no KV heads of its own
+    FIELDS = {"n_heads": "n_head", "n_kv_heads": "n_head", "head_dim": None, "d_model": "n_embd",
               "context": "n_positions"}
-
-    @classmethod
-    def dims(cls, c):
-        d = super().dims(c)
-        d["head_dim"] = None  # GPT-2 splits n_embd into n_head equal heads
-        return d
 
     def attn(self, i):
         return self.layers[i].attn
