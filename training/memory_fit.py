@@ -200,7 +200,7 @@ def largest_contributor(cfg: RunConfig, need: Callable[[RunConfig], int]) -> str
             c = _with(cfg, field, max(1, _value(cfg, field) // 2))
             if c is not None:
                 saved[field] = total - need(c)
-    return max(saved, key=saved.get)
+    return max(saved, key=saved.get) if saved else "n_layers"  # n_layers always halves; kept for safety
 
 
 def _size_fix(cfg: RunConfig, need: Callable[[RunConfig], int], available: int) -> str:
