@@ -10,9 +10,10 @@ Each checkpoint (a Hugging Face folder, a GGUF file, or a revision of one hub id
 SAME --batches batches of --batch windows of --seq_len tokens of real text (--text) go through it: per
 batch the probe's key metrics (per layer and KV head at k_proj, k_norm where the model has one, and after
 RoPE), its attention metrics and its loss (research/inspection/key_study.py). The training step of each
-checkpoint is read from it (research/inspection/checkpoints.py) unless --steps gives them; checkpoints are
-taken in step order. A checkpoint whose weights hash (sha256 of the state dict) equals an earlier one's is
-named as its duplicate and not measured: it is no progress of training, whatever its name says.
+checkpoint is read from it (research/access/checkpoints.py) unless --steps gives them (a step the checkpoint
+records must agree); checkpoints are taken in step order. A checkpoint whose weights hash (sha256 of the state
+dict) equals an earlier one's is named as its duplicate and not measured: it is no progress of training,
+whatever its name says.
 research/analysis/trajectory.py decides, per layer group, the change from the first to the last checkpoint,
 with text batches as the unit of uncertainty. All checkpoints must share one architecture and tokenizer.
 """

@@ -1,22 +1,24 @@
-"""The memory plan against the device: `--plan` prints it, a CUDA run that cannot fit is refused.
+"""The memory plan against the device: `--plan` prints it, a run that cannot fit is refused.
 
 `plan_text(cfg, world_size)` is what `train_llm.py --plan` and every study's `--plan` print;
-`check_fits(cfg, runtime)` runs before the model is built (training.run.train_run) and raises
-MemoryPlanError, naming the options that would fit, when the plan with its headroom exceeds the memory
-CUDA reports free (torch.cuda.mem_get_info). On every device the model is first built in this machine's
-memory, whose RoPE tables grow with --max_seq_len: tables that would take more than half of the physical
-memory (os.sysconf) are refused, naming a --max_seq_len that fits. Otherwise nothing is refused on CPU:
-the plan is printed on request.
+`check_fits(cfg, runtime)` is the one check every tool passes before it builds a model from a config
+(training.run.train_run, loading a run folder, its export). The model is built in this machine's memory on
+every device (fp32 weights, the RoPE tables of --max_seq_len), and a CPU run trains there (the whole plan:
+gradients, Muon + AdamW state, activations): a need above the memory available now is refused, naming the size
+field that costs the most and its largest value that fits. A CUDA run's plan with its headroom is compared with
+the memory CUDA reports free (torch.cuda.mem_get_info): MemoryPlanError names the options that would fit.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Callable
 
 import torch
 
 from configs.cli import apply_overrides
 from configs.config import ConfigError, RunConfig
-from training.memory import GIB, HEADROOM, MemoryPlan, format_plan, needed_bytes, plan_memory
+from training.memory import GIB, HEADROOM, MemoryPlan, format_plan, needed_bytes, param_counts, plan_memory
 from utils.runtime import Runtime, resolve_precision
 
 DEVICE_COUNTS = (2, 4, 8, 16, 32)  # FSDP sizes tried when naming options
@@ -108,6 +110,18 @@ def physical_memory() -> int | None:
         return None
 
 
+def available_memory() -> int | None:
+    """Bytes this machine can give a new allocation now: MemAvailable of /proc/meminfo (Linux), else the physical
+    memory (None where the OS says neither)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return physical_memory()
+
+
 def rope_bytes_per_position(cfg: RunConfig) -> int:
     """Peak bytes per position while models.layers.Rotary builds its tables: the float64 positions, angles
     and a float64 cos or sin, and the two float32 tables kept."""
@@ -115,32 +129,117 @@ def rope_bytes_per_position(cfg: RunConfig) -> int:
     return 8 + half * (8 + 8 + 4 + 4)
 
 
-def check_rope_fits(cfg: RunConfig, memory: int | None = None) -> None:
-    """Refuse a --max_seq_len whose RoPE tables would take more than half of this machine's memory."""
-    memory = physical_memory() if memory is None else memory
-    if not memory:
-        return
-    per = rope_bytes_per_position(cfg)
-    need = cfg.model.max_seq_len * per
-    if need <= memory // 2:
-        return
-    fits = memory // 2 // per
-    suggest = max(cfg.data.seq_len, 1 << (fits.bit_length() - 1)) if fits >= cfg.data.seq_len else cfg.data.seq_len
-    raise MemoryPlanError(
-        f"--max_seq_len {cfg.model.max_seq_len:,}: the model's RoPE tables (built for every position up to "
-        f"max_seq_len, in this machine's memory before any device) need {need / GIB:.1f} GiB, more than half of the "
-        f"{memory / GIB:.1f} GiB this machine has. Fix: --max_seq_len {suggest} (up to {fits:,} fits; the run's "
-        f"blocks need only --seq_len {cfg.data.seq_len})")
+def host_parts(cfg: RunConfig, runtime: Runtime | None) -> dict[str, int]:
+    """Bytes this machine's memory holds for the model, by part: the model is built here in fp32 (its weights and
+    the RoPE tables' build) on every device; a CPU run also trains here (the whole plan of training/memory.py:
+    gradients, the optimizer state of Muon + AdamW, activations for batch x seq_len x d_model x layers), once
+    per process. runtime None: the model is only built (inspection, export)."""
+    rope = cfg.model.max_seq_len * rope_bytes_per_position(cfg)
+    weights = 4 * param_counts(cfg.model).total
+    if runtime is None or runtime.device.type != "cpu":
+        return {"weights": weights, "rope_tables": rope}
+    q = _plan(cfg, runtime.world_size, ("cpu", runtime.precision)).parts
+    procs = runtime.local_world_size  # the processes on this machine, each with its model
+    optimizer = q["muon_momentum"] + q["adamw_moments"] + max(q["muon_step"], q["adamw_step"])
+    activations = sum(q[k] for k in ("activations", "recomputed_block", "loss_saved", "loss_workspace",
+                                     "loss_gradients", "block_backward", "probe", "bf16_weight_copies"))
+    return {"weights": procs * q["weights"], "gradients": procs * q["gradients"],
+            "optimizer_state": procs * optimizer, "activations": procs * activations, "rope_tables": procs * rope}
 
 
-def check_fits(cfg: RunConfig, runtime: Runtime) -> None:
-    """Refuse a model whose RoPE tables cannot be built in this machine's memory, and a CUDA run whose planned
-    need exceeds the device's free memory (MemoryPlanError names options); the device, precision and process
-    count are the runtime's."""
-    check_rope_fits(cfg)
+SIZE_FIELDS = ("vocab_size", "d_model", "d_ff", "n_layers", "max_seq_len", "batch_size", "seq_len")
+_SECTION = {"batch_size": "train", "seq_len": "data"}
+
+
+def _value(cfg: RunConfig, field: str) -> int:
+    return getattr(getattr(cfg, _SECTION.get(field, "model")), field)
+
+
+def _reference(cfg: RunConfig) -> RunConfig:
+    """What the sizes are compared with: the config's preset, else the defaults."""
+    from configs.presets import PRESETS
+    return PRESETS[cfg.preset]() if cfg.preset in PRESETS else RunConfig()
+
+
+def _with(cfg: RunConfig, field: str, value: int) -> RunConfig | None:
+    try:
+        return apply_overrides(cfg, {field: value})
+    except ConfigError:
+        return None
+
+
+def largest_fit(cfg: RunConfig, field: str, need: Callable[[RunConfig], int], available: int) -> int | None:
+    """The largest value of `field` up to its current one with which `need` fits `available`, the other fields kept
+    (None: not even the smallest). d_model moves in whole heads of an even size."""
+    step = 2 * cfg.model.n_heads if field == "d_model" else 1
+    lo = cfg.data.seq_len if field == "max_seq_len" else 1  # RoPE covers the blocks at least
+    hi = _value(cfg, field) // step
+    fits = lambda k: (c := _with(cfg, field, k * step)) is not None and need(c) <= available  # noqa: E731
+    if _with(cfg, field, lo * step) is None:  # e.g. a BPE vocabulary below 260: start from the preset's value
+        lo = min(_value(_reference(cfg), field), _value(cfg, field)) // step
+    if not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo * step
+
+
+def largest_contributor(cfg: RunConfig, need: Callable[[RunConfig], int]) -> str:
+    """The size field that costs the most memory: of the fields above the preset's (or default) value, the one whose
+    return to it saves the most; when none is above, the one whose halving saves the most."""
+    ref, total = _reference(cfg), need(cfg)
+    saved = {}
+    for field in SIZE_FIELDS:
+        if _value(cfg, field) > _value(ref, field):
+            c = _with(cfg, field, _value(ref, field))
+            saved[field] = total - need(c) if c is not None else 0
+    if not saved or max(saved.values()) <= 0:
+        saved = {}
+        for field in SIZE_FIELDS:
+            c = _with(cfg, field, max(1, _value(cfg, field) // 2))
+            if c is not None:
+                saved[field] = total - need(c)
+    return max(saved, key=saved.get) if saved else "n_layers"  # n_layers always halves; kept for safety
+
+
+def _size_fix(cfg: RunConfig, need: Callable[[RunConfig], int], available: int) -> str:
+    """'The largest contributor is --F = V (...). Fix: --F N or less' for a need that does not fit."""
+    field = largest_contributor(cfg, need)
+    ref = _reference(cfg)
+    value, base = _value(cfg, field), _value(ref, field)
+    where = f"the {ref.preset} preset has {base:,}" if ref.preset != "custom" else f"the default is {base:,}"
+    fit = largest_fit(cfg, field, need, available)
+    fix = (f"--{field} {fit:,} or less (the other sizes as given)" if fit is not None else
+           f"--{field} {base:,} and smaller other sizes (no --{field} alone fits)")
+    return f"the largest contributor is --{field} {value:,} ({where}). Fix: {fix}"
+
+
+def _gib(n: int) -> str:
+    return f"{n / GIB:,.1f}"
+
+
+def check_fits(cfg: RunConfig, runtime: Runtime | None = None) -> None:
+    """The one memory check before a model is built from a config (training.run.train_run, loading a run of this
+    project, its export): the model, and on CPU its whole training (weights, gradients, Muon + AdamW state,
+    activations), against this machine's available memory; a CUDA run's plan against the device's free memory.
+    MemoryPlanError gives the numbers and a fix naming the size field that costs the most. runtime None: the model
+    is only built, not trained."""
+    memory = available_memory()
+    if memory:
+        need = lambda c: sum(host_parts(c, runtime).values())  # noqa: E731
+        parts = host_parts(cfg, runtime)
+        total = sum(parts.values())
+        if total > memory:
+            what = "training it on cpu" if runtime is not None and runtime.device.type == "cpu" else "building it"
+            listed = ", ".join(f"{k.replace('_', ' ')} {_gib(v)}" for k, v in parts.items() if v >= total / 1000)
+            raise MemoryPlanError(
+                f"the model ({param_counts(cfg.model).total:,} parameters) does not fit in this machine's memory: "
+                f"{what} needs {_gib(total)} GiB ({listed}) but {_gib(memory)} GiB is available; "
+                f"{_size_fix(cfg, need, memory)}")
+    if runtime is None or runtime.device.type != "cuda":
+        return
     device, world_size = runtime.device, runtime.world_size
-    if device.type != "cuda":
-        return
     plan = _plan(cfg, world_size, (device.type, runtime.precision))
     need = needed_bytes(plan)
     free, total = cuda_free(device)
@@ -148,7 +247,7 @@ def check_fits(cfg: RunConfig, runtime: Runtime) -> None:
         return
     options = fit_options(cfg, world_size, free)
     fix = ("options that fit: " + "; ".join(options)) if options else \
-        "no micro-batch, checkpointing or FSDP setting up to 32 devices fits: use a smaller model or larger GPUs"
+        _size_fix(cfg, lambda c: needed_bytes(_plan(c, world_size, (device.type, runtime.precision))), free)
     raise MemoryPlanError(
         f"the run needs {need / GIB:.1f} GiB per device ({plan.peak_phase} peak {plan.peak / GIB:.1f} GiB + "
         f"{HEADROOM:.0%} headroom; --plan lists every part) but {device} has {free / GIB:.1f} GiB free of "

@@ -26,9 +26,9 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
-    A run whose model cannot be built in this machine's memory (the RoPE tables of --max_seq_len), or
-    a CUDA run whose memory plan (training/memory.py) does not fit the device, stops first, with
-    training.memory_fit.MemoryPlanError naming options that would fit. Rank 0 then locks `out_dir`
+    A run whose model (on CPU: its whole training) does not fit this machine's memory, or a CUDA run
+    whose memory plan (training/memory.py) does not fit the device, stops first, with
+    training.memory_fit.MemoryPlanError naming the field or the options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
     prepares the data (building the caches); the other ranks then read them. `runtime`: the device,
     precision and process group settled once for this process (resolved from cfg.train when None), handed to

@@ -135,6 +135,13 @@ class Adapter:
         """Token ids the model can read and write: rows of the smaller of its two dictionaries."""
         return min(self.input_embedding().shape[0], self.output_embedding().shape[0])
 
+    def check_window(self, tokens: int, what: str = "windows", option: str = "--seq_len") -> None:
+        """InspectError when sequences of `tokens` tokens are longer than the model's context: the one check of
+        every tool that feeds windows to a model (`option`: what sets their length, named in the fix)."""
+        if self.context is not None and tokens > self.context:
+            raise InspectError(f"{what} of {tokens} tokens ({option}) are longer than the context of {self.source} "
+                               f"({self.context_name} = {self.context}): pass {option} {self.context} or less")
+
     def check_token_ids(self, ids: torch.Tensor, what: str = "the prompt") -> None:
         """InspectError when a token id has no embedding row (the tokenizer is not the model's)."""
         rows = self.input_embedding().shape[0]
@@ -266,22 +273,75 @@ class HFAdapter(Adapter):
         self.base = self._base()
         self.layers = list(self._layer_list())
         self.n_layers = len(self.layers)
-        self._set_dims(model.config)
-        ctx = getattr(model.config, "max_position_embeddings", None)  # GPT-2: n_positions, mapped by its config
-        self.context = ctx if isinstance(ctx, int) and ctx > 0 else None
-        self.context_name = "max_position_embeddings"
+        source = getattr(model.config, "_name_or_path", None) or f"the {self.model_type} model"
+        dims = self.check_config(model.config, source)
+        self.n_heads, self.n_kv_heads, self.head_dim, self.d_model = (
+            dims[k] for k in ("n_heads", "n_kv_heads", "head_dim", "d_model"))
+        self.context, self.context_name = dims["context"], "max_position_embeddings"
+        self._check_weights(source)
+
+    # where the config keeps each dimension (GPT-2 names them otherwise; None: none); an absent one takes the default
+    FIELDS: dict[str, str | None] = {
+        "n_heads": "num_attention_heads", "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+        "d_model": "hidden_size", "context": "max_position_embeddings"}
+
+    @classmethod
+    def dims(cls, c) -> dict:
+        """The attention's dimensions as the config states them (None where a field is absent)."""
+        return {k: getattr(c, field, None) if field else None for k, field in cls.FIELDS.items()}
+
+    @classmethod
+    def check_config(cls, c, source: str) -> dict:
+        """The model's structure checked where it loads, before any weight is read, so no tool meets it later:
+        heads a multiple of the KV heads, a head size, a positive context. Returns the dimensions (defaults
+        filled in); InspectError names the model, the fields' values and the fix."""
+        d = cls.dims(c)
+        if d["n_kv_heads"] is None:
+            d["n_kv_heads"] = d["n_heads"]
+        fix = "the model's config.json is damaged or describes a model transformers cannot run: restore it, or " \
+              "pass another model"
+        for key in ("n_heads", "n_kv_heads", "d_model"):
+            value = d[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InspectError(f"{source}: {cls.FIELDS[key]} = {value!r:.40} should be a whole number >= 1; "
+                                   f"{fix}")
+        n, kv = d["n_heads"], d["n_kv_heads"]
+        if n % kv:
+            raise InspectError(f"{source}: {cls.FIELDS['n_heads']} = {n} is not a multiple of "
+                               f"{cls.FIELDS['n_kv_heads']} = {kv} (each key/value head serves the same number of "
+                               f"query heads), so its attention cannot run; {fix}")
+        if d["head_dim"] is None:
+            if d["d_model"] % n:
+                raise InspectError(f"{source}: {cls.FIELDS['d_model']} = {d['d_model']} is not divisible by "
+                                   f"{cls.FIELDS['n_heads']} = {n}, and no head_dim is given, so a head has no "
+                                   f"whole size; {fix}")
+            d["head_dim"] = d["d_model"] // n
+        elif isinstance(d["head_dim"], bool) or not isinstance(d["head_dim"], int) or d["head_dim"] < 1:
+            raise InspectError(f"{source}: {cls.FIELDS['head_dim']} = {d['head_dim']!r:.40} should be a whole "
+                               f"number >= 1; {fix}")
+        ctx = d["context"]
+        if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
+            raise InspectError(f"{source}: {cls.FIELDS['context']} = {ctx!r:.40} should be the context length, a "
+                               f"whole number >= 1; {fix}")
+        return d
+
+    def _check_weights(self, source: str) -> None:
+        """Each layer's q and k projections hold heads x head_dim rows, as the config says."""
+        for i in range(self.n_layers):
+            w = self.qkvo(i)
+            for m, heads in (("q", self.n_heads), ("k", self.n_kv_heads)):
+                rows = w[m].shape[0]
+                if rows != heads * self.head_dim:
+                    raise InspectError(f"{source}: layer {i}'s {m} projection has {rows} rows, not {heads} heads x "
+                                       f"head_dim {self.head_dim} = {heads * self.head_dim} as its config says: the "
+                                       f"weights and config.json do not belong together; restore the model's "
+                                       f"folder, or pass another model")
 
     def _base(self) -> nn.Module:
         return self.model.model
 
     def _layer_list(self):
         return self.base.layers
-
-    def _set_dims(self, c) -> None:
-        self.n_heads = c.num_attention_heads
-        self.n_kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        self.d_model = c.hidden_size
-        self.head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
 
     def attn(self, i: int) -> nn.Module:
         return self.layers[i].self_attn
@@ -422,10 +482,9 @@ class GPT2Adapter(HFAdapter):
     def _layer_list(self):
         return self.base.h
 
-    def _set_dims(self, c):
-        self.n_heads = self.n_kv_heads = c.n_head
-        self.d_model = c.n_embd
-        self.head_dim = c.n_embd // c.n_head
+    # GPT-2 splits n_embd into n_head equal heads (no head_dim) and has no KV heads of its own
+    FIELDS = {"n_heads": "n_head", "n_kv_heads": "n_head", "head_dim": None, "d_model": "n_embd",
+              "context": "n_positions"}
 
     def attn(self, i):
         return self.layers[i].attn

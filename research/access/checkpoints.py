@@ -22,6 +22,7 @@ from research.access.adapters import InspectError
 
 EXPORT_INFO = "export.json"  # written into an export by research/export (run, checkpoint step, mapping)
 TRAINER_STATE = "trainer_state.json"
+RECORDED = (EXPORT_INFO, TRAINER_STATE)  # where a checkpoint records its own step (not guessed from a name)
 _TRAINER_DIR = re.compile(r"^checkpoint-(\d+)$")
 
 

@@ -34,9 +34,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
-from research.access.adapters import InspectError
+from research.access.adapters import ADAPTERS, InspectError
 from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
 META_NAME = "gguf_source.json"
@@ -161,7 +162,8 @@ def find_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -
 
 
 def _gguf_summary(path: Path) -> dict:
-    """Architecture and the element count per tensor type, read from the file's header."""
+    """Architecture, the element count per tensor type, and the scalar settings of the architecture
+    ("<architecture>.attention.head_count": 9, ...), read from the file's header."""
     try:
         import gguf
     except ImportError as e:
@@ -173,15 +175,43 @@ def _gguf_summary(path: Path) -> dict:
         types = Counter()
         for t in reader.tensors:
             types[t.tensor_type.name] += int(t.n_elements)
+        settings = {}
+        for key, f in reader.fields.items():
+            if key.startswith(f"{arch}.") and len(f.data) == 1 and len(f.parts[f.data[0]]) == 1:
+                value = f.parts[f.data[0]][0]
+                settings[key[len(arch) + 1:]] = value.item() if hasattr(value, "item") else value
     except Exception as e:  # noqa: BLE001 - a damaged file fails in many ways; one message names it
         raise InspectError(f"{path} is not a readable GGUF file ({type(e).__name__}: {str(e)[:200]}): "
                            f"download or install it again") from e
-    return {"architecture": arch, "tensor_types": dict(types.most_common())}
+    return {"architecture": arch, "tensor_types": dict(types.most_common()), "settings": settings}
 
 
-def _supported_architectures() -> set[str]:
+# GGUF architectures whose Hugging Face model_type has another name (transformers' GGUF loader renames them)
+GGUF_MODEL_TYPES = {"gemma3": "gemma3_text"}
+
+
+def check_architecture(path: Path, summary: dict) -> None:
+    """Refuse, before any conversion, a GGUF file that transformers cannot read, whose architecture no adapter reads
+    (research/access/adapters.py), or whose settings describe an attention that cannot run (the checks of every
+    model's config: heads a multiple of the KV heads, a head size, a context length)."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
-    return set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"}
+    arch = summary["architecture"]
+    supported = set(GGUF_CONFIG_MAPPING) - {"general", "tokenizer"}
+    if arch not in supported:
+        raise InspectError(f"{path.name}: architecture {arch!r} cannot be read from GGUF by "
+                           f"transformers {__import__('transformers').__version__} (it reads "
+                           f"{', '.join(sorted(supported))}); convert the model to a Hugging Face folder elsewhere "
+                           f"and pass that folder")
+    model_type = GGUF_MODEL_TYPES.get(arch, arch)
+    adapter = ADAPTERS.get(model_type)
+    if adapter is None:
+        raise InspectError(f"{path.name}: architecture {arch!r} (model type {model_type!r}) has no adapter in "
+                           f"research/access/adapters.py, which reads {', '.join(sorted(ADAPTERS))}: nothing was "
+                           f"converted; pass a model of one of these families, or add an adapter class that says "
+                           f"where this family keeps its keys")
+    fields = {hf: summary["settings"][key] for key, hf in GGUF_CONFIG_MAPPING[arch].items()
+              if hf and key in summary["settings"]}
+    adapter.check_config(SimpleNamespace(**fields), f"{path.name} (its GGUF settings, as a Hugging Face config)")
 
 
 def _check_loss(model, ids) -> float:
@@ -194,12 +224,8 @@ def _convert(path: Path, sha: str, folder: Path, log) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     summary = _gguf_summary(path)
-    supported = _supported_architectures()
-    if summary["architecture"] not in supported:
-        raise InspectError(f"{path.name}: architecture {summary['architecture']!r} cannot be read from GGUF by "
-                           f"transformers {__import__('transformers').__version__} (it reads "
-                           f"{', '.join(sorted(supported))}); convert the model to a Hugging Face folder elsewhere "
-                           f"and pass that folder")
+    check_architecture(path, summary)
+    summary.pop("settings")
     try:
         import accelerate  # noqa: F401 - transformers' GGUF loading needs it
     except ImportError as e:

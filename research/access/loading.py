@@ -1,6 +1,7 @@
 """Loading a model to inspect: a local Hugging Face folder, a hub id, or a training folder of this project."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -24,12 +25,14 @@ def _load_own(path: Path, dtype: torch.dtype):
     from configs import ConfigError, RunConfig
     from models.llm import MinimalLLM
     from training.checkpoint import load_newest_weights
+    from training.memory_fit import check_fits
     from utils.io import check_links
     check_links(path, "inspect another run", InspectError)
     try:
         cfg = RunConfig.load(path / "config.json")
     except ConfigError as e:
         raise InspectError(str(e)) from e
+    check_fits(cfg)  # the model is built in this machine's memory: refused with the numbers when it cannot be
     model = MinimalLLM(cfg.model)
     ckpt, failed = load_newest_weights(path / "checkpoints", model)
     for bad, why in failed:
@@ -82,6 +85,57 @@ def _hf_config(name: str, path: Path, local: bool, revision: str | None = None):
                            f"folder.") from cached_error
 
 
+def local_kind(name: str) -> str | None:
+    """What `name` is when it is no hub id: "folder", "file" or "packaged model" (None: a hub id, or nothing)."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return "folder"
+    if path.exists():
+        return "file"
+    return "packaged model" if name in PACKAGED else None
+
+
+# the files one of transformers' tokenizers is read from; a folder holding none of them has no tokenizer
+TOKENIZER_FILES = (("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",))
+
+
+def safetensors_problem(f: Path) -> str | None:
+    """What is wrong with a .safetensors file, read from its header and size alone (None: nothing seen)."""
+    size = f.stat().st_size
+    with f.open("rb") as fh:
+        head = fh.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if n < 0 or 8 + n > size:
+            return f"{size:,} bytes, fewer than its header needs"
+        try:
+            header = json.loads(fh.read(n))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "its header is not readable"
+    if 8 + n + end > size:
+        return f"{size:,} bytes, where its header lists tensors up to byte {8 + n + end:,}"
+    return None
+
+
+def check_local_files(folder: Path) -> None:
+    """InspectError naming the file and the fix: a cut-off or damaged weights file, a folder without tokenizer
+    files; the checks every local Hugging Face folder passes before transformers reads it."""
+    weights = sorted(folder.glob("*.safetensors"))
+    if not weights and not any(folder.glob("pytorch_model*.bin")):
+        raise InspectError(f"{folder} has no weights file (model.safetensors, or pytorch_model.bin): copy the model's "
+                           f"weights into it (model.save_pretrained(\"{folder}\")), or pass the folder that holds "
+                           f"them")
+    for f in weights:
+        problem = safetensors_problem(f)
+        if problem:
+            raise InspectError(f"{f} is damaged or cut off ({problem}): copy or download the model again (an "
+                               f"interrupted copy or download leaves such a file)")
+    if not any(all((folder / n).is_file() for n in files) for files in TOKENIZER_FILES):
+        names = ", ".join(" + ".join(files) for files in TOKENIZER_FILES)
+        raise InspectError(f"{folder} has no tokenizer files (none of {names}): copy the model's tokenizer into it "
+                           f"(tokenizer.save_pretrained(\"{folder}\")), or pass the folder that holds them")
+
+
 def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAULT_CACHE,
                log=print, progress: bool = True,
                revision: str | None = None) -> tuple[torch.nn.Module, object, Adapter]:
@@ -93,9 +147,9 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
     commit) of a hub id, e.g. one of a model's intermediate training checkpoints; only for hub ids."""
     if dtype not in DTYPES:
         raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    if revision is not None and (Path(name).expanduser().exists() or name in PACKAGED):
-        raise InspectError(f"revision {revision!r} given for {name!r}, which is a local file, folder or packaged "
-                           f"model: revisions belong to hub ids only; pass each local checkpoint as its own folder")
+    if revision is not None and local_kind(name):
+        raise InspectError(f"revision {revision!r} given for {name!r}, which is a local {local_kind(name)}: revisions "
+                           f"belong to hub ids only; pass each local checkpoint as its own folder")
     with library_progress(progress):
         converted = resolve_gguf(name, cache_folder(cache_dir, "models"), log)
         if converted is not None:
@@ -132,19 +186,29 @@ def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
         raise InspectError(f"unsupported architecture {config.model_type!r} "
                            f"({', '.join(getattr(config, 'architectures', None) or [])}): supported model types are "
                            f"{', '.join(sorted(ADAPTERS))} and this project's train_llm.py checkpoints")
+    if local:
+        check_local_files(path)  # before transformers reads them: its errors name no file and no fix
     from transformers import AutoModelForCausalLM, AutoTokenizer
     src = str(path) if local else name
+    adapter_cls.check_config(config, f"{src}@{revision}" if revision else src)  # before any weight is read
     if gguf is not None or (local and read_meta(path) is not None):
         # a folder converted from GGUF holds float32 weights; one converted before the conversion dropped the GGUF
         # quantization_config from its config.json would load as a "quantized" model that no Trainer fine-tunes
         config.__dict__.pop("quantization_config", None)
+    at = f" at revision {revision!r}" if revision else ""
     try:
         model = AutoModelForCausalLM.from_pretrained(src, config=config, dtype=dtype, local_files_only=from_local,
                                                      attn_implementation=DEFAULT_ATTN, revision=revision)
+    except Exception as e:  # noqa: BLE001
+        damaged = " (a weights file is damaged or cut off: download the model again)" \
+            if type(e).__name__ == "SafetensorError" else ""
+        raise InspectError(f"cannot load the weights of {src}{at}{damaged} ({type(e).__name__}: {e})") from e
+    try:
         tokenizer = AutoTokenizer.from_pretrained(src, local_files_only=from_local, revision=revision)
     except Exception as e:  # noqa: BLE001
-        at = f" at revision {revision!r}" if revision else ""
-        raise InspectError(f"cannot load the weights or tokenizer of {src}{at} ({type(e).__name__}: {e})") from e
+        raise InspectError(f"cannot load the tokenizer of {src}{at} ({type(e).__name__}: {str(e)[:300]}): the "
+                           f"model's tokenizer files are missing or damaged; copy them from the model's "
+                           f"source") from e
     model.eval()
     adapter = adapter_cls(model)
     adapter.source = f"{src}@{revision}" if revision else src

@@ -43,6 +43,7 @@ import torch
 from configs.config import ConfigError, ModelConfig, RunConfig
 from models.llm import MinimalLLM
 from research.access.checkpoints import EXPORT_INFO
+from training.memory_fit import check_fits
 from training.checkpoint import (Checkpoint, CheckpointError, list_checkpoints, load_model_weights,
                                  load_newest_weights, read_state)
 from utils.errors import UserError
@@ -140,6 +141,7 @@ def load_native(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Chec
         cfg = RunConfig.load(run_dir / "config.json")
     except (ConfigError, RuntimeError) as e:
         raise ExportError(str(e)) from e
+    check_fits(cfg)  # the model is built in this machine's memory: refused with the numbers when it cannot be
     model = MinimalLLM(cfg.model)
     if step is not None:
         ckpt = _load_step(run_dir, model, step)

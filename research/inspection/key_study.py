@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from research.access.adapters import Adapter, InspectError
+from research.access.adapters import Adapter
 from research.inspection.tour import excluding_query0
 from research.probing.metrics import attention_metrics, key_metrics
 
@@ -84,10 +84,7 @@ def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapt
     """The per-batch records of `windows` [N, T] cut into batches of `batch` windows (N a multiple of it)."""
     if windows.shape[0] % batch:
         raise ValueError(f"{windows.shape[0]} windows do not cut into batches of {batch}")
-    T, ctx = windows.shape[1], adapter.context
-    if ctx is not None and T > ctx:
-        raise InspectError(f"windows of {T} tokens (--seq_len) are longer than the context of {adapter.source} "
-                           f"({adapter.context_name} = {ctx}): pass --seq_len {ctx} or less")
+    adapter.check_window(windows.shape[1])
     adapter.check_token_ids(windows, "the text")
     L = adapter.n_layers
     device = next(adapter.model.parameters()).device

@@ -189,8 +189,9 @@ class HFKeyProbe:
     def adapter(self, model: nn.Module):
         base = base_model(model)
         if self.current is None or self.current.model is not base:
-            adapter = adapter_for(base)
             try:
+                adapter = adapter_for(base)
+                adapter.check_window(self.ids.shape[1], "the probe batch's windows", "probe_ids_BT's length")
                 adapter.check_token_ids(self.ids, "the probe batch")
             except InspectError as e:
                 raise ProbeError(str(e)) from e

@@ -51,6 +51,7 @@ def measure(args) -> dict:
     runtime = resolve_runtime("auto", args.precision)
     device, precision = runtime.device, runtime.precision
     model, _, adapter = load_model(args.model, "float32", log=lambda *a: None, progress=False)
+    adapter.check_window(args.seq_len)
     model.to(device).train()
     emb = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
     params = [p for p in model.parameters() if id(p) not in emb]

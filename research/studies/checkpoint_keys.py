@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 
 from research.access import InspectError
-from research.access.checkpoints import read_step, weights_sha256
-from research.access.loading import is_own_run, load_model
+from research.access.checkpoints import RECORDED, read_step, weights_sha256
+from research.access.loading import is_own_run, load_model, local_kind
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
 from research.results.trajectory import FILE, SCHEMA, VERSION
@@ -39,8 +39,9 @@ def build_parser(description: str = "") -> ArgumentParser:
                    help="Hub revisions (branches, tags or commits) of the one hub id in --checkpoints, e.g. a "
                         "model's intermediate training checkpoints; needs a network. Default: none")
     p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
-                   help="Training step of each checkpoint (or revision), in the order given, overriding what is read "
-                        "from the checkpoints. Default: read from each checkpoint")
+                   help="Training step of each checkpoint (or revision), in the order given, for checkpoints that "
+                        "record none; a step recorded in export.json or trainer_state.json must agree. Default: read "
+                        "from each checkpoint")
     add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
                         seed_help="Seed of the windows' choice", margin_reads="unchanged")
     return p
@@ -57,6 +58,11 @@ def parse_args(argv=None, description: str = "") -> argparse.Namespace:
     if args.revisions is not None and len(args.checkpoints) != 1:
         p.error(f"--revisions takes one hub id in --checkpoints, found {len(args.checkpoints)}: pass local "
                 f"checkpoints without --revisions")
+    if args.revisions is not None:
+        local = local_kind(args.checkpoints[0])
+        if local:
+            p.error(f"--revisions applies to hub ids, and {args.checkpoints[0]} is a local {local}: pass each local "
+                    f"checkpoint as its own entry of --checkpoints, without --revisions")
     n = len(args.revisions) if args.revisions is not None else len(args.checkpoints)
     if n < 2:
         p.error("give 2 or more checkpoints (or revisions): a trajectory needs more than one point")
@@ -93,16 +99,23 @@ def plan(args) -> list[dict]:
     else:
         entries = [{"label": lab, "name": n, "revision": None} for lab, n in zip(_labels(args.checkpoints),
                                                                                 args.checkpoints)]
+    contradicted = []
     for i, e in enumerate(entries):
+        found = read_step(e["name"], e["revision"])
         if args.steps is not None:
             e["step"], e["step_from"] = args.steps[i], "--steps"
+            if found is not None and found[1] in RECORDED and found[0] != args.steps[i]:
+                contradicted.append(f"{e['label']}: --steps gives {args.steps[i]}, its {found[1]} records "
+                                    f"{found[0]}")
             continue
-        found = read_step(e["name"], e["revision"])
         if found is None:
             raise InspectError(f"no training step found for {e['label']} (no export.json, trainer_state.json, "
                                f"checkpoint-N folder name or number in a revision's name): pass --steps, one per "
                                f"checkpoint in the order given")
         e["step"], e["step_from"] = found
+    if contradicted:  # a given step against the checkpoint's own record would reorder the trajectory silently
+        raise InspectError(f"--steps contradicts the steps the checkpoints record ({'; '.join(contradicted)}): leave "
+                           f"out --steps to take the recorded steps, or correct the file that is wrong")
     return sorted(entries, key=lambda e: e["step"])  # stable: checkpoints of one step keep the order given
 
 

@@ -260,6 +260,7 @@ def main(argv=None, description: str = "") -> int:
             for c in CONDITIONS:
                 counts[c] = set_trainable(model, c)  # refuses a model without q/k norm gains before any training
                 models[c] = condition_model(adapter)
+            adapter.check_window(args.seq_len)  # the training blocks and the probe batch: as every study checks
             del model
             docs = text_documents(ENGLISH)
             train_docs, held = split_corpus(docs)

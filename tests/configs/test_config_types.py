@@ -88,12 +88,14 @@ def test_late_failing_options_are_refused_before_anything_is_written(tmp_path, o
 
 
 def test_rope_tables_that_cannot_fit_in_memory_are_refused_naming_a_max_seq_len_that_fits(monkeypatch):
-    monkeypatch.setattr(memory_fit, "physical_memory", lambda: 2 ** 30)  # a 1 GiB machine
+    monkeypatch.setattr(memory_fit, "available_memory", lambda: 2 ** 30)  # a machine with 1 GiB free
     cfg = apply_overrides(get_preset("debug"), {"max_seq_len": 2 ** 22})  # d_head 64: ~1.0 GiB of RoPE tables
     with pytest.raises(MemoryPlanError) as e:
         check_fits(cfg, Runtime(torch.device("cpu"), "fp32"))
     msg = str(e.value)
-    assert msg.startswith("--max_seq_len 4,194,304: the model's RoPE tables") and "\n" not in msg
-    fits = int(msg.split("Fix: --max_seq_len ")[1].split()[0])
+    assert "the largest contributor is --max_seq_len 4,194,304 (the debug preset has 64)" in msg and "\n" not in msg
+    fits = int(msg.split("Fix: --max_seq_len ")[1].split()[0].replace(",", ""))
     assert cfg.data.seq_len <= fits < 2 ** 22
     check_fits(apply_overrides(cfg, {"max_seq_len": fits}), Runtime(torch.device("cpu"), "fp32"))  # named: fits
+    with pytest.raises(MemoryPlanError):
+        check_fits(apply_overrides(cfg, {"max_seq_len": fits + 1}), Runtime(torch.device("cpu"), "fp32"))  # largest

@@ -62,9 +62,16 @@ def test_steps_given_override_and_checkpoints_are_sorted_by_step(tmp_path):
     args = checkpoint_keys.parse_args(["--checkpoints", *dirs])
     assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [
         ("early", 10, "export.json"), ("late", 50, "export.json")]
-    args = checkpoint_keys.parse_args(["--checkpoints", *dirs, "--steps", "5", "2"])
-    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 2, "--steps"),
-                                                                                  ("late", 5, "--steps")]
+    args = checkpoint_keys.parse_args(["--checkpoints", *dirs, "--steps", "50", "10"])  # agreeing with the files
+    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("early", 10, "--steps"),
+                                                                                  ("late", 50, "--steps")]
+    bare = []
+    for name in ("b1", "b2"):  # nothing recorded: --steps says
+        (tmp_path / name).mkdir()
+        bare.append(str(tmp_path / name))
+    args = checkpoint_keys.parse_args(["--checkpoints", *bare, "--steps", "5", "2"])
+    assert [(e["label"], e["step"], e["step_from"]) for e in checkpoint_keys.plan(args)] == [("b2", 2, "--steps"),
+                                                                                  ("b1", 5, "--steps")]
     args = checkpoint_keys.parse_args(["--checkpoints", "org/model", "--revisions", "stage1-step2000", "step1000"])
     assert [(e["label"], e["step"], e["revision"]) for e in checkpoint_keys.plan(args)] == [
         ("step1000", 1000, "step1000"), ("stage1-step2000", 2000, "stage1-step2000")]
