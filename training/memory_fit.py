@@ -147,8 +147,8 @@ def host_parts(cfg: RunConfig, runtime: Runtime | None) -> dict[str, int]:
             "optimizer_state": procs * optimizer, "activations": procs * activations, "rope_tables": procs * rope}
 
 
-SIZE_FIELDS = ("vocab_size", "d_model", "d_ff", "n_layers", "max_seq_len", "batch_size", "seq_len")
-_SECTION = {"batch_size": "train", "seq_len": "data"}
+SIZE_FIELDS = ("vocab_size", "d_model", "d_ff", "n_layers", "max_seq_len", "batch_size", "seq_len", "probe_batch")
+_SECTION = {"batch_size": "train", "seq_len": "data", "probe_batch": "probe"}
 
 
 def _value(cfg: RunConfig, field: str) -> int:

@@ -295,7 +295,7 @@ def test_divergence_advice_is_what_works(debug_cfg, tmp_path):
 
 # ------------------------------------------------------------------ (g) the probe's batch
 def test_a_probe_batch_larger_than_the_validation_set_is_refused_before_writing(args, tmp_path, capsys, fails):
-    msg = fails(args(2, "--probe_batch", "100000"))
-    assert "probe_batch=100000 asks for more validation sequences than the 30 there are" in msg
+    msg = fails(args(2, "--probe_batch", "31"))  # one more than there are: no machine's memory check refuses it first
+    assert "probe_batch=31 asks for more validation sequences than the 30 there are" in msg
     assert "lower --probe_batch to 30 or fewer" in msg and "--val_frac" in msg
     assert snapshot(tmp_path / "run") == {}

@@ -55,22 +55,23 @@ def test_the_host_parts_by_hand():
     ("d_ff", 10 ** 11, "--d_ff"), ("n_layers", 10 ** 6, "--n_layers"), ("vocab_size", 10 ** 12, "--vocab_size"),
     ("d_model", 10 ** 9, "--d_model"), ("max_seq_len", 10 ** 9, "--max_seq_len"), ("batch_size", 10 ** 6,
                                                                                    "--batch_size"),
+    ("probe_batch", 10 ** 7, "--probe_batch"),  # the probe's batch is planned where the run probes: see argv
 ])
 def test_a_model_too_large_for_this_machine_is_refused_naming_the_field(tmp_path, monkeypatch, capsys, option,
                                                                         value, fix):
     monkeypatch.setattr(memory_fit, "available_memory", lambda: 16 * GIB)
     out = tmp_path / "run"
     argv = ["--preset", "debug", "--device", "cpu", "--precision", "fp32", f"--{option}", str(value),
-            "--tokens", str(10 ** 12), "--out", str(out)]
+            "--tokens", str(10 ** 12), "--probe_every", "1", "--out", str(out)]
     line = stops(capsys, train_llm.main, argv)
     assert line.startswith("error: the model (") and "does not fit in this machine's memory: training it on cpu " \
         "needs" in line and "but 16.0 GiB is available" in line, line
     preset = get_preset("debug")
-    base = getattr(getattr(preset, {"batch_size": "train"}.get(option, "model")), option)
+    base = getattr(getattr(preset, {"batch_size": "train", "probe_batch": "probe"}.get(option, "model")), option)
     assert f"; the largest contributor is {fix} {value:,} (the debug preset has {base:,}). Fix: {fix} " in line
     assert not out.exists()
     named = line.split(f"Fix: {fix} ")[1].split()[0]
-    cfg = apply_overrides(preset, {option: value, "tokens": 10 ** 12})
+    cfg = apply_overrides(preset, {option: value, "tokens": 10 ** 12, "probe_every": 1})
     if named[0].isdigit() and "and smaller other sizes" not in line:  # the value named fits, one more does not
         n = int(named.replace(",", ""))
         check_fits(apply_overrides(cfg, {option: n}), CPU)
