@@ -17,6 +17,7 @@ file's, else the script's default), then the file's values, then the command-lin
 """
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,9 @@ def _yaml_loader(yaml):
     return UniqueKeyLoader
 
 
-def _parse(path: Path, text: str) -> object:
+def parse_file(path: Path, text: str) -> object:
+    """The JSON or YAML (by its suffix) in `text` read from `path`; ConfigError names the file and the problem,
+    a key given twice included."""
     if path.suffix.lower() in YAML_SUFFIXES:
         try:
             import yaml
@@ -75,21 +78,28 @@ def _parse(path: Path, text: str) -> object:
         raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
 
 
-def _values(data: dict, path: Path) -> dict[str, object]:
-    """Field values of a nested, flat or mixed mapping (the preset key left out); the type checks are
-    configs.config's, which RunConfig.from_dict applies to a saved config.json as well."""
+def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset",),
+                 others: tuple[str, ...] | None = None) -> dict[str, object]:
+    """Field values of a nested, flat or mixed mapping (the `skip` keys left out); the type checks are
+    configs.config's, which RunConfig.from_dict applies to a saved config.json as well. `where` starts every message
+    (the file, and where in it); `others`: the other keys the mapping may hold, as an unknown key's message lists
+    them (default: `skip`)."""
+    path = where
     hints = field_hints()
     values: dict[str, object] = {}
     for key, value in data.items():
-        if key == "preset":
+        if key in skip:
             continue
         if key in SECTIONS:
             section = section_values(key, value, f"{path}: ")
         elif key in hints:
             section = {key: coerce_value(key, hints[key][1], value, f"{path}: ")}
         else:
+            close = difflib.get_close_matches(str(key), list(hints), n=1)
             raise ConfigError(f"{path}: unknown key {key!r}: not a config field nor a section "
-                              f"({', '.join(SECTIONS)}, preset); see python train_llm.py --help for the fields")
+                              f"({', '.join((*SECTIONS, *(skip if others is None else others)))})"
+                              + (f"; did you mean {close[0]!r}?" if close else "")
+                              + "; see python train_llm.py --help for the fields")
         twice = sorted(set(section) & set(values))
         if twice:
             raise ConfigError(f"{path}: {', '.join(twice)} given twice (at the top level and in a section)")
@@ -97,16 +107,21 @@ def _values(data: dict, path: Path) -> dict[str, object]:
     return values
 
 
+def read_text(path: Path, missing: str, name: str | None = None) -> str:
+    """The text of a file a user named; ConfigError `missing` when there is none, and '<name>: cannot read it (why)'
+    when it cannot be read (name: the path)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(missing) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{name or path}: cannot read it ({e})") from None
+
+
 def read_config_file(path: str | Path) -> ConfigFile:
     """Read and check a config file; ConfigError names the file and the problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"--config {path}: cannot read it ({e})") from None
-    data = _parse(path, text)
+    data = parse_file(path, read_text(path, f"--config {path}: no such file", f"--config {path}"))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config fields (as in a run's config.json), found "
                           f"{type(data).__name__}")
@@ -117,4 +132,4 @@ def read_config_file(path: str | Path) -> ConfigFile:
     if preset is not None and preset not in PRESETS:
         raise ConfigError(f"{path}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)} "
                           f"(or leave it out and pass --preset)")
-    return ConfigFile(path, preset, _values(data, path))
+    return ConfigFile(path, preset, field_values(data, path))

@@ -23,7 +23,7 @@ COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_stud
             "qk-pretrained-keys": "research.pretrained_keys_study",
             "qk-checkpoint-keys": "research.checkpoint_keys_study", "qk-finetune-keys": "research.finetune_keys_study",
             "qk-split-panels": "research.split_panels", "qk-inspect": "research.inspect_pretrained",
-            "qk-export": "research.export_hf", "qk-benchmark": "research.benchmark"}
+            "qk-export": "research.export_hf", "qk-benchmark": "research.benchmark", "qk-study": "research.study"}
 
 
 def _project() -> dict:
@@ -177,6 +177,8 @@ def _bad_input(command: str, tmp: Path) -> list[str]:
         return [missing, str(tmp / "out")]
     if command == "qk-split-panels":
         return [missing]
+    if command == "qk-study":
+        return [f"{missing}.yaml", "--out", str(tmp / "out")]
     return ["--configs", "missing"]  # qk-benchmark reads no files: an option's bad value (argparse's own error)
 
 

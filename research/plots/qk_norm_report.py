@@ -24,7 +24,7 @@ def _fmt(entry: dict, field: str, decimals: int) -> str:
     return f"{mean:.{decimals}f}"
 
 
-def _provenance(runs: dict, cond: str) -> str:
+def provenance_text(runs: dict, cond: str) -> str:
     rl = runs_of(runs, cond)
     if not any(r.get("preset") or seed_of(r) is not None or r.get("provenance") or r.get("config") for r in rl):
         return "write-up results (no provenance recorded)"
@@ -199,5 +199,5 @@ def report(analysis: QkNormAnalysis) -> str:
           "(the A\u2212B difference split into the gain's arithmetic and the keys' geometry).", "",
           "## Provenance", ""]
     for c in conds:
-        lines.append(f"- {c}: {_provenance(runs, c)}")
+        lines.append(f"- {c}: {provenance_text(runs, c)}")
     return "\n".join(lines) + "\n"

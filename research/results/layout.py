@@ -140,6 +140,12 @@ def _runs_named_for_the_kind(meta: dict, where: str, ctx) -> None:
         runs[grid or cond] = cond
 
 
+def _baseline_is_a_condition(meta: dict, where: str, ctx) -> None:
+    if "baseline" in meta and meta["baseline"] not in meta["conditions"]:
+        raise FormatError("baseline", f"one of the conditions ({', '.join(meta['conditions'])})",
+                          found(meta["baseline"]))
+
+
 _NAME = Opt(Text("a name (text)", nullable=False, nonempty=True))
 # study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
 # preset of this project); the paths of conditions are checked against the folder by _check_paths.
@@ -151,12 +157,13 @@ STUDY = Obj({
     "(seeds)": Rule(_seeds_once),
     "margin": Opt(Custom(lambda v: check_margin("margin", v), "a margin")),
     "loss_margin": Opt(Custom(lambda v: check_margin("loss_margin", v), "a margin")),
+    "baseline": Opt(Text("a condition name (text)", nullable=False, nonempty=True)),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, ok=str.strip),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),
                         "an object mapping each condition to its results files", path="dot", nonempty=True,
                         show=found),
-}, "a JSON object (the study index)", show=found, rules=(_runs_named_for_the_kind,))
+}, "a JSON object (the study index)", show=found, rules=(_runs_named_for_the_kind, _baseline_is_a_condition))
 
 
 def check_study_index(meta, path: Path, folder: Path) -> dict:
@@ -167,7 +174,7 @@ def check_study_index(meta, path: Path, folder: Path) -> dict:
         check(STUDY, meta)
     except FormatError as e:
         raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
-    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds")}}
+    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline")}}
     out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin")})
     seen: dict = {}
     out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen)
@@ -186,7 +193,8 @@ def read_study_index(folder: str | Path) -> dict:
 
 
 def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str | None,
-                      conditions: dict[str, list[str]], margin: float, loss_margin: float) -> Path:
+                      conditions: dict[str, list[str]], margin: float, loss_margin: float,
+                      baseline: str | None = None) -> Path:
     """study.json: what split_panels needs to find the study's kind, results files and equivalence margins. It is
     checked as every read checks it, so no index is written that a read would refuse."""
     path = study / STUDY_INDEX
@@ -194,6 +202,8 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
             "loss_margin": loss_margin, "conditions": conditions}
     if preset is None:  # a study of a pretrained model has no preset of this project
         del meta["preset"]
+    if baseline is not None:  # a study file's condition the others are compared with (kind 'conditions')
+        meta["baseline"] = baseline
     check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

@@ -44,6 +44,9 @@ OWNERS: dict[str, Owner] = {o.kind: o for o in (
     Owner("pilot", "the pilot (research/qk_norm_500k_study.py)", (PILOT_COMBINED,)),
     Owner("qk_norm", "the QK-norm study", (QK_COMBINED,)),
 )}
+# Files a study kind writes that mark another owner's folder where no study.json says whose it is: a study of kind
+# 'conditions' (research/study.py) writes combined.json too, beside the study.json that names it.
+ALSO_WRITES = {"conditions": (QK_COMBINED,)}
 
 
 def owned_file(kind: str) -> str:
@@ -68,6 +71,8 @@ def owners_of(folder: str | Path) -> list[Held]:
     if (folder / STUDY_INDEX).is_file():
         try:
             index = read_study_index(folder)
+            own = set(ALSO_WRITES.get(index["kind"], ()))
+            held = [h for h in held if h.kind == index["kind"] or not set(h.files) <= own]
             held.append(Held(index["kind"], f"the study {index.get('study') or index['kind']!r} (kind "
                                             f"{index['kind']})", (STUDY_INDEX,)))
         except ResultsError:

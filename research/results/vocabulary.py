@@ -49,7 +49,7 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
 # The kinds of study a study.json may name (research.studies.render.KINDS draws each).
-STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune")
+STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions")
 
 
 def grid_key(condition: str, multiplier: float) -> str:

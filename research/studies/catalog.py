@@ -17,6 +17,14 @@ class Study:
     lr_multipliers: tuple[float, ...] = ()  # train every condition at each multiple of the preset's learning rates
     tiny_overrides: dict = field(default_factory=dict)  # the study's own settings on the tiny preset
     probes_per_run: int = 20  # probe_every defaults to steps // probes_per_run
+    # A study file's (research/studies/study_file.py): its preset (over gpu_preset and tiny where --preset is auto),
+    # the config fields every run shares on any preset, the condition the others are compared with, its margins
+    preset: str | None = None
+    shared: dict = field(default_factory=dict)
+    baseline: str | None = None
+    margin: float | None = None  # None: research.analysis.rules.MARGIN
+    loss_margin: float | None = None  # None: LOSS_MARGIN
+    source: str | None = None  # the study file it was read from, as messages name it
 
     def runs(self) -> list[tuple[str, dict]]:
         """(name in study.json, config overrides) of every run of one seed: a condition, or a condition at

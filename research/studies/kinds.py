@@ -12,10 +12,12 @@ Adding a kind: write its analysis (research/analysis/<kind>.py) and its figures 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from research.analysis import conditions as conditions_analysis
 from research.analysis import finetune as finetune_analysis
 from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
@@ -26,6 +28,7 @@ from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis import trajectory as trajectory_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.plots import conditions as conditions_plots
 from research.plots import finetune as finetune_plots
 from research.plots import heads as heads_plots
 from research.plots import keys as keys_plots
@@ -122,6 +125,25 @@ def _qk_norm_combined(analysis) -> dict:
         "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}}
 
 
+def _conditions_combined(analysis) -> dict:
+    return {QK_COMBINED: {
+        "study": "conditions", "conditions": analysis.conditions, "baseline": analysis.baseline,
+        "margin": analysis.margin, "loss_margin": analysis.loss_margin, "tokens": json_safe(analysis.budget_tokens),
+        "summary": json_safe(analysis.summary),
+        "decisions": {q: {f"{x}-{y}": _decision_json(d) for (x, y), d in decisions.items()}
+                      for q, decisions in analysis.decisions.items()}}}
+
+
+def _conditions_load(folder: Path, index: dict) -> conditions_analysis.ConditionRuns:
+    return conditions_analysis.ConditionRuns(_runs(folder, index), index.get("baseline"))
+
+
+def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison:
+    """identity.compare on the runs, the baseline kept beside them."""
+    c = compare(inputs.runs)
+    return dataclasses.replace(c, runs=conditions_analysis.ConditionRuns(c.runs, inputs.baseline))
+
+
 def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
@@ -171,6 +193,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES)),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
          _named(finetune_plots.FIGURES)),
+    Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
+         conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
+         compare=_conditions_compare),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
          pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE,
          compare=nothing_to_pair),

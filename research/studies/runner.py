@@ -34,7 +34,7 @@ from research.studies.catalog import Study
 from research.studies.render import render_study
 from training.errors import NonFiniteLossError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
-from training.memory_fit import plan_target, plan_text
+from training.memory_fit import check_fits, plan_target, plan_text
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
@@ -47,18 +47,21 @@ from utils.runtime import Runtime, resolve_runtime
 class StudyError(UserError):
     """A condition or the drawing failed; the message says which, why, and that the finished conditions are kept."""
 
-def resolve_preset(name: str, device: str, gpu_preset: str) -> str:
-    """'auto': the study's write-up preset on CUDA, tiny on CPU; any other name as it is."""
+def resolve_preset(name: str, device: str, gpu_preset: str, fixed: str | None = None) -> str:
+    """'auto': the study file's preset (`fixed`) where it names one, else the study's write-up preset on CUDA, tiny
+    on CPU; any other name as it is."""
     if name != "auto":
         return name
+    if fixed:
+        return fixed
     wants_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
     return gpu_preset if wants_cuda else "tiny"
 
 
 def base_config(study: Study, preset: str, overrides: dict) -> RunConfig:
-    """The preset with the study's defaults (its tiny settings, ~20 probes per run) and the overrides
-    (the --config file's values and the command line's)."""
-    overrides = dict(overrides)
+    """The preset with the study's defaults (its tiny settings, ~20 probes per run; a study file's shared fields on
+    any preset) and the overrides (the --config file's values and the command line's)."""
+    overrides = {**study.shared, **overrides}
     if preset == "tiny":
         defaults = {**study.tiny_overrides, **({"tokens": study.default_tokens} if study.default_tokens else {})}
         overrides = {**defaults, **overrides}
@@ -124,7 +127,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
         preset, file, known = start
         device = getattr(known, "device", None) or getattr(known, "cfg__device", None) or \
             (file.values.get("device") if file else None) or "auto"
-        preset = resolve_preset(preset, device, study.gpu_preset)
+        preset = resolve_preset(preset, device, study.gpu_preset, study.preset)
         preset = preset if preset in PRESETS else "tiny"
         try:
             defaults = base_config(study, preset, file.values if file else {})
@@ -155,12 +158,13 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     p.add_argument("--replan_schedule", action="store_true",
                    help="Resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
-    p.add_argument("--margin", type=float, default=MARGIN,
+    margin, loss_margin = study.margin or MARGIN, study.loss_margin or LOSS_MARGIN
+    p.add_argument("--margin", type=float, default=margin,
                    help=f"Equivalence margin of key metrics, a share of the compared values' mean: an interval "
                         f"wholly inside +-margin reads 'about equal', wholly beyond it 'different' "
-                        f"(docs/decisions.md). Default: {MARGIN}")
-    p.add_argument("--loss_margin", type=float, default=LOSS_MARGIN,
-                   help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {LOSS_MARGIN}")
+                        f"(docs/decisions.md). Default: {margin}")
+    p.add_argument("--loss_margin", type=float, default=loss_margin,
+                   help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {loss_margin}")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
                                 f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
@@ -215,8 +219,11 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
         study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
     preset, overrides = start_from_args(args, "auto")
-    base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset),
-                       overrides)
+    try:
+        base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset,
+                                                 study.preset), overrides)
+    except ConfigError as e:
+        raise ConfigError(f"{study.source}: the shared config: {e}" if study.source else str(e)) from None
     if args.plan is not None:  # planning for CUDA needs no GPU here
         print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
         return Path(args.out or Path("research_results") / study.name)
@@ -224,6 +231,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     check_logger(args.logger)
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
+    check_runs(study, base, seeds[0], runtime)
     print(f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
           f"{runtime.precision_choice()}; "
           f"{len(study.conditions)} conditions x "
@@ -238,6 +246,17 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
     return out
+
+
+def check_runs(study: Study, base: RunConfig, seed: int, runtime: Runtime) -> None:
+    """Every run's config is built and fits this machine (training.memory_fit.check_fits) before the first run
+    trains: ConfigError names the condition (and the study file) and the field. The seed changes neither."""
+    for cond, overrides in study.runs():
+        try:
+            check_fits(run_config(base, overrides, seed), runtime)
+        except ConfigError as e:
+            where = f"{study.source}: " if study.source else ""
+            raise ConfigError(f"{where}condition {cond}: {e} (nothing was trained)") from None
 
 
 def check_study_folder(out: Path, study: Study) -> None:
@@ -285,7 +304,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
             paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
-                          margin=args.margin, loss_margin=args.loss_margin)
+                          margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline)
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
     except OSError as e:

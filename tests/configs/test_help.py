@@ -97,6 +97,21 @@ def _study_parser(module: str):
     return build
 
 
+def _file_study_parser():
+    """research/study.py's parser for a study file (written to a temporary folder) of two conditions."""
+    import tempfile
+    from pathlib import Path
+
+    from research import study as script
+    from research.studies.runner import build_parser
+    from research.studies.study_file import read_study_file
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "s.yaml"
+        path.write_text("name: s\nseeds: [0, 1]\nbaseline: A\nconditions: {A: {}, B: {qk_norm: none}}\n")
+        study = read_study_file(path)
+    return build_parser(study, script.__doc__, argv=["--device", "cpu"])
+
+
 def _module_parser(module: str, *args):
     def build():
         import importlib
@@ -112,6 +127,7 @@ ENTRY_POINTS = {
     "research.key_dynamics_study": _study_parser("research.key_dynamics_study"),
     "research.head_specialization_study": _study_parser("research.head_specialization_study"),
     "research.lr_sensitivity_study": _study_parser("research.lr_sensitivity_study"),
+    "research.study": _file_study_parser,
     "research.split_panels": _module_parser("research.split_panels"),
     "research.inspect_pretrained": _module_parser("research.inspect_pretrained"),
     "research.pretrained_keys_study": _module_parser("research.pretrained_keys_study"),

@@ -69,6 +69,24 @@ def _checkpoints(out: Path) -> None:
                                        "--batch", "2", "--seq_len", "16", "--out", str(out), "--no_progress"]) == 0
 
 
+STUDY_FILE = """name: variants
+seeds: [0, 1]
+baseline: QK
+preset: debug
+conditions:
+  QK: {qk_norm: learned}
+  NoQK: {qk_norm: none}
+  NoQK_clip: {qk_norm: none, qk_clip: 5}
+"""
+
+
+def _study_file(out: Path) -> None:
+    from research import study
+    path = out.parent / "variants.yaml"
+    path.write_text(STUDY_FILE)
+    study.main([str(path), "--no_progress", "--out", str(out)])
+
+
 # kind -> how its stored folder was made (a study run on a tiny budget)
 BUILDERS = {
     "qk_norm": _catalog("qk_norm_25m_study"),
@@ -79,6 +97,7 @@ BUILDERS = {
     "finetune": _finetune,
     "pretrained_keys": _pretrained,
     "checkpoint_keys": _checkpoints,
+    "conditions": _study_file,
 }
 
 

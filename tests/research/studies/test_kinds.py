@@ -53,7 +53,7 @@ def test_a_kind_registered_once_is_redrawn_by_split_panels(toy_kind, tmp_path, c
 
 
 def test_every_kind_is_found_by_its_study_json_or_its_own_file():
-    named = {s.kind for s in STUDIES.values()} | {"finetune"}
+    named = {s.kind for s in STUDIES.values()} | {"finetune", "conditions"}  # the last: study files (research/study.py)
     assert {name for name, kind in KINDS.items() if kind.found_by is None} == named
     assert {kind.found_by for kind in KINDS.values() if kind.found_by} == {"pretrained_keys.json",
                                                                            "checkpoint_keys.json"}

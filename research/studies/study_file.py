@@ -1,0 +1,122 @@
+"""A study a researcher writes: a YAML or JSON file of conditions (EXAMPLE), read into a catalog Study of kind
+'conditions'.
+
+Every key is checked here, with the file, the condition and the field named; whether each condition's config can
+be built (and fits this machine) is checked by the runner for every run before the first trains
+(research.studies.runner). The config fields are train_llm.py's (`python train_llm.py --help`), written flat or in
+their sections as in a --config file (configs/files.py).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from configs.config import ConfigError
+from configs.files import field_values, parse_file, read_text
+from configs.presets import PRESETS
+from research.results.checks import check_margin
+from research.studies.catalog import Study
+
+EXAMPLE = """\
+    name: softcap_vs_qknorm      # the study: its folder research_results/<name> (the default --out)
+    seeds: [0, 1, 2, 3]          # every condition trains once per seed; the runs of one seed are paired
+    baseline: QK                 # optional: every other condition is compared with it (without it: every pair)
+    margin: 0.03                 # optional: the equivalence margin of key metrics, a share of the mean
+    loss_margin: 0.005           # optional: the same for losses
+    preset: tiny                 # any other top-level key is a config field every run shares
+    tokens: 300000
+    conditions:                  # condition name -> the config fields it sets (over the shared ones)
+      QK: {qk_norm: learned}
+      NoQK: {qk_norm: none}
+      NoQK_softcap: {qk_norm: none, attn_softcap: 30}
+      QK_gated: {qk_norm: learned, attn_gate: headwise}
+"""
+KIND = "conditions"  # research.studies.kinds: each condition against the baseline, or every pair
+STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "margin", "loss_margin", "preset")
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # a folder name on every system, never a file the study writes
+NAME_RULE = "a letter, then letters, digits, '_' or '-' (at most 64)"
+PER_STUDY = {"seed": "the study's seeds are its `seeds` list"}
+
+
+def _name(value, what: str, where: str, fix: str) -> str:
+    if not isinstance(value, str) or not NAME.match(value):
+        raise ConfigError(f"{where}: {what} {value!r} is not a usable name: {NAME_RULE}, since it names a folder. "
+                          f"Fix: {fix}")
+    return value
+
+
+def _seeds(value, where: str) -> tuple[int, ...]:
+    ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and
+                                                   0 <= s < 2 ** 63 for s in value)
+    if not ok:
+        raise ConfigError(f"{where}: seeds: expected a non-empty list of whole numbers >= 0, found {value!r}. Fix: "
+                          f"e.g. seeds: [0, 1, 2, 3]")
+    twice = sorted({s for s in value if value.count(s) > 1})
+    if twice:
+        raise ConfigError(f"{where}: seeds: {', '.join(map(str, twice))} given more than once. Fix: give each seed "
+                          f"once")
+    return tuple(value)
+
+
+def _fields(body, where: str, others: tuple[str, ...] = ()) -> dict:
+    """The config fields of a mapping (a condition, or the study's shared keys: `others` are the study's own keys),
+    typed; the keys a run may not set named with the reason."""
+    for key, why in PER_STUDY.items():
+        if key in body:
+            raise ConfigError(f"{where}: {key} cannot be set here: {why}")
+    return field_values(body, where, skip=(), others=others)
+
+
+def _conditions(value, where: str) -> dict[str, dict]:
+    if not isinstance(value, dict) or not value:
+        raise ConfigError(f"{where}: conditions: expected a mapping of at least one condition name to its config "
+                          f"fields, found {value!r}. Fix: e.g. conditions: {{QK: {{qk_norm: learned}}, NoQK: "
+                          f"{{qk_norm: none}}}}")
+    out = {}
+    for name, body in value.items():
+        _name(name, "condition", f"{where}: conditions", "rename the condition")
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: condition {name}: expected a mapping of config fields (e.g. {{qk_norm: "
+                              f"none}}; {{}} for the shared config alone), found {body!r}")
+        if "preset" in body:
+            raise ConfigError(f"{where}: condition {name}: preset cannot be set per condition: one preset for the "
+                              f"whole study. Fix: give it at the top level")
+        out[name] = _fields(body, f"{where}: condition {name}")
+    return out
+
+
+def read_study_file(path: str | Path) -> Study:
+    """The Study a file describes; ConfigError names the file, the condition and the field, with the fix."""
+    path = Path(path)
+    data = parse_file(path, read_text(path, f"{path}: no such study file. Fix: give the path of a YAML or JSON study "
+                                            f"file (python research/study.py --help shows the format)"))
+    where = str(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping with name, seeds and conditions (python research/study.py "
+                          f"--help shows the format), found {type(data).__name__}")
+    missing = [k for k in ("name", "seeds", "conditions") if k not in data]
+    if missing:
+        raise ConfigError(f"{where}: no {', '.join(missing)}: a study file names the study, its seeds and its "
+                          f"conditions (python research/study.py --help shows the format)")
+    name = _name(data["name"], "name", where, "name the study as its folder will be named")
+    seeds = _seeds(data["seeds"], where)
+    conditions = _conditions(data["conditions"], where)
+    baseline = data.get("baseline")
+    if baseline is not None and baseline not in conditions:
+        raise ConfigError(f"{where}: baseline {baseline!r} is not one of the conditions ({', '.join(conditions)}). "
+                          f"Fix: name one of them, or leave baseline out to compare every pair")
+    margins = {}
+    for key in ("margin", "loss_margin"):
+        if data.get(key) is not None:
+            try:
+                margins[key] = check_margin(key, data[key])
+            except ConfigError as e:
+                raise ConfigError(f"{where}: {e}") from None
+    preset = data.get("preset")
+    if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
+        raise ConfigError(f"{where}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)}")
+    shared = _fields({k: v for k, v in data.items() if k not in STUDY_KEYS}, where, STUDY_KEYS)
+    return Study(name, KIND, conditions=conditions, default_seeds=seeds, preset=preset, shared=shared,
+                 baseline=baseline, source=str(path), **margins)

@@ -1,0 +1,180 @@
+"""Studies a researcher writes: the study file, research/study.py end to end, and the 'conditions' kind's decisions."""
+import json
+
+import numpy as np
+import pytest
+
+from research import qk_norm_25m_study, split_panels, study
+from research.analysis.conditions import QUANTITIES, ConditionRuns, analyze, comparisons
+from research.analysis.rules import DIFFERENT, EQUAL, INCONCLUSIVE
+from research.results import load_results
+from research.studies.study_file import read_study_file
+from tests.helpers import STEP_TOKENS, stops
+
+
+def write(tmp_path, text: str, name: str = "s.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+name: my_study
+seeds: [0, 1]
+baseline: QK
+margin: 0.05
+preset: debug
+tokens: 4096
+model: {n_layers: 2}
+conditions:
+  QK: {qk_norm: learned}
+  NoQK: {qk_norm: none, qk_clip: 50}
+  plain:
+"""
+
+
+def test_a_study_file_is_read_into_a_study(tmp_path):
+    s = read_study_file(write(tmp_path, GOOD))
+    assert (s.name, s.kind, s.default_seeds, s.baseline, s.margin, s.loss_margin, s.preset) == \
+        ("my_study", "conditions", (0, 1), "QK", 0.05, None, "debug")
+    assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0}, "plain": {}}
+    assert s.shared == {"tokens": 4096, "n_layers": 2}  # typed as the fields: qk_clip 50 -> 50.0
+    assert read_study_file(write(tmp_path, json.dumps({"name": "j", "seeds": [3], "conditions": {"A": {}}}),
+                                 "s.json")).conditions == {"A": {}}
+
+
+@pytest.mark.parametrize("text, message", [
+    (GOOD.replace("tokens: 4096", "tokenz: 4096"),
+     "s.yaml: unknown key 'tokenz': not a config field nor a section (model, train, data, probe, name, seeds, "
+     "conditions, baseline, margin, loss_margin, preset); did you mean 'tokens'?"),
+    (GOOD.replace("{qk_norm: none, qk_clip: 50}", "{qk_norm: none, qk_clp: 50}"),
+     "s.yaml: condition NoQK: unknown key 'qk_clp': not a config field nor a section (model, train, data, probe); "
+     "did you mean 'qk_clip'?"),
+    (GOOD.replace("tokens: 4096", "tokens: many"), "s.yaml: tokens: expected a whole number, found 'many'"),
+    (GOOD.replace("  plain:", "  QK: {qk_norm: frozen}"),
+     "s.yaml: key 'QK' appears twice in one mapping (line 12): a reader would keep only the last"),
+    (GOOD.replace("baseline: QK", "baseline: QK_frozen"),
+     "s.yaml: baseline 'QK_frozen' is not one of the conditions (QK, NoQK, plain). Fix: name one of them, or leave "
+     "baseline out to compare every pair"),
+    ("name: x\nseeds: [0]\nconditions: {}\n", "s.yaml: conditions: expected a mapping of at least one condition"),
+    ("name: x\nseeds: [0]\n", "s.yaml: no conditions: a study file names the study, its seeds and its conditions"),
+    (GOOD.replace("seeds: [0, 1]", "seeds: [0, 0]"), "s.yaml: seeds: 0 given more than once. Fix: give each seed once"),
+    (GOOD.replace("  plain:", "  plain: {seed: 3}"),
+     "s.yaml: condition plain: seed cannot be set here: the study's seeds are its `seeds` list"),
+    (GOOD.replace("  plain:", "  plain: {preset: tiny}"),
+     "s.yaml: condition plain: preset cannot be set per condition"),
+    (GOOD.replace("  plain:", "  pl/ain:"), "s.yaml: conditions: condition 'pl/ain' is not a usable name"),
+    (GOOD.replace("margin: 0.05", "margin: 5"), "s.yaml: margin 5 must be a share of the mean between 0 and 1"),
+    ("[1, 2]", "s.yaml: expected a mapping with name, seeds and conditions"),
+])
+def test_a_bad_study_file_is_one_line_naming_the_file_the_condition_and_the_field(tmp_path, capsys, text, message):
+    line = stops(capsys, study.main, [str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
+    assert message in line, line
+    assert str(tmp_path) in line and not (tmp_path / "out").exists()
+
+
+def test_a_condition_that_cannot_build_is_refused_before_anything_trains(tmp_path, capsys):
+    text = GOOD.replace("  plain:", "  plain: {n_heads: 3}")  # debug's d_model 128 is not divisible by 3
+    line = stops(capsys, study.main, [str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
+    assert line == (f"error: {tmp_path / 's.yaml'}: condition plain: d_model=128 is not divisible by n_heads=3: pick "
+                    f"n_heads so that d_model / n_heads is a whole head size (e.g. 64) (nothing was trained)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_no_study_file_and_the_help(capsys):
+    assert "no study file: python research/study.py STUDY_FILE" in stops(capsys, study.main, ["--seeds", "0"])
+    study.main(["--help"])
+    assert "conditions:                  # condition name -> the config fields" in capsys.readouterr().out
+
+
+def test_an_out_holding_another_study_is_refused_and_kept(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    index = {"study": "qk_norm_50m_study", "kind": "qk_norm", "seeds": [0], "conditions": {"QK": ["QK/results.json"]}}
+    (out / "study.json").write_text(json.dumps(index))
+    line = stops(capsys, study.main, [str(write(tmp_path, GOOD)), "--out", str(out)])
+    assert "belongs to the study 'qk_norm_50m_study' (kind qk_norm), by its study.json" in line
+    assert sorted(p.name for p in out.iterdir()) == ["study.json"] and json.loads((out / "study.json").read_text()) \
+        == index
+
+
+def _args(corpus_file, cache_dir):
+    return ["--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir), "--precision", "fp32",
+            "--eval_batches", "2", "--no_progress"]
+
+
+def _untimed(value):
+    """A results dict without what the clock measured (provenance, *time_s) and so differs between two runs."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k != "provenance" and not k.endswith("time_s")}
+    return [_untimed(v) for v in value] if isinstance(value, list) else value
+
+
+@pytest.mark.slow
+def test_the_qk_norm_study_as_a_file_gives_the_same_results(corpus_file, cache_dir, tmp_path, capsys):
+    """The write-ups' three conditions written as a study file train the same runs as qk_norm_25m_study.py for the
+    same preset, tokens, probe interval and seed: every field of results.json but the provenance and the clock."""
+    path = write(tmp_path, f"""
+name: qk_as_a_file
+seeds: [0]
+preset: debug
+tokens: {4 * STEP_TOKENS}
+probe_every: 2
+conditions:
+  QK: {{qk_norm: learned}}
+  QK_frozen: {{qk_norm: frozen}}
+  NoQK: {{qk_norm: none}}
+""")
+    study.main([str(path), "--out", str(tmp_path / "file"), *_args(corpus_file, cache_dir)])
+    qk_norm_25m_study.main(["--preset", "debug", "--tokens", str(4 * STEP_TOKENS), "--probe_every", "2", "--seeds",
+                            "0", "--out", str(tmp_path / "script"), *_args(corpus_file, cache_dir)])
+    for cond in ("QK", "QK_frozen", "NoQK"):
+        a, b = (load_results(tmp_path / where / cond / "results.json") for where in ("file", "script"))
+        assert a["loss"] and a["probes"][-1]["layers"][0]["means"]["k_norm.pr_sv"] > 0
+        assert _untimed(a) == _untimed(b), cond
+    out = tmp_path / "file"
+    names = {p.name for p in out.iterdir()}
+    assert {"trajectories.png", "per_layer.png", "comparisons.png", "report.md", "combined.json", "study.json"} <= names
+    report = (out / "report.md").read_text()
+    assert "The study compares every pair of conditions in 9 quantities" in report
+    assert "| QK_frozen | 0 | qk_norm=frozen |" in report
+    combined = json.loads((out / "combined.json").read_text())
+    assert set(combined["decisions"]) == {q.key for q in QUANTITIES}
+    assert set(combined["decisions"]["pr_sv"]) == {"QK-QK_frozen", "QK-NoQK", "QK_frozen-NoQK"}
+    assert combined["decisions"]["pr_sv"]["QK-NoQK"]["outcome"] == "descriptive"  # one seed: no test
+    before = report
+    (out / "report.md").unlink()
+    split_panels.main([str(out)])  # redrawn from the results alone, byte for byte
+    assert (out / "report.md").read_text() == before
+
+
+# ----------------------------------------------------------------------------- the decisions, known by hand
+
+def _run(seed: int, pr: float, loss: float) -> dict:
+    layer = {"layer": 0, "means": {"k_norm.pr_sv": pr, "k_norm.pr_var": pr / 2, "k_norm.norm_mean": 8.0,
+                                   "k_norm.max_abs": 2.0, "attn.logit_max": 5.0, "attn.entropy": 1.0,
+                                   "attn.sink_mass": 0.2}}
+    return {"seed": seed, "tokens": [0, 1000], "loss": [5.0, loss], "val_loss": [5.0, loss],
+            "probes": [{"tokens": 0, "layers": [layer]}, {"tokens": 1000, "layers": [layer]}]}
+
+
+def test_each_condition_against_the_baseline_in_one_family_per_quantity():
+    assert comparisons(["A", "B", "C"], None) == [("A", "B"), ("A", "C"), ("B", "C")]
+    assert comparisons(["A", "B", "C"], "B") == [("A", "B"), ("C", "B")]
+    runs = {"base": [_run(s, 30.0, 4.0) for s in (0, 1, 2)],
+            "up": [_run(s, 30.0 + d, 4.0) for s, d in zip((0, 1, 2), (1.0, 2.0, 3.0))],
+            "same": [_run(s, 30.0, 4.0) for s in (0, 1, 2)]}
+    a = analyze(ConditionRuns(runs, "base"), margin=0.03, loss_margin=0.005)
+    d = a.decisions["pr_sv"][("up", "base")]
+    # differences 1, 2, 3: mean 2, sd 1; two comparisons in the family, so the interval is at 1 - 0.05/2 = 97.5%:
+    # t(2 dof, 0.9875) = 6.2053, half width 6.2053 / sqrt(3) = 3.5826
+    assert (d.n, d.diff, d.sd, d.ci_level) == (3, 2.0, 1.0, 0.975)
+    assert d.ci == pytest.approx((2 - 3.5826, 2 + 3.5826), abs=1e-4)
+    assert d.scale == pytest.approx((32.0 + 30.0) / 2) and d.outcome == INCONCLUSIVE  # 0 in it, past +-0.93
+    same = a.decisions["pr_sv"][("same", "base")]
+    assert same.diff == 0 and same.sd == 0 and same.outcome == EQUAL
+    assert a.decisions["val_loss"][("up", "base")].outcome == EQUAL  # losses equal: margin 0.5% of 4
+    assert a.summary["pr_sv"]["up"]["mean"] == pytest.approx(32.0) and a.summary["pr_sv"]["up"]["n"] == 3
+    far = {"base": runs["base"], "up": [_run(s, 40.0 + 0.1 * s, 4.0) for s in (0, 1, 2)]}
+    assert analyze(ConditionRuns(far, None), 0.03, 0.005).decisions["pr_sv"][("base", "up")].outcome == DIFFERENT
+    assert np.isclose(a.budget_tokens, 1000)
