@@ -26,6 +26,7 @@ DEFAULT_FOLDER = f"research_results/{QK_NORM.name}"
 def drawn_files() -> str:
     """What each study of the catalog has drawn into its folder (its study.json is the runner's, kept as it is)."""
     lines = [f"{name}: {', '.join(f for f in study.outputs() if f != STUDY_INDEX)}" for name, study in STUDIES.items()]
+    lines.append(f"a study file's (research/study.py): {', '.join(KINDS['conditions'].outputs([]))}")
     return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_on_hyphens=False) for line in lines)
 
 
