@@ -86,7 +86,8 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
                              f"{p.ndim}-D parameters (Muon takes 2-D, AdamW the embedding and 1-D)")
 
     qk_lr = cfg.qk_lr_multiplier * (cfg.muon_lr if cfg.qk_optimizer == "muon" else cfg.adamw_lr)
-    qk_group = {"params": [p for _, p in qk_p], "lr": qk_lr, "weight_decay": cfg.muon_weight_decay}
+    qk_decay = cfg.muon_weight_decay if cfg.qk_optimizer == "muon" else cfg.adamw_weight_decay  # DESIGN.md: the
+    qk_group = {"params": [p for _, p in qk_p], "lr": qk_lr, "weight_decay": qk_decay}  # embedding's AdamW settings
     optimizers: list[torch.optim.Optimizer] = []
     muon_groups = [{"params": [p for _, p in muon_p], "name": "muon"}] if muon_p else []
     if qk_p and cfg.qk_optimizer == "muon":

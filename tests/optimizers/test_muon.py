@@ -378,11 +378,12 @@ def test_default_split_keeps_wq_and_wk_in_the_one_muon_group():
 
 def test_qk_optimizer_adamw_moves_wq_and_wk_to_their_own_adamw_group():
     model, tcfg = debug_model()
-    tcfg = dataclasses.replace(tcfg, qk_optimizer="adamw", qk_lr_multiplier=0.5, muon_weight_decay=0.05)
+    tcfg = dataclasses.replace(tcfg, qk_optimizer="adamw", qk_lr_multiplier=0.5, muon_weight_decay=0.07,
+                               adamw_weight_decay=0.05)
     (muon, adamw), summary = build_optimizers(model, tcfg)
     assert names_in(adamw, model)["qk"] == QK_NAMES and not set(QK_NAMES) & set(names_in(muon, model)["muon"])
     qk = adamw.param_groups[2]
-    # AdamW's lr times the multiplier, AdamW's betas, and the hidden matrices' weight decay (docs/training.md)
+    # AdamW's lr times the multiplier, its betas and its weight decay: the embedding's settings (docs/training.md)
     assert (qk["lr"], qk["base_lr"], qk["betas"], qk["weight_decay"]) == (0.003, 0.003, (0.9, 0.999), 0.05)
     wq_wk = 128 * 128 + 64 * 128  # per layer (the comment above the debug model)
     assert summary["muon"] == {"tensors": 2 * 4, "params": 2 * (114688 - wq_wk)}
@@ -408,7 +409,8 @@ def test_one_step_of_wq_by_hand(qk_optimizer):
     lr g / (|g| + eps). Muon's first step (Nesterov): buf = g, direction g + momentum g, orthogonalized
     (the scale drops out), times sqrt(max(1, 128 / 128)) = 1."""
     model, tcfg = debug_model()
-    tcfg = dataclasses.replace(tcfg, qk_optimizer=qk_optimizer, qk_lr_multiplier=0.5, muon_weight_decay=0.1)
+    tcfg = dataclasses.replace(tcfg, qk_optimizer=qk_optimizer, qk_lr_multiplier=0.5, muon_weight_decay=0.1,
+                               adamw_weight_decay=0.1)
     optimizers, _ = build_optimizers(model, tcfg)
     wq = model.blocks[0].attn.wq.weight
     w0 = wq.detach().clone()
