@@ -50,9 +50,12 @@ SHARD_MODES = ("none", "fsdp")
 SOURCES = ("english", "stdlib", "files", "hub")
 OFFLINE_MODES = ("error", "english")
 PROBE_PRECISIONS = ("fp32", "bf16")
+QK_OPTIMIZERS = ("muon", "adamw")  # which optimizer updates W_q and W_k (optimizers/split.py)
+MUON_UPDATE_SCALES = ("none", "match_rms_adamw")  # optimizers.muon.UPDATE_SCALES implements each
 FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalizer": ORTHOGONALIZERS,
                  "precision": PRECISIONS, "compile": COMPILE_MODES, "shard": SHARD_MODES, "source": SOURCES,
-                 "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS}
+                 "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS,
+                 "qk_optimizer": QK_OPTIMIZERS, "muon_update_scale": MUON_UPDATE_SCALES}
 
 
 def _check_choices(cfg) -> None:
@@ -130,6 +133,10 @@ class TrainConfig:
     min_lr_frac: float = 0.1  # cosine decays to this fraction of the peak
     orthogonalizer: str = "polar_express"  # polar_express | newton_schulz
     ortho_steps: int = 5
+    # Optimizer variants (docs/training.md, "Optimizer variants"); the defaults are the recipe above.
+    qk_optimizer: str = "muon"  # muon | adamw: the optimizer of every attention W_q and W_k
+    qk_lr_multiplier: float = 1.0  # W_q's and W_k's peak learning rate is this times their optimizer's
+    muon_update_scale: str = "none"  # none: sqrt(max(1, rows/cols)) | match_rms_adamw: 0.2 sqrt(max(rows, cols))
     eval_every: int = 0  # optimizer steps between validations; 0: only at the end
     eval_batches: int = 4
     log_every: int = 10
@@ -151,6 +158,8 @@ class TrainConfig:
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         for name in ("muon_lr", "adamw_lr"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
+        _check(self.qk_lr_multiplier > 0, f"qk_lr_multiplier={self.qk_lr_multiplier} must be positive (1 keeps W_q "
+                                          f"and W_k at their optimizer's learning rate)")
         _check(0 <= self.momentum < 1, f"momentum={self.momentum} must be in [0, 1)")
         for name in ("muon_weight_decay", "adamw_weight_decay"):
             _check(getattr(self, name) >= 0, f"{name}={getattr(self, name)} must be >= 0")

@@ -53,6 +53,13 @@ FIELD_HELP: dict[str, str] = {
     "orthogonalizer": "How Muon orthogonalizes each update: the Polar Express iteration or the quintic "
                       "Newton-Schulz iteration.",
     "ortho_steps": "Iterations of the orthogonalizer per Muon update.",
+    "qk_optimizer": "Optimizer of the attention query and key projections W_q and W_k: muon (with the other "
+                    "matrices) or adamw (adamw_lr and the betas; their weight decay stays muon_weight_decay).",
+    "qk_lr_multiplier": "Multiplies the peak learning rate of W_q and W_k in whichever optimizer holds them; 1: the "
+                        "same as its other parameters.",
+    "muon_update_scale": "Scale of each Muon matrix's orthogonalized update: none, sqrt(max(1, rows / cols)) (Keller "
+                         "Jordan's Muon), or match_rms_adamw, 0.2 sqrt(max(rows, cols)) so that its RMS matches "
+                         "AdamW's (Moonlight, arXiv 2502.16982; usually with a lower muon_lr).",
     "eval_every": "Optimizer steps between validation losses; 0: only at the end.",
     "eval_batches": "Batches of batch_size validation sequences per validation loss (the same ones every time).",
     "log_every": "Optimizer steps between log lines (the last step is always logged).",

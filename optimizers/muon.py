@@ -97,6 +97,25 @@ ORTHOGONALIZERS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+UPDATE_SCALES = ("none", "match_rms_adamw")  # configs.config.MUON_UPDATE_SCALES lists the same
+
+
+def update_scale(rows: int, cols: int, mode: str = "none") -> float:
+    """The factor on a [rows, cols] matrix's orthogonalized update (whose singular values are near 1).
+
+    none: sqrt(max(1, rows / cols)) (Keller Jordan's Muon; torch.optim.Muon's adjust_lr_fn "original"): a tall
+    matrix's update gets the per-entry RMS of a square one's.
+    match_rms_adamw: 0.2 sqrt(max(rows, cols)) (Moonlight, Liu et al. 2025, arXiv 2502.16982; torch's
+    "match_rms_adamw"): an orthogonal [rows, cols] matrix has RMS 1 / sqrt(max(rows, cols)), so the update's
+    RMS becomes 0.2, about AdamW's, and the learning rate and weight decay tuned for AdamW carry over.
+    """
+    if mode == "none":
+        return math.sqrt(max(1.0, rows / cols))
+    if mode == "match_rms_adamw":
+        return 0.2 * math.sqrt(max(rows, cols))
+    raise ValueError(f"update_scale={mode!r}: choose one of {', '.join(UPDATE_SCALES)}")
+
+
 class Muon(torch.optim.Optimizer):
     """MomentUm Orthogonalized by Newton-Schulz (here by default: by Polar Express).
 
@@ -108,10 +127,13 @@ class Muon(torch.optim.Optimizer):
     Per parameter W [rows, cols] with gradient G, each step:
         buf = momentum * buf + G
         g   = G + momentum * buf        (nesterov)   or   buf   (otherwise)
-        O   = orthogonalize(g) * sqrt(max(1, rows / cols))
+        O   = orthogonalize(g) * update_scale(rows, cols, group["update_scale"])
         W   = W * (1 - lr * weight_decay) - lr * O
-    The sqrt(max(1, rows/cols)) factor gives tall matrices (more outputs than inputs) an update
-    of the same per-entry RMS as a square one.
+    update_scale "none" (the default), sqrt(max(1, rows/cols)), gives tall matrices (more outputs than inputs)
+    an update of the same per-entry RMS as a square one; "match_rms_adamw" is Moonlight's 0.2 sqrt(max(rows,
+    cols)) (see update_scale). The momentum buffer sums gradients (buf = momentum * buf + G), where
+    torch.optim.Muon keeps their average (lerp: (1 - momentum) times this buffer); the orthogonalization
+    divides the scale out, so the two updates agree (tests/optimizers/test_muon_torch.py).
 
     Matrices of the same shape (after turning tall ones wide) are orthogonalized together in one
     batched iteration (at most max_batch_numel elements per batch, to bound the extra memory).
@@ -132,7 +154,7 @@ class Muon(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float = 0.02, momentum: float = 0.95, nesterov: bool = True,
                  weight_decay: float = 0.0, orthogonalizer: str = "polar_express", ortho_steps: int = 5,
-                 ortho_dtype: torch.dtype = torch.float32):
+                 ortho_dtype: torch.dtype = torch.float32, update_scale: str = "none"):
         if lr <= 0:
             raise ValueError(f"lr={lr} must be positive")
         if not 0.0 <= momentum < 1.0:
@@ -144,7 +166,7 @@ class Muon(torch.optim.Optimizer):
         if ortho_steps < 1:
             raise ValueError(f"ortho_steps={ortho_steps} must be >= 1")
         defaults = dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                        orthogonalizer=orthogonalizer, ortho_steps=ortho_steps)
+                        orthogonalizer=orthogonalizer, ortho_steps=ortho_steps, update_scale=update_scale)
         self.ortho_dtype = ortho_dtype
         super().__init__(params, defaults)
 
@@ -155,10 +177,17 @@ class Muon(torch.optim.Optimizer):
         if group["orthogonalizer"] not in ORTHOGONALIZERS:
             raise ValueError(f"orthogonalizer={group['orthogonalizer']!r}: "
                              f"choose one of {', '.join(ORTHOGONALIZERS)}")
+        if group["update_scale"] not in UPDATE_SCALES:
+            raise ValueError(f"update_scale={group['update_scale']!r}: choose one of {', '.join(UPDATE_SCALES)}")
         for p in group["params"]:
             if p.ndim != 2:
                 raise ValueError(f"Muon only takes 2-D weight matrices; got a parameter of shape "
                                  f"{tuple(p.shape)} (give 1-D gains and embeddings to AdamW)")
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        for group in self.param_groups:  # a state dict saved before update_scale existed scaled as "none"
+            group.setdefault("update_scale", "none")
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -173,7 +202,7 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     def _step_group(self, group: dict, params: list[torch.Tensor]) -> None:
-        lr, wd, mom = group["lr"], group["weight_decay"], group["momentum"]
+        lr, wd, mom, mode = group["lr"], group["weight_decay"], group["momentum"], group["update_scale"]
         grads = [_local(p.grad) for p in params]
         bufs = []
         for p in params:
@@ -196,7 +225,7 @@ class Muon(torch.optim.Optimizer):
                 local = _local(p)
                 if wd != 0:
                     local.mul_(1.0 - lr * wd)
-                local.add_(local_rows(o, p), alpha=-lr * math.sqrt(max(1.0, r / c)))
+                local.add_(local_rows(o, p), alpha=-lr * update_scale(r, c, mode))
 
     def _chunks(self, params: list[torch.Tensor], grads: list[torch.Tensor]) -> list[list[int]]:
         """Indices of params in same-shape batches: a tall [r, c] matrix joins the [c, r] bucket (it is

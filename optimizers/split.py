@@ -4,9 +4,15 @@ Muon: every trainable 2-D parameter except the token embedding `embed.weight` (t
 head), weight decay cfg.muon_weight_decay. AdamW: the embedding (weight decay cfg.adamw_weight_decay)
 and every 1-D parameter (norm gains; cfg.adamw_weight_decay if cfg.wd_on_gains else 0), in separate
 param groups.
+The attention query and key projections W_q and W_k (`blocks.{i}.attn.wq.weight`, `...wk.weight`) go to
+cfg.qk_optimizer, in a group of their own ("muon_qk" or "qk", peak lr cfg.qk_lr_multiplier times their
+optimizer's) unless they stay in Muon at multiplier 1, where they are in the "muon" group as always. In AdamW
+they keep the weight decay of the hidden matrices, cfg.muon_weight_decay (docs/training.md says why).
 Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer.
 """
 from __future__ import annotations
+
+import re
 
 import torch
 import torch.nn as nn
@@ -15,6 +21,12 @@ from configs.config import TrainConfig
 from optimizers.muon import Muon
 
 EMBED_NAME = "embed.weight"
+QK_NAME = re.compile(r"blocks\.\d+\.attn\.w[qk]\.weight")  # W_q and W_k of every layer
+
+
+def is_qk(name: str) -> bool:
+    """Whether the parameter called `name` (as model.named_parameters() spells it) is a W_q or a W_k."""
+    return QK_NAME.fullmatch(name) is not None
 
 
 def _summarize(named: list[tuple[str, torch.Tensor]]) -> dict:
@@ -52,15 +64,19 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
     """[Muon, AdamW] over model's parameters, and a summary of the split (see format_split).
     precision: the run's resolved precision, "fp32" or "bf16" (never "auto"); it sets Muon's compute dtype.
 
-    Param groups carry a "name" ("muon", "embed", "gains") and "base_lr" (the peak LR that the
+    Param groups carry a "name" ("muon", "embed", "gains"; "muon_qk" or "qk" for W_q and W_k when
+    cfg.qk_optimizer or cfg.qk_lr_multiplier moves them out of "muon") and "base_lr" (the peak LR that the
     trainer's schedule scales).
     """
-    muon_p, embed_p, gain_p, frozen = [], [], [], []
+    muon_p, embed_p, gain_p, qk_p, frozen = [], [], [], [], []
+    own_qk = cfg.qk_optimizer != "muon" or cfg.qk_lr_multiplier != 1  # else W_q and W_k stay in the "muon" group
     for name, p in model.named_parameters():  # tied parameters are listed once
         if not p.requires_grad:
             frozen.append((name, p))
         elif name == EMBED_NAME:
             embed_p.append((name, p))
+        elif own_qk and is_qk(name):
+            qk_p.append((name, p))
         elif p.ndim == 2:
             muon_p.append((name, p))
         elif p.ndim <= 1:
@@ -69,12 +85,18 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
             raise ValueError(f"parameter {name!r} of shape {tuple(p.shape)}: no optimizer rule for "
                              f"{p.ndim}-D parameters (Muon takes 2-D, AdamW the embedding and 1-D)")
 
+    qk_lr = cfg.qk_lr_multiplier * (cfg.muon_lr if cfg.qk_optimizer == "muon" else cfg.adamw_lr)
+    qk_decay = cfg.muon_weight_decay if cfg.qk_optimizer == "muon" else cfg.adamw_weight_decay  # DESIGN.md: the
+    qk_group = {"params": [p for _, p in qk_p], "lr": qk_lr, "weight_decay": qk_decay}  # embedding's AdamW settings
     optimizers: list[torch.optim.Optimizer] = []
-    if muon_p:
-        optimizers.append(Muon([{"params": [p for _, p in muon_p], "name": "muon"}],
-                               lr=cfg.muon_lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
+    muon_groups = [{"params": [p for _, p in muon_p], "name": "muon"}] if muon_p else []
+    if qk_p and cfg.qk_optimizer == "muon":
+        muon_groups.append({**qk_group, "name": "muon_qk"})
+    if muon_groups:
+        optimizers.append(Muon(muon_groups, lr=cfg.muon_lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
                                weight_decay=cfg.muon_weight_decay, orthogonalizer=cfg.orthogonalizer,
-                               ortho_steps=cfg.ortho_steps, ortho_dtype=MUON_DTYPE[precision]))
+                               ortho_steps=cfg.ortho_steps, ortho_dtype=MUON_DTYPE[precision],
+                               update_scale=cfg.muon_update_scale))
     adam_groups = []
     if embed_p:
         adam_groups.append({"params": [p for _, p in embed_p], "weight_decay": cfg.adamw_weight_decay,
@@ -82,6 +104,8 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
     if gain_p:
         adam_groups.append({"params": [p for _, p in gain_p], "name": "gains",
                             "weight_decay": cfg.adamw_weight_decay if cfg.wd_on_gains else 0.0})
+    if qk_p and cfg.qk_optimizer == "adamw":
+        adam_groups.append({**qk_group, "name": "qk"})
     if adam_groups:
         extra = {"fused": True} if device_type == "cuda" else {}
         optimizers.append(torch.optim.AdamW(adam_groups, lr=cfg.adamw_lr,
@@ -91,7 +115,9 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
             group.setdefault("base_lr", group["lr"])
 
     check_coverage(model, optimizers)
-    summary = {"muon": _summarize(muon_p), "adamw": _summarize(embed_p + gain_p), "frozen": _summarize(frozen)}
+    in_muon = cfg.qk_optimizer == "muon"
+    summary = {"muon": _summarize(muon_p + (qk_p if in_muon else [])),
+               "adamw": _summarize(embed_p + gain_p + ([] if in_muon else qk_p)), "frozen": _summarize(frozen)}
     return optimizers, summary
 
 

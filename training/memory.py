@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from configs.config import ModelConfig, RunConfig
+from configs.config import ModelConfig, RunConfig, TrainConfig
 from models.loss import default_chunk_elements
 from optimizers.muon import Muon
 
@@ -42,17 +42,31 @@ HEADROOM = 0.10  # CUDA: the caching allocator's fragmentation and library works
 
 @dataclass(frozen=True)
 class Params:
-    """Parameter counts by optimizer, and the Muon matrices' shapes, of a ModelConfig."""
+    """Parameter counts by optimizer, and the block matrices' shapes, of a ModelConfig (and a TrainConfig's split)."""
 
     embed: int  # tied embedding / LM head (AdamW)
     gains: int  # trainable 1-D norm gains (AdamW)
     frozen: int  # frozen q/k norm gains (no optimizer)
-    block_matrices: tuple[tuple[int, int], ...]  # one block's Muon matrices [rows, cols]
+    block_matrices: tuple[tuple[int, int], ...]  # one block's weight matrices [rows, cols]
     n_layers: int
+    adamw_matrices: tuple[tuple[int, int], ...] = ()  # those of block_matrices that AdamW updates (qk_optimizer)
+
+    @property
+    def muon_matrices(self) -> tuple[tuple[int, int], ...]:
+        """One block's Muon matrices: block_matrices less adamw_matrices."""
+        rest = list(self.block_matrices)
+        for shape in self.adamw_matrices:
+            rest.remove(shape)
+        return tuple(rest)
 
     @property
     def muon(self) -> int:
-        return self.n_layers * self.per_block_matmul
+        return self.n_layers * sum(r * c for r, c in self.muon_matrices)
+
+    @property
+    def adamw_block(self) -> int:
+        """AdamW's block matrices, all layers."""
+        return self.n_layers * sum(r * c for r, c in self.adamw_matrices)
 
     @property
     def per_block_matmul(self) -> int:
@@ -60,7 +74,7 @@ class Params:
 
     @property
     def adamw(self) -> int:
-        return self.embed + self.gains
+        return self.embed + self.gains + self.adamw_block
 
     @property
     def trainable(self) -> int:
@@ -71,12 +85,15 @@ class Params:
         return self.trainable + self.frozen
 
 
-def param_counts(m: ModelConfig) -> Params:
+def param_counts(m: ModelConfig, t: TrainConfig | None = None) -> Params:
+    """The counts of model m; t (default: the default TrainConfig) decides which optimizer holds W_q and W_k."""
     kv = m.n_kv_heads * m.d_head
     d, F, L = m.d_model, m.d_ff, m.n_layers
     qk = {"learned": (2 * m.d_head, 0), "frozen": (0, 2 * m.d_head), "none": (0, 0)}[m.qk_norm]
+    wq_wk = ((d, d), (kv, d))
     return Params(embed=m.vocab_size * d, gains=L * (2 * d + qk[0]) + d, frozen=L * qk[1],
-                  block_matrices=((d, d), (kv, d), (kv, d), (d, d), (F, d), (d, F)), n_layers=L)
+                  block_matrices=(*wq_wk, (kv, d), (d, d), (F, d), (d, F)), n_layers=L,
+                  adamw_matrices=wq_wk if t is not None and t.qk_optimizer == "adamw" else ())
 
 
 def block_activation_bytes(m: ModelConfig, e: int, n: int) -> int:
@@ -102,7 +119,7 @@ def muon_transient_bytes(p: Params, e: int, world_size: int, sharded_params: boo
     iterates in the compute dtype, the two Gram matrices, and the result; a rank orthogonalizes its
     share of a chunk and gathers the whole chunk's results (fp32). FSDP also gathers the full updates."""
     shapes: dict[tuple[int, int], int] = {}
-    for r, c in p.block_matrices:
+    for r, c in p.muon_matrices:
         key = (min(r, c), max(r, c))
         shapes[key] = shapes.get(key, 0) + p.n_layers
     worst = 0
@@ -174,7 +191,7 @@ def plan_memory(cfg: RunConfig, device_type: str, precision: str, world_size: in
     and two blocks at a time. The micro-batch per device is batch_size / world_size."""
     m, t = cfg.model, cfg.train
     shard = t.shard if shard is None else shard
-    p, L, d, T = param_counts(m), m.n_layers, m.d_model, cfg.data.seq_len
+    p, L, d, T = param_counts(m, t), m.n_layers, m.d_model, cfg.data.seq_len
     e, n = (2 if precision == "bf16" else 4), (0 if device_type == "cuda" else 1)
     micro = max(1, t.batch_size // world_size)
     N = micro * T
@@ -197,7 +214,8 @@ def plan_memory(cfg: RunConfig, device_type: str, precision: str, world_size: in
         "block_backward": block_backward_bytes(m, e) * N,
         "fsdp_gathered": 2 * 4 * p.embed + 4 * 4 * p.per_block_matmul if shard == "fsdp" else 0,
         "muon_step": muon_transient_bytes(p, e, world_size, shard == "fsdp"),
-        "adamw_step": 0 if device_type == "cuda" else 4 * p.embed,  # fused on CUDA; CPU's sqrt of a moment
+        # fused on CUDA; on CPU the sqrt of the second moments of one param group at a time (the largest group)
+        "adamw_step": 0 if device_type == "cuda" else 4 * max(p.embed, p.adamw_block),
         "ddp_buckets": 4 * p.trainable if world_size > 1 and shard == "none" else 0,  # DDP's gradient buckets
         "probe": probe_bytes(m, cfg.probe.probe_batch * T, cfg.probe.probe_batch, T) if cfg.probe.probe_every else 0,
         # FSDP: rank 0 probes an unsharded copy, filled one gathered tensor at a time (training/sharding.py)

@@ -28,6 +28,7 @@ def test_every_preset_has_the_writeups_optimizer_recipe(name):
         (0.003 if big else 0.006, 0.9, 0.999, 0.2, True)
     assert t.grad_clip == 1.0 and t.orthogonalizer == "polar_express"
     assert (t.schedule, t.warmup_frac) == (("cosine", 0.01) if big else ("constant", 0.0))
+    assert (t.qk_optimizer, t.qk_lr_multiplier, t.muon_update_scale) == ("muon", 1.0, "none")  # variants off
 
 
 def test_old_configs_keep_their_meaning():
@@ -57,6 +58,32 @@ def test_overrides_validate_and_unknown_fields_are_rejected():
         apply_overrides(get_preset("tiny"), {"layers": 8})
     with pytest.raises(ConfigError, match="source=files needs --paths"):
         apply_overrides(get_preset("tiny"), {"source": "files"})
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--qk_lr_multiplier", "0"], "error: qk_lr_multiplier=0.0 must be positive (1 keeps W_q and W_k at their "
+                                  "optimizer's learning rate)"),
+    (["--qk_lr_multiplier", "-2"], "error: qk_lr_multiplier=-2.0 must be positive (1 keeps W_q and W_k at their "
+                                   "optimizer's learning rate)"),
+    (["--qk_optimizer", "sgd"], "error: qk_optimizer='sgd': choose one of muon, adamw"),
+    (["--muon_update_scale", "moonlight"], "error: muon_update_scale='moonlight': choose one of none, "
+                                           "match_rms_adamw"),
+])
+def test_optimizer_variants_are_validated_before_anything_is_written(capsys, tmp_path, argv, line):
+    import train_llm
+    from tests.helpers import stops
+    assert stops(capsys, train_llm.main, [*argv, "--out", str(tmp_path / "run")]) == line
+    assert not (tmp_path / "run").exists()
+
+
+def test_optimizer_variants_are_set_from_the_command_line_and_kept_in_config_json(tmp_path):
+    import train_llm
+    from configs import config_from_args
+    argv = ["--qk_optimizer", "adamw", "--qk_lr_multiplier", "0.25", "--muon_update_scale", "match_rms_adamw"]
+    cfg = config_from_args(train_llm.build_parser(argv).parse_args(argv))
+    cfg.save(tmp_path / "config.json")
+    t = RunConfig.load(tmp_path / "config.json").train
+    assert (t.qk_optimizer, t.qk_lr_multiplier, t.muon_update_scale) == ("adamw", 0.25, "match_rms_adamw")
 
 
 def test_corrupted_config_file_gets_a_clear_error(tmp_path):

@@ -212,21 +212,28 @@ def test_newton_schulz_known_singular_values():
 # ---------------------------------------------------------------------------------------------
 # The Muon update
 # ---------------------------------------------------------------------------------------------
+# The factor on the orthogonalized update of a tall [128, 32], a wide [32, 128] and a square [32, 32] matrix, by hand:
+# none: sqrt(max(1, rows / cols)) = 2, 1, 1; match_rms_adamw: 0.2 sqrt(max(rows, cols)) = 0.2 sqrt(128), again, 0.2
+# sqrt(32), i.e. 1.6 sqrt(2) = 2.2627..., 2.2627..., 0.8 sqrt(2) = 1.1313...
+SCALES = {"none": (2.0, 1.0, 1.0), "match_rms_adamw": (1.6 * 2 ** 0.5, 1.6 * 2 ** 0.5, 0.8 * 2 ** 0.5)}
+
+
+@pytest.mark.parametrize("mode", SCALES)
 @pytest.mark.parametrize("orthogonalizer", ["polar_express", "newton_schulz"])
-def test_muon_update_scaling_and_weight_decay(orthogonalizer):
+def test_muon_update_scaling_and_weight_decay(orthogonalizer, mode):
     ortho = {"polar_express": polar_express, "newton_schulz": newton_schulz}[orthogonalizer]
     lr, wd = 0.05, 0.1
-    tall = torch.nn.Parameter(gaussian((128, 32), seed=1))  # scale sqrt(128/32) = 2
-    wide = torch.nn.Parameter(gaussian((32, 128), seed=2))  # scale 1
-    square = torch.nn.Parameter(gaussian((32, 32), seed=3))  # scale 1, joins no bucket with the others
+    tall = torch.nn.Parameter(gaussian((128, 32), seed=1))
+    wide = torch.nn.Parameter(gaussian((32, 128), seed=2))
+    square = torch.nn.Parameter(gaussian((32, 32), seed=3))  # joins no bucket with the others
     params = [tall, wide, square]
     before = [p.detach().clone() for p in params]
     for i, p in enumerate(params):
         p.grad = gaussian(p.shape, seed=10 + i)
     opt = Muon(params, lr=lr, momentum=0.0, nesterov=True, weight_decay=wd, orthogonalizer=orthogonalizer,
-               ortho_dtype=torch.float32)
+               ortho_dtype=torch.float32, update_scale=mode)
     opt.step()
-    for p, p0, scale in zip(params, before, (2.0, 1.0, 1.0)):
+    for p, p0, scale in zip(params, before, SCALES[mode]):
         expected = p0 * (1 - lr * wd) - lr * scale * ortho(p.grad, steps=5, dtype=torch.float32)
         # Both fp32: Muon orthogonalizes tall and wide in one batch (another summation order, 2 ortho_rounding,
         # scaled by lr * scale), and each side rounds p0 - step once (one ulp: EPS |p|). Measured: one ulp.
@@ -267,6 +274,23 @@ def test_muon_rejects_bad_params():
         Muon([torch.nn.Parameter(torch.ones(4))], lr=0.01)
     with pytest.raises(ValueError, match="orthogonalizer"):
         Muon([torch.nn.Parameter(torch.ones(4, 4))], lr=0.01, orthogonalizer="svd")
+    with pytest.raises(ValueError, match="update_scale='rms': choose one of none, match_rms_adamw"):
+        Muon([torch.nn.Parameter(torch.ones(4, 4))], lr=0.01, update_scale="rms")
+
+
+def test_muon_implements_every_update_scale_the_config_accepts():
+    from configs.config import MUON_UPDATE_SCALES
+    from optimizers.muon import UPDATE_SCALES
+    assert UPDATE_SCALES == MUON_UPDATE_SCALES
+
+
+def test_a_state_dict_saved_before_update_scale_loads_as_none():
+    p = torch.nn.Parameter(torch.ones(4, 4))
+    sd = Muon([p], lr=0.01).state_dict()
+    del sd["param_groups"][0]["update_scale"]  # as a checkpoint written before the field existed
+    opt = Muon([p], lr=0.01, update_scale="match_rms_adamw")
+    opt.load_state_dict(sd)
+    assert opt.param_groups[0]["update_scale"] == "none"
 
 
 def test_base_lr_in_every_group():
@@ -339,6 +363,75 @@ def test_split_none_qk_norm():
     model, tcfg = debug_model(qk_norm="none")
     _, summary = build_optimizers(model, tcfg)
     assert summary["adamw"] == {"tensors": 1 + 2 * 2 + 1, "params": 65536 + 2 * 256 + 128}
+
+
+QK_NAMES = [f"blocks.{i}.attn.w{x}.weight" for i in range(2) for x in "qk"]
+
+
+def test_default_split_keeps_wq_and_wk_in_the_one_muon_group():
+    model, tcfg = debug_model()
+    (muon, adamw), _ = build_optimizers(model, tcfg)
+    assert [g["name"] for g in muon.param_groups] == ["muon"] and set(QK_NAMES) <= set(names_in(muon, model)["muon"])
+    assert [g["name"] for g in adamw.param_groups] == ["embed", "gains"]
+    assert muon.param_groups[0]["update_scale"] == "none"
+
+
+def test_qk_optimizer_adamw_moves_wq_and_wk_to_their_own_adamw_group():
+    model, tcfg = debug_model()
+    tcfg = dataclasses.replace(tcfg, qk_optimizer="adamw", qk_lr_multiplier=0.5, muon_weight_decay=0.07,
+                               adamw_weight_decay=0.05)
+    (muon, adamw), summary = build_optimizers(model, tcfg)
+    assert names_in(adamw, model)["qk"] == QK_NAMES and not set(QK_NAMES) & set(names_in(muon, model)["muon"])
+    qk = adamw.param_groups[2]
+    # AdamW's lr times the multiplier, its betas and its weight decay: the embedding's settings (docs/training.md)
+    assert (qk["lr"], qk["base_lr"], qk["betas"], qk["weight_decay"]) == (0.003, 0.003, (0.9, 0.999), 0.05)
+    wq_wk = 128 * 128 + 64 * 128  # per layer (the comment above the debug model)
+    assert summary["muon"] == {"tensors": 2 * 4, "params": 2 * (114688 - wq_wk)}
+    assert summary["adamw"] == {"tensors": 1 + 2 * 4 + 1 + 4, "params": 65536 + 2 * 384 + 128 + 2 * wq_wk}
+
+
+def test_qk_lr_multiplier_gives_wq_and_wk_their_own_muon_group():
+    model, tcfg = debug_model()
+    tcfg = dataclasses.replace(tcfg, qk_lr_multiplier=2.0, muon_update_scale="match_rms_adamw")
+    (muon, adamw), summary = build_optimizers(model, tcfg)
+    assert [g["name"] for g in muon.param_groups] == ["muon", "muon_qk"]
+    assert names_in(muon, model)["muon_qk"] == QK_NAMES
+    assert [(g["lr"], g["base_lr"], g["update_scale"]) for g in muon.param_groups] == \
+        [(0.024, 0.024, "match_rms_adamw"), (0.048, 0.048, "match_rms_adamw")]
+    assert summary["muon"] == {"tensors": 12, "params": 2 * 114688}  # the same split as by default
+    assert [g["name"] for g in adamw.param_groups] == ["embed", "gains"]
+
+
+@pytest.mark.parametrize("qk_optimizer", ["muon", "adamw"])
+def test_one_step_of_wq_by_hand(qk_optimizer):
+    """W_q after one step from gradient g, with qk_lr_multiplier 0.5 and weight decay 0.1 on the matrices.
+    AdamW's first step: m = (1 - b1) g and v = (1 - b2) g^2, bias-corrected to g and g^2, so the step is
+    lr g / (|g| + eps). Muon's first step (Nesterov): buf = g, direction g + momentum g, orthogonalized
+    (the scale drops out), times sqrt(max(1, 128 / 128)) = 1."""
+    model, tcfg = debug_model()
+    tcfg = dataclasses.replace(tcfg, qk_optimizer=qk_optimizer, qk_lr_multiplier=0.5, muon_weight_decay=0.1,
+                               adamw_weight_decay=0.1)
+    optimizers, _ = build_optimizers(model, tcfg)
+    wq = model.blocks[0].attn.wq.weight
+    w0 = wq.detach().clone()
+    x, y = fixed_batch(model.cfg.vocab_size)
+    model(x, y).backward()
+    g = wq.grad.clone()
+    for opt in optimizers:
+        opt.step()
+    if qk_optimizer == "adamw":
+        lr = 0.5 * tcfg.adamw_lr
+        expected = w0 * (1 - lr * 0.1) - lr * g / (g.abs() + 1e-8)
+        # torch's AdamW: a few fp32 operations per entry (moments, bias corrections, sqrt, division, the decay):
+        # each entry within a few ulps of its size.
+        torch.testing.assert_close(wq.detach(), expected, rtol=ulps("fp32", 4), atol=ulps("fp32", 4) * lr)
+    else:
+        lr = 0.5 * tcfg.muon_lr
+        expected = w0 * (1 - lr * 0.1) - lr * polar_express((1 + tcfg.momentum) * g, dtype=torch.float32)
+        # The same fp32 iteration on the same matrix, in another batch (2 ortho_rounding, times lr), and one
+        # rounding of w - step on each side (one ulp).
+        torch.testing.assert_close(wq.detach(), expected, rtol=ulps("fp32", 1),
+                                   atol=2 * ortho_rounding("fp32", 128) * lr)
 
 
 def test_coverage_check_names_duplicated_parameter():

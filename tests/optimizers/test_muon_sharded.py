@@ -34,7 +34,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # the orthogonalizatio
 
 
 def muon(params, precision: str) -> Muon:
-    opt = Muon(params, lr=0.05, weight_decay=0.1, ortho_dtype=DTYPES[precision])
+    # Two param groups, as W_q and W_k get with --qk_lr_multiplier: the second with its own lr and Moonlight's
+    # update scale, which must use each matrix's whole shape, not its FSDP shard's.
+    groups = [{"params": params[:5]}, {"params": params[5:], "lr": 0.03, "update_scale": "match_rms_adamw"}]
+    opt = Muon(groups, lr=0.05, weight_decay=0.1, ortho_dtype=DTYPES[precision])
     opt.max_batch_numel = 512  # several batches per shape
     return opt
 
@@ -92,7 +95,7 @@ def test_ddp_ranks_share_the_orthogonalization_and_match_one_process(tmp_path, p
     ranks = [torch.load(tmp_path / f"ddp{r}.pt") for r in range(2)]
     for res in ranks:
         assert all(torch.equal(a, b) for a, b in zip(res["params"], want))
-    # 9 matrices a step: rank 0 takes 5 of them, rank 1 the other 4, never all 9.
+    # 9 matrices a step (groups of 5 and 4, each shared out from rank 0): rank 0 takes 3 + 2, rank 1 2 + 2.
     assert [r["orthogonalized"] for r in ranks] == [5 * STEPS, 4 * STEPS]
 
 

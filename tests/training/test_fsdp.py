@@ -68,6 +68,18 @@ def test_fsdp_in_bf16_follows_the_single_process_curve_within_bf16_rounding(tmp_
 
 
 @pytest.mark.slow
+def test_fsdp_with_the_optimizer_variants_follows_the_single_process_curve(tmp_path, corpus_file, cache_dir):
+    """W_q and W_k in an AdamW group of their own (sharded moments) and Moonlight's Muon scale, which takes each
+    matrix's whole shape under FSDP: no restriction between these fields and --shard fsdp."""
+    variants = ["--qk_optimizer", "adamw", "--qk_lr_multiplier", "0.5", "--muon_update_scale", "match_rms_adamw",
+                "--muon_lr", "0.005"]
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS), *variants, "--out", str(tmp_path / "one")], 1)
+    run_train_llm([*_common(corpus_file, cache_dir, STEPS), *variants, "--shard", "fsdp", "--out",
+                   str(tmp_path / "two")], 2)
+    _assert_same_curve_and_probes(tmp_path, "fp32")  # both runs fp32 (pinned)
+
+
+@pytest.mark.slow
 def test_fsdp_checkpoints_hold_whole_tensors_and_resume(runs, tmp_path, corpus_file, cache_dir):
     ckpt = list_checkpoints(runs / "two" / "checkpoints")[-1]
     load_model_weights(ckpt.path, MinimalLLM(get_preset("debug").model))  # an unsharded model loads it

@@ -7,7 +7,8 @@ buffers, optimizer states) plus the peak of the tensors created during it, from 
 timeline (every CPU allocation and free by the c10 allocator). This is what tensors occupy, not the
 process's RSS (glibc keeps freed pages). Measured here (torch 2.13 CPU), plan minus measured over measured:
 debug preset +5.8%, tiny -0.1%, tiny with checkpointing -0.4%, tiny unfused loss +0.3%, tiny at
-4 x 256 tokens +13.4% (the plan is conservative where attention's saved tensors are smaller than counted).
+4 x 256 tokens +13.4% (the plan is conservative where attention's saved tensors are smaller than counted), tiny with
+W_q and W_k in AdamW (--qk_optimizer adamw) -0.1%.
 """
 from __future__ import annotations
 
@@ -67,6 +68,7 @@ def measured_peak(cfg) -> int:
     ("tiny", {"grad_checkpointing": True}, -0.03, 0.03),
     ("tiny", {"fused_loss": False}, -0.03, 0.03),
     ("tiny", {"batch_size": 4, "seq_len": 256}, 0.0, 0.16),
+    ("tiny", {"qk_optimizer": "adamw"}, -0.03, 0.03),
 ])
 @pytest.mark.slow
 def test_plan_matches_the_measured_peak(preset, overrides, low, high):
@@ -75,6 +77,23 @@ def test_plan_matches_the_measured_peak(preset, overrides, low, high):
     plan = plan_memory(cfg, "cpu", "fp32")
     measured = measured_peak(cfg)
     assert low <= (plan.peak - measured) / measured <= high, (plan.peak, measured, plan.phases)
+
+
+def test_wq_and_wk_in_adamw_are_planned_as_adamw_moments():
+    """tiny: 6 layers, d_model 128, 2 heads and 2 kv heads of 64, so W_q and W_k are 128 x 128 in every layer."""
+    cfg = get_preset("tiny")
+    assert (cfg.model.n_layers, cfg.model.d_model, cfg.model.n_kv_heads * cfg.model.d_head) == (6, 128, 128)
+    muon = plan_memory(cfg, "cuda", "bf16")
+    adamw = plan_memory(apply_overrides(cfg, {"qk_optimizer": "adamw"}), "cuda", "bf16")
+    moved = 6 * 2 * 128 * 128
+    assert muon.parts["muon_momentum"] - adamw.parts["muon_momentum"] == 4 * moved  # one fp32 buffer each
+    assert adamw.parts["adamw_moments"] - muon.parts["adamw_moments"] == 8 * moved  # two fp32 moments each
+    for key in ("weights", "gradients", "bf16_weight_copies", "muon_step"):  # Muon's largest chunk: the MLP's
+        assert adamw.parts[key] == muon.parts[key], key
+    # On CPU the AdamW step's temporaries are those of its largest group: the embedding, 4096 x 128 > 12 x 128 x 128
+    assert plan_memory(apply_overrides(cfg, {"qk_optimizer": "adamw"}), "cpu", "fp32").parts["adamw_step"] == \
+        4 * 4096 * 128
+    assert plan_memory(apply_overrides(cfg, {"qk_lr_multiplier": 2.0}), "cuda", "bf16").parts == muon.parts
 
 
 def test_fsdp_and_checkpointing_shrink_the_1b_plan():

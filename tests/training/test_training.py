@@ -83,6 +83,34 @@ def test_resume_is_identical_to_an_uninterrupted_run(debug_cfg, tmp_path, compil
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.parametrize("variant, group", [
+    ({"qk_optimizer": "adamw", "qk_lr_multiplier": 0.5}, "qk"),
+    ({"qk_lr_multiplier": 2.0, "muon_update_scale": "match_rms_adamw", "muon_lr": 0.005}, "muon_qk"),
+])
+def test_resume_with_wq_and_wk_in_their_own_group_is_identical(debug_cfg, tmp_path, variant, group):
+    """W_q and W_k in a param group of their own (AdamW's or Muon's) follow the schedule like every group and
+    resume bit for bit: the group's peak rate and moments travel in the checkpoint."""
+    n = 4
+    opts = dict(compile="off", precision="fp32", **variant)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    run(debug_cfg(tokens=2 * n * STEP_TOKENS, ckpt_every=n, **opts), straight)
+    run(debug_cfg(tokens=n * STEP_TOKENS, **opts), split)
+    run(debug_cfg(tokens=2 * n * STEP_TOKENS, **opts), split, resume=True)
+    assert losses(split) == losses(straight)  # bit-identical losses, step by step
+    a = load_file(str(straight / "checkpoints" / f"step-{2 * n:06d}" / "model.safetensors"))
+    b = load_file(str(split / "checkpoints" / f"step-{2 * n:06d}" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    saved = json.loads((straight / "config.json").read_text())["train"]
+    assert {k: saved[k] for k in variant} == variant
+    # Under a schedule the group's rate is its own peak times the schedule's factor, as every group's.
+    cfg = debug_cfg(tokens=n * STEP_TOKENS, schedule="cosine", warmup_frac=0.25, **opts)
+    seen = Recorder()
+    run(cfg, tmp_path / "cosine", callbacks=[seen])
+    t = cfg.train
+    peak = t.qk_lr_multiplier * (t.adamw_lr if t.qk_optimizer == "adamw" else t.muon_lr)
+    assert [info.lrs[group] for info in seen.seen[1:]] == [peak * lr_factor(i, n, t) for i in range(n)]
+
+
 def test_existing_run_is_not_overwritten_and_resume_refuses_other_config(debug_cfg, tmp_path):
     run(debug_cfg(tokens=2 * STEP_TOKENS), tmp_path)
     before = (tmp_path / "metrics.jsonl").read_text()
