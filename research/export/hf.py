@@ -12,13 +12,13 @@ Which class, by qk_norm (checked against transformers 5.23's modeling_apertus.py
   (i, i + D/2) (rotate_half), GQA where query head h reads KV head h // (H / K), softmax scale
   1/sqrt(head_dim), and a non-gated MLP down(act(up(x))) with hidden_act "relu2" = relu(u)^2.
   frozen is learned with every q/k gain exactly 1 (the checkpoint stores those ones; they are copied).
-- the attention variants attn_softcap, attn_gate and qk_norm_scope full -> refused in one line before
-  anything is written (inexpressible says why); z_loss changes training only and exports as any run.
 - none -> ArceeForCausalLM. Apertus applies its q/k norms always, so it cannot express their absence.
   Arcee is the same decoder without q/k norms (Llama attention) and with the same non-gated relu2 MLP,
   so it represents the model with the same parameters. LlamaForCausalLM would also be exact with
   hidden_act "relu" and gate_proj = up_proj (relu(u) * u = relu(u)^2 in floating point too) but
   stores the MLP's input matrix twice.
+- the attention variants attn_softcap, attn_gate and qk_norm_scope full -> refused in one line before
+  anything is written (inexpressible says why); z_loss changes training only and exports as any run.
 
 What changes on the way: the input embedding is multiplied by sqrt(d_model) once (folded: this model
 scales the embedded tokens, the HF classes do not), while the LM head keeps the unscaled embedding, so
