@@ -16,7 +16,7 @@ import math
 import torch
 
 from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: F401 (the names returned)
-from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED
+from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED  # the names of the soft-capped model's extra records
 
 
 def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

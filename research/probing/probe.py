@@ -91,7 +91,8 @@ def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre
     attention_metrics' result, with UNCAPPED_SPLIT where it has them (a soft-capped model), and GAIN_SPLIT where
     the layer has q and k norm gains (their effective values):
     q_pre [Hq, B, T, D] and k_pre [Hkv, B, T, D] are the norms' outputs before RoPE."""
-    out = {n: attn_m[n] for n in (*ATTENTION_METRICS, *LOGIT_SPLIT, *UNCAPPED_SPLIT) if n in attn_m}
+    out = {n: attn_m[n] for n in (*ATTENTION_METRICS, *LOGIT_SPLIT)}
+    out.update({n: attn_m[n] for n in UNCAPPED_SPLIT if n in attn_m})  # soft-capped models only
     if gain_q is not None and gain_k is not None:
         b, t, j = attn_m["logit_at"]
         Hq, Hkv = q_pre.shape[0], k_pre.shape[0]
