@@ -52,10 +52,13 @@ OFFLINE_MODES = ("error", "english")
 PROBE_PRECISIONS = ("fp32", "bf16")
 QK_OPTIMIZERS = ("muon", "adamw")  # which optimizer updates W_q and W_k (optimizers/split.py)
 MUON_UPDATE_SCALES = ("none", "match_rms_adamw")  # optimizers.muon.UPDATE_SCALES implements each
+ATTN_GATES = ("none", "elementwise", "headwise")  # models.layers.Attention: a sigmoid gate on each head's output
+QK_NORM_SCOPES = ("head", "full")  # per-head RMSNorm (Qwen3, Gemma 3) | over the whole q / k projection (OLMo 2)
 FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalizer": ORTHOGONALIZERS,
                  "precision": PRECISIONS, "compile": COMPILE_MODES, "shard": SHARD_MODES, "source": SOURCES,
                  "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS,
-                 "qk_optimizer": QK_OPTIMIZERS, "muon_update_scale": MUON_UPDATE_SCALES}
+                 "qk_optimizer": QK_OPTIMIZERS, "muon_update_scale": MUON_UPDATE_SCALES,
+                 "attn_gate": ATTN_GATES, "qk_norm_scope": QK_NORM_SCOPES}
 
 
 def _check_choices(cfg) -> None:
@@ -79,6 +82,9 @@ class ModelConfig:
     max_seq_len: int = 2048  # RoPE tables are built for positions < max_seq_len
     rope_theta: float = 10000.0
     qk_norm: str = "learned"  # learned | frozen | none
+    qk_norm_scope: str = "head"  # head: one RMSNorm per head's D-vector | full: over the whole projection (OLMo 2)
+    attn_softcap: float = 0.0  # attention logits -> cap * tanh(logit / cap) (Gemma 2); 0: off
+    attn_gate: str = "none"  # none | elementwise | headwise: sigmoid gate on each head's output (arXiv 2505.06708)
     norm_eps: float = 1e-6
     init_std: float = 0.02
 
@@ -99,6 +105,11 @@ class ModelConfig:
                                   f"eps)), e.g. 1e-6")
         _check(self.init_std > 0, f"init_std={self.init_std} must be positive (the standard deviation of the initial "
                                   f"weights), e.g. 0.02")
+        _check(self.attn_softcap >= 0, f"attn_softcap={self.attn_softcap} must be >= 0 (0 disables soft-capping), "
+                                       f"e.g. 50")
+        _check(self.qk_norm_scope == "head" or self.qk_norm != "none",
+               f"qk_norm_scope={self.qk_norm_scope!r} with qk_norm='none': there is no q/k norm to scope; use "
+               f"--qk_norm learned or frozen, or leave --qk_norm_scope head")
 
     @property
     def d_head(self) -> int:
@@ -128,6 +139,7 @@ class TrainConfig:
     adam_beta2: float = 0.999  # PyTorch's default, which the write-ups used
     grad_clip: float = 1.0  # 0 disables clipping
     qk_clip: float = 0.0  # QK-clip threshold tau on attention logits (Kimi K2; optimizers/qk_clip.py); 0: off
+    z_loss: float = 0.0  # coefficient of mean(logsumexp(logits)^2) added to the objective (PaLM); 0: off
     schedule: str = "constant"  # constant | cosine (warmup then cosine decay)
     warmup_frac: float = 0.0
     min_lr_frac: float = 0.1  # cosine decays to this fraction of the peak
@@ -167,6 +179,7 @@ class TrainConfig:
             _check(0 <= getattr(self, name) < 1, f"{name}={getattr(self, name)} must be in [0, 1)")
         _check(self.grad_clip >= 0, f"grad_clip={self.grad_clip} must be >= 0 (0 disables it)")
         _check(self.qk_clip >= 0, f"qk_clip={self.qk_clip} must be >= 0 (0 disables it)")
+        _check(self.z_loss >= 0, f"z_loss={self.z_loss} must be >= 0 (0 disables it), e.g. 1e-4")
         _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
         _check(0 <= self.min_lr_frac <= 1, f"min_lr_frac={self.min_lr_frac} must be in [0, 1]")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
@@ -395,6 +408,7 @@ def flops_per_token(m: ModelConfig, seq_len: int) -> float:
     """
     d, kv = m.d_model, m.n_kv_heads * m.d_head
     per_layer = d * d * 2 + d * kv * 2 + 2 * d * m.d_ff  # wq, wo, wk, wv, up, down
+    per_layer += d * {"none": 0, "elementwise": m.n_heads * m.d_head, "headwise": m.n_heads}[m.attn_gate]  # wg
     matmul_params = m.n_layers * per_layer + m.vocab_size * d  # + LM head
     attn = m.n_layers * 2 * seq_len * d  # causal: half of 4*T*d per layer, forward
     return 6 * matmul_params + 3 * attn

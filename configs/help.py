@@ -23,6 +23,14 @@ FIELD_HELP: dict[str, str] = {
     "rope_theta": "RoPE base: dimension pair i of a head rotates by rope_theta^(-2i/d_head) radians per position.",
     "qk_norm": "RMSNorm on queries and keys (over d_head, before RoPE): with a learned gain, with the gain frozen "
                "at 1, or no QK-norm.",
+    "qk_norm_scope": "What the q/k RMSNorm normalizes: each head's d_head vector with one gain shared by the heads "
+                     "(head), or the whole q and k projections before the head split, with a gain per component "
+                     "(full, as OLMo 2). Needs qk_norm learned or frozen for full.",
+    "attn_softcap": "Attention-logit soft-cap (Gemma 2): each logit becomes cap x tanh(logit / cap) before the "
+                    "softmax; the attention is then written out (float32 scores) instead of SDPA. 0 turns it off.",
+    "attn_gate": "Gated attention (arXiv 2505.06708): each head's output is multiplied, before the output "
+                 "projection, by sigmoid(W_g x) of the block's normed input x, one gate per channel (elementwise) "
+                 "or per head (headwise); none: no gate.",
     "norm_eps": "Epsilon of every RMSNorm, added to mean(x^2) under the square root.",
     "init_std": "Standard deviation of the normal initialization of the weight matrices (the attention output and "
                 "MLP down projections get init_std / sqrt(2 x n_layers)).",
@@ -45,6 +53,9 @@ FIELD_HELP: dict[str, str] = {
     "qk_clip": "QK-clip threshold tau on the attention logits (Kimi K2, optimizers/qk_clip.py): after each step a "
                "head whose largest logit exceeded tau has W_q and W_k scaled to bring it back. Needs qk_norm none; "
                "0 turns it off.",
+    "z_loss": "Coefficient of the z-loss (PaLM): z_loss x mean over tokens of logsumexp(logits)^2 is added to the "
+              "training objective; the logged loss stays the cross-entropy, with the z-loss term beside it in "
+              "metrics.jsonl. 0 turns it off.",
     "schedule": "Learning-rate schedule after the warmup: constant at the peak, or cosine decay to min_lr_frac of "
                 "the peak.",
     "warmup_frac": "Share of the optimizer steps spent warming the learning rate up linearly from 0; 0: no "

@@ -37,10 +37,33 @@ class RMSNorm(nn.Module):
         return y.type_as(x)
 
 
-def make_qk_norm(cfg: ModelConfig) -> nn.Module:
+def make_qk_norm(cfg: ModelConfig, heads: int) -> nn.Module:
+    """The q (heads = n_heads) or k (heads = n_kv_heads) norm: over each head's D-vector with one gain of size D
+    shared by the heads (qk_norm_scope head), or over the whole projection, heads x D, with a gain of that size
+    (qk_norm_scope full, OLMo 2)."""
     if cfg.qk_norm == "none":
         return nn.Identity()
-    return RMSNorm(cfg.d_head, cfg.norm_eps, learnable=cfg.qk_norm == "learned")
+    dim = cfg.d_head if cfg.qk_norm_scope == "head" else heads * cfg.d_head
+    return RMSNorm(dim, cfg.norm_eps, learnable=cfg.qk_norm == "learned")
+
+
+def softcapped_attention(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, v_BKTD: torch.Tensor,
+                         cap: float) -> torch.Tensor:
+    """Causal attention with soft-capped logits, cap * tanh(q . k / sqrt(D) / cap) (Gemma 2), [B, H, T, D].
+
+    SDPA has no soft-cap, so the scores are written out: logits, cap and softmax in float32 (under bf16 autocast
+    too: tanh and softmax of bf16 logits would round the cap away), the weighted sum of values in v's dtype, as
+    SDPA computes it. Query head h reads KV head h // (H / K), as SDPA's enable_gqa. Memory: the B x H x T x T
+    scores, which SDPA never holds."""
+    H, K, T, D = q_BHTD.shape[1], k_BKTD.shape[1], q_BHTD.shape[2], q_BHTD.shape[3]
+    if H != K:
+        k_BKTD, v_BKTD = k_BKTD.repeat_interleave(H // K, 1), v_BKTD.repeat_interleave(H // K, 1)   # [B, H, T, D]
+    with torch.autocast(q_BHTD.device.type, enabled=False):
+        s_BHTT = (q_BHTD.float() @ k_BKTD.float().mT) * D ** -0.5
+        s_BHTT = torch.tanh(s_BHTT / cap) * cap
+        future = torch.ones(T, T, dtype=torch.bool, device=s_BHTT.device).triu(1)
+        p_BHTT = torch.softmax(s_BHTT.masked_fill(future, -math.inf), dim=-1)
+    return p_BHTT.to(v_BKTD.dtype) @ v_BKTD
 
 
 class Rotary(nn.Module):
@@ -94,11 +117,19 @@ class Attention(nn.Module):
     """Causal grouped-query attention with per-head q/k RMSNorm before RoPE.
 
     q_norm and k_norm normalize each head's D-vector with one gain shared by all
-    heads of the layer, after the head split and before RoPE (as Qwen3 and Gemma 3).
+    heads of the layer, after the head split and before RoPE (as Qwen3 and Gemma 3);
+    with qk_norm_scope 'full' they normalize the whole q and k projections before the
+    head split instead (OLMo 2), with gains of H x D and K x D.
+    Variants (ModelConfig): attn_softcap > 0 caps each logit to cap * tanh(logit / cap)
+    (softcapped_attention; SDPA where 0); attn_gate multiplies each head's output by
+    sigmoid(wg(x)) of the block's normed input x, per channel (elementwise, wg: d -> H x D)
+    or one per head (headwise, wg: d -> H), before wo (arXiv 2505.06708).
     Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
-    qk_norm='none' the raw projections), hook_q_rope, hook_k_rope.
+    qk_norm='none' the raw projections), hook_q_rope, hook_k_rope; with a gate also
+    hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others.
     With `track_max_logit` set (QK-clip, optimizers/qk_clip.py), each training forward raises
-    `max_logit` [H] to the largest logit of each query head it computed; the trainer resets it.
+    `max_logit` [H] to the largest logit of each query head it computed (before any soft-cap:
+    QK-clip bounds the logits q . k / sqrt(D) themselves); the trainer resets it.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -109,8 +140,14 @@ class Attention(nn.Module):
         self.wk = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
         self.wv = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
         self.wo = nn.Linear(cfg.n_heads * D, d, bias=False)
-        self.q_norm = make_qk_norm(cfg)
-        self.k_norm = make_qk_norm(cfg)
+        self.q_norm = make_qk_norm(cfg, cfg.n_heads)
+        self.k_norm = make_qk_norm(cfg, cfg.n_kv_heads)
+        self.full_scope = cfg.qk_norm_scope == "full"
+        self.softcap = cfg.attn_softcap
+        if cfg.attn_gate != "none":
+            self.wg = nn.Linear(d, cfg.n_heads * (D if cfg.attn_gate == "elementwise" else 1), bias=False)
+            self.hook_gate = HookPoint()
+        self.gate = cfg.attn_gate
         self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
         self.track_max_logit = False
@@ -118,20 +155,33 @@ class Attention(nn.Module):
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
         B, T, _ = x_BTd.shape
-        q_BTHD = self.wq(x_BTd).view(B, T, self.n_heads, self.d_head)
-        k_BTKD = self.wk(x_BTd).view(B, T, self.n_kv_heads, self.d_head)
-        v_BTKD = self.wv(x_BTd).view(B, T, self.n_kv_heads, self.d_head)
-        q_BTHD = self.hook_q_norm(self.q_norm(q_BTHD))
-        k_BTKD = self.hook_k_norm(self.k_norm(k_BTKD))
+        H, K, D = self.n_heads, self.n_kv_heads, self.d_head
+        if self.gate != "none":  # computed first, so that a probe holds it when the layer's last hook fires
+            g_BTHg = self.hook_gate(torch.sigmoid(self.wg(x_BTd)).view(B, T, H, -1))   # [B, T, H, D or 1]
+        if self.full_scope:  # normalize the whole projections [B, T, H*D] / [B, T, K*D], then split the heads
+            q_BTHD = self.q_norm(self.wq(x_BTd)).view(B, T, H, D)
+            k_BTKD = self.k_norm(self.wk(x_BTd)).view(B, T, K, D)
+        else:
+            q_BTHD = self.q_norm(self.wq(x_BTd).view(B, T, H, D))
+            k_BTKD = self.k_norm(self.wk(x_BTd).view(B, T, K, D))
+        v_BTKD = self.wv(x_BTd).view(B, T, K, D)
+        q_BTHD = self.hook_q_norm(q_BTHD)
+        k_BTKD = self.hook_k_norm(k_BTKD)
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))
         k_BTKD = self.hook_k_rope(rotary(k_BTKD))
         # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
         q_BHTD, k_BKTD = q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2)
         if self.track_max_logit and self.training:
             self.max_logit.copy_(torch.maximum(self.max_logit, causal_max_logit(q_BHTD, k_BKTD)))
-        y_BHTD = F.scaled_dot_product_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), is_causal=True,
-                                                enable_gqa=self.n_heads != self.n_kv_heads)
-        return self.wo(y_BHTD.transpose(1, 2).reshape(B, T, self.n_heads * self.d_head))
+        if self.softcap:
+            y_BHTD = softcapped_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), self.softcap)
+        else:
+            y_BHTD = F.scaled_dot_product_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), is_causal=True,
+                                                    enable_gqa=H != K)
+        y_BTHD = y_BHTD.transpose(1, 2)
+        if self.gate != "none":
+            y_BTHD = y_BTHD * g_BTHg.to(y_BTHD.dtype)
+        return self.wo(y_BTHD.reshape(B, T, H * D))
 
 
 class FeedForward(nn.Module):

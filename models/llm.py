@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from configs.config import ModelConfig
 from models.layers import Block, RMSNorm, Rotary
-from models.loss import linear_cross_entropy
+from models.loss import linear_cross_entropy, linear_cross_entropy_z
 
 
 @contextmanager
@@ -30,7 +30,13 @@ class MinimalLLM(nn.Module):
 
     Parameter names the optimizer split relies on: `embed.weight` (shared with the
     LM head), `blocks.{i}.attn.{wq,wk,wv,wo}.weight`, `blocks.{i}.ffn.{up,down}.weight`
-    (2-D, Muon), and 1-D norm gains ending in `norm.weight` (AdamW).
+    (2-D, Muon), with attn_gate also `blocks.{i}.attn.wg.weight` (2-D, Muon), and 1-D norm
+    gains ending in `norm.weight` (AdamW).
+
+    `z_loss` (set by the trainer from TrainConfig.z_loss): in training mode, forward with targets
+    returns the objective CE + z_loss * mean(logsumexp(logits)^2) and keeps its parts, detached, in
+    `loss_parts` ({"loss": CE, "z_loss": the z term}); in eval mode (validation, the probe) it returns
+    the CE alone.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -42,6 +48,8 @@ class MinimalLLM(nn.Module):
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.grad_checkpointing = False
         self.fused_loss = True  # LM head and cross-entropy in one chunked pass (models/loss.py)
+        self.z_loss = 0.0  # z-loss coefficient of the training objective (TrainConfig.z_loss)
+        self.loss_parts: dict[str, torch.Tensor] = {}  # the latest training objective's parts (z_loss > 0 only)
         self.compiled_blocks: list | None = None  # set by compile_blocks(); used in training mode only
         self.reset_parameters()
 
@@ -87,11 +95,27 @@ class MinimalLLM(nn.Module):
     def loss(self, h_BTd: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy (float32 scalar) of the LM head on final hidden states [B, T, d] (hidden()'s
         output), as forward computes it: so a pass that needed the hidden states anyway (the key probe) gets
-        the loss of its tokens without a second forward."""
+        the loss of its tokens without a second forward. In training mode with z_loss > 0: the objective (class
+        docstring)."""
+        if self.z_loss and self.training:
+            return self._objective(h_BTd, targets_BT)
         if self.fused_loss:
             return linear_cross_entropy(h_BTd.flatten(0, 1), self.embed.weight, targets_BT.flatten())
         logits_BTV = F.linear(h_BTd, self.embed.weight)
         return F.cross_entropy(logits_BTV.float().flatten(0, 1), targets_BT.flatten())
+
+    def _objective(self, h_BTd: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:
+        """CE + z-loss, keeping both parts (detached) in loss_parts; fused or not as the CE."""
+        if self.fused_loss:
+            objective, ce, z_term = linear_cross_entropy_z(h_BTd.flatten(0, 1), self.embed.weight,
+                                                           targets_BT.flatten(), self.z_loss)
+        else:
+            logits_NV = F.linear(h_BTd, self.embed.weight).float().flatten(0, 1)
+            ce = F.cross_entropy(logits_NV, targets_BT.flatten())
+            z_term = self.z_loss * torch.logsumexp(logits_NV, dim=-1).square().mean()
+            objective = ce + z_term
+        self.loss_parts = {"loss": ce.detach(), "z_loss": z_term.detach()}
+        return objective
 
     def num_params(self, trainable_only: bool = False) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)

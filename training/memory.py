@@ -85,27 +85,41 @@ class Params:
         return self.trainable + self.frozen
 
 
+def gate_width(m: ModelConfig) -> int:
+    """Rows of the attention gate's matrix wg (attn_gate): H x D (elementwise), H (headwise), 0 (none)."""
+    return {"none": 0, "elementwise": m.n_heads * m.d_head, "headwise": m.n_heads}[m.attn_gate]
+
+
 def param_counts(m: ModelConfig, t: TrainConfig | None = None) -> Params:
     """The counts of model m; t (default: the default TrainConfig) decides which optimizer holds W_q and W_k."""
     kv = m.n_kv_heads * m.d_head
     d, F, L = m.d_model, m.d_ff, m.n_layers
-    qk = {"learned": (2 * m.d_head, 0), "frozen": (0, 2 * m.d_head), "none": (0, 0)}[m.qk_norm]
+    qk_gains = 2 * m.d_head if m.qk_norm_scope == "head" else d + kv  # full scope: gains over whole projections
+    qk = {"learned": (qk_gains, 0), "frozen": (0, qk_gains), "none": (0, 0)}[m.qk_norm]
+    gate = ((gate_width(m), d),) if m.attn_gate != "none" else ()
     wq_wk = ((d, d), (kv, d))
     return Params(embed=m.vocab_size * d, gains=L * (2 * d + qk[0]) + d, frozen=L * qk[1],
-                  block_matrices=(*wq_wk, (kv, d), (d, d), (F, d), (d, F)), n_layers=L,
+                  block_matrices=(*wq_wk, (kv, d), (d, d), (F, d), (d, F), *gate), n_layers=L,
                   adamw_matrices=wq_wk if t is not None and t.qk_optimizer == "adamw" else ())
 
 
-def block_activation_bytes(m: ModelConfig, e: int, n: int) -> int:
-    """Bytes autograd saves per token in one block (the table in the module docstring)."""
+def block_activation_bytes(m: ModelConfig, e: int, n: int, seq_len: int = 0) -> int:
+    """Bytes autograd saves per token in one block (the table in the module docstring); seq_len T counts the
+    scores a soft-capped attention keeps (attn_softcap > 0: its row of T logits per head, twice, in float32)."""
     d, F, kv, Hq, Hkv = m.d_model, m.d_ff, m.n_kv_heads * m.d_head, m.n_heads, m.n_kv_heads
     norms = 2 * (4 * d + 4 + n * 4 * d)
-    proj_in = 4 * d if e == 4 else 3 * 2 * d
-    qk = {"learned": 4 * (d + kv) + 4 * (Hq + Hkv) + n * 4 * (d + kv),
-          "frozen": 4 * (d + kv) + 4 * (Hq + Hkv), "none": 0}[m.qk_norm]
-    sdpa = e * (d + 2 * kv) + e * d + 4 * Hq
+    proj_in = (4 * d if e == 4 else 3 * 2 * d) + (2 * d if e == 2 and m.attn_gate != "none" else 0)
+    rms = 4 * (Hq + Hkv) if m.qk_norm_scope == "head" else 8
+    qk = {"learned": 4 * (d + kv) + rms + n * 4 * (d + kv),
+          "frozen": 4 * (d + kv) + rms, "none": 0}[m.qk_norm]
+    if m.attn_softcap:  # float32 q and repeated k, tanh and softmax outputs [T] per head, the probabilities and
+        # repeated v in v's dtype
+        sdpa = e * (d + 2 * kv) + e * d + 4 * 2 * d + Hq * seq_len * (8 + (2 if e == 2 else 0)) + e * d
+    else:
+        sdpa = e * (d + 2 * kv) + e * d + 4 * Hq
+    gate = e * gate_width(m) + e * d if m.attn_gate != "none" else 0  # the sigmoid, and the gated output (wo's input)
     ffn = e * d + 2 * e * F
-    return norms + proj_in + qk + sdpa + ffn
+    return norms + proj_in + qk + sdpa + gate + ffn
 
 
 def block_backward_bytes(m: ModelConfig, e: int) -> int:
@@ -156,6 +170,8 @@ def probe_bytes(m: ModelConfig, probe_tokens: int, probe_sequences: int, seq_len
     layer = 4 * probe_tokens * (d + 2 * F + 2 * d + 2 * kv)
     keys = 2 * 8 * probe_tokens * kv
     attn = 8 * Hq * probe_sequences * PROBE_BLOCK * seq_len + 4 * (Hq + 2 * Hkv) * probe_tokens * D
+    if m.attn_softcap:  # the model's own soft-capped attention holds its float32 scores, capped and softmaxed
+        attn += 3 * 4 * Hq * probe_sequences * seq_len * seq_len
     return layer + keys + attn
 
 
@@ -198,7 +214,7 @@ def plan_memory(cfg: RunConfig, device_type: str, precision: str, world_size: in
     div = world_size if shard == "fsdp" else 1
     ckpt = t.grad_checkpointing
     bf16_block = 2 * p.per_block_matmul if e == 2 else 0
-    per_layer = block_activation_bytes(m, e, n) * N
+    per_layer = block_activation_bytes(m, e, n, T) * N
     loss_saved, loss_work, loss_grads = loss_bytes(m, N, e, t.fused_loss, default_chunk_elements(device_type))
     parts = {
         "weights": 4 * p.total // div,
@@ -253,7 +269,7 @@ def format_plan(plan: MemoryPlan, cfg: RunConfig, available: int | None = None, 
     """The plan as lines for a terminal: every part, every phase, the peak and (if known) what is free."""
     m = cfg.model
     e, n = (2 if plan.precision == "bf16" else 4), (0 if plan.device_type == "cuda" else 1)
-    per_tok = block_activation_bytes(m, e, n)
+    per_tok = block_activation_bytes(m, e, n, cfg.data.seq_len)
     sharding = f", {plan.shard} over {plan.world_size}" if plan.shard != "none" else ""
     lines = [f"memory plan per device: preset {cfg.preset}, {param_counts(m).total:,} parameters, "
              f"{plan.device_type} {plan.precision}, {plan.world_size} device(s){sharding}, micro-batch "

@@ -3,7 +3,8 @@
 One Trainer trains one model described by a RunConfig into an output folder:
 
     DIR/config.json        the final config
-    DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...})
+    DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...}; with --z_loss also
+                           "z_loss", the z-loss term the objective added to the cross-entropy "loss")
                            and per validation ({"step", "tokens", "val_loss"})
     DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
@@ -96,6 +97,8 @@ class Trainer:
         self.model = MinimalLLM(cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
         self.model.fused_loss = tc.fused_loss
+        self.model.z_loss = tc.z_loss  # the training objective adds it; the logged loss stays the cross-entropy
+        self.last_z_loss: float | None = None  # the z-loss term of the latest step (z_loss > 0 only)
         if self.fsdp:
             shard_model(self.model, self.device)  # before the optimizers: they hold the sharded parameters
         self.full_model = ProbeCopy(self.model, self.device, self.is_main) if self.fsdp else (lambda: self.model)
@@ -304,6 +307,7 @@ class Trainer:
             for g in opt.param_groups:
                 g["lr"] = g["base_lr"] * factor
         loss_sum = torch.zeros((), device=self.device)
+        z_sum = torch.zeros((), device=self.device)
         if tc.qk_clip:
             for block in self.model.blocks:
                 block.attn.max_logit.fill_(-math.inf)
@@ -317,8 +321,14 @@ class Trainer:
                 with autocast(self.device, self.precision):
                     loss = self.fwd(x, y)
                 (loss / tc.grad_accum).backward()
-            loss_sum += loss.detach()
+            if tc.z_loss:  # the objective was CE + z-loss: log the cross-entropy, and the z term beside it
+                loss_sum += self.model.loss_parts["loss"]
+                z_sum += self.model.loss_parts["z_loss"]
+            else:
+                loss_sum += loss.detach()
         loss_value = self.dist.mean(loss_sum.item() / tc.grad_accum, self.device)
+        if tc.z_loss:
+            self.last_z_loss = self.dist.mean(z_sum.item() / tc.grad_accum, self.device)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
         grad_norm = whole_tensor(grad_norm).item()  # a DTensor under FSDP
@@ -433,7 +443,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
                     logged = {"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
                               "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
-                              "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log()}
+                              "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log(),
+                              **({"z_loss": self.last_z_loss} if tc.z_loss else {})}
                     self._write_metrics(logged)
                     window_tokens, window_time = 0, 0.0
                 if (tc.eval_every and self.step % tc.eval_every == 0) or self.step == self.steps:

@@ -251,7 +251,7 @@ class OwnAdapter(Adapter):
 
                 def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
                     sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), None, a.d_head ** -0.5,
-                                      None, None)
+                                      None, a.softcap or None)
                 handles.append(a.hook_q_rope.register_forward_hook(q_rope))
                 handles.append(a.hook_k_rope.register_forward_hook(k_rope))
             yield

@@ -17,6 +17,8 @@ Which class, by qk_norm (checked against transformers 5.23's modeling_apertus.py
   so it represents the model with the same parameters. LlamaForCausalLM would also be exact with
   hidden_act "relu" and gate_proj = up_proj (relu(u) * u = relu(u)^2 in floating point too) but
   stores the MLP's input matrix twice.
+- the attention variants attn_softcap, attn_gate and qk_norm_scope full -> refused in one line before
+  anything is written (inexpressible says why); z_loss changes training only and exports as any run.
 
 What changes on the way: the input embedding is multiplied by sqrt(d_model) once (folded: this model
 scales the embedded tokens, the HF classes do not), while the LM head keeps the unscaled embedding, so
@@ -77,6 +79,29 @@ ARCEE = Target("ArceeForCausalLM", "ArceeConfig", {
 TARGETS = {"learned": APERTUS, "frozen": APERTUS, "none": ARCEE}
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.(.+)\.weight$")
+
+
+def inexpressible(cfg: ModelConfig) -> str | None:
+    """Why the targets cannot represent this model (the attention variants Apertus and Arcee lack), in one line;
+    None where they can. z_loss is training-only: the trained model is the same architecture.
+
+    The built-in classes that have the variants differ elsewhere: Gemma 2 / 3 (attn_logit_softcapping) have
+    sandwich norms, a gated MLP and (1 + weight) norm gains; OLMo 2 (q/k norms over the whole projection) has
+    post-norm blocks and a gated MLP; none of those with gated attention has the relu2 MLP."""
+    problems = []
+    if cfg.attn_softcap:
+        problems.append(f"attn_softcap={cfg.attn_softcap:g}: the Hugging Face export cannot express attention-logit "
+                        f"soft-capping (Apertus and Arcee have no attn_logit_softcapping)")
+    if cfg.attn_gate != "none":
+        problems.append(f"attn_gate={cfg.attn_gate}: the Hugging Face export cannot express gated attention (Apertus "
+                        f"and Arcee have no gate on the heads' outputs)")
+    if cfg.qk_norm_scope != "head":
+        problems.append(f"qk_norm_scope={cfg.qk_norm_scope}: the Hugging Face export cannot express q/k norms over "
+                        f"the whole projection (Apertus normalizes each head)")
+    if not problems:
+        return None
+    return "; ".join(problems) + ("; export a run trained without this variant" if len(problems) == 1 else
+                                  "; export a run trained without these variants")
 
 
 def hf_state_dict(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -141,6 +166,9 @@ def load_native(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Chec
         cfg = RunConfig.load(run_dir / "config.json")
     except (ConfigError, RuntimeError) as e:
         raise ExportError(str(e)) from e
+    why = inexpressible(cfg.model)
+    if why:
+        raise ExportError(f"{run_dir}: {why}")
     check_fits(cfg)  # the model is built in this machine's memory: refused with the numbers when it cannot be
     model = MinimalLLM(cfg.model)
     if step is not None:

@@ -139,10 +139,13 @@ def gamma_figure(cond: str, h: HeadSeries, shown: LayerChoice, seed_txt: str):
     ax.set_xticks(ticks)
     ax.set_xticklabels([f"{h.tokens[probes[t]] / 1e6:.3g}" for t in ticks])
     ax.set_xlabel("training tokens (millions) at each probe")
-    ax.set_ylabel("key dimension (0 .. d_head - 1)")
+    full = h.d_head is not None and G.shape[0] != h.d_head  # qk_norm_scope full: one gain over the whole projection
+    ax.set_ylabel("k projection dimension (KV head x d_head + key dimension)" if full else
+                  "key dimension (0 .. d_head - 1)")
     frozen = " (gain frozen at 1)" if h.qk_norm == "frozen" else ""
     ax.set_title(f"k_norm gain per dimension over training, layer {layer}{frozen}: {label(cond)}, {seed_txt}\n"
-                 f"layer {layer}: {why}; one gain vector shared by the layer's heads")
+                 f"layer {layer}: {why}; " + ("one gain over the whole k projection" if full else
+                                               "one gain vector shared by the layer's heads"))
     fig.tight_layout()
     return fig
 

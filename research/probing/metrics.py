@@ -16,6 +16,7 @@ import math
 import torch
 
 from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: F401 (the names returned)
+from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED  # the names of the soft-capped model's extra records
 
 
 def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -157,8 +158,24 @@ class _Sums:
         self.entropy, self.sink, self.logit, self.logit_sq = z(), z(), z(), z()
         self.logit_max = torch.full((HB, G), -math.inf, device=device)
         self.max_at = torch.zeros(2, HB, G, dtype=torch.long, device=device)  # (query t, key j) of logit_max
+        # with a soft-cap: the largest logit before the cap, and where it is (ties under tanh's saturation can put
+        # the capped maximum elsewhere)
+        self.raw_max = torch.full((HB, G), -math.inf, device=device)
+        self.raw_at = torch.zeros(2, HB, G, dtype=torch.long, device=device)
         self.pairs = 0  # causal (query, key) pairs per (KV head x batch, query group)
         self.sink_pos = torch.zeros(HB, T, G, device=device)
+
+
+def _track_max(s: torch.Tensor, sums: _Sums, best: str, at: str, start: int, lo: int) -> torch.Tensor:
+    """Raise sums.<best> [HB, G] to the block's largest logit of s [HB, n, G, L] and keep its (query t, key j) in
+    sums.<at>; returns the rows' maxima [HB, n, G, 1]."""
+    row_max, row_arg = s.max(-1, keepdim=True)                               # [HB, n, G, 1] each
+    block_max, t_in = row_max.squeeze(-1).max(1)                             # [HB, G]: the block's best query
+    better = block_max > getattr(sums, best)
+    j = row_arg.squeeze(-1).gather(1, t_in.unsqueeze(1)).squeeze(1) + lo     # [HB, G]: its best key
+    setattr(sums, at, torch.where(better, torch.stack([t_in + start, j]), getattr(sums, at)))
+    setattr(sums, best, torch.maximum(getattr(sums, best), block_max))
+    return row_max
 
 
 def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *, window, softcap) -> None:
@@ -166,9 +183,10 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     HB, n = qg.shape[0], end - start
     lo = 0 if window is None else max(0, start - window + 1)                # first key any query here sees
     s = torch.bmm(qg[:, start * G:end * G], kg[:, lo:end].mT).view(HB, n, G, end - lo)   # logits
-    if softcap:
-        s.div_(softcap).tanh_().mul_(softcap)
     allowed = _key_mask(start, end, lo, window, s.device)                    # [n, 1, L]
+    if softcap:
+        _track_max(s.masked_fill(~allowed, -math.inf), sums, "raw_max", "raw_at", start, lo)
+        s.div_(softcap).tanh_().mul_(softcap)
     seen = torch.where(allowed, s, 0).double()
     sums.logit += seen.sum((1, 3))
     sums.logit_sq += seen.square_().sum((1, 3))
@@ -177,12 +195,7 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =
     # 0 * finite = 0 there: the 0 ln 0 = 0 convention.
     s.masked_fill_(~allowed, -1e30)
-    row_max, row_arg = s.max(-1, keepdim=True)                               # [HB, n, G, 1] each
-    block_max, t_in = row_max.squeeze(-1).max(1)                             # [HB, G]: the block's best query
-    better = block_max > sums.logit_max
-    j = row_arg.squeeze(-1).gather(1, t_in.unsqueeze(1)).squeeze(1) + lo     # [HB, G]: its best key
-    sums.max_at = torch.where(better, torch.stack([t_in + start, j]), sums.max_at)
-    sums.logit_max = torch.maximum(sums.logit_max, block_max)
+    row_max = _track_max(s, sums, "logit_max", "max_at", start, lo)
     s.sub_(row_max)                                                          # s' <= 0, max 0
     p = torch.softmax(s, dim=-1)
     if lo == 0:
@@ -194,17 +207,19 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     sums.entropy += (log_z - p.mul_(s).sum(-1)).sum(1)
 
 
-def _logit_split(qg, kg, sums: _Sums, Hkv: int, B: int, G: int, scale: float) -> dict[str, torch.Tensor]:
-    """The largest logit of each query head taken apart: scale x |q| x |k| x cos(q, k) at the (query, key)
-    pair where it occurs (over the batch), and the query position / key distance of that pair."""
+def _logit_split(qg, kg, logit_max: torch.Tensor, max_at: torch.Tensor, Hkv: int, B: int, G: int,
+                 scale: float) -> dict[str, torch.Tensor]:
+    """The largest logit of each query head (logit_max [HB, G], at (query t, key j) max_at [2, HB, G]) taken
+    apart: scale x |q| x |k| x cos(q, k) at the (query, key) pair where it occurs (over the batch), and the query
+    position / key distance of that pair."""
     HB = qg.shape[0]
-    t, j = sums.max_at                                                       # [HB, G] each
+    t, j = max_at                                                            # [HB, G] each
     rows = torch.arange(HB, device=qg.device)[:, None]
     q = qg.view(HB, -1, G, qg.shape[-1])[rows, t, torch.arange(G, device=qg.device)[None, :]]   # [HB, G, D]
     k = kg[rows, j] / scale                                                  # [HB, G, D] unscaled keys
     qn, kn = q.norm(dim=-1), k.norm(dim=-1)
     cos = (q * k).sum(-1) / (qn * kn).clamp_min(torch.finfo(torch.float32).tiny)
-    b = sums.logit_max.view(Hkv, B, G).argmax(1, keepdim=True)              # [Hkv, 1, G]: the batch row
+    b = logit_max.view(Hkv, B, G).argmax(1, keepdim=True)                   # [Hkv, 1, G]: the batch row
     pick = lambda x: x.view(Hkv, B, G).gather(1, b).reshape(Hkv * G).float()
     return {"logit_q_norm": pick(qn), "logit_k_norm": pick(kn), "logit_cos": pick(cos),
             "logit_scale": torch.full((Hkv * G,), float(scale), device=qg.device),
@@ -251,6 +266,10 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
       logit_q_norm * logit_k_norm * logit_cos before any soft-cap (each term's share of a logit's growth is
       the change of its log); logit_query_pos [Hq]: t of that pair, logit_key_dist [Hq]: t - j; logit_at
       [3, Hq] (int64): its batch row, t and j, for gain_factor (not a metric: the probes drop it).
+      With a soft-cap, logit_max, logit_mean, logit_std, entropy and sinks are those of the capped logits (what
+      softmax sees), and the largest logit before the cap is recorded beside them: logit_max_uncapped [Hq], and
+      the LOGIT_SPLIT names with the suffix _uncapped, its split at its own (query, key) pair (the same pair as
+      the capped maximum's unless tanh's saturation ties several capped logits).
     - output [Hq, B, T, Dv] (only when v is given): sum_j p_tj v_j, the attention output.
     All float32.
 
@@ -286,11 +305,16 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
 
     logit_mean = per_head(sums.logit, sums.pairs)
     logit_var = (per_head(sums.logit_sq, sums.pairs) - logit_mean.square()).clamp_min(0)
-    result = {**_logit_split(qg, kg, sums, Hkv, B, G, D ** -0.5 if scale is None else scale),
+    scale = D ** -0.5 if scale is None else scale
+    result = {**_logit_split(qg, kg, sums.logit_max, sums.max_at, Hkv, B, G, scale),
               "entropy": per_head(sums.entropy, T).float(), "sink_mass": per_head(sums.sink, T).float(),
               "qk_ratio": qk_ratio, "logit_max": sums.logit_max.view(Hkv, B, G).amax(1).reshape(Hq),
               "logit_mean": logit_mean.float(), "logit_std": logit_var.sqrt().float(),
               "sink_by_position": sums.sink_pos.view(Hkv, B, T, G).mean(1).permute(0, 2, 1).reshape(Hq, T)}
+    if softcap:  # the largest logit before the cap, and its split at its own (query, key) pair
+        raw = _logit_split(qg, kg, sums.raw_max, sums.raw_at, Hkv, B, G, scale)
+        result.update({f"{name}{UNCAPPED}": raw[name] for name in LOGIT_SPLIT})
+        result[f"logit_max{UNCAPPED}"] = sums.raw_max.view(Hkv, B, G).amax(1).reshape(Hq)
     if out is not None:
         result["output"] = out.view(Hkv, B, T, G, -1).permute(0, 3, 1, 2, 4).reshape(Hq, B, T, -1)
     return result

@@ -29,7 +29,8 @@ import torch.nn as nn
 
 from research.access.adapters import heads_first
 from research.probing.metrics import attention_metrics, gain_factor, gamma_stats, key_metrics, layer_means
-from research.results.vocabulary import ATTENTION_METRICS, GAIN_SPLIT, LOGIT_SPLIT, PR, PRE_GAIN_SITES
+from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
+                                         UNCAPPED_SPLIT)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -45,7 +46,8 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 @contextmanager
 def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None]) -> Iterator[None]:
-    """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward.
+    """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward
+    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output).
 
     The four hook points of a block fire in the order q_norm, k_norm, q_rope, k_rope; on_layer
     runs when k_rope arrives and the layer's tensors are dropped right after.
@@ -66,6 +68,8 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
                 scratch.clear()
 
             attn = block.attn
+            if hasattr(attn, "hook_gate"):  # gated attention: fires first
+                handles.append(attn.hook_gate.register_forward_hook(keep("gate")))
             handles.append(attn.hook_q_norm.register_forward_hook(keep("q_norm")))
             handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
             handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
@@ -84,9 +88,11 @@ def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
 def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre: torch.Tensor,
                      gain_q: torch.Tensor | None, gain_k: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """The recorded attention metrics of a layer (ATTENTION_METRICS and LOGIT_SPLIT, [Hq] each) from
-    attention_metrics' result, with GAIN_SPLIT where the layer has q and k norm gains (their effective values):
+    attention_metrics' result, with UNCAPPED_SPLIT where it has them (a soft-capped model), and GAIN_SPLIT where
+    the layer has q and k norm gains (their effective values):
     q_pre [Hq, B, T, D] and k_pre [Hkv, B, T, D] are the norms' outputs before RoPE."""
     out = {n: attn_m[n] for n in (*ATTENTION_METRICS, *LOGIT_SPLIT)}
+    out.update({n: attn_m[n] for n in UNCAPPED_SPLIT if n in attn_m})  # soft-capped models only
     if gain_q is not None and gain_k is not None:
         b, t, j = attn_m["logit_at"]
         Hq, Hkv = q_pre.shape[0], k_pre.shape[0]
@@ -101,7 +107,7 @@ def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module)
     gain = getattr(attn.k_norm, "weight", None)
     if gain is None or not gain.requires_grad:
         return {}
-    g = gain.detach().float()
+    g = gain.detach().float().reshape(-1, 1, 1, k_norm_HBTD.shape[-1])         # [1 or H (full scope), 1, 1, D]
     k_hat = torch.where(g != 0, k_norm_HBTD.float() / g, 0.0)                   # [H, B, T, D]
     k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
     return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
@@ -123,6 +129,13 @@ def measuring(model: nn.Module, device: torch.device, precision: str) -> Iterato
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
             torch.cuda.set_rng_state(cuda_rng, device)
+
+
+def gate_metrics(gate_HBTg: torch.Tensor) -> dict[str, torch.Tensor]:
+    """GATE_METRICS of each query head from its sigmoid gate values [H, B, T, D or 1]: mean and population std
+    (unbiased=False) over the batch's tokens (and channels), float64 [H]."""
+    g = gate_HBTg.detach().double().flatten(1)                                   # [H, B*T*(D or 1)]
+    return dict(zip(GATE_METRICS, (g.mean(1), g.std(1, correction=0))))
 
 
 def _gain(norm: nn.Module) -> torch.Tensor | None:
@@ -174,11 +187,12 @@ class KeyProbe:
             rec: dict = {"layer": i}
             means: dict[str, float] = {}
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
-                attn_m = attention_metrics(t["q_rope"], t["k_rope"])
+                attn_m = attention_metrics(t["q_rope"], t["k_rope"], softcap=model.cfg.attn_softcap or None)
                 sites = {"k_norm": t["k_norm"], "k_rope": t["k_rope"], **pre_gain_keys(attn, t["k_norm"], model.rotary)}
-                for name, m in (*((s, key_metrics(k)) for s, k in sites.items()),
-                                ("attn", attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm),
-                                                          _gain(attn.k_norm)))):
+                attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
+                if "gate" in t:
+                    attn_rec.update(gate_metrics(t["gate"]))
+                for name, m in (*((s, key_metrics(k)) for s, k in sites.items()), ("attn", attn_rec)):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))

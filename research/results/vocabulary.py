@@ -23,6 +23,12 @@ ATTENTION_METRICS = ("entropy", "sink_mass", "qk_ratio", "logit_max", "logit_mea
 # the normalized vector there (|x| / |x / gain|, 1 for gains of ones). Files written before 2026-11 lack them.
 LOGIT_SPLIT = ("logit_scale", "logit_q_norm", "logit_k_norm", "logit_cos", "logit_query_pos", "logit_key_dist")
 GAIN_SPLIT = ("logit_q_gain", "logit_k_gain")
+# With attention-logit soft-capping (attn_softcap) the attention metrics are those of the capped logits; the
+# largest logit before the cap and its split are recorded beside them under these names.
+UNCAPPED = "_uncapped"
+UNCAPPED_SPLIT = tuple(f"{name}{UNCAPPED}" for name in ("logit_max", *LOGIT_SPLIT))
+# With gated attention (attn_gate), the gate's mean and population std over the probe batch, per query head.
+GATE_METRICS = ("gate_mean", "gate_std")
 # The layer means an experiment tracker (--logger) shows per layer after each probe; a name the
 # probe does not record (logit_max before the probe measured it) is left out.
 TRACKED_LAYER_MEANS = (PR, f"{MAIN_SITE}.norm_mean", "attn.entropy", "attn.sink_mass", "attn.logit_max")

@@ -211,3 +211,23 @@ def test_a_process_without_a_gpu_of_its_own_is_refused(monkeypatch):
         resolve_device("auto", 1)
     with pytest.raises(ConfigError, match="would put every process on one GPU"):
         resolve_device("cuda:0", 1)
+
+
+def test_z_loss_is_logged_beside_the_cross_entropy(debug_cfg, tmp_path):
+    """With z_loss the objective is CE + z-loss; metrics.jsonl's loss stays the cross-entropy (at step 1, the
+    initial weights': the same as a run without z_loss) and z_loss is the term beside it."""
+    run(debug_cfg(tokens=2 * STEP_TOKENS, log_every=1, z_loss=1e-2), tmp_path / "z")
+    run(debug_cfg(tokens=2 * STEP_TOKENS, log_every=1), tmp_path / "plain")
+    rows = {k: [json.loads(line) for line in (tmp_path / k / "metrics.jsonl").read_text().splitlines()]
+            for k in ("z", "plain")}
+    z_rows = [r for r in rows["z"] if "loss" in r]
+    assert all(r["z_loss"] > 0 for r in z_rows) and not any("z_loss" in r for r in rows["plain"])
+    assert z_rows[0]["loss"] == [r for r in rows["plain"] if "loss" in r][0]["loss"]
+    assert json.loads((tmp_path / "z" / "config.json").read_text())["train"]["z_loss"] == 1e-2
+
+
+def test_variant_fields_are_command_line_options():
+    text = train_llm.build_parser([]).format_help()
+    for option in ("--attn_softcap", "--attn_gate", "--qk_norm_scope", "--z_loss"):
+        assert option in text
+    assert "elementwise" in text and "full" in text

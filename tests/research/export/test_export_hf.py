@@ -342,3 +342,37 @@ def test_force_never_reaches_into_a_run_folder(exported, tmp_path, where, capsys
                                                                           [str(source), str(target), "--force"])
     assert {p: p.read_bytes() for p in other.rglob("*") if p.is_file()} == before
     assert export_hf.main([str(source), str(other / "hf")]) == 0  # a new folder beside the run's files is fine
+
+
+@pytest.mark.parametrize("field, value, line", [
+    ("attn_softcap", 30.0, "attn_softcap=30: the Hugging Face export cannot express attention-logit soft-capping "
+                           "(Apertus and Arcee have no attn_logit_softcapping); export a run trained without this "
+                           "variant"),
+    ("attn_gate", "elementwise", "attn_gate=elementwise: the Hugging Face export cannot express gated attention "
+                                 "(Apertus and Arcee have no gate on the heads' outputs); export a run trained "
+                                 "without this variant"),
+    ("attn_gate", "headwise", "attn_gate=headwise: the Hugging Face export cannot express gated attention (Apertus "
+                              "and Arcee have no gate on the heads' outputs); export a run trained without this "
+                              "variant"),
+    ("qk_norm_scope", "full", "qk_norm_scope=full: the Hugging Face export cannot express q/k norms over the whole "
+                              "projection (Apertus normalizes each head); export a run trained without this variant"),
+])
+def test_variants_the_export_cannot_express_are_refused_in_one_line(tmp_path, capsys, field, value, line):
+    from research import export_hf
+    run = tmp_path / "run"
+    make_run(run, "learned")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["model"][field] = value
+    (run / "config.json").write_text(json.dumps(cfg))
+    err = stops(capsys, export_hf.main, [str(run), str(tmp_path / "hf")])
+    assert err == f"error: {run}: {line}"
+    assert not (tmp_path / "hf").exists() and not list(tmp_path.glob(".tmp-*"))
+
+
+def test_a_z_loss_run_exports_as_any_run(tmp_path):
+    run = tmp_path / "run"
+    make_run(run, "learned")
+    cfg = json.loads((run / "config.json").read_text())
+    cfg["train"]["z_loss"] = 1e-4
+    (run / "config.json").write_text(json.dumps(cfg))
+    assert export_run(run, tmp_path / "hf")["architecture"] == "ApertusForCausalLM"

@@ -1,3 +1,4 @@
+import math
 import dataclasses
 
 import pytest
@@ -245,3 +246,65 @@ def test_the_probe_and_the_validation_share_one_forward_where_their_sequences_ar
     assert shared["init_val_loss"] == pytest.approx(own["init_val_loss"], rel=tol, abs=0)
     assert shared["val_loss"][1:] == pytest.approx(own["val_loss"][1:], rel=tol, abs=0)
     assert shared["val_loss"][-1] == own["val_loss"][-1]  # the trainer's validation at the last step, as before
+
+
+# ---------------------------------------------------------------------------------------------- attention variants
+
+def variant_model(**kw) -> MinimalLLM:
+    torch.manual_seed(0)
+    return MinimalLLM(dataclasses.replace(get_preset("debug").model, n_heads=4, n_kv_heads=2, **kw))
+
+
+def test_a_soft_capped_model_is_probed_capped_with_the_uncapped_logit_beside():
+    """The capped records are those of the logits the softmax saw (at most the cap); the uncapped largest logit
+    and its split are recorded beside them, and equal the uncapped model's (same weights, same q and k)."""
+    cap = 0.5
+    capped, plain = variant_model(attn_softcap=cap), variant_model()
+    capped_rec, plain_rec = KeyProbe(ids())(capped), KeyProbe(ids())(plain)
+    from research.results.vocabulary import UNCAPPED_SPLIT
+    for c, p in zip(capped_rec["layers"], plain_rec["layers"]):
+        attn, ref = c["attn"], p["attn"]
+        assert all(v <= cap for v in attn["logit_max"]) and all(v > cap for v in attn["logit_max_uncapped"])
+        assert set(UNCAPPED_SPLIT) <= set(attn) and not set(UNCAPPED_SPLIT) & set(ref)
+        assert attn["logit_max"] == pytest.approx([cap * math.tanh(v / cap) for v in attn["logit_max_uncapped"]],
+                                                  rel=1e-6)
+    c, p = capped_rec["layers"][0]["attn"], plain_rec["layers"][0]["attn"]  # the first layer's q and k are the same
+    for name in ("logit_max", "logit_q_norm", "logit_k_norm", "logit_cos", "logit_query_pos", "logit_key_dist"):
+        assert c[f"{name}_uncapped"] == pytest.approx(p[name], rel=1e-6), name
+    assert capped_rec["layers"][1]["means"]["attn.entropy"] != plain_rec["layers"][1]["means"]["attn.entropy"]
+
+
+@pytest.mark.parametrize("gate", ["elementwise", "headwise"])
+def test_the_probe_records_the_gate_mean_and_spread(gate):
+    model = variant_model(attn_gate=gate)
+    seen = []
+    h = model.blocks[0].attn.hook_gate.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
+    with torch.no_grad():
+        model.eval()(ids())
+    h.remove()
+    g = seen[0]                                                                    # [B, T, H, D or 1]
+    rec = KeyProbe(ids())(model)
+    attn = rec["layers"][0]["attn"]
+    per_head = g.double().permute(2, 0, 1, 3).flatten(1)                          # [H, B*T*(D or 1)]
+    assert attn["gate_mean"] == pytest.approx(per_head.mean(1).tolist(), rel=1e-12)
+    assert attn["gate_std"] == pytest.approx(per_head.std(1, correction=0).tolist(), rel=1e-12)
+    assert rec["layers"][1]["means"]["attn.gate_mean"] == pytest.approx(sum(rec["layers"][1]["attn"]["gate_mean"]) / 4)
+    assert all_hooks(model) == 0 and "gate_mean" not in KeyProbe(ids())(model_for("learned"))["layers"][0]["attn"]
+
+
+def test_full_scope_gains_are_probed_and_ablated():
+    """qk_norm_scope full: gains of H x D (q) and K x D (k); k_hat undoes each head's part of the gain."""
+    from research.probing.ablation import gain_ablation
+    model = variant_model(qk_norm_scope="full")
+    with torch.no_grad():
+        for b in model.blocks:
+            b.attn.k_norm.weight.mul_(1 + 0.3 * torch.randn_like(b.attn.k_norm.weight))
+            b.attn.q_norm.weight.mul_(1 + 0.3 * torch.randn_like(b.attn.q_norm.weight))
+    rec = KeyProbe(ids())(model)
+    layer = rec["layers"][0]
+    assert len(layer["gamma_k"]["values"]) == 2 * 32 and len(layer["gamma_q"]["values"]) == 4 * 32  # d_head 32
+    assert len(layer["attn"]["logit_q_gain"]) == 4
+    # the whole projection's rms is 1 over K x D components: per head, |k_hat|^2 averages to D over the heads
+    assert sum(v ** 2 for v in layer["k_hat"]["norm_mean"]) / 2 == pytest.approx(32.0, rel=0.05)
+    out = gain_ablation(model, KeyProbe(ids()), [(ids(2, 24), ids(2, 24))])
+    assert set(out) >= {"learned", "qk_ones", "qk_mean"}

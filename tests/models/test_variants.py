@@ -1,0 +1,202 @@
+"""The attention variants of issue 40 (attn_softcap, attn_gate, qk_norm_scope; z_loss in the loss), each against a
+value computed by hand on tiny tensors, and their refusals in the config's own validation."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from configs import ConfigError
+from configs.config import ModelConfig, TrainConfig
+from models.layers import Attention, Rotary
+from models.llm import MinimalLLM
+from models.loss import linear_cross_entropy, linear_cross_entropy_z
+from training.memory import param_counts
+
+
+def one_head(**kw) -> tuple[ModelConfig, Attention, object]:
+    """A 1-head attention of d_model 2 (d_head 2) with no q/k norm and identity projections, and no rotation (the
+    positional rotation is passed in; the identity here), so that q = k = v = x."""
+    cfg = ModelConfig(vocab_size=8, n_layers=1, d_model=2, n_heads=1, n_kv_heads=1, d_ff=4, max_seq_len=4,
+                      qk_norm=kw.pop("qk_norm", "none"), **kw)
+    attn = Attention(cfg)
+    with torch.no_grad():
+        for w in (attn.wq, attn.wk, attn.wv, attn.wo):
+            w.weight.copy_(torch.eye(2))
+    return cfg, attn, (lambda t: t)
+
+
+# Two tokens x0 = (2, 0), x1 = (1, 2): q = k = v = x. Logits: s00 = 4/sqrt2, s10 = 2/sqrt2, s11 = 5/sqrt2.
+X = torch.tensor([[[2.0, 0.0], [1.0, 2.0]]])
+
+
+def test_softcap_attention_by_hand():
+    cap = 1.0
+    _, attn, rotary = one_head(attn_softcap=cap)
+    y = attn(X, rotary)[0]
+    c = lambda s: cap * math.tanh(s / cap)
+    # token 0 sees itself only; token 1 softmaxes its two capped logits
+    e0, e1 = math.exp(c(2 / math.sqrt(2))), math.exp(c(5 / math.sqrt(2)))
+    p0, p1 = e0 / (e0 + e1), e1 / (e0 + e1)
+    expect = torch.tensor([[2.0, 0.0], [p0 * 2 + p1 * 1, p1 * 2]])
+    torch.testing.assert_close(y, expect, rtol=1e-6, atol=1e-6)
+    _, plain, _ = one_head()  # and the cap changes the answer: without it token 1 attends far more to itself
+    assert (plain(X, rotary)[0, 1, 1] - y[1, 1]).item() > 0.1
+
+
+def test_softcap_with_a_huge_cap_is_sdpa_and_grouped_heads_read_their_kv_head():
+    torch.manual_seed(0)
+    kw = dict(vocab_size=8, n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, d_ff=8, max_seq_len=16)
+    plain, capped = Attention(ModelConfig(**kw)), Attention(ModelConfig(**kw, attn_softcap=1e6))
+    capped.load_state_dict(plain.state_dict())
+    rotary = Rotary(8, 16, 10000.0)
+    x = torch.randn(2, 16, 32)
+    torch.testing.assert_close(capped(x, rotary), plain(x, rotary), rtol=1e-5, atol=1e-6)
+
+
+def test_softcap_logits_stay_within_the_cap():
+    """A large cap-free logit (q = k = 10 x) is capped: the softmax sees at most cap."""
+    from research.probing.metrics import attention_metrics
+    q = torch.full((1, 1, 3, 2), 10.0)
+    m = attention_metrics(q, q, softcap=2.0)
+    assert m["logit_max"].item() <= 2.0 and m["logit_max_uncapped"].item() == pytest.approx(200 / math.sqrt(2))
+
+
+def test_gate_by_hand():
+    """wg = [[1, 0], [0, -1]] elementwise: token 1's output (y0, y1) is multiplied by sigmoid(x0), sigmoid(-x1);
+    headwise wg = [[1, 1]]: by sigmoid(x0 + x1)."""
+    _, attn, rotary = one_head(attn_gate="elementwise")
+    with torch.no_grad():
+        attn.wg.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, -1.0]]))
+        ungated = F.scaled_dot_product_attention(X, X, X, is_causal=True)[0]
+    y = attn(X, rotary)[0]
+    s = torch.sigmoid
+    torch.testing.assert_close(y, ungated * torch.stack([s(X[0, :, 0]), s(-X[0, :, 1])], 1))
+    _, attn, rotary = one_head(attn_gate="headwise")
+    with torch.no_grad():
+        attn.wg.weight.copy_(torch.tensor([[1.0, 1.0]]))
+    torch.testing.assert_close(attn(X, rotary)[0], ungated * s(X[0].sum(1, keepdim=True)))
+
+
+def test_full_scope_norm_by_hand():
+    """Two heads of d_head 2, q of one token = (3, 4, 0, 0): per head, head 0 is (3, 4) / 5 * sqrt(2) and head 1 is
+    zero; over the whole projection, every component is divided by rms = sqrt(25 / 4) = 2.5, times its own gain."""
+    cfg = ModelConfig(vocab_size=8, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, d_ff=4, max_seq_len=4,
+                      qk_norm="learned", qk_norm_scope="full", norm_eps=1e-12)
+    attn = Attention(cfg)
+    assert attn.q_norm.weight.shape == (4,) and attn.k_norm.weight.shape == (2,)
+    seen = {}
+    attn.hook_q_norm.register_forward_hook(lambda m, i, o: seen.setdefault("q", o))
+    with torch.no_grad():
+        attn.wq.weight.copy_(torch.eye(4))
+        attn.q_norm.weight.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    attn(torch.tensor([[[3.0, 4.0, 0.0, 0.0]]]), lambda t: t)
+    torch.testing.assert_close(seen["q"][0, 0], torch.tensor([[3 / 2.5, 2 * 4 / 2.5], [0.0, 0.0]]))
+
+
+@pytest.mark.parametrize("kw", [dict(attn_gate="elementwise"), dict(attn_gate="headwise", qk_norm="frozen"),
+                                dict(qk_norm_scope="full"), dict(qk_norm_scope="full", qk_norm="frozen"),
+                                dict(attn_gate="headwise", qk_norm_scope="full", attn_softcap=30.0)])
+def test_parameter_counts_with_variants(kw):
+    m = MinimalLLM(ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, **kw))
+    p = param_counts(m.cfg)
+    assert (p.total, p.trainable) == (m.num_params(), m.num_params(trainable_only=True))
+    from optimizers.split import build_optimizers
+    _, split = build_optimizers(m, TrainConfig())
+    assert split["muon"]["params"] == p.muon  # the gate matrix goes to Muon, as wq
+
+
+@pytest.mark.parametrize("kw", [dict(attn_softcap=5.0), dict(attn_gate="elementwise"), dict(qk_norm_scope="full")])
+def test_variants_give_the_same_gradients_with_gradient_checkpointing(kw):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=64, n_layers=2, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, max_seq_len=16, **kw)
+    m = MinimalLLM(cfg)
+    x = torch.randint(0, 64, (2, 16))
+    m(x, x).backward()
+    grads = [p.grad.clone() for p in m.parameters() if p.grad is not None]
+    m.zero_grad()
+    m.grad_checkpointing = True
+    m(x, x).backward()
+    for a, p in zip(grads, (p for p in m.parameters() if p.grad is not None)):
+        torch.testing.assert_close(p.grad, a)
+
+
+def test_defaults_are_off():
+    m, t = ModelConfig(), TrainConfig()
+    assert (m.attn_softcap, m.attn_gate, m.qk_norm_scope, t.z_loss) == (0.0, "none", "head", 0.0)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(qk_norm="none", qk_norm_scope="full"),
+     "qk_norm_scope='full' with qk_norm='none': there is no q/k norm to scope; use --qk_norm learned or frozen, or "
+     "leave --qk_norm_scope head"),
+    (dict(attn_softcap=-1.0), "attn_softcap=-1.0 must be >= 0 (0 disables soft-capping), e.g. 50"),
+    (dict(attn_gate="sigmoid"), "attn_gate='sigmoid': choose one of none, elementwise, headwise"),
+    (dict(qk_norm_scope="layer"), "qk_norm_scope='layer': choose one of head, full"),
+])
+def test_impossible_model_variants_are_refused_in_one_line(kw, msg):
+    with pytest.raises(ConfigError) as e:
+        ModelConfig(**kw)
+    assert str(e.value) == msg
+
+
+def test_negative_z_loss_is_refused():
+    with pytest.raises(ConfigError, match=r"^z_loss=-0.1 must be >= 0 \(0 disables it\), e.g. 1e-4$"):
+        TrainConfig(z_loss=-0.1)
+
+
+# ---------------------------------------------------------------------------------------------- z-loss
+
+def test_z_loss_by_hand():
+    """h = [[1, 0], [0, 0]], W = [[ln 3, 0], [0, 0]]: logits row 0 = (ln 3, 0), lse = ln 4; row 1 = (0, 0), lse =
+    ln 2. Targets (0, 1): CE = (ln 4 - ln 3 + ln 2) / 2; z-term = z (ln^2 4 + ln^2 2) / 2."""
+    z = 0.1
+    h = torch.tensor([[1.0, 0.0], [0.0, 0.0]], requires_grad=True)
+    W = torch.tensor([[math.log(3), 0.0], [0.0, 0.0]], requires_grad=True)
+    y = torch.tensor([0, 1])
+    objective, ce, term = linear_cross_entropy_z(h, W, y, z, chunk_elements=2)  # one row per chunk
+    ce_hand = (math.log(4) - math.log(3) + math.log(2)) / 2
+    term_hand = z * (math.log(4) ** 2 + math.log(2) ** 2) / 2
+    assert ce.item() == pytest.approx(ce_hand, rel=1e-6) and term.item() == pytest.approx(term_hand, rel=1e-6)
+    assert objective.item() == pytest.approx(ce_hand + term_hand, rel=1e-6)
+    objective.backward()
+    # against autograd of the plain formula
+    h2, W2 = h.detach().clone().requires_grad_(), W.detach().clone().requires_grad_()
+    logits = h2 @ W2.T
+    (F.cross_entropy(logits, y) + z * torch.logsumexp(logits, 1).square().mean()).backward()
+    torch.testing.assert_close(h.grad, h2.grad)
+    torch.testing.assert_close(W.grad, W2.grad)
+
+
+def test_z_loss_zero_is_the_plain_fused_loss_bit_for_bit():
+    torch.manual_seed(0)
+    h, W, y = torch.randn(40, 16), torch.randn(50, 16), torch.randint(0, 50, (40,))
+    objective, ce, term = linear_cross_entropy_z(h, W, y, 0.0, chunk_elements=500)
+    assert torch.equal(objective, linear_cross_entropy(h, W, y, chunk_elements=500)) and torch.equal(objective, ce)
+    assert term.item() == 0.0
+
+
+def test_fused_and_unfused_objectives_agree_and_log_the_cross_entropy():
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=64, n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=64, max_seq_len=16)
+    m = MinimalLLM(cfg)
+    m.z_loss = 1e-2
+    x = torch.randint(0, 64, (2, 16))
+    out = {}
+    for fused in (True, False):
+        m.fused_loss = fused
+        m.zero_grad()
+        objective = m(x, x)
+        objective.backward()
+        out[fused] = (objective.detach(), dict(m.loss_parts), [p.grad.clone() for p in m.parameters()])
+    (o1, p1, g1), (o2, p2, g2) = out[True], out[False]
+    torch.testing.assert_close(o1, o2)
+    torch.testing.assert_close(p1["loss"], p2["loss"])
+    torch.testing.assert_close(p1["z_loss"], p2["z_loss"])
+    torch.testing.assert_close(o1, p1["loss"] + p1["z_loss"])
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    m.eval()  # validation and the probe get the cross-entropy alone
+    torch.testing.assert_close(m(x, x), p2["loss"])
