@@ -202,6 +202,9 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
         return measure_probe_memory(layers)
     if kind == "logit-tracking":
         return measure_logit_tracking(config, steps)
+    if kind == "variants":
+        from research.speed.variants import measure_variants
+        return measure_variants(steps)
     raise ValueError(f"unknown measurement {kind!r}")
 
 
@@ -228,6 +231,9 @@ MEASUREMENTS = {
     "probe": "the full key probe against a plain no-grad forward on the same batch, at --precision",
     "probe-memory": "peak RSS of probing --layers layers of the 1b preset's layer shape",
     "logit-tracking": "QK-clip's max-logit tracking as a share of the training step (no QK-norm)",
+    "variants": "each study variant's training step (attn_softcap, attn_gate, z_loss, qk_norm_scope, qk_optimizer, "
+                "qk_lr_multiplier, muon_update_scale) against the default's, on the tiny preset, alternating in one "
+                "process: the median time ratio",
 }
 
 
@@ -244,7 +250,8 @@ def build_parser() -> ArgumentParser:
                    help="Precision of the training step (bf16: autocast), or of the probe's forward. "
                         "Default: %(default)s")
     p.add_argument("--steps", type=positive_int, default=10,
-                   help="Timed training steps, after 3 warm-up steps (training, pair, logit-tracking). "
+                   help="Timed training steps, after 3 warm-up steps (training, pair, logit-tracking; variants: "
+                        "rounds of one step of each variant, after 2). "
                         "Default: %(default)s")
     p.add_argument("--layers", type=positive_int, default=2,
                    help="Layers of the 1b-shaped model (probe-memory). Default: %(default)s")
