@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from research.analysis.conditions import QUANTITIES, ConditionsAnalysis
-from research.analysis.rules import DIFFERENT, EQUAL, WITHIN, rule_text
+from research.analysis.rules import DIFFERENT, EQUAL, UNRESOLVED, WITHIN, rule_text
 from research.analysis.series import aligned, mean_band
 from research.plots.common import (CONDITION_COLORS, decided_text, decision_table, fmt_at, message_figure, styled,
                                    subplots, tokens_axis)
@@ -168,21 +168,27 @@ def _value(e: dict, decimals: int) -> str:
 
 
 def _findings(a: ConditionsAnalysis) -> list[str]:
-    """One line per comparison: the quantities it decided beyond the margin (with estimates), inside it, and those
-    it did not decide."""
+    """One line per comparison: the quantities it decided beyond the margin and inside it, those where the difference
+    is real but its size against the margin unresolved (with estimates), and those it did not decide."""
     lines = []
     for p in next(iter(a.decisions.values()), {}):
-        beyond, inside, undecided = [], [], []
+        beyond, inside, real, undecided = [], [], [], []
         for q in QUANTITIES:
             d = a.decisions[q.key][p]
-            lo, hi = d.ci_rel if d.tested else (math.nan, math.nan)
+            if not d.tested:
+                undecided.append(q.text)
+                continue
+            lo, hi = d.ci_rel
             est = f"{q.text} {d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
-            (beyond if d.differs else inside if d.same else undecided).append(est if d.decided else q.text)
+            (beyond if d.differs else inside if d.same else real if d.outcome == UNRESOLVED else undecided).append(
+                est if d.significant or d.same else q.text)
         parts = []
         if beyond:
             parts.append("differs beyond the margin in " + "; ".join(beyond))
         if inside:
             parts.append("lies within the margin in " + "; ".join(inside))
+        if real:
+            parts.append("differs, by a size the margin does not settle, in " + "; ".join(real))
         if undecided:
             parts.append("is not decided in " + ", ".join(undecided))
         lines.append(f"- **{_pair(p)}** " + ", and ".join(parts) + ".")
