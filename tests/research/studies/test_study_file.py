@@ -178,3 +178,18 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
     far = {"base": runs["base"], "up": [_run(s, 40.0 + 0.1 * s, 4.0) for s in (0, 1, 2)]}
     assert analyze(ConditionRuns(far, None), 0.03, 0.005).decisions["pr_sv"][("base", "up")].outcome == DIFFERENT
     assert np.isclose(a.budget_tokens, 1000)
+
+
+def test_in_short_says_each_outcome_and_no_more():
+    """Differences 0.8-1.4 (mean 1.1, sd 0.258, 4 seeds) on values near 30.5: the 97.5% interval [0.56, 1.64] excludes
+    0 but reaches inside the 3% margin (0.92): real, its size unresolved; the key norms equal; the losses too."""
+    from research.plots.conditions import report
+    seeds = (0, 1, 2, 3)
+    runs = {"base": [_run(s, 30.0, 4.0) for s in seeds],
+            "up": [_run(s, 30.0 + d, 4.0) for s, d in zip(seeds, (1.0, 1.2, 1.4, 0.8))],
+            "same": [_run(s, 30.0, 4.0) for s in seeds]}
+    text = report(analyze(ConditionRuns(runs, "base"), 0.03, 0.005))
+    up = next(line for line in text.splitlines() if line.startswith("- **up − base**"))
+    assert "differs, by a size the margin does not settle, in key PR (pr_sv) +3.6% [+1.8%, +5.4%]" in up
+    assert "lies within the margin in" in up and "key norm +0.0% [+0.0%, +0.0%]" in up
+    assert "differs beyond the margin" not in up
