@@ -75,6 +75,10 @@ def _conditions(value, where: str) -> dict[str, dict]:
     out = {}
     for name, body in value.items():
         _name(name, "condition", f"{where}: conditions", "rename the condition")
+        same = [c for c in out if c.lower() == name.lower()]
+        if same:  # one folder on a case-insensitive filesystem (macOS, Windows)
+            raise ConfigError(f"{where}: conditions {same[0]!r} and {name!r} differ only in case: their folders would "
+                              f"be one on a case-insensitive filesystem. Fix: rename one of them")
         if body is None:
             body = {}
         if not isinstance(body, dict):

@@ -66,6 +66,8 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
     (GOOD.replace("  plain:", "  pl/ain:"), "s.yaml: conditions: condition 'pl/ain' is not a usable name"),
     (GOOD.replace("margin: 0.05", "margin: 5"), "s.yaml: margin 5 must be a share of the mean between 0 and 1"),
     ("[1, 2]", "s.yaml: expected a mapping with name, seeds and conditions"),
+    (GOOD.replace("  plain:", "  qk:"), "s.yaml: conditions 'QK' and 'qk' differ only in case: their folders would be "
+                                        "one on a case-insensitive filesystem. Fix: rename one of them"),
 ])
 def test_a_bad_study_file_is_one_line_naming_the_file_the_condition_and_the_field(tmp_path, capsys, text, message):
     line = stops(capsys, study.main, [str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
