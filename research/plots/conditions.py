@@ -65,45 +65,47 @@ def _grid(n: int):
     return fig, flat[:n]
 
 
-@styled
-def fig_trajectories(a: ConditionsAnalysis):
+def _panels(a: ConditionsAnalysis, title: str, quantities, series, suptitle: str, xlabel: str | None = None):
+    """One panel per quantity, one band per condition: series(runs, q) -> (x, Y[n_runs, n]) or None."""
     if not a.conditions:
-        return message_figure("Trajectories", "no runs")
+        return message_figure(title, "no runs")
     col = colors(a.conditions)
-    fig, axes = _grid(len(QUANTITIES))
-    for ax, q in zip(axes, QUANTITIES):
+    fig, axes = _grid(len(quantities))
+    for ax, q in zip(axes, quantities):
         for c in a.conditions:
-            tokens, y = aligned(a.runs[c], lambda r, q=q: list(q.trajectory(r)))
-            if tokens.size:
-                _band(ax, tokens_axis(ax, tokens), y, col[c], f"{c} (n={y.shape[0]})")
+            xy = series(ax, a.runs[c], q)
+            if xy is not None:
+                _band(ax, xy[0], xy[1], col[c], f"{c} (n={xy[1].shape[0]})")
         ax.set_title(q.text)
+        if xlabel:
+            ax.set_xlabel(xlabel)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Over training: the layer mean at each probe, mean over seeds with its 95% band")
+    fig.suptitle(suptitle)
     fig.tight_layout()
     return fig
+
+
+def _trajectory(ax, runs: list[dict], q):
+    tokens, y = aligned(runs, lambda r: list(q.trajectory(r)))
+    return (tokens_axis(ax, tokens), y) if tokens.size else None
+
+
+def _layers(ax, runs: list[dict], q):
+    rows = [q.per_layer(r) for r in runs]
+    n = min((len(v) for v in rows), default=0)
+    return (np.arange(n), np.stack([v[:n] for v in rows])) if n else None
+
+
+@styled
+def fig_trajectories(a: ConditionsAnalysis):
+    return _panels(a, "Trajectories", QUANTITIES, _trajectory,
+                   "Over training: the layer mean at each probe, mean over seeds with its 95% band")
 
 
 @styled
 def fig_per_layer(a: ConditionsAnalysis):
-    probed = [q for q in QUANTITIES if q.site is not None]
-    if not a.conditions:
-        return message_figure("Per layer", "no runs")
-    col = colors(a.conditions)
-    fig, axes = _grid(len(probed))
-    for ax, q in zip(axes, probed):
-        for c in a.conditions:
-            rows = [q.per_layer(r) for r in a.runs[c]]
-            n = min((len(v) for v in rows), default=0)
-            if not n:
-                continue
-            y = np.stack([v[:n] for v in rows])
-            _band(ax, np.arange(n), y, col[c], f"{c} (n={y.shape[0]})")
-        ax.set_title(q.text)
-        ax.set_xlabel("layer")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"Per layer, {fmt_at([a.budget_tokens])}: mean over seeds with its 95% band")
-    fig.tight_layout()
-    return fig
+    return _panels(a, "Per layer", [q for q in QUANTITIES if q.site is not None], _layers,
+                   f"Per layer, {fmt_at([a.budget_tokens])}: mean over seeds with its 95% band", xlabel="layer")
 
 
 @styled
