@@ -11,6 +11,11 @@ An interrupted study started again resumes: finished conditions are kept (their 
 resumed, which trains nothing and rewrites nothing), the running one continues from its newest
 checkpoint. The study folder is locked for the whole run (utils.lock) and each condition folder
 while it trains, so a second run of the same study stops at once and names the first.
+
+The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
+handed to an executor: in this process one after another (`train_in_process`), or with --ray as Ray tasks
+(research.studies.ray_executor, the only module that imports ray); either way the driver alone writes study.json,
+the figures and the report once every run is done.
 """
 from __future__ import annotations
 
@@ -165,12 +170,47 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                         f"(docs/decisions.md). Default: {margin}")
     p.add_argument("--loss_margin", type=float, default=loss_margin,
                    help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {loss_margin}")
+    p.add_argument("--ray", nargs="?", const=LOCAL_RAY, metavar="ADDRESS",
+                   help="Train the study's runs as Ray tasks (pip install '.[ray]'), several at once: without ADDRESS "
+                        "on a Ray started on this machine for the study, with ADDRESS (host:port, or auto) on that "
+                        "running cluster, whose nodes must all see --out (docs/studies.md, On Ray). Default: the runs "
+                        "train one after another in this process")
+    p.add_argument("--gpus_per_run", type=float, metavar="G",
+                   help="GPUs each run's Ray task asks for (with --ray); a fraction below 1 lets several runs share "
+                        "one GPU. Default: 1 where the cluster has GPUs, else 0")
+    p.add_argument("--cpus_per_run", type=float, metavar="C",
+                   help="CPU cores each run's Ray task asks for (with --ray). Default: 1")
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
                                 f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
                                 f"else auto",
                     notes=notes, file=start[1] if start else None)
     return p
+
+
+LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun:
+    """One run of a study: its name in study.json (condition, or condition@rate), seed, config and folder."""
+    cond: str
+    seed: int
+    cfg: RunConfig
+    run_dir: Path
+
+
+def study_runs(study: Study, base: RunConfig, seeds: list[int], out: Path) -> list[StudyRun]:
+    """Every run of the study, in the order the in-process executor trains them: seed by seed, each condition."""
+    return [StudyRun(cond, seed, run_config(base, overrides, seed),
+                     condition_dir(out, cond, seed, several_seeds=len(seeds) > 1))
+            for seed in seeds for cond, overrides in study.runs()]
+
+
+def run_failed(run: StudyRun, e: UserError | OSError, out: Path) -> StudyError:
+    """The study's error for a run that failed on a user error: which run, why, and that the study continues."""
+    return StudyError(f"in condition {run.cond}, seed {run.seed}: {explain(e)} (finished conditions in {out} are "
+                      f"kept; once this is fixed, the same command continues the study)")
 
 
 def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
@@ -182,26 +222,28 @@ def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
 
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
-                    divergence_is_a_result: bool = False, logger: str = "none", runtime: Runtime | None = None) -> None:
+                    divergence_is_a_result: bool = False, logger: str = "none",
+                    runtime: Runtime | None = None) -> dict | None:
     """Train one run with the probe on `runtime` (the study's, settled once; resolved from cfg when None); where
     divergence is a result (the learning-rate grid), a run whose loss became non-finite is recorded as diverged and
-    is not trained again."""
+    is not trained again. Returns the run's summary (summary.json), None for a diverged run."""
     results = run_dir / RESULTS_FILE
     step = diverged_at(results) if divergence_is_a_result else None
     if step is not None:
         print(f"   diverged at step {step} before: kept as it is", flush=True)
-        return
+        return None
 
     def callbacks(used_cfg, data, runtime):  # the config the run uses (offline, data/offline.py, may change it)
         return run_callbacks(used_cfg, data, run_dir, runtime, tag=tag, logger=logger)
     try:  # a condition folder with a run to continue is resumed; one holding other files is refused (the Trainer)
-        train_run(cfg, run_dir, resume=RunFolder(run_dir).resumable(), replan_schedule=replan_schedule,
-                  progress=progress, name=tag, callbacks=callbacks, runtime=runtime)
+        return train_run(cfg, run_dir, resume=RunFolder(run_dir).resumable(), replan_schedule=replan_schedule,
+                         progress=progress, name=tag, callbacks=callbacks, runtime=runtime)
     except NonFiniteLossError as e:
         if not divergence_is_a_result:
             raise
         mark_diverged(results, e.step)
         print(f"   diverged at step {e.step} (non-finite loss): recorded in {results}", flush=True)
+        return None
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
@@ -229,6 +271,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         return Path(args.out or Path("research_results") / study.name)
     runtime = resolve_runtime(base.train.device, base.train.precision)  # once for every run of the study
     check_logger(args.logger)
+    check_ray_options(args)
     out = Path(args.out or Path("research_results") / study.name)
     seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     check_runs(study, base, seeds[0], runtime)
@@ -282,26 +325,48 @@ def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
     return f"{study.name}: the largest of its {len(configs)} runs\n{plan_text(largest, world_size)}"
 
 
+def check_ray_options(args: argparse.Namespace) -> None:
+    """--gpus_per_run and --cpus_per_run only with --ray, and --ray only where Ray is installed; neither imports ray."""
+    if args.ray is None:
+        given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)
+        if given:
+            raise ConfigError(f"--{given} sets the resources of each run's Ray task: add --ray, or leave --{given} "
+                              f"out to train the runs one after another in this process")
+        return
+    from research.studies.ray_executor import check_options
+    check_options(args.gpus_per_run, args.cpus_per_run)
+
+
+def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, divergence_is_a_result: bool) -> None:
+    """The default executor: every run in this process, one after another, with its progress bars."""
+    for run in runs:
+        print(f"== {run.cond} (seed {run.seed}) -> {run.run_dir}", flush=True)
+        try:
+            train_condition(run.cfg, run.run_dir, run.cond, progress=not args.no_progress,
+                            replan_schedule=args.replan_schedule, logger=args.logger,
+                            divergence_is_a_result=divergence_is_a_result, runtime=runtime)
+        except RunInterrupted as e:
+            where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
+            kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
+            raise Interrupted(f"interrupted in condition {run.cond}, seed {run.seed}, {where}{kept}. Finished "
+                              f"conditions in {out} are kept: run the same command again to continue the "
+                              f"study") from None
+        except (UserError, OSError) as e:
+            raise run_failed(run, e, out) from None
+
+
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
+    runs = study_runs(study, base, seeds, out)
+    if args.ray is None:
+        train_in_process(runs, args, out, runtime, divergence_is_a_result=bool(study.lr_multipliers))
+    else:
+        from research.studies.ray_executor import train_on_ray
+        train_on_ray(runs, out, args.ray, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                     replan_schedule=args.replan_schedule, logger=args.logger,
+                     divergence_is_a_result=bool(study.lr_multipliers))
     paths: dict[str, list[str]] = {}
-    for seed in seeds:
-        for cond, cond_overrides in study.runs():
-            cfg = run_config(base, cond_overrides, seed)
-            run_dir = condition_dir(out, cond, seed, several_seeds=len(seeds) > 1)
-            print(f"== {cond} (seed {seed}) -> {run_dir}", flush=True)
-            try:
-                train_condition(cfg, run_dir, cond, progress=not args.no_progress,
-                                replan_schedule=args.replan_schedule, logger=args.logger,
-                                divergence_is_a_result=bool(study.lr_multipliers), runtime=runtime)
-            except RunInterrupted as e:
-                where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
-                kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
-                raise Interrupted(f"interrupted in condition {cond}, seed {seed}, {where}{kept}. Finished conditions "
-                                  f"in {out} are kept: run the same command again to continue the study") from None
-            except (UserError, OSError) as e:
-                raise StudyError(f"in condition {cond}, seed {seed}: {explain(e)} (finished conditions in {out} are "
-                                 f"kept; once this is fixed, the same command continues the study)") from None
-            paths.setdefault(cond, []).append(str((run_dir / RESULTS_FILE).relative_to(out)))
+    for run in runs:
+        paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
                           margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline)

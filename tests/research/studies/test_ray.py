@@ -1,0 +1,108 @@
+"""--ray: a study's runs as tasks on a real local Ray cluster on CPU (one per module: Ray takes seconds to start)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from research import qk_norm_500k_study
+from research.studies import PILOT
+from research.studies.runner import run_study
+from tests.helpers import REPO, STEP_TOKENS, stops
+from tests.research.studies.test_runner import study_args
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster(user_cache):
+    """A local Ray of 2 CPUs, started after the session's environment is set (its workers inherit it); a study run
+    with --ray in this process uses it rather than starting its own."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _comparable(value):
+    """A results file without what differs between two trainings of the same run: provenance and timings."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if k != "provenance" and not k.endswith("time_s")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def _results(out) -> dict:
+    return {p.relative_to(out).as_posix(): _comparable(json.loads(p.read_text()))
+            for p in sorted(out.rglob("results.json"))}
+
+
+@pytest.mark.slow
+def test_a_study_on_ray_gives_the_sequential_results(corpus_file, cache_dir, tmp_path, cluster, capsys):
+    argv = ["--seeds", "0", "1"]
+    run_study(PILOT, study_args(corpus_file, cache_dir, tmp_path / "seq", 2 * STEP_TOKENS, *argv))
+    capsys.readouterr()
+    run_study(PILOT, study_args(corpus_file, cache_dir, tmp_path / "ray", 2 * STEP_TOKENS, *argv, "--ray"))
+    out = capsys.readouterr().out
+    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    assert len(seq) == 4 and seq == on_ray
+    assert json.loads((tmp_path / "seq" / "study.json").read_text()) == \
+        json.loads((tmp_path / "ray" / "study.json").read_text())
+    assert (tmp_path / "ray" / "report.md").is_file()
+    for cond in ("qk_norm", "no_qk_norm"):
+        for seed in (0, 1):
+            line = f"== {cond} (seed {seed}) -> {tmp_path / 'ray' / cond / f'seed_{seed}'}"
+            assert f"{line}: started on " in out and f"{line}: finished on " in out, out
+    assert "ray: 4 runs in " in out and " s wall time; each run: qk_norm seed 0 " in out
+
+
+def test_a_user_error_in_a_task_reaches_the_driver_as_one_line_and_is_not_retried(corpus_file, cache_dir, tmp_path,
+                                                                                  cluster, capsys):
+    out = tmp_path / "study"
+    (out / "no_qk_norm").mkdir(parents=True)
+    (out / "no_qk_norm" / "config.json").write_text("{not json")  # refused inside the task, when it resumes
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        qk_norm_500k_study.main(study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seed", "0", "--ray"))
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and "Traceback" not in captured.err, captured.err[-2000:]
+    line = captured.err.rstrip("\n").rsplit("\n", 1)[-1]
+    assert line.startswith("error: in condition no_qk_norm, seed 0: ") and "config.json" in line, line
+    assert line.endswith(f"(finished conditions in {out} are kept; once this is fixed, the same command continues "
+                         f"the study)"), line
+    assert captured.out.count("no_qk_norm (seed 0) -> ") == 2, captured.out  # started once (not retried), failed
+    assert f"{out / 'no_qk_norm'}: failed" in captured.out
+    assert (out / "no_qk_norm" / "config.json").read_text() == "{not json"
+    assert not (out / "study.json").exists()
+
+
+def test_ray_options_are_checked_before_anything_is_written(corpus_file, cache_dir, tmp_path, capsys):
+    out = tmp_path / "study"
+    for extra, message in (
+            (["--gpus_per_run", "0.5"], "error: --gpus_per_run sets the resources of each run's Ray task: add --ray, "
+                                        "or leave --gpus_per_run out to train the runs one after another in this "
+                                        "process"),
+            (["--ray", "--cpus_per_run", "0"], "error: --cpus_per_run 0: give a positive number of CPU cores per "
+                                               "run, e.g. 1"),
+            (["--ray", "--gpus_per_run", "1.5"], "error: --gpus_per_run 1.5: give a fraction up to 1 (runs sharing "
+                                                 "a GPU, e.g. 0.25), a whole number of GPUs, or 0")):
+        assert stops(capsys, qk_norm_500k_study.main, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS,
+                                                                 *extra)) == message
+        assert not out.exists()
+
+
+def test_a_task_larger_than_every_node_is_refused(corpus_file, cache_dir, tmp_path, cluster, capsys):
+    out = tmp_path / "study"
+    line = stops(capsys, qk_norm_500k_study.main,
+                 study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--ray", "--cpus_per_run", "64"))
+    assert line == ("error: no node of the Ray cluster has 64 CPU core(s) and 0 GPU(s) for one run (its nodes: 2 CPU "
+                    "/ 0 GPU): give a smaller --cpus_per_run or --gpus_per_run (nothing was trained)")
+    assert not out.exists()
+
+
+def test_a_sequential_study_never_imports_ray(corpus_file, cache_dir, tmp_path):
+    code = ("import sys; from research.studies import PILOT; from research.studies.runner import run_study; "
+            f"run_study(PILOT, {study_args(corpus_file, cache_dir, tmp_path / 'seq', STEP_TOKENS, '--seed', '0')!r})"
+            "; assert 'ray' not in sys.modules, 'ray was imported'")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
