@@ -73,7 +73,8 @@ def _train_task(run: StudyRun, index: int, events, replan_schedule: bool, logger
 def _connect(address: str) -> None:
     import ray
     if address == LOCAL_RAY:
-        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
         return
     try:
         ray.init(address=address, log_to_driver=False)
