@@ -14,8 +14,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import sys
 import time
 from pathlib import Path
+
+from tqdm import tqdm
 
 from configs import ConfigError
 from research.studies.runner import LOCAL_RAY, StudyRun, StudyError, run_failed, train_condition
@@ -23,6 +26,7 @@ from utils.errors import Interrupted, UserError
 
 MAX_RETRIES = 3  # a lost worker's task is run again this many times at most (system failures only)
 _WAIT_S = 0.5  # how often the driver looks for started runs while it waits
+_CANCEL_WAIT_S = 60  # after Ctrl-C, how long the driver waits for the cancelled runs to stop (their locks released)
 
 
 def check_options(gpus_per_run: float | None, cpus_per_run: float | None) -> None:
@@ -74,13 +78,28 @@ def _connect(address: str) -> None:
     import ray
     if address == LOCAL_RAY:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        ray.init(num_cpus=cores, include_dashboard=False, log_to_driver=False)
+        # address "local": a new Ray for this study, never one found running on this machine (ray start's)
+        ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
         return
     try:
+        _reachable(address)
         ray.init(address=address, log_to_driver=False)
     except ConnectionError as e:
         raise ConfigError(f"--ray {address}: no Ray cluster answers there ({e}): start one with `ray start --head` "
-                          f"and give the address it prints, or give --ray alone to start one here") from None
+                          f"and give the address it prints (a cluster with token authentication, ray start's default, "
+                          f"also needs RAY_AUTH_MODE=token here and its token: docs/studies.md, On Ray), or give --ray "
+                          f"alone to start one here") from None
+
+
+def _reachable(address: str) -> None:
+    """ConnectionError at once where nothing listens at host:port (Ray itself would retry for many minutes)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or an address Ray reads its own way
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except OSError as e:
+        raise ConnectionError(f"nothing listens at {address}: {e.strerror or e}") from None
 
 
 def _resources(gpus_per_run: float | None, cpus_per_run: float | None, runs: list[StudyRun]) -> dict:
@@ -101,30 +120,36 @@ def _resources(gpus_per_run: float | None, cpus_per_run: float | None, runs: lis
 
 
 def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, gpus_per_run: float | None,
-                 cpus_per_run: float | None, replan_schedule: bool, logger: str, divergence_is_a_result: bool) -> None:
+                 cpus_per_run: float | None, replan_schedule: bool, logger: str, divergence_is_a_result: bool,
+                 progress: bool = False) -> None:
     """Train every run as a Ray task, on a Ray started here (address LOCAL_RAY; a process already connected to Ray
     keeps its connection) or on the cluster at `address`; one line per run as it starts, is retried, finishes or
-    fails, then the wall time and each run's time."""
+    fails, and (`progress`) a bar over the runs, then the wall time and each run's time."""
     import ray
     owns = not ray.is_initialized()
     if owns:
         _connect(address)
     try:
-        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, runs), replan_schedule=replan_schedule,
+        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, runs), progress, replan_schedule=replan_schedule,
                  logger=logger, divergence_is_a_result=divergence_is_a_result)
     finally:
         if owns:
             ray.shutdown()
 
 
-def _run_all(runs: list[StudyRun], out: Path, options: dict, **kwargs) -> None:
+def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, **kwargs) -> None:
     import ray
     start = time.perf_counter()
     events = ray.remote(num_cpus=0)(_Events).remote()
     task = ray.remote(_train_task).options(**options)
     pending = {task.remote(run, i, events, **kwargs): i for i, run in enumerate(runs)}
-    print(f"ray: {len(runs)} runs as tasks of {options['num_cpus']:g} CPU core(s) and {options['num_gpus']:g} GPU(s) "
-          f"each, on {len([n for n in ray.nodes() if n.get('Alive')])} node(s)", flush=True)
+    bar = tqdm(total=len(runs), disable=not progress, unit="run", desc="runs", dynamic_ncols=True)
+
+    def say(line: str) -> None:  # a line above the bar (printed as it is, where there is none)
+        bar.write(line)
+        sys.stdout.flush()
+    say(f"ray: {len(runs)} runs as tasks of {options['num_cpus']:g} CPU core(s) and {options['num_gpus']:g} GPU(s) "
+          f"each, on {len([n for n in ray.nodes() if n.get('Alive')])} node(s)")
     starts: dict[int, int] = {}
     times: dict[int, float] = {}
 
@@ -136,45 +161,54 @@ def _run_all(runs: list[StudyRun], out: Path, options: dict, **kwargs) -> None:
             starts[i] = starts.get(i, 0) + 1
             again = f" again (try {starts[i]}: its worker was lost, resuming from its newest checkpoint)" \
                 if starts[i] > 1 else ""
-            print(f"{name(i)}: started{again} on {where}", flush=True)
-    try:
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)
-            show_starts()
-            for ref in done:
-                i = pending.pop(ref)
-                try:
-                    result = ray.get(ref)
-                except ray.exceptions.RayTaskError as e:  # raised in the task: a user error is the study's
-                    _cancel(pending)
-                    cause = e.cause
-                    if isinstance(cause, (UserError, OSError)):
-                        print(f"{name(i)}: failed", flush=True)
-                        raise run_failed(runs[i], cause, out) from None
-                    raise cause if isinstance(cause, BaseException) else e
-                except ray.exceptions.RayError as e:  # the worker lost more often than Ray retries
-                    _cancel(pending)
-                    print(f"{name(i)}: failed", flush=True)
-                    raise StudyError(f"in condition {runs[i].cond}, seed {runs[i].seed}: its Ray worker was lost "
-                                     f"{MAX_RETRIES + 1} times ({type(e).__name__}: {str(e).splitlines()[0]}); its "
-                                     f"checkpoints and the finished conditions in {out} are kept: the same command "
-                                     f"continues the study") from None
-                times[i] = result["time_s"]
-                print(f"{name(i)}: finished on {result['where']} in {result['time_s']:.1f} s", flush=True)
-    except KeyboardInterrupt:
-        _cancel(pending)
-        raise Interrupted(f"interrupted: the {len(pending)} unfinished run(s) on Ray were cancelled; their checkpoints "
-                          f"and the finished conditions in {out} are kept: run the same command again to continue "
-                          f"the study") from None
+            say(f"{name(i)}: started{again} on {where}")
+    with bar:  # closed however the loop ends
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)
+                show_starts()
+                for ref in done:
+                    i = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayTaskError as e:  # raised in the task: a user error is the study's
+                        _cancel(pending)
+                        cause = e.cause
+                        if isinstance(cause, (UserError, OSError)):
+                            say(f"{name(i)}: failed")
+                            raise run_failed(runs[i], cause, out) from None
+                        raise cause if isinstance(cause, BaseException) else e
+                    except ray.exceptions.RayError as e:  # the worker lost more often than Ray retries
+                        _cancel(pending)
+                        say(f"{name(i)}: failed")
+                        raise StudyError(f"in condition {runs[i].cond}, seed {runs[i].seed}: its Ray worker was lost "
+                                         f"{MAX_RETRIES + 1} times ({type(e).__name__}: {str(e).splitlines()[0]}); its "
+                                         f"checkpoints and the finished conditions in {out} are kept: the same command "
+                                         f"continues the study") from None
+                    times[i] = result["time_s"]
+                    say(f"{name(i)}: finished on {result['where']} in {result['time_s']:.1f} s")
+                    bar.update()
+        except KeyboardInterrupt:
+            _cancel(pending, wait_s=_CANCEL_WAIT_S)
+            raise Interrupted(f"interrupted: the {len(pending)} unfinished run(s) on Ray were cancelled; their "
+                              f"checkpoints and the finished conditions in {out} are kept: run the same command again "
+                              f"to continue the study") from None
     print(f"ray: {len(runs)} runs in {time.perf_counter() - start:.1f} s wall time; each run: "
           + ", ".join(f"{runs[i].cond} seed {runs[i].seed} {t:.1f} s" for i, t in sorted(times.items())), flush=True)
 
 
-def _cancel(pending: dict) -> None:
-    """Stop the tasks still queued or running (a running one gets Ctrl-C: its checkpoints are kept)."""
+def _cancel(pending: dict, wait_s: float = 0) -> None:
+    """Stop the tasks still queued or running (a running one gets Ctrl-C: it stops as an interrupted run does, its
+    checkpoints kept), and wait up to `wait_s` for them to end, so that no run still holds its folder when the
+    driver ends (a second Ctrl-C stops the waiting)."""
     import ray
     for ref in pending:
         try:
             ray.cancel(ref)
         except Exception:  # noqa: BLE001 - a task that ended meanwhile cannot be cancelled; nothing to stop
+            pass
+    if wait_s and pending:
+        try:
+            ray.wait(list(pending), num_returns=len(pending), timeout=wait_s)
+        except KeyboardInterrupt:
             pass

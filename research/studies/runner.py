@@ -363,7 +363,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         from research.studies.ray_executor import train_on_ray
         train_on_ray(runs, out, args.ray, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
                      replan_schedule=args.replan_schedule, logger=args.logger,
-                     divergence_is_a_result=bool(study.lr_multipliers))
+                     divergence_is_a_result=bool(study.lr_multipliers), progress=not args.no_progress)
     paths: dict[str, list[str]] = {}
     for run in runs:
         paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))

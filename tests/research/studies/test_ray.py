@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 def cluster(user_cache):
     """A local Ray of 2 CPUs, started after the session's environment is set (its workers inherit it); a study run
     with --ray in this process uses it rather than starting its own."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
     yield
     ray.shutdown()
 

@@ -17,7 +17,7 @@ def killing_cluster(user_cache):
     """Every worker SIGKILLs itself after its 3rd optimizer step (a retry, resumed from step 2, never gets there)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(ENV, "kill:step:3")
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
     yield
     ray.shutdown()
 
