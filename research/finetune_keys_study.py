@@ -2,6 +2,7 @@
 
     python research/finetune_keys_study.py                         # Gemma 3 270M (packaged GGUF), offline
     python research/finetune_keys_study.py --model PATH --tokens 200000 --seeds 0 1 2 --device cuda
+    python research/finetune_keys_study.py --ray --gpus_per_run 0.5  # the runs as Ray tasks, two per GPU
     python research/split_panels.py research_results/finetune_keys_study   # redraw from the results files
 
 The write-ups ask whether QK-norm's learned gain or its normalization shapes the keys; for a model trained

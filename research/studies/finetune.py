@@ -8,6 +8,7 @@ kinds (kind 'finetune').
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import sys
 import textwrap
@@ -29,6 +30,7 @@ from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
+from research.studies.runner import StudyRun, add_ray_args, check_ray_options
 from utils.cli import ArgumentParser
 from utils.compare import differences
 from utils.errors import ConfigError, Interrupted
@@ -76,6 +78,7 @@ def build_parser(description: str = "") -> ArgumentParser:
                    help="Study folder the runs, figures and report are written into. Default: %(default)s")
     p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    add_ray_args(p)
     return p
 
 
@@ -243,12 +246,20 @@ def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor
         f"{res['mean_pr'][-1]:.2f}")
 
 
+def train_on_worker(args, pool: torch.Tensor, probe_ids: torch.Tensor, steps: int, every: int, data: dict,
+                    run: StudyRun) -> None:
+    """One run as a Ray task (--ray): train_one on this worker's device and precision, with no progress bar."""
+    train_one(argparse.Namespace(**{**vars(args), "no_progress": True}), run.cond, run.seed, run.run_dir, pool,
+              probe_ids, steps, every, resolve_runtime(args.device, args.precision), data)
+
+
 def main(argv=None, description: str = "") -> int:
     args = parse_args(argv, description)
     out = Path(args.out)
     log = print
     try:
         refuse_foreign(out, "finetune", "finetune_keys_study.py")  # its own study.json is no other's
+        check_ray_options(args)
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
@@ -279,13 +290,23 @@ def main(argv=None, description: str = "") -> int:
                                          probe_ids) for seed, c, run_dir in runs}
             done = {run_dir: kept(run_dir / RESULTS_FILE, asked[run_dir], steps)
                     for run_dir in asked}  # every run checked before any is trained
+            todo = []
             for seed, condition, run_dir in runs:
                 index[condition].append(str(run_dir.relative_to(out) / RESULTS_FILE))
                 if done[run_dir]:
                     log(f"{condition} seed {seed}: finished earlier, kept")
                     continue
                 run_dir.mkdir(parents=True, exist_ok=True)
-                train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
+                if args.ray is None:
+                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
+                else:
+                    todo.append(StudyRun(condition, seed, None, run_dir))  # no RunConfig: args say it all
+            if todo:
+                from research.studies.ray_executor import train_on_ray
+                train = functools.partial(train_on_worker, args, pool, probe_ids, steps, every, data)
+                train_on_ray(todo, out, args.ray, train=train, on_cpu=runtime.device.type == "cpu",
+                             gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                             progress=not args.no_progress)
             write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
                               conditions=index, margin=args.margin, loss_margin=args.loss_margin)
         written = render_study(out)

@@ -17,6 +17,7 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -62,15 +63,19 @@ def _where() -> str:
     return f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]}, pid {os.getpid()})"
 
 
-def _train_task(run: StudyRun, index: int, events, replan_schedule: bool, logger: str,
-                divergence_is_a_result: bool) -> dict:
-    """One run, in a Ray worker: its folder's lock, its device and precision (this worker's), no progress bars."""
+def train_study_run(run: StudyRun, *, replan_schedule: bool, logger: str, divergence_is_a_result: bool) -> dict | None:
+    """A catalog study's run in a Ray worker: its folder's lock, its device and precision (this worker's), no bars."""
+    return train_condition(run.cfg, run.run_dir, run.cond, progress=False, replan_schedule=replan_schedule,
+                           divergence_is_a_result=divergence_is_a_result, logger=logger)
+
+
+def _train_task(run: StudyRun, index: int, events, train: Callable[[StudyRun], dict | None]) -> dict:
+    """One run, in a Ray worker: tells the driver where it started, trains, returns the summary and its time."""
     import ray
     where = _where()
     ray.get(events.put.remote(index, where))
     start = time.perf_counter()
-    summary = train_condition(run.cfg, run.run_dir, run.cond, progress=False, replan_schedule=replan_schedule,
-                              divergence_is_a_result=divergence_is_a_result, logger=logger)
+    summary = train(run)
     return {"summary": summary, "where": where, "time_s": time.perf_counter() - start}
 
 
@@ -102,12 +107,11 @@ def _reachable(address: str) -> None:
         raise ConnectionError(f"nothing listens at {address}: {e.strerror or e}") from None
 
 
-def _resources(gpus_per_run: float | None, cpus_per_run: float | None, runs: list[StudyRun]) -> dict:
+def _resources(gpus_per_run: float | None, cpus_per_run: float | None, on_cpu: bool) -> dict:
     """The task options for the cluster Ray is connected to; ConfigError where no node could ever run one task."""
     import ray
     nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
     if gpus_per_run is None:
-        on_cpu = all(r.cfg.train.device == "cpu" for r in runs)
         gpus_per_run = 1.0 if not on_cpu and any(n.get("GPU", 0) > 0 for n in nodes) else 0.0
     cpus_per_run = 1.0 if cpus_per_run is None else cpus_per_run
     if not any(n.get("CPU", 0) >= cpus_per_run and n.get("GPU", 0) >= gpus_per_run for n in nodes):
@@ -119,30 +123,30 @@ def _resources(gpus_per_run: float | None, cpus_per_run: float | None, runs: lis
             "retry_exceptions": False}
 
 
-def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, gpus_per_run: float | None,
-                 cpus_per_run: float | None, replan_schedule: bool, logger: str, divergence_is_a_result: bool,
-                 progress: bool = False) -> None:
-    """Train every run as a Ray task, on a Ray started here (address LOCAL_RAY; a process already connected to Ray
-    keeps its connection) or on the cluster at `address`; one line per run as it starts, is retried, finishes or
-    fails, and (`progress`) a bar over the runs, then the wall time and each run's time."""
+def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Callable[[StudyRun], dict | None],
+                 on_cpu: bool, gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False) -> None:
+    """Train every run as a Ray task calling `train(run)` (picklable: a module's function or a partial of one;
+    train_study_run for a catalog study), on a Ray started here (address LOCAL_RAY; a process already connected to
+    Ray keeps its connection) or on the cluster at `address`; `on_cpu`: the runs ask for no GPU by default. One line
+    per run as it starts, is retried, finishes or fails, and (`progress`) a bar over the runs, then the wall time
+    and each run's time."""
     import ray
     owns = not ray.is_initialized()
     if owns:
         _connect(address)
     try:
-        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, runs), progress, replan_schedule=replan_schedule,
-                 logger=logger, divergence_is_a_result=divergence_is_a_result)
+        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, on_cpu), progress, train)
     finally:
         if owns:
             ray.shutdown()
 
 
-def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, **kwargs) -> None:
+def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train) -> None:
     import ray
     start = time.perf_counter()
     events = ray.remote(num_cpus=0)(_Events).remote()
     task = ray.remote(_train_task).options(**options)
-    pending = {task.remote(run, i, events, **kwargs): i for i, run in enumerate(runs)}
+    pending = {task.remote(run, i, events, train): i for i, run in enumerate(runs)}
     bar = tqdm(total=len(runs), disable=not progress, unit="run", desc="runs", dynamic_ncols=True)
 
     def say(line: str) -> None:  # a line above the bar (printed as it is, where there is none)

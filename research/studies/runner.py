@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import textwrap
 from pathlib import Path
@@ -170,6 +171,20 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                         f"(docs/decisions.md). Default: {margin}")
     p.add_argument("--loss_margin", type=float, default=loss_margin,
                    help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {loss_margin}")
+    add_ray_args(p)
+    add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
+                    preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
+                                f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
+                                f"else auto",
+                    notes=notes, file=start[1] if start else None)
+    return p
+
+
+LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
+
+
+def add_ray_args(p: argparse.ArgumentParser) -> None:
+    """--ray [ADDRESS], --gpus_per_run, --cpus_per_run: every study command's (checked by check_ray_options)."""
     p.add_argument("--ray", nargs="?", const=LOCAL_RAY, metavar="ADDRESS",
                    help="Train the study's runs as Ray tasks (pip install '.[ray]'), several at once: without ADDRESS "
                         "on a Ray started on this machine for the study, with ADDRESS (host:port, or auto) on that "
@@ -180,15 +195,6 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                         "one GPU. Default: 1 where the cluster has GPUs, else 0")
     p.add_argument("--cpus_per_run", type=float, metavar="C",
                    help="CPU cores each run's Ray task asks for (with --ray). Default: 1")
-    add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
-                    preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
-                                f"write-ups' setting) on CUDA, tiny on CPU. Default: the --config file's preset, "
-                                f"else auto",
-                    notes=notes, file=start[1] if start else None)
-    return p
-
-
-LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,10 +366,11 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
     if args.ray is None:
         train_in_process(runs, args, out, runtime, divergence_is_a_result=bool(study.lr_multipliers))
     else:
-        from research.studies.ray_executor import train_on_ray
-        train_on_ray(runs, out, args.ray, gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                     replan_schedule=args.replan_schedule, logger=args.logger,
-                     divergence_is_a_result=bool(study.lr_multipliers), progress=not args.no_progress)
+        from research.studies.ray_executor import train_on_ray, train_study_run
+        train = functools.partial(train_study_run, replan_schedule=args.replan_schedule, logger=args.logger,
+                                  divergence_is_a_result=bool(study.lr_multipliers))
+        train_on_ray(runs, out, args.ray, train=train, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
+                     gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, progress=not args.no_progress)
     paths: dict[str, list[str]] = {}
     for run in runs:
         paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))

@@ -120,3 +120,11 @@ def test_options_that_cannot_work_are_refused(capsys):
         with pytest.raises(SystemExit):
             finetune.parse_args(argv)
         assert msg in capsys.readouterr().err
+
+
+def test_ray_options_without_ray_are_refused_before_anything_is_written(tmp_path, capsys):
+    out = tmp_path / "o"
+    line = stops(capsys, study.main, ["--out", str(out), *ARGS, "--cpus_per_run", "2"])
+    assert line == ("error: --cpus_per_run sets the resources of each run's Ray task: add --ray, or leave "
+                    "--cpus_per_run out to train the runs one after another in this process")
+    assert not out.exists()

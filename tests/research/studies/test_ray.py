@@ -106,3 +106,20 @@ def test_a_sequential_study_never_imports_ray(corpus_file, cache_dir, tmp_path):
             "; assert 'ray' not in sys.modules, 'ray was imported'")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_the_finetuning_study_on_ray_gives_the_sequential_results(tmp_path, cluster, capsys):
+    from research import finetune_keys_study
+    from tests.research.inspection.builders import make_hf_model
+    model = make_hf_model("qwen3", tmp_path / "qwen3")
+    argv = ["--model", str(model), "--tokens", "256", "--batch_size", "2", "--seq_len", "16", "--seeds", "0", "1",
+            "--no_progress"]
+    assert finetune_keys_study.main([*argv, "--out", str(tmp_path / "seq")]) == 0
+    capsys.readouterr()
+    assert finetune_keys_study.main([*argv, "--out", str(tmp_path / "ray"), "--ray"]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": finished on ") == 4 and "ray: 4 runs in " in out, out
+    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    assert len(seq) == 4 and seq == on_ray
+    assert (tmp_path / "ray" / "report.md").is_file()
