@@ -28,6 +28,7 @@ from utils.errors import Interrupted, UserError
 MAX_RETRIES = 3  # a lost worker's task is run again this many times at most (system failures only)
 _WAIT_S = 0.5  # how often the driver looks for started runs while it waits
 _CANCEL_WAIT_S = 60  # after Ctrl-C, how long the driver waits for the cancelled runs to stop (their locks released)
+_AUTH_MODE = "RAY_AUTH_MODE"  # ray.init sets it in this process's environment
 
 
 def check_options(gpus_per_run: float | None, cpus_per_run: float | None) -> None:
@@ -132,6 +133,7 @@ def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Callab
     and each run's time."""
     import ray
     owns = not ray.is_initialized()
+    auth_mode = os.environ.get(_AUTH_MODE)
     if owns:
         _connect(address)
     try:
@@ -139,6 +141,16 @@ def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Callab
     finally:
         if owns:
             ray.shutdown()
+            _restore_env(_AUTH_MODE, auth_mode)
+
+
+def _restore_env(key: str, value: str | None) -> None:
+    """ray.init sets RAY_AUTH_MODE in this process's environment and leaves it there after ray.shutdown: put back
+    what was there, so that a later study in this process (or a process it starts) connects to a cluster as asked."""
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
 
 
 def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train) -> None:

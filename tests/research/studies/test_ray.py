@@ -1,5 +1,6 @@
 """--ray: a study's runs as tasks on a real local Ray cluster on CPU (one per module: Ray takes seconds to start)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -7,6 +8,7 @@ import pytest
 
 from research import qk_norm_500k_study
 from research.studies import PILOT
+from research.studies.ray_executor import _restore_env
 from research.studies.runner import run_study
 from tests.helpers import REPO, STEP_TOKENS, stops
 from tests.research.studies.test_runner import study_args
@@ -18,9 +20,11 @@ ray = pytest.importorskip("ray")
 def cluster(user_cache):
     """A local Ray of 2 CPUs, started after the session's environment is set (its workers inherit it); a study run
     with --ray in this process uses it rather than starting its own."""
+    auth_mode = os.environ.get("RAY_AUTH_MODE")
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
     yield
     ray.shutdown()
+    _restore_env("RAY_AUTH_MODE", auth_mode)  # ray.init leaves RAY_AUTH_MODE=token in os.environ
 
 
 def _comparable(value):
