@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from utils.errors import ConfigError  # configs' error; defined in utils, which raises it too (the device choice)
+from utils.errors import ConfigError, PicklesWhole  # ConfigError: defined in utils, which raises it too (the device)
 
 
 # Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
@@ -277,7 +277,7 @@ def coerce_value(name: str, hint, value, where: str) -> object:
     raise bad("a string")
 
 
-class DuplicateKey(ValueError):
+class DuplicateKey(PicklesWhole, ValueError):
     """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
 
     def __init__(self, key, where: str = ""):

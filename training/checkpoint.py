@@ -46,9 +46,6 @@ class CheckpointError(UserError, RuntimeError):
         super().__init__(message)
         self.disk_full = disk_full
 
-    def __reduce__(self):  # pickled whole (out of a Ray task): Exception's own pickling would drop `disk_full`
-        return type(self), (str(self), self.disk_full)
-
 
 @dataclass
 class Checkpoint:

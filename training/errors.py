@@ -21,9 +21,6 @@ class NonFiniteLossError(RunError):
         super().__init__(message)
         self.step = step
 
-    def __reduce__(self):  # pickled whole (out of a Ray task): Exception's own pickling would drop `step`
-        return type(self), (str(self), self.step)
-
 
 class RunInterrupted(Interrupted):
     """Ctrl-C (KeyboardInterrupt) stopped a run in `folder`: after `step` optimizer steps (None: before training
@@ -35,9 +32,6 @@ class RunInterrupted(Interrupted):
         self.folder, self.step, self.checkpoint, self.resumable, self.stage = Path(folder), step, checkpoint, \
             resumable, stage
         super().__init__(self.describe())
-
-    def __reduce__(self):  # pickled whole (out of a cancelled Ray task): Exception's own pickling passes the message
-        return type(self), (self.folder, self.step, self.checkpoint, self.resumable, self.stage)
 
     def describe(self) -> str:
         """One line: where the run stopped, what is kept, whether --resume is needed."""

@@ -72,7 +72,23 @@ EXIT_USER_ERROR = 2  # a user error, as argparse's own usage errors: one code fo
 EXIT_INTERRUPTED = 130  # Ctrl-C: the shell's code for a process ended by SIGINT
 
 
-class UserError(Exception):
+class PicklesWhole:
+    """An exception class of the project that survives pickling whole (out of a Ray task to the driver): its message
+    and every field it sets. Exception's own pickling calls the class again with `args` alone, which drops the
+    fields and, where __init__ builds the message from its arguments, rebuilds the message from the message."""
+
+    def __reduce__(self):
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(cls: type, args: tuple, fields: dict) -> BaseException:
+    e = cls.__new__(cls, *args)  # BaseException.__new__ sets args; __init__ is not called again
+    e.args = args
+    e.__dict__.update(fields)
+    return e
+
+
+class UserError(PicklesWhole, Exception):
     """A problem the user can fix, whose message says what and how in one line. The error classes of the layers
     above (ConfigError, ResultsError, LockError, ...) subclass it, so that every command (utils.cli.command) tells
     them the same way without importing them: "error: <message>", exit status EXIT_USER_ERROR."""
@@ -83,7 +99,7 @@ class ConfigError(UserError, ValueError):
     floor, so that utils (the device choice) raises it without importing configs; configs.config re-exports it."""
 
 
-class Interrupted(Exception):
+class Interrupted(PicklesWhole, Exception):
     """Ctrl-C, told with what was kept ("interrupted; kept ..."): a command prints the message and exits with
     EXIT_INTERRUPTED. A command turns KeyboardInterrupt into this where it can say more than "interrupted"."""
 

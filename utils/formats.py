@@ -29,8 +29,10 @@ import math
 import re
 from typing import Callable
 
+from utils.errors import PicklesWhole
 
-class FormatError(ValueError):
+
+class FormatError(PicklesWhole, ValueError):
     """One field that does not fit its declaration. str(): "<where> should be <expected>, found <found>", or
     "<where><problem>" for a rule's own words (a problem starts with its separator: " names ...", ": ...")."""
 

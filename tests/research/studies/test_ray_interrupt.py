@@ -1,7 +1,6 @@
 """--ray: Ctrl-C on the driver cancels the runs' tasks, keeps their checkpoints, and the same command continues the
 study to the results of an uninterrupted one. The driver is a real process (its own local Ray)."""
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -15,20 +14,9 @@ from research.studies.runner import run_study
 from tests.helpers import REPO, STEP_TOKENS
 from tests.research.studies.test_ray import _results
 from tests.research.studies.test_runner import study_args
-from training.checkpoint import CheckpointError
-from training.errors import NonFiniteLossError, RunInterrupted
 from utils.testhook import DIR_ENV, ENV
 
 ray = pytest.importorskip("ray")
-
-
-def test_the_errors_of_a_run_pickle_whole():
-    """A Ray task's exception is pickled to the driver: every field survives, not only the message."""
-    for e in (RunInterrupted("/tmp/run", step=3, checkpoint=2, resumable=True, stage="training"),
-              NonFiniteLossError("the loss became nan at step 4", step=4),
-              CheckpointError("disk full", disk_full=True)):
-        back = pickle.loads(pickle.dumps(e))
-        assert type(back) is type(e) and str(back) == str(e) and back.__dict__ == e.__dict__
 
 
 @pytest.mark.slow
@@ -63,6 +51,8 @@ def test_ctrl_c_on_the_driver_keeps_the_checkpoints_and_the_same_command_continu
     assert kept, list(out.rglob("*"))  # the paused run's checkpoint of step 1 at least
     assert not (out / "study.json").exists()
     capsys.readouterr()
+    auth_mode = os.environ.get("RAY_AUTH_MODE")
     qk_norm_500k_study.main(command)  # the same command, here: the cancelled runs resume from their checkpoints
     assert _results(tmp_path / "seq") == _results(out)
+    assert os.environ.get("RAY_AUTH_MODE") == auth_mode  # the study's own Ray left this process's environment as it was
     assert (out / "report.md").is_file()
