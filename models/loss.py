@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 CHUNK_ELEMENTS = 2 ** 22  # logits per chunk on CPU: 16 MB of float32, so a chunk stays in a large cache
-CUDA_CHUNK_ELEMENTS = 2 ** 27  # on CUDA: 512 MB of float32, few large matmuls (7 chunks for the 1b preset's 16,384 rows)
+CUDA_CHUNK_ELEMENTS = 2 ** 27  # on CUDA: 512 MB of float32, few large matmuls (7 chunks of the 1b preset's 16,384 rows)
 
 
 def _compute_dtype(h: torch.Tensor) -> torch.dtype:

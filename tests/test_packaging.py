@@ -40,7 +40,8 @@ def test_every_dependency_is_pinned_within_its_bounds():
             pins[canonicalize_name(name)] = version.strip()
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
-    required = [Requirement(r) for r in project["dependencies"] + extras["tensorboard"] + extras["ray"] + extras["test"]]
+    wanted = project["dependencies"] + extras["tensorboard"] + extras["ray"] + extras["test"]
+    required = [Requirement(r) for r in wanted]
     assert {canonicalize_name(r.name) for r in required} == set(pins)  # nothing pinned that is not needed
     for r in required:
         assert r.specifier.contains(pins[canonicalize_name(r.name)]), (r, pins[canonicalize_name(r.name)])

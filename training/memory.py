@@ -261,7 +261,8 @@ _LABELS = {
     "loss_gradients": "loss gradients entering backward", "block_backward": "one block's backward temporaries",
     "fsdp_gathered": "FSDP: embedding and two blocks gathered, with grads", "muon_step": "Muon step (one chunk)",
     "adamw_step": "AdamW step temporaries", "ddp_buckets": "DDP gradient buckets (fp32)",
-    "probe": "probe working set (one layer at a time)", "probe_full_copy": "FSDP: rank 0's unsharded copy for the probe",
+    "probe": "probe working set (one layer at a time)",
+    "probe_full_copy": "FSDP: rank 0's unsharded copy for the probe",
 }
 
 
@@ -271,14 +272,15 @@ def format_plan(plan: MemoryPlan, cfg: RunConfig, available: int | None = None, 
     e, n = (2 if plan.precision == "bf16" else 4), (0 if plan.device_type == "cuda" else 1)
     per_tok = block_activation_bytes(m, e, n, cfg.data.seq_len)
     sharding = f", {plan.shard} over {plan.world_size}" if plan.shard != "none" else ""
+    checkpointed = "only the block input, 4 x d_model bytes per token, with checkpointing; " \
+        if plan.grad_checkpointing else ""
     lines = [f"memory plan per device: preset {cfg.preset}, {param_counts(m).total:,} parameters, "
              f"{plan.device_type} {plan.precision}, {plan.world_size} device(s){sharding}, micro-batch "
              f"{plan.micro_batch} x {plan.seq_len} tokens, gradient checkpointing "
              f"{'on' if plan.grad_checkpointing else 'off'}, probe {'on' if plan.parts['probe'] else 'off'}",
              f"  activation model: {per_tok:,} bytes per token per block saved for backward "
              f"({per_tok * plan.micro_batch * plan.seq_len / GIB:.2f} GiB per block at this micro-batch; "
-             f"{'only the block input, 4 x d_model bytes per token, with checkpointing; ' if plan.grad_checkpointing else ''}"
-             f"training/memory.py lists the tensors)"]
+             f"{checkpointed}training/memory.py lists the tensors)"]
     for key, value in plan.parts.items():
         if value:
             lines.append(f"  {_LABELS[key]:<52} {value / GIB:8.2f} GiB")

@@ -169,6 +169,7 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
               for c, by_m in g.items()}
     return LRAnalysis(grid=g, multipliers=sorted({m for by_m in g.values() for m in by_m}), sensitivity=sens,
                       sensitivity_ci={c: mean_ci95(list(v.values())) for c, v in sens.items()}, best=best,
-                      decisions=decide(family, loss_margin), highest_stable={c: highest_stable(b) for c, b in g.items()},
+                      decisions=decide(family, loss_margin),
+                      highest_stable={c: highest_stable(b) for c, b in g.items()},
                       loss_onset={c: o[0] for c, o in onsets.items() if c != REFERENCE},
                       logit_onset={c: o[1] for c, o in onsets.items()}, margin=margin, loss_margin=loss_margin)
