@@ -134,3 +134,16 @@ def test_a_study_settles_argv_its_base_config_and_its_runtime_once(machine, monk
     for layer in (runner, training.run, training.trainer, training.memory_fit, research.probing.callback):
         assert not hasattr(layer, "resolve_device"), layer  # each takes the runtime it is handed
 
+
+
+def test_cpu_threads_share_the_cores_and_keep_to_omp_num_threads(monkeypatch):
+    from utils.runtime import local_cpu_threads
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7}, raising=False)
+    for omp, world, threads in ((None, 1, 8), (None, 3, 2), (None, 16, 1),  # the cores shared, at least one
+                                ("1", 1, 1), ("2", 1, 2), ("64", 2, 4),  # OMP_NUM_THREADS caps (Ray: a task's CPUs)
+                                ("4,2", 1, 4), ("0", 1, 8), ("many", 1, 8)):  # its nested form; no budget read
+        if omp is None:
+            monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OMP_NUM_THREADS", omp)
+        assert local_cpu_threads(world) == threads, (omp, world)
