@@ -28,8 +28,11 @@ def test_ctrl_c_on_the_driver_keeps_the_checkpoints_and_the_same_command_continu
     hooks.mkdir()
     command = study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, *argv, "--ray")
     env = {**os.environ, ENV: "pause:step:2", DIR_ENV: str(hooks), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    # Ctrl-C reaches it even where this test runs with SIGINT ignored (a shell's background job): Python only
+    # turns SIGINT into KeyboardInterrupt where it was not ignored when the process started
     driver = subprocess.Popen([sys.executable, str(REPO / "research" / "qk_norm_500k_study.py"), *command], env=env,
-                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.time() + 300
         while not (hooks / "paused").exists():  # a run paused after its 2nd step (its checkpoint of step 1 written)
