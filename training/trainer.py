@@ -400,7 +400,7 @@ class Trainer:
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
                         is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
-                        world_size=self.dist.world_size)
+                        world_size=self.dist.world_size, alarms=self.alarm.alarms if self.alarm else None)
         for callback in self.callbacks:
             callback(info)
 

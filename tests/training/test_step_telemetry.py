@@ -141,3 +141,11 @@ def test_an_alarm_on_a_signal_the_telemetry_does_not_record_is_refused(args, fai
         "error: spike_alarm='logit_max:5' watches logit_max, which only the telemetry records: drop --telemetry "
         "false, or watch grad_norm")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_alarms_reach_results_json(args, tmp_path):
+    import train_llm
+    from research.results import load_results
+    train_llm.main(args(3, "--spike_alarm", "grad_norm:0"))
+    res = load_results(tmp_path / "run" / "results.json")
+    assert res["alarms"] == alarm_lines(tmp_path / "run") and [a["step"] for a in res["alarms"]] == [1]
