@@ -62,6 +62,11 @@ FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalize
                  "attn_gate": ATTN_GATES, "qk_norm_scope": QK_NORM_SCOPES}
 
 
+# Text fields with a syntax of their own, checked by their parser (which names the values in its message, and --help
+# in the field's sentence) rather than against a fixed set.
+FIELD_PARSERS = {"spike_alarm": parse_alarm}
+
+
 def _check_choices(cfg) -> None:
     """Every field of `cfg` that has a fixed set of values (FIELD_CHOICES) holds one of them."""
     for f in dataclasses.fields(cfg):
@@ -189,7 +194,7 @@ class TrainConfig:
         _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
-        alarm = parse_alarm(self.spike_alarm)
+        alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)
         _check(alarm is None or self.telemetry or alarm.signal.name == "grad_norm",
                f"spike_alarm={self.spike_alarm!r} watches {alarm.signal.name if alarm else ''}, which only the "
                f"telemetry records: drop --telemetry false, or watch grad_norm")
