@@ -4,8 +4,10 @@ One Trainer trains one model described by a RunConfig into an output folder:
 
     DIR/config.json        the final config
     DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...}; with --z_loss also
-                           "z_loss", the z-loss term the objective added to the cross-entropy "loss")
-                           and per validation ({"step", "tokens", "val_loss"})
+                           "z_loss", the z-loss term the objective added to the cross-entropy "loss"; with
+                           --telemetry "logit_max", "key_norm", "update_rms": training/step_telemetry.py),
+                           per validation ({"step", "tokens", "val_loss"}) and per --spike_alarm alarm
+                           ({"step", "tokens", "alarm"}: training/alarm.py)
     DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
     DIR/summary.json       final losses, steps, timings, provenance
