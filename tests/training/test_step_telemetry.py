@@ -6,7 +6,7 @@ import pytest
 from safetensors.torch import load_file
 
 from configs.telemetry import SIGNALS, Alarm
-from tests.helpers import STEP_TOKENS, quiet
+from tests.helpers import STEP_TOKENS, quiet, train_lines
 from training.alarm import SpikeAlarm
 from training.callbacks import StepInfo
 
@@ -19,10 +19,6 @@ def fit(cfg, out, resume=False, log=quiet):
 
 def lines(out):
     return [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def train_lines(out):
-    return [r for r in lines(out) if "loss" in r]
 
 
 def alarm_lines(out):
@@ -149,3 +145,13 @@ def test_the_alarms_reach_results_json(args, tmp_path):
     train_llm.main(args(3, "--spike_alarm", "grad_norm:0"))
     res = load_results(tmp_path / "run" / "results.json")
     assert res["alarms"] == alarm_lines(tmp_path / "run") and [a["step"] for a in res["alarms"]] == [1]
+
+
+@pytest.mark.slow
+def test_compiled_blocks_record_the_same_telemetry(debug_cfg, tmp_path):
+    fit(debug_cfg(tokens=2 * STEP_TOKENS, compile="on"), tmp_path / "compiled")
+    fit(debug_cfg(tokens=2 * STEP_TOKENS, compile="off"), tmp_path / "eager")
+    for a, b in zip(train_lines(tmp_path / "eager"), train_lines(tmp_path / "compiled"), strict=True):
+        for key in ("logit_max", "key_norm"):
+            assert b[key] == pytest.approx(a[key], rel=1e-4)
+        assert b["update_rms"] == pytest.approx(a["update_rms"], rel=1e-4)
