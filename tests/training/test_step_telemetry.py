@@ -155,3 +155,16 @@ def test_compiled_blocks_record_the_same_telemetry(debug_cfg, tmp_path):
         for key in ("logit_max", "key_norm"):
             assert b[key] == pytest.approx(a[key], rel=1e-4)
         assert b["update_rms"] == pytest.approx(a["update_rms"], rel=1e-4)
+
+
+def test_recomputed_forwards_and_qk_in_adamw_keep_the_signals(debug_cfg, tmp_path):
+    """Gradient checkpointing runs each block's forward twice: the same key_norm and logit_max. With W_q and W_k in
+    AdamW their update moves from the muon group to the adamw one."""
+    fit(debug_cfg(tokens=2 * STEP_TOKENS), tmp_path / "plain")
+    fit(debug_cfg(tokens=2 * STEP_TOKENS, grad_checkpointing=True), tmp_path / "recomputed")
+    fit(debug_cfg(tokens=2 * STEP_TOKENS, qk_optimizer="adamw"), tmp_path / "qk_adamw")
+    plain, recomputed = train_lines(tmp_path / "plain"), train_lines(tmp_path / "recomputed")
+    for a, b in zip(plain, recomputed, strict=True):
+        assert b["key_norm"] == pytest.approx(a["key_norm"], rel=1e-6) and b["logit_max"] == a["logit_max"]
+    qk = train_lines(tmp_path / "qk_adamw")[0]["update_rms"]
+    assert qk["muon"] != plain[0]["update_rms"]["muon"] and qk["adamw"] != plain[0]["update_rms"]["adamw"]
