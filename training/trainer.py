@@ -54,9 +54,9 @@ from training.resume import (check_resume_length, check_same_data, check_same_ru
                              saved_identity)
 from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
-from training.step_telemetry import StepTelemetry
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
+from training.step_telemetry import StepTelemetry
 from utils.errors import os_fix, os_problem
 from utils.runtime import Runtime, autocast, local_cpu_threads, provenance, resolve_compile, resolve_runtime
 from utils.testhook import hook

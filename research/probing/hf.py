@@ -366,7 +366,8 @@ def record_keys(path: str | Path, model: nn.Module, probe_ids_BT: torch.Tensor, 
 
 
 # What spike_alarm can watch on a Hugging Face Trainer's run: the gradient norm of its logs, and the RMS of the update
-# its optimizer applies to the trainable weights (one optimizer: AdamW's signal name; the copy is taken only then)
+# its optimizer applies to the trainable weights (its one optimizer takes AdamW's signal name; the weights are copied
+# before every optimizer step, only while that signal is watched)
 HF_ALARM_SIGNALS = ("grad_norm", "update_rms_adamw")
 
 
