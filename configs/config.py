@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from configs.telemetry import parse_alarm
 from utils.errors import ConfigError, PicklesWhole  # ConfigError: defined in utils, which raises it too (the device)
 
 
@@ -59,6 +60,11 @@ FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalize
                  "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS,
                  "qk_optimizer": QK_OPTIMIZERS, "muon_update_scale": MUON_UPDATE_SCALES,
                  "attn_gate": ATTN_GATES, "qk_norm_scope": QK_NORM_SCOPES}
+
+
+# Text fields with a syntax of their own, checked by their parser (which names the values in its message, and --help
+# in the field's sentence) rather than against a fixed set.
+FIELD_PARSERS = {"spike_alarm": parse_alarm}
 
 
 def _check_choices(cfg) -> None:
@@ -161,6 +167,8 @@ class TrainConfig:
     fused_loss: bool = True  # LM head + cross-entropy in one chunked pass (models/loss.py); false: two steps
     grad_checkpointing: bool = False
     shard: str = "none"  # none: every rank holds the whole model (DDP) | fsdp: FSDP2 shards it (training/sharding.py)
+    telemetry: bool = True  # logit_max, key_norm, update_rms on each logged metrics.jsonl line (step_telemetry.py)
+    spike_alarm: str = "none"  # SIGNAL[:THRESHOLD] (configs/telemetry.py): a line and a record when it is crossed
 
     def __post_init__(self) -> None:
         self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
@@ -186,6 +194,10 @@ class TrainConfig:
         _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
+        alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)
+        _check(alarm is None or self.telemetry or alarm.signal.name == "grad_norm",
+               f"spike_alarm={self.spike_alarm!r} watches {alarm.signal.name if alarm else ''}, which only the "
+               f"telemetry records: drop --telemetry false, or watch grad_norm")
 
 
 @dataclass

@@ -9,6 +9,7 @@ settings). tests/configs/test_help.py checks that every field has a sentence.
 from __future__ import annotations
 
 from configs.config import FIELD_CHOICES
+from configs.telemetry import ALARM_SIGNALS
 
 FIELD_HELP: dict[str, str] = {
     # ---------------------------------------------------------------- model
@@ -89,6 +90,12 @@ FIELD_HELP: dict[str, str] = {
                           "less memory, one more forward of compute.",
     "shard": "How the model is spread over ranks: none (every rank holds all of it, DDP) or fsdp (FSDP2 shards "
              "parameters, gradients and optimizer state, training/sharding.py).",
+    "telemetry": "Whether every logged metrics.jsonl line carries logit_max and key_norm (per layer) and update_rms "
+                 "(per optimizer), the spike signals of docs/training.md; false saves their small cost.",
+    "spike_alarm": f"SIGNAL[:THRESHOLD]: print one line and record it (metrics.jsonl, summary.json) when the signal "
+                   f"crosses the threshold at a logged step, e.g. logit_max:150; SIGNAL is one of "
+                   f"{', '.join(ALARM_SIGNALS)} (largest over layers); without a threshold the spike-warning study's "
+                   f"calibrated one; none: off.",
     # ---------------------------------------------------------------- data
     "source": "Where the training text comes from: the pinned English corpus, the Python standard library's code, "
               "local files (--paths), or a Hugging Face Hub dataset (--hub_dataset).",

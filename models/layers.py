@@ -129,7 +129,10 @@ class Attention(nn.Module):
     hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others.
     With `track_max_logit` set (QK-clip, optimizers/qk_clip.py), each training forward raises
     `max_logit` [H] to the largest logit of each query head it computed (before any soft-cap:
-    QK-clip bounds the logits q . k / sqrt(D) themselves); the trainer resets it.
+    QK-clip bounds the logits q . k / sqrt(D) themselves), over its first `max_logit_rows` sequences
+    (0: all; the telemetry's sample, training/step_telemetry.py); the trainer resets it.
+    With `track_key_norm` set, each training forward adds the mean L2 norm of its keys (after k_norm,
+    before RoPE) to `key_norm_sum` [2] = (sum, forwards), without a gradient (the telemetry).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -151,7 +154,10 @@ class Attention(nn.Module):
         self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
         self.track_max_logit = False
+        self.max_logit_rows = 0
         self.register_buffer("max_logit", torch.full((cfg.n_heads,), -math.inf), persistent=False)
+        self.track_key_norm = False
+        self.register_buffer("key_norm_sum", torch.zeros(2), persistent=False)
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
         B, T, _ = x_BTd.shape
@@ -167,12 +173,17 @@ class Attention(nn.Module):
         v_BTKD = self.wv(x_BTd).view(B, T, K, D)
         q_BTHD = self.hook_q_norm(q_BTHD)
         k_BTKD = self.hook_k_norm(k_BTKD)
+        if self.track_key_norm and self.training:
+            with torch.no_grad():
+                self.key_norm_sum.add_(torch.stack((k_BTKD.float().norm(dim=-1).mean(),
+                                                          torch.ones((), device=k_BTKD.device))))
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))
         k_BTKD = self.hook_k_rope(rotary(k_BTKD))
         # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
         q_BHTD, k_BKTD = q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2)
         if self.track_max_logit and self.training:
-            self.max_logit.copy_(torch.maximum(self.max_logit, causal_max_logit(q_BHTD, k_BKTD)))
+            rows = self.max_logit_rows or B
+            self.max_logit.copy_(torch.maximum(self.max_logit, causal_max_logit(q_BHTD[:rows], k_BKTD[:rows])))
         if self.softcap:
             y_BHTD = softcapped_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), self.softcap)
         else:

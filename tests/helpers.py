@@ -86,6 +86,11 @@ def cli_args(corpus_file, cache_dir, out, steps: int, *extra) -> list[str]:
             "--tokens", str(steps * STEP_TOKENS), "--out", str(out), *extra]
 
 
+def train_lines(out: Path) -> list[dict]:
+    """The training lines of a run folder's metrics.jsonl (those with a loss), whole."""
+    return [r for r in (json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+
+
 def train_rows(out: Path) -> list[tuple]:
     """(step, loss, grad_norm, lr_factor) of every training row of metrics.jsonl (timings left out)."""
     rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]

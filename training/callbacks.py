@@ -16,7 +16,7 @@ the order they were added, after the step's metrics and validation are written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import torch.nn as nn
 
@@ -45,6 +45,9 @@ class StepInfo:
     # ranks), filled from the shards by a collective that every rank must call (training/sharding.py).
     full_model: Callable[[], nn.Module | None] | None = None
     world_size: int = 1  # processes training together (under DDP or FSDP `evaluate` is a collective)
+    # the spike alarm's alarms so far, this step's included ({"step", "tokens", "alarm"}; training/alarm.py), or
+    # None where --spike_alarm is off
+    alarms: Sequence[dict] | None = None
 
 
 class Callback(Protocol):

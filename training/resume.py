@@ -26,7 +26,8 @@ from utils.compare import differences
 # Fields that may change when a run is resumed: they do not alter what the
 # remaining steps compute (tokens extends or shortens the run, within the rules above).
 RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                     "fused_loss", "cache_dir", "offline_note"}  # the note only words why (data/offline.py)
+                     "fused_loss", "cache_dir", "offline_note",  # the note only words why (data/offline.py)
+                     "telemetry", "spike_alarm"}  # what is measured and watched, not what is trained
 
 
 def config_differences(old: RunConfig, new: RunConfig) -> list[str]:

@@ -4,8 +4,10 @@ One Trainer trains one model described by a RunConfig into an output folder:
 
     DIR/config.json        the final config
     DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...}; with --z_loss also
-                           "z_loss", the z-loss term the objective added to the cross-entropy "loss")
-                           and per validation ({"step", "tokens", "val_loss"})
+                           "z_loss", the z-loss term the objective added to the cross-entropy "loss"; with
+                           --telemetry "logit_max", "key_norm", "update_rms": training/step_telemetry.py),
+                           per validation ({"step", "tokens", "val_loss"}) and per --spike_alarm alarm
+                           ({"step", "tokens", "alarm"}: training/alarm.py)
     DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
     DIR/summary.json       final losses, steps, timings, provenance
@@ -37,10 +39,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configs.config import ConfigError, RunConfig
+from configs.telemetry import parse_alarm
 from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from optimizers.qk_clip import qk_clip_
+from training.alarm import SpikeAlarm
 from training.callbacks import Callback, CallbackFactory, StepInfo
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
@@ -52,6 +56,7 @@ from training.run_files import CONFIG, RunFolder
 from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
+from training.step_telemetry import StepTelemetry
 from utils.errors import os_fix, os_problem
 from utils.runtime import Runtime, autocast, local_cpu_threads, provenance, resolve_compile, resolve_runtime
 from utils.testhook import hook
@@ -90,6 +95,10 @@ class Trainer:
         check_sharding(cfg, self.dist.world_size)
         self.fsdp = tc.shard == "fsdp"
         saved = self._check_out_dir(resume)
+        alarm = parse_alarm(tc.spike_alarm)
+        self.alarm = SpikeAlarm(alarm, self._write_metrics, self._log) if alarm else None
+        if self.alarm:  # first: its metrics.jsonl line comes before what the other callbacks do at the step
+            self._register(self.alarm)
         for callback in (callbacks(cfg, data, self.runtime) if callbacks else []):  # before anything is allocated
             self._register(callback)
 
@@ -107,6 +116,10 @@ class Trainer:
         self.clip_counts = [0] * cfg.model.n_layers  # heads clipped per layer since the last log line
         self.optimizers, split = build_optimizers(self.model, tc, self.device.type, self.precision)
         self.split = split
+        # the spike signals of each logged step (metrics.jsonl), measured during it
+        self.telemetry = StepTelemetry(self.model.blocks, self.optimizers, self.dist, full_step=tc.qk_clip > 0) \
+            if tc.telemetry else None
+        self.last_telemetry: dict = {}
         self.steps = cfg.steps
         self.step = 0
         self.start_step = 0  # where this session began: a resumed run's checkpoint step
@@ -311,6 +324,9 @@ class Trainer:
         if tc.qk_clip:
             for block in self.model.blocks:
                 block.attn.max_logit.fill_(-math.inf)
+        telemetry = self.telemetry if self._logs(self.step + 1) else None
+        if telemetry:
+            telemetry.begin()
         for micro in range(tc.grad_accum):
             x, y = self.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
@@ -334,16 +350,25 @@ class Trainer:
         grad_norm = whole_tensor(grad_norm).item()  # a DTensor under FSDP
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             self._fail_non_finite(loss_value, grad_norm)
+        if telemetry:
+            telemetry.before_update()
         for opt in self.optimizers:
             opt.step()
             opt.zero_grad(set_to_none=True)
+        if telemetry:
+            telemetry.after_update()
         if tc.qk_clip:  # the step's largest logits over all ranks: one collective for every layer
             maxima = self.dist.max_(torch.stack([block.attn.max_logit for block in self.model.blocks]))
             for block, m in zip(self.model.blocks, maxima):
                 block.attn.max_logit.copy_(m)
             self.clip_counts = [a + b for a, b in zip(self.clip_counts, qk_clip_(self.model.blocks, tc.qk_clip))]
+        self.last_telemetry = telemetry.fields() if telemetry else {}
         self.step += 1
         return loss_value, grad_norm
+
+    def _logs(self, step: int) -> bool:
+        """Whether the step that ends at `step` writes a metrics.jsonl line."""
+        return step % self.cfg.train.log_every == 0 or step == self.steps
 
     def _clip_log(self) -> dict:
         """QK-clip's log fields: heads clipped per layer since the last log line, the step's max logit per layer."""
@@ -377,7 +402,7 @@ class Trainer:
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
                         is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
-                        world_size=self.dist.world_size)
+                        world_size=self.dist.world_size, alarms=self.alarm.alarms if self.alarm else None)
         for callback in self.callbacks:
             callback(info)
 
@@ -438,12 +463,13 @@ class Trainer:
                 window_tokens, window_time = window_tokens + self.cfg.tokens_per_step, window_time + dt
                 bar.update(1)
                 logged: dict = {}  # this step's metrics.jsonl rows, merged: what callbacks see as info.metrics
-                if self.step % tc.log_every == 0 or self.step == self.steps:
+                if self._logs(self.step):
                     tok_s = window_tokens / window_time
                     bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
                     logged = {"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
                               "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
                               "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log(),
+                              **self.last_telemetry,
                               **({"z_loss": self.last_z_loss} if tc.z_loss else {})}
                     self._write_metrics(logged)
                     window_tokens, window_time = 0, 0.0
@@ -470,6 +496,7 @@ class Trainer:
                    "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
                    "precision": self.precision, "world_size": self.dist.world_size,
                    "optimizer_split": self.split, "corpus": self.data.corpus, "source_hash": self.data.source_hash,
+                   **({"alarms": self.alarm.alarms} if self.alarm else {}),
                    "data": data_usage(self.cfg, self.data)[0],
                    **provenance(self.device)}
         if self.is_main:

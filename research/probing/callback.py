@@ -98,6 +98,8 @@ class ProbeCallback:
             val_loss = own_loss
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
             self.results["init_val_loss"], val_loss = val_loss, None
+        if info.alarms is not None:  # the spike alarm's record, as summary.json has it
+            self.results["alarms"] = list(info.alarms)
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)

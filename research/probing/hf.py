@@ -54,7 +54,10 @@ from research.probing.metrics import attention_metrics, gamma_stats, key_metrics
 from research.probing.probe import as_lists, attention_record, measuring, unwrap
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
 from research.results.vocabulary import PR, PRE_GAIN_SITES
-from utils.errors import UserError
+from training.alarm import SpikeAlarm
+from training.callbacks import StepInfo
+from training.telemetry import parse_alarm
+from utils.errors import ConfigError, UserError
 
 DEFAULT_EVERY = 50  # optimizer steps between probes
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
@@ -362,6 +365,26 @@ def record_keys(path: str | Path, model: nn.Module, probe_ids_BT: torch.Tensor, 
     return recorder.record(model, step=step, tokens=tokens, loss=loss)
 
 
+# What spike_alarm can watch on a Hugging Face Trainer's run: the gradient norm of its logs, and the RMS of the update
+# its optimizer applies to the trainable weights (its one optimizer takes AdamW's signal name; the weights are copied
+# before every optimizer step, only while that signal is watched)
+HF_ALARM_SIGNALS = ("grad_norm", "update_rms_adamw")
+
+
+def hf_spike_alarm(text: str) -> SpikeAlarm | None:
+    """The spike alarm of KeyProbeCallback(spike_alarm=...): --spike_alarm's syntax and rule (training.telemetry),
+    ConfigError for a signal a Hugging Face Trainer's run does not give; the line is printed."""
+    alarm = parse_alarm(text)
+    if alarm is None:
+        return None
+    if alarm.signal.name not in HF_ALARM_SIGNALS:
+        raise ConfigError(f"spike_alarm={text!r}: on a Hugging Face Trainer's run the alarm can watch "
+                          f"{', '.join(HF_ALARM_SIGNALS)} (the gradient norm the Trainer logs, the RMS of the update "
+                          f"its optimizer applies); {alarm.signal.name} is recorded by this project's own trainer "
+                          f"only")
+    return SpikeAlarm(alarm, record=lambda row: None, log=print)
+
+
 def _sharded(args) -> str | None:
     """The kind of sharded training `args` (TrainingArguments) asks for, which the probe cannot follow."""
     if getattr(args, "fsdp", None):
@@ -381,11 +404,16 @@ class KeyProbeCallback(TrainerCallback):
     else `tokens_per_step` x step. Resuming (trainer.train(resume_from_checkpoint=...)) continues the file
     from the checkpoint's step: it must exist and hold the probe taken last before that step, as this
     project's own ProbeCallback requires; the loss window is rebuilt from the checkpoint's log history.
-    Only the main process probes and writes."""
+    Only the main process probes and writes. `spike_alarm` ("SIGNAL[:THRESHOLD]", HF_ALARM_SIGNALS; "none": off):
+    at every Trainer log with a loss, the alarm of train_llm's --spike_alarm, printed and kept in results.json's
+    "alarms" (a resumed run takes back those of its file, so it neither repeats nor loses one)."""
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int = DEFAULT_EVERY,
                  tokens_per_step: int | None = None, tag: str = "hf", precision: str = "fp32",
-                 header: dict | None = None):
+                 header: dict | None = None, spike_alarm: str = "none"):
+        self.spike = hf_spike_alarm(spike_alarm)
+        self.before: list[torch.Tensor] | None = None  # the weights before the optimizer step (update_rms_adamw)
+        self.update_rms: float | None = None
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ProbeError(f"every must be a whole number of optimizer steps >= 1, got {every!r:.40}")
         self.every, self.tokens_per_step = every, tokens_per_step
@@ -409,6 +437,8 @@ class KeyProbeCallback(TrainerCallback):
 
     def _commit_pending(self) -> None:
         step, tokens, wall, record = self.pending
+        if self.spike is not None and self.recorder.results is not None:
+            self.recorder.results["alarms"] = list(self.spike.alarms)
         self.recorder.commit(record, step=step, tokens=tokens, loss=self._window_loss(step), wall_time_s=wall)
         self.last_probe, self.pending = step, None
 
@@ -426,12 +456,18 @@ class KeyProbeCallback(TrainerCallback):
             if "loss" in entry and "step" in entry:
                 self.logged.append((entry["step"], float(entry["loss"]), entry["step"] - last))
                 last = entry["step"]
+        if self.spike is not None:  # a resumed run: the logs before, so the first crossing is judged as it was
+            for entry in state.log_history:
+                if "loss" in entry and "step" in entry:
+                    self.spike.rows.append({"grad_norm": entry.get("grad_norm")})
         if not state.is_world_process_zero:
             return
         if state.global_step == 0:
             self.recorder.record(model, step=0, tokens=0, wall_time_s=0.0)
             return
         res = self.recorder.resume(model, state.global_step, self.every)
+        if self.spike is not None:
+            self.spike.alarms = [a for a in res.get("alarms", []) if a["step"] <= state.global_step]
         self.last_probe = res["steps"][-1]
         walls = [w for w in res["wall_time_s"] if w is not None]
         self.wall0 = walls[-1] if walls else 0.0
@@ -447,7 +483,28 @@ class KeyProbeCallback(TrainerCallback):
             self.pending = (step, self._tokens(args, state), self.wall0 + time.perf_counter() - self.t0,
                             self.recorder.measure(model))
 
+    def _watches_update(self) -> bool:
+        return self.spike is not None and self.spike.alarm.signal.name == "update_rms_adamw"
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self._watches_update():
+            self.before = [p.detach().clone() for p in model.parameters() if p.requires_grad]
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        if self._watches_update() and self.before is not None:
+            after = [p.detach() for p in model.parameters() if p.requires_grad]
+            squares = sum(float((a.double() - b.double()).square().sum()) for a, b in zip(after, self.before))
+            n = sum(p.numel() for p in after)
+            self.update_rms, self.before = (math.sqrt(squares / n) if n else None), None
+
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.spike is not None and logs and "loss" in logs:
+            metrics = {"loss": logs["loss"], "grad_norm": logs.get("grad_norm"),
+                       "update_rms": {"adamw": self.update_rms}}
+            self.spike(StepInfo(step=state.global_step, total_steps=state.max_steps, start_step=0,
+                                tokens=self._tokens(args, state), loss=logs["loss"], wall_time_s=0.0,
+                                model=kwargs.get("model"), evaluate=lambda: math.nan,
+                                is_main=state.is_world_process_zero, metrics=metrics))
         if logs and "loss" in logs:
             last = self.logged[-1][0] if self.logged else 0
             self.logged.append((state.global_step, float(logs["loss"]), state.global_step - last))

@@ -140,6 +140,10 @@ RESULTS = Obj({
     "gamma_final": _per_layer(ListOf(Number(), NUMBERS_OR_NULL), nullable=True),
     "probes": _PROBES,
     "gain_ablation": _ABLATION,
+    "alarms": Opt(ListOf(Obj({"step": Integer("a step (an integer)"), "tokens": Integer(),
+                              "alarm": Obj({"signal": Text("a signal name (text)", nullable=False),
+                                            "value": Number(), "threshold": Number()})}),
+                         "a list of alarms (--spike_alarm)")),
 }, rules=(_seeds_once,))
 
 

@@ -74,6 +74,8 @@ def _keep_probes(res: dict, keep: list[int], last_step: float, undated: float) -
         out[k] = {layer: [v[i] for i in keep if i < len(v)] for layer, v in (res.get(k) or {}).items()}
     if (res.get("gain_ablation") or {}).get("step", undated) > last_step:  # measured after the last probe kept
         out.pop("gain_ablation", None)
+    if "alarms" in res:  # the spike alarm's, up to the last step kept
+        out["alarms"] = [a for a in res["alarms"] if a["step"] <= last_step]
     if out.get("probes") and out.get("gamma_final"):
         out["gamma_final"] = {str(r["layer"]): r["gamma_k"]["values"] for r in out["probes"][-1]["layers"]
                               if r.get("gamma_k") is not None}

@@ -205,6 +205,9 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
     if kind == "variants":
         from research.speed.variants import measure_variants
         return measure_variants(steps)
+    if kind == "telemetry":
+        from research.speed.telemetry import measure_telemetry
+        return measure_telemetry(steps)
     raise ValueError(f"unknown measurement {kind!r}")
 
 
@@ -234,6 +237,9 @@ MEASUREMENTS = {
     "variants": "each study variant's training step (attn_softcap, attn_gate, z_loss, qk_norm_scope, qk_optimizer, "
                 "qk_lr_multiplier, muon_update_scale) against the default's, on the tiny preset, alternating in one "
                 "process: the median time ratio",
+    "telemetry": "the per-step telemetry's cost (logit_max, key_norm, update_rms at every step, as log_every 1 "
+                 "logs) on the tiny preset's training step, with and without, alternating in one process: the median "
+                 "relative cost",
 }
 
 
@@ -251,7 +257,8 @@ def build_parser() -> ArgumentParser:
                         "Default: %(default)s")
     p.add_argument("--steps", type=positive_int, default=10,
                    help="Timed training steps, after 3 warm-up steps (training, pair, logit-tracking; variants: "
-                        "rounds of one step of each variant, after 2). "
+                        "rounds of one step of each variant, after 2; telemetry: rounds of a step with and one "
+                        "without, after 2). "
                         "Default: %(default)s")
     p.add_argument("--layers", type=positive_int, default=2,
                    help="Layers of the 1b-shaped model (probe-memory). Default: %(default)s")

@@ -15,7 +15,7 @@ import pytest
 from configs import get_preset
 from models import MinimalLLM
 from research.results import load_results
-from tests.helpers import STEP_TOKENS, losses, run_train_llm, stops
+from tests.helpers import STEP_TOKENS, losses, run_train_llm, stops, train_lines
 from tests.tolerances import CURVE_REL_TOL
 from training.checkpoint import list_checkpoints, load_model_weights
 
@@ -93,3 +93,15 @@ def test_fsdp_needs_several_processes(capsys, corpus_file, cache_dir, tmp_path):
     import train_llm
     argv = [*_common(corpus_file, cache_dir, STEPS), "--shard", "fsdp", "--out", str(tmp_path / "x")]
     assert "--shard fsdp divides the model over processes: launch with torchrun" in stops(capsys, train_llm.main, argv)
+
+
+@pytest.mark.slow
+def test_fsdp_telemetry_follows_the_single_process_one(runs):
+    """update_rms from each rank's shards (one all-reduce) and key_norm over both ranks' tokens: the single process's
+    values up to the order of sums; logit_max samples each rank's first sequences, so only its shape is the same."""
+    one, two = train_lines(runs / "one"), train_lines(runs / "two")
+    for a, b in zip(one, two, strict=True):
+        assert b["key_norm"] == pytest.approx(a["key_norm"], rel=CURVE_REL_TOL["fp32"])
+        for group in ("muon", "adamw"):
+            assert b["update_rms"][group] == pytest.approx(a["update_rms"][group], rel=1e-4)
+        assert len(b["logit_max"]) == len(a["logit_max"])

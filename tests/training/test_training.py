@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 import train_llm
 from configs import ConfigError
-from tests.helpers import STEP_TOKENS, build_trainer, losses, run_train_llm, stops
+from tests.helpers import STEP_TOKENS, build_trainer, losses, run_train_llm, stops, train_lines
 from tests.tolerances import CURVE_REL_TOL
 from training.callbacks import StepInfo
 from training.checkpoint import latest_checkpoint
@@ -179,6 +179,10 @@ def test_ddp_two_processes_follow_the_single_process_curve(debug_cfg, tmp_path, 
     # differs (mean of two half-batch means, all-reduced gradients): tests/tolerances.py, CURVE_REL_TOL. Measured
     # on a CPU with native bf16: at most 1.2e-7 relative over the 6 steps (6.5e-5 in bf16).
     assert two == pytest.approx(one, rel=CURVE_REL_TOL["fp32"])
+    for a, b in zip(train_lines(tmp_path / "one"), train_lines(tmp_path / "two"), strict=True):  # the telemetry
+        assert b["key_norm"] == pytest.approx(a["key_norm"], rel=CURVE_REL_TOL["fp32"])
+        assert b["update_rms"]["muon"] == pytest.approx(a["update_rms"]["muon"], rel=1e-4)
+        assert b["update_rms"]["adamw"] == pytest.approx(a["update_rms"]["adamw"], rel=1e-4)
     # The key probe ran on rank 0 only and recorded the global losses.
     from research.results import load_results
     res = load_results(tmp_path / "two" / "results.json")

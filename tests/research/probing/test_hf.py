@@ -10,6 +10,7 @@ import torch
 
 from research.probing.hf import HFKeyProbe, KeyProbeCallback, KeyRecorder, ProbeError, record_keys
 from research.results import load_results
+from utils.errors import ConfigError
 from tests.research.inspection.builders import make_hf
 from tests.tolerances import sum_rel_tol, ulps
 
@@ -271,3 +272,25 @@ def test_the_probe_on_cuda_matches_cpu(models):
         for site in ("k_norm", "k_hat", "k_rope"):
             assert b[site]["pr_sv"] == pytest.approx(a[site]["pr_sv"], rel=rel)
         assert b["attn"]["logit_max"] == pytest.approx(a["attn"]["logit_max"], rel=rel)
+
+
+@pytest.mark.slow
+def test_trainer_callback_spike_alarm(tmp_path, capsys):
+    """grad_norm:0 is crossed at the first log (step 2) only; results.json keeps it, a resume neither repeats nor
+    loses it; update_rms_adamw:0 is read from the weights the optimizer changed; a signal the Trainer does not give
+    is refused."""
+    trainer = train(tmp_path, 8, spike_alarm="grad_norm:0")
+    first = {e["step"]: e["grad_norm"] for e in trainer.state.log_history if "grad_norm" in e}[2]
+    assert [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("alarm:")] == \
+        [f"alarm: grad_norm {first:.4g} >= 0 at step 2 (the gradient norm before clipping)"]
+    alarms = [{"step": 2, "tokens": 64, "alarm": {"signal": "grad_norm", "value": first, "threshold": 0.0}}]
+    assert load_results(tmp_path / "results.json")["alarms"] == alarms
+    train(tmp_path, 8, resume=str(tmp_path / "out" / "checkpoint-4"), spike_alarm="grad_norm:0")
+    assert "alarm:" not in capsys.readouterr().out
+    assert load_results(tmp_path / "results.json")["alarms"] == alarms
+    train(tmp_path / "update", 2, spike_alarm="update_rms_adamw:0")
+    (alarm,) = load_results(tmp_path / "update" / "results.json")["alarms"]
+    assert alarm["step"] == 2 and alarm["alarm"]["value"] > 0
+    with pytest.raises(ConfigError, match="spike_alarm='key_norm:3': on a Hugging Face Trainer's run the alarm can "
+                                          "watch grad_norm, update_rms_adamw"):
+        KeyProbeCallback(tmp_path / "x.json", ids(), spike_alarm="key_norm:3")
