@@ -31,6 +31,7 @@ why these constants.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 
@@ -136,6 +137,17 @@ class RunSteps:
     def first_armed(self) -> int | None:
         return self.steps[WINDOW] if len(self.steps) > WINDOW else None
 
+    @functools.cached_property
+    def judged(self) -> frozenset:
+        """The steps at which an alarm is judged: armed, not in a spike, its next HORIZON steps seen (or the run
+        diverged)."""
+        if self.first_armed is None:
+            return frozenset()
+        diverged = bool(self.spikes) and self.spikes[-1].diverged
+        inside = {s for sp in self.spikes for s in range(sp.onset, sp.end + 1)}
+        return frozenset(s for s in self.steps if s >= self.first_armed and s not in inside
+                         and (diverged or s + HORIZON <= self.steps[-1]))
+
 
 def entropy_series(res: dict) -> tuple:
     """(probe steps, the lowest per-layer mean attention entropy at each): the probe's attn.entropy per query head."""
@@ -200,15 +212,9 @@ def score(run: RunSteps, signal: str, threshold: float) -> Score:
         before = [a for a in fired if o - HORIZON <= a < o]
         if before:
             leads.append(o - before[0])
-    diverged = bool(run.spikes) and run.spikes[-1].diverged
-    last = run.steps[-1] if run.steps else -1
-
-    def judged(s: int) -> bool:  # armed, not in a spike, its next HORIZON steps seen
-        return (run.first_armed is not None and s >= run.first_armed and (diverged or s + HORIZON <= last)
-                and not any(sp.onset <= s <= sp.end for sp in run.spikes))
-    counted = [a for a in fired if judged(a)]
+    counted = [a for a in fired if a in run.judged]
     false = [a for a in counted if not any(a < o <= a + HORIZON for o in onsets)]
-    return Score(len(onsets), len(leads), len(false), len(counted), sum(judged(s) for s in run.steps), tuple(leads))
+    return Score(len(onsets), len(leads), len(false), len(counted), len(run.judged), tuple(leads))
 
 
 def total(runs: list[RunSteps], signal: str, threshold: float) -> Score:
@@ -387,8 +393,11 @@ def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
         cal_spikes = sum(len(r.spikes) for r in cal_runs)
         for sig, (t, cal) in chosen.items():
             res = _decide(sig, cond, t, cal, per_seed[sig], levels[cond], cal_seeds, eval_seeds)
-            if t is None and not cal_spikes:
-                res = _no_calibration(res, cal_seeds)
+            if not candidates(of, sig).size:
+                res = _undecided(res, "not recorded in its runs")
+            elif t is None and not cal_spikes:
+                res = _undecided(res, f"the calibration seeds ({', '.join(map(str, cal_seeds))}) had no spike, so "
+                                      f"no threshold was chosen")
             results[(sig, cond)] = res
         summary[cond] = _summary(cond, [results[(sig, cond)] for sig in SIGNALS])
         for name in ("loss", *SIGNALS):
@@ -405,8 +414,7 @@ def _summary(cond: str, results: list[SignalResult]) -> str:
     return head + (f"; inconclusive: {', '.join(open_)}." if open_ else ".")
 
 
-def _no_calibration(res: SignalResult, cal_seeds: list) -> SignalResult:
-    """A signal that could not be calibrated (no spike on the calibration seeds): inconclusive, said so."""
-    why = f"the calibration seeds ({', '.join(map(str, cal_seeds))}) had no spike, so no threshold was chosen"
+def _undecided(res: SignalResult, why: str) -> SignalResult:
+    """A signal that could not be calibrated: inconclusive, and why."""
     return dataclasses.replace(res, verdict=INCONCLUSIVE, text=f"{res.signal} {INCONCLUSIVE} in {res.condition} "
                                f"({why}).")
