@@ -253,10 +253,11 @@ class Interval:
     n: int  # evaluation seeds it rests on
 
     @staticmethod
-    def of(values, level: float) -> "Interval":
+    def of(values, level: float, lo: float = -math.inf, hi: float = math.inf) -> "Interval":
+        """The mean of the finite values and its t interval at `level`, cut to what the measure can be [lo, hi]."""
         x = [v for v in values if math.isfinite(v)]
         mean, half = mean_ci(x, level)
-        return Interval(mean, mean - half, mean + half, len(x))
+        return Interval(mean, max(lo, mean - half), min(hi, mean + half), len(x))
 
 
 @dataclass(frozen=True)
@@ -328,13 +329,14 @@ def ci_text(i: Interval | None, f: str = ".2f") -> str:
 
 def _decide(signal: str, cond: str, threshold, cal: Score | None, per_seed: dict, level: float,
             cal_seeds: list, eval_seeds: list) -> SignalResult:
-    scores = list(per_seed.values())
-    hit = Interval.of([s.hit_rate for s in scores], level)
-    fa = Interval.of([s.false_per_1000 for s in scores], level)
-    lead = Interval.of([float(np.mean(s.leads)) if s.leads else math.nan for s in scores], level)
-    chance = Interval.of([s.chance for s in scores if s.spikes], level)
-    excess = Interval.of([s.hit_rate - s.chance for s in scores if s.spikes], level)
-    n_spikes, seeds_with = sum(s.spikes for s in scores), sum(1 for s in scores if s.spikes)
+    scores = list(per_seed.values()) if threshold is not None else []  # no threshold: nothing was measured
+    hit = Interval.of([s.hit_rate for s in scores], level, 0, 1)
+    fa = Interval.of([s.false_per_1000 for s in scores], level, 0)
+    lead = Interval.of([float(np.mean(s.leads)) if s.leads else math.nan for s in scores], level, 1, HORIZON)
+    chance = Interval.of([s.chance for s in scores if s.spikes], level, 0, 1)
+    excess = Interval.of([s.hit_rate - s.chance for s in scores if s.spikes], level, -1, 1)
+    every = list(per_seed.values())
+    n_spikes, seeds_with = sum(s.spikes for s in every), sum(1 for s in every if s.spikes)
     where = (f"threshold {threshold:.4g} chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on seeds "
              f"{', '.join(map(str, eval_seeds))}") if threshold is not None else ""
     if not eval_seeds:
