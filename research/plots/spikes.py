@@ -80,7 +80,7 @@ def fig_hit_false(analysis: SpikeAnalysis):
         ax.set_xlabel("false alarms per 1,000 steps (held-out)")
         ax.set_ylabel(f"hit rate: spikes with an alarm in the {HORIZON} steps before")
         ax.set_title(label(cond))
-        if ax.has_data():
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle(f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on "
                  f"seeds {', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}")
