@@ -71,3 +71,10 @@ def test_a_damaged_metrics_jsonl_is_one_line_and_keeps_the_report(tmp_path, caps
                    f"command, which trains only the runs that are missing (with --log_every 1)\n")
     assert (folder / "report.md").read_text() == "drawn before\n"
     assert sorted(p.name for p in folder.iterdir()) == ["NoQK", "report.md", "study.json"]
+
+
+def test_every_step_is_logged_on_any_preset_and_the_grid_is_the_catalogs():
+    from research.studies.runner import base_config
+    assert {p: base_config(SPIKE_WARNING, p, {}).train.log_every for p in ("tiny", "88m")} == {"tiny": 1, "88m": 1}
+    assert [name for name, _ in SPIKE_WARNING.runs()] == ["QK@16", "QK@64", "NoQK@16", "NoQK@64"]
+    assert len(SPIKE_WARNING.default_seeds) == 6  # 3 calibrate, 3 evaluate
