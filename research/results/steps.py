@@ -19,10 +19,13 @@ STEPS_FIX = ("train that run again: delete its folder and run the same study com
              "that are missing (with --log_every 1)")
 
 
-def load_steps(path: str | Path, fix: str = STEPS_FIX) -> list[dict]:
+def load_steps(path: str | Path, fix: str = STEPS_FIX, diverged: bool = False) -> list[dict]:
     """The training lines (those with a loss) of a metrics.jsonl, one per step in step order; NaN/inf losses as
-    None. ResultsError: '<path>: <what is wrong>; fix: <fix>'."""
+    None. `diverged`: the run diverged (results.json says so), so it may have logged nothing (its first step).
+    ResultsError: '<path>: <what is wrong>; fix: <fix>'."""
     path = Path(path)
+    if diverged and not path.exists():
+        return []
     if not path.is_file():
         raise ResultsError(f"{path}: no {METRICS} beside the run's results (the per-step log this study reads); "
                            f"fix: {fix}")
@@ -46,6 +49,8 @@ def load_steps(path: str | Path, fix: str = STEPS_FIX) -> list[dict]:
                                f"\"step\"): not a metrics.jsonl of this project's trainer; fix: {fix}")
         if "loss" in row:
             rows.append(row)
+    if not rows and diverged:
+        return []
     if not rows:
         raise ResultsError(f"{path}: no training line (one with \"loss\") in it: not a metrics.jsonl of this "
                            f"project's trainer, or a run that never logged; fix: {fix}")

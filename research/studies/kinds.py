@@ -149,10 +149,12 @@ def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison
 
 def _spikes_load(folder: Path, index: dict) -> spikes_analysis.SpikeRuns:
     """The runs with each one's metrics.jsonl (beside its results.json) read by the one checked reader."""
+    def steps(res: dict, path: Path) -> list[dict]:
+        return load_steps(path.parent / METRICS_FILE, diverged=bool(res.get("diverged")))
     runs = _runs(folder, index)
-    return spikes_analysis.SpikeRuns(
-        {c: [{**res, spikes_analysis.STEPS: load_steps(Path(p).parent / METRICS_FILE)}
-             for res, p in zip(rl, index["conditions"][c])] for c, rl in runs.items()}, index.get("seeds"))
+    return spikes_analysis.SpikeRuns({c: [{**res, spikes_analysis.STEPS: steps(res, Path(p))}
+                                          for res, p in zip(rl, index["conditions"][c])] for c, rl in runs.items()},
+                                     index.get("seeds"))
 
 
 def _spikes_compare(inputs: spikes_analysis.SpikeRuns) -> Comparison:

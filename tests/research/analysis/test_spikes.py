@@ -127,3 +127,8 @@ def test_the_aligned_series_are_centred_on_each_onset():
     assert logit.shape == (15, spikes.ALIGN[1] - spikes.ALIGN[0] + 1)
     at = -spikes.ALIGN[0]  # the column of offset 0
     assert np.all(logit[:, at - 5] == 100.0) and np.all(logit[:, at - 6] == 10.0)
+
+
+def test_a_run_that_diverged_at_its_first_step_is_one_spike_from_results_json_alone():
+    run = RunSteps.of("NoQK@256", {"seed": 0, "diverged": {"step": 1}}, [])
+    assert run.spikes == (spikes.Spike(1, 1, True),)

@@ -78,3 +78,15 @@ def test_every_step_is_logged_on_any_preset_and_the_grid_is_the_catalogs():
     assert {p: base_config(SPIKE_WARNING, p, {}).train.log_every for p in ("tiny", "88m")} == {"tiny": 1, "88m": 1}
     assert [name for name, _ in SPIKE_WARNING.runs()] == ["QK@64", "QK@256", "NoQK@64", "NoQK@256"]
     assert len(SPIKE_WARNING.default_seeds) == 6  # 3 calibrate, 3 evaluate
+
+
+def test_a_run_that_diverged_before_logging_needs_no_metrics_jsonl(tmp_path):
+    from research.studies.kinds import read
+    from research.results.layout import read_study_index
+    folder = _study(tmp_path)
+    run = condition_dir(folder, NAME, 3, several_seeds=True)
+    res = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**res, "diverged": {"step": 1}}))
+    (run / "metrics.jsonl").unlink()
+    kind, inputs = read(folder, read_study_index(folder))
+    assert [len(r["metrics_steps"]) for r in inputs.runs[NAME]] == [200, 200, 200, 0]
