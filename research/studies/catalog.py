@@ -64,7 +64,7 @@ LR_SENSITIVITY = Study(
                 "NoQK_clip": {"qk_norm": "none", "qk_clip": 100.0}})
 
 # Do the keys warn before the loss spikes (docs/spikes.md)? QK and NoQK at 64x (stable in the pilot of docs/spikes.md)
-# and 256x (NoQK unstable there without diverging); every step logged (the spike rule and the signals read every
+# and 256x (both unstable there without diverging); every step logged (the spike rule and the signals read every
 # step, on any preset); 6 seeds: the first 3 choose the alarm thresholds, the last 3 evaluate them. On tiny: 100
 # steps of 4 x 128 tokens per run, 2 x 2 x 6 = 24 runs.
 SPIKE_WARNING = Study(
