@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from configs.telemetry import parse_alarm
 from utils.errors import ConfigError, PicklesWhole  # ConfigError: defined in utils, which raises it too (the device)
+from utils.telemetry import parse_alarm
 
 
 # Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
@@ -168,7 +168,7 @@ class TrainConfig:
     grad_checkpointing: bool = False
     shard: str = "none"  # none: every rank holds the whole model (DDP) | fsdp: FSDP2 shards it (training/sharding.py)
     telemetry: bool = True  # logit_max, key_norm, update_rms on each logged metrics.jsonl line (step_telemetry.py)
-    spike_alarm: str = "none"  # SIGNAL[:THRESHOLD] (configs/telemetry.py): a line and a record when it is crossed
+    spike_alarm: str = "none"  # SIGNAL[:THRESHOLD] (utils/telemetry.py): a line and a record when it is crossed
 
     def __post_init__(self) -> None:
         self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)

@@ -9,7 +9,7 @@ settings). tests/configs/test_help.py checks that every field has a sentence.
 from __future__ import annotations
 
 from configs.config import FIELD_CHOICES
-from configs.telemetry import ALARM_SIGNALS
+from utils.telemetry import ALARM_SIGNALS
 
 FIELD_HELP: dict[str, str] = {
     # ---------------------------------------------------------------- model

@@ -19,7 +19,7 @@ from tests.helpers import REPO
 COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_study",
             "qk-pilot-study": "research.qk_norm_500k_study", "qk-key-dynamics": "research.key_dynamics_study",
             "qk-head-specialization": "research.head_specialization_study",
-            "qk-lr-sensitivity": "research.lr_sensitivity_study",
+            "qk-lr-sensitivity": "research.lr_sensitivity_study", "qk-spike-warning": "research.spike_warning_study",
             "qk-pretrained-keys": "research.pretrained_keys_study",
             "qk-checkpoint-keys": "research.checkpoint_keys_study", "qk-finetune-keys": "research.finetune_keys_study",
             "qk-split-panels": "research.split_panels", "qk-inspect": "research.inspect_pretrained",
@@ -168,7 +168,7 @@ def _bad_input(command: str, tmp: Path) -> list[str]:
     """Arguments that each command refuses as a user error (a missing file or folder), past argparse."""
     missing = str(tmp / "missing")
     if command in ("qk-train", "qk-norm-study", "qk-pilot-study", "qk-key-dynamics", "qk-head-specialization",
-                   "qk-lr-sensitivity"):
+                   "qk-lr-sensitivity", "qk-spike-warning"):
         return ["--config", f"{missing}.yaml", "--out", str(tmp / "out")]
     if command in ("qk-pretrained-keys", "qk-checkpoint-keys"):
         return ["--render_only", "--out", missing]

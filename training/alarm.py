@@ -1,5 +1,5 @@
 """The spike alarm (--spike_alarm SIGNAL[:THRESHOLD]): a training callback that reads the signal at every logged step
-as configs/telemetry.py defines it (the largest over layers; logit_growth over GROWTH_STEPS lines) and, each time
+as utils/telemetry.py defines it (the largest over layers; logit_growth over GROWTH_STEPS lines) and, each time
 Alarm.crossed says so, prints one line and records the alarm:
 
     metrics.jsonl   {"step", "tokens", "alarm": {"signal", "value", "threshold"}}
@@ -14,7 +14,7 @@ import math
 from collections import deque
 from typing import Callable
 
-from configs.telemetry import GROWTH_STEPS, Alarm, series
+from utils.telemetry import GROWTH_STEPS, Alarm, series
 from training.callbacks import StepInfo
 
 KEPT = ("logit_max", "key_norm", "grad_norm", "update_rms")  # what any signal reads from a line

@@ -1,4 +1,4 @@
-"""The spike signals of one training step (configs/telemetry.py names them), measured only at steps that write a
+"""The spike signals of one training step (utils/telemetry.py names them), measured only at steps that write a
 metrics.jsonl line, from the work the step does anyway:
 
     "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer (models.layers.causal_max_logit,

@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 from configs.config import ConfigError, RunConfig
-from configs.telemetry import parse_alarm
+from utils.telemetry import parse_alarm
 from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split

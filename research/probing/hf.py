@@ -56,7 +56,7 @@ from research.results import ResultsError, add_probe, load_results, new_results,
 from research.results.vocabulary import PR, PRE_GAIN_SITES
 from training.alarm import SpikeAlarm
 from training.callbacks import StepInfo
-from training.telemetry import parse_alarm
+from utils.telemetry import parse_alarm
 from utils.errors import ConfigError, UserError
 
 DEFAULT_EVERY = 50  # optimizer steps between probes
@@ -372,7 +372,7 @@ HF_ALARM_SIGNALS = ("grad_norm", "update_rms_adamw")
 
 
 def hf_spike_alarm(text: str) -> SpikeAlarm | None:
-    """The spike alarm of KeyProbeCallback(spike_alarm=...): --spike_alarm's syntax and rule (training.telemetry),
+    """The spike alarm of KeyProbeCallback(spike_alarm=...): --spike_alarm's syntax and rule (utils.telemetry),
     ConfigError for a signal a Hugging Face Trainer's run does not give; the line is printed."""
     alarm = parse_alarm(text)
     if alarm is None:

@@ -27,8 +27,8 @@ from research.results.checks import check_margin, found
 from research.results.read import seed_of
 from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
-from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE, STUDY_INDEX,
-                                         STUDY_KINDS, base_condition, split_grid_key)
+from research.results.vocabulary import (GRID_KINDS, GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE,
+                                         STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
 from utils.errors import os_problem
 from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
@@ -121,20 +121,20 @@ def _seeds_once(meta: dict, where: str, ctx) -> None:
 
 
 def _runs_named_for_the_kind(meta: dict, where: str, ctx) -> None:
-    """Each condition names its folder; a study of kind 'lr' names its runs condition@multiplier, no other kind
-    does; no run twice."""
+    """Each condition names its folder; a study of a grid kind (GRID_KINDS: 'lr', 'spikes') names its runs
+    condition@multiplier, no other kind does; no run twice."""
     runs: dict = {}
     for cond in meta["conditions"]:
         grid, name = _grid_run(cond), base_condition(cond)
         at = f"conditions.{cond}"
         if not name or name in (".", "..") or Path(name).name != name:
             raise FormatError(at, "a condition name, which is also its folder's (no '/', not '.' or '..')", found(cond))
-        if meta["kind"] == "lr" and grid is None:
+        if meta["kind"] in GRID_KINDS and grid is None:
             raise FormatError(at, "a run of the learning-rate grid named condition@multiplier (e.g. 'NoQK@4', a "
-                              "positive multiplier), as a study of kind 'lr' names them", found(cond))
-        if meta["kind"] != "lr" and GRID_SEP in cond:
-            raise FormatError(at, f"a condition name without {GRID_SEP!r} (only a study of kind 'lr' names its runs "
-                              "condition@multiplier)", found(cond))
+                              f"positive multiplier), as a study of kind {meta['kind']!r} names them", found(cond))
+        if meta["kind"] not in GRID_KINDS and GRID_SEP in cond:
+            raise FormatError(at, f"a condition name without {GRID_SEP!r} (only a study of kind "
+                              f"{' or '.join(map(repr, GRID_KINDS))} names its runs condition@multiplier)", found(cond))
         if grid in runs:
             raise FormatError(at, "one entry per run", f"the same run as conditions.{runs[grid]}")
         runs[grid or cond] = cond

@@ -55,7 +55,9 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
 # The kinds of study a study.json may name (research.studies.render.KINDS draws each).
-STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions")
+STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions", "spikes")
+# The kinds whose runs are a learning-rate grid, named condition@multiplier.
+GRID_KINDS = ("lr", "spikes")
 
 
 def grid_key(condition: str, multiplier: float) -> str:
@@ -87,6 +89,7 @@ CONDITION_LABELS = {
 
 # File names inside a study folder.
 RESULTS_FILE = run_names.RESULTS  # a run's key probe writes it into the run folder
+METRICS_FILE = run_names.METRICS  # the trainer's per-step log in the run folder
 STUDY_INDEX = "study.json"
 # What a training run writes into its folder: a tool that writes figures, reports or an export never writes into a
 # folder holding any of them.

@@ -25,6 +25,7 @@ from research.analysis import lr as lr_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import pretrained as pretrained_analysis
 from research.analysis import qk_norm as qk_norm_analysis
+from research.analysis import spikes as spikes_analysis
 from research.analysis import trajectory as trajectory_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
@@ -37,14 +38,16 @@ from research.plots import pilot as pilot_plots
 from research.plots import pretrained as pretrained_plots
 from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
+from research.plots import spikes as spikes_plots
 from research.plots import trajectory as trajectory_plots
 from research.results import ResultsError
 from research.results.layout import load_study
 from research.results.owners import owned_file
 from research.results.pretrained import load_pretrained_keys
+from research.results.steps import load_steps
 from research.results.trajectory import load_trajectory
 from research.results.values import json_safe
-from research.results.vocabulary import PILOT_COMBINED, QK_COMBINED, REPORT
+from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT
 
 
 def _no_combined(analysis) -> dict:
@@ -144,6 +147,22 @@ def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison
     return dataclasses.replace(c, runs=conditions_analysis.ConditionRuns(c.runs, inputs.baseline))
 
 
+def _spikes_load(folder: Path, index: dict) -> spikes_analysis.SpikeRuns:
+    """The runs with each one's metrics.jsonl (beside its results.json) read by the one checked reader."""
+    def steps(res: dict, path: Path) -> list[dict]:
+        return load_steps(path.parent / METRICS_FILE, diverged=bool(res.get("diverged")))
+    runs = _runs(folder, index)
+    return spikes_analysis.SpikeRuns({c: [{**res, spikes_analysis.STEPS: steps(res, Path(p))}
+                                          for res, p in zip(rl, index["conditions"][c])] for c, rl in runs.items()},
+                                     index.get("seeds"))
+
+
+def _spikes_compare(inputs: spikes_analysis.SpikeRuns) -> Comparison:
+    """identity.compare on the runs, the seeds' order kept beside them."""
+    c = compare(inputs.runs)
+    return dataclasses.replace(c, runs=spikes_analysis.SpikeRuns(c.runs, inputs.seeds))
+
+
 def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
@@ -196,6 +215,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
          conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
          compare=_conditions_compare),
+    Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
+         _named(spikes_plots.FIGURES), compare=_spikes_compare),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
          pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE,
          compare=nothing_to_pair),

@@ -131,6 +131,7 @@ ENTRY_POINTS = {
     "research.key_dynamics_study": _study_parser("research.key_dynamics_study"),
     "research.head_specialization_study": _study_parser("research.head_specialization_study"),
     "research.lr_sensitivity_study": _study_parser("research.lr_sensitivity_study"),
+    "research.spike_warning_study": _study_parser("research.spike_warning_study"),
     "research.study": _file_study_parser,
     "research.split_panels": _module_parser("research.split_panels"),
     "research.inspect_pretrained": _module_parser("research.inspect_pretrained"),

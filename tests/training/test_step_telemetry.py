@@ -5,7 +5,7 @@ import math
 import pytest
 from safetensors.torch import load_file
 
-from configs.telemetry import SIGNALS, Alarm
+from utils.telemetry import SIGNALS, Alarm
 from tests.helpers import STEP_TOKENS, quiet, train_lines
 from training.alarm import SpikeAlarm
 from training.callbacks import StepInfo

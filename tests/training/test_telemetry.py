@@ -1,7 +1,7 @@
-"""The per-step signals and the alarm's rule (training.telemetry), on lines known by hand."""
+"""The per-step signals and the alarm's rule (utils.telemetry), on lines known by hand."""
 import pytest
 
-from training.telemetry import GROWTH_STEPS, SIGNALS, Alarm, parse_alarm, series
+from utils.telemetry import GROWTH_STEPS, SIGNALS, Alarm, parse_alarm, series
 from utils.errors import ConfigError
 
 

@@ -58,7 +58,8 @@ INDEX_DAMAGE = [  # (field, damaged value, words of the message)
     ("conditions", {"QK": []}, "conditions.QK: expected a non-empty list"),
     ("conditions", {"QK": [1]}, "conditions.QK[0]: expected a path (text), found 1"),
     ("conditions", {"QK": [None]}, "conditions.QK[0]: expected a path (text), found None"),
-    ("kind", ["qk_norm"], "kind: expected one of qk_norm, pilot, keys, heads, lr, finetune, conditions, found a list"),
+    ("kind", ["qk_norm"], "kind: expected one of qk_norm, pilot, keys, heads, lr, finetune, conditions, spikes, "
+     "found a list"),
     ("kind", "qk-norm", "kind: expected one of"),
     ("kind", None, "kind: expected one of"),
     ("margin", "0.03", "margin: margin '0.03' must be a share of the mean between 0 and 1"),

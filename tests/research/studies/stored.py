@@ -21,7 +21,8 @@ from pathlib import Path
 
 STORED = Path(__file__).parent / "stored"
 # The input files a render reads back, by name; everything else a study leaves (checkpoints, logs) is not stored.
-INPUTS = ("study.json", "results.json", "combined_results.json", "pretrained_keys.json", "checkpoint_keys.json")
+INPUTS = ("study.json", "results.json", "combined_results.json", "pretrained_keys.json", "checkpoint_keys.json",
+          "metrics.jsonl")  # the spike-warning study reads each run's per-step log
 TEXT_OUTPUTS = ("report.md", "combined.json", "combined_results.json")
 FIGURE_SUFFIX = ".png"
 
@@ -94,6 +95,7 @@ BUILDERS = {
     "keys": _catalog("key_dynamics_study"),
     "heads": _catalog("head_specialization_study"),
     "lr": _catalog("lr_sensitivity_study", "--lr_multipliers", "1", "64"),
+    "spikes": _catalog("spike_warning_study", "--lr_multipliers", "1"),
     "finetune": _finetune,
     "pretrained_keys": _pretrained,
     "checkpoint_keys": _checkpoints,

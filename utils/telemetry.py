@@ -1,7 +1,6 @@
 """The per-step signals a run records beside its loss, and how an alarm reads them: one definition for the trainer's
-alarm (--spike_alarm, training/alarm.py), the config's check of that option (TrainConfig.spike_alarm: so it lives on
-the configs floor; training.telemetry re-exports it) and the spike-warning study's analysis
-(research/analysis/spikes.py). No torch.
+alarm (--spike_alarm, training/alarm.py), the config's check of that option (TrainConfig.spike_alarm) and the
+spike-warning study's analysis (research/analysis/spikes.py). On the ground floor, so that all three read it; no torch.
 
 Every logged line of metrics.jsonl carries, besides "loss" and "grad_norm":
     "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer in the step (as QK-clip reads it)

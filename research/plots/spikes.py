@@ -1,0 +1,133 @@
+"""Figures and report of the spike-warning study, drawn from research.analysis.spikes.SpikeAnalysis alone. No torch.
+
+1_signals_at_spikes.png   each signal (rows) against the loss around every spike, aligned at the onset, per
+                          condition (columns): the median over spikes and the band between the quartiles
+2_hit_vs_false_alarms.png per condition, each signal's held-out hit rate against its false alarms per 1,000 steps,
+                          with their intervals over the evaluation seeds
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, HORIZON, K, M, MIN_EXCESS, MIN_SPIKES, REL_FLOOR,
+                                      WINDOW, SpikeAnalysis, ci_text)
+from research.plots.common import color, label, message_figure, styled, subplots
+from utils.telemetry import SIGNALS
+
+FIGURES = ("1_signals_at_spikes.png", "2_hit_vs_false_alarms.png")
+
+
+def _quartiles(a: np.ndarray):
+    """(median, 25%, 75%) over spikes at each offset, NaN where no spike has a value."""
+    out = np.full((3, a.shape[1]), np.nan)
+    for j in range(a.shape[1]):
+        col = a[:, j][np.isfinite(a[:, j])]
+        if col.size:
+            out[:, j] = np.percentile(col, [50, 25, 75])
+    return out
+
+
+@styled
+def fig_aligned(analysis: SpikeAnalysis):
+    conds = [c for c in analysis.conditions if analysis.spikes_of(c)]
+    if not conds:
+        return message_figure("Signals around the spikes", "no run of this study had a loss spike")
+    names = list(SIGNALS)
+    fig, axes = subplots(len(names), len(conds), figsize=(4.2 * len(conds), 2.1 * len(names)), squeeze=False)
+    x = np.arange(ALIGN[0], ALIGN[1] + 1)
+    for j, cond in enumerate(conds):
+        loss = _quartiles(analysis.aligned[("loss", cond)])
+        for i, name in enumerate(names):
+            ax = axes[i][j]
+            q = _quartiles(analysis.aligned[(name, cond)])
+            ax.plot(x, q[0], color=color(cond), marker="." if name == "entropy" else None)
+            ax.fill_between(x, q[1], q[2], color=color(cond), alpha=0.25)
+            twin = ax.twinx()
+            twin.plot(x, loss[0], color="black", lw=0.8, ls="--")
+            twin.set_ylabel("loss" if j == len(conds) - 1 else "")
+            ax.axvline(0, color="red", lw=0.8)
+            ax.axvspan(-HORIZON, 0, color="red", alpha=0.06)
+            ax.set_ylabel(name)
+            if i == 0:
+                ax.set_title(f"{label(cond)} ({analysis.spikes_of(cond)} spikes)")
+            if i == len(names) - 1:
+                ax.set_xlabel("steps from the spike's onset")
+    fig.suptitle("Signals (colour: median, quartile band) and loss (dashed: median) around each spike; shaded: the "
+                 f"{HORIZON} steps an alarm must fall in")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def fig_hit_false(analysis: SpikeAnalysis):
+    conds = analysis.conditions
+    fig, axes = subplots(1, len(conds), figsize=(5 * len(conds), 4.4), squeeze=False)
+    for ax, cond in zip(axes[0], conds):
+        for k, name in enumerate(SIGNALS):
+            r = analysis.results[(name, cond)]
+            if r.hit_rate is None or not math.isfinite(r.hit_rate.mean) or not math.isfinite(r.false_alarms.mean):
+                continue
+            err = [[r.hit_rate.mean - r.hit_rate.lo], [r.hit_rate.hi - r.hit_rate.mean]]
+            xerr = [[r.false_alarms.mean - r.false_alarms.lo], [r.false_alarms.hi - r.false_alarms.mean]]
+            err = np.nan_to_num(err)
+            xerr = np.nan_to_num(xerr)
+            ax.errorbar(r.false_alarms.mean, r.hit_rate.mean, yerr=err, xerr=xerr, fmt="o", capsize=3,
+                        color=f"C{k}", label=f"{name} ({r.verdict})")
+        ax.axvline(FALSE_ALARM_BOUND, color="grey", ls=":", lw=0.8)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("false alarms per 1,000 steps (held-out)")
+        ax.set_ylabel(f"hit rate: spikes with an alarm in the {HORIZON} steps before")
+        ax.set_title(label(cond))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on "
+                 f"seeds {', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}")
+    fig.tight_layout()
+    return fig
+
+
+def figures(analysis: SpikeAnalysis) -> dict:
+    return dict(zip(FIGURES, (fig_aligned(analysis), fig_hit_false(analysis))))
+
+
+def rule_text() -> str:
+    return (f"A spike's onset is a step whose loss, and that of the {M - 1} step(s) after it, lies above the median "
+            f"of the {WINDOW} steps before it plus {K:g} robust dispersions (1.4826 x their median absolute "
+            f"deviation, at least {REL_FLOOR:g} of the median); none in the first {WINDOW} steps; one spike until "
+            f"the loss is back under the line; a non-finite loss is a spike (divergence) at its step.")
+
+
+def report(analysis: SpikeAnalysis) -> str:
+    lines = ["# Do the keys warn before the loss spikes?", "",
+             rule_text() + f" An alarm is a crossing of a threshold; it hits a spike when it falls in the {HORIZON} "
+             f"steps before the onset (lead: onset minus the first such alarm), and is false when no onset follows "
+             f"within {HORIZON} steps. Thresholds were chosen on the calibration seeds "
+             f"({', '.join(map(str, analysis.calibration_seeds))}: the highest hit rate with at most "
+             f"{FALSE_ALARM_BOUND:g} false alarms per 1,000 steps) and evaluated only on the other seeds "
+             f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}); intervals are t intervals over the "
+             f"evaluation seeds (docs/spikes.md, docs/decisions.md).", "", "## Verdict", ""]
+    lines += [f"- {analysis.summary[c]}" for c in analysis.conditions]
+    lines += ["", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes |",
+              "|---|---|---|---|---|---|"]
+    for c in analysis.conditions:
+        runs = [r for r in analysis.runs if r.condition == c]
+        lines.append(f"| {label(c)} | {len(runs)} | {sum(len(r.spikes) for r in runs)} | "
+                     f"{sum(1 for r in runs for s in r.spikes if s.diverged)} | "
+                     f"{analysis.spikes_of(c, analysis.calibration_seeds)} | "
+                     f"{analysis.spikes_of(c, analysis.evaluation_seeds)} |")
+    for c in analysis.conditions:
+        lines += ["", f"## {label(c)}", "", f"Intervals at level {analysis.level[c]:.4g} (Bonferroni over the signals "
+                  f"tested). A signal warns when its hit rate above chance (alarms at its rate placed at random) has "
+                  f"an interval wholly above 0; it does not warn when that interval lies below {MIN_EXCESS:g}; a "
+                  f"verdict needs {MIN_SPIKES} held-out spikes on 2 seeds or more.", "",
+                  "| signal | threshold | hit rate | chance | false alarms / 1,000 steps | lead (steps) | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for name in SIGNALS:
+            r = analysis.results[(name, c)]
+            t = "none" if r.threshold is None else f"{r.threshold:.4g}"
+            lines.append(f"| {name} | {t} | {ci_text(r.hit_rate)} | {ci_text(r.chance)} | "
+                         f"{ci_text(r.false_alarms, '.1f')} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
+        lines += ["", *(f"- {analysis.results[(name, c)].text}" for name in SIGNALS)]
+    return "\n".join(lines) + "\n"
