@@ -261,11 +261,15 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS has one, else the machine's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def local_cpu_threads(local_world_size: int) -> int:
     """Threads per process so that processes on one machine do not oversubscribe its cores: the cores this process
     may use, shared among the machine's `local_world_size` processes, and never more than OMP_NUM_THREADS where it is
     set (a budget given from outside: a Ray task's CPUs, torchrun's 1, the user's own)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    threads = max(1, cores // max(1, local_world_size))
+    threads = max(1, usable_cores() // max(1, local_world_size))
     budget = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer
     return min(threads, int(budget)) if budget.isdigit() and int(budget) > 0 else threads

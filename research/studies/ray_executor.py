@@ -24,6 +24,7 @@ from tqdm import tqdm
 from configs import ConfigError
 from research.studies.runner import LOCAL_RAY, StudyRun, StudyError, run_failed, train_condition
 from utils.errors import Interrupted, UserError
+from utils.runtime import usable_cores
 
 MAX_RETRIES = 3  # a lost worker's task is run again this many times at most (system failures only)
 _WAIT_S = 0.5  # how often the driver looks for started runs while it waits
@@ -83,9 +84,8 @@ def _train_task(run: StudyRun, index: int, events, train: Callable[[StudyRun], d
 def _connect(address: str) -> None:
     import ray
     if address == LOCAL_RAY:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         # address "local": a new Ray for this study, never one found running on this machine (ray start's)
-        ray.init(address="local", num_cpus=cores, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False)
         return
     try:
         _reachable(address)
