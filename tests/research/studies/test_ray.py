@@ -1,4 +1,5 @@
 """--ray: a study's runs as tasks on a real local Ray cluster on CPU (one per module: Ray takes seconds to start)."""
+import contextlib
 import json
 import os
 import subprocess
@@ -16,15 +17,28 @@ from tests.research.studies.test_runner import study_args
 ray = pytest.importorskip("ray")
 
 
+@contextlib.contextmanager
+def local_ray(**workers_env):
+    """A local Ray of 2 CPUs whose workers inherit this environment plus `workers_env`; on leaving, this process's
+    environment as it was (ray.init leaves RAY_AUTH_MODE=token in it)."""
+    auth_mode = os.environ.get("RAY_AUTH_MODE")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in workers_env.items():
+            mp.setenv(key, value)
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        _restore_env("RAY_AUTH_MODE", auth_mode)
+
+
 @pytest.fixture(scope="module")
 def cluster(user_cache):
-    """A local Ray of 2 CPUs, started after the session's environment is set (its workers inherit it); a study run
-    with --ray in this process uses it rather than starting its own."""
-    auth_mode = os.environ.get("RAY_AUTH_MODE")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
-    yield
-    ray.shutdown()
-    _restore_env("RAY_AUTH_MODE", auth_mode)  # ray.init leaves RAY_AUTH_MODE=token in os.environ
+    """A local Ray, started after the session's environment is set (its workers inherit it); a study run with --ray
+    in this process uses it rather than starting its own."""
+    with local_ray():
+        yield
 
 
 def _comparable(value):

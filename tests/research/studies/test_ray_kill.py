@@ -1,14 +1,11 @@
 """--ray: a worker killed with SIGKILL mid-run is retried by Ray and resumes from its checkpoint; the study ends equal
 to an uninterrupted one. Its own local cluster, whose workers carry the test-only kill hook (utils/testhook.py)."""
-import os
-
 import pytest
 
 from research.studies import HEAD_SPECIALIZATION
-from research.studies.ray_executor import _restore_env
 from research.studies.runner import run_study
 from tests.helpers import STEP_TOKENS
-from tests.research.studies.test_ray import _results
+from tests.research.studies.test_ray import _results, local_ray
 from tests.research.studies.test_runner import study_args
 from utils.testhook import ENV
 
@@ -18,13 +15,8 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def killing_cluster(user_cache):
     """Every worker SIGKILLs itself after its 3rd optimizer step (a retry, resumed from step 2, never gets there)."""
-    auth_mode = os.environ.get("RAY_AUTH_MODE")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(ENV, "kill:step:3")
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
-    yield
-    ray.shutdown()
-    _restore_env("RAY_AUTH_MODE", auth_mode)  # ray.init leaves RAY_AUTH_MODE=token in os.environ
+    with local_ray(**{ENV: "kill:step:3"}):
+        yield
 
 
 @pytest.mark.slow
