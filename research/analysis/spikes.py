@@ -21,9 +21,11 @@ cannot be judged and are not counted, nor are those steps. False alarms are per 
 Thresholds are chosen on the calibration seeds (the first half of the study's seeds), per signal and condition:
 the candidate (a quantile of the signal over those runs) with the highest hit rate whose false alarms stay under
 FALSE_ALARM_BOUND per 1,000 steps, fewest false alarms among ties. They are evaluated only on the other seeds: each
-measure is a mean over the evaluation seeds with its t interval. A signal WARNS when its hit rate beats what alarms
-at its own rate, placed at random, would hit (1 - (1 - r)^HORIZON for r alarms per step), per seed, by an interval
-wholly above 0 (Bonferroni over the signals of the condition, as research.analysis.rules); it DOES NOT WARN when
+measure is a mean over the evaluation seeds with its t interval. A signal WARNS when its hit rate beats chance by
+an interval wholly above 0 (per seed; Bonferroni over the signals of the condition, as research.analysis.rules).
+Chance is what alarms at the same rate, placed at random, would hit: in a run that fires r alarms per judged step,
+1 - (1 - r)^HORIZON of its spikes, each run at its own rate (a signal that fires only in the runs at the higher
+learning rate, where most spikes are, is held to those runs' rate, not to its seed's average). It DOES NOT WARN when
 the interval lies below MIN_EXCESS (or no threshold keeps its false alarms under the bound); otherwise, or with
 fewer than MIN_SPIKES held-out spikes or 2 evaluation seeds with a spike, it is INCONCLUSIVE. docs/spikes.md says
 why these constants.
@@ -182,10 +184,12 @@ class Score:
     alarms: int = 0  # alarms at judged steps (true and false)
     judged_steps: int = 0
     leads: tuple = ()
+    chance_hits: float = 0.0  # hits expected of random alarms, each run's at that run's own alarm rate
 
     def __add__(self, o: "Score") -> "Score":
         return Score(self.spikes + o.spikes, self.hits + o.hits, self.false_alarms + o.false_alarms,
-                     self.alarms + o.alarms, self.judged_steps + o.judged_steps, self.leads + o.leads)
+                     self.alarms + o.alarms, self.judged_steps + o.judged_steps, self.leads + o.leads,
+                     self.chance_hits + o.chance_hits)
 
     @property
     def hit_rate(self) -> float:
@@ -197,10 +201,9 @@ class Score:
 
     @property
     def chance(self) -> float:
-        """The hit rate of alarms at this rate placed at random: 1 - (1 - r)^HORIZON."""
-        if not self.judged_steps:
-            return math.nan
-        return 1 - (1 - min(1.0, self.alarms / self.judged_steps)) ** HORIZON
+        """The hit rate of random alarms at the same rate: in each run, alarms at r per judged step, placed at
+        random, hit a spike with probability 1 - (1 - r)^HORIZON; this is their expected hits over the spikes."""
+        return self.chance_hits / self.spikes if self.spikes else math.nan
 
 
 def score(run: RunSteps, signal: str, threshold: float) -> Score:
@@ -214,7 +217,9 @@ def score(run: RunSteps, signal: str, threshold: float) -> Score:
             leads.append(o - before[0])
     counted = [a for a in fired if a in run.judged]
     false = [a for a in counted if not any(a < o <= a + HORIZON for o in onsets)]
-    return Score(len(onsets), len(leads), len(false), len(counted), len(run.judged), tuple(leads))
+    rate = min(1.0, len(counted) / len(run.judged)) if run.judged else 0.0
+    return Score(len(onsets), len(leads), len(false), len(counted), len(run.judged), tuple(leads),
+                 len(onsets) * (1 - (1 - rate) ** HORIZON))
 
 
 def total(runs: list[RunSteps], signal: str, threshold: float) -> Score:

@@ -63,10 +63,11 @@ LR_SENSITIVITY = Study(
     conditions={"QK": {"qk_norm": "learned"}, "QK_frozen": {"qk_norm": "frozen"}, "NoQK": {"qk_norm": "none"},
                 "NoQK_clip": {"qk_norm": "none", "qk_clip": 100.0}})
 
-# Do the keys warn before the loss spikes (docs/spikes.md)? QK and NoQK at 128x and 256x the preset's learning rates,
-# where the pilot of docs/spikes.md saw spikes in 400 steps without divergence (64x had none, 1024x never trained);
-# every step logged (the spike rule and the signals read every step, on any preset); 6 seeds: the first 3 choose
-# the alarm thresholds, the last 3 evaluate them. On tiny: 400 steps of 4 x 128 tokens per run, 2 x 2 x 6 = 24 runs.
+# Do the keys warn before the loss spikes (docs/spikes.md)? QK and NoQK at 128x and 256x the preset's learning
+# rates, where the pilots of docs/spikes.md saw spikes in 400 steps without divergence (64x had none in 100 steps,
+# 1024x never trained); every step logged (the spike rule and the signals read every step, on any preset); 6 seeds:
+# the first 3 choose the alarm thresholds, the last 3 evaluate them. On tiny: 400 steps of 4 x 128 tokens per run,
+# 2 x 2 x 6 = 24 runs.
 SPIKE_WARNING = Study(
     "spike_warning_study", "spikes", default_tokens=204_800, default_seeds=(0, 1, 2, 3, 4, 5),
     lr_multipliers=(128, 256), shared={"log_every": 1},

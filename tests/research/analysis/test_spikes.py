@@ -104,6 +104,19 @@ def test_a_signal_that_rises_5_steps_before_each_spike_warns_with_lead_5_and_no_
     assert "chosen on seeds 0, 1, 2, evaluated on seeds 3, 4, 5" in r.text
 
 
+def test_chance_holds_each_run_to_its_own_alarm_rate_not_its_seeds_average():
+    # One seed, two runs: the 256x run has both spikes and both alarms (5 steps before each), the 128x run neither.
+    hot = RunSteps.of("NoQK@256", {"seed": 3}, _rows(3, EVAL, 100.0))
+    calm = RunSteps.of("NoQK@128", {"seed": 3}, _rows(3, (), 100.0))
+    assert (len(hot.judged), len(calm.judged)) == (164, 170)  # 200 - 20 - 10 - 6 in spikes; 200 - 20 - 10
+    s = spikes.total([hot, calm], "logit_max", 50.0)
+    assert (s.spikes, s.hits, s.alarms, s.judged_steps) == (2, 2, 2, 334)
+    # the hot run fires 2 alarms in 164 judged steps: that is the rate random alarms get, not 2 in 334
+    assert math.isclose(s.chance, 1 - (1 - 2 / 164) ** spikes.HORIZON)
+    assert s.chance > 1 - (1 - 2 / 334) ** spikes.HORIZON + 0.05
+    assert math.isnan(spikes.total([calm], "logit_max", 50.0).chance)  # no spike: no chance hit rate
+
+
 def test_a_noise_signal_does_not_warn_and_an_absent_one_is_inconclusive():
     a = analyze(_runs(), seeds=[0, 1, 2, 3, 4, 5])
     assert a.results[("grad_norm", "NoQK")].verdict in (NO_WARNING, INCONCLUSIVE)
