@@ -119,9 +119,9 @@ def report(analysis: SpikeAnalysis) -> str:
                      f"{analysis.spikes_of(c, analysis.evaluation_seeds)} |")
     for c in analysis.conditions:
         lines += ["", f"## {label(c)}", "", f"Intervals at level {analysis.level[c]:.4g} (Bonferroni over the signals "
-                  f"tested). A signal warns when its hit rate above chance (alarms at its rate placed at random) has "
-                  f"an interval wholly above 0; it does not warn when that interval lies below {MIN_EXCESS:g}; a "
-                  f"verdict needs {MIN_SPIKES} held-out spikes on 2 seeds or more.", "",
+                  f"tested). A signal warns when its hit rate above chance (alarms placed at random in each run at "
+                  f"that run's rate) has an interval wholly above 0; it does not warn when that interval lies "
+                  f"below {MIN_EXCESS:g}; a verdict needs {MIN_SPIKES} held-out spikes on 2 seeds or more.", "",
                   "| signal | threshold | hit rate | chance | false alarms / 1,000 steps | lead (steps) | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for name in SIGNALS:
