@@ -44,6 +44,10 @@ def fig_aligned(analysis: SpikeAnalysis):
             q = _quartiles(analysis.aligned[(name, cond)])
             ax.plot(x, q[0], color=color(cond), marker="." if name == "entropy" else None)
             ax.fill_between(x, q[1], q[2], color=color(cond), alpha=0.25)
+            seen = q[1:][np.isfinite(q[1:])]
+            if name != "entropy" and seen.size and seen.min() > 0 and seen.max() > 100 * seen.min():
+                # NoQK's largest logits span decades; an entropy near 0 nats is a value, not a decade
+                ax.set_yscale("log")
             twin = ax.twinx()
             twin.plot(x, loss[0], color="black", lw=0.8, ls="--")
             twin.set_ylabel("loss" if j == len(conds) - 1 else "")
@@ -54,7 +58,7 @@ def fig_aligned(analysis: SpikeAnalysis):
                 ax.set_title(f"{label(cond)} ({analysis.spikes_of(cond)} spikes)")
             if i == len(names) - 1:
                 ax.set_xlabel("steps from the spike's onset")
-    fig.suptitle("Signals (colour: median, quartile band) and loss (dashed: median) around each spike; shaded: the "
+    fig.suptitle("Signals (colour: median, quartile band) and loss (dashed: median) around each spike;\nshaded: the "
                  f"{HORIZON} steps an alarm must fall in")
     fig.tight_layout()
     return fig

@@ -65,11 +65,12 @@ LR_SENSITIVITY = Study(
 
 # Do the keys warn before the loss spikes (docs/spikes.md)? QK and NoQK at 128x and 256x the preset's learning
 # rates, where the pilots of docs/spikes.md saw spikes in 400 steps without divergence (64x had none in 100 steps,
-# 1024x never trained); every step logged (the spike rule and the signals read every step, on any preset); 6 seeds:
-# the first 3 choose the alarm thresholds, the last 3 evaluate them. On tiny: 400 steps of 4 x 128 tokens per run,
-# 2 x 2 x 6 = 24 runs.
+# 1024x never trained); every step logged (the spike rule and the signals read every step, on any preset). 12 seeds:
+# the first 6 choose the alarm thresholds, the last 6 evaluate them; with 3 evaluation seeds the Bonferroni t
+# interval (df 2, t ~ 12) decided no signal either way. On tiny: 400 steps of 4 x 128 tokens per run,
+# 2 x 2 x 12 = 48 runs, about an hour on 2 CPU cores.
 SPIKE_WARNING = Study(
-    "spike_warning_study", "spikes", default_tokens=204_800, default_seeds=(0, 1, 2, 3, 4, 5),
+    "spike_warning_study", "spikes", default_tokens=204_800, default_seeds=tuple(range(12)),
     lr_multipliers=(128, 256), shared={"log_every": 1},
     tiny_overrides={"batch_size": 4, "warmup_frac": 0.1, "schedule": "cosine", "probe_batch": 16},
     conditions={"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none"}})

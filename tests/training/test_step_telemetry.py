@@ -122,14 +122,22 @@ def test_an_alarm_never_crossed_records_nothing(debug_cfg, tmp_path):
     ("entropy:1", "--spike_alarm entropy:1: 'entropy' is not a signal the alarm can watch; give one of logit_max, "
                   "logit_growth, key_norm, grad_norm, update_rms_muon, update_rms_adamw, optionally with a threshold "
                   "(e.g. logit_max:150)"),
-    ("logit_max", "--spike_alarm logit_max: the spike-warning study chose no threshold for logit_max; give one, e.g. "
-                  "--spike_alarm logit_max:VALUE"),
+    ("logit_max", "--spike_alarm logit_max: no calibrated threshold for logit_max: the spike-warning study found no "
+                  "threshold of it that warns (docs/spikes.md); give one, e.g. --spike_alarm logit_max:VALUE"),
     ("grad_norm:inf", "--spike_alarm grad_norm:inf: the threshold 'inf' is not a finite number; give one, e.g. "
                       "--spike_alarm grad_norm:150"),
 ])
 def test_train_llm_refuses_a_bad_alarm_in_one_line(args, fails, tmp_path, value, message):
     assert fails(args(2, "--spike_alarm", value)) == f"error: {message}"
     assert not (tmp_path / "run").exists()
+
+
+def test_a_signal_without_a_threshold_takes_the_calibrated_one(monkeypatch):
+    from utils import telemetry
+    monkeypatch.setattr(telemetry, "CALIBRATED", {"update_rms_adamw": 0.125})
+    alarm = telemetry.parse_alarm("update_rms_adamw")
+    assert (alarm.signal.name, alarm.threshold) == ("update_rms_adamw", 0.125)
+    assert telemetry.parse_alarm("update_rms_adamw:0.5").threshold == 0.5  # a given threshold wins
 
 
 def test_an_alarm_on_a_signal_the_telemetry_does_not_record_is_refused(args, fails, tmp_path):

@@ -77,7 +77,7 @@ def test_every_step_is_logged_on_any_preset_and_the_grid_is_the_catalogs():
     from research.studies.runner import base_config
     assert {p: base_config(SPIKE_WARNING, p, {}).train.log_every for p in ("tiny", "88m")} == {"tiny": 1, "88m": 1}
     assert [name for name, _ in SPIKE_WARNING.runs()] == ["QK@128", "QK@256", "NoQK@128", "NoQK@256"]
-    assert len(SPIKE_WARNING.default_seeds) == 6  # 3 calibrate, 3 evaluate
+    assert SPIKE_WARNING.default_seeds == tuple(range(12))  # 6 calibrate, 6 evaluate
 
 
 def test_a_run_that_diverged_before_logging_needs_no_metrics_jsonl(tmp_path):
