@@ -32,6 +32,15 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+@torch.no_grad()
+def squared_change(after: list[torch.Tensor], before: list[torch.Tensor]) -> torch.Tensor:
+    """sum (after - before)^2 over every element of the paired tensors, in float64 (0 for none): an update's size,
+    for update_rms here and for the Hugging Face callback's alarm (research/probing/hf.py)."""
+    if not after:
+        return torch.zeros((), dtype=torch.float64)
+    return torch.stack(torch._foreach_norm(torch._foreach_sub(after, before))).double().square().sum()
+
+
 class StepTelemetry:
     """begin() before a logged step's forwards, before_update() / after_update() around the optimizers' steps,
     fields() after them: the metrics.jsonl fields. `full_step`: QK-clip tracks every logit already."""
@@ -44,6 +53,9 @@ class StepTelemetry:
                                  for p in g["params"]]}
         self.before: dict[str, list[torch.Tensor]] = {}
         self.update_rms: dict[str, float | None] = {}
+        self.counts = {name: sum(p.numel() for p in params) for name, params in self.groups.items()}  # a DTensor's
+        # numel is the whole's; FSDP: each rank holds a shard of every weight, DDP: all hold all of it
+        self.sharded = dist.enabled and any(hasattr(p, "to_local") for ps in self.groups.values() for p in ps)
 
     def begin(self) -> None:
         for block in self.blocks:
@@ -64,15 +76,13 @@ class StepTelemetry:
         device = self.blocks[0].attn.key_norm_sum.device
         sums = torch.zeros(len(names), dtype=torch.float64, device=device)
         for i, name in enumerate(names):
-            after = [_local(p).detach() for p in self.groups[name]]
-            if after:
-                diffs = torch._foreach_sub(after, self.before[name])
-                sums[i] = torch.stack(torch._foreach_norm(diffs)).double().square().sum()
-        if self.dist.enabled and any(hasattr(p, "to_local") for params in self.groups.values() for p in params):
-            tdist.all_reduce(sums)  # FSDP: each rank holds a shard of every weight; DDP: all hold all of it
+            if self.groups[name]:
+                sums[i] = squared_change([_local(p).detach() for p in self.groups[name]], self.before[name])
+        if self.sharded:
+            tdist.all_reduce(sums)
         self.before = {}
-        counts = [sum(p.numel() for p in self.groups[name]) for name in names]  # a DTensor's numel is the whole's
-        self.update_rms = {name: math.sqrt(s / n) if n else None for name, s, n in zip(names, sums.tolist(), counts)}
+        self.update_rms = {name: math.sqrt(s / self.counts[name]) if self.counts[name] else None
+                           for name, s in zip(names, sums.tolist())}
 
     def fields(self) -> dict:
         """The step's metrics.jsonl fields (one collective under DDP/FSDP: every rank calls it); tracking off."""

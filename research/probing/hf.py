@@ -56,6 +56,7 @@ from research.results import ResultsError, add_probe, load_results, new_results,
 from research.results.vocabulary import PR, PRE_GAIN_SITES
 from training.alarm import SpikeAlarm
 from training.callbacks import StepInfo
+from training.step_telemetry import squared_change
 from utils.telemetry import parse_alarm
 from utils.errors import ConfigError, UserError
 
@@ -493,7 +494,7 @@ class KeyProbeCallback(TrainerCallback):
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
         if self._watches_update() and self.before is not None:
             after = [p.detach() for p in model.parameters() if p.requires_grad]
-            squares = sum(float((a.double() - b.double()).square().sum()) for a, b in zip(after, self.before))
+            squares = float(squared_change(after, self.before))
             n = sum(p.numel() for p in after)
             self.update_rms, self.before = (math.sqrt(squares / n) if n else None), None
 
