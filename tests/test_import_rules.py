@@ -38,8 +38,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # 6. two independent rooms over the results and the runs: the decisions (no torch) and model access
     #    (own runs, Hugging Face folders, GGUF files; research/access imports no research room but results)
     ("research/analysis", "research/access"),
-    # 7. figures and report text, drawn from the results and the decisions (no torch)
-    ("research/plots",),
+    # 7. figures and report text, drawn from the results and the decisions (no torch); the decisions' error rates
+    #    measured by simulation (no torch)
+    ("research/plots", "research/simulations"),
     # 8. what is done with a loaded model: the key probe, the export to a Hugging Face folder
     ("research/probing", "research/export"),
     # 9. the pretrained-model tour and the key study on text windows (measures with the probe's metrics)
