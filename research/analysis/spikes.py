@@ -20,30 +20,43 @@ cannot be judged and are not counted, nor are those steps. False alarms are per 
 
 Thresholds are chosen on the calibration seeds (the first half of the study's seeds), per signal and condition:
 the candidate (a quantile of the signal over those runs) with the highest hit rate whose false alarms stay under
-FALSE_ALARM_BOUND per 1,000 steps, fewest false alarms among ties. They are evaluated only on the other seeds: each
-measure is a mean over the evaluation seeds with its t interval. A signal WARNS when its hit rate beats chance by
-an interval wholly above 0 (per seed; Bonferroni over the signals of the condition, as research.analysis.rules).
-Chance is what alarms at the same rate, placed at random, would hit: in a run that fires r alarms per judged step,
-1 - (1 - r)^HORIZON of its spikes, each run at its own rate (a signal that fires only in the runs at the higher
-learning rate, where most spikes are, is held to those runs' rate, not to its seed's average). It DOES NOT WARN when
-the interval lies below MIN_EXCESS (or no threshold keeps its false alarms under the bound); otherwise, or with
-fewer than MIN_SPIKES held-out spikes or 2 evaluation seeds with a spike, it is INCONCLUSIVE. docs/spikes.md says
-why these constants.
+FALSE_ALARM_BOUND per 1,000 steps, fewest false alarms among ties. They are evaluated only on the other seeds.
+
+Chance keeps time. Spikes cluster in training (around the peak learning rate) and so do signals that follow the
+schedule, so an alarm that fires at the same step in every run hits spikes that have nothing to do with it. The
+null therefore sets each held-out run's alarms against the spikes of the held-out runs at the same learning rate:
+under "the signal does not warn", which run's alarms go with which run's spikes is exchangeable within a rate, so
+the observed hits are one draw from the hits of every such pairing (`permutation_test`, exact: every permutation
+is enumerated). A step-only rule fires at the same steps in every run and cannot beat it.
+
+- WARNS: the observed hits are above that null at the one-sided level ALPHA / 2 / k (Bonferroni over the k signals
+  of the condition that were tested).
+- DOES NOT WARN (at the chosen threshold): the hit rate above chance is shown below MIN_EXCESS twice, by the t
+  bound over the evaluation seeds and by the exact (Clopper-Pearson) bound on the pooled held-out hits, both at
+  that level; with chance 0 this needs `spikes_to_rule_out(k)` held-out spikes (20 at 7 signals).
+- INCONCLUSIVE otherwise, or with fewer than MIN_SPIKES held-out spikes or 2 evaluation seeds with a spike.
+- NO_THRESHOLD: no threshold kept the calibration seeds' false alarms under the bound (no usable alarm).
+
+Two checks go through the same calibration and test in every report, outside the family: STEP_RULE, alarms at the
+steps where the calibration runs' spikes were densest (a negative control: it knows only the step, so it never
+warns), and LOSS_RISE, the loss's own rise over its window's median (what watching the loss alone would give).
+docs/spikes.md says why these constants; research/simulations/spikes.py measures the error rates.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from research.analysis.rules import ALPHA
-from research.analysis.stats import mean_ci
+from research.analysis.stats import binomial_upper, mean_ci
 from research.results.values import as_float
 from research.results.vocabulary import LR_CONDITIONS, split_grid_key
-from utils.telemetry import SIGNALS, Alarm, series
+from utils.telemetry import SIGNALS, Signal, series
 
 # ---------------------------------------------------------------------------------- the spike rule
 WINDOW = 20  # steps of the running median: enough for a steady MAD, short against the loss's decay
@@ -56,8 +69,16 @@ REL_FLOOR = 1e-3  # the dispersion is at least this share of the median: a flat 
 HORIZON = 10  # steps before an onset in which an alarm counts as a warning
 FALSE_ALARM_BOUND = 20.0  # false alarms per 1,000 steps a calibrated threshold may give on the calibration seeds
 MIN_EXCESS = 0.25  # a hit rate less than this above chance is no useful warning: "does not warn"
-MIN_SPIKES = 4  # held-out spikes a verdict needs
-WARNS, NO_WARNING, INCONCLUSIVE = "warns", "does not warn", "inconclusive"
+MIN_SPIKES = 4  # held-out spikes any verdict needs
+EXACT_UP_TO = 8  # runs at one rate whose permutations are all enumerated (8! = 40,320); above, MONTE_CARLO (seeded)
+MONTE_CARLO = 20_000
+WARNS, NO_WARNING, INCONCLUSIVE, NO_THRESHOLD = "warns", "does not warn", "inconclusive", "no usable threshold"
+STEP_RULE, LOSS_RISE = "step_only", "loss_rise"
+CHECKS = {s.name: s for s in (  # go through the same calibration and test as the signals, outside their family
+    Signal(STEP_RULE, f"the share of the calibration runs (at the run's rate) with a spike onset in the next "
+                      f"{HORIZON} steps: a rule that knows only the step"),
+    Signal(LOSS_RISE, f"the loss minus the median of its {WINDOW} steps before"),
+)}
 ALIGN = (-2 * HORIZON, HORIZON)  # steps around the onset the figures show
 
 
@@ -140,15 +161,38 @@ class RunSteps:
         return self.steps[WINDOW] if len(self.steps) > WINDOW else None
 
     @functools.cached_property
-    def judged(self) -> frozenset:
-        """The steps at which an alarm is judged: armed, not in a spike, its next HORIZON steps seen (or the run
+    def step_array(self) -> np.ndarray:
+        return np.asarray(self.steps, dtype=np.int64)
+
+    @functools.cached_property
+    def onsets(self) -> np.ndarray:
+        return np.array([s.onset for s in self.spikes], dtype=np.int64)
+
+    @functools.cached_property
+    def judged_mask(self) -> np.ndarray:
+        """At each step: an alarm there is judged (armed, not in a spike, its next HORIZON steps seen or the run
         diverged)."""
+        s = self.step_array
         if self.first_armed is None:
-            return frozenset()
+            return np.zeros(s.size, bool)
         diverged = bool(self.spikes) and self.spikes[-1].diverged
-        inside = {s for sp in self.spikes for s in range(sp.onset, sp.end + 1)}
-        return frozenset(s for s in self.steps if s >= self.first_armed and s not in inside
-                         and (diverged or s + HORIZON <= self.steps[-1]))
+        mask = (s >= self.first_armed) & (diverged or (s + HORIZON <= s[-1]))
+        for sp in self.spikes:
+            mask &= ~((s >= sp.onset) & (s <= sp.end))
+        return mask
+
+    @property
+    def judged(self) -> frozenset:
+        return frozenset(self.step_array[self.judged_mask].tolist())
+
+    @functools.cached_property
+    def warned_mask(self) -> np.ndarray:
+        """At each step: an onset follows within HORIZON steps (an alarm there is not false)."""
+        s = self.step_array
+        out = np.zeros(s.size, bool)
+        for o in self.onsets:
+            out |= (s < o) & (s >= o - HORIZON)
+        return out
 
 
 def entropy_series(res: dict) -> tuple:
@@ -163,15 +207,53 @@ def entropy_series(res: dict) -> tuple:
     return tuple(zip(*out)) or ((), ())
 
 
+def loss_rise(run: RunSteps) -> tuple:
+    """(steps, the loss minus the median of its WINDOW steps before) from the end of the warm-up, finite only."""
+    loss = np.asarray(run.loss, dtype=float)
+    if loss.size <= WINDOW:
+        return (), ()
+    med = np.median(np.lib.stride_tricks.sliding_window_view(loss[:-1], WINDOW), axis=1)
+    rise = loss[WINDOW:] - med
+    keep = np.isfinite(rise)
+    return tuple(run.step_array[WINDOW:][keep].tolist()), tuple(rise[keep].tolist())
+
+
+def _kind(signal: str) -> Signal:
+    return SIGNALS.get(signal) or CHECKS[signal]
+
+
+def alarm_matrix(run: RunSteps, signal: str, thresholds) -> np.ndarray:
+    """[thresholds, run.steps] booleans: where `signal` crosses each threshold (utils.telemetry.Alarm.crossed: from
+    the other side at its previous value), from the end of the warm-up on."""
+    thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
+    out = np.zeros((thresholds.size, len(run.steps)), bool)
+    steps, values = run.signals.get(signal, ((), ()))
+    if run.first_armed is None or not len(steps):
+        return out
+    s, v = np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=float)
+    prev = np.concatenate([[math.nan], v[:-1]])
+    t = thresholds[:, None]
+    fired = ((v >= t) & ~(prev >= t)) if _kind(signal).rises else ((v <= t) & ~(prev <= t))
+    pos = np.searchsorted(run.step_array, s)
+    ok = (s >= run.first_armed) & (pos < run.step_array.size)
+    ok[ok] &= run.step_array[pos[ok]] == s[ok]
+    out[:, pos[ok]] = fired[:, ok]
+    return out
+
+
 def alarms(run: RunSteps, signal: str, threshold: float) -> list[int]:
     """The steps at which `signal` crosses `threshold`, from the end of the warm-up on."""
-    armed = run.first_armed
-    if armed is None:
-        return []
-    alarm = Alarm(SIGNALS[signal], threshold)
-    steps, values = run.signals[signal]
-    return [s for i, (s, v) in enumerate(zip(steps, values))
-            if s >= armed and alarm.crossed(v, values[i - 1] if i else None)]
+    return run.step_array[alarm_matrix(run, signal, threshold)[0]].tolist()
+
+
+def hits_of(alarm_steps: np.ndarray, onsets: np.ndarray) -> np.ndarray:
+    """Per onset: the first of the (sorted) alarm steps in the HORIZON steps before it, or -1 (no hit)."""
+    if not alarm_steps.size:
+        return np.full(onsets.size, -1, dtype=np.int64)
+    i = np.searchsorted(alarm_steps, onsets - HORIZON)
+    inside = i < alarm_steps.size
+    inside[inside] &= alarm_steps[i[inside]] < onsets[inside]
+    return np.where(inside, alarm_steps[np.minimum(i, alarm_steps.size - 1)], -1)
 
 
 @dataclass(frozen=True)
@@ -184,12 +266,10 @@ class Score:
     alarms: int = 0  # alarms at judged steps (true and false)
     judged_steps: int = 0
     leads: tuple = ()
-    chance_hits: float = 0.0  # hits expected of random alarms, each run's at that run's own alarm rate
 
     def __add__(self, o: "Score") -> "Score":
         return Score(self.spikes + o.spikes, self.hits + o.hits, self.false_alarms + o.false_alarms,
-                     self.alarms + o.alarms, self.judged_steps + o.judged_steps, self.leads + o.leads,
-                     self.chance_hits + o.chance_hits)
+                     self.alarms + o.alarms, self.judged_steps + o.judged_steps, self.leads + o.leads)
 
     @property
     def hit_rate(self) -> float:
@@ -199,27 +279,14 @@ class Score:
     def false_per_1000(self) -> float:
         return 1000 * self.false_alarms / self.judged_steps if self.judged_steps else math.nan
 
-    @property
-    def chance(self) -> float:
-        """The hit rate of random alarms at the same rate: in each run, alarms at r per judged step, placed at
-        random, hit a spike with probability 1 - (1 - r)^HORIZON; this is their expected hits over the spikes."""
-        return self.chance_hits / self.spikes if self.spikes else math.nan
-
 
 def score(run: RunSteps, signal: str, threshold: float) -> Score:
     """Hits, lead times and false alarms of one threshold on one run (the module docstring's definitions)."""
-    fired = alarms(run, signal, threshold)
-    onsets = [s.onset for s in run.spikes]
-    leads = []
-    for o in onsets:
-        before = [a for a in fired if o - HORIZON <= a < o]
-        if before:
-            leads.append(o - before[0])
-    counted = [a for a in fired if a in run.judged]
-    false = [a for a in counted if not any(a < o <= a + HORIZON for o in onsets)]
-    rate = min(1.0, len(counted) / len(run.judged)) if run.judged else 0.0
-    return Score(len(onsets), len(leads), len(false), len(counted), len(run.judged), tuple(leads),
-                 len(onsets) * (1 - (1 - rate) ** HORIZON))
+    fired = alarm_matrix(run, signal, threshold)[0]
+    first = hits_of(run.step_array[fired], run.onsets)
+    counted = fired & run.judged_mask
+    return Score(int(run.onsets.size), int((first >= 0).sum()), int((counted & ~run.warned_mask).sum()),
+                 int(counted.sum()), int(run.judged_mask.sum()), tuple((run.onsets - first)[first >= 0].tolist()))
 
 
 def total(runs: list[RunSteps], signal: str, threshold: float) -> Score:
@@ -229,24 +296,106 @@ def total(runs: list[RunSteps], signal: str, threshold: float) -> Score:
 # ---------------------------------------------------------------------------------- calibration
 def candidates(runs: list[RunSteps], signal: str) -> np.ndarray:
     """The thresholds tried: 99 quantiles of the signal's values over the runs."""
-    values = np.array([v for r in runs for v in r.signals[signal][1]], dtype=float)
+    values = np.array([v for r in runs for v in r.signals.get(signal, ((), ()))[1]], dtype=float)
     values = values[np.isfinite(values)]
     return np.unique(np.quantile(values, np.linspace(0.01, 0.99, 99))) if values.size else np.array([])
 
 
 def calibrate(runs: list[RunSteps], signal: str) -> tuple[float | None, Score | None]:
     """(threshold, its score on `runs`): the highest hit rate with false alarms under FALSE_ALARM_BOUND per 1,000
-    steps, fewest false alarms among ties; (None, None) when there is no spike or no threshold stays under it."""
-    if not sum(len(r.spikes) for r in runs):
+    steps, fewest false alarms among ties (then the lowest threshold); (None, None) when there is no spike or no
+    threshold stays under it."""
+    spikes = sum(r.onsets.size for r in runs)
+    tried = candidates(runs, signal)
+    if not spikes or not tried.size:
         return None, None
-    best = None
-    for t in candidates(runs, signal):
-        s = total(runs, signal, float(t))
-        if not s.false_per_1000 <= FALSE_ALARM_BOUND:
-            continue
-        if best is None or (s.hit_rate, -s.false_per_1000) > (best[1].hit_rate, -best[1].false_per_1000):
-            best = (float(t), s)
-    return best or (None, None)
+    hits, false, judged = np.zeros(tried.size), np.zeros(tried.size), 0
+    for r in runs:
+        fired = alarm_matrix(r, signal, tried)
+        if r.onsets.size:
+            s, o = r.step_array[None, :], r.onsets[:, None]
+            windows = (s >= o - HORIZON) & (s < o)  # [spikes, steps]: the HORIZON steps before each onset
+            hits += (fired[:, None, :] & windows[None]).any(axis=2).sum(axis=1)
+        false += (fired & r.judged_mask & ~r.warned_mask).sum(axis=1)
+        judged += int(r.judged_mask.sum())
+    if not judged:
+        return None, None
+    rate, fa = hits / spikes, 1000 * false / judged
+    ok = np.flatnonzero(fa <= FALSE_ALARM_BOUND)
+    if not ok.size:
+        return None, None
+    best = ok[np.lexsort((ok, fa[ok], -rate[ok]))[0]]  # highest hit rate, then fewest false alarms, then lowest
+    t = float(tried[best])
+    return t, total(runs, signal, t)
+
+
+def step_series(cal_runs: list[RunSteps], run: RunSteps) -> tuple:
+    """The step-only rule's signal for `run`: at each of its steps, the share of the calibration runs at its rate
+    (all of them where none is at its rate) whose spike onsets include one in the next HORIZON steps."""
+    same = [r for r in cal_runs if r.multiplier == run.multiplier] or cal_runs
+    if not same:
+        return (), ()
+    s = run.step_array
+    density = np.zeros(s.size)
+    for r in same:
+        density += ((r.onsets[None, :] > s[:, None]) & (r.onsets[None, :] <= s[:, None] + HORIZON)).any(axis=1)
+    return tuple(s.tolist()), tuple((density / len(same)).tolist())
+
+
+# ---------------------------------------------------------------------------------- the null that keeps time
+@dataclass(frozen=True)
+class Permutation:
+    """The held-out hits against every pairing of alarm sequences with spike sequences within a rate."""
+
+    observed: int  # hits of each run's own alarms on its own spikes
+    expected: float  # their mean over the pairings: chance
+    p: float  # one-sided: the share of pairings with at least the observed hits
+    min_p: float  # the smallest p these runs can give (the share of pairings at the most hits any reaches)
+    exact: bool  # every pairing enumerated (else MONTE_CARLO random ones, seeded)
+
+
+@functools.lru_cache(maxsize=None)
+def _permutations(n: int) -> np.ndarray:
+    return np.array(list(itertools.permutations(range(n))), dtype=np.int64).reshape(-1, n)
+
+
+def permutation_test(groups: list[np.ndarray]) -> Permutation:
+    """groups: per learning rate, H[i, j] = the spikes of run j hit by the alarms of run i. Under the null every
+    permutation of the alarm sequences over the runs of a rate is as likely as the one observed; the hits of a
+    pairing are sum_j H[pi(j), j]. Exact (each rate's permutations enumerated, their sums' distributions convolved
+    over the rates) with at most EXACT_UP_TO runs at every rate, else MONTE_CARLO random pairings counted with the
+    observed one."""
+    groups = [np.asarray(h, dtype=np.int64) for h in groups if np.asarray(h).size]
+    observed = int(sum(np.trace(h) for h in groups))
+    expected = float(sum(h.sum() / len(h) for h in groups))  # each column's mean over the rows
+    if all(len(h) <= EXACT_UP_TO for h in groups):
+        counts = np.ones(1)  # pairings per number of hits (float: 8!^5 overflows int64; ratios stay exact enough)
+        for h in groups:
+            n = len(h)
+            counts = np.convolve(counts, np.bincount(h[_permutations(n), np.arange(n)].sum(axis=1)).astype(float))
+        top = np.flatnonzero(counts)[-1]
+        return Permutation(observed, expected, float(counts[observed:].sum() / counts.sum()),
+                           float(counts[top] / counts.sum()), True)
+    rng = np.random.default_rng(0)
+    totals = np.zeros(MONTE_CARLO, dtype=np.int64)
+    for h in groups:
+        n = len(h)
+        perms = rng.permuted(np.tile(np.arange(n), (MONTE_CARLO, 1)), axis=1)
+        totals += h[perms, np.arange(n)].sum(axis=1)
+    return Permutation(observed, expected, float((1 + (totals >= observed).sum()) / (MONTE_CARLO + 1)),
+                       1 / (MONTE_CARLO + 1), False)
+
+
+def cross_hits(runs: list[RunSteps], alarm_steps: list[np.ndarray]) -> np.ndarray:
+    """H[i, j]: the spikes of runs[j] hit by the alarms of runs[i]."""
+    return np.array([[int((hits_of(a, r.onsets) >= 0).sum()) for r in runs] for a in alarm_steps],
+                    dtype=np.int64).reshape(len(runs), len(runs))
+
+
+def spikes_to_rule_out(k: int) -> int:
+    """The fewest held-out spikes whose exact upper bound on the hit rate, with no hit, lies below MIN_EXCESS at the
+    one-sided level ALPHA / 2 / k: 'does not warn' needs at least this many even where chance is 0."""
+    return math.floor(math.log(ALPHA / 2 / k) / math.log(1 - MIN_EXCESS)) + 1
 
 
 # ---------------------------------------------------------------------------------- decisions
@@ -275,10 +424,13 @@ class SignalResult:
     hit_rate: Interval | None
     false_alarms: Interval | None  # per 1,000 steps
     lead: Interval | None  # steps
-    chance: Interval | None  # hit rate of random alarms at the same rate
+    chance: Interval | None  # per seed: the hits the null expects, as a share of its spikes
     excess: Interval | None  # hit rate - chance, per seed
     verdict: str
     text: str  # the verdict sentence with the estimates it rests on
+    permutation: Permutation | None = None
+    excess_bound: float = math.nan  # the exact upper bound on the pooled hit rate minus the pooled chance
+    quiet_false_alarms: float = math.nan  # alarms per 1,000 judged steps in held-out runs without a spike
 
     @property
     def eval_spikes(self) -> int:
@@ -294,7 +446,9 @@ class SpikeAnalysis:
     results: dict  # (signal, condition) -> SignalResult
     aligned: dict  # (signal or "loss", condition) -> [n_spikes, offsets] array around each onset
     level: dict  # condition -> the intervals' level (Bonferroni over its tested signals)
-    summary: dict  # condition -> the sentence on the whole condition ("no signal warns" where none does)
+    summary: dict  # condition -> the sentence on the whole condition
+    checks: dict  # (STEP_RULE or LOSS_RISE, condition) -> SignalResult
+    family: dict  # condition -> the signals tested, k of the Bonferroni level (0: none; the checks never count)
 
     def spikes_of(self, condition: str, seeds=None) -> int:
         return sum(len(r.spikes) for r in self.runs if r.condition == condition and (seeds is None or r.seed in seeds))
@@ -332,38 +486,93 @@ def ci_text(i: Interval | None, f: str = ".2f") -> str:
     return f"{i.mean:{f}} [{i.lo:{f}}, {i.hi:{f}}]"
 
 
-def _decide(signal: str, cond: str, threshold, cal: Score | None, per_seed: dict, level: float,
-            cal_seeds: list, eval_seeds: list) -> SignalResult:
-    scores = list(per_seed.values()) if threshold is not None else []  # no threshold: nothing was measured
+def p_text(p: float) -> str:
+    return "n/a" if not math.isfinite(p) else f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One threshold on the held-out runs of a condition."""
+
+    per_seed: dict  # seed -> Score (each run's own alarms on its own spikes)
+    chance: dict  # seed -> the hits the null expects on its spikes
+    permutation: Permutation
+    quiet: Score  # the held-out runs without a spike, pooled
+
+
+def evaluate(runs: list[RunSteps], signal: str, threshold: float, seeds: list) -> Evaluation:
+    """Score the held-out `runs` at `threshold`, and set each run's alarms against the spikes of the others at its
+    learning rate (the null that keeps time)."""
+    fired = {id(r): np.sort(np.asarray(alarms(r, signal, threshold), dtype=np.int64)) for r in runs}
+    expected: dict = {}
+    groups = []
+    for m in sorted({r.multiplier for r in runs}):
+        at = [r for r in runs if r.multiplier == m]
+        h = cross_hits(at, [fired[id(r)] for r in at])
+        groups.append(h)
+        for j, r in enumerate(at):
+            expected[r.seed] = expected.get(r.seed, 0.0) + float(h[:, j].mean())
+    per_seed = {s: total([r for r in runs if r.seed == s], signal, threshold) for s in seeds}
+    quiet = total([r for r in runs if not r.spikes], signal, threshold)
+    return Evaluation(per_seed, {s: expected.get(s, 0.0) for s in seeds}, permutation_test(groups), quiet)
+
+
+def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation | None, n_spikes: dict,
+            level: float, k: int, cal_seeds: list, eval_seeds: list) -> SignalResult:
+    """The verdict on one signal (or check) of one condition; `n_spikes`: held-out spikes per evaluation seed."""
+    alpha = (1 - level) / 2  # one-sided, per signal: ALPHA / 2 / k
+    seeds_with = sum(1 for s in eval_seeds if n_spikes.get(s))
+    spikes = sum(n_spikes.get(s, 0) for s in eval_seeds)
+    per_seed = ev.per_seed if ev else {s: Score(spikes=n_spikes.get(s, 0)) for s in eval_seeds}
+    scores = list(per_seed.values()) if ev else []
     hit = Interval.of([s.hit_rate for s in scores], level, 0, 1)
     fa = Interval.of([s.false_per_1000 for s in scores], level, 0)
     lead = Interval.of([float(np.mean(s.leads)) if s.leads else math.nan for s in scores], level, 1, HORIZON)
-    chance = Interval.of([s.chance for s in scores if s.spikes], level, 0, 1)
-    excess = Interval.of([s.hit_rate - s.chance for s in scores if s.spikes], level, -1, 1)
-    every = list(per_seed.values())
-    n_spikes, seeds_with = sum(s.spikes for s in every), sum(1 for s in every if s.spikes)
-    where = (f"threshold {threshold:.4g} chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on seeds "
-             f"{', '.join(map(str, eval_seeds))}") if threshold is not None else ""
+    chance = Interval.of([ev.chance[s] / p.spikes for s, p in per_seed.items() if p.spikes] if ev else [], level, 0, 1)
+    excess = Interval.of([p.hit_rate - ev.chance[s] / p.spikes for s, p in per_seed.items() if p.spikes]
+                         if ev else [], level, -1, 1)
+    perm = ev.permutation if ev else None
+    bound = (binomial_upper(perm.observed, spikes, alpha) - perm.expected / spikes) if perm and spikes else math.nan
+    quiet = ev.quiet.false_per_1000 if ev else math.nan
+    named = f"{signal} at threshold {threshold:.4g}" if threshold is not None else signal
+    need = spikes_to_rule_out(k)
     if not eval_seeds:
         verdict, why = INCONCLUSIVE, "no seed to evaluate on: the study needs 2 seeds or more"
-    elif n_spikes < MIN_SPIKES or seeds_with < 2:
-        verdict, why = INCONCLUSIVE, (f"{n_spikes} held-out spike(s) on {seeds_with} seed(s); a verdict needs "
+    elif spikes < MIN_SPIKES or seeds_with < 2:
+        verdict, why = INCONCLUSIVE, (f"{spikes} held-out spike(s) on {seeds_with} seed(s); a verdict needs "
                                       f"{MIN_SPIKES} on 2 seeds or more")
     elif threshold is None:
-        verdict, why = NO_WARNING, (f"no threshold kept its false alarms under {FALSE_ALARM_BOUND:g} per 1,000 steps "
-                                    f"on the calibration seeds")
-    elif excess.lo > 0:
-        verdict, why = WARNS, ""
-    elif excess.hi < MIN_EXCESS:
-        verdict, why = NO_WARNING, ""
+        verdict, why = NO_THRESHOLD, (f"no threshold kept its false alarms under {FALSE_ALARM_BOUND:g} per 1,000 steps "
+                                      f"on the calibration seeds")
+    elif perm.p <= alpha:
+        verdict, why = WARNS, f"permutation p {p_text(perm.p)} \u2264 {p_text(alpha)}"
+    elif excess.hi < MIN_EXCESS and bound < MIN_EXCESS:
+        verdict, why = NO_WARNING, (f"its hit rate is shown less than {MIN_EXCESS:g} above chance by the t bound "
+                                    f"over seeds ({excess.hi:.2f}) and the exact bound on the pooled hits "
+                                    f"({bound:.2f})")
     else:
-        verdict, why = INCONCLUSIVE, "the interval of its hit rate above chance reaches both sides"
-    est = (f"held-out hit rate {ci_text(hit)} against {ci_text(chance)} by chance at its alarm rate (excess "
-           f"{ci_text(excess)}), {ci_text(fa, '.1f')} false alarms per 1,000 steps, lead {ci_text(lead, '.1f')} steps, "
-           f"{n_spikes} spike(s)")
-    text = f"{signal} {verdict} in {cond}" + (f" ({why})" if why else "") + (
-        f": {est}; {where}" if threshold is not None else "") + "."
-    return SignalResult(signal, cond, threshold, cal, per_seed, hit, fa, lead, chance, excess, verdict, text)
+        open_ = [f"permutation p {p_text(perm.p)} > {p_text(alpha)}"]
+        if perm.min_p > alpha:
+            open_.append(f"no pairing of these runs could give p \u2264 {p_text(alpha)} (the smallest is "
+                         f"{p_text(perm.min_p)}): a warning needs more held-out runs at a rate")
+        reach = [f"{name} {v:.2f}" for name, v in (("t bound over seeds", excess.hi), ("exact bound", bound))
+                 if not v < MIN_EXCESS]
+        open_.append(f"a hit rate {MIN_EXCESS:g} above chance is not ruled out ({', '.join(reach)})")
+        if spikes < need:
+            open_.append(f"ruling it out needs at least {need} held-out spikes, {spikes} here")
+        verdict, why = INCONCLUSIVE, "; ".join(open_)
+    if ev is None:
+        text = f"{signal} in {cond}: {verdict} ({why})."
+    else:
+        text = (f"{named} in {cond}: {verdict} ({why}). Held-out hit rate {ci_text(hit)} ({perm.observed} of "
+                f"{spikes} spikes) against {ci_text(chance)} by chance ({perm.expected:.1f} hits expected when each "
+                f"run's alarms are set against the spikes of the runs at its rate), excess {ci_text(excess)}, exact "
+                f"bound on the pooled excess {bound:.2f}; {ci_text(fa, '.1f')} false alarms per 1,000 steps, "
+                f"{'n/a' if not math.isfinite(quiet) else f'{quiet:.1f}'} in runs without a spike; lead "
+                f"{ci_text(lead, '.1f')} steps; chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on "
+                f"seeds {', '.join(map(str, eval_seeds))}.")
+    return SignalResult(signal, cond, threshold, cal, per_seed, hit, fa, lead, chance, excess, verdict, text, perm,
+                        bound, quiet)
 
 
 def aligned(runs: list[RunSteps], name: str) -> np.ndarray:
@@ -371,57 +580,71 @@ def aligned(runs: list[RunSteps], name: str) -> np.ndarray:
     offsets = np.arange(ALIGN[0], ALIGN[1] + 1)
     out = []
     for r in runs:
-        steps, values = (r.steps, r.loss) if name == "loss" else r.signals[name]
+        steps, values = (r.steps, r.loss) if name == "loss" else r.signals.get(name, ((), ()))
         at = dict(zip(steps, values))
         for s in r.spikes:
             out.append([as_float(at.get(s.onset + o)) for o in offsets])
     return np.array(out, dtype=float).reshape(len(out), offsets.size)
 
 
+def _with_checks(runs: list[RunSteps], cal_runs: list[RunSteps]) -> list[RunSteps]:
+    """The runs with the two checks' series beside their signals."""
+    return [dataclasses.replace(r, signals={**r.signals, STEP_RULE: step_series(cal_runs, r), LOSS_RISE: loss_rise(r)})
+            for r in runs]
+
+
 def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
     """Calibrate on the first half of `seeds` (default: the runs' seeds, sorted), evaluate on the rest, per signal
-    and condition."""
+    and condition; the checks beside them."""
     seeds = list(seeds) if seeds else sorted({r.seed for r in runs if r.seed is not None})
     cal_seeds, eval_seeds = split_seeds(seeds) if len(seeds) > 1 else (seeds, [])
     present = {r.condition for r in runs}
     conditions = [c for c in LR_CONDITIONS if c in present] + sorted(present - set(LR_CONDITIONS))
-    results, levels, summary, al = {}, {}, {}, {}
+    results, checks, levels, summary, al, family = {}, {}, {}, {}, {}, {}
     for cond in conditions:
-        of = [r for r in runs if r.condition == cond]
+        raw = [r for r in runs if r.condition == cond]
+        of = _with_checks(raw, [r for r in raw if r.seed in cal_seeds])
         cal_runs = [r for r in of if r.seed in cal_seeds]
-        chosen = {sig: calibrate(cal_runs, sig) for sig in SIGNALS}
-        per_seed = {sig: {seed: total([r for r in of if r.seed == seed], sig, t) for seed in eval_seeds}
-                    if t is not None else {seed: Score(spikes=sum(len(r.spikes) for r in of if r.seed == seed))
-                                           for seed in eval_seeds}
-                    for sig, (t, _) in chosen.items()}
-        tested = sum(1 for sig, (t, _) in chosen.items() if t is not None
-                     and sum(1 for s in per_seed[sig].values() if s.spikes) >= 2)
-        levels[cond] = 1 - ALPHA / max(tested, 1)
+        held = [r for r in of if r.seed in eval_seeds]
+        n_spikes = {s: sum(len(r.spikes) for r in held if r.seed == s) for s in eval_seeds}
+        chosen = {sig: calibrate(cal_runs, sig) for sig in (*SIGNALS, *CHECKS)}
+        evals = {sig: evaluate(held, sig, t, eval_seeds) if t is not None and eval_seeds else None
+                 for sig, (t, _) in chosen.items()}
+        tested = sum(1 for sig in SIGNALS if evals[sig] is not None and sum(1 for n in n_spikes.values() if n) >= 2)
+        family[cond], k = tested, max(tested, 1)
+        levels[cond] = 1 - ALPHA / k
         cal_spikes = sum(len(r.spikes) for r in cal_runs)
         for sig, (t, cal) in chosen.items():
-            res = _decide(sig, cond, t, cal, per_seed[sig], levels[cond], cal_seeds, eval_seeds)
+            res = _decide(sig, cond, t, cal, evals[sig], n_spikes, levels[cond], k, cal_seeds, eval_seeds)
             if not candidates(of, sig).size:
                 res = _undecided(res, "not recorded in its runs")
             elif t is None and not cal_spikes:
                 res = _undecided(res, f"the calibration seeds ({', '.join(map(str, cal_seeds))}) had no spike, so "
                                       f"no threshold was chosen")
-            results[(sig, cond)] = res
+            (results if sig in SIGNALS else checks)[(sig, cond)] = res
         summary[cond] = _summary(cond, [results[(sig, cond)] for sig in SIGNALS])
         for name in ("loss", *SIGNALS):
-            al[(name, cond)] = aligned(of, name)
-    return SpikeAnalysis(tuple(runs), conditions, cal_seeds, eval_seeds, results, al, levels, summary)
+            al[(name, cond)] = aligned(raw, name)
+    return SpikeAnalysis(tuple(runs), conditions, cal_seeds, eval_seeds, results, al, levels, summary, checks,
+                         family)
 
 
 def _summary(cond: str, results: list[SignalResult]) -> str:
-    """The condition in one sentence: the signals that warn, else "no signal warns", and those undecided."""
-    warned = [r.signal for r in results if r.verdict == WARNS]
-    open_ = [r.signal for r in results if r.verdict == INCONCLUSIVE]
-    head = (f"In {cond}, {', '.join(warned)} warn{'s' if len(warned) == 1 else ''}" if warned
-            else f"In {cond}, no signal warns")
-    return head + (f"; inconclusive: {', '.join(open_)}." if open_ else ".")
+    """The condition in one sentence: the signals that warn; else "no signal warns" only when every signal was
+    decided not to, and "no signal was shown to warn" otherwise; then the other outcomes by name."""
+    by = {v: [r.signal for r in results if r.verdict == v] for v in (WARNS, NO_WARNING, NO_THRESHOLD, INCONCLUSIVE)}
+    if by[WARNS]:
+        head = f"In {cond}, {', '.join(by[WARNS])} warn{'s' if len(by[WARNS]) == 1 else ''}"
+    elif len(by[NO_WARNING]) == len(results):
+        head = f"In {cond}, no signal warns"
+    else:
+        head = f"In {cond}, no signal was shown to warn"
+    rest = [f"{v}: {', '.join(by[v])}" for v in (NO_WARNING, NO_THRESHOLD, INCONCLUSIVE)
+            if by[v] and not (v == NO_WARNING and len(by[v]) == len(results))]
+    return head + (f"; {'; '.join(rest)}." if rest else ".")
 
 
 def _undecided(res: SignalResult, why: str) -> SignalResult:
     """A signal that could not be calibrated: inconclusive, and why."""
-    return dataclasses.replace(res, verdict=INCONCLUSIVE, text=f"{res.signal} {INCONCLUSIVE} in {res.condition} "
+    return dataclasses.replace(res, verdict=INCONCLUSIVE, text=f"{res.signal} in {res.condition}: {INCONCLUSIVE} "
                                f"({why}).")

@@ -104,3 +104,14 @@ def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:
     if keep.sum() < 2 or np.ptp(xa[keep]) == 0 or np.ptp(ya[keep]) == 0:
         return math.nan
     return float(stats.spearmanr(xa[keep], ya[keep]).statistic)
+
+
+def binomial_upper(successes: int, trials: int, alpha: float) -> float:
+    """The exact (Clopper-Pearson) one-sided upper confidence bound at level 1 - alpha on a binomial proportion:
+    the p at which seeing `successes` or fewer of `trials` has probability alpha (1 when every trial succeeded;
+    NaN with no trial). With no success it is 1 - alpha ** (1 / trials)."""
+    if trials <= 0:
+        return math.nan
+    if successes >= trials:
+        return 1.0
+    return float(stats.beta.ppf(1 - alpha, successes + 1, trials - successes))

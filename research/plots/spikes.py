@@ -11,8 +11,9 @@ import math
 
 import numpy as np
 
-from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, HORIZON, K, M, MIN_EXCESS, MIN_SPIKES, REL_FLOOR,
-                                      WINDOW, SpikeAnalysis, ci_text)
+from research.analysis.spikes import (ALIGN, CHECKS, FALSE_ALARM_BOUND, HORIZON, K, LOSS_RISE, M, MIN_EXCESS,
+                                      MIN_SPIKES, REL_FLOOR, STEP_RULE, WINDOW, SpikeAnalysis, ci_text, p_text,
+                                      spikes_to_rule_out)
 from research.plots.common import color, label, message_figure, styled, subplots
 from utils.telemetry import SIGNALS
 
@@ -69,16 +70,17 @@ def fig_hit_false(analysis: SpikeAnalysis):
     conds = analysis.conditions
     fig, axes = subplots(1, len(conds), figsize=(5 * len(conds), 4.4), squeeze=False)
     for ax, cond in zip(axes[0], conds):
-        for k, name in enumerate(SIGNALS):
-            r = analysis.results[(name, cond)]
+        shown = [(analysis.results[(n, cond)], f"C{k}", "o") for k, n in enumerate(SIGNALS)]
+        shown += [(analysis.checks[(n, cond)], "black", m) for n, m in ((STEP_RULE, "x"), (LOSS_RISE, "s"))
+                  if (n, cond) in analysis.checks]
+        for r, col, marker in shown:
             if r.hit_rate is None or not math.isfinite(r.hit_rate.mean) or not math.isfinite(r.false_alarms.mean):
                 continue
-            err = [[r.hit_rate.mean - r.hit_rate.lo], [r.hit_rate.hi - r.hit_rate.mean]]
-            xerr = [[r.false_alarms.mean - r.false_alarms.lo], [r.false_alarms.hi - r.false_alarms.mean]]
-            err = np.nan_to_num(err)
-            xerr = np.nan_to_num(xerr)
-            ax.errorbar(r.false_alarms.mean, r.hit_rate.mean, yerr=err, xerr=xerr, fmt="o", capsize=3,
-                        color=f"C{k}", label=f"{name} ({r.verdict})")
+            err = np.nan_to_num([[r.hit_rate.mean - r.hit_rate.lo], [r.hit_rate.hi - r.hit_rate.mean]])
+            xerr = np.nan_to_num([[r.false_alarms.mean - r.false_alarms.lo], [r.false_alarms.hi - r.false_alarms.mean]])
+            check = r.signal in CHECKS
+            ax.errorbar(r.false_alarms.mean, r.hit_rate.mean, yerr=err, xerr=xerr, fmt=marker, capsize=3, color=col,
+                        mfc="none" if check else col, label=f"{r.signal}{' (check)' if check else ''} ({r.verdict})")
         ax.axvline(FALSE_ALARM_BOUND, color="grey", ls=":", lw=0.8)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("false alarms per 1,000 steps (held-out)")
@@ -87,7 +89,7 @@ def fig_hit_false(analysis: SpikeAnalysis):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle(f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on "
-                 f"seeds {', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}")
+                 f"seeds {', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks")
     fig.tight_layout()
     return fig
 
@@ -103,6 +105,15 @@ def rule_text() -> str:
             f"the loss is back under the line; a non-finite loss is a spike (divergence) at its step.")
 
 
+def _row(r, name: str) -> str:
+    t = "none" if r.threshold is None else f"{r.threshold:.4g}"
+    perm = r.permutation
+    p = f"{p_text(perm.p)}" if perm else "n/a"
+    quiet = "n/a" if not math.isfinite(r.quiet_false_alarms) else f"{r.quiet_false_alarms:.1f}"
+    return (f"| {name} | {t} | {ci_text(r.hit_rate)} | {ci_text(r.chance)} | {p} | {ci_text(r.false_alarms, '.1f')} | "
+            f"{quiet} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
+
+
 def report(analysis: SpikeAnalysis) -> str:
     lines = ["# Do the keys warn before the loss spikes?", "",
              rule_text() + f" An alarm is a crossing of a threshold; it hits a spike when it falls in the {HORIZON} "
@@ -110,8 +121,14 @@ def report(analysis: SpikeAnalysis) -> str:
              f"within {HORIZON} steps. Thresholds were chosen on the calibration seeds "
              f"({', '.join(map(str, analysis.calibration_seeds))}: the highest hit rate with at most "
              f"{FALSE_ALARM_BOUND:g} false alarms per 1,000 steps) and evaluated only on the other seeds "
-             f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}); intervals are t intervals over the "
-             f"evaluation seeds (docs/spikes.md, docs/decisions.md).", "", "## Verdict", ""]
+             f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}). "
+             "Chance keeps time: spikes cluster in training, and so do signals that follow the schedule. Each "
+             "held-out run's alarms are set against the spikes of every held-out run at the same learning rate (every "
+             "pairing of alarm sequences with spike sequences within a rate, enumerated); chance is the hit rate those "
+             "pairings give on average, and p the share of them that hit at least as many spikes as the runs' own "
+             "alarms did. A rule that fires at the same steps in every run hits as much under every pairing: p = 1. "
+             "Intervals are t intervals over the evaluation seeds (docs/spikes.md, docs/decisions.md).", "",
+             "## Verdict", ""]
     lines += [f"- {analysis.summary[c]}" for c in analysis.conditions]
     lines += ["", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes |",
               "|---|---|---|---|---|---|"]
@@ -122,16 +139,26 @@ def report(analysis: SpikeAnalysis) -> str:
                      f"{analysis.spikes_of(c, analysis.calibration_seeds)} | "
                      f"{analysis.spikes_of(c, analysis.evaluation_seeds)} |")
     for c in analysis.conditions:
-        lines += ["", f"## {label(c)}", "", f"Intervals at level {analysis.level[c]:.4g} (Bonferroni over the signals "
-                  f"tested). A signal warns when its hit rate above chance (alarms placed at random in each run at "
-                  f"that run's rate) has an interval wholly above 0; it does not warn when that interval lies "
-                  f"below {MIN_EXCESS:g}; a verdict needs {MIN_SPIKES} held-out spikes on 2 seeds or more.", "",
-                  "| signal | threshold | hit rate | chance | false alarms / 1,000 steps | lead (steps) | verdict |",
-                  "|---|---|---|---|---|---|---|"]
-        for name in SIGNALS:
-            r = analysis.results[(name, c)]
-            t = "none" if r.threshold is None else f"{r.threshold:.4g}"
-            lines.append(f"| {name} | {t} | {ci_text(r.hit_rate)} | {ci_text(r.chance)} | "
-                         f"{ci_text(r.false_alarms, '.1f')} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
-        lines += ["", *(f"- {analysis.results[(name, c)].text}" for name in SIGNALS)]
+        level, tested = analysis.level[c], analysis.family[c]
+        k, alpha = max(tested, 1), (1 - level) / 2
+        family = (f"{tested} signal(s) tested: each is one of a family of {tested} (Bonferroni)." if tested else
+                  "No signal could be tested (each needs a threshold and held-out spikes on 2 seeds or more).")
+        lines += ["", f"## {label(c)}", "",
+                  f"{family} A signal warns when its "
+                  f"held-out hits beat the pairings at one-sided p \u2264 {p_text(alpha)} (0.025 / {k}). It does "
+                  f"not warn, at its chosen threshold, when its hit rate above chance is shown below "
+                  f"{MIN_EXCESS:g} both by the t bound over the evaluation seeds and by the exact (Clopper-Pearson) "
+                  f"bound on the pooled held-out hits, each at that level: with no hit and no chance that takes "
+                  f"{spikes_to_rule_out(k)} held-out spikes. Any verdict needs {MIN_SPIKES} held-out spikes on 2 "
+                  f"seeds or more. Intervals at level {level:.4g}.", "",
+                  "| signal | threshold | hit rate | chance | p | false alarms / 1,000 steps | in runs without a spike "
+                  "| lead (steps) | verdict |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        lines += [_row(analysis.results[(name, c)], name) for name in SIGNALS]
+        lines += [_row(analysis.checks[(n, c)], f"{n} (check)") for n in CHECKS if (n, c) in analysis.checks]
+        lines += ["", *(f"- {analysis.results[(name, c)].text}" for name in SIGNALS), "",
+                  f"Checks, outside the family and tested the same way: {STEP_RULE} fires where the calibration runs' "
+                  f"spikes were densest at the run's rate (it knows only the step, so no pairing can favour it); "
+                  f"{LOSS_RISE} is the loss's own rise over the median of its {WINDOW} steps before.", "",
+                  *(f"- {analysis.checks[(name, c)].text}" for name in CHECKS if (name, c) in analysis.checks)]
     return "\n".join(lines) + "\n"

@@ -6,7 +6,9 @@ import math
 import numpy as np
 
 from research.analysis import spikes
-from research.analysis.spikes import INCONCLUSIVE, NO_WARNING, WARNS, WINDOW, RunSteps, analyze, find_spikes
+from research.analysis.spikes import (INCONCLUSIVE, NO_WARNING, STEP_RULE, WARNS, WINDOW, RunSteps, Spike, analyze,
+                                      find_spikes)
+from utils.telemetry import SIGNALS, Alarm
 
 N = 200
 
@@ -77,48 +79,126 @@ def _rows(seed: int, onsets: tuple, level: float) -> list[dict]:
     return rows
 
 
-CAL, EVAL = (60, 110, 160), (70, 150)  # calibration seeds have 3 spikes a run, evaluation seeds 2
+def onsets_of(seed: int) -> tuple:
+    """Two spikes a run, at steps no other run's spike comes within 5 steps of (12 apart from seed to seed)."""
+    return 40 + 12 * (seed % 6), 110 + 12 * (seed % 6)
 
 
-def _runs() -> list[RunSteps]:
-    return [RunSteps.of("NoQK@16", {"seed": seed}, _rows(seed, CAL if seed < 3 else EVAL, 100.0))
-            for seed in range(6)]
+SEEDS = list(range(12))  # 0-5 calibrate, 6-11 evaluate
 
 
-def test_a_signal_that_rises_5_steps_before_each_spike_warns_with_lead_5_and_no_false_alarm():
+def _runs(seeds=SEEDS) -> list[RunSteps]:
+    return [RunSteps.of("NoQK@16", {"seed": seed}, _rows(seed, onsets_of(seed), 100.0)) for seed in seeds]
+
+
+def test_a_signal_that_rises_5_steps_before_each_spike_warns_against_the_null_that_keeps_time():
     runs = _runs()
-    assert [[s.onset for s in r.spikes] for r in runs] == [list(CAL)] * 3 + [list(EVAL)] * 3
-    a = analyze(runs, seeds=[0, 1, 2, 3, 4, 5])
-    assert (a.calibration_seeds, a.evaluation_seeds) == ([0, 1, 2], [3, 4, 5])
+    assert [[s.onset for s in r.spikes] for r in runs] == [list(onsets_of(s)) for s in SEEDS]
+    a = analyze(runs, seeds=SEEDS)
+    assert (a.calibration_seeds, a.evaluation_seeds) == ([0, 1, 2, 3, 4, 5], [6, 7, 8, 9, 10, 11])
     r = a.results[("logit_max", "NoQK")]
     assert 10 < r.threshold <= 100
-    assert (r.calibration.spikes, r.calibration.hits) == (9, 9)  # chosen on seeds 0-2 alone
-    assert sorted(r.per_seed) == [3, 4, 5]  # evaluated on seeds 3-5 alone
+    assert (r.calibration.spikes, r.calibration.hits) == (12, 12)  # chosen on seeds 0-5 alone
+    assert sorted(r.per_seed) == [6, 7, 8, 9, 10, 11]  # evaluated on seeds 6-11 alone
     assert all((s.spikes, s.hits, s.false_alarms, s.leads) == (2, 2, 0, (5, 5)) for s in r.per_seed.values())
     assert (r.hit_rate.mean, r.false_alarms.mean, r.lead.mean) == (1.0, 0.0, 5.0)
     # 2 alarms in the judged steps of a run: 200 - 20 (warm-up) - 10 (end unseen) - 6 (in spikes) = 164
-    assert r.per_seed[3].judged_steps == 164 and r.per_seed[3].alarms == 2
-    assert math.isclose(r.chance.mean, 1 - (1 - 2 / 164) ** spikes.HORIZON)
-    assert r.verdict == WARNS
-    assert r.text.startswith("logit_max warns in NoQK: held-out hit rate 1.00")
-    assert "chosen on seeds 0, 1, 2, evaluated on seeds 3, 4, 5" in r.text
+    assert r.per_seed[6].judged_steps == 164 and r.per_seed[6].alarms == 2
+    # A run's alarms hit its own 2 spikes and no other run's (their onsets are 12 or more steps apart): H = 2 x I.
+    # Over the 6! pairings of the 6 held-out runs the hits are 2 x (fixed points): 12 only for the one observed, and
+    # 2 expected (each spike is hit by 1 of the 6 runs' alarms): chance 1/6, p = 1/720.
+    perm = r.permutation
+    assert (perm.observed, perm.expected, perm.exact) == (12, 2.0, True)
+    assert math.isclose(perm.p, 1 / 720) and math.isclose(perm.min_p, 1 / 720)
+    assert math.isclose(r.chance.mean, 1 / 6) and math.isclose(r.excess.mean, 5 / 6)
+    assert r.verdict == WARNS and math.isclose(a.level["NoQK"], 1 - 0.05 / 3)  # k: logit_max, its growth, grad_norm
+    assert r.text.startswith("logit_max at threshold ")
+    assert "warns (permutation p 0.0014 \u2264 " in r.text and "(12 of 12 spikes)" in r.text
+    assert "2.0 hits expected" in r.text and "chosen on seeds 0, 1, 2, 3, 4, 5, evaluated on seeds 6, 7" in r.text
 
 
-def test_chance_holds_each_run_to_its_own_alarm_rate_not_its_seeds_average():
-    # One seed, two runs: the 256x run has both spikes and both alarms (5 steps before each), the 128x run neither.
-    hot = RunSteps.of("NoQK@256", {"seed": 3}, _rows(3, EVAL, 100.0))
-    calm = RunSteps.of("NoQK@128", {"seed": 3}, _rows(3, (), 100.0))
-    assert (len(hot.judged), len(calm.judged)) == (164, 170)  # 200 - 20 - 10 - 6 in spikes; 200 - 20 - 10
-    s = spikes.total([hot, calm], "logit_max", 50.0)
-    assert (s.spikes, s.hits, s.alarms, s.judged_steps) == (2, 2, 2, 334)
-    # the hot run fires 2 alarms in 164 judged steps: that is the rate random alarms get, not 2 in 334
-    assert math.isclose(s.chance, 1 - (1 - 2 / 164) ** spikes.HORIZON)
-    assert s.chance > 1 - (1 - 2 / 334) ** spikes.HORIZON + 0.05
-    assert math.isnan(spikes.total([calm], "logit_max", 50.0).chance)  # no spike: no chance hit rate
+def _run(seed: int, multiplier: float, onsets: tuple, alarm_steps: tuple, n: int = N) -> RunSteps:
+    """A run built by hand: spikes of 3 steps at `onsets`, and logit_max at 100 for 4 steps from each of
+    `alarm_steps` (10 elsewhere), so a threshold between fires exactly there."""
+    steps = tuple(range(1, n + 1))
+    values = tuple(100.0 if any(a <= s < a + 4 for a in alarm_steps) else 10.0 for s in steps)
+    return RunSteps("NoQK", multiplier, seed, steps, tuple(4.0 for _ in steps),
+                    tuple(Spike(o, o + 2, False) for o in onsets), {"logit_max": (steps, values)})
+
+
+def test_the_null_pairs_runs_within_a_rate_only_and_chance_is_its_mean():
+    # 256x: A (spike 70, alarm 65) and B (spike 120, alarm 115): H = I, hits 2 as observed, 0 swapped.
+    # 128x: C (spike 66, no alarm) and D (no spike, alarm 62): D's alarm would hit C's spike: H = [[0, 0], [1, 0]].
+    a, b = _run(6, 256, (70,), (65,)), _run(7, 256, (120,), (115,))
+    c, d = _run(6, 128, (66,), ()), _run(7, 128, (), (62,))
+    ev = spikes.evaluate([a, b, c, d], "logit_max", 50.0, [6, 7])
+    # pairings: 256x gives 2 or 0, 128x 0 or 1, each half the time: totals 0, 1, 2, 3; observed 2 + 0 = 2
+    assert (ev.permutation.observed, ev.permutation.expected, ev.permutation.p) == (2, 1.5, 0.5)
+    # seed 6: A's spike expects (1 + 0) / 2, C's (0 + 1) / 2; seed 7: B's 1/2, D has no spike
+    assert ev.chance == {6: 1.0, 7: 0.5}
+    assert (ev.per_seed[6].spikes, ev.per_seed[6].hits, ev.per_seed[7].spikes, ev.per_seed[7].hits) == (2, 1, 1, 1)
+    assert ev.quiet.alarms == 1 and ev.quiet.judged_steps == 170  # D: 200 - 20 - 10 judged steps, its one alarm
+
+
+def test_a_signal_that_only_follows_the_step_does_not_warn_though_it_beats_random_placement():
+    # Every run spikes at step 45 and once more at its own step; the signal rises at step 38 in every run, spike or
+    # not. It hits every step-45 spike (and nothing else): hit rate 1/2 where alarms placed at random (1 in 164
+    # judged steps) would hit about 6% (the old chance: "warns", excess 0.44 with no spread). Any pairing of alarm
+    # sequences with spike sequences gives the same 6 hits: p = 1, and chance is the hit rate itself.
+    runs = [_run(s, 128, (45, 100 + 12 * (s % 6)), (38,)) for s in SEEDS]
+    a = analyze(runs, seeds=SEEDS)
+    r = a.results[("logit_max", "NoQK")]
+    assert (r.permutation.observed, r.permutation.expected, r.permutation.p) == (6, 6.0, 1.0)
+    assert (r.hit_rate.mean, r.chance.mean, r.excess.mean) == (0.5, 0.5, 0.0)
+    assert r.verdict != WARNS
+    control = a.checks[(STEP_RULE, "NoQK")]  # the step-only rule: it knows the calibration runs' spikes at 45
+    assert control.permutation.p == 1.0 and control.verdict != WARNS and control.hit_rate.mean >= 0.5
+
+
+def test_does_not_warn_needs_the_spikes_to_say_it():
+    # 0 hits of 4 held-out spikes: the exact one-sided bound on the hit rate is 1 - (0.025 / k) ** (1 / 4), 0.60 even
+    # at k = 1: a useful warning is not ruled out. With 24 spikes, 0 hits: 1 - (0.025 / 1) ** (1 / 24) = 0.14.
+    assert spikes.spikes_to_rule_out(1) == 13 and spikes.spikes_to_rule_out(7) == 20  # ln(0.025/k) / ln(0.75)
+    assert math.isclose(spikes.binomial_upper(0, 4, 0.025), 1 - 0.025 ** 0.25)
+    quiet_alarm = (185,)  # after every spike (the last at 180): fires, never hits
+
+    def study(onsets):
+        return analyze([_run(s, 128, onsets(s), quiet_alarm) for s in SEEDS], seeds=SEEDS)
+    few = study(lambda s: (40 + 12 * (s % 6),) if s in (6, 7, 8, 9) or s < 6 else ())
+    r = few.results[("logit_max", "NoQK")]
+    assert (r.eval_spikes, r.hit_rate.mean, r.verdict) == (4, 0.0, INCONCLUSIVE)
+    assert "ruling it out needs at least 13 held-out spikes, 4 here" in r.text
+    many = study(lambda s: tuple(30 + 12 * (s % 6) + 30 * i for i in range(4)))  # 4 a run, 24 held out
+    r = many.results[("logit_max", "NoQK")]
+    assert (r.eval_spikes, r.permutation.observed, r.permutation.expected) == (24, 0, 0.0)
+    assert math.isclose(r.excess_bound, 1 - 0.025 ** (1 / 24)) and r.verdict == NO_WARNING
+    assert r.text.startswith("logit_max at threshold ") and "does not warn" in r.text
+
+
+def test_the_permutation_null_exactly_and_by_monte_carlo():
+    perm = spikes.permutation_test([np.array([[1, 0], [0, 1]]), np.array([[1, 1], [0, 0]])])
+    # rate 1: 2 (as observed) or 0 (swapped); rate 2: 1 either way. Totals 3 and 1, half each.
+    assert (perm.observed, perm.expected, perm.p, perm.min_p, perm.exact) == (3, 2.0, 0.5, 0.5, True)
+    big = spikes.permutation_test([np.eye(9, dtype=int)])  # 9 runs: fixed points; 12 or more only for 1 in 9!
+    assert not big.exact and big.observed == 9 and math.isclose(big.expected, 1.0)
+    assert big.p <= 2 / (spikes.MONTE_CARLO + 1) and big.min_p == 1 / (spikes.MONTE_CARLO + 1)
+
+
+def test_the_alarm_matrix_is_the_alarms_crossing_rule():
+    rng = np.random.default_rng(3)
+    steps = tuple(range(1, 81))
+    for name in ("logit_max", "entropy"):  # rises, falls
+        values = tuple(rng.normal(0, 1, 80).round(1).tolist())
+        run = RunSteps("QK", 1.0, 0, steps, (4.0,) * 80, (), {name: (steps, values)})
+        for t in (-0.5, 0.0, 0.7):
+            alarm = Alarm(SIGNALS[name], t)
+            want = [s for i, s in enumerate(steps) if s >= run.first_armed
+                    and alarm.crossed(values[i], values[i - 1] if i else None)]
+            assert spikes.alarms(run, name, t) == want and want
 
 
 def test_a_noise_signal_does_not_warn_and_an_absent_one_is_inconclusive():
-    a = analyze(_runs(), seeds=[0, 1, 2, 3, 4, 5])
+    a = analyze(_runs(), seeds=SEEDS)
     assert a.results[("grad_norm", "NoQK")].verdict in (NO_WARNING, INCONCLUSIVE)
     absent = a.results[("key_norm", "NoQK")]
     assert absent.verdict == INCONCLUSIVE and "not recorded" in absent.text
@@ -126,18 +206,18 @@ def test_a_noise_signal_does_not_warn_and_an_absent_one_is_inconclusive():
                                  "update_rms_muon, update_rms_adamw, entropy.")  # growth: logit_max's rise
 
 
-def test_too_few_seeds_is_inconclusive_and_no_warning_is_said_so():
-    runs = [r for r in _runs() if r.seed in (0, 3)]
-    a = analyze(runs, seeds=[0, 3])
+def test_too_few_seeds_is_inconclusive_and_the_heading_says_nothing_was_shown():
+    runs = [r for r in _runs() if r.seed in (0, 6)]
+    a = analyze(runs, seeds=[0, 6])
     r = a.results[("logit_max", "NoQK")]
     assert r.verdict == INCONCLUSIVE and "2 held-out spike(s) on 1 seed(s)" in r.text
-    assert a.summary["NoQK"].startswith("In NoQK, no signal warns; inconclusive: ")
+    assert a.summary["NoQK"].startswith("In NoQK, no signal was shown to warn; inconclusive: ")
 
 
 def test_the_aligned_series_are_centred_on_each_onset():
-    a = analyze(_runs(), seeds=[0, 1, 2, 3, 4, 5])
+    a = analyze(_runs(), seeds=SEEDS)
     logit = a.aligned[("logit_max", "NoQK")]
-    assert logit.shape == (15, spikes.ALIGN[1] - spikes.ALIGN[0] + 1)
+    assert logit.shape == (24, spikes.ALIGN[1] - spikes.ALIGN[0] + 1)
     at = -spikes.ALIGN[0]  # the column of offset 0
     assert np.all(logit[:, at - 5] == 100.0) and np.all(logit[:, at - 6] == 10.0)
 

@@ -11,25 +11,25 @@ from research import split_panels
 from research.results.layout import condition_dir, write_study_index
 from research.studies import SPIKE_WARNING
 from research.studies.kinds import KINDS
-from tests.research.analysis.test_spikes import CAL, EVAL, _rows
+from tests.research.analysis.test_spikes import SEEDS, _rows, onsets_of
 from tests.research.synthetic import make_results
 
 NAME = "NoQK@16"
 
 
 def _study(tmp_path: Path) -> Path:
-    """4 seeds of NoQK@16: seeds 0, 1 calibrate (3 spikes a run), 2, 3 evaluate (2 spikes a run); logit_max rises
-    5 steps before each spike."""
+    """12 seeds of NoQK@16: seeds 0-5 calibrate, 6-11 evaluate (2 spikes a run, at steps of their own); logit_max
+    rises 5 steps before each spike."""
     folder = tmp_path / SPIKE_WARNING.name
     paths = []
-    for seed in range(4):
+    for seed in SEEDS:
         run = condition_dir(folder, NAME, seed, several_seeds=True)
         run.mkdir(parents=True)
         (run / "results.json").write_text(json.dumps(make_results(NAME, qk_norm="none", seed=seed)))
-        rows = _rows(seed, CAL if seed < 2 else EVAL, 100.0)
+        rows = _rows(seed, onsets_of(seed), 100.0)
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         paths.append(str((run / "results.json").relative_to(folder)))
-    write_study_index(folder, name=SPIKE_WARNING.name, kind="spikes", seeds=[0, 1, 2, 3], preset="tiny",
+    write_study_index(folder, name=SPIKE_WARNING.name, kind="spikes", seeds=SEEDS, preset="tiny",
                       conditions={NAME: paths}, margin=0.03, loss_margin=0.005)
     return folder
 
@@ -44,8 +44,11 @@ def test_the_kind_redraws_a_synthetic_folder(tmp_path, capsys):
     assert SPIKE_WARNING.outputs() == ["study.json", *written]
     report = (folder / "report.md").read_text()
     assert "- In NoQK, logit_max, logit_growth warn; inconclusive:" in report
-    assert "- logit_max warns in NoQK: held-out hit rate 1.00 [1.00, 1.00] against 0.12 [0.12, 0.12]" in report
-    assert "chosen on seeds 0, 1, evaluated on seeds 2, 3" in report
+    assert "in NoQK: warns (permutation p 0.0014 \u2264 0.0062). Held-out hit rate 1.00 [1.00, 1.00] (12 of" in report
+    assert "against 0.17 [0.17, 0.17] by chance (2.0 hits expected" in report  # 1 of the 6 runs' alarms hits a spike
+    assert "4 signal(s) tested" in report  # logit_max, its growth, grad_norm, entropy (the probes'): 0.025 / 4
+    assert "chosen on seeds 0, 1, 2, 3, 4, 5, evaluated on seeds 6, 7, 8, 9, 10, 11" in report
+    assert "| step_only (check) |" in report and "| loss_rise (check) |" in report
 
 
 @pytest.mark.parametrize("damage, problem", [
@@ -61,7 +64,7 @@ def test_the_kind_redraws_a_synthetic_folder(tmp_path, capsys):
 def test_a_damaged_metrics_jsonl_is_one_line_and_keeps_the_report(tmp_path, capsys, damage, problem):
     folder = _study(tmp_path)
     (folder / "report.md").write_text("drawn before\n")
-    log = condition_dir(folder, NAME, 2, several_seeds=True) / "metrics.jsonl"
+    log = condition_dir(folder, NAME, 6, several_seeds=True) / "metrics.jsonl"
     log.unlink() if damage is None else log.write_text(damage)
     with pytest.raises(SystemExit) as stop:
         split_panels.main([str(folder)])
@@ -84,9 +87,9 @@ def test_a_run_that_diverged_before_logging_needs_no_metrics_jsonl(tmp_path):
     from research.studies.kinds import read
     from research.results.layout import read_study_index
     folder = _study(tmp_path)
-    run = condition_dir(folder, NAME, 3, several_seeds=True)
+    run = condition_dir(folder, NAME, 11, several_seeds=True)
     res = json.loads((run / "results.json").read_text())
     (run / "results.json").write_text(json.dumps({**res, "diverged": {"step": 1}}))
     (run / "metrics.jsonl").unlink()
     kind, inputs = read(folder, read_study_index(folder))
-    assert [len(r["metrics_steps"]) for r in inputs.runs[NAME]] == [200, 200, 200, 0]
+    assert [len(r["metrics_steps"]) for r in inputs.runs[NAME]] == [200] * 11 + [0]
