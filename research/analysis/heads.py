@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, Paired, decide
-from research.analysis.series import mean_over_seeds
+from research.analysis.series import seed_mean
 from research.results.read import d_head_of, layer_series, probe_tokens, seed_of, seeds_text
 from research.results.values import as_float
 from research.results.vocabulary import MAIN_SITE
@@ -154,7 +154,7 @@ class HeadsCondition:
     runs: list  # RunHeads per seed that has probe records (the figures draw the first)
     n_seeds: int
     erank: np.ndarray  # [n_probes, n_layers] effective rank, layer mean over KV heads, mean over seeds
-    erank_tokens: np.ndarray
+    erank_tokens: np.ndarray  # the token counts every seed was probed at: where erank's mean is taken
     erank_seeds: str
     norm_gap: Decision | None  # sinks' mean key norm minus gatherers' (seeds that have both); None if none does
 
@@ -200,10 +200,9 @@ def analyze(runs: dict[str, list[dict]], layer: int | None = None, margin: float
             widest = choose_layer(h)
             shown = LayerChoice(layer, "set by the caller") if layer is not None else widest
             per_run.append(RunHeads(h, widest, shown, classify(h.series["sink_mass"][-1], h.series["entropy"][-1])))
-        er = mean_over_seeds([layer_series(r, "erank", SITE) for r in with_probes])
+        er_tokens, er = seed_mean(with_probes, lambda r: layer_series(r, "erank", SITE))  # by token count
         gaps = [norm_gap(r) for r in per_run]
         scale = float(np.nanmean([np.nanmean(r.heads.series["norm_mean"][-1]) for r in per_run]))
         gap = decide({"gap": Paired.one_sample(gaps, scale)}, margin)["gap"] if np.isfinite(gaps).any() else None
-        out[cond] = HeadsCondition(per_run, len(with_probes), er, probe_tokens(with_probes[0])[:er.shape[0]],
-                                   seeds_text(with_probes), gap)
+        out[cond] = HeadsCondition(per_run, len(with_probes), er, er_tokens, seeds_text(with_probes), gap)
     return HeadsAnalysis(out, margin)

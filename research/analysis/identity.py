@@ -12,13 +12,16 @@ Every study kind of trained runs goes through `compare(runs)` before it is decid
 - One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
   that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
   the runs share no probe after their first, the study is refused. A run that diverged (the learning-rate
-  study) ends where it diverged, which is its result: it neither sets nor meets the budget.
+  study) ends where it diverged, which is its result: it neither sets nor meets the budget. A condition's
+  curves average its seeds at the token counts all of them were probed at (research.analysis.series), never
+  by position; where its runs' probe grids differ, the report names the token counts left out.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
 
+from research.analysis.series import left_out, shared_tokens
 from research.results.read import pair_key
 from research.results.schema import ResultsError, cut_at_tokens
 
@@ -117,10 +120,46 @@ def _budget(runs: dict, notes: list[str]) -> tuple[dict, float | None]:
         notes.append(f"{went}: every final value is taken at {_tokens(budget)}, the last probe all runs reached; "
                      f"their later probes are not compared")
         runs = {c: [cut_at_tokens(r, budget) if id(r) in timed else r for r in rl] for c, rl in runs.items()}
-    elif len({frozenset(g) for g in grids}) > 1:
+    uneven = _uneven_grids(runs)
+    notes += uneven
+    if not longer and not uneven and len({frozenset(g) for g in grids}) > 1:
         notes.append("the runs were probed at different token counts: trajectories are compared only where they "
                      "share probes")
     return runs, budget
+
+
+def _counts(ts: list[float], few: int = 4) -> str:
+    """'100,000 and 300,000 tokens', or with more than `few`: '12 token counts (100,000, 200,000, 300,000, ...)'."""
+    text = [f"{t:,.0f}" for t in ts]
+    if len(text) > few:
+        return f"{len(text)} token counts ({', '.join(text[:3])}, ...)"
+    return (", ".join(text[:-1]) + " and " if len(text) > 1 else "") + text[-1] + " tokens"
+
+
+def _uneven_grids(runs: dict, named: int = 4) -> list[str]:
+    """One note per condition whose runs were probed at different token counts: its curve is the mean over
+    seeds at the token counts all of them share (research.analysis.series), and these name the ones left out
+    and which runs lack them (a diverged run ends where it diverged, and is not counted)."""
+    notes = []
+    for cond, rl in runs.items():
+        rl = [r for r in rl if r["tokens"] and not r.get("diverged")]
+        out = left_out(r["tokens"] for r in rl)
+        if not out:
+            continue
+        lacking = []
+        for r in rl:
+            have = {float(x) for x in r["tokens"]}
+            miss = [t for t in out if t not in have]
+            if miss:
+                who = f"seed {k}" if (k := pair_key(r)) is not None else "a run without a seed"
+                lacking.append(f"{who} has " + ("none of them" if len(miss) == len(out) > 1 else
+                                                "no probe there" if len(out) == 1 else f"no probe at {_counts(miss)}"))
+        if len(lacking) > named:
+            lacking = lacking[:named - 1] + [f"{len(lacking) - named + 1} more runs lack some of them"]
+        notes.append(f"{cond}: the probes at {_counts(out)} are not in every run ({'; '.join(lacking)}): its curves "
+                     f"average the seeds at the {len(shared_tokens(r['tokens'] for r in rl))} token counts all of "
+                     f"them share")
+    return notes
 
 
 def compare(runs: dict) -> Comparison:

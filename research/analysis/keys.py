@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.rules import DESCRIPTIVE, MARGIN, Paired, by_seed, decide
-from research.analysis.series import mean_over_seeds, nanmean
-from research.results.read import d_head_of, layer_series, probe_tokens, seeds_text
+from research.analysis.series import nanmean, seed_mean
+from research.results.read import d_head_of, layer_series, seeds_text
 from research.results.vocabulary import MAIN_SITE
 
 SITE = MAIN_SITE
@@ -55,8 +55,8 @@ def group_mean(values: np.ndarray, layers: list[int]) -> np.ndarray:
 class KeyDynamics:
     """One condition: seed-averaged per-layer series and where each layer ended."""
 
-    tokens: np.ndarray  # [n_probes]
-    series: dict  # metric -> [n_probes, n_layers]
+    tokens: np.ndarray  # [n_probes]: the token counts every seed was probed at
+    series: dict  # metric -> [n_probes, n_layers], the mean over seeds at those token counts
     n_layers: int
     d_head: int
     d_source: str  # where d_head came from
@@ -86,7 +86,9 @@ def condition_dynamics(results: list[dict], margin: float = MARGIN) -> KeyDynami
     with_probes = [r for r in results if r.get("probes")]
     if not with_probes:
         return None
-    series = {m: mean_over_seeds([layer_series(r, m, SITE) for r in with_probes]) for m in METRICS}
+    # seeds averaged at the token counts all of them were probed at, never by position
+    means = {m: seed_mean(with_probes, lambda r, m=m: layer_series(r, m, SITE)) for m in METRICS}
+    tokens, series = means["norm_mean"][0], {m: y for m, (_, y) in means.items()}
     n, L = series["norm_mean"].shape
     if n == 0 or L == 0:
         return None
@@ -99,7 +101,7 @@ def condition_dynamics(results: list[dict], margin: float = MARGIN) -> KeyDynami
     spread = None
     if len(with_probes) > 1:
         spread = np.nanstd(np.array([layer_series(r, "norm_mean", SITE)[-1] for r in with_probes]), axis=0)
-    return KeyDynamics(tokens=probe_tokens(with_probes[0])[:n], series=series, n_layers=L, d_head=d_head,
+    return KeyDynamics(tokens=tokens, series=series, n_layers=L, d_head=d_head,
                        d_source=d_source, n_seeds=len(with_probes), seeds=seeds_text(with_probes),
                        groups=layer_groups(L), ended=ended, final_norm_std=spread)
 

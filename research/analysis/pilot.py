@@ -2,9 +2,10 @@
 
 Reads only the write-ups' top-level fields (tokens, loss, val_loss, mean_pr, layer_pr,
 gamma_cv), so the curves can be redrawn from combined_results.json alone; there every per-probe
-value is the mean over seeds. The differences between the conditions (final mean PR, losses, and
-each layer's PR) are decided per seed by research.analysis.rules, which needs the per-seed results
-files: from a combined file alone they are descriptive. The conditions "QK"/"NoQK" of the other
+value is the mean over seeds at a token count every seed was probed at (never by position). The
+differences between the conditions (final mean PR, losses, and each layer's PR) are decided per seed
+by research.analysis.rules, which needs the per-seed results files: from a combined file alone they
+are descriptive. The conditions "QK"/"NoQK" of the other
 studies are accepted as the pair too; with other names the first two conditions are compared
 (first minus second).
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, by_seed, decide, finals
-from research.analysis.series import mean_over_seeds
+from research.analysis.series import seed_mean, shared_tokens
 from research.results.values import as_array, as_float
 
 _QK_NAMES = ("qk_norm", "QK")
@@ -27,27 +28,31 @@ def _jsonable(a: np.ndarray) -> list:
     return [None if not np.isfinite(v) else float(v) for v in a]
 
 
+def _seed_mean(results: list[dict], get) -> list:
+    """A series' mean over seeds at the token counts all of them share (empty when no seed recorded it)."""
+    return _jsonable(seed_mean(results, get)[1]) if any(get(r) for r in results) else []
+
+
 def combined_from_runs(runs: dict[str, list[dict]]) -> dict:
     """{condition: {tag, n_seeds, seeds, tokens, train_loss, val_loss, mean_pr, layer_pr, gamma_cv}}:
     combined_results.json, the write-ups' pilot format. train_loss is the results' `loss`; with
-    several seeds, values are means over seeds."""
+    several seeds, values are means over seeds at the token counts every seed was probed at (never by
+    position: research.analysis.series.seed_mean); a series no seed recorded stays empty."""
     out = {}
     for cond, results in runs.items():
         if not results:
             continue
-        n = min(len(r["tokens"]) for r in results)
         if len(results) == 1 and "n_seeds" in results[0]:  # came from a combined file: keep its seed count
             n_seeds, seeds = results[0]["n_seeds"], results[0].get("seeds", [None])
         else:
             n_seeds, seeds = len(results), [r.get("seed") for r in results]
         entry = {"tag": cond, "n_seeds": n_seeds, "seeds": seeds,
-                 "tokens": [int(t) if t is not None else None for t in results[0]["tokens"][:n]]}
+                 "tokens": [int(t) for t in shared_tokens(r["tokens"] for r in results)]}
         for key, src in (("train_loss", "loss"), ("val_loss", "val_loss"), ("mean_pr", "mean_pr")):
-            entry[key] = _jsonable(mean_over_seeds([r.get(src) for r in results])[:n])
+            entry[key] = _seed_mean(results, lambda r, src=src: r.get(src))
         for key in ("layer_pr", "gamma_cv"):
             layers = sorted(set().union(*[(r.get(key) or {}).keys() for r in results]), key=int)
-            entry[key] = {layer: _jsonable(mean_over_seeds([r[key][layer] for r in results
-                                                            if layer in (r.get(key) or {})])[:n])
+            entry[key] = {layer: _seed_mean(results, lambda r, key=key, layer=layer: (r.get(key) or {}).get(layer))
                           for layer in layers}
         out[cond] = entry
     return out

@@ -1,16 +1,19 @@
 """Per-probe series over seeds: alignment, seed means and 95% bands (numpy only).
 
 A condition run with several seeds has one results dict per seed; these helpers turn the
-per-probe lists of those dicts into arrays [n_seeds, n_probes] and their column statistics.
+per-probe lists of those dicts into arrays [n_seeds, n_probes] and their column statistics. Seeds are
+matched by token count, never by position: a mean over seeds is taken only at the token counts every
+seed was probed at (research.analysis.identity names the ones left out in the report).
 """
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 
 from research.analysis.stats import mean_ci95
-from research.results.values import as_array, as_float
+from research.results.values import as_array
 
 
 def nanmean(a, axis=None):
@@ -20,38 +23,57 @@ def nanmean(a, axis=None):
         return np.nanmean(a, axis=axis)
 
 
-def mean_over_seeds(series) -> np.ndarray:
-    """Probe-by-probe mean of one series per seed (arrays, or lists with None), cut to the shortest
-    run, NaN-aware. Empty input gives an empty array."""
-    arrays = [a if isinstance(a, np.ndarray) else as_array(a) for a in series]
-    arrays = [a for a in arrays if a.size]
-    if not arrays:
-        return np.zeros((0, 0))
-    n = min(a.shape[0] for a in arrays)
-    return nanmean(np.stack([a[:n] for a in arrays]), axis=0)
+def _grid(tokens) -> set[float]:
+    """A run's token counts (None or NaN, a probe that recorded none, left out)."""
+    return {float(t) for t in tokens if t is not None and math.isfinite(t)}
+
+
+def shared_tokens(grids) -> list[float]:
+    """The token counts every grid (a run's `tokens`) holds, ascending: where a mean over the runs is taken."""
+    sets = [_grid(g) for g in grids]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
+def left_out(grids) -> list[float]:
+    """The token counts some grids hold and others lack, ascending: the points a mean over the runs leaves out."""
+    sets = [_grid(g) for g in grids]
+    return sorted(set.union(*sets) - set.intersection(*sets)) if sets else []
+
+
+def on_shared_tokens(curves) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, Y[n_runs, n_tokens, ...]) from (tokens, values) per run, at the token counts every run has.
+
+    Runs are matched by token count, never by position: a run probed at 100k, 200k and 500k tokens and one
+    probed at 100k, 300k and 500k meet at 100k and 500k only. `values` is a per-probe list (None -> NaN) or an
+    array [n_probes, ...]; None, an empty list or a list shorter than the run's tokens gives NaN there."""
+    curves = list(curves)
+    tokens = shared_tokens(t for t, _ in curves)
+    arrays = [None if v is None or len(v) == 0 else
+              np.asarray(v, dtype=float) if isinstance(v, np.ndarray) else as_array(v) for _, v in curves]
+    rest = next((a.shape[1:] for a in arrays if a is not None), ())
+    y = np.full((len(curves), len(tokens), *rest), np.nan)
+    for i, ((grid, _), values) in enumerate(zip(curves, arrays)):
+        if values is None:
+            continue
+        where = {float(t): j for j, t in enumerate(grid) if t is not None and math.isfinite(t)}
+        for k, t in enumerate(tokens):
+            if where[t] < len(values):
+                y[i, k] = values[where[t]]
+    return np.asarray(tokens, dtype=float), y
 
 
 def aligned(runs: list[dict], get) -> tuple[np.ndarray, np.ndarray]:
-    """(tokens, Y[n_runs, n_probes]) over the token counts every run has; None -> NaN.
+    """(tokens, Y[n_runs, n_probes, ...]) over the token counts every run has (on_shared_tokens); None -> NaN.
 
-    `get(res)` returns a per-probe list of the run (e.g. res["mean_pr"])."""
-    if not runs:
-        return np.zeros(0), np.zeros((0, 0))
-    common = set(runs[0]["tokens"])
-    for r in runs[1:]:
-        common &= set(r["tokens"])
-    tokens = sorted(common)
-    y = np.full((len(runs), len(tokens)), np.nan)
-    for i, r in enumerate(runs):
-        values = get(r)
-        if values is None:
-            continue
-        where = {t: j for j, t in enumerate(r["tokens"])}
-        for k, t in enumerate(tokens):
-            j = where[t]
-            if j < len(values):
-                y[i, k] = as_float(values[j])
-    return np.asarray(tokens, dtype=float), y
+    `get(res)` returns a per-probe list of the run (e.g. res["mean_pr"]) or an array [n_probes, ...]."""
+    return on_shared_tokens((r["tokens"], get(r)) for r in runs)
+
+
+def seed_mean(runs: list[dict], get) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens, mean over the runs [n_tokens, ...]) at the token counts every run has, NaN-aware: the curve a
+    figure draws for a condition run with several seeds."""
+    tokens, y = aligned(runs, get)
+    return tokens, (nanmean(y, axis=0) if y.shape[0] else np.zeros(y.shape[1:]))
 
 
 def mean_band(y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from research.analysis.lr import REFERENCE, LRAnalysis
 from research.analysis.rules import effect_text, rule_text
+from research.analysis.series import nanmean, on_shared_tokens
 from research.analysis.stats import mean_ci95
 from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
 
@@ -79,9 +80,9 @@ def fig_max_logit(analysis: LRAnalysis):
         if m is None:
             continue
         runs = analysis.grid[cond][m]
-        n = min(len(r.logit_series) for r in runs)
-        y = np.nanmean([r.logit_series[:n] for r in runs], axis=0)
-        ax.plot(tokens_axis(ax, runs[0].tokens[:n]), y, color=color(cond), lw=1.8, label=f"{label(cond)} at {m:g}x")
+        tokens, y = on_shared_tokens((r.tokens, r.logit_series) for r in runs)  # seeds met by token count
+        ax.plot(tokens_axis(ax, tokens), nanmean(y, axis=0), color=color(cond), lw=1.8,
+                label=f"{label(cond)} at {m:g}x")
     _log_y(ax)
     ax.set_ylabel("largest attention logit (any layer, head)")
     ax.set_title("Attention logits over training, each condition at its highest stable rate")

@@ -120,3 +120,15 @@ def with_final_probe(res: dict, means: dict, batch=(64, 128)) -> dict:
     out["probes"] = [{"step": len(res["tokens"]) - 1, "tokens": res["tokens"][-1], "layers": layers,
                       "batch": list(batch)}]
     return out
+
+
+def drop_probes(res: dict, *drop: int) -> dict:
+    """`res` without the probes at indices `drop`, in every per-probe field: the same run probed on another grid."""
+    def keep(values):
+        return None if values is None else [v for i, v in enumerate(values) if i not in drop]
+    out = {k: keep(v) if k in ("tokens", "loss", "val_loss", "mean_pr", "steps", "probes") else v
+           for k, v in res.items()}
+    for field in ("layer_pr", "gamma_cv"):
+        if res.get(field):
+            out[field] = {layer: keep(v) for layer, v in res[field].items()}
+    return validate(out)

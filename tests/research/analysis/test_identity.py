@@ -10,6 +10,7 @@ import pytest
 from research import split_panels
 from research.analysis.identity import compare
 from research.analysis.rules import by_seed
+from research.analysis.series import seed_mean
 from research.results import ResultsError
 from research.results.schema import cut_at_tokens, validate
 from research.results.vocabulary import QK_CONDITIONS
@@ -121,6 +122,53 @@ def test_different_probe_grids_that_end_together_are_noted():
     assert c.budget == 300 and c.runs["QK"][0] is runs["QK"][0]
     assert c.set_aside == ("the runs were probed at different token counts: trajectories are compared only where "
                            "they share probes",)
+
+
+def on_grid(tag: str, seed: int, tokens: list[int], pr: list[float], **extra) -> dict:
+    res = run(tag, seed, pr, **extra)
+    return validate(res | {"tokens": tokens})
+
+
+def test_probes_not_in_every_run_of_a_condition_are_named():
+    """Seed 0 probed at 100k, 200k, 500k tokens, seed 1 at 100k, 300k, 500k: the curves average the seeds at
+    100k and 500k, and the report names 200k and 300k and which seed lacks which."""
+    runs = {"QK": [on_grid("QK", 0, [100_000, 200_000, 500_000], [80.0, 60.0, 50.0]),
+                   on_grid("QK", 1, [100_000, 300_000, 500_000], [70.0, 58.0, 40.0])],
+            "NoQK": [on_grid("NoQK", s, [100_000, 200_000, 500_000], [80.0, 60.0, 50.0]) for s in (0, 1)]}
+    c = compare(runs)
+    assert c.budget == 500_000
+    tokens, pr = seed_mean(c.runs["QK"], lambda r: r["mean_pr"])  # (80 + 70) / 2, (50 + 40) / 2
+    assert list(tokens) == [100_000, 500_000] and list(pr) == [75.0, 45.0]  # by position: 75, 59, 45
+    assert c.set_aside == ("QK: the probes at 200,000 and 300,000 tokens are not in every run (seed 0 has no "
+                           "probe at 300,000 tokens; seed 1 has no probe at 200,000 tokens): its curves average the "
+                           "seeds at the 2 token counts all of them share",)
+
+
+def test_many_probes_left_out_are_counted_and_runs_past_the_budget_still_noted():
+    """Seed 0 probed every 100k tokens to 1M (11 probes), seed 1 at 0, 500k and 1M, seed 2 every 100k to 1.5M:
+    seed 2 is cut at 1M, then 8 token counts (100k..400k, 600k..900k) are not in seed 1's run."""
+    every = [i * 100_000 for i in range(11)]
+    runs = {"QK": [on_grid("QK", 0, every, [50.0] * 11), on_grid("QK", 1, [0, 500_000, 1_000_000], [50.0] * 3),
+                   on_grid("QK", 2, [i * 100_000 for i in range(16)], [50.0] * 16)]}
+    c = compare(runs)
+    assert c.budget == 1_000_000 and len(c.set_aside) == 2
+    assert c.set_aside[1] == ("QK: the probes at 8 token counts (100,000, 200,000, 300,000, ...) are not in every "
+                              "run (seed 1 has none of them): its curves average the seeds at the 3 token counts "
+                              "all of them share")
+    five = [on_grid("QK", s, [0, 500], [50.0] * 2) for s in range(1, 6)]  # five seeds lack all four: three named
+    (note,) = compare({"QK": [on_grid("QK", 0, [0, 100, 200, 300, 400, 500], [50.0] * 6), *five]}).set_aside
+    assert note == ("QK: the probes at 100, 200, 300 and 400 tokens are not in every run (seed 1 has none of them; "
+                    "seed 2 has none of them; seed 3 has none of them; 2 more runs lack some of them): its curves "
+                    "average the seeds at the 2 token counts all of them share")
+
+
+def test_the_report_names_the_probes_its_curves_leave_out(tmp_path):
+    layout = {f"{c}/seed_{s}": on_grid(c, s, [0, 250_000, 500_000] if (c, s) == ("QK", 1) else [0, 125_000, 500_000],
+                                       [60.0, 50.0, 40.0 + s]) for c in QK_CONDITIONS for s in (0, 1, 2)}
+    report = redraw(write(tmp_path / "study", layout))
+    assert ("- QK: the probes at 125,000 and 250,000 tokens are not in every run (seed 0 has no probe at 250,000 "
+            "tokens; seed 1 has no probe at 125,000 tokens; seed 2 has no probe at 250,000 tokens): its curves "
+            "average the seeds at the 2 token counts all of them share") in report
 
 
 def test_a_diverged_run_neither_sets_nor_meets_the_budget():

@@ -98,3 +98,21 @@ def test_an_onset_is_named_from_decided_multipliers_only():
     line = next(ln for ln in lr_plots.report(analyze(one)).splitlines() if ln.startswith("- no QK-norm:"))
     assert "final loss worse than QK-norm, learned gain's: not decided at any multiplier (0.25x (+0.0% (one seed)), " \
         "1x (+6.5% (one seed))" in line and "first at" not in line
+
+
+def test_the_logit_curve_averages_seeds_at_the_same_token_count():
+    """Seed 0 probed at 0, 500, 1000 tokens with largest logits 1, 4, 10; seed 1 at 0, 700, 1000 with 3, 8, 20.
+    The curve is (1 + 3) / 2 = 2 at 0 and (10 + 20) / 2 = 15 at 1000 only; by position it drew (4 + 8) / 2 = 6
+    "at 500 tokens", a mean of 500 and 700."""
+    def on_grid(seed, tokens, logits):
+        res = dict(run(seed, 3.0))
+        res |= {"tokens": tokens, "loss": [None, 3.5, 3.0], "val_loss": [None, 3.5, 3.0], "mean_pr": [30.0] * 3,
+                "layer_pr": {"0": [30.0] * 3},
+                "probes": [{"step": i, "tokens": t, "layers": [{"layer": 0, "means": {"k_norm.norm_mean": 8.0},
+                                                                "attn": {"logit_max": [g, g / 2]}}]}
+                           for i, (t, g) in enumerate(zip(tokens, logits))]}
+        return validate(res)
+    a = analyze({grid_key("QK", 1): [on_grid(0, [0, 500, 1000], [1.0, 4.0, 10.0]),
+                                     on_grid(1, [0, 700, 1000], [3.0, 8.0, 20.0])]})
+    (line,) = lr_plots.figures(a)["lr_max_logit.png"].axes[0].get_lines()
+    assert list(line.get_xdata()) == [0.0, 1000 / 1e6] and list(line.get_ydata()) == [2.0, 15.0]

@@ -7,7 +7,9 @@ import pytest
 from research.analysis import heads, keys, pilot
 from research.analysis.rules import DESCRIPTIVE, DIFFERENT, EQUAL
 from research.results.layout import runs_from_combined
-from tests.research.synthetic import FINAL_LAYER_NORM, GATHERER, SINK, TOKENS, L, make_results, writeups_only
+from research.results import validate
+from tests.research.synthetic import (FINAL_LAYER_NORM, GATHERER, SINK, TOKENS, L, drop_probes, make_results,
+                                      writeups_only)
 
 # ----------------------------------------------------------------------------- keys
 
@@ -32,6 +34,22 @@ def test_key_dynamics_decided_over_seeds():
     assert early.diff == pytest.approx(1.0) and final.diff == pytest.approx(-1.0) and early.outcome == DIFFERENT
     assert a.early_shrink_late_grow("QK") == "fails"  # here the early layers grow and the final ones shrink
     assert a.weight_decay == {}
+
+
+def uneven_seeds() -> list[dict]:
+    """Two seeds probed on different grids that end together: seed 0 lacks the probe at 250,000 tokens, seed 1
+    (key norms 1.0 higher) the one at 500,000; both have 0, 750,000 and 1,000,000."""
+    return [drop_probes(make_results(seed=0), 1), drop_probes(make_results(seed=1, norm_offset=1.0), 2)]
+
+
+def test_key_dynamics_average_seeds_at_the_same_token_count():
+    """Layer 0's key norm goes 8 -> 9 linearly over 1M tokens (8.25 per 250k): seed 0 reads 8, 8.5, 8.75, 9 at
+    0, 500k, 750k, 1M; seed 1 (+1) 9, 9.25, 9.75, 10 at 0, 250k, 750k, 1M. At the shared 0, 750k and 1M the mean
+    is 8.5, 9.25, 9.5. By position the second point would have read (8.5 + 9.25) / 2 = 8.875 "at 500,000"."""
+    k = keys.condition_dynamics(uneven_seeds())
+    assert list(k.tokens) == [0, 750_000, 1_000_000]
+    np.testing.assert_allclose(k.series["norm_mean"][:, 0], [8.5, 9.25, 9.5])
+    assert k.series["max_abs"].shape == (3, L)
 
 
 def test_weight_decay_part_of_the_norm_change():
@@ -106,6 +124,19 @@ def test_heads_erank_is_the_seed_mean():
     np.testing.assert_allclose(c.erank[-1], [56.0 - 2 * (i + 1) for i in range(L)])
 
 
+def test_heads_erank_is_averaged_at_the_same_token_count():
+    """Layer 0's effective rank goes 56 -> 54 (0.5 per 250k); seed 1's is raised by 2. Seed 0 reads 56, 55, 54.5,
+    54 at 0, 500k, 750k, 1M; seed 1 58, 57.5, 56.5, 56 at 0, 250k, 750k, 1M: at the shared 0, 750k, 1M the mean is
+    57, 55.5, 55 (by position the second point would have read (55 + 57.5) / 2 = 56.25 "at 500,000")."""
+    runs = uneven_seeds()
+    for probe in runs[1]["probes"]:
+        for rec in probe["layers"]:
+            rec["means"]["k_norm.erank"] += 2.0
+    c = heads.analyze({"QK": runs}).conditions["QK"]
+    assert list(c.erank_tokens) == [0, 750_000, 1_000_000]
+    np.testing.assert_allclose(c.erank[:, 0], [57.0, 55.5, 55.0])
+
+
 # ----------------------------------------------------------------------------- pilot
 
 def pilot_runs():
@@ -142,3 +173,21 @@ def test_pilot_combined_round_trip_and_seed_mean():
     assert comb["qk_norm"]["layer_pr"]["0"][-1] == pytest.approx(29.0)  # (30 + 28) / 2
     again = pilot.combined_from_runs(runs_from_combined(comb))  # a redraw keeps the seed count
     assert again["qk_norm"]["n_seeds"] == 2 and again["qk_norm"]["seeds"] == [0, 1]
+
+
+def writeups_run(seed: int, tokens: list[int], pr: list[float]) -> dict:
+    return validate({"tag": "qk_norm", "seed": seed, "tokens": tokens, "loss": [4.0] * 3, "val_loss": [4.1] * 3,
+                     "mean_pr": pr, "layer_pr": {"0": pr}})
+
+
+def test_pilot_combined_curve_averages_seeds_at_the_same_token_count():
+    """Seed 0 probed at 100k, 200k, 500k tokens with PR 80, 60, 50; seed 1 at 100k, 300k, 500k with 70, 58, 40.
+    The combined curve is (80 + 70) / 2 = 75 at 100k and (50 + 40) / 2 = 45 at 500k, and nothing else: by
+    position it read (60 + 58) / 2 = 59 "at 200,000 tokens", a mean of 200k and 300k."""
+    runs = {"qk_norm": [writeups_run(0, [100_000, 200_000, 500_000], [80.0, 60.0, 50.0]),
+                        writeups_run(1, [100_000, 300_000, 500_000], [70.0, 58.0, 40.0])]}
+    e = pilot.combined_from_runs(runs)["qk_norm"]
+    assert e["tokens"] == [100_000, 500_000]
+    assert e["mean_pr"] == [75.0, 45.0] and e["layer_pr"] == {"0": [75.0, 45.0]}
+    assert e["train_loss"] == [4.0, 4.0] and e["gamma_cv"] == {}
+    assert pilot.analyze(runs).conditions["qk_norm"].final_pr == 45.0
