@@ -14,7 +14,9 @@ The study file (YAML or JSON; docs/study_files.md walks through one) looks like 
 {example}
 
 The config fields are train_llm.py's (python train_llm.py --help). Options given here override the file's shared
-fields for every run (a condition's own fields stay its own).
+fields for every run (a condition's own fields stay its own). A condition sets training fields only: the budget and
+the measurement (tokens, the data and probe fields, and the others docs/study_files.md lists under "What a condition
+may set") are the study's, set at the top level.
 """
 import sys
 

@@ -4,15 +4,20 @@ Every study kind of trained runs goes through `compare(runs)` before it is decid
 
 - Paired by seed. A run's seed is its file's, else that of the seed_<n> folder it sits in
   (research.results.read.pair_key). A run with neither stays in the figures and tables but is paired with
-  nothing: research.analysis.rules.by_seed leaves it out, and the report says so. Never by position.
+  nothing: research.analysis.rules.by_seed leaves it out, and the report says so. Never by position. Two runs of
+  one condition with one seed are refused (ResultsError): by_seed would keep one and drop the other unsaid.
+- Trained to the end. A run that diverged (results.json records `diverged`) never reached the budget the others
+  are compared at: it is set aside and named, unless its kind takes divergence as a result (the learning-rate
+  grid, `divergence_is_a_result`). A run kept whose last probe lacks a value its earlier probes had (NaN or
+  infinity, written as null) is named with those values: each is compared without that run.
 - One recipe. Runs that differ from the rest of the study in preset, corpus, tokenizer or training
   precision are set aside, each attribute in turn: the value most runs share is kept, and the report names
   the runs set aside and why. When two values are equally common the study is refused (ResultsError): no
   rule could say which runs are the study.
 - One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
   that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
-  the runs share no probe after their first, the study is refused. A run that diverged (the learning-rate
-  study) ends where it diverged, which is its result: it neither sets nor meets the budget. A condition's
+  the runs share no probe after their first, the study is refused. A run that diverged where that is a result
+  (the learning-rate grid) ends where it diverged: it neither sets nor meets the budget. A condition's
   curves average its seeds at the token counts all of them were probed at (research.analysis.series), never
   by position; where its runs' probe grids differ, the report names the token counts left out.
 """
@@ -78,6 +83,48 @@ def _named(cond: str, runs: list[dict]) -> str:
 def _ends(runs: list[dict]) -> str:
     """The token counts the runs' last probes were taken at."""
     return " or ".join(_tokens(t) for t in sorted({r["tokens"][-1] for r in runs if r["tokens"]}))
+
+
+def _one_run_per_seed(runs: dict) -> None:
+    """Refuse a condition with two runs of one seed (research.results.layout refuses it, naming both files, when it
+    reads a folder; this catches runs that reach `compare` any other way)."""
+    for cond, rl in runs.items():
+        keys = [k for r in rl if (k := pair_key(r)) is not None]
+        twice = [k for k in dict.fromkeys(keys) if keys.count(k) > 1]
+        if twice:
+            raise ResultsError(f"{cond} holds {keys.count(twice[0])} runs of seed {twice[0]}: paired by seed, one "
+                               f"would stand for the other unsaid; fix: remove all but one of them (and their "
+                               f"study.json entries), or give each its own seed")
+
+
+def _last_probe(r: dict) -> str:
+    return f"its last probe at {_tokens(r['tokens'][-1])}" if r["tokens"] else "before its first probe"
+
+
+def _trained_to_the_end(runs: dict, notes: list[str]) -> dict:
+    """The runs that did not diverge; each that did named in `notes`."""
+    for cond, rl in runs.items():
+        left = any(r.get("diverged") is None for r in rl)
+        for r in (r for r in rl if r.get("diverged") is not None):
+            step = r["diverged"].get("step")
+            notes.append(f"{_named(cond, [r])} diverged{f' at step {step:,}' if step is not None else ''} (its loss "
+                         f"became non-finite), {_last_probe(r)}: set aside, since it never reached the budget the "
+                         f"other runs are compared at; " + (f"{cond} is compared on its other seeds, and no "
+                                                             f"comparison counts that it diverged" if left else
+                                                             f"no run of {cond} is left to compare"))
+    return {c: kept for c, rl in runs.items() if (kept := [r for r in rl if r.get("diverged") is None])}
+
+
+def _lost_at_the_end(r: dict) -> list[str]:
+    """The values of a run that its earlier probes had but its last has not: NaN or infinity, written as null."""
+    def lost(values: list) -> bool:
+        return len(values) > 1 and values[-1] is None and any(v is not None for v in values[:-1])
+    names = [f for f in ("loss", "val_loss", "mean_pr") if lost(r.get(f) or [])]
+    probes = r.get("probes") or []
+    layers = {(layer["layer"], name) for p in probes for layer in p["layers"] for name in (layer.get("means") or {})}
+    series = {key: [(layer.get("means") or {}).get(key[1]) for p in probes for layer in p["layers"]
+                    if layer["layer"] == key[0]] for key in layers}
+    return names + sorted({name for (_, name), values in series.items() if lost(values)})
 
 
 def _one_recipe(runs: dict, notes: list[str]) -> dict:
@@ -162,17 +209,31 @@ def _uneven_grids(runs: dict, named: int = 4) -> list[str]:
     return notes
 
 
-def compare(runs: dict) -> Comparison:
+def compare(runs: dict, divergence_is_a_result: bool = False) -> Comparison:
     """The runs of a study (condition -> [results dict]) that may be compared, cut at one budget, with the report's
-    account of it. ResultsError when no set of them can be compared (see the module docstring)."""
+    account of it. ResultsError when no set of them can be compared (see the module docstring).
+    `divergence_is_a_result`: a diverged run is kept, ending where it diverged (the learning-rate grid)."""
+    _one_run_per_seed(runs)
     notes: list[str] = []
     unpaired = {c: n for c, rl in runs.items() if (n := sum(pair_key(r) is None for r in rl))}
     if unpaired:
         notes.append("runs without a seed (no `seed` in the file, not in a seed_<n> folder): "
                      + ", ".join(f"{c} {n}" for c, n in unpaired.items()) + ". They are shown, but paired with "
                      "nothing: a comparison that needs them reads 'no paired values'")
-    kept = _one_recipe({c: list(rl) for c, rl in runs.items()}, notes)
+    kept = {c: list(rl) for c, rl in runs.items()}
+    kept = kept if divergence_is_a_result else _trained_to_the_end(kept, notes)
+    if runs and not kept:
+        raise ResultsError("every run of this study diverged (results.json records `diverged`): none reached a "
+                           "budget at which it could be compared; fix: train the runs again with a recipe that does "
+                           "not diverge (a lower learning rate, QK-norm, a clip)")
+    kept = _one_recipe(kept, notes)
     kept, budget = _budget(kept, notes)
+    for cond, rl in kept.items():
+        for r in rl:
+            if r.get("diverged") is None and (lost := _lost_at_the_end(r)):
+                notes.append(f"{_named(cond, [r])}: {_last_probe(r)} holds no finite {', '.join(lost)} (NaN or "
+                             f"infinity, written as null), which its earlier probes had: it has no final value of "
+                             f"{'them' if len(lost) > 1 else 'it'} to compare")
     recipe = [f"{what} {v}" for what, get in RECIPE
               if len(vs := {get(r) for rl in kept.values() for r in rl} - {None}) == 1 and (v := vs.pop())]
     paired = any(pair_key(r) is not None for rl in kept.values() for r in rl)

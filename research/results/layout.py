@@ -13,8 +13,8 @@ write-ups' own results folder is laid out.
 Every file is checked on every read, each kind by one function: study.json by
 `read_study_index` (also before it is written), results.json by schema.load_results, a
 combined file by `runs_from_combined`; then the runs of a study by `check_condition` (each
-file's tag and seed against the folder it sits in, no seed twice in a condition, one model
-shape per condition). A ResultsError names the file, the field and the fix in one line.
+file's tag and seed against the folder it sits in, no seed twice in a condition, whether its file or its seed_<n>
+folder gives it, one model shape per condition). A ResultsError names the file, the field and the fix in one line.
 """
 from __future__ import annotations
 
@@ -304,6 +304,7 @@ def check_condition(condition: str, paths: list[Path], runs: list[dict]) -> None
         if seed is not None and m and int(m.group(1)) != seed:
             raise ResultsError(f"{path}: seed: the file says seed {seed} but sits in {path.parent.name}/; fix: move "
                                f"it to seed_{seed}/, or train that seed again")
+        seed = int(m.group(1)) if seed is None and m else seed  # the folder's, as _folder_seed gives it
         if seed is not None and seed in seeds:
             raise ResultsError(f"{path}: seed: seed {seed} again ({seeds[seed]} is seed {seed} of {condition} too): "
                                f"the seed would count twice; fix: remove one of the two runs (and its study.json "

@@ -157,9 +157,14 @@ def _spikes_load(folder: Path, index: dict) -> spikes_analysis.SpikeRuns:
                                      index.get("seeds"))
 
 
+def _grid_compare(runs: dict) -> Comparison:
+    """identity.compare for a learning-rate grid, where a run that diverged did so at its rate: its result."""
+    return compare(runs, divergence_is_a_result=True)
+
+
 def _spikes_compare(inputs: spikes_analysis.SpikeRuns) -> Comparison:
-    """identity.compare on the runs, the seeds' order kept beside them."""
-    c = compare(inputs.runs)
+    """identity.compare on the runs of the grid, the seeds' order kept beside them."""
+    c = _grid_compare(inputs.runs)
     return dataclasses.replace(c, runs=spikes_analysis.SpikeRuns(c.runs, inputs.seeds))
 
 
@@ -209,7 +214,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _per_condition(keys_plots.FIGURE_BASES)),
     Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
          _per_condition(heads_plots.FIGURE_BASES)),
-    Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES)),
+    Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
+         compare=_grid_compare),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
          _named(finetune_plots.FIGURES)),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,

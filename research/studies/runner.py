@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import os
 import textwrap
 from pathlib import Path
@@ -298,14 +299,33 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
 
 
 def check_runs(study: Study, base: RunConfig, seed: int, runtime: Runtime) -> None:
-    """Every run's config is built and fits this machine (training.memory_fit.check_fits) before the first run
-    trains: ConfigError names the condition (and the study file) and the field. The seed changes neither."""
+    """Every run's config is built and fits this machine (training.memory_fit.check_fits), and every run trains the
+    same tokens (a condition may set grad_accum, and steps = tokens // tokens_per_step rounds down), before the first
+    run trains: ConfigError names the condition (and the study file) and the field. The seed changes none of it."""
+    where = f"{study.source}: " if study.source else ""
+    first: tuple[str, RunConfig] | None = None
     for cond, overrides in study.runs():
         try:
-            check_fits(run_config(base, overrides, seed), runtime)
+            cfg = run_config(base, overrides, seed)
+            check_fits(cfg, runtime)
         except ConfigError as e:
-            where = f"{study.source}: " if study.source else ""
             raise ConfigError(f"{where}condition {cond}: {e} (nothing was trained)") from None
+        first = first or (cond, cfg)
+        if cfg.steps * cfg.tokens_per_step != first[1].steps * first[1].tokens_per_step:
+            raise ConfigError(f"{where}condition {cond}: {budget_mismatch(first, (cond, cfg), overrides)} (nothing "
+                              f"was trained)")
+
+
+def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], overrides: dict) -> str:
+    """Why two runs' budgets differ, and the tokens that give both the same: a multiple of both steps' tokens."""
+    def trained(cfg: RunConfig) -> str:
+        return f"{cfg.steps * cfg.tokens_per_step:,} tokens ({cfg.steps} steps of {cfg.tokens_per_step:,})"
+    (name, a), (_, b) = first, other
+    step = math.lcm(a.tokens_per_step, b.tokens_per_step)
+    fields = ", ".join(f"{k}={overrides[k]}" for k in ("grad_accum", "batch_size", "seq_len") if k in overrides)
+    return (f"{fields or 'its config'} trains {trained(b)}, condition {name} {trained(a)}: every condition must "
+            f"train the same tokens, or all are compared at the shortest run's budget, the others mid-schedule. Fix: "
+            f"give tokens as a multiple of {step:,} (e.g. {max(step, b.train.tokens // step * step):,})")
 
 
 def check_study_folder(out: Path, study: Study) -> None:

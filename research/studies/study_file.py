@@ -8,10 +8,11 @@ their sections as in a --config file (configs/files.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
-from configs.config import ConfigError
+from configs.config import ConfigError, DataConfig, ProbeConfig
 from configs.files import field_values, parse_file, read_text
 from configs.presets import PRESETS
 from research.results.checks import check_margin
@@ -35,7 +36,26 @@ KIND = "conditions"  # research.studies.kinds: each condition against the baseli
 STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "margin", "loss_margin", "preset")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # a folder name on every system, never a file the study writes
 NAME_RULE = "a letter, then letters, digits, '_' or '-' (at most 64)"
-PER_STUDY = {"seed": "the study's seeds are its `seeds` list"}
+PER_STUDY = {"seed": "the study's seeds are its `seeds` list"}  # nowhere in the file
+# The keys one condition may not set: every condition trains to one budget and is measured one way, or its values
+# are not comparable (docs/study_files.md, "What a condition may set"). The data and probe sections whole, and the
+# fields of the others that set the budget, the measurement or the runtime the study settles once. The rest (the
+# model, the optimizer and its rates, the schedule, the variants, grad_accum) is what conditions are for.
+SHARED_ONLY = {
+    **dict.fromkeys((f.name for f in dataclasses.fields(DataConfig)),
+                    "the text every condition is measured on (corpus, tokenizer, sequence length, validation split) "
+                    "is the study's"),
+    **dict.fromkeys((f.name for f in dataclasses.fields(ProbeConfig)), "the probe measures every condition one way"),
+    "preset": "one preset for the whole study",
+    "tokens": "it is the budget: a run trained longer would be compared at the shorter runs' budget, mid-schedule",
+    "batch_size": ("it also sizes the validation set (eval_batches x batch_size sequences); a condition of another "
+                   "batch per optimizer step sets grad_accum"),
+    "eval_every": "the validation measurement is the study's",
+    "eval_batches": "the validation measurement is the study's",
+    "precision": "every value is computed in it, and the study settles one precision for all its runs",
+    "device": "the study settles one device for all its runs",
+    "vocab_size": "with tokenizer bpe it sets the tokenizer's vocabulary, so the tokens the loss is a mean over",
+}
 
 
 def _name(value, what: str, where: str, fix: str) -> str:
@@ -84,10 +104,12 @@ def _conditions(value, where: str) -> dict[str, dict]:
         if not isinstance(body, dict):
             raise ConfigError(f"{where}: condition {name}: expected a mapping of config fields (e.g. {{qk_norm: "
                               f"none}}; {{}} for the shared config alone), found {body!r}")
-        if "preset" in body:
-            raise ConfigError(f"{where}: condition {name}: preset cannot be set per condition: one preset for the "
-                              f"whole study. Fix: give it at the top level")
-        out[name] = _fields(body, f"{where}: condition {name}")
+        fields = _fields({k: v for k, v in body.items() if k != "preset"}, f"{where}: condition {name}")
+        refused = [k for k in (["preset"] if "preset" in body else []) + list(fields) if k in SHARED_ONLY]
+        if refused:
+            raise ConfigError(f"{where}: condition {name}: {refused[0]} cannot be set per condition: "
+                              f"{SHARED_ONLY[refused[0]]}. Fix: set it at the top level, so every condition shares it")
+        out[name] = fields
     return out
 
 

@@ -14,6 +14,7 @@ from research.analysis.series import seed_mean
 from research.results import ResultsError
 from research.results.schema import cut_at_tokens, validate
 from research.results.vocabulary import QK_CONDITIONS
+from tests.helpers import stops
 
 
 def run(tag: str, seed: int | None, pr: list[float], *, step_tokens: int = 125_000, precision: str = "fp32",
@@ -175,8 +176,62 @@ def test_a_diverged_run_neither_sets_nor_meets_the_budget():
     """The learning-rate study: a run that diverged at its third probe ends there, and that is its result."""
     ok = run("QK", 0, [60.0, 50.0, 45.0, 40.0])
     diverged = run("QK", 0, [60.0, 50.0], diverged={"step": 7})
-    c = compare({"QK@1": [ok], "QK@8": [diverged]})
+    c = compare({"QK@1": [ok], "QK@8": [diverged]}, divergence_is_a_result=True)
     assert c.budget == 375_000 and c.runs["QK@1"][0] is ok and c.runs["QK@8"][0] is diverged and not c.set_aside
+
+
+def test_a_diverged_run_is_set_aside_and_named_in_what_was_compared(tmp_path):
+    """Not in the learning-rate grid: NoQK seed 2 diverged at step 120, its last probe at 125,000 tokens (2 probes
+    of 125,000), while every other run reached 375,000 (4 probes). Its last PR is not at the budget the others are
+    compared at, so it is set aside, and the report says so; NoQK keeps seeds 0 and 1."""
+    layout = {f"{c}/seed_{s}": run(c, s, [60.0, 50.0, 45.0, 40.0 + s]) for c in QK_CONDITIONS for s in (0, 1, 2)}
+    layout["NoQK/seed_2"] = run("NoQK", 2, [60.0, 50.0], diverged={"step": 120})
+    note = ("NoQK (seed 2) diverged at step 120 (its loss became non-finite), its last probe at 125,000 tokens: set "
+            "aside, since it never reached the budget the other runs are compared at; NoQK is compared on its other "
+            "seeds, and no comparison counts that it diverged")
+    c = compare({cond: [layout[f"{cond}/seed_{s}"] for s in (0, 1, 2)] for cond in QK_CONDITIONS})
+    assert c.set_aside == (note,) and c.budget == 375_000 and [r["seed"] for r in c.runs["NoQK"]] == [0, 1]
+    report = redraw(write(tmp_path / "study", layout))
+    assert f"- {note}" in report
+    assert "Runs: QK (seeds 0, 1, 2); QK_frozen (seeds 0, 1, 2); NoQK (seeds 0, 1); paired by seed" in report
+    alone = compare({"QK": [layout["QK/seed_2"]], "NoQK": [layout["NoQK/seed_2"]]})
+    assert list(alone.runs) == ["QK"] and alone.set_aside[0].endswith("budget the other runs are compared at; no run "
+                                                                      "of NoQK is left to compare")
+    with pytest.raises(ResultsError, match="every run of this study diverged"):
+        compare({"NoQK": [layout["NoQK/seed_2"]]})
+
+
+def test_a_run_whose_last_values_are_not_finite_is_named():
+    """QK seed 0's validation loss and key norm became NaN (null) at its last probe, after finite values at probes 1
+    and 2: it keeps its other values, and the report says which it lacks."""
+    layers = [{"layer": 0, "means": {"k_norm.norm_mean": v, "k_norm.pr_sv": 40.0}} for v in (8.0, 9.0, None)]
+    probes = [{"step": i, "tokens": i * 125_000, "layers": [layer]} for i, layer in enumerate(layers)]
+    bad = run("QK", 0, [60.0, 50.0, 40.0], probes=probes)
+    bad["val_loss"][-1] = None  # [None, 4.0, None]: step 0 has none by design, the last lost its value
+    c = compare({"QK": [bad, run("QK", 1, [60.0, 50.0, 40.0])], "NoQK": [run("NoQK", s, [60.0, 50.0, 40.0])
+                                                                          for s in (0, 1)]})
+    assert c.set_aside == ("QK (seed 0): its last probe at 250,000 tokens holds no finite val_loss, k_norm.norm_mean "
+                           "(NaN or infinity, written as null), which its earlier probes had: it has no final value "
+                           "of them to compare",)
+    assert c.runs["QK"][0] is bad
+
+
+def test_two_runs_of_one_seed_in_a_condition_are_refused(tmp_path, capsys):
+    """Two NoQK runs in seed_1 folders, neither file naming its seed: paired by seed, one would replace the other in
+    by_seed's {seed: value}. Refused as the folder is read, naming both files; and by compare, for runs that reach
+    it otherwise."""
+    folder = write(tmp_path / "study", {f"{c}/{sub}seed_1": run(c, None, [60.0, 50.0]) for c, sub in
+                                        (("QK", ""), ("NoQK", ""), ("NoQK", "old/"))})
+    (folder / "study.json").write_text(json.dumps({"kind": "conditions", "conditions": {
+        "QK": ["QK/seed_1/results.json"], "NoQK": ["NoQK/seed_1/results.json", "NoQK/old/seed_1/results.json"]}}))
+    assert stops(capsys, split_panels.main, [str(folder)]) == (
+        f"error: {folder / 'NoQK/old/seed_1/results.json'}: seed: seed 1 again ({folder / 'NoQK/seed_1/results.json'} "
+        f"is seed 1 of NoQK too): the seed would count twice; fix: remove one of the two runs (and its study.json "
+        f"entry)")
+    with pytest.raises(ResultsError, match=r"^NoQK holds 2 runs of seed 1: paired by seed, one would stand for the "
+                                           r"other unsaid; fix: remove all but one of them"):
+        compare({"QK": [run("QK", 1, [60.0, 50.0])], "NoQK": [run("NoQK", 1, [60.0, 50.0]),
+                                                              run("NoQK", 1, [60.0, 45.0])]})
 
 
 def test_cut_at_tokens_keeps_the_probes_up_to_the_budget():

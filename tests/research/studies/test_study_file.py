@@ -8,8 +8,10 @@ from research import qk_norm_25m_study, split_panels, study
 from research.analysis.conditions import QUANTITIES, ConditionRuns, analyze, comparisons
 from research.analysis.rules import DIFFERENT, EQUAL, INCONCLUSIVE
 from research.results import load_results
+from research.studies.runner import base_config, check_runs, run_config
 from research.studies.study_file import read_study_file
 from tests.helpers import STEP_TOKENS, stops
+from utils.runtime import resolve_runtime
 
 
 def write(tmp_path, text: str, name: str = "s.yaml"):
@@ -73,6 +75,55 @@ def test_a_bad_study_file_is_one_line_naming_the_file_the_condition_and_the_fiel
     line = stops(capsys, study.main, [str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
     assert message in line, line
     assert str(tmp_path) in line and not (tmp_path / "out").exists()
+
+
+TOP_LEVEL = "Fix: set it at the top level, so every condition shares it"
+
+
+@pytest.mark.parametrize("body, line", [
+    ("{tokens: 8192}", "tokens cannot be set per condition: it is the budget: a run trained longer would be compared "
+                       f"at the shorter runs' budget, mid-schedule. {TOP_LEVEL}"),
+    ("{qk_norm: none, probe: {probe_every: 2}}",  # in its section, too
+     f"probe_every cannot be set per condition: the probe measures every condition one way. {TOP_LEVEL}"),
+    ("{eval_batches: 4}", f"eval_batches cannot be set per condition: the validation measurement is the study's. "
+                          f"{TOP_LEVEL}"),
+    ("{precision: bf16}", "precision cannot be set per condition: every value is computed in it, and the study settles "
+                          f"one precision for all its runs. {TOP_LEVEL}"),
+    ("{seq_len: 16}", "seq_len cannot be set per condition: the text every condition is measured on (corpus, "
+                      f"tokenizer, sequence length, validation split) is the study's. {TOP_LEVEL}"),
+    ("{batch_size: 4}", "batch_size cannot be set per condition: it also sizes the validation set (eval_batches x "
+                        "batch_size sequences); a condition of another batch per optimizer step sets grad_accum. "
+                        f"{TOP_LEVEL}"),
+])
+def test_a_condition_cannot_set_the_budget_or_the_measurement(tmp_path, capsys, body, line):
+    """Refused as the file is read, before any config is built or anything trains: one line naming the file, the
+    condition, the field, why and the fix."""
+    path = write(tmp_path, GOOD.replace("  plain:", f"  plain: {body}"))
+    assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == \
+        f"error: {path}: condition plain: {line}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_training_field_is_a_condition_and_grad_accum_one_at_the_same_tokens(tmp_path):
+    """muon_lr, the schedule and grad_accum differ between conditions. debug: 8 x 32 = 256 tokens per step, 4,096
+    tokens = 16 steps; grad_accum 2: 512 per step, 8 steps, the same 4,096 tokens: no refusal."""
+    s = read_study_file(write(tmp_path, GOOD.replace("  plain:", "  plain: {muon_lr: 0.05, schedule: cosine, "
+                                                                 "grad_accum: 2}")))
+    assert s.conditions["plain"] == {"muon_lr": 0.05, "schedule": "cosine", "grad_accum": 2}
+    base = base_config(s, "debug", {})
+    check_runs(s, base, 0, resolve_runtime("cpu", "fp32"))
+    assert [run_config(base, o, 0).steps for o in s.conditions.values()] == [16, 16, 8]
+
+
+def test_a_condition_that_trains_other_tokens_is_refused_before_anything_trains(tmp_path, capsys):
+    """grad_accum 3: 3 x 256 = 768 tokens per step, 4,096 // 768 = 5 steps = 3,840 tokens, not QK's 4,096 (16 x
+    256). A multiple of lcm(256, 768) = 768 gives both the same; the largest up to 4,096 is 5 x 768 = 3,840."""
+    path = write(tmp_path, GOOD.replace("  plain:", "  plain: {grad_accum: 3}"))
+    assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == (
+        f"error: {path}: condition plain: grad_accum=3 trains 3,840 tokens (5 steps of 768), condition QK 4,096 tokens "
+        f"(16 steps of 256): every condition must train the same tokens, or all are compared at the shortest run's "
+        f"budget, the others mid-schedule. Fix: give tokens as a multiple of 768 (e.g. 3,840) (nothing was trained)")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_condition_that_cannot_build_is_refused_before_anything_trains(tmp_path, capsys):
