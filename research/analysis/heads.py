@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, Paired, decide
+from research.analysis.rules import MARGIN, Decision, Paired, decide
 from research.analysis.series import mean_over_seeds
 from research.results.read import d_head_of, layer_series, probe_tokens, seed_of, seeds_text
 from research.results.values import as_float
@@ -163,7 +163,7 @@ class HeadsCondition:
         """The write-ups' claim that sinks have higher key norms than gatherers: holds / fails /
         inconclusive / not tested."""
         d = self.norm_gap
-        if d is None or d.outcome == DESCRIPTIVE:
+        if d is None or not d.tested:
             return "not tested"
         return "holds" if d.differs and d.diff > 0 else "fails" if d.decided else "inconclusive"
 
