@@ -142,7 +142,7 @@ def fig_comparisons(a: ConditionsAnalysis):
         ax.set_xlabel("difference" + (f", {q.unit}" if q.unit else ""))
         ax.set_title(q.text + (" (primary)" if q.key in a.primary else ""))
     fig.suptitle("Each comparison's estimate and Bonferroni interval in the quantity's units, against its margin "
-                 "(grey); red: beyond the margin, blue: inside it, dark grey: not decided")
+                 "(grey)\nred: beyond the margin, blue: inside it, dark grey: not decided")
     fig.tight_layout()
     return fig
 
