@@ -2,8 +2,9 @@
 
 Each condition is compared with the baseline (or, without one, with every other condition) in key PR (pr_sv and
 pr_var), key norm, the largest key component, the largest attention logit, attention entropy, sink mass, and the
-validation and training loss: one family per quantity, decided as docs/decisions.md says. The study resumes as every
-study does (run the same command again) and research/split_panels.py redraws it.
+validation and training loss: one family per quantity, or the file's `primary` quantities one family together (the
+report's findings; the others exploratory), decided as docs/decisions.md says. The study resumes as every study does
+(run the same command again) and research/split_panels.py redraws it.
 
     python research/study.py my_study.yaml                        # tiny preset on CPU unless the file names one
     python research/study.py my_study.yaml --seeds 0 1 --tokens 100000 --out runs/quick

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from research.analysis import dips
 from research.analysis.dips import dip_decisions, in_seed_order, split_seeds
-from research.analysis.rules import MARGIN, Decision, effect_text, needed_text, runs_of
+from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, effect_text, needed_text, runs_of, untested_text
 from research.analysis.series import aligned, nanmean
 from research.results.vocabulary import LETTERS, QK_CONDITIONS, QK_PAIRS
 
@@ -67,7 +67,10 @@ def _pr_and_loss(decisions: dict) -> Claim:
     if not pr:
         return Claim(claim, UNTESTED, "needs at least two conditions.")
     if not any(d.tested for d in pr.values()):
-        return Claim(claim, UNTESTED, "one seed per condition (descriptive only).")
+        if any(d.outcome == DESCRIPTIVE for d in pr.values()):
+            return Claim(claim, UNTESTED, "one seed per condition (descriptive only).")
+        why = ("\u2212".join(LETTERS[c] for c in pair) + " " + untested_text(d, 2) for pair, d in pr.items())
+        return Claim(claim, UNTESTED, "no pair has an interval: " + "; ".join(why) + ".")
     apart, signs, parts = [], set(), []
     for pair, p in pr.items():
         lo = loss[pair]

@@ -2,24 +2,35 @@
 or every pair of conditions when the study names none, in each quantity below.
 
 Pure functions of results dicts (runs: condition -> one results dict per seed), decided by the procedure of
-research.analysis.rules: paired by seed, one family per quantity (its comparisons share one Bonferroni level),
-each comparison read off its interval against the margin (losses against the loss margin).
+research.analysis.rules: paired by seed, each comparison read off its interval against its quantity's margin (key
+metrics and attention statistics: a share of the pair's mean; losses: the loss margin, also a share; the largest
+attention logit, which can sit near zero: an absolute margin in logits). One family per quantity, except that the
+study's primary quantities (ConditionRuns.primary) form ONE family together: their comparisons share one Bonferroni
+level, so everything the report's "In short" states about them is right at once with probability at least 95%. The
+other quantities are exploratory: decided in their own families, shown in their tables, not stated as findings.
 
 A quantity's final value of a run is the mean over layers at its last probe record (the loss: the last probe's
 training and validation loss). research.analysis.identity has already cut every run at the budget they all reached.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from itertools import combinations
+from typing import Literal
 
 import numpy as np
 
-from research.analysis.rules import Paired, by_seed, decide, runs_of
+from configs.config import ConfigError
+from research.analysis.rules import (DIFFERENT, EQUAL, INCONCLUSIVE, UNRESOLVED, WITHIN, Decision, Margin, Paired,
+                                     by_seed, decide, k_of, runs_of)
 from research.analysis.series import nanmean
 from research.analysis.stats import mean_ci95
 from research.results.read import final_site_mean, last, layer_series, probe_tokens
+
+# The largest attention logit's margin, in logits (docs/decisions.md, "Studies of any conditions", says why 0.25)
+LOGIT_MARGIN = 0.25
 
 
 @dataclass(frozen=True)
@@ -28,8 +39,10 @@ class Quantity:
     text: str  # for people
     site: str | None  # the probe record's site.metric it is the layer mean of; None: a per-probe top-level field
     metric: str
-    loss: bool = False  # read against the loss margin
+    margin: Literal["key", "loss", "logit"] = "key"  # --margin, --loss_margin (shares of the pair's mean), or the
+    #   absolute logit margin (ConditionRuns.logit_margin)
     decimals: int = 3
+    unit: str = ""  # of its values and differences, where it has one
 
     def final(self, res: dict) -> float:
         """Its final value in a run: the layer mean at the last probe record, or the last per-probe value."""
@@ -55,21 +68,42 @@ QUANTITIES = (
     Quantity("pr_var", "centered key PR (pr_var)", "k_norm", "pr_var", decimals=2),
     Quantity("key_norm", "key norm", "k_norm", "norm_mean"),
     Quantity("max_abs", "largest key component |k_i| (max_abs)", "k_norm", "max_abs"),
-    Quantity("logit_max", "largest attention logit", "attn", "logit_max", decimals=2),
-    Quantity("entropy", "attention entropy (nats)", "attn", "entropy"),
+    Quantity("logit_max", "largest attention logit", "attn", "logit_max", margin="logit", decimals=2, unit="logits"),
+    Quantity("entropy", "attention entropy (nats)", "attn", "entropy", unit="nats"),
     Quantity("sink_mass", "attention sink mass", "attn", "sink_mass"),
-    Quantity("val_loss", "validation loss", None, "val_loss", loss=True, decimals=4),
-    Quantity("loss", "training loss", None, "loss", loss=True, decimals=4),
+    Quantity("val_loss", "validation loss", None, "val_loss", margin="loss", decimals=4, unit="nats"),
+    Quantity("loss", "training loss", None, "loss", margin="loss", decimals=4, unit="nats"),
 )
+KEYS = tuple(q.key for q in QUANTITIES)
+
+
+def check_primary(value) -> tuple[str, ...]:
+    """A study's primary quantities (a non-empty list of distinct keys of QUANTITIES) as a tuple; ConfigError (one
+    line: what is wrong and the fix) otherwise. The one check of a study file's `primary` and of study.json's."""
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"primary: expected a non-empty list of quantity keys ({', '.join(KEYS)}), found "
+                          f"{value!r:.60}. Fix: e.g. primary: [logit_max, val_loss], or leave primary out")
+    for key in value:
+        if key not in KEYS:
+            close = difflib.get_close_matches(str(key), KEYS, n=1)
+            raise ConfigError(f"primary: {key!r:.40} is not a quantity of the study ({', '.join(KEYS)})"
+                              + (f"; did you mean {close[0]!r}?" if close else ".") + " Fix: name quantities of "
+                              "that list")
+    twice = sorted({k for k in value if value.count(k) > 1}, key=KEYS.index)
+    if twice:
+        raise ConfigError(f"primary: {', '.join(twice)} named more than once. Fix: name each quantity once")
+    return tuple(value)
 
 
 @dataclass(frozen=True)
 class ConditionRuns:
-    """What the kind decides: the runs by condition, and the condition the others are compared with (None: every
-    pair)."""
+    """What the kind decides: the runs by condition, and the study file's settings that travel with them in
+    study.json (research.results.layout.write_study_index)."""
 
     runs: dict
-    baseline: str | None = None
+    baseline: str | None = None  # the condition the others are compared with (None: every pair)
+    primary: tuple[str, ...] = ()  # the quantities read as one family and stated as findings (check_primary)
+    logit_margin: float | None = None  # the largest logit's margin in logits (None: LOGIT_MARGIN)
 
 
 def comparisons(conditions: list[str], baseline: str | None) -> list[tuple[str, str]]:
@@ -79,6 +113,17 @@ def comparisons(conditions: list[str], baseline: str | None) -> list[tuple[str, 
     return list(combinations(conditions, 2))
 
 
+# How "In short" reads a tested comparison (an untested one reads as its outcome: rules.UNTESTED)
+BEYOND, INSIDE, REAL, OPEN = ("differs beyond the margin", "lies within the margin",
+                              "differs, by a size the margin does not settle", "is not decided")
+READING = {DIFFERENT: BEYOND, EQUAL: INSIDE, WITHIN: INSIDE, UNRESOLVED: REAL, INCONCLUSIVE: OPEN}
+
+
+def reading(d: Decision) -> str:
+    """What a comparison's line in "In short" says of it: BEYOND, INSIDE, REAL, OPEN, or its untested outcome."""
+    return READING.get(d.outcome, d.outcome)
+
+
 @dataclass(frozen=True)
 class ConditionsAnalysis:
     runs: dict  # condition -> [results dict per seed], as compared
@@ -86,9 +131,50 @@ class ConditionsAnalysis:
     baseline: str | None
     margin: float
     loss_margin: float
-    decisions: dict  # quantity key -> {(x, y): Decision}, one family per quantity
+    decisions: dict  # quantity key -> {(x, y): Decision}
     summary: dict  # quantity key -> condition -> {"mean", "ci95", "n"} of the final values
     budget_tokens: float  # the training tokens the final values are taken at (the runs' last probe)
+    logit_margin: float  # the largest logit's margin, in logits
+    primary: tuple[str, ...]  # the quantities read as one family (in QUANTITIES order); () for none
+    family_k: dict  # quantity key -> the k of the family its comparisons were decided in (the primaries share one)
+
+    def margin_of(self, q: Quantity) -> Margin:
+        return quantity_margin(q, self.margin, self.loss_margin, self.logit_margin)
+
+    @property
+    def stated(self) -> tuple[Quantity, ...]:
+        """The quantities "In short" states findings about: the primary ones, else all (each its own family)."""
+        return tuple(q for q in QUANTITIES if q.key in self.primary) if self.primary else QUANTITIES
+
+    @property
+    def exploratory(self) -> tuple[Quantity, ...]:
+        """With primary quantities, the others: decided in their own families, not stated as findings."""
+        return tuple(q for q in QUANTITIES if q.key not in self.primary) if self.primary else ()
+
+    @property
+    def baseline_set_aside(self) -> bool:
+        """The study names a baseline whose runs were all set aside (research.analysis.identity)."""
+        return self.baseline is not None and self.baseline not in self.conditions
+
+    def reference(self, pair: tuple[str, str]) -> str:
+        """The condition a difference is given as a share of: the baseline, else the first condition named."""
+        return pair[1] if self.baseline is not None else pair[0]
+
+    def of_reference(self, pair: tuple[str, str], d: Decision) -> float:
+        """The difference as a share of the reference condition's mean over the paired seeds (NaN at 0)."""
+        ref = d.mean_b if self.baseline is not None else d.mean_a
+        return d.diff / abs(ref) if ref and math.isfinite(ref) else math.nan
+
+    def in_short(self) -> dict:
+        """{(x, y): [(Quantity, Decision)]}: what "In short" states, per comparison, about the stated quantities;
+        research.simulations.conditions counts its error rates from this."""
+        return {p: [(q, self.decisions[q.key][p]) for q in self.stated] for p in next(iter(self.decisions.values()),
+                                                                                      {})}
+
+
+def quantity_margin(q: Quantity, margin: float, loss_margin: float, logit_margin: float) -> Margin:
+    """The margin a quantity's comparisons are read against."""
+    return {"key": Margin(margin), "loss": Margin(loss_margin), "logit": Margin(logit_margin, absolute=True)}[q.margin]
 
 
 def _summary(values: dict) -> dict:
@@ -103,12 +189,17 @@ def analyze(inputs: ConditionRuns, margin: float, loss_margin: float) -> Conditi
     runs = {c: runs_of(inputs.runs, c) for c in inputs.runs if runs_of(inputs.runs, c)}
     conds = list(runs)
     pairs = comparisons(conds, inputs.baseline)  # a baseline with no runs left: its comparisons have no paired values
-    decisions, summary = {}, {}
+    families, summary = {}, {}
     for q in QUANTITIES:
         finals = {c: by_seed(runs[c], q.final) for c in conds}
         summary[q.key] = {c: _summary(finals[c]) for c in conds}
-        family = {(x, y): Paired.of(finals[x], finals.get(y, {})) for x, y in pairs}
-        decisions[q.key] = decide(family, loss_margin if q.loss else margin)
+        families[q.key] = {(x, y): Paired.of(finals[x], finals.get(y, {})) for x, y in pairs}
+    primary = tuple(q.key for q in QUANTITIES if q.key in inputs.primary)
+    k_primary = sum(k_of(families[key]) for key in primary)  # Bonferroni over every comparison of every primary
+    family_k = {q.key: k_primary if q.key in primary else k_of(families[q.key]) for q in QUANTITIES}
+    logit_margin = LOGIT_MARGIN if inputs.logit_margin is None else inputs.logit_margin
+    decisions = {q.key: decide(families[q.key], quantity_margin(q, margin, loss_margin, logit_margin),
+                               k=family_k[q.key]) for q in QUANTITIES}
     ends = [float(probe_tokens(r)[-1]) for rl in runs.values() for r in rl if probe_tokens(r).size]
     return ConditionsAnalysis(runs, conds, inputs.baseline, margin, loss_margin, decisions, summary,
-                              max(ends) if ends else math.nan)
+                              max(ends) if ends else math.nan, logit_margin, primary, family_k)

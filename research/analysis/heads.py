@@ -163,7 +163,7 @@ class HeadsCondition:
         """The write-ups' claim that sinks have higher key norms than gatherers: holds / fails /
         inconclusive / not tested."""
         d = self.norm_gap
-        if d is None or d.outcome == DESCRIPTIVE:
+        if d is None or not d.tested:
             return "not tested"
         return "holds" if d.differs and d.diff > 0 else "fails" if d.decided else "inconclusive"
 

@@ -140,7 +140,7 @@ class KeysAnalysis:
         """The write-ups' claim in one condition: the early group's norm falls and the final group's rises
         (holds / fails / inconclusive / not tested)."""
         early, final = self.group_changes.get((cond, "early")), self.group_changes.get((cond, "final"))
-        if early is None or final is None or DESCRIPTIVE in (early.outcome, final.outcome):
+        if early is None or final is None or not (early.tested and final.tested):
             return "not tested"
         if early.differs and early.diff < 0 and final.differs and final.diff > 0:
             return "holds"

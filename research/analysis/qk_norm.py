@@ -24,8 +24,8 @@ import numpy as np
 
 from research.analysis.claims import claims
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
-                                     UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions, decide, effect_text,
-                                     final_value, finals, needed_text, runs_of)
+                                     NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions,
+                                     decide, effect_text, final_value, finals, needed_text, runs_of, untested_text)
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
@@ -127,7 +127,8 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
             return Verdict("none", "no verdict: the gain and the normalization are separated only with all three "
                                    "conditions (QK, QK_frozen, NoQK)")
         if not ac.tested:
-            why = "one seed per condition (descriptive only)" if ac.outcome == DESCRIPTIVE else "no paired values"
+            why = {DESCRIPTIVE: "one seed per condition (descriptive only)", NO_DATA: NO_DATA}.get(ac.outcome) or \
+                untested_text(ac, 2)
             return Verdict("descriptive", f"no verdict, {why}: {describe(PAIRS[2], ac)}; without the frozen-gain "
                                           f"run (B) gain and normalization cannot be separated")
         head = {DIFFERENT: f"QK-norm changes {what}", EQUAL: f"QK-norm changes {what} by less than the margin",
@@ -142,8 +143,11 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     def verdict(key: str, head: str) -> Verdict:
         return Verdict(key, f"{head}; margin {margin}: {text}")
     if not (ab.tested and bc.tested):
+        outcomes = (ab.outcome, bc.outcome)
         return verdict("descriptive", "no verdict, " + ("one seed per condition (descriptive only)"
-                                                        if DESCRIPTIVE in (ab.outcome, bc.outcome) else
+                                                        if DESCRIPTIVE in outcomes else
+                                                        "a step with no spread (every seed differs by the same "
+                                                        "amount: no interval)" if NO_SPREAD in outcomes else
                                                         "no seed that A, B and C all ran"))
     if not (ab.decided and bc.decided):
         return verdict("inconclusive", "inconclusive: the size of " + " and of ".join(

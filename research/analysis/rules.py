@@ -15,8 +15,13 @@ right at once with that probability. With the margin m (a share of the compared 
 
 Excluding 0 is the paired t-test at 0.05 / k (p times k below 0.05); lying inside the margin is two
 one-sided tests at 0.05 / (2k). One seed: "descriptive" (no test); no seed with a value on both sides:
-"no paired values". Undecided outcomes carry the seeds that would settle the size (the interval inside or beyond
-the margin) with 80% probability, if the observed mean and spread were exact.
+"no paired values"; every seed differing by the same amount (an integer quantity can): "no spread", since an
+interval of width 0 is not evidence of anything beyond those seeds. None of the three is decided or counts in k.
+Undecided outcomes carry the seeds that would settle the size (the interval inside or beyond the margin) with 80%
+probability, if the observed mean and spread were exact.
+
+The margin is a share of each comparison's scale (Margin(0.03)), or, for a quantity that can sit near zero (a
+logit), an absolute one in its units (Margin(0.25, absolute=True)): a share of a mean near zero is no margin.
 
 Absence of evidence is never called equality.
 """
@@ -40,7 +45,10 @@ MARGIN = 0.03  # default equivalence margin of key metrics: 3% of the mean of th
 LOSS_MARGIN = 0.005  # losses of the conditions sit within ~2% of each other; 0.5% is ~0.02 nats at 3.6
 EQUAL, WITHIN, UNRESOLVED, DIFFERENT = ("equal", "different, within the margin", "different, size unresolved",
                                         "different, beyond the margin")
-INCONCLUSIVE, DESCRIPTIVE, NO_DATA = "inconclusive", "descriptive", "no paired values"
+INCONCLUSIVE, DESCRIPTIVE, NO_DATA, NO_SPREAD = "inconclusive", "descriptive", "no paired values", "no spread"
+UNTESTED = (DESCRIPTIVE, NO_DATA, NO_SPREAD)  # no interval to read: never decided, never counted in a family's k
+# Differences that agree to 9 significant digits are one number: a spread that small is the rounding of a - b
+SPREAD_TOL = 1e-9
 FINAL_FIELDS = ("mean_pr", "mean_pr_var", "loss", "val_loss")
 
 
@@ -97,6 +105,20 @@ class Paired:
 
 
 @dataclass(frozen=True)
+class Margin:
+    """An equivalence margin: a share of each comparison's scale (the compared values' mean), or, with `absolute`, a
+    size in the quantity's own units, for a quantity that can sit near zero (a logit going from -0.05 to +0.05 is
+    +200% of its mean, and 3% of that mean is no margin at all)."""
+
+    value: float
+    absolute: bool = False
+
+    def of(self, scale: float) -> float:
+        """The margin in the quantity's units for a comparison of this scale."""
+        return self.value if self.absolute else self.value * scale
+
+
+@dataclass(frozen=True)
 class Decision:
     n: int  # seeds compared
     mean_a: float
@@ -109,7 +131,8 @@ class Decision:
     p_adj: float  # Bonferroni: min(1, k p); below 0.05 exactly when the CI excludes 0
     margin: float  # absolute
     scale: float
-    outcome: str  # EQUAL, WITHIN, UNRESOLVED, DIFFERENT, INCONCLUSIVE, DESCRIPTIVE or NO_DATA
+    outcome: str  # EQUAL, WITHIN, UNRESOLVED, DIFFERENT, INCONCLUSIVE, or one of UNTESTED
+    share: float | None = None  # the margin as a share of `scale`; None: an absolute margin in the quantity's units
 
     @functools.cached_property
     def seeds_needed(self) -> int | None:
@@ -150,7 +173,8 @@ class Decision:
 
     @property
     def tested(self) -> bool:
-        return self.outcome not in (DESCRIPTIVE, NO_DATA)
+        """An interval was read: not one seed, not unpaired, not a difference with no spread."""
+        return self.outcome not in UNTESTED
 
 
 def outcome_of(lo: float, hi: float, margin: float) -> str:
@@ -163,33 +187,57 @@ def outcome_of(lo: float, hi: float, margin: float) -> str:
     return UNRESOLVED if excludes0 else INCONCLUSIVE
 
 
-def decide(family: dict, margin: float = MARGIN, alpha: float = ALPHA) -> dict:
-    """Decide every comparison of a family {key: Paired} at the Bonferroni level over its testable members."""
-    k = sum(1 for c in family.values() if c.diffs.size >= 2)
+def no_spread(c: Paired) -> bool:
+    """Two or more differences, all the same (to SPREAD_TOL of the largest value compared): no interval to read."""
+    if c.diffs.size < 2:
+        return False
+    size = max(abs(c.mean_a), abs(c.mean_b), float(np.abs(c.diffs).max()))
+    return float(np.ptp(c.diffs)) <= SPREAD_TOL * size
+
+
+def k_of(family: dict) -> int:
+    """How many comparisons of a family {key: Paired} have an interval: two or more paired values with a spread."""
+    return sum(1 for c in family.values() if c.diffs.size >= 2 and not no_spread(c))
+
+
+def decide(family: dict, margin: float | Margin = MARGIN, alpha: float = ALPHA, k: int | None = None) -> dict:
+    """Decide every comparison of a family {key: Paired} at the Bonferroni level over its testable members, or over
+    `k` comparisons where the family is part of a larger one (several quantities read as one family). `margin`: a
+    share of each comparison's scale, or a Margin."""
+    margin = margin if isinstance(margin, Margin) else Margin(margin)
+    share = None if margin.absolute else margin.value
+    k = k_of(family) if k is None else k
     level = 1 - alpha / max(k, 1)
     out = {}
     for key, c in family.items():
         n = int(c.diffs.size)
-        m = margin * c.scale
-        if n < 2:
-            d = float(c.diffs[0]) if n else math.nan
-            out[key] = Decision(n, c.mean_a, c.mean_b, d, math.nan, (math.nan, math.nan), math.nan, math.nan,
-                                math.nan, m, c.scale, DESCRIPTIVE if n else NO_DATA)
+        m = margin.of(c.scale)
+        if n < 2 or no_spread(c):
+            outcome = NO_SPREAD if n >= 2 else DESCRIPTIVE if n else NO_DATA
+            d, sd = (float(c.diffs.mean()), 0.0) if n else (math.nan, math.nan)
+            out[key] = Decision(n, c.mean_a, c.mean_b, d, sd if n >= 2 else math.nan, (math.nan, math.nan), math.nan,
+                                math.nan, math.nan, m, c.scale, outcome, share)
             continue
         d, sd = float(c.diffs.mean()), float(c.diffs.std(ddof=1))
         half = t_critical(n - 1, level) * sd / math.sqrt(n)
         p = one_sample_p(c.diffs)
         out[key] = Decision(n, c.mean_a, c.mean_b, d, sd, (d - half, d + half), level, p, min(1.0, k * p), m,
-                            c.scale, outcome_of(d - half, d + half, m))
+                            c.scale, outcome_of(d - half, d + half, m), share)
     return out
+
+
+def untested_text(d: Decision, decimals: int = 3, unit: str = "seed") -> str:
+    """Why a comparison has no interval, in words: 'one seed (descriptive, no test)', 'no paired values' or 'no
+    spread: every seed differs by exactly +2.000'; '' for a tested one."""
+    return {NO_DATA: f"{NO_DATA} (no {unit} with both values)", DESCRIPTIVE: f"one {unit} (descriptive, no test)",
+            NO_SPREAD: f"{NO_SPREAD}: every {unit} differs by exactly {d.diff:+.{decimals}f}"}.get(d.outcome, "")
 
 
 def effect_text(d: Decision, unit: str = "seed") -> str:
     """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]' (shares of the compared values' mean), or why not."""
-    if d.outcome == NO_DATA:
-        return f"(no {unit} with both values)"
-    if d.outcome == DESCRIPTIVE:
-        return f"{d.rel:+.1%} (one {unit})"
+    if not d.tested:
+        return {NO_DATA: f"(no {unit} with both values)", DESCRIPTIVE: f"{d.rel:+.1%} (one {unit})"}.get(
+            d.outcome, f"{d.rel:+.1%} (every {unit} the same: no spread, no test)")
     lo, hi = d.ci_rel
     return f"{d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
 
@@ -209,17 +257,22 @@ def needed_text(d: Decision, unit: str = "seed") -> str:
     return f"about {d.seeds_needed} {units} would settle it"
 
 
-def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed") -> str:
-    """The procedure in one paragraph, for reports."""
+def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed", family: str | None = None,
+              absolute: str = "") -> str:
+    """The procedure in one paragraph, for reports. `family`: what one family is, where it is not one table;
+    `absolute`: the absolute margins, e.g. '\u00b10.25 logits for the largest attention logit'."""
     within = f"\u00b1{margin:.0%} of the compared values' mean" + (
-        f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "")
+        f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "") + (f"; {absolute}" if absolute else "")
+    family = family or "Each table is one family of k comparisons"
     return (f"values are compared by per-{unit} differences"
             + (" (same seed: same initial weights and data order)" if unit == "seed" else "")
-            + f". Each table is one family of k comparisons; every outcome is read off one interval per "
+            + f". {family}; every outcome is read off one interval per "
             f"comparison, the t interval of the mean difference at level 1 \u2212 {ALPHA}/k (Bonferroni: with "
-            f"at least 95% probability all intervals of the table cover their true differences at once). The "
+            f"at least 95% probability all intervals of the family cover their true differences at once). The "
             f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
             f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
             f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {plural(unit)} that would settle the "
             f"size with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
-            f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only")
+            f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only; "
+            f"every {unit} differing by the same amount: \"{NO_SPREAD}\" (an interval of width 0 is no evidence); "
+            f"neither is decided or counted in k")

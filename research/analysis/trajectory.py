@@ -26,7 +26,7 @@ import numpy as np
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, per_batch, site_of
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, LOSS_MARGIN, MARGIN, NO_DATA,
-                                     UNRESOLVED, WITHIN, Decision, Paired, decide, effect_text, needed_text)
+                                     NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, decide, effect_text, needed_text)
 from research.analysis.stats import mean_ci
 
 GAIN_CV = "gain_cv"
@@ -109,6 +109,8 @@ def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: 
         return f"{what}: no batch holds both values."
     if d.outcome == DESCRIPTIVE:
         return f"{what}: {values}, {eff}: one text batch, no test."
+    if d.outcome == NO_SPREAD:
+        return f"{what}: {values}, {eff}: every text batch changed by exactly {d.diff:+.3g}, so no interval: no test."
     way = "rose" if d.diff > 0 else "fell"
     pm = f"\u00b1{margin:.1%}" if margin < 0.01 else f"\u00b1{margin:.0%}"
     if d.outcome == EQUAL:

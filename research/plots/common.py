@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import NO_DATA, needed_text
+from research.analysis.rules import DESCRIPTIVE, NO_DATA, needed_text, untested_text
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -210,8 +210,10 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
     a ranking, a count) may stand beside this."""
     if d.outcome == NO_DATA:
         return f"not decided ({NO_DATA})"
-    if not d.tested:
+    if d.outcome == DESCRIPTIVE:
         return f"not decided (one {unit}, no test): {d.diff:+.{decimals}f}"
+    if not d.tested:
+        return f"not decided ({untested_text(d, decimals, unit)})"
     more = needed_text(d, unit)
     return (f"not decided ({d.outcome}): {d.diff:+.{decimals}f} {fmt_ci(d, decimals)}, {d.rel:+.1%} "
             f"[{d.ci_rel[0]:+.1%}, {d.ci_rel[1]:+.1%}] of the mean" + (f"; {more}" if more else ""))
@@ -227,7 +229,8 @@ def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "see
         if not d.tested:
             diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{decimals}f}"
             rel = "n/a" if d.outcome == NO_DATA else f"{d.rel:+.1%}"
-            what = NO_DATA if d.outcome == NO_DATA else f"descriptive (one {unit})"
+            what = {NO_DATA: NO_DATA, DESCRIPTIVE: f"descriptive (one {unit})"}.get(d.outcome) or untested_text(
+                d, decimals, unit)
             rows.append(f"| {name_of(key)} | {d.n} | {diff} | n/a | {rel} | n/a | n/a | {what} |")
             continue
         lo, hi = d.ci_rel

@@ -2,8 +2,13 @@
 
     trajectories.png   each quantity (layer mean) over training: mean over seeds with its 95% band, per condition
     per_layer.png      each probed quantity per layer at the last probe, mean over seeds with its 95% band
-    comparisons.png    every comparison of every quantity: its estimate and interval as a share of the compared
-                       values' mean, against the margin (the outcome the report names is read off these)
+    comparisons.png    every comparison of every quantity: its estimate and interval in the quantity's units,
+                       against its margin (the outcome the report names is read off these)
+
+The report states each difference in the quantity's units and as a share of one named condition (the baseline, or
+the first condition of the comparison), and each margin in the same units, saying what it is a share of where it is
+one. Its "In short" states findings only about the study's primary quantities, read as one family, or, without
+primary quantities, about all nine with the family-wise error bound of reading nine families together.
 """
 from __future__ import annotations
 
@@ -11,11 +16,13 @@ import math
 
 import numpy as np
 
-from research.analysis.conditions import QUANTITIES, ConditionsAnalysis
-from research.analysis.rules import DIFFERENT, EQUAL, UNRESOLVED, WITHIN, rule_text
+from research.analysis.conditions import (BEYOND, INSIDE, OPEN, QUANTITIES, REAL, ConditionsAnalysis, Quantity,
+                                          reading)
+from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, WITHIN, Decision,
+                                     needed_text, rule_text, untested_text)
 from research.analysis.series import aligned, mean_band
-from research.plots.common import (CONDITION_COLORS, decided_text, decision_table, fmt_at, message_figure, styled,
-                                   subplots, tokens_axis)
+from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_p, message_figure, styled, subplots,
+                                   tokens_axis)
 from research.plots.qk_norm_report import provenance_text
 from research.results.read import seed_of
 
@@ -108,6 +115,9 @@ def fig_per_layer(a: ConditionsAnalysis):
                    f"Per layer, {fmt_at([a.budget_tokens])}: mean over seeds with its 95% band", xlabel="layer")
 
 
+UNTESTED_LABEL = {DESCRIPTIVE: "one seed", NO_DATA: "no data", NO_SPREAD: "no spread"}
+
+
 @styled
 def fig_comparisons(a: ConditionsAnalysis):
     pairs = list(next(iter(a.decisions.values()), {}))
@@ -115,26 +125,24 @@ def fig_comparisons(a: ConditionsAnalysis):
         return message_figure("Comparisons", "one condition: nothing to compare")
     fig, axes = _grid(len(QUANTITIES))
     for ax, q in zip(axes, QUANTITIES):
-        margin = (a.loss_margin if q.loss else a.margin) * 100
-        ax.axvspan(-margin, margin, color="#999999", alpha=0.2, lw=0, label=f"margin \u00b1{margin:.3g}%")
         ax.axvline(0, color="black", lw=0.8)
         for i, p in enumerate(pairs):
             d = a.decisions[q.key][p]
+            if math.isfinite(d.margin):  # each comparison's own margin: a share of its pair's mean, or in logits
+                ax.fill_betweenx([i - 0.35, i + 0.35], -d.margin, d.margin, color="#999999", alpha=0.25, lw=0)
             if not d.tested:
                 ax.plot([], [])
-                ax.text(0, i, "no test" if d.n else "no data", ha="center", va="center", fontsize=8)
+                ax.text(0, i, UNTESTED_LABEL[d.outcome], ha="center", va="center", fontsize=8)
                 continue
-            lo, hi = (v * 100 for v in d.ci_rel)
             shade = {DIFFERENT: "#c44e52", EQUAL: "#4c72b0", WITHIN: "#4c72b0"}.get(d.outcome, "#555555")
-            ax.plot([lo, hi], [i, i], color=shade, lw=2.2)
-            ax.plot(d.rel * 100, i, "o", color=shade, ms=5)
+            ax.plot(list(d.ci), [i, i], color=shade, lw=2.2)
+            ax.plot(d.diff, i, "o", color=shade, ms=5)
         ax.set_yticks(range(len(pairs)), [_pair(p) for p in pairs], fontsize=8)
         ax.set_ylim(len(pairs) - 0.4, -0.6)
-        ax.set_xlabel("difference, % of the compared values' mean")
-        ax.set_title(q.text)
-    axes[0].legend(fontsize=8, loc="lower right")
-    fig.suptitle("Each comparison's estimate and Bonferroni interval (one family per quantity); red: beyond the "
-                 "margin, blue: inside it, grey: not decided")
+        ax.set_xlabel("difference" + (f", {q.unit}" if q.unit else ""))
+        ax.set_title(q.text + (" (primary)" if q.key in a.primary else ""))
+    fig.suptitle("Each comparison's estimate and Bonferroni interval in the quantity's units, against its margin "
+                 "(grey)\nred: beyond the margin, blue: inside it, dark grey: not decided")
     fig.tight_layout()
     return fig
 
@@ -169,59 +177,176 @@ def _value(e: dict, decimals: int) -> str:
     return f"{e['mean']:.{decimals}f}" + (f" \u00b1 {e['ci95']:.{decimals}f}" if e["ci95"] is not None else "")
 
 
-def _findings(a: ConditionsAnalysis) -> list[str]:
-    """One line per comparison: the quantities it decided beyond the margin and inside it, those where the difference
-    is real but its size against the margin unresolved (with estimates), and those it did not decide."""
-    lines = []
-    for p in next(iter(a.decisions.values()), {}):
-        beyond, inside, real, undecided = [], [], [], []
-        for q in QUANTITIES:
-            d = a.decisions[q.key][p]
-            if not d.tested:
-                undecided.append(q.text)
-                continue
-            lo, hi = d.ci_rel
-            est = f"{q.text} {d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
-            (beyond if d.differs else inside if d.same else real if d.outcome == UNRESOLVED else undecided).append(
-                est if d.significant or d.same else q.text)
-        parts = []
-        if beyond:
-            parts.append("differs beyond the margin in " + "; ".join(beyond))
-        if inside:
-            parts.append("lies within the margin in " + "; ".join(inside))
-        if real:
-            parts.append("differs, by a size the margin does not settle, in " + "; ".join(real))
-        if undecided:
-            parts.append("is not decided in " + ", ".join(undecided))
-        lines.append(f"- **{_pair(p)}** " + ", and ".join(parts) + ".")
+def _pct(x: float) -> str:
+    """A share as the report prints it: '+121%', '+0.6%' (one decimal below 10%); 'n/a' when not finite."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.1%}" if abs(x) < 0.1 else f"{x:+.0%}"
+
+
+def _units(q: Quantity) -> str:
+    return f" {q.unit}" if q.unit else ""
+
+
+def _margin(q: Quantity, d: Decision) -> str:
+    """The margin in the quantity's units, and what it is a share of where it is one: '\u00b10.25 logits',
+    '\u00b10.149, 3% of the pair's mean 4.950'."""
+    if not math.isfinite(d.margin):
+        return "n/a"
+    m = f"\u00b1{d.margin:.{q.decimals}f}{_units(q)}"
+    return m if d.share is None else f"{m}, {d.share * 100:g}% of the pair's mean {d.scale:.{q.decimals}f}"
+
+
+def _of(a: ConditionsAnalysis, p: tuple, d: Decision) -> str:
+    """'+121% of QK' ('' where the condition's mean is 0)."""
+    share = a.of_reference(p, d)
+    return f"{_pct(share)} of {a.reference(p)}" if math.isfinite(share) else ""
+
+
+def _entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
+    """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK; margin \u00b10.25 logits)'."""
+    lo, hi = d.ci
+    of = _of(a, p, d)
+    return (f"{q.text} {d.diff:+.{q.decimals}f} [{lo:+.{q.decimals}f}, {hi:+.{q.decimals}f}]{_units(q)} ("
+            + (f"{of}; " if of else "") + f"margin {_margin(q, d)})")
+
+
+def _exact(q: Quantity, d: Decision) -> str:
+    return f"{q.text} {d.diff:+.{q.decimals}f}{_units(q)}"
+
+
+# The parts of a comparison's line, in order: (reading, its words, how each quantity is named in it, the joint)
+PARTS = (
+    (BEYOND, BEYOND + " in {}", _entry, "; "),
+    (INSIDE, INSIDE + " in {}", _entry, "; "),
+    (REAL, REAL + ", in {}", _entry, "; "),
+    (OPEN, "is not decided (inconclusive: the interval holds 0 and reaches past the margin) in {}",
+     lambda a, q, p, d: q.text, ", "),
+    (NO_SPREAD, "shows no spread in {}: every seed differs by exactly that, so there is no interval and it is not "
+     "decided", lambda a, q, p, d: _exact(q, d), "; "),
+    (DESCRIPTIVE, "has one paired seed in {}: described, not tested", lambda a, q, p, d: _exact(q, d), "; "),
+    (NO_DATA, "has no paired values in {}", lambda a, q, p, d: q.text, ", "),
+)
+
+
+def _line(a: ConditionsAnalysis, p: tuple, items: list) -> str:
+    """One comparison's line of "In short": what it decided about each stated quantity, each reason for not deciding
+    said in its own words."""
+    if a.baseline_set_aside and p[1] == a.baseline:
+        return (f"- **{_pair(p)}** is not compared: every run of the baseline {a.baseline} was set aside (What was "
+                f"compared says why).")
+    groups: dict = {}
+    for q, d in items:
+        groups.setdefault(reading(d), []).append((q, d))
+    if set(groups) == {DESCRIPTIVE}:
+        return (f"- **{_pair(p)}** has one paired seed: nothing is tested; the differences are described in the "
+                f"tables below.")
+    if set(groups) == {NO_DATA}:
+        return (f"- **{_pair(p)}** has no paired values: no seed has a value in both conditions (What was compared "
+                f"names the runs without a seed).")
+    parts = [words.format(joint.join(name(a, q, p, d) for q, d in groups[key]))
+             for key, words, name, joint in PARTS if key in groups]
+    return f"- **{_pair(p)}** " + ", and ".join(parts) + "."
+
+
+def _family_note(a: ConditionsAnalysis) -> str:
+    """How far "In short" may be read at once: the primary quantities' one family, or the bound of reading each
+    quantity's family together with the others."""
+    if a.primary:
+        k = a.family_k[a.primary[0]]
+        level = (f"every interval at 1 \u2212 {ALPHA}/{k} ({1 - ALPHA / k:.1%}), so all the lines below are right at "
+                 f"once with probability at least {1 - ALPHA:.0%}") if k else "none of them has an interval"
+        return (f"The study's primary quantities ({', '.join(q.text for q in a.stated)}) are read as one family of "
+                f"k = {k} comparisons: {level}.")
+    n = sum(1 for q in QUANTITIES if a.family_k[q.key])
+    if n < 2:
+        return ""
+    return (f"These are {n} families, one per quantity, each right at once with probability at least "
+            f"{1 - ALPHA:.0%}. Read together, a false line can appear with probability up to {min(1.0, n * ALPHA):.0%} "
+            f"(Bonferroni's bound, {n} \u00d7 {ALPHA:.0%}; {1 - (1 - ALPHA) ** n:.0%} = 1 \u2212 {1 - ALPHA:g}^{n} "
+            f"if the families were independent). Name `primary` quantities in the study file to read them as one "
+            f"family (docs/study_files.md).")
+
+
+def _in_short(a: ConditionsAnalysis) -> list[str]:
+    rows = a.in_short()
+    if not rows:
+        return ["One condition: nothing is compared."]
+    ref = f"the baseline {a.baseline}" if a.baseline is not None else "the first condition of each comparison"
+    lines = [" ".join(x for x in (_family_note(a), (
+        f"Each difference is in the quantity's units with its interval, then a share of {ref}'s value; each margin "
+        f"is in the same units (where it is a share, of the pair's mean).")) if x), ""]
+    lines += [_line(a, p, items) for p, items in rows.items()]
+    if a.exploratory:
+        lines += ["", f"Exploratory, not read here (each its own family at {1 - ALPHA:.0%}, in its table under "
+                      f"Decisions): {', '.join(q.text for q in a.exploratory)}."]
     return lines
+
+
+def _outcome(a: ConditionsAnalysis, p: tuple, q: Quantity, d: Decision) -> str:
+    if d.outcome == NO_DATA and a.baseline_set_aside and p[1] == a.baseline:
+        return "not compared: the baseline's runs were set aside"
+    if not d.tested:
+        return untested_text(d, q.decimals)
+    more = needed_text(d)
+    return d.outcome + (f" ({more})" if more else "")
+
+
+def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
+    """A quantity's comparisons: the difference and its interval in its units, the share of the reference, the
+    margin, Bonferroni's p and the outcome."""
+    rows = ["| comparison | n | difference | CI (level) | as a share | margin | p (Bonferroni) | outcome |",
+            "|---|---|---|---|---|---|---|---|"]
+    for p, d in a.decisions[q.key].items():
+        diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{q.decimals}f}"
+        ci = fmt_ci(d, q.decimals) if d.tested else "n/a"
+        rows.append(f"| {_pair(p)} | {d.n} | {diff} | {ci} | {_of(a, p, d) or 'n/a'} | {_margin(q, d)} | "
+                    f"{fmt_p(d.p_adj)} | {_outcome(a, p, q, d)} |")
+    return rows
+
+
+def _family(a: ConditionsAnalysis, q: Quantity) -> str:
+    k = a.family_k[q.key]
+    if q.key in a.primary:
+        return f"Primary: one family with the other primary quantities, k = {k}."
+    return f"Exploratory: its own family, k = {k}." if a.primary else ""
 
 
 def report(a: ConditionsAnalysis) -> str:
     conds = a.conditions
     against = (f"each condition against the baseline {a.baseline}" if a.baseline else "every pair of conditions")
+    primary = (f" Its primary quantities, named in the study file: {', '.join(q.text for q in a.stated)}; the others "
+               f"are exploratory." if a.primary else "")
     lines = [f"# Conditions compared: {', '.join(conds) or 'none'}", "",
              f"The study compares {against} in {len(QUANTITIES)} quantities, each taken {fmt_at([a.budget_tokens])} "
              f"(a probed quantity: its mean over layers at the last probe). Values are mean \u00b1 95% confidence "
-             f"half width over seeds; n is the number of seeds.", ""]
+             f"half width over seeds; n is the number of seeds.{primary}", ""]
     per, shared = _settings(a)
     lines += ["## Conditions", "", "| condition | seeds | what it sets |", "|---|---|---|"]
     for c in conds:
         seeds = ", ".join(str(seed_of(r)) for r in a.runs[c])
         lines.append(f"| {c}{' (baseline)' if c == a.baseline else ''} | {seeds} | {per[c]} |")
+    if a.baseline_set_aside:
+        lines.append(f"| {a.baseline} (baseline) | none left | every run set aside (What was compared) |")
     if shared:
         lines += ["", f"Every run: {shared}."]
-    lines += ["", "## In short", ""]
-    lines += _findings(a) or ["One condition: nothing is compared."]
-    lines += ["", "## Decisions", "", f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin)}.", ""]
+    lines += ["", "## In short", ""] + _in_short(a)
+    family = ("The primary quantities' tables are one family of k comparisons together; every other table is one "
+              "family of its own" if a.primary else None)
+    absolute = (f"\u00b1{a.logit_margin:g} logits for the largest attention logit (an absolute margin: it can sit "
+                f"near 0)")
+    lines += ["", "## Decisions", "",
+              f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}.",
+              ""]
     for q in QUANTITIES:
-        lines += [f"### {q.text}", "", "| condition | final | n |", "|---|---|---|"]
+        lines += [f"### {q.text}", ""] + ([_family(a, q), ""] if _family(a, q) else [])
+        lines += ["| condition | final | n |", "|---|---|---|"]
         lines += [f"| {c} | {_value(a.summary[q.key][c], q.decimals)} | {a.summary[q.key][c]['n']} |" for c in conds]
         if a.decisions[q.key]:
-            lines += [""] + decision_table(a.decisions[q.key], q.decimals, name_of=_pair) + [""]
-            lines += [f"- {_pair(p)}: {decided_text(d, q.decimals)}" for p, d in a.decisions[q.key].items()]
+            lines += [""] + _table(a, q)
         lines.append("")
     lines += ["## Figures", "", "trajectories.png (each quantity over training), per_layer.png (per layer at the last "
-              "probe), comparisons.png (every comparison's interval against the margin).", "", "## Provenance", ""]
+              "probe), comparisons.png (every comparison's interval against its margin, in the quantity's units).", "",
+              "## Provenance", ""]
     lines += [f"- {c}: {provenance_text(a.runs, c)}" for c in conds]
     return "\n".join(lines) + "\n"

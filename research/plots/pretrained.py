@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import INCONCLUSIVE, UNRESOLVED, needed_text
+from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, needed_text, untested_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)
@@ -149,14 +149,14 @@ def figures(analysis: A.PretrainedAnalysis) -> dict:
 
 def _ci(d) -> str:
     if not d.tested:
-        return "one batch: no interval"
+        return "one batch: no interval" if d.outcome == DESCRIPTIVE else f"{untested_text(d, 2, 'batch')}: no interval"
     return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Bonferroni) {d.p_adj:.2g}"
 
 
 def _against(d, what: str, above: str, below: str, margin: float) -> str:
     """A verdict phrase for a difference d = value - reference, never more than the test showed."""
     if not d.tested:
-        return f"{d.diff:+.2f} against {what} (one batch: descriptive)"
+        return f"{d.diff:+.2f} against {what} ({'one batch: descriptive' if d.outcome == DESCRIPTIVE else _ci(d)})"
     if d.outcome == INCONCLUSIVE:
         return f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; {needed_text(d, 'batch')})"
     if d.same:

@@ -10,6 +10,8 @@ adds the file name and the fix. No torch.
 """
 from __future__ import annotations
 
+import math
+
 from configs.config import ConfigError
 from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES
 from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Spec, Text, check, found,
@@ -17,8 +19,8 @@ from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, Opt
 
 ShapeError = FormatError  # the name readers and tests know; one field that does not fit its declaration
 
-__all__ = ["RESULTS", "PROVENANCE", "ShapeError", "check_margin", "check_provenance", "check_types", "found",
-           "is_integer", "is_layer_key", "is_number"]
+__all__ = ["RESULTS", "PROVENANCE", "ShapeError", "check_absolute_margin", "check_margin", "check_provenance",
+           "check_types", "found", "is_integer", "is_layer_key", "is_number"]
 
 
 def check_margin(name: str, value) -> float:
@@ -26,6 +28,14 @@ def check_margin(name: str, value) -> float:
     --margin / --loss_margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
         raise ConfigError(f"{name} {value!r:.40} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+    return float(value)
+
+
+def check_absolute_margin(name: str, value, unit: str) -> float:
+    """An equivalence margin in a quantity's own units (e.g. the largest attention logit's, in logits) as a float:
+    a positive finite number. ConfigError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ConfigError(f"{name} {value!r:.40} must be a positive number of {unit} (e.g. 0.25)")
     return float(value)
 
 

@@ -1,6 +1,7 @@
 """The study folder layout, and loading a whole study from it (no torch).
 
-    <study>/study.json                              index: kind, seeds, preset, margins, results files
+    <study>/study.json                              index: kind, seeds, preset, margins, results files (and a study
+                                                    file's baseline, primary quantities, logit margin)
     <study>/<condition>/results.json                one seed
     <study>/<condition>/seed_<s>/results.json       several seeds
     <study>/combined_results.json                   the pilot's combined file (the write-ups' format)
@@ -23,7 +24,7 @@ import math
 import re
 from pathlib import Path
 
-from research.results.checks import check_margin, found
+from research.results.checks import check_absolute_margin, check_margin, found
 from research.results.read import seed_of
 from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
@@ -146,6 +147,13 @@ def _baseline_is_a_condition(meta: dict, where: str, ctx) -> None:
                           found(meta["baseline"]))
 
 
+def _primary_once(meta: dict, where: str, ctx) -> None:
+    primary = meta.get("primary") or []
+    twice = sorted({k for k in primary if primary.count(k) > 1})
+    if twice:
+        raise FormatError("primary", "each quantity once", f"{', '.join(twice)} more than once")
+
+
 _NAME = Opt(Text("a name (text)", nullable=False, nonempty=True))
 # study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
 # preset of this project); the paths of conditions are checked against the folder by _check_paths.
@@ -158,6 +166,12 @@ STUDY = Obj({
     "margin": Opt(Custom(lambda v: check_margin("margin", v), "a margin")),
     "loss_margin": Opt(Custom(lambda v: check_margin("loss_margin", v), "a margin")),
     "baseline": Opt(Text("a condition name (text)", nullable=False, nonempty=True)),
+    # a study file's primary quantities (research.analysis.conditions.check_primary says which names are quantities,
+    # when the conditions kind reads them) and the largest logit's margin in logits
+    "primary": Opt(ListOf(Text("a quantity key (text)", nullable=False, nonempty=True),
+                          "a non-empty list of quantity keys", nonempty=True, show=found)),
+    "(primary)": Rule(_primary_once),
+    "logit_margin": Opt(Custom(lambda v: check_absolute_margin("logit_margin", v, "logits"), "a margin in logits")),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, ok=str.strip),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),
@@ -168,14 +182,14 @@ STUDY = Obj({
 
 def check_study_index(meta, path: Path, folder: Path) -> dict:
     """The fields of a study.json, checked (STUDY) and typed: {path (of study.json), study, kind, seeds, preset,
-    margin, loss_margin (None where absent), conditions: {name: [results file paths under folder]}}. ResultsError
-    names the field and the fix."""
+    baseline, primary, margin, loss_margin, logit_margin (None where absent), conditions: {name: [results file paths
+    under folder]}}. ResultsError names the field and the fix."""
     try:
         check(STUDY, meta)
     except FormatError as e:
         raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
-    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline")}}
-    out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin")})
+    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline", "primary")}}
+    out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin", "logit_margin")})
     seen: dict = {}
     out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen)
                          for cond, entries in meta["conditions"].items()}
@@ -194,7 +208,8 @@ def read_study_index(folder: str | Path) -> dict:
 
 def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str | None,
                       conditions: dict[str, list[str]], margin: float, loss_margin: float,
-                      baseline: str | None = None) -> Path:
+                      baseline: str | None = None, primary: tuple[str, ...] = (),
+                      logit_margin: float | None = None) -> Path:
     """study.json: what split_panels needs to find the study's kind, results files and equivalence margins. It is
     checked as every read checks it, so no index is written that a read would refuse."""
     path = study / STUDY_INDEX
@@ -204,6 +219,10 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
         del meta["preset"]
     if baseline is not None:  # a study file's condition the others are compared with (kind 'conditions')
         meta["baseline"] = baseline
+    if primary:  # a study file's quantities read as one family
+        meta["primary"] = list(primary)
+    if logit_margin is not None:  # a study file's margin of the largest attention logit, in logits
+        meta["logit_margin"] = logit_margin
     check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

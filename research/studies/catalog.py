@@ -22,8 +22,10 @@ class Study:
     preset: str | None = None
     shared: dict = field(default_factory=dict)
     baseline: str | None = None
+    primary: tuple[str, ...] = ()  # the quantities read as one family (research.analysis.conditions.check_primary)
     margin: float | None = None  # None: research.analysis.rules.MARGIN
     loss_margin: float | None = None  # None: LOSS_MARGIN
+    logit_margin: float | None = None  # None: research.analysis.conditions.LOGIT_MARGIN
     source: str | None = None  # the study file it was read from, as messages name it
 
     def runs(self) -> list[tuple[str, dict]]:

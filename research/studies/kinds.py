@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from configs.config import ConfigError
 from research.analysis import conditions as conditions_analysis
 from research.analysis import finetune as finetune_analysis
 from research.analysis import heads as heads_analysis
@@ -41,7 +42,7 @@ from research.plots import qk_norm_report
 from research.plots import spikes as spikes_plots
 from research.plots import trajectory as trajectory_plots
 from research.results import ResultsError
-from research.results.layout import load_study
+from research.results.layout import INDEX_FIX, load_study
 from research.results.owners import owned_file
 from research.results.pretrained import load_pretrained_keys
 from research.results.steps import load_steps
@@ -131,20 +132,32 @@ def _qk_norm_combined(analysis) -> dict:
 def _conditions_combined(analysis) -> dict:
     return {QK_COMBINED: {
         "study": "conditions", "conditions": analysis.conditions, "baseline": analysis.baseline,
-        "margin": analysis.margin, "loss_margin": analysis.loss_margin, "tokens": json_safe(analysis.budget_tokens),
-        "summary": json_safe(analysis.summary),
-        "decisions": {q: {f"{x}-{y}": _decision_json(d) for (x, y), d in decisions.items()}
+        "primary": list(analysis.primary), "margin": analysis.margin, "loss_margin": analysis.loss_margin,
+        "logit_margin": analysis.logit_margin, "family_k": analysis.family_k,
+        "tokens": json_safe(analysis.budget_tokens), "summary": json_safe(analysis.summary),
+        "decisions": {q: {f"{x}-{y}": {**_decision_json(d), "margin_share": d.share,
+                                       "reference": analysis.reference((x, y)),
+                                       "of_reference": json_safe(analysis.of_reference((x, y), d))}
+                          for (x, y), d in decisions.items()}
                       for q, decisions in analysis.decisions.items()}}}
 
 
 def _conditions_load(folder: Path, index: dict) -> conditions_analysis.ConditionRuns:
-    return conditions_analysis.ConditionRuns(_runs(folder, index), index.get("baseline"))
+    """The runs, with the study file's settings that study.json keeps (baseline, primary quantities, logit margin)."""
+    primary = ()
+    if index.get("primary") is not None:
+        try:
+            primary = conditions_analysis.check_primary(index["primary"])
+        except ConfigError as e:
+            raise ResultsError(f"{index['path']}: {e}; fix: {INDEX_FIX}") from None
+    return conditions_analysis.ConditionRuns(_runs(folder, index), index.get("baseline"), primary,
+                                             index.get("logit_margin"))
 
 
 def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison:
-    """identity.compare on the runs, the baseline kept beside them."""
+    """identity.compare on the runs, the study file's settings kept beside them."""
     c = compare(inputs.runs)
-    return dataclasses.replace(c, runs=conditions_analysis.ConditionRuns(c.runs, inputs.baseline))
+    return dataclasses.replace(c, runs=dataclasses.replace(inputs, runs=c.runs))
 
 
 def _spikes_load(folder: Path, index: dict) -> spikes_analysis.SpikeRuns:

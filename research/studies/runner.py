@@ -396,7 +396,8 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))
     try:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
-                          margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline)
+                          margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline,
+                          primary=study.primary, logit_margin=study.logit_margin)
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
     except OSError as e:

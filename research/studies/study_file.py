@@ -15,15 +15,18 @@ from pathlib import Path
 from configs.config import ConfigError, DataConfig, ProbeConfig
 from configs.files import field_values, parse_file, read_text
 from configs.presets import PRESETS
-from research.results.checks import check_margin
+from research.analysis.conditions import check_primary
+from research.results.checks import check_absolute_margin, check_margin
 from research.studies.catalog import Study
 
 EXAMPLE = """\
     name: softcap_vs_qknorm      # the study: its folder research_results/<name> (the default --out)
     seeds: [0, 1, 2, 3]          # every condition trains once per seed; the runs of one seed are paired
     baseline: QK                 # optional: every other condition is compared with it (without it: every pair)
+    primary: [logit_max, val_loss]  # optional: the quantities read as one family, the report's findings
     margin: 0.03                 # optional: the equivalence margin of key metrics, a share of the mean
     loss_margin: 0.005           # optional: the same for losses
+    logit_margin: 0.25           # optional: the largest attention logit's, in logits
     preset: tiny                 # any other top-level key is a config field every run shares
     tokens: 300000
     conditions:                  # condition name -> the config fields it sets (over the shared ones)
@@ -33,7 +36,7 @@ EXAMPLE = """\
       QK_gated: {qk_norm: learned, attn_gate: headwise}
 """
 KIND = "conditions"  # research.studies.kinds: each condition against the baseline, or every pair
-STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "margin", "loss_margin", "preset")
+STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "primary", "margin", "loss_margin", "logit_margin", "preset")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # a folder name on every system, never a file the study writes
 NAME_RULE = "a letter, then letters, digits, '_' or '-' (at most 64)"
 PER_STUDY = {"seed": "the study's seeds are its `seeds` list"}  # nowhere in the file
@@ -133,11 +136,14 @@ def read_study_file(path: str | Path) -> Study:
     if baseline is not None and baseline not in conditions:
         raise ConfigError(f"{where}: baseline {baseline!r} is not one of the conditions ({', '.join(conditions)}). "
                           f"Fix: name one of them, or leave baseline out to compare every pair")
-    margins = {}
-    for key in ("margin", "loss_margin"):
+    settings = {}
+    checks = {"primary": check_primary, "margin": lambda v: check_margin("margin", v),
+              "loss_margin": lambda v: check_margin("loss_margin", v),
+              "logit_margin": lambda v: check_absolute_margin("logit_margin", v, "logits")}
+    for key, check in checks.items():
         if data.get(key) is not None:
             try:
-                margins[key] = check_margin(key, data[key])
+                settings[key] = check(data[key])
             except ConfigError as e:
                 raise ConfigError(f"{where}: {e}") from None
     preset = data.get("preset")
@@ -145,4 +151,4 @@ def read_study_file(path: str | Path) -> Study:
         raise ConfigError(f"{where}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)}")
     shared = _fields({k: v for k, v in data.items() if k not in STUDY_KEYS}, where, STUDY_KEYS)
     return Study(name, KIND, conditions=conditions, default_seeds=seeds, preset=preset, shared=shared,
-                 baseline=baseline, source=str(path), **margins)
+                 baseline=baseline, source=str(path), **settings)

@@ -144,6 +144,7 @@ ENTRY_POINTS = {
     "research.speed.measure": _module_parser("research.speed.measure"),
     "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
+    "research.simulations.conditions": _module_parser("research.simulations.conditions"),
 }
 
 

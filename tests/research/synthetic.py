@@ -23,11 +23,13 @@ def _final_head(layer: int, n_kv: int) -> list[tuple[float, float]]:
     return out
 
 
-def make_results(tag="QK", *, n_kv=2, n_q=2, qk_norm="learned", seed=0, norm_offset=0.0, pr_drop=None,
-                 with_config=True) -> dict:
+def make_results(tag="QK", *, n_kv=2, n_q=2, qk_norm="learned", seed=0, norm_offset=0.0, norm_drift=0.0,
+                 sink_drift=0.0, pr_drop=None, with_config=True) -> dict:
     """A results dict like the probe callback writes: 6 layers, D = 64, 5 probes.
 
     Key norms go linearly from 8 to their final values; entropies from 3.5 to their final values.
+    `norm_offset` is added to every key norm at every probe; `norm_drift` to every key norm in proportion to
+    training (all of it at the last probe), `sink_drift` so to the sink's alone: a run's own change.
     pr_drop[layer] is subtracted from the final layer PR (30 for every layer otherwise).
     """
     group = n_q // n_kv
@@ -45,7 +47,8 @@ def make_results(tag="QK", *, n_kv=2, n_q=2, qk_norm="learned", seed=0, norm_off
         layers = []
         for i in range(L):
             fin = _final_head(i, n_kv)
-            norm = [8.0 + f * (n - 8.0) + norm_offset for n, _ in fin]
+            norm = [8.0 + f * (n - 8.0 + norm_drift + (sink_drift if (i, k) == SINK else 0.0)) + norm_offset
+                    for k, (n, _) in enumerate(fin)]
             ent_kv = [3.5 + f * (e - 3.5) for _, e in fin]
             pr = 50.0 - f * (20.0 + pr_drop[i])
             km = {"norm_mean": norm, "norm_std": [0.1] * n_kv, "max_abs": [3.0 + f * (1 + i)] * n_kv,
@@ -83,20 +86,35 @@ def writeups_only(res: dict) -> dict:
                                          "gamma_cv", "gamma_final")})
 
 
+# Each condition's own part of the seed noise: the per-seed differences A - B, B - C, A - C and A - 2B + C spread
+# by 0.01-0.03 (PR; a hundredth of that in the loss), far inside every margin, 0 for seed 0 alone and summing to 0
+# over seeds 0, 1, 2 (_own), so one seed and the mean of three keep their exact values
+SPREAD = {"QK_frozen": 0.01, "NoQK": 0.03}
+# Seeds also differ inside the trajectory (at most +-0.05 at mid-training), so a trajectory's fall and rise spread
+WIGGLE = 0.05
+
+
+def _own(seed: int) -> int:
+    """Seeds 0, 1, 2 -> 0, +1, -1 (and on in threes)."""
+    return (0, 1, -1)[seed % 3]
+
+
 def qk_run(tag, seed, final_pr, final_loss, *, shape="u", layers=4, probes=8, learned=None, own_noise=0.0):
     """A results dict with only the write-ups' fields (+ seed): mean_pr ends exactly at final_pr + seed noise.
 
     The seed noise ((seed - 1) * 0.2) is shared by every condition of a seed, as a shared initialisation and
-    data order would make it, so per-seed differences between conditions are exact; `own_noise` adds noise
-    of that size that belongs to this (condition, seed) alone."""
-    noise = (seed - 1) * 0.2                      # seeds 0, 1, 2 -> -0.2, 0, +0.2: mean is exact
+    data order would make it; a condition's own part (SPREAD[tag] * _own(seed)) gives the per-seed
+    differences between conditions a small spread (a difference with none is "no spread", not decided) while
+    their mean over seeds 0, 1, 2 stays exact; `own_noise` adds noise of that size that belongs to this
+    (condition, seed) alone."""
+    noise = (seed - 1) * 0.2 + SPREAD.get(tag, 0.0) * _own(seed)  # seeds 0, 1, 2 -> -0.2, 0, +0.2: mean is exact
     noise += own_noise * np.random.default_rng([seed, sum(map(ord, tag))]).normal()
     t = np.linspace(0, 1, probes)
     if shape == "u":   # 80 -> dip to 0.6 * final at 30% of training -> final
         pr = np.where(t < 0.3, 80 + (0.6 * final_pr - 80) * t / 0.3, 0.6 * final_pr + 0.4 * final_pr * (t - 0.3) / 0.7)
     else:              # monotone fall to final
         pr = 80 + (final_pr - 80) * t
-    pr = pr + noise
+    pr = pr + noise + WIGGLE * _own(seed) * 4 * t * (1 - t)  # the first and last probes keep their exact values
     loss = [None] + list(final_loss + 2.0 * (1 - t[1:]) + noise / 100)
     val = [None] + list(final_loss - 0.1 + 2.0 * (1 - t[1:]) + noise / 100)
     qk = tag != "NoQK" if learned is None else learned

@@ -49,7 +49,7 @@ def test_steps_of_nearly_one_size_are_both_contributing_not_one_driver():
     assert "the gain drives" not in text
     assert "both the gain and the normalization contribute to key PR" in text
     assert "the gain's effect (A\u2212B) +3.3% [+3.1%, +3.4%] lies beyond the margin" in text
-    assert "the normalization's effect (B\u2212C) +2.6% [+2.5%, +2.8%] is real but lies within the margin" in text
+    assert "the normalization's effect (B\u2212C) +2.6% [+2.6%, +2.7%] is real but lies within the margin" in text
     assert "**fails**" in claim_line(text, "a")
     # A clear driver still is one: A-B 10, B-C 0 per seed, the steps differ by 10
     gain = qk_norm.analyze(qk_runs((50, 40, 40), (3.6, 3.6, 3.6)))

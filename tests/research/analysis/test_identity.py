@@ -31,6 +31,12 @@ def run(tag: str, seed: int | None, pr: list[float], *, step_tokens: int = 125_0
     return validate(res)
 
 
+def own(seed: int, cond: str) -> float:
+    """A condition's own part of a seed's value: -0.01, 0 or +0.01, summing to 0 over any three seeds in a row and
+    different per condition, so per-seed differences between conditions spread (by at most 0.02) around 0."""
+    return 0.01 * ((seed + QK_CONDITIONS.index(cond)) % 3 - 1)
+
+
 def write(folder: Path, runs: dict[str, dict]) -> Path:
     """{relative folder: results dict} as <folder>/<relative folder>/results.json."""
     for where, res in runs.items():
@@ -54,11 +60,12 @@ def test_files_without_a_seed_are_paired_by_their_seed_folder_not_by_position(tm
     """QK in seed_1..seed_4, the others in seed_2..seed_5, no `seed` in any file, every condition identical
     within a seed (final PR 40 + 2 * seed): paired by position, A - B would read -2 / 45 = -4.4% at every
     position, beyond the 3% margin, and the verdict "the gain drives key PR". Paired by folder seed (2, 3, 4)
-    every difference is exactly 0."""
-    def pr(seed):
-        return [60.0, 50.0, 40.0 + 2 * seed]
-    layout = {f"QK/seed_{s}": run("QK", None, pr(s)) for s in (1, 2, 3, 4)}
-    layout |= {f"{c}/seed_{s}": run(c, None, pr(s)) for c in ("QK_frozen", "NoQK") for s in (2, 3, 4, 5)}
+    every difference is 0 give or take 0.02 (own: a spread summing to 0 over seeds 2, 3, 4, since differences with
+    no spread at all would read "no spread", not decided)."""
+    def pr(seed, c):
+        return [60.0, 50.0, 40.0 + 2 * seed + own(seed, c)]
+    layout = {f"QK/seed_{s}": run("QK", None, pr(s, "QK")) for s in (1, 2, 3, 4)}
+    layout |= {f"{c}/seed_{s}": run(c, None, pr(s, c)) for c in ("QK_frozen", "NoQK") for s in (2, 3, 4, 5)}
     report = redraw(write(tmp_path / "study", layout))
     assert "**the gain drives" not in report
     assert "**neither: QK-norm changes key PR by less than the margin" in report
@@ -80,10 +87,10 @@ def test_a_longer_run_is_compared_at_the_budget_every_run_reached(tmp_path):
     """QK trained to 2M tokens, the others to 1M; every condition's PR is the same curve, falling 2 per 125k
     tokens. Its last probe would put QK 16 below the others (the gain "driving" key PR); at 1M tokens, the
     last probe all runs share, all three are equal."""
-    def curve(n_probes, seed):
-        return [60.0 - 2 * i + 0.3 * seed for i in range(n_probes)]
-    layout = {f"QK/seed_{s}": run("QK", s, curve(17, s)) for s in (0, 1, 2)}
-    layout |= {f"{c}/seed_{s}": run(c, s, curve(9, s)) for c in ("QK_frozen", "NoQK") for s in (0, 1, 2)}
+    def curve(n_probes, seed, c):
+        return [60.0 - 2 * i + 0.3 * seed + own(seed, c) for i in range(n_probes)]
+    layout = {f"QK/seed_{s}": run("QK", s, curve(17, s, "QK")) for s in (0, 1, 2)}
+    layout |= {f"{c}/seed_{s}": run(c, s, curve(9, s, c)) for c in ("QK_frozen", "NoQK") for s in (0, 1, 2)}
     report = redraw(write(tmp_path / "study", layout))
     assert "**the gain drives" not in report and "**neither" in report
     assert "final values at 1,000,000 tokens" in report

@@ -25,15 +25,20 @@ def run(seed, final_loss, max_logit=10.0, diverged=None):
     return validate(res)
 
 
+OWN = (0, 1, -1)  # a seed's own part of a condition's values: 0 for seed 0, summing to 0 over seeds 0, 1, 2
+
+
 def flat_and_steep(seeds=(0, 1, 2)):
-    """QK: 3.0 at every rate (+0.01 per seed): sensitivity 0. NoQK: 3.0, 3.0, 3.5 (+0.01 per seed), diverged at
-    16x (counted at l0 = 8): seed s has mean(3 + .01s, 3 + .01s, 3.5 + .01s, 8) - (3 + .01s) = 1.375 - .0025s."""
+    """QK: 3.0 at every rate (+0.01 per seed, and 0.001 * OWN[s] of its own): sensitivity 0. NoQK: 3.0, 3.0, 3.5
+    (+0.01 per seed), diverged at 16x (counted at l0 = 8): seed s has mean(3 + .01s, 3 + .01s, 3.5 + .01s, 8) -
+    (3 + .01s) = 1.375 - .0025s. NoQK's largest logit 10 x the multiplier, + 0.1 * OWN[s] per unit of multiplier
+    above 1x, so its growth from 1x spreads over seeds (a difference with no spread is not decided)."""
     runs = {}
     for m in MULTS:
-        runs[grid_key("QK", m)] = [run(s, 3.0 + 0.01 * s) for s in seeds]
+        runs[grid_key("QK", m)] = [run(s, 3.0 + 0.01 * s + 0.001 * OWN[s]) for s in seeds]
         loss = {0.25: 3.0, 1: 3.0, 4: 3.5, 16: math.nan}[m]
-        runs[grid_key("NoQK", m)] = [run(s, loss + 0.01 * s, max_logit=10.0 * m, diverged=5 if m == 16 else None)
-                                     for s in seeds]
+        runs[grid_key("NoQK", m)] = [run(s, loss + 0.01 * s, max_logit=10.0 * m + 0.1 * OWN[s] * (m - 1),
+                                         diverged=5 if m == 16 else None) for s in seeds]
     return runs
 
 
@@ -87,7 +92,7 @@ def test_an_onset_is_named_from_decided_multipliers_only():
     runs = {}
     for m in MULTS:
         runs[grid_key("QK", m)] = [run(s, 3.0 + 0.01 * s) for s in range(3)]
-        off = {0.25: [0, 0, 0], 1: [0.2, -0.2, 0.05], 4: [0.3, -0.1, 0.0], 16: [0.5, 0.5, 0.5]}[m]
+        off = {0.25: [0, 0.001, -0.001], 1: [0.2, -0.2, 0.05], 4: [0.3, -0.1, 0.0], 16: [0.5, 0.51, 0.49]}[m]
         runs[grid_key("NoQK", m)] = [run(s, 3.0 + 0.01 * s + off[s]) for s in range(3)]
     text = lr_plots.report(analyze(runs))
     line = next(ln for ln in text.splitlines() if ln.startswith("- no QK-norm:"))

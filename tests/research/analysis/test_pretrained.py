@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from research.analysis import pretrained as A
-from research.analysis.rules import DIFFERENT
+from research.analysis.rules import DIFFERENT, NO_SPREAD
 from research.results import ResultsError
 from research.results.pretrained import FILE, SCHEMA, VERSION, load_pretrained_keys
 from tests.helpers import stops
@@ -18,11 +18,13 @@ L, HQ, HKV, D = 6, 4, 2, 4
 
 def _record(n_batches=5, sink_norm=3.0, other_norm=2.0):
     """6 layers, KV head 0 a sink (its query heads: first-token attention 0.8, entropy 0.5) with key norm
-    `sink_norm`, KV head 1 a gatherer (0.1, 2.0) with `other_norm`; batch b adds 0.01 * b to both norms.
+    `sink_norm`, KV head 1 a gatherer (0.1, 2.0) with `other_norm`; batch b adds 0.01 * b to both norms, and
+    0.002 * (b - 2) (0 in the mean over the batches) to the sink's alone, so the sink-gatherer gap spreads.
     Trained pr_sv 1.5, untrained 3.0 in every head."""
     rng_free = []
     for b in range(n_batches):
-        norm = [[sink_norm + 0.01 * b, other_norm + 0.01 * b] for _ in range(L)]
+        wobble = 0.002 * (b - (n_batches - 1) / 2)
+        norm = [[sink_norm + 0.01 * b + wobble, other_norm + 0.01 * b] for _ in range(L)]
         keys = {"k_proj": {"norm_mean": norm, "pr_sv": [[1.5 + 0.01 * b] * HKV] * L,
                            "pr_var": [[1.0] * HKV] * L, "erank": [[2.0] * HKV] * L}}
         init = {"k_proj": {"norm_mean": norm, "pr_sv": [[3.0 - 0.01 * b] * HKV] * L,
@@ -41,8 +43,8 @@ def test_norms_against_sqrt_d_head_and_by_depth():
     assert n["site"] == "k_proj" and n["sqrt_d_head"] == 2.0
     for g, d in n["vs_sqrt_d"].items():
         assert d.diff == pytest.approx(0.52) and d.outcome == DIFFERENT
-    for d in n["depth"].values():  # the groups are identical batch by batch: equal
-        assert d.diff == pytest.approx(0.0, abs=1e-12) and d.same
+    for d in n["depth"].values():  # the groups are identical batch by batch: no spread, so no test (not "equal")
+        assert d.diff == pytest.approx(0.0, abs=1e-12) and d.outcome == NO_SPREAD and not d.decided
 
 
 def test_sinks_have_longer_keys_within_a_layer():

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, NO_DATA, UNRESOLVED, WITHIN, Paired,
-                                    decide, finals, outcome_of)
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, NO_DATA, NO_SPREAD, UNRESOLVED,
+                                    WITHIN, Margin, Paired, decide, finals, outcome_of, k_of, untested_text)
 from research.analysis.stats import t_critical
 from tests.research.synthetic import qk_run
 
@@ -69,24 +69,65 @@ def test_a_large_clear_difference_is_different_and_one_seed_is_descriptive():
 
 
 def test_pairs_are_matched_by_seed_not_by_position():
-    """Per-seed differences remove what each seed shares between conditions: here all of the spread."""
+    """Per-seed differences remove what each seed shares between conditions: here all of the spread but 0.01."""
     a = {0: 10.0, 1: 20.0, 2: 30.0}
-    b = {2: 29.0, 0: 9.0, 1: 19.0, 7: 99.0}  # seed 7 has no partner and is left out
+    b = {2: 29.01, 0: 9.0, 1: 18.99, 7: 99.0}  # seed 7 has no partner and is left out
     d = one(a, b, margin=0.01)
-    assert d.n == 3 and d.diff == pytest.approx(1.0) and d.sd == pytest.approx(0.0)
-    assert d.outcome == DIFFERENT  # a constant difference of 1 is far outside +-1% of ~20
+    assert d.n == 3 and d.diff == pytest.approx(1.0) and d.sd == pytest.approx(0.01)
+    assert d.outcome == DIFFERENT  # 1 +- 0.025 (t(2, 0.975) 4.303 x 0.01 / sqrt 3) is far outside +-1% of ~20
 
 
 def test_bonferroni_over_the_testable_members_of_the_family():
     rng = np.random.default_rng(0)
     base = rng.normal(0, 1, 5)
-    family = {k: Paired.of({s: base[s] + shift for s in range(5)}, {s: base[s] for s in range(5)})
+    wobble = rng.normal(0, 0.1, 5)
+    family = {k: Paired.of({s: base[s] + shift + wobble[s] for s in range(5)}, {s: base[s] for s in range(5)})
               for k, shift in (("clear", 5.0), ("none", 0.0))}
     family["noisy"] = Paired.of({s: base[s] + rng.normal(0.3, 1) for s in range(5)}, {s: base[s] for s in range(5)})
     family["one seed"] = Paired.of({0: 1.0}, {0: 2.0})  # not testable: not counted in k
     dec = decide(family, margin=0.03)
     assert all(dec[k].ci_level == pytest.approx(1 - 0.05 / 3) for k in ("clear", "none", "noisy"))
     assert all(dec[k].p_adj == pytest.approx(min(1.0, 3 * dec[k].p)) for k in ("clear", "none", "noisy"))
+
+
+def test_a_difference_with_no_spread_is_said_as_such_not_decided_and_not_counted():
+    """Integer values 5, 7, 9 against 3, 5, 7: every seed differs by exactly 2. The old rule read the zero-width
+    interval [2, 2] as "different, beyond the margin"; now no interval is read, and the family's k counts only the
+    comparison that has one (so the noisy one is at 95%, not 97.5%)."""
+    family = {"flat": Paired.of({0: 5, 1: 7, 2: 9}, {0: 3, 1: 5, 2: 7}),
+              "noisy": Paired.of({0: 1.0, 1: 2.0, 2: 3.5}, {0: 0.0, 1: 0.0, 2: 0.0})}
+    assert k_of(family) == 1
+    dec = decide(family, margin=0.03)
+    flat = dec["flat"]
+    assert (flat.outcome, flat.n, flat.diff, flat.sd) == (NO_SPREAD, 3, 2.0, 0.0)
+    assert not (flat.tested or flat.decided or flat.differs or flat.same) and all(map(math.isnan, flat.ci))
+    assert untested_text(flat, 0) == "no spread: every seed differs by exactly +2"
+    assert dec["noisy"].ci_level == 0.95 and dec["noisy"].p_adj == dec["noisy"].p
+    # 0.3 - 0.1 and 1.3 - 1.1 differ in their last bits: rounding is no spread either
+    rounded = decide({"x": Paired.of({0: 0.3, 1: 1.3, 2: 2.3}, {0: 0.1, 1: 1.1, 2: 2.1})})["x"]
+    assert rounded.outcome == NO_SPREAD and rounded.diff == pytest.approx(0.2)
+    assert untested_text(one({0: 1.0}, {0: 0.0})) == "one seed (descriptive, no test)"
+    assert untested_text(one({0: 1.0}, {1: 0.0})) == "no paired values (no seed with both values)"
+
+
+def test_an_absolute_margin_for_values_near_zero():
+    """A largest logit going from -0.05 to +0.05 (differences 0.10, 0.11, 0.09: mean 0.1, sd 0.01; t(2, 0.975) =
+    4.303, so [0.075, 0.125]). As a share of the mean of |values| (0.05) the 3% margin is 0.0015 and the interval
+    lies "beyond" it (the review's "+200% beyond the margin"); against 0.25 logits it is a real difference inside
+    the margin."""
+    a, b = {0: 0.05, 1: 0.06, 2: 0.04}, {0: -0.05, 1: -0.05, 2: -0.05}
+    share = one(a, b)
+    assert share.margin == pytest.approx(0.0015) and share.outcome == DIFFERENT and share.share == 0.03
+    logits = decide({"x": Paired.of(a, b)}, Margin(0.25, absolute=True))["x"]
+    assert logits.ci == pytest.approx((0.1 - 0.02484, 0.1 + 0.02484), abs=1e-5)
+    assert (logits.margin, logits.share, logits.outcome) == (0.25, None, WITHIN)
+
+
+def test_a_family_part_of_a_larger_one_takes_its_size():
+    """Two quantities read as one family of 6 comparisons: each interval at 1 - 0.05/6, p times 6."""
+    d = decide({"x": Paired.of({0: 1.0, 1: 2.0, 2: 3.5}, dict.fromkeys(range(3), 0.0))}, k=6)["x"]
+    assert d.ci_level == pytest.approx(1 - 0.05 / 6) and d.p_adj == pytest.approx(min(1.0, 6 * d.p))
+    assert d.ci[1] - d.diff == pytest.approx(t_critical(2, 1 - 0.05 / 6) * d.sd / math.sqrt(3))
 
 
 def test_the_interval_shown_agrees_with_the_test_in_every_family():

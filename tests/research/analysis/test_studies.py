@@ -24,7 +24,7 @@ def test_key_dynamics_where_layers_end():
 
 
 def test_key_dynamics_decided_over_seeds():
-    runs = {"QK": [make_results(seed=s, norm_offset=0.01 * (s - 1)) for s in range(3)]}
+    runs = {"QK": [make_results(seed=s, norm_drift=0.01 * (s - 1)) for s in range(3)]}  # changes 1 -/+ 0.01
     a = keys.analyze(runs)
     k = a.conditions["QK"]
     assert [k.ended_where(i) for i in range(L)] == ["above", "above", "at", "at", "below", "below"]
@@ -55,7 +55,8 @@ def test_key_dynamics_average_seeds_at_the_same_token_count():
 def test_weight_decay_part_of_the_norm_change():
     """With weight decay on the gains the final layers end 1.0 lower (7 instead of 8 + ...): its part."""
     with_wd = [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]
-    without = [make_results("QK_no_gain_wd", seed=s, norm_offset=0.01 * s) for s in range(3)]
+    without = [make_results("QK_no_gain_wd", seed=s, norm_offset=0.01 * s, norm_drift=(0.0, 0.01, -0.01)[s])
+               for s in range(3)]  # each seed's own part of the change, 0 in the mean
     for r in without:  # the same runs, but the final layers' keys keep norm 8
         for probe, f in zip(r["probes"], np.linspace(0, 1, len(r["probes"]))):
             for rec in probe["layers"][4:]:
@@ -100,7 +101,8 @@ def test_a_low_entropy_head_without_sink_mass_is_no_sink():
 
 
 def test_sinks_have_higher_norms_across_seeds():
-    c = heads.analyze({"QK": [make_results(seed=s, norm_offset=0.01 * s) for s in range(3)]}).conditions["QK"]
+    c = heads.analyze({"QK": [make_results(seed=s, norm_offset=0.01 * s, sink_drift=0.01 * s) for s in range(3)]}
+                      ).conditions["QK"]
     assert c.norm_gap.outcome == DIFFERENT and c.norm_gap_claim == "holds"
 
 

@@ -49,7 +49,8 @@ def test_key_report_states_where_layers_ended():
     assert (rows["5"]["change"], rows["5"]["vs sqrt(d_head)"]) == ("-1.000", "below")
     groups = {r["group"]: r for r in md_table(text, "group")}
     assert (groups["middle"]["layers"], groups["middle"]["final norm"]) == ("2, 3", "8.000")
-    two = keys.report(keys_analysis.analyze({"QK": [make_results(seed=0), make_results(seed=1, norm_offset=0.01)]}))
+    two = keys.report(keys_analysis.analyze({"QK": [make_results(seed=0, norm_drift=-0.01),  # changes 1 -/+ 0.01
+                                                    make_results(seed=1, norm_offset=0.01, norm_drift=0.01)]}))
     assert bullet(two, "Runs").startswith("mean over 2 seeds") and "spread over seeds" in two
     changes = {r["comparison"]: r for r in md_table(two.split("## How each layer group")[1], "comparison")}
     assert changes["QK: early layers"]["difference"] == "+1.000" and changes["QK: early layers"]["n"] == "2"

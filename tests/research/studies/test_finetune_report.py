@@ -106,7 +106,7 @@ def test_recovery_is_not_tested_without_two_seeds_to_test():
 def test_a_series_lowest_at_its_end_is_tested_and_does_not_rise():
     """The minimum is looked for among the interior probes; a series still falling at its end rises by a negative
     amount after it, which the test decides (no "not tested" escape, no "fails" without a test)."""
-    a = A.analyze(ft_runs([FLAT[:4] + [30.0 + 0.1 * s] for s in range(3)], [4.0] * 3))
+    a = A.analyze(ft_runs([[38.0 + 0.01 * s] + FLAT[1:4] + [30.0 + 0.1 * s] for s in range(3)], [4.0] * 3))
     r = a.recovery[A.TRAINED]
     assert r.rise.differs and r.rise.diff < 0 and r.status == "no fall and rise"
     assert "**no fall and rise**" in finetune.report(a)

@@ -6,7 +6,7 @@ import pytest
 
 from research import qk_norm_25m_study, split_panels, study
 from research.analysis.conditions import QUANTITIES, ConditionRuns, analyze, comparisons
-from research.analysis.rules import DIFFERENT, EQUAL, INCONCLUSIVE
+from research.analysis.rules import DIFFERENT, EQUAL, INCONCLUSIVE, NO_SPREAD
 from research.results import load_results
 from research.studies.runner import base_config, check_runs, run_config
 from research.studies.study_file import read_study_file
@@ -39,6 +39,10 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
     s = read_study_file(write(tmp_path, GOOD))
     assert (s.name, s.kind, s.default_seeds, s.baseline, s.margin, s.loss_margin, s.preset) == \
         ("my_study", "conditions", (0, 1), "QK", 0.05, None, "debug")
+    assert (s.primary, s.logit_margin) == ((), None)
+    s = read_study_file(write(tmp_path, GOOD.replace("margin: 0.05",
+                                                     "primary: [val_loss, logit_max]\nlogit_margin: 1")))
+    assert (s.primary, s.logit_margin) == (("val_loss", "logit_max"), 1.0)
     assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0}, "plain": {}}
     assert s.shared == {"tokens": 4096, "n_layers": 2}  # typed as the fields: qk_clip 50 -> 50.0
     assert read_study_file(write(tmp_path, json.dumps({"name": "j", "seeds": [3], "conditions": {"A": {}}}),
@@ -48,7 +52,7 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
 @pytest.mark.parametrize("text, message", [
     (GOOD.replace("tokens: 4096", "tokenz: 4096"),
      "s.yaml: unknown key 'tokenz': not a config field nor a section (model, train, data, probe, name, seeds, "
-     "conditions, baseline, margin, loss_margin, preset); did you mean 'tokens'?"),
+     "conditions, baseline, primary, margin, loss_margin, logit_margin, preset); did you mean 'tokens'?"),
     (GOOD.replace("{qk_norm: none, qk_clip: 50}", "{qk_norm: none, qk_clp: 50}"),
      "s.yaml: condition NoQK: unknown key 'qk_clp': not a config field nor a section (model, train, data, probe); "
      "did you mean 'qk_clip'?"),
@@ -67,6 +71,14 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
      "s.yaml: condition plain: preset cannot be set per condition"),
     (GOOD.replace("  plain:", "  pl/ain:"), "s.yaml: conditions: condition 'pl/ain' is not a usable name"),
     (GOOD.replace("margin: 0.05", "margin: 5"), "s.yaml: margin 5 must be a share of the mean between 0 and 1"),
+    (GOOD.replace("margin: 0.05", "primary: [logit_mx]"),
+     "s.yaml: primary: 'logit_mx' is not a quantity of the study (pr_sv, pr_var, key_norm, max_abs, logit_max, "
+     "entropy, sink_mass, val_loss, loss); did you mean 'logit_max'? Fix: name quantities of that list"),
+    (GOOD.replace("margin: 0.05", "primary: []"), "s.yaml: primary: expected a non-empty list of quantity keys"),
+    (GOOD.replace("margin: 0.05", "primary: [val_loss, pr_sv, val_loss]"),
+     "s.yaml: primary: val_loss named more than once. Fix: name each quantity once"),
+    (GOOD.replace("margin: 0.05", "logit_margin: -0.25"),
+     "s.yaml: logit_margin -0.25 must be a positive number of logits (e.g. 0.25)"),
     ("[1, 2]", "s.yaml: expected a mapping with name, seeds and conditions"),
     (GOOD.replace("  plain:", "  qk:"), "s.yaml: conditions 'QK' and 'qk' differ only in case: their folders would be "
                                         "one on a case-insensitive filesystem. Fix: rename one of them"),
@@ -216,7 +228,7 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
     assert comparisons(["A", "B", "C"], "B") == [("A", "B"), ("C", "B")]
     runs = {"base": [_run(s, 30.0, 4.0) for s in (0, 1, 2)],
             "up": [_run(s, 30.0 + d, 4.0) for s, d in zip((0, 1, 2), (1.0, 2.0, 3.0))],
-            "same": [_run(s, 30.0, 4.0) for s in (0, 1, 2)]}
+            "same": [_run(s, 30.0 + (0.0, 0.1, -0.1)[s], 4.0) for s in (0, 1, 2)]}
     a = analyze(ConditionRuns(runs, "base"), margin=0.03, loss_margin=0.005)
     d = a.decisions["pr_sv"][("up", "base")]
     # differences 1, 2, 3: mean 2, sd 1; two comparisons in the family, so the interval is at 1 - 0.05/2 = 97.5%:
@@ -224,9 +236,9 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
     assert (d.n, d.diff, d.sd, d.ci_level) == (3, 2.0, 1.0, 0.975)
     assert d.ci == pytest.approx((2 - 3.5826, 2 + 3.5826), abs=1e-4)
     assert d.scale == pytest.approx((32.0 + 30.0) / 2) and d.outcome == INCONCLUSIVE  # 0 in it, past +-0.93
-    same = a.decisions["pr_sv"][("same", "base")]
-    assert same.diff == 0 and same.sd == 0 and same.outcome == EQUAL
-    assert a.decisions["val_loss"][("up", "base")].outcome == EQUAL  # losses equal: margin 0.5% of 4
+    same = a.decisions["pr_sv"][("same", "base")]  # 0, +0.1, -0.1: [-0.358, +0.358] inside +-0.9
+    assert same.diff == pytest.approx(0.0) and same.sd == pytest.approx(0.1) and same.outcome == EQUAL
+    assert a.decisions["val_loss"][("up", "base")].outcome == NO_SPREAD  # 4.0 in every run: no interval to read
     assert a.summary["pr_sv"]["up"]["mean"] == pytest.approx(32.0) and a.summary["pr_sv"]["up"]["n"] == 3
     far = {"base": runs["base"], "up": [_run(s, 40.0 + 0.1 * s, 4.0) for s in (0, 1, 2)]}
     assert analyze(ConditionRuns(far, None), 0.03, 0.005).decisions["pr_sv"][("base", "up")].outcome == DIFFERENT
@@ -234,15 +246,72 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
 
 
 def test_in_short_says_each_outcome_and_no_more():
-    """Differences 0.8-1.4 (mean 1.1, sd 0.258, 4 seeds) on values near 30.5: the 97.5% interval [0.56, 1.64] excludes
-    0 but reaches inside the 3% margin (0.92): real, its size unresolved; the key norms equal; the losses too."""
+    """Differences 0.8-1.4 (mean 1.1, sd 0.258, 4 seeds) on values near 30.5, two comparisons in the family: the
+    97.5% interval 1.1 +- t(3, 0.9875) 4.1765 x 0.258 / 2 = [0.56, 1.64] excludes 0 but reaches inside the margin,
+    3% of the pair's mean 30.55 = 0.92: real, its size unresolved; +3.7% of the baseline's 30. The key norms are 8.0
+    in every run: no spread, not "within the margin"."""
     from research.plots.conditions import report
     seeds = (0, 1, 2, 3)
     runs = {"base": [_run(s, 30.0, 4.0) for s in seeds],
             "up": [_run(s, 30.0 + d, 4.0) for s, d in zip(seeds, (1.0, 1.2, 1.4, 0.8))],
-            "same": [_run(s, 30.0, 4.0) for s in seeds]}
+            "same": [_run(s, 30.0 + (0.0, 0.1, -0.1, 0.0)[s], 4.0) for s in seeds]}
     text = report(analyze(ConditionRuns(runs, "base"), 0.03, 0.005))
     up = next(line for line in text.splitlines() if line.startswith("- **up − base**"))
-    assert "differs, by a size the margin does not settle, in key PR (pr_sv) +3.6% [+1.8%, +5.4%]" in up
-    assert "lies within the margin in" in up and "key norm +0.0% [+0.0%, +0.0%]" in up
-    assert "differs beyond the margin" not in up
+    assert up.startswith("- **up − base** differs, by a size the margin does not settle, in key PR (pr_sv) +1.10 "
+                         "[+0.56, +1.64] (+3.7% of base; margin ±0.92, 3% of the pair's mean 30.55); centered key PR "
+                         "(pr_var) +0.55 [+0.28, +0.82] (+3.7% of base; margin ±0.46, 3% of the pair's mean 15.27), "
+                         "and shows no spread in key norm +0.000; ")  # pr_var is half of pr_sv here
+    assert "lies within the margin" not in up and "differs beyond the margin" not in up
+
+
+def _synthetic_study(folder, **index) -> None:
+    """QK and NoQK over seeds 0-2 (synthetic runs: the largest logit 8.2 and 8.4 +- 0.1), indexed as the runner
+    indexes a study file's folder."""
+    from research.results import save_results
+    from research.results.layout import condition_dir, write_study_index
+    from research.simulations.conditions import TRUTH, synthetic_run
+    paths = {}
+    for cond, logit in (("QK", 8.2), ("NoQK", 8.4)):
+        for s in range(3):
+            spread = (0.0, 0.1, -0.1)[s] * (1 if cond == "QK" else 2)
+            run_dir = condition_dir(folder, cond, s, several_seeds=True)
+            save_results(run_dir / "results.json", synthetic_run(cond, s, {
+                **{k: v + spread for k, v in TRUTH.items()}, "logit_max": logit + spread}))
+            paths.setdefault(cond, []).append(str((run_dir / "results.json").relative_to(folder)))
+    write_study_index(folder, name="syn", kind="conditions", seeds=[0, 1, 2], preset="tiny", conditions=paths,
+                      margin=0.03, loss_margin=0.005, baseline="QK", **index)
+
+
+def test_a_study_folder_keeps_its_primary_quantities_and_logit_margin(tmp_path, capsys):
+    """study.json records what the study file named, and split_panels redraws the report from it byte for byte.
+    NoQK - QK in the largest logit is 0.2 + 0.1 x (0, 1, -1) per seed: sd 0.1, a family of one comparison, so
+    +0.2 +- t(2, 0.975) 4.3027 x 0.1 / sqrt(3) = [-0.05, +0.45], 0.2 / 8.2 = +2.4% of QK; inside the study's
+    margin of 1 logit (the default 0.25 would leave it inconclusive)."""
+    folder = tmp_path / "study"
+    _synthetic_study(folder, primary=("logit_max",), logit_margin=1.0)
+    index = json.loads((folder / "study.json").read_text())
+    assert (index["primary"], index["logit_margin"]) == (["logit_max"], 1.0)
+    split_panels.main([str(folder)])
+    report = (folder / "report.md").read_text()
+    assert "The study's primary quantities (largest attention logit) are read as one family of k = 1" in report
+    assert "largest attention logit +0.20 [-0.05, +0.45] logits (+2.4% of QK; margin ±1.00 logits)" in report
+    combined = json.loads((folder / "combined.json").read_text())
+    assert (combined["primary"], combined["logit_margin"], combined["family_k"]["logit_max"]) == (["logit_max"], 1.0, 1)
+    split_panels.main([str(folder), "--out", str(tmp_path / "again")])
+    assert (tmp_path / "again" / "report.md").read_text() == report
+
+
+@pytest.mark.parametrize("field, message", [
+    ({"primary": ["pr_sv2"]}, "primary: 'pr_sv2' is not a quantity of the study (pr_sv, pr_var, key_norm, max_abs, "
+                              "logit_max, entropy, sink_mass, val_loss, loss); did you mean 'pr_sv'?"),
+    ({"primary": ["pr_sv", "pr_sv"]}, "primary: expected each quantity once, found pr_sv more than once"),
+    ({"primary": []}, "primary: expected a non-empty list of quantity keys, found an empty list"),
+    ({"logit_margin": 0}, "logit_margin 0 must be a positive number of logits"),
+])
+def test_a_study_json_with_bad_primary_quantities_or_logit_margin_is_refused(tmp_path, capsys, field, message):
+    folder = tmp_path / "study"
+    _synthetic_study(folder)
+    index = json.loads((folder / "study.json").read_text())
+    (folder / "study.json").write_text(json.dumps({**index, **field}))
+    line = stops(capsys, split_panels.main, [str(folder)])
+    assert f"{folder / 'study.json'}: " in line and message in line, line

@@ -1,0 +1,186 @@
+"""The conditions kind (a study file's), on runs whose final values are written by hand: the primary quantities'
+one family, the bound of reading nine families together, differences in units and as a share of a named
+condition, the logit's absolute margin, and each reason for not deciding said in its own words."""
+from __future__ import annotations
+
+import pytest
+
+from research.analysis.conditions import (INSIDE, LOGIT_MARGIN, QUANTITIES, ConditionRuns, analyze, check_primary,
+                                          reading)
+from research.analysis.rules import DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN
+from research.plots.conditions import report
+from research.simulations.conditions import TRUTH, synthetic_run
+from configs.config import ConfigError
+
+SEEDS = (0, 1, 2)
+OWN = (0.0, 1.0, -1.0)  # a seed's own part of a value: 0 in the mean over seeds 0, 1, 2
+
+
+def runs_of(cond: str, own: float = 0.001, **per_seed) -> list[dict]:
+    """A condition's runs over SEEDS: TRUTH's values, those named given per seed (a list) or for every seed (a
+    number), each given as a number or taken from TRUTH plus `own` x OWN[seed] (a spread of this condition's own,
+    so that differences between conditions with different `own` are never all the same)."""
+    out = []
+    for i, s in enumerate(SEEDS):
+        finals = {k: v + own * OWN[i] for k, v in TRUTH.items()}
+        for key, v in per_seed.items():
+            finals[key] = v[i] if isinstance(v, (list, tuple)) else v + own * OWN[i]
+        out.append(synthetic_run(cond, s, finals))
+    return out
+
+
+def line(text: str, pair: str) -> str:
+    return next(ln for ln in text.splitlines() if ln.startswith(f"- **{pair}**"))
+
+
+def test_primary_quantities_are_one_family_and_the_others_exploratory():
+    """Key PR and the validation loss named primary, two comparisons each: one family of k = 4, every interval at
+    1 - 0.05/4 = 98.75%: t(2 dof, 0.99375) = 8.8602, so up - base in key PR (differences 1, 2, 3: mean 2, sd 1) is
+    2 +- 8.8602 / sqrt(3) = 2 +- 5.1154. Each exploratory quantity is its own family of 2, at 97.5%."""
+    runs = {"base": runs_of("base", pr_sv=[24.0, 24.0, 24.0]), "up": runs_of("up", 0.003, pr_sv=[25.0, 26.0, 27.0]),
+            "same": runs_of("same", 0.002)}
+    a = analyze(ConditionRuns(runs, "base", ("val_loss", "pr_sv")), 0.03, 0.005)
+    assert a.primary == ("pr_sv", "val_loss")  # in the order of QUANTITIES
+    assert a.family_k == {q.key: 4 if q.key in a.primary else 2 for q in QUANTITIES}
+    up = a.decisions["pr_sv"][("up", "base")]
+    assert (up.diff, up.sd, up.ci_level) == (pytest.approx(2.0), pytest.approx(1.0), 1 - 0.05 / 4)
+    assert up.ci == pytest.approx((2 - 5.1154, 2 + 5.1154), abs=1e-4)
+    assert a.decisions["key_norm"][("up", "base")].ci_level == 1 - 0.05 / 2
+    assert [q.key for q in a.stated] == ["pr_sv", "val_loss"] and len(a.exploratory) == 7
+    assert {q.key for p, items in a.in_short().items() for q, _ in items} == {"pr_sv", "val_loss"}
+    text = report(a)
+    assert ("The study's primary quantities (key PR (pr_sv), validation loss) are read as one family of k = 4 "
+            "comparisons: every interval at 1 \u2212 0.05/4 (98.8%), so all the lines below are right at once with "
+            "probability at least 95%.") in text
+    short = text.split("## In short")[1].split("## Decisions")[0]
+    assert "key norm" not in line(short, "up \u2212 base") and "Exploratory, not read here (each its own family at " \
+        "95%, in its table under Decisions): centered key PR (pr_var), key norm," in short
+    assert "Primary: one family with the other primary quantities, k = 4." in text
+    assert "Exploratory: its own family, k = 2." in text
+
+
+def test_without_primary_quantities_the_report_bounds_reading_the_families_together():
+    """Two quantities vary (key PR, validation loss), the others are the same in every run (no spread, no family):
+    two families at 95% each, read together up to 10% (Bonferroni), 1 - 0.95^2 = 9.75% if independent. With all
+    nine varying: up to 45%, 1 - 0.95^9 = 37%."""
+    flat = {k: v for k, v in TRUTH.items() if k not in ("pr_sv", "val_loss")}
+    runs = {c: runs_of(c, own, **flat) for c, own in (("base", 0.001), ("up", 0.003))}
+    for c in runs:  # every value but key PR and the validation loss the same in every run of every condition
+        for r in runs[c]:
+            r["probes"][-1]["layers"][0]["means"].update({f"{q.site}.{q.metric}": TRUTH[q.key] for q in QUANTITIES
+                                                          if q.site and q.key != "pr_sv"})
+            r["loss"][-1] = TRUTH["loss"]
+    a = analyze(ConditionRuns(runs, "base"), 0.03, 0.005)
+    assert [k for k, n in a.family_k.items() if n] == ["pr_sv", "val_loss"]
+    assert ("These are 2 families, one per quantity, each right at once with probability at least 95%. Read "
+            "together, a false line can appear with probability up to 10% (Bonferroni's bound, 2 \u00d7 5%; 10% = "
+            "1 \u2212 0.95^2 if the families were independent). Name `primary` quantities in the study file to read "
+            "them as one family") in report(a)
+    nine = analyze(ConditionRuns({"base": runs_of("base"), "up": runs_of("up", 0.003)}, "base"), 0.03, 0.005)
+    assert "up to 45% (Bonferroni's bound, 9 \u00d7 5%; 37% = 1 \u2212 0.95^9" in report(nine)
+
+
+def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
+    """docs/study_files.md's logits: QK 8.20, NoQK 18.11, NoQK_softcap 11.96 (each +-0.1 over the seeds, so the
+    differences spread by 0.01 or 0.02). NoQK - QK = +9.91, 9.91 / 8.20 = +121% of QK, against +-0.25 logits (one
+    family of two comparisons: t(2, 0.9875) 6.2053 x 0.01 / sqrt(3) = 0.0358); NoQK_softcap - QK = +3.76, +46% of
+    QK (the old report and page said +37%: a share of the pair's mean 10.08). Key norm 8.05 and 10.81: +2.76, +34%
+    of QK, against 3% of the pair's mean 9.43 = 0.283."""
+    runs = {"QK": runs_of("QK", logit_max=[8.1, 8.2, 8.3], key_norm=8.05),
+            "NoQK": runs_of("NoQK", 0.003, logit_max=[18.0, 18.11, 18.22], key_norm=10.81),
+            "NoQK_softcap": runs_of("NoQK_softcap", 0.002, logit_max=[11.87, 11.96, 12.05], key_norm=10.81)}
+    a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
+    text = line(report(a), "NoQK \u2212 QK")
+    assert "largest attention logit +9.91 [+9.87, +9.95] logits (+121% of QK; margin \u00b10.25 logits)" in text
+    assert "key norm +2.760 [" in text and "(+34% of QK; margin \u00b10.283, 3% of the pair's mean 9.430)" in text
+    soft = a.decisions["logit_max"][("NoQK_softcap", "QK")]
+    assert a.of_reference(("NoQK_softcap", "QK"), soft) == pytest.approx(3.76 / 8.20)
+    assert "largest attention logit +3.76 [" in line(report(a), "NoQK_softcap \u2212 QK")
+    assert "(+46% of QK; margin" in line(report(a), "NoQK_softcap \u2212 QK")
+    assert "then a share of the baseline QK's value" in report(a)
+    # Without a baseline, each pair in the study's order, first minus second, as a share of the first condition
+    every = analyze(ConditionRuns(runs), 0.03, 0.005)
+    assert "largest attention logit -9.91 [-9.95, -9.87] logits (-121% of QK; margin \u00b10.25 logits)" in line(
+        report(every), "QK \u2212 NoQK")
+    assert "then a share of the first condition of each comparison's value" in report(every)
+
+
+def test_a_logit_near_zero_is_judged_in_logits():
+    """A largest logit going from -0.05 to +0.05 (differences 0.10, 0.11, 0.09: mean 0.1, sd 0.01; one comparison,
+    t(2, 0.975) = 4.3027: [0.0752, 0.1248]). As a share of the pair's mean (0.05) the 3% margin was 0.0015 and the
+    report said "+200% beyond the margin"; against 0.25 logits it is real and inside the margin, and its share of
+    the baseline (+200%) is said as such. A study file's logit_margin of 0.05 puts it beyond."""
+    runs = {"base": runs_of("base", logit_max=[-0.05, -0.05, -0.05]),
+            "up": runs_of("up", 0.003, logit_max=[0.05, 0.06, 0.04])}
+    a = analyze(ConditionRuns(runs, "base", ("logit_max",)), 0.03, 0.005)
+    d = a.decisions["logit_max"][("up", "base")]
+    assert (d.outcome, d.margin, d.share, a.logit_margin) == (WITHIN, LOGIT_MARGIN, None, 0.25)
+    assert reading(d) == INSIDE
+    assert ("lies within the margin in largest attention logit +0.10 [+0.08, +0.12] logits (+200% of base; margin "
+            "\u00b10.25 logits)") in line(report(a), "up \u2212 base")
+    tight = analyze(ConditionRuns(runs, "base", ("logit_max",), logit_margin=0.05), 0.03, 0.005)
+    assert tight.decisions["logit_max"][("up", "base")].outcome == DIFFERENT
+    assert "\u00b10.05 logits for the largest attention logit (an absolute margin" in report(tight)
+
+
+def test_each_reason_for_not_deciding_is_said_in_its_own_words():
+    """One seed, no paired values, a baseline whose runs were all set aside, a difference with no spread, and an
+    inconclusive one: five different sentences, none of them a decision."""
+    one = {c: runs_of(c)[:1] for c in ("base", "up")}
+    assert line(report(analyze(ConditionRuns(one, "base"), 0.03, 0.005)), "up \u2212 base") == (
+        "- **up \u2212 base** has one paired seed: nothing is tested; the differences are described in the tables "
+        "below.")
+    apart = {"base": runs_of("base")[:2], "up": [dict(r, seed=r["seed"] + 10) for r in runs_of("up")]}
+    assert line(report(analyze(ConditionRuns(apart, "base"), 0.03, 0.005)), "up \u2212 base").startswith(
+        "- **up \u2212 base** has no paired values: no seed has a value in both conditions")
+    gone = analyze(ConditionRuns({"up": runs_of("up"), "other": runs_of("other")}, "base"), 0.03, 0.005)
+    assert gone.baseline_set_aside and gone.decisions["pr_sv"][("up", "base")].outcome == NO_DATA
+    text = report(gone)
+    assert line(text, "up \u2212 base") == ("- **up \u2212 base** is not compared: every run of the baseline base "
+                                            "was set aside (What was compared says why).")
+    assert "| base (baseline) | none left | every run set aside (What was compared) |" in text
+    assert "| up \u2212 base | 0 | n/a | n/a | n/a | n/a | n/a | not compared: the baseline's runs were set aside |" \
+        in text
+    # key PR differs by exactly 2 in every seed (integers 24, 25, 26 against 26, 27, 28); the sink mass inconclusive
+    mixed = {"base": runs_of("base", pr_sv=[24.0, 25.0, 26.0], sink_mass=[0.2, 0.2, 0.2]),
+             "up": runs_of("up", 0.003, pr_sv=[26.0, 27.0, 28.0], sink_mass=[0.1, 0.3, 0.25])}
+    a = analyze(ConditionRuns(mixed, "base", ("pr_sv", "sink_mass")), 0.03, 0.005)
+    flat = a.decisions["pr_sv"][("up", "base")]
+    assert flat.outcome == NO_SPREAD and not flat.decided and a.family_k["pr_sv"] == 1  # only the sink mass counts
+    text = report(a)
+    assert line(text, "up \u2212 base") == (
+        "- **up \u2212 base** is not decided (inconclusive: the interval holds 0 and reaches past the margin) in "
+        "attention sink mass, and shows no spread in key PR (pr_sv) +2.00: every seed differs by exactly that, so "
+        "there is no interval and it is not decided.")
+    assert "| n/a | no spread: every seed differs by exactly +2.00 |" in text
+
+
+def test_every_outcome_reads_in_its_own_words():
+    """Beyond, inside, real of unresolved size: the three parts of a line that state estimates, in that order. A
+    primary family of 3 (one comparison in each of 3 quantities): t(2, 1 - 0.05/6) = 7.6489. Key PR +10 per seed
+    -+ 0.1: far beyond +-0.87 (3% of 29); key norm +0.01 (0, 0.01, 0.02): [-0.034, +0.054] inside +-0.24; entropy
+    +0.1 (0.09-0.11, sd 0.01): [+0.056, +0.144] excludes 0, reaches inside +-0.0735 (3% of 2.45)."""
+    runs = {"base": runs_of("base", pr_sv=[24.0] * 3, key_norm=[8.0] * 3, entropy=[2.4] * 3),
+            "up": runs_of("up", 0.003, pr_sv=[34.0, 34.1, 33.9], key_norm=[8.01, 8.02, 8.0],
+                          entropy=[2.5, 2.51, 2.49])}
+    a = analyze(ConditionRuns(runs, "base", ("pr_sv", "key_norm", "entropy")), 0.03, 0.005)
+    assert [a.decisions[k][("up", "base")].outcome for k in ("pr_sv", "key_norm", "entropy")] == [
+        DIFFERENT, EQUAL, UNRESOLVED]
+    assert a.decisions["entropy"][("up", "base")].ci == pytest.approx((0.1 - 0.0442, 0.1 + 0.0442), abs=1e-4)
+    text = line(report(a), "up \u2212 base")
+    assert text.startswith("- **up \u2212 base** differs beyond the margin in key PR (pr_sv) +10.00 [")
+    assert ", and lies within the margin in key norm +0.010 [-0.034, +0.054] (+0.1% of base; " in text
+    assert (", and differs, by a size the margin does not settle, in attention entropy (nats) +0.100 [+0.056, "
+            "+0.144] nats (+4.2% of base; margin \u00b10.073 nats, 3% of the pair's mean 2.450).") in text
+
+
+def test_primary_names_are_checked_with_the_closest_and_the_fix():
+    assert check_primary(["logit_max", "val_loss"]) == ("logit_max", "val_loss")
+    with pytest.raises(ConfigError, match=r"primary: 'logit_mx' is not a quantity of the study \(pr_sv, pr_var, "
+                                          r"key_norm, max_abs, logit_max, entropy, sink_mass, val_loss, loss\); did "
+                                          r"you mean 'logit_max'\? Fix: name quantities of that list"):
+        check_primary(["logit_mx"])
+    with pytest.raises(ConfigError, match=r"primary: expected a non-empty list of quantity keys .*found \[\]"):
+        check_primary([])
+    with pytest.raises(ConfigError, match="primary: loss named more than once. Fix: name each quantity once"):
+        check_primary(["loss", "val_loss", "loss"])
