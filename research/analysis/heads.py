@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, Paired, decide
+from research.analysis.rules import MARGIN, Decision, Paired, decide
 from research.analysis.series import seed_mean
 from research.results.read import d_head_of, layer_series, probe_tokens, seed_of, seeds_text
 from research.results.values import as_float

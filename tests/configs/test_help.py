@@ -145,6 +145,7 @@ ENTRY_POINTS = {
     "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
+    "research.simulations.spikes": _module_parser("research.simulations.spikes"),
 }
 
 

@@ -32,4 +32,4 @@ def test_power_and_the_time_confounded_null_on_a_few_seeded_studies(capsys):
     assert sim.main(["--studies", "2", "--scenarios", "half"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("half: logit_max rises before half of the spikes; 60% drawn at steps 34-47; 2 studies")
-    assert "'does not warn' for logit_max (it warns of half the spikes)" in out
+    assert "'does not warn' for logit_max, which rises before half of the spikes: " in out
