@@ -315,3 +315,19 @@ def test_a_study_json_with_bad_primary_quantities_or_logit_margin_is_refused(tmp
     (folder / "study.json").write_text(json.dumps({**index, **field}))
     line = stops(capsys, split_panels.main, [str(folder)])
     assert f"{folder / 'study.json'}: " in line and message in line, line
+
+
+def test_the_study_files_the_project_ships_read_and_build():
+    """configs/studies/attention_variants.yaml (docs/study_files.md's worked study) reads as its comments say: four
+    conditions against QK, three primary quantities, 300k tokens on tiny, and every run's config builds."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "configs" / "studies" / "attention_variants.yaml"
+    s = read_study_file(path)
+    assert (list(s.conditions), s.baseline, s.primary) == (["QK", "NoQK", "NoQK_softcap", "QK_gated"], "QK",
+                                                           ("logit_max", "val_loss", "pr_sv"))
+    assert (s.preset, s.shared["tokens"], s.default_seeds) == ("tiny", 300000, (0, 1, 2, 3))
+    base = base_config(s, "tiny", {})
+    runs = {c: run_config(base, o, 0) for c, o in s.conditions.items()}
+    assert {c: (r.train.tokens, r.model.qk_norm, r.model.attn_softcap, r.model.attn_gate) for c, r in runs.items()} \
+        == {"QK": (300000, "learned", 0.0, "none"), "NoQK": (300000, "none", 0.0, "none"),
+            "NoQK_softcap": (300000, "none", 15.0, "none"), "QK_gated": (300000, "learned", 0.0, "elementwise")}
