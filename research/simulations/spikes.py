@@ -34,11 +34,12 @@ import time
 from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass
 
+from utils.cli import ArgumentParser, command
+
 import numpy as np
 
 from research.analysis import spikes
 from research.analysis.spikes import NO_WARNING, WARNS, RunSteps, Spike
-from utils.cli import ArgumentParser, command
 from utils.telemetry import SIGNALS
 
 STEPS = 400
