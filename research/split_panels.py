@@ -39,8 +39,9 @@ def build_parser() -> ArgumentParser:
                         f"{PILOT_COMBINED}, condition folders {', '.join(QK_CONDITIONS)} holding {RESULTS_FILE}, "
                         f"or a folder holding a study's own results file ("
                         f"{', '.join(k.found_by for k in KINDS.values() if k.found_by)}). Default: {DEFAULT_FOLDER}")
-    p.add_argument("--out", help="Folder to write the figures and report into (never one holding others' results). "
-                                 "Default: the study folder")
+    p.add_argument("--out", help="Folder to write the figures and report into, with redraw.json naming the study "
+                                 "folder it is a redraw of (never one holding others' results, nor another folder's "
+                                 "redraw). Default: the study folder")
     p.add_argument("--margin", type=float,
                    help=f"Equivalence margin of key metrics, a share of the compared values' mean: an interval wholly "
                         f"inside +-margin reads 'about equal', wholly beyond it 'different' (docs/decisions.md). "

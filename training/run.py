@@ -15,6 +15,7 @@ from training.memory_fit import check_fits
 from training.run_files import RunFolder
 from training.trainer import Trainer
 from utils.lock import FolderLock
+from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime
 
 __all__ = ["train_run", "CallbackFactory"]
@@ -26,8 +27,11 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     """Train `cfg` into `out_dir` alone or under torchrun; returns the summary (summary.json) on
     rank 0 and None on the other ranks.
 
-    A run whose model (on CPU: its whole training) does not fit this machine's memory, or a CUDA run
-    whose memory plan (training/memory.py) does not fit the device, stops first, with
+    A folder that belongs to another owner (a study's, a redraw's, an inspection's, an export's: utils.owners) is
+    refused first, by every rank, before anything is written, with utils.owners.OwnerError naming the owner; a
+    folder holding a run is the trainer's to continue or refuse (training.trainer). A run whose model (on CPU: its
+    whole training) does not fit this machine's memory, or a CUDA run
+    whose memory plan (training/memory.py) does not fit the device, stops next, with
     training.memory_fit.MemoryPlanError naming the field or the options that would fit. Rank 0 then locks `out_dir`
     (a second process on the same folder stops with utils.lock.LockError naming this one) and
     prepares the data (building the caches); the other ranks then read them. `runtime`: the device,
@@ -39,6 +43,8 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     corpus too small for the run is said at the start (data.data_usage) and recorded. Ctrl-C raises
     training.errors.RunInterrupted: the step reached, the newest checkpoint, whether --resume is needed.
     """
+    # every rank, before the process group's rendezvous: no rank has written yet, and none waits on one that stopped
+    refuse_foreign(out_dir, "run", "a training run")
     runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
     dist = init_distributed(runtime)
     finished = False

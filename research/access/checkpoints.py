@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from research.access.adapters import InspectError
+from utils.owners import EXPORT_INFO  # written into an export by research/export (run, checkpoint step, mapping)
 
-EXPORT_INFO = "export.json"  # written into an export by research/export (run, checkpoint step, mapping)
 TRAINER_STATE = "trainer_state.json"
 RECORDED = (EXPORT_INFO, TRAINER_STATE)  # where a checkpoint records its own step (not guessed from a name)
 _TRAINER_DIR = re.compile(r"^checkpoint-(\d+)$")

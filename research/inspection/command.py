@@ -20,11 +20,11 @@ from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
 from research.plots.common import save_figures
 from research.results import save_results
-from research.results.owners import refuse_foreign
 from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted
 from utils.io import atomic_write_text
+from utils.owners import refuse_foreign
 
 def build_parser(description: str = "") -> ArgumentParser:
     outputs = ", ".join((INSPECT_FILE, *figures.FIGURES, REPORT_FILE))

@@ -198,7 +198,7 @@ def check_study_index(meta, path: Path, folder: Path) -> dict:
 
 def read_study_index(folder: str | Path) -> dict:
     """study.json of a study folder, checked and typed (check_study_index); {} when the folder has none. Every
-    reader of study.json goes through here."""
+    reader of study.json goes through here, but the owner rule (utils.owners), which reads only its kind and name."""
     folder = Path(folder)
     path = folder / STUDY_INDEX
     if not path.is_file():

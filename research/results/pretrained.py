@@ -8,11 +8,12 @@ from research.results.checks import PROVENANCE
 from research.results.schema import ResultsError, check_version
 from research.results.values import parse_json
 from utils.formats import FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Rule, Text, check, found
+from utils.owners import PRETRAINED_KEYS
 
 
 SCHEMA = "qk-keys/pretrained-keys"
 VERSION = 1
-FILE = "pretrained_keys.json"
+FILE = PRETRAINED_KEYS  # its name in the owner table (utils.owners)
 _DIMS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 _RANK = ("pr_sv", "pr_var", "erank")
 

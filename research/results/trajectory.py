@@ -21,10 +21,11 @@ from pathlib import Path
 from research.results.checks import PROVENANCE
 from research.results.pretrained import check_model, load_versioned
 from utils.formats import FormatError, Integer, ListOf, Number, Obj, Rule, Text, found
+from utils.owners import CHECKPOINT_KEYS
 
 SCHEMA = "qk-keys/checkpoint-keys"
 VERSION = 1
-FILE = "checkpoint_keys.json"
+FILE = CHECKPOINT_KEYS  # its name in the owner table (utils.owners)
 _DIMS = ("n_layers", "n_heads", "n_kv_heads", "head_dim")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _POSITIVE = Integer("a positive integer", nullable=False, lo=1)

@@ -5,7 +5,7 @@ here, so a metric or a condition is spelled in exactly one place. No torch.
 """
 from __future__ import annotations
 
-from utils import run_names
+from utils import owners, run_names
 
 # Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
 # the raw projection), and after RoPE, as attention uses them.
@@ -54,8 +54,8 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
                  "qk_mean": "q and k gains \u2192 their means"}
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
-# The kinds of study a study.json may name (research.studies.render.KINDS draws each).
-STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions", "spikes")
+# The kinds of study a study.json may name (research.studies.kinds.KINDS draws each), as the owner table has them.
+STUDY_KINDS = owners.STUDY_KINDS
 # The kinds whose runs are a learning-rate grid, named condition@multiplier.
 GRID_KINDS = ("lr", "spikes")
 
@@ -90,14 +90,15 @@ CONDITION_LABELS = {
 # File names inside a study folder.
 RESULTS_FILE = run_names.RESULTS  # a run's key probe writes it into the run folder
 METRICS_FILE = run_names.METRICS  # the trainer's per-step log in the run folder
-STUDY_INDEX = "study.json"
+# The files that mark whose a folder is are named in the owner table (utils.owners), which training asks too.
+STUDY_INDEX = owners.STUDY_INDEX
 # What a training run writes into its folder: a tool that writes figures, reports or an export never writes into a
 # folder holding any of them.
 RUN_FILES = run_names.RUN_FILES
-QK_COMBINED = "combined.json"
-PILOT_COMBINED = "combined_results.json"
+QK_COMBINED = owners.QK_COMBINED
+PILOT_COMBINED = owners.PILOT_COMBINED
 REPORT = "report.md"
-INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
+INSPECT_FILE = owners.INSPECT_FILE  # research/inspect_pretrained.py's results
 
 
 def label(condition: str) -> str:

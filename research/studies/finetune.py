@@ -26,7 +26,6 @@ from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_d
 from research.probing.hf import HFKeyProbe, KeyProbeCallback, model_config
 from research.results import load_results
 from research.results.layout import condition_dir, write_study_index
-from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
@@ -35,6 +34,7 @@ from utils.cli import ArgumentParser
 from utils.compare import differences
 from utils.errors import ConfigError, Interrupted
 from utils.lock import FolderLock
+from utils.owners import refuse_foreign
 from utils.runtime import Runtime, provenance, resolve_runtime
 
 STUDY = "finetune_keys_study"

@@ -5,7 +5,8 @@ compared and at what budget (research.analysis.identity, the same check for ever
 decides them (a frozen dataclass of research.analysis), and from that analysis alone `figures`, `report` and
 `combined` build what is written; the report opens with what was compared. research.studies.render runs these
 steps for any folder; the study runner, every study script and research/split_panels.py go through it. A kind is
-found from the folder: its study.json names it, or its own results file does (`found_by`).
+found from the folder: its study.json names it, or its own results file does (`found_by`, the file its entry in
+the owner table, utils.owners.OWNERS, marks its folders by: `Kind.owner`).
 
 Adding a kind: write its analysis (research/analysis/<kind>.py) and its figures and report
 (research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md shows an example).
@@ -43,12 +44,12 @@ from research.plots import spikes as spikes_plots
 from research.plots import trajectory as trajectory_plots
 from research.results import ResultsError
 from research.results.layout import INDEX_FIX, load_study
-from research.results.owners import owned_file
 from research.results.pretrained import load_pretrained_keys
 from research.results.steps import load_steps
 from research.results.trajectory import load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT
+from utils.owners import OWNERS, Owner, owned_file
 
 
 def _no_combined(analysis) -> dict:
@@ -82,6 +83,12 @@ class Kind:
     combined: Callable[[Any], dict] = _no_combined  # (analysis) -> {file name: JSON-ready dict}
     found_by: str | None = None  # the results file that marks a folder of this kind (where no study.json names it)
     compare: Callable[[Any], Comparison | None] = compare  # (inputs) -> the runs to decide and why, or None
+
+    @property
+    def owner(self) -> Owner:
+        """Its entry in the one owner table (utils.owners.OWNERS): the files that mark its folders, those it also
+        writes, who it is for people; every writer's folder check reads it there."""
+        return OWNERS[self.name]
 
     def decide(self, inputs, margin: float | None, loss_margin: float | None) -> tuple[Any, Comparison | None]:
         """(the analysis, the comparison it rests on): the runs `compare` keeps, decided by `analyze`."""
@@ -217,7 +224,7 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
     return load
 
 
-PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # owners.OWNERS
+PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # utils.owners.OWNERS
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
          _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined),

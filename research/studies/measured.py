@@ -14,16 +14,16 @@ from pathlib import Path
 from typing import Callable
 
 from research.results import save_results
-from research.results.owners import owned_file, refuse_foreign
 from research.results.vocabulary import REPORT
 from research.studies.render import render_study
 from utils.errors import Interrupted
 from utils.lock import FolderLock
+from utils.owners import owned_file, refuse_foreign
 
 
 def run_measured(out: Path, kind: str, *, tool: str, margin: float, render_only: bool,
                  measure: Callable[[], dict]) -> dict | None:
-    """The record written to the results file of `kind` in `out` (research.results.owners; None with render_only);
+    """The record written to the results file of `kind` in `out` (utils.owners; None with render_only);
     prints what was written."""
     file = owned_file(kind)
     saved = None  # the results file, once written: an interrupt keeps it

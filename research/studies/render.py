@@ -24,10 +24,10 @@ from matplotlib.figure import Figure
 from research.analysis.rules import check_margin
 from research.plots.common import write_outputs
 from research.results.layout import read_study_index
-from research.results.owners import refuse_foreign
 from research.results.vocabulary import REPORT
 from research.studies.kinds import read
 from utils.lock import FolderLock
+from utils.owners import REDRAW, redraw_record, refuse_foreign
 
 
 @dataclass(frozen=True)
@@ -68,9 +68,15 @@ def render_study(folder: str | Path, out: str | Path | None = None, margin: floa
                  loss_margin: float | None = None) -> list[Path]:
     """Draw every figure and the report of the study in `folder` (into `out`, default the same folder);
     returns the files written. `margin` / `loss_margin`: the equivalence margins of key metrics and of
-    losses, shares of the mean (default: those the study ran with, else research.analysis.rules')."""
+    losses, shares of the mean (default: those the study ran with, else research.analysis.rules').
+
+    A drawing into another folder is a redraw of `folder` and marks it so (utils.owners' redraw.json, written
+    first, with the rest): the folder is then that redraw's alone, and a run, a study or a redraw of another folder
+    is refused there, naming it."""
     view = load_and_analyze(folder, margin, loss_margin)
     target = Path(out or folder)
-    refuse_foreign(target, view.kind, f"the drawing of a {view.kind} study (split_panels.py)")  # its folder too
+    source = None if target.resolve() == Path(folder).resolve() else folder
+    refuse_foreign(target, view.kind, f"the drawing of a {view.kind} study (split_panels.py)", redraw_of=source)
     with FolderLock(target, hint="pass --out to write the figures elsewhere"):
-        return write_outputs(target, view.outputs)
+        marks = {} if source is None else {REDRAW: redraw_record(source, view.kind)}
+        return write_outputs(target, {**marks, **view.outputs})

@@ -35,7 +35,6 @@ from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
-from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
@@ -48,6 +47,7 @@ from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted, UserError, explain
 from utils.lock import FolderLock
+from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime
 
 
@@ -330,7 +330,7 @@ def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], 
 
 def check_study_folder(out: Path, study: Study) -> None:
     """Refuse an --out that holds something other than this study: another tool's results (a run, another kind's
-    study.json or results file: research.results.owners), or another study of its kind (its index, figures and
+    study.json or results file: utils.owners), or another study of its kind (its index, figures and
     report would be replaced)."""
     try:
         index = read_study_index(out)

@@ -18,6 +18,7 @@ from configs.presets import PRESETS
 from research.analysis.conditions import check_primary
 from research.results.checks import check_absolute_margin, check_margin
 from research.studies.catalog import Study
+from utils.owners import reserved_names
 
 EXAMPLE = """\
     name: softcap_vs_qknorm      # the study: its folder research_results/<name> (the default --out)
@@ -68,6 +69,18 @@ def _name(value, what: str, where: str, fix: str) -> str:
     return value
 
 
+def _not_an_owners_file(name: str, where: str) -> None:
+    """A condition's folder sits in the study's: named as a file or folder that marks an owner's folder (a run's
+    checkpoints/, utils.owners), it would make the study's folder that owner's, refused by its own drawing after
+    every run trained. Compared in lower case, as the folders of two conditions are (one name on macOS, Windows)."""
+    owner = reserved_names().get(name.lower())
+    if owner is not None:
+        taken = ", ".join(n for n in reserved_names() if NAME.match(n))
+        raise ConfigError(f"{where}: condition {name!r} is named as a file or folder of {owner.tool}: its folder "
+                          f"inside the study's would make the study's folder read as that owner's, and the study "
+                          f"could be neither drawn nor continued. Fix: rename the condition (none of {taken})")
+
+
 def _seeds(value, where: str) -> tuple[int, ...]:
     ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and
                                                    0 <= s < 2 ** 63 for s in value)
@@ -98,6 +111,7 @@ def _conditions(value, where: str) -> dict[str, dict]:
     out = {}
     for name, body in value.items():
         _name(name, "condition", f"{where}: conditions", "rename the condition")
+        _not_an_owners_file(name, where)
         same = [c for c in out if c.lower() == name.lower()]
         if same:  # one folder on a case-insensitive filesystem (macOS, Windows)
             raise ConfigError(f"{where}: conditions {same[0]!r} and {name!r} differ only in case: their folders would "

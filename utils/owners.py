@@ -1,0 +1,168 @@
+"""Which tool owns a folder: the one rule every writer asks first, the trainer included. No torch, nothing of the
+project above utils, so that training (below research) asks the same table as the studies and the drawing.
+
+A folder belongs to the tool whose marking file it holds. OWNERS names each owner once: the files whose presence
+makes a folder its (`marks`) and the files it writes beside them that would mark another owner's folder elsewhere
+(`writes`: a study file's combined.json is no QK-norm study's). A config.json marks a run's folder only where it is
+a run's config (utils.run_names.is_own_run): a Hugging Face model folder, an export among them, has one too. Two
+files say whose folder it is in more words: a study.json names the study and its kind, and a redraw.json, written
+by split_panels.py --out, names the study folder it is a redraw of and that study's kind.
+
+Every writer (train_llm.py and every run of a study through training.run.train_run, each study, the drawing of any
+study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py) calls
+`refuse_foreign(folder, kind, tool)` before it writes anything: a folder of its own (its kind, and for a redraw the
+same source folder), or of no owner, is written; one holding another owner's file is refused, naming that owner,
+the file and the fix, and nothing is written. So a run never lands in a study's or a report's folder, one tool's
+report.md never replaces another's, and no folder ends up mixing two owners' results. research.studies.kinds'
+records point here (Kind.owner); research.results.vocabulary takes the file names from here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils.errors import UserError
+from utils.formats import FormatError, Obj, OneOf, Opt, Text, check
+from utils.run_names import CONFIG, RUN_FILES, is_own_run
+
+STUDY_INDEX = "study.json"  # a study folder's index (research.results.layout declares it whole)
+REDRAW = "redraw.json"  # split_panels.py --out: whose redraw a folder is
+QK_COMBINED = "combined.json"  # the QK-norm study's and a study file's combined decisions
+PILOT_COMBINED = "combined_results.json"  # the pilot's runs in one file
+INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
+PRETRAINED_KEYS = "pretrained_keys.json"  # research/pretrained_keys_study.py's results
+CHECKPOINT_KEYS = "checkpoint_keys.json"  # research/checkpoint_keys_study.py's results
+EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exported
+# The kinds of study a study.json may name (research.studies.kinds draws each).
+STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions", "spikes")
+
+
+class OwnerError(UserError):
+    """A folder that belongs to another owner than the writer about to write into it."""
+
+
+@dataclass(frozen=True)
+class Owner:
+    """A tool (or kind of study) and the files whose presence makes a folder its."""
+
+    kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'redraw'
+    tool: str  # who writes it, for people
+    marks: tuple[str, ...] = ()  # names directly in the folder that make it this owner's (none: a study.json)
+    writes: tuple[str, ...] = ()  # other owners' marks it writes beside its own (then they are its)
+
+
+REDRAW_KIND = "redraw"
+OWNERS: dict[str, Owner] = {o.kind: o for o in (
+    Owner("run", "a training run (train_llm.py, or a study's condition)", RUN_FILES),
+    Owner("inspect", "research/inspect_pretrained.py", (INSPECT_FILE,)),
+    Owner("export", "research/export_hf.py", (EXPORT_INFO,)),
+    Owner("pretrained_keys", "research/pretrained_keys_study.py", (PRETRAINED_KEYS,)),
+    Owner("checkpoint_keys", "research/checkpoint_keys_study.py", (CHECKPOINT_KEYS,)),
+    Owner("pilot", "the pilot (research/qk_norm_500k_study.py)", (PILOT_COMBINED,)),
+    Owner("qk_norm", "the QK-norm study", (QK_COMBINED,)),
+    Owner("keys", "the key-dynamics study"),
+    Owner("heads", "the head-specialization study"),
+    Owner("lr", "the learning-rate study"),
+    Owner("finetune", "research/finetune_keys_study.py"),
+    Owner("conditions", "a study file's study (research/study.py)", writes=(QK_COMBINED,)),
+    Owner("spikes", "the spike study"),
+    Owner(REDRAW_KIND, "research/split_panels.py --out", (REDRAW,), writes=(QK_COMBINED, PILOT_COMBINED)),
+)}
+
+# What the owner rule reads of a study.json (research.results.layout.STUDY declares and checks the whole file) and
+# of a redraw.json (all of it).
+STUDY_OWNER = Obj({"kind": OneOf(STUDY_KINDS), "study": Opt(Text("a name (text)", nonempty=True))},
+                  "a JSON object (the study index)")
+REDRAW_FORMAT = Obj({"redraw_of": Text("a folder (text)", nullable=False, nonempty=True),
+                     "kind": Text("a study kind (text)", nullable=False, nonempty=True)}, "a JSON object")
+
+
+def owned_file(kind: str) -> str:
+    """The results file that marks a folder of `kind` (a kind of one file: research.studies.kinds' found_by)."""
+    return OWNERS[kind].marks[0]
+
+
+def reserved_names() -> dict[str, Owner]:
+    """{name in lower case: its owner} for every file or folder name that marks an owner's folder: a study's folder
+    holding one of them (a condition named so) would read as that owner's. Lower case: one name on macOS and
+    Windows."""
+    names: dict[str, Owner] = {}
+    for owner in OWNERS.values():
+        for name in owner.marks:
+            names.setdefault(name.lower(), owner)
+    return names
+
+
+@dataclass(frozen=True)
+class Held:
+    """One owner found in a folder: its kind (None: a study.json or redraw.json that cannot be read), who it is, its
+    files, and for a redraw the study folder it redraws."""
+
+    kind: str | None
+    who: str
+    files: tuple[str, ...]
+    owner: str | None = None  # its key in OWNERS (the kind, or 'redraw')
+    redraw_of: str | None = None
+
+
+def _read(path: Path, spec: Obj) -> dict | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        check(spec, data)
+    except (OSError, ValueError, FormatError):  # ValueError: not JSON, or not UTF-8
+        return None
+    return data
+
+
+def _named(folder: Path) -> list[Held]:
+    """The owners that a study.json and a redraw.json of `folder` name."""
+    held = []
+    if (folder / STUDY_INDEX).is_file():
+        index = _read(folder / STUDY_INDEX, STUDY_OWNER)
+        held.append(Held(None, "a study whose study.json cannot be read", (STUDY_INDEX,)) if index is None else
+                    Held(index["kind"], f"the study {index.get('study') or index['kind']!r} (kind {index['kind']})",
+                         (STUDY_INDEX,), index["kind"]))
+    if (folder / REDRAW).is_file():
+        mark = _read(folder / REDRAW, REDRAW_FORMAT)
+        held.append(Held(None, f"a redraw whose {REDRAW} cannot be read", (REDRAW,), REDRAW_KIND) if mark is None else
+                    Held(mark["kind"], f"a redraw of {mark['redraw_of']} (a {mark['kind']} study, drawn by "
+                                       f"split_panels.py --out)", (REDRAW,), REDRAW_KIND, mark["redraw_of"]))
+    return held
+
+
+def _holds(folder: Path, name: str) -> bool:
+    return (folder / name).exists() and (name != CONFIG or is_own_run(folder))  # a model folder's config.json too
+
+
+def owners_of(folder: str | Path) -> list[Held]:
+    """Every owner whose files `folder` holds, in OWNERS' order, then the study its study.json names and the study
+    folder its redraw.json names. Files an owner found writes beside its own (Owner.writes) count as its."""
+    folder = Path(folder)
+    held = [Held(o.kind, o.tool, found, o.kind) for o in OWNERS.values() if o.kind != REDRAW_KIND
+            if (found := tuple(name for name in o.marks if _holds(folder, name)))]
+    held += _named(folder)
+    writes = {name for h in held if h.owner for name in OWNERS[h.owner].writes}
+    return [h for h in held if not set(h.files) <= writes]
+
+
+def refuse_foreign(folder: str | Path, kind: str, tool: str, redraw_of: str | Path | None = None,
+                   fix: str = "pass another --out") -> None:
+    """OwnerError when `folder` holds files of an owner other than `kind` (with `redraw_of`: other than the redraw
+    of that study folder, split_panels.py --out): which owner, by which file, and `fix`. `tool`: the command about to
+    write (for the message). Called before anything is written, so nothing is written when it refuses."""
+    source = None if redraw_of is None else str(Path(redraw_of).resolve())
+    foreign = [h for h in owners_of(folder) if h.kind != kind or h.redraw_of != source]
+    if not foreign:
+        return
+    by = "; ".join(f"{h.who}, by its {', '.join(h.files)}" for h in foreign)
+    own = kind if source is None else f"{kind}, a redraw of {source}"
+    raise OwnerError(f"{folder} belongs to {by}: {tool} writes only into a folder of its own ({own}) or a new one, "
+                     f"never over another tool's results and report; {fix} (nothing was written)")
+
+
+def redraw_record(source: str | Path, kind: str) -> dict:
+    """What redraw.json holds (REDRAW_FORMAT): the folder is a redraw of the `kind` study in `source`
+    (split_panels.py --out, through research.studies.render), so that a later writer is refused naming the owner it
+    truly is."""
+    return {"redraw_of": str(Path(source).resolve()), "kind": kind}
