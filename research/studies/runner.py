@@ -221,11 +221,16 @@ def run_failed(run: StudyRun, e: UserError | OSError, out: Path) -> StudyError:
 
 
 def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
-    """One run's config: the condition's overrides, and its learning-rate multiplier applied to the base rates."""
+    """One run's config: the base (the preset, the study's shared fields, the command line), then the condition's own
+    fields over it (a condition's value wins over the command line's) and the seed; a run of the learning-rate grid
+    (`lr_multiplier`, Study.runs) then has its Muon and AdamW rates scaled by its multiplier. Every value is checked
+    as the config is built (a NaN rate of a condition as a NaN rate of the shared config)."""
     overrides = dict(overrides)
-    m = overrides.pop("lr_multiplier", 1.0)
-    return apply_overrides(base, {**overrides, "seed": seed, "muon_lr": base.train.muon_lr * m,
-                                  "adamw_lr": base.train.adamw_lr * m})
+    m = overrides.pop("lr_multiplier", None)
+    cfg = apply_overrides(base, {**overrides, "seed": seed})
+    if m is None:
+        return cfg
+    return apply_overrides(cfg, {"muon_lr": cfg.train.muon_lr * m, "adamw_lr": cfg.train.adamw_lr * m})
 
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
@@ -288,6 +293,10 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
           + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
           + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
+    for name in dict.fromkeys(k for o in study.conditions.values() for k in o if k in overrides):
+        own = [c for c, o in study.conditions.items() if name in o]
+        print(f"note: {name}={shown_value(overrides[name])} (the options) is the shared config's: condition(s) "
+              f"{', '.join(own)} keep their own {name}", flush=True)
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
         with FolderLock(out, hint="choose another --out"):
