@@ -9,8 +9,10 @@ probe attached, then draws the figures and the report from the results files
 
 An interrupted study started again resumes: finished conditions are kept (their folder is
 resumed, which trains nothing and rewrites nothing), the running one continues from its newest
-checkpoint. The study folder is locked for the whole run (utils.lock) and each condition folder
-while it trains, so a second run of the same study stops at once and names the first.
+checkpoint; before the first run trains, every run the folder holds is compared with the config the
+study gives it now (`check_recorded_runs`). The study folder is locked for the whole run (utils.lock)
+and each condition folder while it trains, so a second run of the same study stops at once and names
+the first.
 
 The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
 handed to an executor: in this process one after another (`train_in_process`), or with --ray as Ray tasks
@@ -39,9 +41,11 @@ from research.results.owners import refuse_foreign
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import NonFiniteLossError, RunInterrupted
+from training.checkpoint import latest_checkpoint
+from training.errors import NonFiniteLossError, RunError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import check_fits, plan_target, plan_text
+from training.resume import check_resume_length, config_differences
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
@@ -337,6 +341,46 @@ def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], 
             f"give tokens as a multiple of {step:,} (e.g. {max(step, b.train.tokens // step * step):,})")
 
 
+# The data fields data.resolve_offline replaces where the Hub cannot be reached; the run's config.json records the
+# ones it used, and its offline_note why
+OFFLINE_FIELDS = ("source", "tokenizer")
+
+
+def check_recorded_runs(runs: list[StudyRun], replan_schedule: bool) -> None:
+    """Before the first run trains: every run the study folder already holds (its config.json, or a checkpoint's
+    copy) was trained with the config the study gives it now, on every field a resume may not change (training.resume,
+    the one comparison of a recorded run with what is asked: logging, checkpointing, compile and the like may
+    differ), and the --tokens asked can continue it (training.resume.check_resume_length). Otherwise one line names
+    the run's folder and the fields, and nothing is trained: a study whose file changed would else train its new
+    runs with the new config before its first old run was reached, one folder of two configs."""
+    for run in runs:
+        folder = RunFolder(run.run_dir, log=lambda *_: None)  # the trainer warns of an unreadable config.json
+        if not folder.resumable():
+            continue  # a new run, or files the trainer refuses to continue, with its own message
+        try:
+            saved = folder.saved_config()
+        except ConfigError as e:
+            raise ConfigError(f"{e} (nothing was trained)") from None
+        if saved is None:
+            continue  # no config to compare: the trainer refuses it, naming the folder
+        asked = run.cfg
+        if saved.data.offline_note and asked.data.offline == "english" and not asked.data.offline_note:
+            # the run fell back to local data (data/offline.py); whether it still must, the trainer asks the Hub
+            data = dataclasses.replace(asked.data, **{f: getattr(saved.data, f) for f in OFFLINE_FIELDS})
+            asked = dataclasses.replace(asked, data=data)
+        diffs = config_differences(saved, asked)
+        if diffs:
+            raise ConfigError(f"{run.run_dir} (condition {run.cond}, seed {run.seed}) was trained with another config "
+                              f"than the study gives it now: {'; '.join(diffs)} (recorded -> now). Fix: restore the "
+                              f"values it was trained with (in the study file or on the command line), or choose "
+                              f"another --out for the new config (nothing was trained)")
+        ckpt = latest_checkpoint(folder.checkpoints)
+        try:
+            check_resume_length(saved, run.cfg, ckpt.step if ckpt else 0, replan_schedule, run.run_dir)
+        except RunError as e:
+            raise RunError(f"{e} (nothing was trained)") from None
+
+
 def check_study_folder(out: Path, study: Study) -> None:
     """Refuse an --out that holds something other than this study: another tool's results (a run, another kind's
     study.json or results file: research.results.owners), or another study of its kind (its index, figures and
@@ -392,6 +436,7 @@ def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, di
 
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
     runs = study_runs(study, base, seeds, out)
+    check_recorded_runs(runs, args.replan_schedule)
     if args.ray is None:
         train_in_process(runs, args, out, runtime, divergence_is_a_result=bool(study.lr_multipliers))
     else:

@@ -1,12 +1,18 @@
-"""A study's runs get their conditions' own fields, over the command line's (research.studies.runner)."""
+"""A study's runs get their conditions' own fields (over the command line's), and every run a study folder already
+holds is compared with the config the study gives it now before anything trains (research.studies.runner)."""
+import dataclasses
 import json
 
 import pytest
 
+from configs import get_preset
+from data.tokenizer import SMOLLM2_GGUF
 from research import study
-from research.studies import LR_SENSITIVITY
-from research.studies.runner import base_config, run_config
+from research.studies import LR_SENSITIVITY, runner
+from research.studies.runner import StudyRun, base_config, check_recorded_runs, run_config
+from research.studies.study_file import read_study_file
 from tests.helpers import STEP_TOKENS, md_table, stops
+from training.errors import RunError
 from utils.compare import flatten
 
 
@@ -78,3 +84,81 @@ def test_the_lr_multiplier_scales_the_rates_of_the_lr_grid_only():
     own = run_config(base, {"muon_lr": 0.01, "lr_multiplier": 4}, 0).train
     assert (own.muon_lr, own.adamw_lr) == (0.01 * 4, 0.006 * 4)
     assert run_config(base, {"muon_lr": 0.01}, 0).train.muon_lr == 0.01
+
+
+EDITED = f"""
+name: edited
+seeds: [0, 1]
+preset: debug
+tokens: {STEP_TOKENS}
+schedule: cosine
+probe_every: 1
+conditions:
+  A:
+  B: {{muon_lr: 0.001}}
+"""
+
+
+@pytest.mark.slow
+def test_a_changed_condition_is_refused_before_a_new_seed_trains(corpus_file, cache_dir, tmp_path, capsys,
+                                                                 monkeypatch):
+    """B trained at muon_lr 0.001 for seeds 0 and 1; the file now gives B 0.002 and lists a new seed 2 first, whose
+    runs would train first: the study stops naming B's seed-0 folder and the field, and no run folder is created
+    and no file changes."""
+    path = tmp_path / "s.yaml"
+    path.write_text(EDITED)
+    out = tmp_path / "out"
+    monkeypatch.setattr(runner, "render_study", lambda *args, **kwargs: [])  # the runs are what is compared
+    study.main([str(path), *_args(corpus_file, cache_dir, out)])
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
+    path.write_text(EDITED.replace("seeds: [0, 1]", "seeds: [2, 0, 1]").replace("0.001", "0.002"))
+    assert stops(capsys, study.main, [str(path), *_args(corpus_file, cache_dir, out)]) == (
+        f"error: {out / 'B' / 'seed_0'} (condition B, seed 0) was trained with another config than the study gives it "
+        f"now: train.muon_lr: 0.001 -> 0.002 (recorded -> now). Fix: restore the values it was trained with (in the "
+        f"study file or on the command line), or choose another --out for the new config (nothing was trained)")
+    assert [sorted(p.name for p in (out / c).iterdir()) for c in ("A", "B")] == [["seed_0", "seed_1"]] * 2
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
+
+    # What a resume may change (training.resume) passes; more tokens under a cosine schedule, planned over the
+    # total, do not without --replan_schedule (cosine over 1 step, then 2: the rate of step 2 would jump).
+    path.write_text(EDITED)
+    s = read_study_file(path)
+    asked = {"source": "files", "paths": [str(corpus_file)], "precision": "fp32", "eval_batches": 1}
+    runs = [StudyRun(c, seed, run_config(base, o, seed), out / c / f"seed_{seed}")
+            for base in [base_config(s, "debug", {**asked, "log_every": 3, "ckpt_every": 7, "compile": "on",
+                                                  "cache_dir": "x"})]
+            for seed in (0, 1) for c, o in s.conditions.items()]
+    check_recorded_runs(runs, replan_schedule=False)
+    longer = [dataclasses.replace(r, cfg=run_config(base_config(s, "debug", {**asked, "tokens": 2 * STEP_TOKENS}),
+                                                    s.conditions[r.cond], r.seed)) for r in runs]
+    with pytest.raises(RunError, match=r"changes the run in .*A.seed_0 from 1 to 2 steps.*\(nothing was trained\)$"):
+        check_recorded_runs(longer, replan_schedule=False)
+    check_recorded_runs(longer, replan_schedule=True)
+
+
+def test_an_unreadable_recorded_config_is_refused_before_anything_trains(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(EDITED)
+    out = tmp_path / "out"
+    (out / "B" / "seed_1").mkdir(parents=True)
+    (out / "B" / "seed_1" / "config.json").write_text("{not json")
+    line = stops(capsys, study.main, [str(path), "--out", str(out), "--precision", "fp32"])
+    assert line.startswith(f"error: cannot read config {out / 'B' / 'seed_1' / 'config.json'}: ") and \
+        line.endswith("(nothing was trained)"), line
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.name != ".lock") == \
+        ["B", "B/seed_1", "B/seed_1/config.json"]
+
+
+def test_a_run_that_fell_back_offline_is_compared_on_the_data_it_asked_for(tmp_path):
+    """An 88m run recorded with the offline fallback (data/offline.py: source english and the GGUF tokenizer in
+    place of the Hub's) is the run the same config asks for; a changed n_layers is still named."""
+    asked = dataclasses.replace(get_preset("88m"), preset="88m")
+    used = dataclasses.replace(asked, data=dataclasses.replace(asked.data, source="english", tokenizer=SMOLLM2_GGUF,
+                                                               offline_note="offline: asked for source=hub"))
+    run_dir = tmp_path / "QK"
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(json.dumps(used.to_dict()))
+    check_recorded_runs([StudyRun("QK", 0, asked, run_dir)], replan_schedule=False)
+    other = dataclasses.replace(asked, model=dataclasses.replace(asked.model, n_layers=4))
+    with pytest.raises(Exception, match=r"model.n_layers: 22 -> 4 \(recorded -> now\)"):
+        check_recorded_runs([StudyRun("QK", 0, other, run_dir)], replan_schedule=False)
