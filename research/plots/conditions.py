@@ -159,16 +159,23 @@ def _flat_config(res: dict) -> dict:
 
 
 def _settings(a: ConditionsAnalysis) -> tuple[dict[str, str], str]:
-    """({condition: the fields whose value is not the same in every run, 'field=value, ...'}, the shared line: the
-    variant fields every run has at one value)."""
+    """({condition: 'field=value, ...'}, the shared line). A row names the fields whose value is not the same in every
+    run: the baseline's row (and each row of a study without one) its value of each, any other row those where its
+    value is not the baseline's, what the condition changes. The shared line: the variant fields every run has at one
+    value."""
     configs = {c: _flat_config(a.runs[c][0]) for c in a.conditions}
     fields = list(dict.fromkeys(k for cfg in configs.values() for k in cfg))
     varying = [k for k in fields if k != "seed" and len({repr(cfg.get(k)) for cfg in configs.values()}) > 1]
-    per = {c: ", ".join(f"{k}={configs[c].get(k, 'n/a')}" for k in varying) or "(the shared config)"
-           for c in a.conditions}
+    ref = configs.get(a.baseline)
+
+    def row(c: str) -> str:
+        keys = varying if ref is None or c == a.baseline else \
+            [k for k in varying if repr(configs[c].get(k)) != repr(ref.get(k))]
+        return ", ".join(f"{k}={configs[c].get(k, 'n/a')}" for k in keys) or \
+            ("(the baseline's config)" if varying else "(the shared config)")
     shared = [f"{k}={next(iter(configs.values())).get(k)}" for k in VARIANT_FIELDS
               if k not in varying and any(k in cfg for cfg in configs.values())]
-    return per, ", ".join(shared)
+    return {c: row(c) for c in a.conditions}, ", ".join(shared)
 
 
 def _value(e: dict, decimals: int) -> str:
@@ -328,6 +335,9 @@ def report(a: ConditionsAnalysis) -> str:
         lines.append(f"| {c}{' (baseline)' if c == a.baseline else ''} | {seeds} | {per[c]} |")
     if a.baseline_set_aside:
         lines.append(f"| {a.baseline} (baseline) | none left | every run set aside (What was compared) |")
+    if a.baseline in a.conditions and len(conds) > 1:
+        lines += ["", f"The baseline's row gives its value of every field that differs between conditions; each other "
+                      f"row the fields where its value is not {a.baseline}'s."]
     if shared:
         lines += ["", f"Every run: {shared}."]
     lines += ["", "## In short", ""] + _in_short(a)

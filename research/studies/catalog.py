@@ -14,7 +14,7 @@ class Study:
     gpu_preset: str = "88m"  # the write-ups' setting, used on CUDA when --preset is auto
     default_tokens: int | None = None  # tokens per condition on the tiny preset (None: the preset's)
     default_seeds: tuple[int, ...] = (0, 1, 2)  # enough for the decisions to be tested; --seeds overrides
-    lr_multipliers: tuple[float, ...] = ()  # train every condition at each multiple of the preset's learning rates
+    lr_multipliers: tuple[float, ...] = ()  # train every condition at each multiple of its rates (runner.run_config)
     tiny_overrides: dict = field(default_factory=dict)  # the study's own settings on the tiny preset
     probes_per_run: int = 20  # probe_every defaults to steps // probes_per_run
     # A study file's (research/studies/study_file.py): its preset (over gpu_preset and tiny where --preset is auto),

@@ -9,8 +9,10 @@ probe attached, then draws the figures and the report from the results files
 
 An interrupted study started again resumes: finished conditions are kept (their folder is
 resumed, which trains nothing and rewrites nothing), the running one continues from its newest
-checkpoint. The study folder is locked for the whole run (utils.lock) and each condition folder
-while it trains, so a second run of the same study stops at once and names the first.
+checkpoint; before the first run trains, every run the folder holds is compared with the config the
+study gives it now (`check_recorded_runs`). The study folder is locked for the whole run (utils.lock)
+and each condition folder while it trains, so a second run of the same study stops at once and names
+the first.
 
 The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
 handed to an executor: in this process one after another (`train_in_process`), or with --ray as Ray tasks
@@ -38,9 +40,11 @@ from research.results.layout import condition_dir, read_study_index, write_study
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.studies.render import render_study
-from training.errors import NonFiniteLossError, RunInterrupted
+from training.checkpoint import latest_checkpoint
+from training.errors import NonFiniteLossError, RunError, RunInterrupted
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import check_fits, plan_target, plan_text
+from training.resume import check_resume_length, config_differences
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
@@ -221,11 +225,16 @@ def run_failed(run: StudyRun, e: UserError | OSError, out: Path) -> StudyError:
 
 
 def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
-    """One run's config: the condition's overrides, and its learning-rate multiplier applied to the base rates."""
+    """One run's config: the base (the preset, the study's shared fields, the command line), then the condition's own
+    fields over it (a condition's value wins over the command line's) and the seed; a run of the learning-rate grid
+    (`lr_multiplier`, Study.runs) then has its Muon and AdamW rates scaled by its multiplier. Every value is checked
+    as the config is built (a NaN rate of a condition as a NaN rate of the shared config)."""
     overrides = dict(overrides)
-    m = overrides.pop("lr_multiplier", 1.0)
-    return apply_overrides(base, {**overrides, "seed": seed, "muon_lr": base.train.muon_lr * m,
-                                  "adamw_lr": base.train.adamw_lr * m})
+    m = overrides.pop("lr_multiplier", None)
+    cfg = apply_overrides(base, {**overrides, "seed": seed})
+    if m is None:
+        return cfg
+    return apply_overrides(cfg, {"muon_lr": cfg.train.muon_lr * m, "adamw_lr": cfg.train.adamw_lr * m})
 
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
@@ -288,6 +297,10 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
           + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
           + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
+    for name in dict.fromkeys(k for o in study.conditions.values() for k in o if k in overrides):
+        own = [c for c, o in study.conditions.items() if name in o]
+        print(f"note: {name}={shown_value(overrides[name])} (the options) is the shared config's: condition(s) "
+              f"{', '.join(own)} keep their own {name}", flush=True)
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
         with FolderLock(out, hint="choose another --out"):
@@ -326,6 +339,46 @@ def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], 
     return (f"{fields or 'its config'} trains {trained(b)}, condition {name} {trained(a)}: every condition must "
             f"train the same tokens, or all are compared at the shortest run's budget, the others mid-schedule. Fix: "
             f"give tokens as a multiple of {step:,} (e.g. {max(step, b.train.tokens // step * step):,})")
+
+
+# The data fields data.resolve_offline replaces where the Hub cannot be reached; the run's config.json records the
+# ones it used, and its offline_note why
+OFFLINE_FIELDS = ("source", "tokenizer")
+
+
+def check_recorded_runs(runs: list[StudyRun], replan_schedule: bool) -> None:
+    """Before the first run trains: every run the study folder already holds (its config.json, or a checkpoint's
+    copy) was trained with the config the study gives it now, on every field a resume may not change (training.resume,
+    the one comparison of a recorded run with what is asked: logging, checkpointing, compile and the like may
+    differ), and the --tokens asked can continue it (training.resume.check_resume_length). Otherwise one line names
+    the run's folder and the fields, and nothing is trained: a study whose file changed would else train its new
+    runs with the new config before its first old run was reached, one folder of two configs."""
+    for run in runs:
+        folder = RunFolder(run.run_dir, log=lambda *_: None)  # the trainer warns of an unreadable config.json
+        if not folder.resumable():
+            continue  # a new run, or files the trainer refuses to continue, with its own message
+        try:
+            saved = folder.saved_config()
+        except ConfigError as e:
+            raise ConfigError(f"{e} (nothing was trained)") from None
+        if saved is None:
+            continue  # no config to compare: the trainer refuses it, naming the folder
+        asked = run.cfg
+        if saved.data.offline_note and asked.data.offline == "english" and not asked.data.offline_note:
+            # the run fell back to local data (data/offline.py); whether it still must, the trainer asks the Hub
+            data = dataclasses.replace(asked.data, **{f: getattr(saved.data, f) for f in OFFLINE_FIELDS})
+            asked = dataclasses.replace(asked, data=data)
+        diffs = config_differences(saved, asked)
+        if diffs:
+            raise ConfigError(f"{run.run_dir} (condition {run.cond}, seed {run.seed}) was trained with another config "
+                              f"than the study gives it now: {'; '.join(diffs)} (recorded -> now). Fix: restore the "
+                              f"values it was trained with (in the study file or on the command line), or choose "
+                              f"another --out for the new config (nothing was trained)")
+        ckpt = latest_checkpoint(folder.checkpoints)
+        try:
+            check_resume_length(saved, run.cfg, ckpt.step if ckpt else 0, replan_schedule, run.run_dir)
+        except RunError as e:
+            raise RunError(f"{e} (nothing was trained)") from None
 
 
 def check_study_folder(out: Path, study: Study) -> None:
@@ -383,6 +436,7 @@ def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, di
 
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
     runs = study_runs(study, base, seeds, out)
+    check_recorded_runs(runs, args.replan_schedule)
     if args.ray is None:
         train_in_process(runs, args, out, runtime, divergence_is_a_result=bool(study.lr_multipliers))
     else:

@@ -78,7 +78,9 @@ def test_a_user_error_in_a_task_reaches_the_driver_as_one_line_and_is_not_retrie
                                                                                   cluster, capsys):
     out = tmp_path / "study"
     (out / "no_qk_norm").mkdir(parents=True)
-    (out / "no_qk_norm" / "config.json").write_text("{not json")  # refused inside the task, when it resumes
+    # a run's file and nothing to continue from: refused inside the task (an unreadable config.json would be
+    # refused by the driver, before any task: research.studies.runner.check_recorded_runs)
+    (out / "no_qk_norm" / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:
         qk_norm_500k_study.main(study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seed", "0", "--ray"))
@@ -90,7 +92,7 @@ def test_a_user_error_in_a_task_reaches_the_driver_as_one_line_and_is_not_retrie
                          f"the study)"), line
     assert captured.out.count("no_qk_norm (seed 0) -> ") == 2, captured.out  # started once (not retried), failed
     assert f"{out / 'no_qk_norm'}: failed" in captured.out
-    assert (out / "no_qk_norm" / "config.json").read_text() == "{not json"
+    assert (out / "no_qk_norm" / "metrics.jsonl").read_text() == '{"step": 1, "loss": 5.0}\n'
     assert not (out / "study.json").exists()
 
 
