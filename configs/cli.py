@@ -20,6 +20,7 @@ from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, sp
 from configs.help import field_help
 from configs.presets import PRESETS, get_preset
 from utils.cli import ArgumentParser
+from utils.errors import shown
 
 
 def _parse_bool(s: str) -> bool:
@@ -27,7 +28,7 @@ def _parse_bool(s: str) -> bool:
     words = {**BOOL_WORDS, "1": True, "0": False}  # the command line also takes 1 and 0
     if v in words:
         return words[v]
-    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {shown(s)}")
 
 
 def _field_type(cls, f: dataclasses.Field):

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from utils.errors import ConfigError, PicklesWhole  # ConfigError: defined in utils, which raises it too (the device)
+# ConfigError: defined in utils, which raises it too (the device)
+from utils.errors import ConfigError, PicklesWhole, cut, shown
 from utils.telemetry import parse_alarm
 
 
@@ -31,13 +32,17 @@ def _check(cond: bool, msg: str) -> None:
 
 def _check_kinds(cfg) -> None:
     """Every float field of a config section is a finite number (NaN and infinity pass some range checks), every
-    text field text (YAML reads `off` as false)."""
+    whole-number field a 64-bit one (torch, numpy and the files written hold no larger), every text field text (YAML
+    reads `off` as false)."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if f.type == "float" and isinstance(value, (int, float)) and not math.isfinite(value):
             raise ConfigError(f"{f.name}={value} must be a finite number")
+        if f.type == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63:
+            raise ConfigError(f"{f.name}={shown(value)} is beyond the 64-bit whole numbers a run computes with: give "
+                              f"one below 2**63")
         if f.type == "str" and not isinstance(value, str):
-            raise ConfigError(f"{f.name}={value!r} must be text")
+            raise ConfigError(f"{f.name}={shown(value)} must be text")
 
 
 # The values of each text field that has a fixed set. The field's validation checks FIELD_CHOICES and --help lists
@@ -72,7 +77,8 @@ def _check_choices(cfg) -> None:
     for f in dataclasses.fields(cfg):
         choices = FIELD_CHOICES.get(f.name)
         value = getattr(cfg, f.name)
-        _check(choices is None or value in choices, f"{f.name}={value!r}: choose one of {', '.join(choices or ())}")
+        _check(choices is None or value in choices,
+               f"{f.name}={shown(value)}: choose one of {', '.join(choices or ())}")
 
 
 @dataclass
@@ -260,7 +266,7 @@ def coerce_value(name: str, hint, value, where: str) -> object:
     """`value` as the field's type, or ConfigError "<where><name>: expected ..., found ..."; YAML reads 1e-3 as
     text, so numbers in text are accepted for float fields (never for whole numbers)."""
     def bad(kind: str):
-        return ConfigError(f"{where}{name}: expected {kind}, found {value!r}")
+        return ConfigError(f"{where}{name}: expected {kind}, found {shown(value)}")
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -293,7 +299,7 @@ class DuplicateKey(PicklesWhole, ValueError):
     """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
 
     def __init__(self, key, where: str = ""):
-        super().__init__(f"key {key!r} appears twice in one mapping{where}: a reader would keep only the last, "
+        super().__init__(f"key {shown(key)} appears twice in one mapping{where}: a reader would keep only the last, "
                          f"silently. Fix: keep one of them")
 
 
@@ -323,7 +329,7 @@ def section_values(section: str, body, where: str) -> dict[str, object]:
     """The typed values of one section's mapping; ConfigError names the section, the key and the problem, after
     `where` (the file, as "path: ")."""
     if not isinstance(body, dict):
-        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {body!r}")
+        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {shown(body)}")
     hints = field_hints()
     out: dict[str, object] = {}
     for key, value in body.items():
@@ -334,7 +340,7 @@ def section_values(section: str, body, where: str) -> dict[str, object]:
             continue
         if key not in hints or hints[key][0] != section:
             home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
-            raise ConfigError(f"{where}unknown key {key!r} in section {section!r}{home}; the fields of "
+            raise ConfigError(f"{where}unknown key {shown(key)} in section {section!r}{home}; the fields of "
                               f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
         out[key] = coerce_value(key, hints[key][1], value, f"{where}[{section}] ")
     return out
@@ -384,11 +390,11 @@ class RunConfig:
                               f"data")
         unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
         if unknown:
-            raise ConfigError(f"{where}unknown key(s) {', '.join(map(repr, unknown))}: a run config holds "
+            raise ConfigError(f"{where}unknown key(s) {cut(', '.join(map(shown, unknown)))}: a run config holds "
                               f"{', '.join(SECTIONS)} and preset")
         preset = d.get("preset", "custom")
         if not isinstance(preset, str):
-            raise ConfigError(f"{where}preset: expected a string, found {preset!r}")
+            raise ConfigError(f"{where}preset: expected a string, found {shown(preset)}")
         values = {s: section_values(s, d.get(s, {}), where) for s in SECTIONS}
         try:
             return cls(**{s: c(**values[s]) for s, c in SECTIONS.items()}, preset=preset)

@@ -25,6 +25,7 @@ from pathlib import Path
 from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
                             section_values, split_list)
 from configs.presets import PRESETS
+from utils.errors import shown
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -96,7 +97,7 @@ def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset
             section = {key: coerce_value(key, hints[key][1], value, f"{path}: ")}
         else:
             close = difflib.get_close_matches(str(key), list(hints), n=1)
-            raise ConfigError(f"{path}: unknown key {key!r}: not a config field nor a section "
+            raise ConfigError(f"{path}: unknown key {shown(key)}: not a config field nor a section "
                               f"({', '.join((*SECTIONS, *(skip if others is None else others)))})"
                               + (f"; did you mean {close[0]!r}?" if close else "")
                               + "; see python train_llm.py --help for the fields")
@@ -127,9 +128,10 @@ def read_config_file(path: str | Path) -> ConfigFile:
                           f"{type(data).__name__}")
     preset = data.get("preset")
     if preset is not None and not isinstance(preset, str):
-        raise ConfigError(f"{path}: preset: expected the name of a preset ({', '.join(PRESETS)}), found {preset!r}. "
-                          f"Fix: write it as a name (preset: debug), or leave it out and pass --preset")
+        raise ConfigError(f"{path}: preset: expected the name of a preset ({', '.join(PRESETS)}), found "
+                          f"{shown(preset)}. Fix: write it as a name (preset: debug), or leave it out and pass "
+                          f"--preset")
     if preset is not None and preset not in PRESETS:
-        raise ConfigError(f"{path}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)} "
+        raise ConfigError(f"{path}: preset {shown(preset)} is not a named preset: choose one of {', '.join(PRESETS)} "
                           f"(or leave it out and pass --preset)")
     return ConfigFile(path, preset, field_values(data, path))

@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Callable
 
-from utils.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError, explain
+from utils.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError, cut, explain, shown
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -36,7 +36,7 @@ class ArgumentParser(argparse.ArgumentParser):
                  if f"--{word[2:].replace('-', '_')}" in known]
         if hints:
             message = f"{message} ({'; '.join(hints)}: options join words with underscores)"
-        super().error(message)
+        super().error(cut(message, 500))  # argparse's messages quote a rejected value whole
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -46,7 +46,7 @@ def at_least(minimum: int) -> Callable[[str], int]:
         try:
             value = int(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {s!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {shown(s)}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {value}")
         return value

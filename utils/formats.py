@@ -29,7 +29,7 @@ import math
 import re
 from typing import Callable
 
-from utils.errors import PicklesWhole
+from utils.errors import PicklesWhole, shown
 
 
 class FormatError(PicklesWhole, ValueError):
@@ -67,7 +67,7 @@ def found(v) -> str:
         return "an object"
     if isinstance(v, list):
         return "a list" if v else "an empty list"
-    return f"{v!r:.40}"
+    return shown(v, 40)
 
 
 def type_name(v) -> str:
@@ -78,7 +78,7 @@ def type_name(v) -> str:
 
 def _join(where: str, key, style: str) -> str:
     if style == "index":
-        return f"{where}[{key!r}]"
+        return f"{where}[{shown(key, 60)}]"
     return f"{where}.{key}" if where else str(key)
 
 
@@ -226,7 +226,7 @@ class MapOf(Spec):
             raise FormatError(where, self.expected, self.show(v))
         for k, x in v.items():
             if self.key is not None and not self.key(k):
-                raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {k!r:.40}")
+                raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {shown(k, 40)}")
             self.value.check(x, _join(where, k, self.path), ctx)
 
 

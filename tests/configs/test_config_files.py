@@ -116,3 +116,18 @@ def test_a_saved_config_json_with_a_key_twice_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot read config .*config.json: key 'n_layers' appears twice in one "
                                           r"mapping.*; fix or restore config.json"):
         RunConfig.load(path)
+
+
+def test_a_huge_value_is_refused_in_one_short_line(tmp_path, capsys):
+    """An alias bomb (10**8 zeros through shared lists) as a field's value, and a whole number past 64 bits: one line
+    that shows at most 200 characters of the value (issue 50)."""
+    from tests.research.studies.test_study_file import BOMB_SHOWN, alias_bomb
+    f = tmp_path / "c.yaml"
+    for text, message in ((f"n_layers: {alias_bomb()}\n", f"c.yaml: n_layers: expected a whole number, found "
+                                                          f"{BOMB_SHOWN}"),
+                          (f"tokens: {10 ** 30}\n", f"tokens={10 ** 30} is beyond the 64-bit whole numbers a run "
+                                                    f"computes with: give one below 2**63")):
+        f.write_text(text)
+        line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+        assert message in line and len(line) < 600, line
+    assert not (tmp_path / "run").exists()
