@@ -17,6 +17,7 @@ from typing import Any
 
 # ConfigError: defined in utils, which raises it too (the device)
 from utils.errors import ConfigError, PicklesWhole, cut, shown
+from utils.formats import loads_json
 from utils.telemetry import parse_alarm
 
 
@@ -315,7 +316,7 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
 def parse_json(text: str) -> object:
     """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
     last); the one JSON reader of config files (--config, config.json)."""
-    return json.loads(text, object_pairs_hook=_unique_pairs)
+    return loads_json(text, object_pairs_hook=_unique_pairs)
 
 
 @functools.cache
@@ -414,7 +415,7 @@ class RunConfig:
         except ConfigError as e:
             raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as e:
-            raise ConfigError(f"cannot read config {path}: {e}; fix or restore {path.name}") from e
+            raise ConfigError(f"cannot read config {path}: {cut(str(e))}; fix or restore {path.name}") from e
 
 
 def flops_per_token(m: ModelConfig, seq_len: int) -> float:

@@ -25,7 +25,8 @@ from pathlib import Path
 from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
                             section_values, split_list)
 from configs.presets import PRESETS
-from utils.errors import shown
+from utils.errors import cut, shown
+from utils.formats import unreadable
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -38,12 +39,19 @@ class ConfigFile:
     values: dict[str, object]  # {field name: value}, typed as the config's fields
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`: the anchored mapping's keys, under the ones written here
+
+
 def _yaml_loader(yaml):
-    """PyYAML's safe loader, refusing a mapping that names a key twice (safe_load keeps the last, silently)."""
+    """PyYAML's safe loader (no !!python tags), refusing a mapping that names a key twice (safe_load keeps the last,
+    silently). Merge keys (`<<: *base` or `<<: [*a, *b]`) work as in safe_load: the keys a mapping writes itself are
+    checked for repeats, and override the merged ones, as YAML means them to."""
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == MERGE_TAG:  # not a key of its own: SafeLoader merges it (flatten_mapping)
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     if key in seen:
@@ -68,15 +76,16 @@ def parse_file(path: Path, text: str) -> object:
             return yaml.load(text, Loader=_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
         except DuplicateKey as e:
             raise ConfigError(f"{path}: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+        except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: a date 2020-13-45, a number of
+            # over 4,300 digits; RecursionError: lists nested deeper than the recursion limit
+            raise ConfigError(f"{path}: not valid YAML ({cut(' '.join(unreadable(e).split()), 300)})") from None
     try:
         return parse_json(text)
     except DuplicateKey as e:
         raise ConfigError(f"{path}: {e}") from None
     except json.JSONDecodeError as e:
         hint = "" if path.suffix.lower() == ".json" else " (YAML files must end in .yaml or .yml)"
-        raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
+        raise ConfigError(f"{path}: not valid JSON ({cut(str(e), 300)}){hint}") from None
 
 
 def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset",),

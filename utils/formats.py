@@ -25,11 +25,43 @@ rely on. One checker of ~200 lines over these specs does all of it.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Callable
 
 from utils.errors import PicklesWhole, shown
+
+
+def unreadable(e: BaseException) -> str:
+    """What a JSON or YAML reader refused, in words, for the errors Python raises beside the reader's own: a whole
+    number past Python's 4,300 digits, nesting deeper than the recursion limit, a value out of its range (a YAML date
+    2020-13-45)."""
+    if isinstance(e, RecursionError):
+        return "lists or objects nested deeper than a reader follows"
+    if "integer string conversion" in str(e):
+        return "a whole number of over 4,300 digits, more than Python reads"
+    return str(e)
+
+
+class UnreadableJSON(PicklesWhole, json.JSONDecodeError):
+    """JSON that json.loads refuses without a JSONDecodeError of its own (loads_json): its message says what, at no
+    position (the reader stops where it is, not where the problem starts)."""
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+def loads_json(text: str, **kwargs):
+    """json.loads (kwargs: its hooks), where what else Python's reader refuses (see unreadable) is a JSONDecodeError
+    too, so that a reader's one handler of bad JSON names the file for every input. The one JSON parse of the readers
+    of files a user gives or edits (configs.config.parse_json, research.results.values.parse_json)."""
+    try:
+        return json.loads(text, **kwargs)
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, ValueError) and type(e) is not ValueError:  # JSONDecodeError, or a hook's (a key twice)
+            raise
+        raise UnreadableJSON(unreadable(e), text, 0) from None
 
 
 class FormatError(PicklesWhole, ValueError):

@@ -131,3 +131,43 @@ def test_a_huge_value_is_refused_in_one_short_line(tmp_path, capsys):
         line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
         assert message in line and len(line) < 600, line
     assert not (tmp_path / "run").exists()
+
+
+def test_yaml_merge_keys_work_and_a_key_twice_or_a_python_tag_is_still_refused(tmp_path, capsys):
+    """`<<: *base` (and `<<: [*a, *b]`, an inline mapping) merges as yaml.safe_load merges it: the keys the mapping
+    writes itself override the merged ones; a key written twice, and a !!python tag, stay refused (issue 50)."""
+    f = tmp_path / "c.yaml"
+    f.write_text("preset: debug\nmodel: {<<: {n_layers: 3, n_heads: 4, d_model: 64}, n_heads: 2}\n"
+                 "train: {<<: [{tokens: 2048, muon_lr: 0.01}, {tokens: 4096, adamw_lr: 0.002}], muon_lr: 0.02}\n")
+    assert read_config_file(f).values == {"n_layers": 3, "n_heads": 2, "d_model": 64, "tokens": 2048,
+                                          "muon_lr": 0.02, "adamw_lr": 0.002}  # the first merged mapping wins
+    cfg = _cfg(["--config", str(f), "--out", "x"])
+    assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model, cfg.train.tokens) == (3, 2, 64, 2048)
+    for text, message in (
+            ("model: {<<: {n_heads: 4}, n_layers: 2, n_layers: 3}\n",
+             "c.yaml: key 'n_layers' appears twice in one mapping (line 1): a reader would keep only the last"),
+            ("model: {<<: 3}\n", "c.yaml: not valid YAML (while constructing a mapping"),
+            ("n_layers: !!python/object/apply:os.system ['true']\n",
+             "c.yaml: not valid YAML (could not determine a constructor for the tag "
+             "'tag:yaml.org,2002:python/object/apply:os.system'")):
+        f.write_text(text)
+        line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+        assert line.startswith(f"error: {f.parent / message}"), line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, name, problem", [
+    ("n_layers: " + "1" * 5000 + "\n", "c.yaml", "a whole number of over 4,300 digits, more than Python reads"),
+    ('{"n_layers": ' + "1" * 5000 + "}", "c.json", "a whole number of over 4,300 digits, more than Python reads"),
+    ("n_layers: " + "[" * 20000 + "]" * 20000 + "\n", "c.yaml", "lists or objects nested deeper than a reader follows"),
+    ('{"n_layers": ' + "[" * 20000 + "]" * 20000 + "}", "c.json",
+     "lists or objects nested deeper than a reader follows"),
+    ("n_layers: 2020-13-45\n", "c.yaml", "month must be in 1..12"),  # YAML reads it as a date
+])
+def test_what_python_refuses_to_read_is_one_line(tmp_path, capsys, text, name, problem):
+    """Python's readers raise these as ValueError or RecursionError, not as the reader's own error: each is one line
+    naming the file (issue 50)."""
+    f = tmp_path / name
+    f.write_text(text)
+    line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+    assert line == f"error: {f}: not valid {'JSON' if name.endswith('json') else 'YAML'} ({problem})", line

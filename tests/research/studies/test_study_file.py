@@ -386,3 +386,14 @@ def test_a_huge_name_or_key_is_shown_cut(tmp_path, capsys):
                                       str(tmp_path / "out")])
     assert f"s.json: unknown key {cut}: not a config field nor a section" in line, line
     assert not (tmp_path / "out").exists()
+
+
+def test_yaml_merge_keys_work_in_a_study_file(tmp_path):
+    """A condition built on another's fields with `<<: *anchor` (standard YAML, which yaml.safe_load reads) was
+    refused as invalid YAML (issue 50): its own fields override the merged ones."""
+    text = GOOD.replace("  NoQK: {qk_norm: none, qk_clip: 50}", "  NoQK: &noqk {qk_norm: none, qk_clip: 50}\n"
+                                                                  "  NoQK_softcap: {<<: *noqk, qk_clip: 30, "
+                                                                  "attn_softcap: 20}")
+    s = read_study_file(write(tmp_path, text))
+    assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0},
+                            "NoQK_softcap": {"qk_norm": "none", "qk_clip": 30.0, "attn_softcap": 20.0}, "plain": {}}
