@@ -8,6 +8,7 @@ their sections as in a --config file (configs/files.py).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from research.analysis.conditions import check_primary
 from research.results.checks import check_absolute_margin, check_margin
 from research.studies.catalog import Study
 from utils.errors import shown
+from utils.io import not_a_file
 
 EXAMPLE = """\
     name: softcap_vs_qknorm      # the study: its folder research_results/<name> (the default --out)
@@ -75,7 +77,7 @@ def _seeds(value, where: str) -> tuple[int, ...]:
     if not ok:
         raise ConfigError(f"{where}: seeds: expected a non-empty list of whole numbers >= 0, found {shown(value)}. "
                           f"Fix: e.g. seeds: [0, 1, 2, 3]")
-    twice = sorted({s for s in value if value.count(s) > 1})
+    twice = sorted(s for s, n in collections.Counter(value).items() if n > 1)  # linear: a study may list many
     if twice:
         raise ConfigError(f"{where}: seeds: {', '.join(map(str, twice))} given more than once. Fix: give each seed "
                           f"once")
@@ -120,6 +122,10 @@ def _conditions(value, where: str) -> dict[str, dict]:
 def read_study_file(path: str | Path) -> Study:
     """The Study a file describes; ConfigError names the file, the condition and the field, with the fix."""
     path = Path(path)
+    kind = not_a_file(path)
+    if kind:  # a named pipe would block the read until something writes to it, maybe forever
+        raise ConfigError(f"{path}: {kind}, not a file: a study file is read whole before anything trains, and again "
+                          f"when the same command continues the study. Fix: give the path of a YAML or JSON file")
     data = parse_file(path, read_text(path, f"{path}: no such study file. Fix: give the path of a YAML or JSON study "
                                             f"file (python research/study.py --help shows the format)"))
     where = str(path)

@@ -397,3 +397,41 @@ def test_yaml_merge_keys_work_in_a_study_file(tmp_path):
     s = read_study_file(write(tmp_path, text))
     assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0},
                             "NoQK_softcap": {"qk_norm": "none", "qk_clip": 30.0, "attn_softcap": 20.0}, "plain": {}}
+
+
+# ------------------------------------------------------------------ a study too large, a file that is not one
+def test_a_study_of_more_runs_than_max_runs_is_refused_before_planning(tmp_path, capsys):
+    """200,000 seeds x 2 conditions = 400,000 runs > the default --max_runs 10,000: one line, before any config is
+    built; the seeds' repeat check is linear (value.count per seed took hours: 4e10 comparisons) and still names a
+    repeat; --max_runs 400000 lets the same study through to its plan (issue 50)."""
+    import time
+    seeds = list(range(200_000))
+    path = write(tmp_path, json.dumps({"name": "big", "seeds": seeds, "preset": "debug",
+                                       "conditions": {"A": {}, "B": {"qk_norm": "none"}}}), "big.json")
+    start = time.perf_counter()
+    assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == (
+        f"error: {path}: the study has 400,000 runs (2 conditions x 200,000 seeds), more than --max_runs 10,000. Fix: "
+        f"fewer seeds or conditions, or --max_runs 400000 if that many is meant (nothing was written)")
+    assert time.perf_counter() - start < 30
+    study.main([str(path), "--out", str(tmp_path / "out"), "--max_runs", "400000", "--plan"])
+    assert "big: the largest of its 2 runs" in capsys.readouterr().out  # one plan per condition, whatever the seeds
+    assert stops(capsys, study.main, [str(path), "--seeds", "0", "1", "2", "--max_runs", "5"]).startswith(
+        f"error: {path}: the study has 6 runs (2 conditions x 3 seeds), more than --max_runs 5.")
+    path = write(tmp_path, json.dumps({"name": "big", "seeds": seeds + [7, 199_999], "conditions": {"A": {}}}),
+                 "twice.json")
+    assert stops(capsys, study.main, [str(path)]) == \
+        f"error: {path}: seeds: 7, 199999 given more than once. Fix: give each seed once"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_study_file_that_is_not_a_file_is_refused(tmp_path, capsys):
+    """A named pipe blocked the read forever (nothing writes to it); a folder and a device are refused the same way,
+    in one line, before anything is read (issue 50)."""
+    import os
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (tmp_path, "a folder"), ("/dev/null", "a character device")):
+        assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == (
+            f"error: {path}: {kind}, not a file: a study file is read whole before anything trains, and again when "
+            f"the same command continues the study. Fix: give the path of a YAML or JSON file")
+    assert not (tmp_path / "out").exists()
