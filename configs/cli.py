@@ -15,11 +15,11 @@ import dataclasses
 import typing
 from typing import Callable
 
-from configs.config import ConfigError, RunConfig
+from configs.config import GIVEN_ONCE, ConfigError, RunConfig
 from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
 from configs.help import field_help
 from configs.presets import PRESETS, get_preset
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, once
 from utils.errors import shown
 
 
@@ -124,8 +124,9 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig | None,
             shown = f"{shown_value(given[f.name])} (from {file.path.name})"
         else:
             shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
+        given_once = {"action": once(GIVEN_ONCE[f.name])} if f.name in GIVEN_ONCE else {}
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
-                            default=argparse.SUPPRESS, help=field_help(section, f.name, shown))
+                            default=argparse.SUPPRESS, help=field_help(section, f.name, shown), **given_once)
 
 
 def help_defaults(preset: RunConfig, file: ConfigFile | None) -> RunConfig:

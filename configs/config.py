@@ -72,6 +72,12 @@ FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalize
 # in the field's sentence) rather than against a fixed set.
 FIELD_PARSERS = {"spike_alarm": parse_alarm}
 
+# Options refused when given twice on one command line (argparse keeps the last silently): those whose second use
+# more likely means "also" than "instead". Any other option given twice keeps the last, as every command line does,
+# so that a command can be repeated with an option changed at its end.
+GIVEN_ONCE = {"spike_alarm": "a run has one alarm; give the one to watch",
+              "paths": "every file goes in one --paths, comma-separated (a.txt,b.jsonl,folder)"}
+
 
 def _check_choices(cfg) -> None:
     """Every field of `cfg` that has a fixed set of values (FIELD_CHOICES) holds one of them."""
@@ -203,7 +209,7 @@ class TrainConfig:
                                                              "of them")
         alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)
         _check(alarm is None or self.telemetry or alarm.signal.name == "grad_norm",
-               f"spike_alarm={self.spike_alarm!r} watches {alarm.signal.name if alarm else ''}, which only the "
+               f"spike_alarm={shown(self.spike_alarm)} watches {alarm.signal.name if alarm else ''}, which only the "
                f"telemetry records: drop --telemetry false, or watch grad_norm")
 
 

@@ -46,7 +46,7 @@ from training.memory_fit import check_fits, plan_target, plan_text
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
-from utils.cli import ArgumentParser, positive_int
+from utils.cli import ArgumentParser, once, positive_int
 from utils.errors import Interrupted, UserError, explain
 from utils.lock import FolderLock
 from utils.runtime import Runtime, resolve_runtime
@@ -145,7 +145,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                  "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with these defaults)"}
         p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are "
                                        f"those of the {preset} preset for this study.")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", action=once("every seed goes after one --seeds"),
                    help=f"Seeds to train every condition with, once each (runs of one seed pair up across "
                         f"conditions). Default: {' '.join(map(str, study.default_seeds))}; --seed N alone: that one "
                         f"seed")
@@ -153,6 +153,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                                  f"research_results/{study.name}")
     if study.lr_multipliers:
         p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers), metavar="M",
+                       action=once("every rate goes after one --lr_multipliers"),
                        help="Multiples of the preset's Muon and AdamW learning rates (scaled together) to train "
                             f"every condition at. Default: {' '.join(f'{m:g}' for m in study.lr_multipliers)}")
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")

@@ -171,3 +171,19 @@ def test_what_python_refuses_to_read_is_one_line(tmp_path, capsys, text, name, p
     f.write_text(text)
     line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
     assert line == f"error: {f}: not valid {'JSON' if name.endswith('json') else 'YAML'} ({problem})", line
+
+
+def test_a_spike_alarm_or_paths_given_twice_is_refused_in_one_line(tmp_path, capsys):
+    """Both would keep the last silently, where the second more likely means 'also' (issue 50); a field given twice
+    on the command line otherwise keeps the last (a command repeated with an option changed at its end)."""
+    out = str(tmp_path / "run")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--spike_alarm", "grad_norm:5", "--spike_alarm",
+                                          "logit_max:30", "--out", out]) == (
+        "error: --spike_alarm given twice (grad_norm:5, then logit_max:30): a run has one alarm; give the one to "
+        "watch. Fix: give --spike_alarm once")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--paths", "a.txt,b.txt", "--paths", "c.txt", "--out",
+                                          out]) == (
+        "error: --paths given twice (a.txt,b.txt, then c.txt): every file goes in one --paths, comma-separated "
+        "(a.txt,b.jsonl,folder). Fix: give --paths once")
+    assert _cfg(["--preset", "debug", "--tokens", "512", "--tokens", "1024", "--out", out]).train.tokens == 1024
+    assert not (tmp_path / "run").exists()
