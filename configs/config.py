@@ -25,6 +25,11 @@ from utils.telemetry import parse_alarm
 # its own field decayed both optimizers by `weight_decay`); read by RunConfig.from_dict and configs.files.
 LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
 
+# The largest float32: the optimizer steps scale float32 weights by their rate in every precision (bf16 autocasts the
+# forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
+# overflow") at the first step. bf16 has float32's exponent range, so no rate that passes fails there either.
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 def _check(cond: bool, msg: str) -> None:
     if not cond:
@@ -370,11 +375,36 @@ class RunConfig:
                f"depend on the scale of W_q and W_k, so QK-clip applies only with --qk_norm none")
         _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
                f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
+        self._check_step_scalars()
         t = self.train
         _check(t.tokens >= self.tokens_per_step,
                f"tokens={t.tokens:,} is less than one optimizer step: tokens_per_step = batch_size x grad_accum x "
                f"seq_len = {t.batch_size} x {t.grad_accum} x {self.data.seq_len} = {self.tokens_per_step:,}. "
                f"Raise --tokens to at least {self.tokens_per_step}, or lower --batch_size / --seq_len")
+
+    def _check_step_scalars(self) -> None:
+        """Every rate times what an optimizer step multiplies it by is a float32: Muon's step is rate x
+        update_scale (optimizers.muon: at most sqrt of the largest matrix dimension, max(d_model, d_ff), in either
+        muon_update_scale), AdamW's first step rate / (1 - adam_beta1) (its bias correction); W_q's and W_k's rate is
+        qk_lr_multiplier times their optimizer's (qk_optimizer). The schedule only lowers a rate; a study's
+        learning-rate multiplier is in the rates it builds (research.studies.runner.run_config)."""
+        t = self.train
+        dim = max(self.model.d_model, self.model.d_ff)
+        muon = (math.sqrt(dim), f"Muon multiplies it by up to sqrt(max(d_model, d_ff)) = sqrt({dim})")
+        adamw = (1 / (1 - t.adam_beta1), f"AdamW's first step divides it by 1 - adam_beta1 = {1 - t.adam_beta1:.4g}")
+        qk_base = "muon_lr" if t.qk_optimizer == "muon" else "adamw_lr"
+        qk_factor, qk_how = muon if t.qk_optimizer == "muon" else adamw
+        rows = [("muon_lr", *muon), ("adamw_lr", *adamw),
+                ("qk_lr_multiplier", getattr(t, qk_base) * qk_factor,
+                 f"W_q's and W_k's rate is it x {qk_base} ({getattr(t, qk_base):g}), and {qk_how}")]
+        for name, factor, how in rows:
+            value = getattr(t, name)
+            step = value * factor  # inf past 1.8e308: refused all the same
+            _check(step <= FLOAT32_MAX,
+                   f"{name}={value:g} is beyond what an optimizer step can hold: {how}, giving "
+                   f"{f'{step:.3g}' if math.isfinite(step) else 'more than 1e308'}, past the largest float32 "
+                   f"({FLOAT32_MAX:.3g}), the precision the weights are updated in (bf16 runs too). Fix: lower {name} "
+                   f"below {FLOAT32_MAX / factor:.3g}")
 
     @property
     def tokens_per_step(self) -> int:
