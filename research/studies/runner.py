@@ -381,7 +381,7 @@ def check_ray_options(args: argparse.Namespace) -> None:
                               f"out to train the runs one after another in this process")
         return
     from research.studies.ray_executor import check_options
-    check_options(args.gpus_per_run, args.cpus_per_run)
+    check_options(args.ray, args.gpus_per_run, args.cpus_per_run)
 
 
 def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, divergence_is_a_result: bool) -> None:
