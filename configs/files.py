@@ -25,7 +25,7 @@ from pathlib import Path
 from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
                             section_values, split_list)
 from configs.presets import PRESETS
-from utils.errors import cut, shown
+from utils.errors import cut, os_fix, os_problem, shown
 from utils.formats import unreadable
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
@@ -120,14 +120,17 @@ def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset
 
 
 def read_text(path: Path, missing: str, name: str | None = None) -> str:
-    """The text of a file a user named; ConfigError `missing` when there is none, and '<name>: cannot read it (why)'
-    when it cannot be read (name: the path)."""
+    """The text of a file a user named; ConfigError `missing` when there is none, and '<name>: cannot read it: why.
+    Fix: ...' when it cannot be read (name: the path)."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(missing) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{name or path}: cannot read it ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{name or path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e, reading=True)}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name or path}: cannot read it: not UTF-8 text ({e.reason} at byte {e.start}). Fix: save "
+                          f"it as UTF-8") from None
 
 
 def read_config_file(path: str | Path) -> ConfigFile:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from utils.errors import UserError
+from utils.errors import UserError, os_fix, os_problem
 from utils.hub import hub_problem
 from utils.progress import quiet_imported
 
@@ -385,12 +385,23 @@ def expand_paths(paths: list[str]) -> list[tuple[str, Path]]:
     return out
 
 
+def _unreadable_path(path, e: OSError) -> DataError:
+    """A file or folder of --paths that this process may not read: the problem and a fix for a read (a folder one
+    may write to, the fix of a write, would not help)."""
+    return DataError(f"source=files: cannot read what --paths names: {os_problem(e, path)}. Fix: "
+                     f"{os_fix(e, reading=True)}, or {LEAVE_OUT}")
+
+
 def files_source(paths: list[str], text_field: str = "text") -> Source:
     """Local files (see expand_paths); text files are one document each, json/parquet rows are
     documents (column `text_field`). Hash: sha256 over the files' names and bytes and the text field."""
     if not paths:
         raise DataError("source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet)")
-    resolved = [(name, p, _builder_for(p)) for name, p in expand_paths(paths)]
+    try:
+        expanded = expand_paths(paths)
+    except OSError as e:  # a folder on the way that this user may not enter: is_dir raises, not False
+        raise _unreadable_path(e.filename or ",".join(paths), e) from None
+    resolved = [(name, p, _builder_for(p)) for name, p in expanded]
     h = hashlib.sha256(b"files-v1\0")
     h.update(text_field.encode("utf-8") + b"\0")
     total = 0
@@ -398,7 +409,7 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
         try:
             raw = p.read_bytes()
         except OSError as e:
-            raise DataError(f"source=files: cannot read {p} ({e})") from e
+            raise _unreadable_path(p, e) from e
         total += len(raw)
         _hash_update_doc(h, name, raw)
         if builder == "parquet":

@@ -21,7 +21,7 @@ _PROBLEMS = {
     errno.EISDIR: "it is a folder, not a file",
     errno.ENOENT: "no such file or folder",
 }
-_FIXES = {
+_FIXES = {  # for a write
     errno.ENOSPC: "free space on that disk (or point the output elsewhere)",
     errno.EDQUOT: "free space within your quota (or point the output elsewhere)",
     errno.EROFS: "choose a writable folder",
@@ -107,9 +107,18 @@ def os_problem(e: OSError, where: str | Path | None = None) -> str:
     return f"{what} ({path if path is not None else 'the system named no file'})"
 
 
-def os_fix(e: OSError) -> str:
-    """What the user can do about an OSError."""
-    return _FIXES.get(e.errno, "check the path and its disk")
+_READ_FIXES = {  # for a read: the file is the user's, no other folder would do
+    errno.EACCES: "make it readable to you (its permissions, and those of the folders above it)",
+    errno.EPERM: "make it readable to you (its permissions, and those of the folders above it)",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path: a part of it is a file, not a folder",
+    errno.EISDIR: "name a file, not a folder",
+}
+
+
+def os_fix(e: OSError, reading: bool = False) -> str:
+    """What the user can do about an OSError of a write, or (`reading`) of a read."""
+    return (_READ_FIXES if reading else _FIXES).get(e.errno, "check the path and its disk")
 
 
 def is_disk_full(e: BaseException) -> bool:

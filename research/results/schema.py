@@ -173,7 +173,7 @@ def load_results(path: str | Path) -> dict:
     try:
         res = parse_json(path.read_text())
     except OSError as e:
-        raise ResultsError(f"{path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e)}") from e
+        raise ResultsError(f"{path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e, reading=True)}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
                            f"a copy, or train that condition again into an empty folder") from e

@@ -187,3 +187,27 @@ def test_a_spike_alarm_or_paths_given_twice_is_refused_in_one_line(tmp_path, cap
         "(a.txt,b.jsonl,folder). Fix: give --paths once")
     assert _cfg(["--preset", "debug", "--tokens", "512", "--tokens", "1024", "--out", out]).train.tokens == 1024
     assert not (tmp_path / "run").exists()
+
+
+def test_a_config_file_one_may_not_read_gets_the_fix_of_a_read(tmp_path, capsys, monkeypatch):
+    """Root reads any file, so the refusal is raised where the system would raise it (issue 50: read errors were given
+    no fix, or a write's); a file that is not UTF-8 is named as such."""
+    import errno
+    from pathlib import Path
+    f = tmp_path / "c.yaml"
+    f.write_text("n_layers: 2\n")
+    real = Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self == f:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", refused)
+    assert stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")]) == (
+        f"error: --config {f}: cannot read it: permission denied ({f}). Fix: make it readable to you (its "
+        f"permissions, and those of the folders above it)")
+    monkeypatch.setattr(Path, "read_text", real)
+    f.write_bytes(b"n_layers: \xff\n")
+    assert stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")]) == (
+        f"error: --config {f}: cannot read it: not UTF-8 text (invalid start byte at byte 10). Fix: save it as UTF-8")
+    assert not (tmp_path / "run").exists()
