@@ -121,12 +121,12 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig | None,
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         if f.name in given:
-            shown = f"{shown_value(given[f.name])} (from {file.path.name})"
+            default = f"{shown_value(given[f.name])} (from {file.path.name})"
         else:
-            shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
+            default = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
         given_once = {"action": once(GIVEN_ONCE[f.name])} if f.name in GIVEN_ONCE else {}
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
-                            default=argparse.SUPPRESS, help=field_help(section, f.name, shown), **given_once)
+                            default=argparse.SUPPRESS, help=field_help(section, f.name, default), **given_once)
 
 
 def help_defaults(preset: RunConfig, file: ConfigFile | None) -> RunConfig:

@@ -20,6 +20,7 @@ _PROBLEMS = {
     errno.EEXIST: "it exists and is not a folder",
     errno.EISDIR: "it is a folder, not a file",
     errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows",
 }
 _FIXES = {  # for a write
     errno.ENOSPC: "free space on that disk (or point the output elsewhere)",
@@ -27,6 +28,7 @@ _FIXES = {  # for a write
     errno.EROFS: "choose a writable folder",
     errno.EACCES: "choose a folder you may write to, or fix its permissions",
     errno.EPERM: "choose a folder you may write to, or fix its permissions",
+    errno.ENAMETOOLONG: "give a shorter path",
 }
 
 
@@ -100,11 +102,14 @@ def os_problem(e: OSError, where: str | Path | None = None) -> str:
     file or folder being written, for an error of the system that names none (a write to an open file)."""
     what = _PROBLEMS.get(e.errno, e.strerror or type(e).__name__)
     path = e.filename if e.filename is not None else where
+    if path is None:
+        known = " (the system named no file, so the free space is unknown)" if e.errno in (errno.ENOSPC, errno.EDQUOT) \
+            else " (the system named no file)"
+        return what + known
+    named = cut(str(path), 300)  # a path too long to be one is shown cut
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        if path is None:
-            return f"{what} (the system named no file, so the free space is unknown)"
-        return f"{what} ({path}; {free_space(path)})"
-    return f"{what} ({path if path is not None else 'the system named no file'})"
+        return f"{what} ({named}; {free_space(path)})"
+    return f"{what} ({named})"
 
 
 _READ_FIXES = {  # for a read: the file is the user's, no other folder would do
@@ -113,6 +118,7 @@ _READ_FIXES = {  # for a read: the file is the user's, no other folder would do
     errno.ENOENT: "check the path",
     errno.ENOTDIR: "check the path: a part of it is a file, not a folder",
     errno.EISDIR: "name a file, not a folder",
+    errno.ENAMETOOLONG: "give a shorter path",
 }
 
 

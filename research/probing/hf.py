@@ -180,7 +180,7 @@ class HFKeyProbe:
             got = tuple(probe_ids_BT.shape) if isinstance(probe_ids_BT, torch.Tensor) else probe_ids_BT
             raise ProbeError(f"the probe batch must be token ids [B, T] with T >= 2, got {shown(got, 60)}")
         if precision not in ("fp32", "bf16"):
-            raise ProbeError(f"precision {precision!r}: choose fp32 or bf16")
+            raise ProbeError(f"precision {shown(precision)}: choose fp32 or bf16")
         self.ids = probe_ids_BT.long()
         self.precision = precision
         self.current = None
@@ -281,7 +281,7 @@ class KeyRecorder:
                              f"tokens (build the batch as the run did), or {fix}")
         n_layers = len(res["probes"][0]["layers"]) if res["probes"] else adapter.n_layers
         if n_layers != adapter.n_layers or res["tag"] != self.tag:
-            raise ProbeError(f"{self.path} is the results of {res['tag']!r} with {n_layers} layers, not of this "
+            raise ProbeError(f"{self.path} is the results of {shown(res['tag'])} with {n_layers} layers, not of this "
                              f"run ({self.tag!r}, {adapter.n_layers} layers): {fix}")
         if resumed_at is not None:
             return truncate(res, resumed_at)
@@ -379,7 +379,7 @@ def hf_spike_alarm(text: str) -> SpikeAlarm | None:
     if alarm is None:
         return None
     if alarm.signal.name not in HF_ALARM_SIGNALS:
-        raise ConfigError(f"spike_alarm={text!r}: on a Hugging Face Trainer's run the alarm can watch "
+        raise ConfigError(f"spike_alarm={shown(text)}: on a Hugging Face Trainer's run the alarm can watch "
                           f"{', '.join(HF_ALARM_SIGNALS)} (the gradient norm the Trainer logs, the RMS of the update "
                           f"its optimizer applies); {alarm.signal.name} is recorded by this project's own trainer "
                           f"only")

@@ -47,7 +47,7 @@ from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser, once, positive_int
-from utils.errors import Interrupted, UserError, explain
+from utils.errors import Interrupted, UserError, explain, shown
 from utils.lock import FolderLock
 from utils.runtime import Runtime, resolve_runtime
 
@@ -360,7 +360,7 @@ def check_study_folder(out: Path, study: Study) -> None:
                            f"(nothing was written)") from None
     refuse_foreign(out, study.kind, f"the study {study.name}")
     if index and index["study"] not in (None, study.name):
-        raise ResultsError(f"--out {out} holds the study {index['study']!r} (its study.json), not {study.name}: "
+        raise ResultsError(f"--out {out} holds the study {shown(index['study'])} (its study.json), not {study.name}: "
                            f"choose another --out (nothing was written)")
 
 

@@ -46,3 +46,13 @@ def test_a_read_and_a_write_get_their_own_fixes():
     assert os_fix(e) == "choose a folder you may write to, or fix its permissions"
     assert os_fix(e, reading=True) == READ_FIX
     assert os_fix(IsADirectoryError(errno.EISDIR, "Is a directory", "/x"), reading=True) == "name a file, not a folder"
+
+
+def test_a_name_too_long_for_a_path_is_one_short_line(corpus_file, cache_dir, tmp_path, capsys):
+    """--tokenizer of 100,000 letters, tried as a folder: the system's 'File name too long' was echoed with the whole
+    name (issue 50); now in words, the path cut to 300 characters (198 of its start, '...', 99 of its end)."""
+    line = stops(capsys, train_llm.main, ["--preset", "debug", "--source", "files", "--paths", str(corpus_file),
+                                          "--cache_dir", str(cache_dir), "--tokenizer", "x" * 100_000,
+                                          "--out", str(tmp_path / "run")])
+    assert line == (f"error: a name in the path is longer than the file system allows ({'x' * 198}...{'x' * 99}). "
+                    f"Fix: give a shorter path"), line[:400]
