@@ -15,11 +15,12 @@ import dataclasses
 import typing
 from typing import Callable
 
-from configs.config import ConfigError, RunConfig
+from configs.config import GIVEN_ONCE, ConfigError, RunConfig
 from configs.files import BOOL_WORDS, SECTIONS, ConfigFile, read_config_file, split_list
 from configs.help import field_help
 from configs.presets import PRESETS, get_preset
-from utils.cli import ArgumentParser
+from utils.cli import ArgumentParser, once
+from utils.errors import shown
 
 
 def _parse_bool(s: str) -> bool:
@@ -27,7 +28,7 @@ def _parse_bool(s: str) -> bool:
     words = {**BOOL_WORDS, "1": True, "0": False}  # the command line also takes 1 and 0
     if v in words:
         return words[v]
-    raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {shown(s)}")
 
 
 def _field_type(cls, f: dataclasses.Field):
@@ -120,11 +121,12 @@ def add_config_args(parser: argparse.ArgumentParser, defaults: RunConfig | None,
     for section, cls, f in _all_fields():
         typ, metavar = _field_type(cls, f)
         if f.name in given:
-            shown = f"{shown_value(given[f.name])} (from {file.path.name})"
+            default = f"{shown_value(given[f.name])} (from {file.path.name})"
         else:
-            shown = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
+            default = notes.get(f.name, shown_value(getattr(getattr(defaults, section), f.name)) if defaults else "")
+        given_once = {"action": once(GIVEN_ONCE[f.name])} if f.name in GIVEN_ONCE else {}
         parser.add_argument(f"--{f.name}", dest=f"cfg__{f.name}", type=typ, metavar=metavar,
-                            default=argparse.SUPPRESS, help=field_help(section, f.name, shown))
+                            default=argparse.SUPPRESS, help=field_help(section, f.name, default), **given_once)
 
 
 def help_defaults(preset: RunConfig, file: ConfigFile | None) -> RunConfig:

@@ -15,13 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from utils.errors import ConfigError, PicklesWhole  # ConfigError: defined in utils, which raises it too (the device)
+# ConfigError: defined in utils, which raises it too (the device)
+from utils.errors import ConfigError, PicklesWhole, cut, shown
+from utils.formats import loads_json
 from utils.telemetry import parse_alarm
 
 
 # Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
 # its own field decayed both optimizers by `weight_decay`); read by RunConfig.from_dict and configs.files.
 LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
+
+# The largest float32: the optimizer steps scale float32 weights by their rate in every precision (bf16 autocasts the
+# forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
+# overflow") at the first step. bf16 has float32's exponent range, so no rate that passes fails there either.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -31,13 +38,17 @@ def _check(cond: bool, msg: str) -> None:
 
 def _check_kinds(cfg) -> None:
     """Every float field of a config section is a finite number (NaN and infinity pass some range checks), every
-    text field text (YAML reads `off` as false)."""
+    whole-number field a 64-bit one (torch, numpy and the files written hold no larger), every text field text (YAML
+    reads `off` as false)."""
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if f.type == "float" and isinstance(value, (int, float)) and not math.isfinite(value):
             raise ConfigError(f"{f.name}={value} must be a finite number")
+        if f.type == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63:
+            raise ConfigError(f"{f.name}={shown(value)} is beyond the 64-bit whole numbers a run computes with: give "
+                              f"one below 2**63")
         if f.type == "str" and not isinstance(value, str):
-            raise ConfigError(f"{f.name}={value!r} must be text")
+            raise ConfigError(f"{f.name}={shown(value)} must be text")
 
 
 # The values of each text field that has a fixed set. The field's validation checks FIELD_CHOICES and --help lists
@@ -66,13 +77,20 @@ FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalize
 # in the field's sentence) rather than against a fixed set.
 FIELD_PARSERS = {"spike_alarm": parse_alarm}
 
+# Options refused when given twice on one command line (argparse keeps the last silently): those whose second use
+# more likely means "also" than "instead". Any other option given twice keeps the last, as every command line does,
+# so that a command can be repeated with an option changed at its end.
+GIVEN_ONCE = {"spike_alarm": "a run has one alarm; give the one to watch",
+              "paths": "every file goes in one --paths, comma-separated (a.txt,b.jsonl,folder)"}
+
 
 def _check_choices(cfg) -> None:
     """Every field of `cfg` that has a fixed set of values (FIELD_CHOICES) holds one of them."""
     for f in dataclasses.fields(cfg):
         choices = FIELD_CHOICES.get(f.name)
         value = getattr(cfg, f.name)
-        _check(choices is None or value in choices, f"{f.name}={value!r}: choose one of {', '.join(choices or ())}")
+        _check(choices is None or value in choices,
+               f"{f.name}={shown(value)}: choose one of {', '.join(choices or ())}")
 
 
 @dataclass
@@ -196,7 +214,7 @@ class TrainConfig:
                                                              "of them")
         alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)
         _check(alarm is None or self.telemetry or alarm.signal.name == "grad_norm",
-               f"spike_alarm={self.spike_alarm!r} watches {alarm.signal.name if alarm else ''}, which only the "
+               f"spike_alarm={shown(self.spike_alarm)} watches {alarm.signal.name if alarm else ''}, which only the "
                f"telemetry records: drop --telemetry false, or watch grad_norm")
 
 
@@ -260,7 +278,7 @@ def coerce_value(name: str, hint, value, where: str) -> object:
     """`value` as the field's type, or ConfigError "<where><name>: expected ..., found ..."; YAML reads 1e-3 as
     text, so numbers in text are accepted for float fields (never for whole numbers)."""
     def bad(kind: str):
-        return ConfigError(f"{where}{name}: expected {kind}, found {value!r}")
+        return ConfigError(f"{where}{name}: expected {kind}, found {shown(value)}")
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -293,7 +311,7 @@ class DuplicateKey(PicklesWhole, ValueError):
     """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
 
     def __init__(self, key, where: str = ""):
-        super().__init__(f"key {key!r} appears twice in one mapping{where}: a reader would keep only the last, "
+        super().__init__(f"key {shown(key)} appears twice in one mapping{where}: a reader would keep only the last, "
                          f"silently. Fix: keep one of them")
 
 
@@ -309,7 +327,7 @@ def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
 def parse_json(text: str) -> object:
     """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
     last); the one JSON reader of config files (--config, config.json)."""
-    return json.loads(text, object_pairs_hook=_unique_pairs)
+    return loads_json(text, object_pairs_hook=_unique_pairs)
 
 
 @functools.cache
@@ -323,7 +341,7 @@ def section_values(section: str, body, where: str) -> dict[str, object]:
     """The typed values of one section's mapping; ConfigError names the section, the key and the problem, after
     `where` (the file, as "path: ")."""
     if not isinstance(body, dict):
-        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {body!r}")
+        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {shown(body)}")
     hints = field_hints()
     out: dict[str, object] = {}
     for key, value in body.items():
@@ -334,7 +352,7 @@ def section_values(section: str, body, where: str) -> dict[str, object]:
             continue
         if key not in hints or hints[key][0] != section:
             home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
-            raise ConfigError(f"{where}unknown key {key!r} in section {section!r}{home}; the fields of "
+            raise ConfigError(f"{where}unknown key {shown(key)} in section {section!r}{home}; the fields of "
                               f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
         out[key] = coerce_value(key, hints[key][1], value, f"{where}[{section}] ")
     return out
@@ -357,11 +375,36 @@ class RunConfig:
                f"depend on the scale of W_q and W_k, so QK-clip applies only with --qk_norm none")
         _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
                f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
+        self._check_step_scalars()
         t = self.train
         _check(t.tokens >= self.tokens_per_step,
                f"tokens={t.tokens:,} is less than one optimizer step: tokens_per_step = batch_size x grad_accum x "
                f"seq_len = {t.batch_size} x {t.grad_accum} x {self.data.seq_len} = {self.tokens_per_step:,}. "
                f"Raise --tokens to at least {self.tokens_per_step}, or lower --batch_size / --seq_len")
+
+    def _check_step_scalars(self) -> None:
+        """Every rate times what an optimizer step multiplies it by is a float32: Muon's step is rate x
+        update_scale (optimizers.muon: at most sqrt of the largest matrix dimension, max(d_model, d_ff), in either
+        muon_update_scale), AdamW's first step rate / (1 - adam_beta1) (its bias correction); W_q's and W_k's rate is
+        qk_lr_multiplier times their optimizer's (qk_optimizer). The schedule only lowers a rate; a study's
+        learning-rate multiplier is in the rates it builds (research.studies.runner.run_config)."""
+        t = self.train
+        dim = max(self.model.d_model, self.model.d_ff)
+        muon = (math.sqrt(dim), f"Muon multiplies it by up to sqrt(max(d_model, d_ff)) = sqrt({dim})")
+        adamw = (1 / (1 - t.adam_beta1), f"AdamW's first step divides it by 1 - adam_beta1 = {1 - t.adam_beta1:.4g}")
+        qk_base = "muon_lr" if t.qk_optimizer == "muon" else "adamw_lr"
+        qk_factor, qk_how = muon if t.qk_optimizer == "muon" else adamw
+        rows = [("muon_lr", *muon), ("adamw_lr", *adamw),
+                ("qk_lr_multiplier", getattr(t, qk_base) * qk_factor,
+                 f"W_q's and W_k's rate is it x {qk_base} ({getattr(t, qk_base):g}), and {qk_how}")]
+        for name, factor, how in rows:
+            value = getattr(t, name)
+            step = value * factor  # inf past 1.8e308: refused all the same
+            _check(step <= FLOAT32_MAX,
+                   f"{name}={value:g} is beyond what an optimizer step can hold: {how}, giving "
+                   f"{f'{step:.3g}' if math.isfinite(step) else 'more than 1e308'}, past the largest float32 "
+                   f"({FLOAT32_MAX:.3g}), the precision the weights are updated in (bf16 runs too). Fix: lower {name} "
+                   f"below {FLOAT32_MAX / factor:.3g}")
 
     @property
     def tokens_per_step(self) -> int:
@@ -384,11 +427,11 @@ class RunConfig:
                               f"data")
         unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
         if unknown:
-            raise ConfigError(f"{where}unknown key(s) {', '.join(map(repr, unknown))}: a run config holds "
+            raise ConfigError(f"{where}unknown key(s) {cut(', '.join(map(shown, unknown)))}: a run config holds "
                               f"{', '.join(SECTIONS)} and preset")
         preset = d.get("preset", "custom")
         if not isinstance(preset, str):
-            raise ConfigError(f"{where}preset: expected a string, found {preset!r}")
+            raise ConfigError(f"{where}preset: expected a string, found {shown(preset)}")
         values = {s: section_values(s, d.get(s, {}), where) for s in SECTIONS}
         try:
             return cls(**{s: c(**values[s]) for s, c in SECTIONS.items()}, preset=preset)
@@ -408,7 +451,7 @@ class RunConfig:
         except ConfigError as e:
             raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as e:
-            raise ConfigError(f"cannot read config {path}: {e}; fix or restore {path.name}") from e
+            raise ConfigError(f"cannot read config {path}: {cut(str(e))}; fix or restore {path.name}") from e
 
 
 def flops_per_token(m: ModelConfig, seq_len: int) -> float:

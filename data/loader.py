@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from utils.errors import shown
+
 
 def _check_split(batch_size: int, rank: int, world_size: int) -> None:
     if world_size < 1 or not 0 <= rank < world_size:
@@ -78,10 +80,10 @@ class BlockLoader:
         """Continue from a saved position; TypeError or ValueError (nothing changed) for a state that is not one
         of this loader's: wrong types, out of range, or saved for another number of blocks."""
         if not isinstance(d, dict):
-            raise TypeError(f"loader state must be an object, found {d!r}"[:200])
+            raise TypeError(f"loader state must be an object, found {shown(d)}")
         missing = [k for k in ("epoch", "position", "seed") if k not in d]
         if missing:
-            raise ValueError(f"loader state {d} lacks {', '.join(missing)}"[:200])
+            raise ValueError(f"loader state {shown(d)} lacks {', '.join(missing)}")
         wrong = [k for k in ("epoch", "position", "seed", "n_blocks")
                  if k in d and (not isinstance(d[k], int) or isinstance(d[k], bool))]
         if wrong:

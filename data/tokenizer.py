@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator
 
 from data.blocks import pieces
 from data.corpus import DataError, Source, _package_dir, check_hub_reachable
+from utils.errors import shown
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 EOT = "<|endoftext|>"
@@ -105,7 +106,7 @@ def _eos_id(tok, name: str) -> int:
     vocab = tok.get_vocab()
     if EOT in vocab:
         return int(vocab[EOT])
-    raise DataError(f"tokenizer {name!r} has no EOS token (and no {EOT}); documents need a separator: "
+    raise DataError(f"tokenizer {shown(name)} has no EOS token (and no {EOT}); documents need a separator: "
                     f"use --tokenizer bpe or a tokenizer with an eos_token")
 
 
@@ -158,12 +159,12 @@ def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Calla
         info = TokenizerInfo(tok, folder, hash_tokenizer(folder, tok), _eos_id(tok, name), name)
     elif _looks_like_path(name):
         problem = "is a file, not a tokenizer folder" if Path(name).expanduser().exists() else "no such folder"
-        raise DataError(f"tokenizer={name!r}: {problem}. Pass --tokenizer bpe, an existing tokenizer folder "
+        raise DataError(f"tokenizer={shown(name)}: {problem}. Pass --tokenizer bpe, an existing tokenizer folder "
                         f"(loadable by AutoTokenizer) or a Hub id such as HuggingFaceTB/SmolLM2-135M")
     else:
         info = _hub_tokenizer(name, cache_root, log)
     if info.vocab_size > model_vocab_size:
-        raise DataError(f"tokenizer {name!r} has {info.vocab_size} tokens but the model's vocab_size is "
+        raise DataError(f"tokenizer {shown(name)} has {info.vocab_size} tokens but the model's vocab_size is "
                         f"{model_vocab_size}: pass --vocab_size {info.vocab_size} (or larger)")
     return info
 
@@ -198,7 +199,7 @@ def _gguf_tokenizer(name: str, path: Path, cache_root: Path, log) -> TokenizerIn
     try:
         file_hash = sha256_file(path)
     except OSError as e:
-        raise DataError(f"tokenizer={name!r}: cannot read {path} ({e})") from e
+        raise DataError(f"tokenizer={shown(name)}: cannot read {path} ({e})") from e
     folder = cache_root / TOKENIZER_FOLDER / f"gguf-{file_hash[:12]}"
     expect = {"gguf_sha256": file_hash}
     if folder.exists():
@@ -209,11 +210,11 @@ def _gguf_tokenizer(name: str, path: Path, cache_root: Path, log) -> TokenizerIn
     try:
         import gguf  # noqa: F401 - transformers reads GGUF files through it
     except ImportError as e:
-        raise DataError(f"tokenizer={name!r}: reading a GGUF file needs the gguf package: pip install gguf") from e
+        raise DataError(f"tokenizer={shown(name)}: reading a GGUF file needs the gguf package: pip install gguf") from e
     try:
         tok = _auto_load(path.parent, gguf_file=path.name)
     except Exception as e:
-        raise DataError(f"tokenizer={name!r}: transformers cannot read a tokenizer from {path} "
+        raise DataError(f"tokenizer={shown(name)}: transformers cannot read a tokenizer from {path} "
                         f"({type(e).__name__}: {str(e)[:300]})") from e
     if EOT in tok.get_vocab():
         tok.eos_token = EOT  # the document separator of pretraining (an Instruct GGUF names <|im_end|>)
@@ -246,7 +247,7 @@ def _hub_tokenizer(repo_id: str, cache_root: Path, log) -> TokenizerInfo:
         try:
             tok = _auto_load(repo_id)
         except Exception as e:
-            raise DataError(f"tokenizer {repo_id!r}: AutoTokenizer cannot load it from the Hub "
+            raise DataError(f"tokenizer {shown(repo_id)}: AutoTokenizer cannot load it from the Hub "
                             f"({type(e).__name__}: {e})") from e
     with atomic_dir(folder) as tmp:
         tok.save_pretrained(str(tmp))

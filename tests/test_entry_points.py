@@ -99,6 +99,7 @@ def test_the_packages_an_entry_module_runs_in_import_nothing():
 INTERNAL_ERRORS = {
     "FormatError": "utils/formats.py: each reader turns it into its file's error (ResultsError, CheckpointError, ...)",
     "DuplicateKey": "configs/config.py: the config readers turn it into ConfigError naming the file",
+    "UnreadableJSON": "utils/formats.py: a json.JSONDecodeError, which every JSON reader turns into its file's error",
 }
 
 

@@ -16,6 +16,7 @@ from typing import Callable
 
 from utils.telemetry import GROWTH_STEPS, Alarm, series
 from training.callbacks import StepInfo
+from utils.errors import shown
 
 KEPT = ("logit_max", "key_norm", "grad_norm", "update_rms")  # what any signal reads from a line
 
@@ -54,10 +55,10 @@ class SpikeAlarm:
         """The state a checkpoint saved; TypeError, changing nothing, for one that is not this callback's."""
         rows, alarms = (state.get("rows"), state.get("alarms")) if isinstance(state, dict) else (None, None)
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise TypeError(f"spike_alarm state: rows must be a list of objects, found {rows!r}"[:200])
+            raise TypeError(f"spike_alarm state: rows must be a list of objects, found {shown(rows)}")
         if not isinstance(alarms, list) or not all(_is_alarm(a) for a in alarms):
             raise TypeError(f"spike_alarm state: alarms must be a list of {{step, tokens, alarm}}, found "
-                            f"{alarms!r}"[:200])
+                            f"{shown(alarms)}")
         self.rows = deque(rows, maxlen=GROWTH_STEPS + 2)
         self.alarms = list(alarms)
 

@@ -385,12 +385,19 @@ class Trainer:
         kept = (f"its last good checkpoint {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint yet")
         clip = "--grad_clip 1.0" if tc.grad_clip == 0 or tc.grad_clip > 1 else f"--grad_clip {tc.grad_clip / 2:g}"
         other = [clip] + (["--precision fp32"] if self.precision == "bf16" else [])
+        log_v = math.log(self.cfg.model.vocab_size)
+        if tc.z_loss * log_v >= 1:  # the z term outweighs the loss it regularizes: lower rates would not help
+            fix = (f"with a smaller --z_loss, e.g. --z_loss 0.0001 (PaLM's): at z_loss={tc.z_loss:g} the z term "
+                   f"z_loss x logsumexp^2 outweighs the cross-entropy from the first step on (logsumexp starts near "
+                   f"ln(vocab_size) = {log_v:.2f}, the cross-entropy too, so from z_loss = 1/{log_v:.2f} = "
+                   f"{1 / log_v:.3g})")
+        else:
+            fix = (f"with lower learning rates, e.g. --muon_lr {tc.muon_lr / 2:g} --adamw_lr {tc.adamw_lr / 2:g} (half "
+                   f"of these), or with {' or '.join(other)}")
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
             f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
-            f"same way again (a resume must keep them), so train again in another --out with lower learning rates, "
-            f"e.g. --muon_lr {tc.muon_lr / 2:g} --adamw_lr {tc.adamw_lr / 2:g} (half of these), or with "
-            f"{' or '.join(other)}",
+            f"same way again (a resume must keep them), so train again in another --out {fix}",
             step=self.step + 1)
 
     def _run_callbacks(self, logged: dict | None = None) -> None:

@@ -17,7 +17,7 @@ import re
 import sys
 from typing import Callable
 
-from utils.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError, explain
+from utils.errors import EXIT_INTERRUPTED, EXIT_USER_ERROR, ConfigError, Interrupted, UserError, cut, explain, shown
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -36,7 +36,7 @@ class ArgumentParser(argparse.ArgumentParser):
                  if f"--{word[2:].replace('-', '_')}" in known]
         if hints:
             message = f"{message} ({'; '.join(hints)}: options join words with underscores)"
-        super().error(message)
+        super().error(cut(message, 500))  # argparse's messages quote a rejected value whole
 
 
 def at_least(minimum: int) -> Callable[[str], int]:
@@ -46,12 +46,29 @@ def at_least(minimum: int) -> Callable[[str], int]:
         try:
             value = int(s)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {s!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {shown(s)}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, got {value}")
         return value
     parse.__name__ = f"whole number >= {minimum}"
     return parse
+
+
+def once(why: str) -> type[argparse.Action]:
+    """An argparse action that stores an option's value as argparse does, and refuses the option given a second time
+    on one command line (argparse keeps the last, silently), for an option whose second use more likely means "also"
+    than "instead": ConfigError '--NAME given twice (A, then B): WHY'. The first use is seen by the namespace holding
+    something other than the option's default (argparse sets the default, or nothing for SUPPRESS, before parsing)."""
+    class Once(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            before = getattr(namespace, self.dest, self.default)
+            if before is not self.default:
+                def text(v) -> str:  # as it was written: nargs' values apart, a list field's comma-separated
+                    return cut((" " if self.nargs else ",").join(map(str, v)) if isinstance(v, list) else str(v), 60)
+                raise ConfigError(f"{option_string} given twice ({text(before)}, then {text(values)}): {why}. Fix: "
+                                  f"give {option_string} once")
+            setattr(namespace, self.dest, values)
+    return Once
 
 
 positive_int = at_least(1)  # counts that must be at least one: steps, repeats, batch sizes, intervals

@@ -3,6 +3,9 @@ full, read-only, permissions)."""
 from __future__ import annotations
 
 import errno
+import itertools
+import math
+import reprlib
 import shutil
 from pathlib import Path
 
@@ -17,14 +20,65 @@ _PROBLEMS = {
     errno.EEXIST: "it exists and is not a folder",
     errno.EISDIR: "it is a folder, not a file",
     errno.ENOENT: "no such file or folder",
+    errno.ENAMETOOLONG: "a name in the path is longer than the file system allows",
 }
-_FIXES = {
+_FIXES = {  # for a write
     errno.ENOSPC: "free space on that disk (or point the output elsewhere)",
     errno.EDQUOT: "free space within your quota (or point the output elsewhere)",
     errno.EROFS: "choose a writable folder",
     errno.EACCES: "choose a folder you may write to, or fix its permissions",
     errno.EPERM: "choose a folder you may write to, or fix its permissions",
+    errno.ENAMETOOLONG: "give a shorter path",
 }
+
+
+SHOWN_LIMIT = 200  # characters of a rejected value a message shows at most
+
+
+class _Bounded(reprlib.Repr):
+    """reprlib's repr with the limits of a one-line message: it visits a bounded part of a value (a few levels, a few
+    items each), so a value that is huge, or small on disk but huge in memory (a YAML alias bomb, whose lists share
+    their items), costs nothing to show."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.maxlevel = 3
+        self.maxdict = 4
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = self.maxarray = 6
+        self.maxstring = self.maxother = self.maxlong = limit
+
+    def repr_str(self, x: str, level: int) -> str:  # its true start and end (reprlib's cuts its first part)
+        n = self.maxstring
+        return cut(repr(x if len(x) <= 2 * n else x[:n] + x[-n:]), n)
+
+    def repr_int(self, x: int, level: int) -> str:
+        digits = int(abs(x).bit_length() * math.log10(2)) + 1
+        if digits > self.maxlong:  # Python refuses to write an int of over 4,300 digits; nobody reads one
+            return f"<a whole number of about {digits:,} digits>"
+        return repr(x)
+
+    def repr_dict(self, x: dict, level: int) -> str:  # in the file's order (reprlib sorts every key first)
+        if not x:
+            return "{}"
+        if level <= 0:
+            return "{...}"
+        items = [f"{self.repr1(k, level - 1)}: {self.repr1(v, level - 1)}"
+                 for k, v in itertools.islice(x.items(), self.maxdict)]
+        return "{" + ", ".join(items) + (", ..." if len(x) > self.maxdict else "") + "}"
+
+
+def cut(text: str, limit: int = SHOWN_LIMIT) -> str:
+    """`text` in at most `limit` characters: its start and end around '...' when it is longer."""
+    if len(text) <= limit:
+        return text
+    head = (limit - 3) * 2 // 3
+    return f"{text[:head]}...{text[len(text) - (limit - 3 - head):]}"
+
+
+def shown(value, limit: int = SHOWN_LIMIT) -> str:
+    """A value as a message shows it: its repr in at most `limit` characters, built without visiting more of the
+    value than that (the one bounded formatter of every message that echoes what a user gave)."""
+    return cut(_Bounded(limit).repr(value), limit)
 
 
 def free_space(path: str | Path) -> str:
@@ -48,16 +102,29 @@ def os_problem(e: OSError, where: str | Path | None = None) -> str:
     file or folder being written, for an error of the system that names none (a write to an open file)."""
     what = _PROBLEMS.get(e.errno, e.strerror or type(e).__name__)
     path = e.filename if e.filename is not None else where
+    if path is None:
+        known = " (the system named no file, so the free space is unknown)" if e.errno in (errno.ENOSPC, errno.EDQUOT) \
+            else " (the system named no file)"
+        return what + known
+    named = cut(str(path), 300)  # a path too long to be one is shown cut
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
-        if path is None:
-            return f"{what} (the system named no file, so the free space is unknown)"
-        return f"{what} ({path}; {free_space(path)})"
-    return f"{what} ({path if path is not None else 'the system named no file'})"
+        return f"{what} ({named}; {free_space(path)})"
+    return f"{what} ({named})"
 
 
-def os_fix(e: OSError) -> str:
-    """What the user can do about an OSError."""
-    return _FIXES.get(e.errno, "check the path and its disk")
+_READ_FIXES = {  # for a read: the file is the user's, no other folder would do
+    errno.EACCES: "make it readable to you (its permissions, and those of the folders above it)",
+    errno.EPERM: "make it readable to you (its permissions, and those of the folders above it)",
+    errno.ENOENT: "check the path",
+    errno.ENOTDIR: "check the path: a part of it is a file, not a folder",
+    errno.EISDIR: "name a file, not a folder",
+    errno.ENAMETOOLONG: "give a shorter path",
+}
+
+
+def os_fix(e: OSError, reading: bool = False) -> str:
+    """What the user can do about an OSError of a write, or (`reading`) of a read."""
+    return (_READ_FIXES if reading else _FIXES).get(e.errno, "check the path and its disk")
 
 
 def is_disk_full(e: BaseException) -> bool:

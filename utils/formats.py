@@ -25,11 +25,43 @@ rely on. One checker of ~200 lines over these specs does all of it.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Callable
 
-from utils.errors import PicklesWhole
+from utils.errors import PicklesWhole, shown
+
+
+def unreadable(e: BaseException) -> str:
+    """What a JSON or YAML reader refused, in words, for the errors Python raises beside the reader's own: a whole
+    number past Python's 4,300 digits, nesting deeper than the recursion limit, a value out of its range (a YAML date
+    2020-13-45)."""
+    if isinstance(e, RecursionError):
+        return "lists or objects nested deeper than a reader follows"
+    if "integer string conversion" in str(e):
+        return "a whole number of over 4,300 digits, more than Python reads"
+    return str(e)
+
+
+class UnreadableJSON(PicklesWhole, json.JSONDecodeError):
+    """JSON that json.loads refuses without a JSONDecodeError of its own (loads_json): its message says what, at no
+    position (the reader stops where it is, not where the problem starts)."""
+
+    def __str__(self) -> str:
+        return self.msg
+
+
+def loads_json(text: str, **kwargs):
+    """json.loads (kwargs: its hooks), where what else Python's reader refuses (see unreadable) is a JSONDecodeError
+    too, so that a reader's one handler of bad JSON names the file for every input. The one JSON parse of the readers
+    of files a user gives or edits (configs.config.parse_json, research.results.values.parse_json)."""
+    try:
+        return json.loads(text, **kwargs)
+    except (ValueError, RecursionError) as e:
+        if isinstance(e, ValueError) and type(e) is not ValueError:  # JSONDecodeError, or a hook's (a key twice)
+            raise
+        raise UnreadableJSON(unreadable(e), text, 0) from None
 
 
 class FormatError(PicklesWhole, ValueError):
@@ -67,7 +99,7 @@ def found(v) -> str:
         return "an object"
     if isinstance(v, list):
         return "a list" if v else "an empty list"
-    return f"{v!r:.40}"
+    return shown(v, 40)
 
 
 def type_name(v) -> str:
@@ -78,7 +110,7 @@ def type_name(v) -> str:
 
 def _join(where: str, key, style: str) -> str:
     if style == "index":
-        return f"{where}[{key!r}]"
+        return f"{where}[{shown(key, 60)}]"
     return f"{where}.{key}" if where else str(key)
 
 
@@ -226,7 +258,7 @@ class MapOf(Spec):
             raise FormatError(where, self.expected, self.show(v))
         for k, x in v.items():
             if self.key is not None and not self.key(k):
-                raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {k!r:.40}")
+                raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {shown(k, 40)}")
             self.value.check(x, _join(where, k, self.path), ctx)
 
 

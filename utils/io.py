@@ -1,5 +1,6 @@
-"""Atomic writes (a crash mid-write never leaves a half-written file or folder that looks complete) and the
-one rule for links inside the folders this project writes (`check_links`)."""
+"""Atomic writes (a crash mid-write never leaves a half-written file or folder that looks complete), the
+one rule for links inside the folders this project writes (`check_links`) and what a path is that is not a file
+(`not_a_file`)."""
 from __future__ import annotations
 
 import errno
@@ -7,6 +8,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +16,18 @@ from typing import Iterator
 
 from utils.errors import UserError
 from utils.testhook import hook
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """What `path` is when it exists and is not a regular file (links followed), in words ("a folder", "a named pipe
+    (FIFO)", ...); None for a file, and for a path that does not exist (its reader says so)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    kinds = ((stat.S_ISREG, None), (stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
 def sha256_file(path: str | Path) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from utils.errors import ConfigError
+from utils.errors import ConfigError, cut, shown
 
 GROWTH_STEPS = 10  # logit_growth: the rise of logit_max over this many steps
 
@@ -88,12 +88,13 @@ def parse_alarm(text: str) -> Alarm | None:
     if text in ("", "none"):
         return None
     name, sep, value = text.partition(":")
+    given = cut(text, 60)
     if name not in ALARM_SIGNALS:
-        raise ConfigError(f"--spike_alarm {text}: {name!r} is not a signal the alarm can watch; give one of "
+        raise ConfigError(f"--spike_alarm {given}: {shown(name, 40)} is not a signal the alarm can watch; give one of "
                           f"{', '.join(ALARM_SIGNALS)}, optionally with a threshold (e.g. logit_max:150)")
     if not sep:
         if name not in CALIBRATED:
-            raise ConfigError(f"--spike_alarm {text}: no calibrated threshold for {name}: the spike-warning study "
+            raise ConfigError(f"--spike_alarm {given}: no calibrated threshold for {name}: the spike-warning study "
                               f"found no threshold of it that warns (docs/spikes.md); give one, e.g. "
                               f"--spike_alarm {name}:VALUE")
         return Alarm(SIGNALS[name], CALIBRATED[name])
@@ -102,6 +103,6 @@ def parse_alarm(text: str) -> Alarm | None:
     except ValueError:
         threshold = math.nan
     if not math.isfinite(threshold):
-        raise ConfigError(f"--spike_alarm {text}: the threshold {value!r} is not a finite number; give one, e.g. "
-                          f"--spike_alarm {name}:150")
+        raise ConfigError(f"--spike_alarm {given}: the threshold {shown(value, 40)} is not a finite number; give one, "
+                          f"e.g. --spike_alarm {name}:150")
     return Alarm(SIGNALS[name], threshold)

@@ -39,7 +39,7 @@ from typing import Iterator
 import torch
 import torch.nn as nn
 
-from utils.errors import UserError
+from utils.errors import UserError, shown
 
 DEFAULT_ATTN = "sdpa"  # models loaded for inspection: PyTorch's fused attention, which every supported family has
 
@@ -303,7 +303,7 @@ class HFAdapter(Adapter):
         for key in ("n_heads", "n_kv_heads", "d_model"):
             value = d[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InspectError(f"{source}: {cls.FIELDS[key]} = {value!r:.40} should be a whole number >= 1; "
+                raise InspectError(f"{source}: {cls.FIELDS[key]} = {shown(value, 40)} should be a whole number >= 1; "
                                    f"{fix}")
         n, kv = d["n_heads"], d["n_kv_heads"]
         if n % kv:
@@ -317,11 +317,11 @@ class HFAdapter(Adapter):
                                    f"whole size; {fix}")
             d["head_dim"] = d["d_model"] // n
         elif isinstance(d["head_dim"], bool) or not isinstance(d["head_dim"], int) or d["head_dim"] < 1:
-            raise InspectError(f"{source}: {cls.FIELDS['head_dim']} = {d['head_dim']!r:.40} should be a whole "
+            raise InspectError(f"{source}: {cls.FIELDS['head_dim']} = {shown(d['head_dim'], 40)} should be a whole "
                                f"number >= 1; {fix}")
         ctx = d["context"]
         if ctx is not None and (isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1):
-            raise InspectError(f"{source}: {cls.FIELDS['context']} = {ctx!r:.40} should be the context length, a "
+            raise InspectError(f"{source}: {cls.FIELDS['context']} = {shown(ctx, 40)} should be the context length, a "
                                f"whole number >= 1; {fix}")
         return d
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from research.access.adapters import InspectError
+from utils.errors import shown
 from utils.owners import EXPORT_INFO  # written into an export by research/export (run, checkpoint step, mapping)
 
 TRAINER_STATE = "trainer_state.json"
@@ -36,7 +37,7 @@ def _json_int(path: Path, field: str) -> int | None:
         raise InspectError(f"{path} cannot be read as JSON with a {field} ({type(e).__name__}: {e}): restore it, "
                            f"or pass the steps with --steps") from e
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InspectError(f"{path}: {field} should be a step (a whole number >= 0), found {value!r:.40}: restore "
+        raise InspectError(f"{path}: {field} should be a step (a whole number >= 0), found {shown(value, 40)}: restore "
                            f"the file, or pass the steps with --steps")
     return value
 

@@ -38,6 +38,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from research.access.adapters import ADAPTERS, InspectError
+from utils.errors import shown
 from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
 META_NAME = "gguf_source.json"
@@ -157,7 +158,7 @@ def find_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -
         if found:
             return found[0].resolve(), None
     if spec.lower().endswith(".gguf") and not path.exists():
-        raise InspectError(f"model {spec!r}: no such file")
+        raise InspectError(f"model {shown(spec)}: no such file")
     return None
 
 

@@ -10,6 +10,7 @@ import torch
 from research.access.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
 from research.access.gguf import PACKAGED, read_meta, resolve_gguf
 from utils.cache import AUTO, cache_dir as cache_folder
+from utils.errors import shown
 from utils.hub import hub_problem
 from utils.progress import library_progress
 from utils.run_names import is_own_run
@@ -73,13 +74,13 @@ def _hf_config(name: str, path: Path, local: bool, revision: str | None = None):
             raise InspectError(f"cannot read the config of {path}: {e}") from e
         cached_error = e
     problem = hub_problem(name, "model")
-    at = f" at revision {revision!r}" if revision else ""
+    at = f" at revision {shown(revision)}" if revision else ""
     try:
         if problem is not None:
             raise ConnectionError(problem[1])
         return AutoConfig.from_pretrained(name, revision=revision), False
     except Exception as e:  # noqa: BLE001
-        raise InspectError(f"model {name!r}{at} is neither a local folder nor in the local Hugging Face cache, "
+        raise InspectError(f"model {shown(name)}{at} is neither a local folder nor in the local Hugging Face cache, "
                            f"and fetching it from the hub failed ({type(e).__name__}: {e}). Without a "
                            f"network, pass a local folder (save_pretrained) or a train_llm.py output "
                            f"folder.") from cached_error
@@ -146,10 +147,10 @@ def load_model(name: str, dtype: str = "float32", cache_dir: str | Path = DEFAUL
     progress bar of downloads, conversion or loading (utils.progress). revision: a hub revision (branch, tag or
     commit) of a hub id, e.g. one of a model's intermediate training checkpoints; only for hub ids."""
     if dtype not in DTYPES:
-        raise InspectError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+        raise InspectError(f"dtype {shown(dtype)}: choose one of {', '.join(DTYPES)}")
     if revision is not None and local_kind(name):
-        raise InspectError(f"revision {revision!r} given for {name!r}, which is a local {local_kind(name)}: revisions "
-                           f"belong to hub ids only; pass each local checkpoint as its own folder")
+        raise InspectError(f"revision {shown(revision)} given for {shown(name)}, which is a local {local_kind(name)}: "
+                           f"revisions belong to hub ids only; pass each local checkpoint as its own folder")
     with library_progress(progress):
         converted = resolve_gguf(name, cache_folder(cache_dir, "models"), log)
         if converted is not None:
@@ -171,8 +172,8 @@ def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
     looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
                          and "\\" not in name)
     if not local and not looks_like_hub_id:
-        raise InspectError(f"model {name!r} not found: no such folder or file, and it is not a hub id (owner/name) "
-                           f"or a packaged model ({', '.join(PACKAGED)})")
+        raise InspectError(f"model {shown(name)} not found: no such folder or file, and it is not a hub id "
+                           f"(owner/name) or a packaged model ({', '.join(PACKAGED)})")
     if path.is_file():
         raise InspectError(f"{path} is a file but not a GGUF file (*.gguf): pass a GGUF file, a Hugging Face model "
                            f"folder or a training folder written by train_llm.py")
@@ -195,7 +196,7 @@ def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
         # a folder converted from GGUF holds float32 weights; one converted before the conversion dropped the GGUF
         # quantization_config from its config.json would load as a "quantized" model that no Trainer fine-tunes
         config.__dict__.pop("quantization_config", None)
-    at = f" at revision {revision!r}" if revision else ""
+    at = f" at revision {shown(revision)}" if revision else ""
     try:
         model = AutoModelForCausalLM.from_pretrained(src, config=config, dtype=dtype, local_files_only=from_local,
                                                      attn_implementation=DEFAULT_ATTN, revision=revision)

@@ -28,6 +28,7 @@ from research.analysis.rules import (DIFFERENT, EQUAL, INCONCLUSIVE, UNRESOLVED,
 from research.analysis.series import nanmean
 from research.analysis.stats import mean_ci95
 from research.results.read import final_site_mean, last, layer_series, probe_tokens
+from utils.errors import shown
 
 # The largest attention logit's margin, in logits (docs/decisions.md, "Studies of any conditions", says why 0.25)
 LOGIT_MARGIN = 0.25
@@ -82,11 +83,11 @@ def check_primary(value) -> tuple[str, ...]:
     line: what is wrong and the fix) otherwise. The one check of a study file's `primary` and of study.json's."""
     if not isinstance(value, list) or not value:
         raise ConfigError(f"primary: expected a non-empty list of quantity keys ({', '.join(KEYS)}), found "
-                          f"{value!r:.60}. Fix: e.g. primary: [logit_max, val_loss], or leave primary out")
+                          f"{shown(value, 60)}. Fix: e.g. primary: [logit_max, val_loss], or leave primary out")
     for key in value:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
-            raise ConfigError(f"primary: {key!r:.40} is not a quantity of the study ({', '.join(KEYS)})"
+            raise ConfigError(f"primary: {shown(key, 40)} is not a quantity of the study ({', '.join(KEYS)})"
                               + (f"; did you mean {close[0]!r}?" if close else ".") + " Fix: name quantities of "
                               "that list")
     twice = sorted({k for k in value if value.count(k) > 1}, key=KEYS.index)

@@ -17,6 +17,7 @@ from research.results.read import tracked_scalars
 from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
 from training.tracking import tracker_for
+from utils.errors import shown
 from utils.runtime import Runtime, provenance
 
 
@@ -119,15 +120,15 @@ class ProbeCallback:
         """Take back the state a checkpoint saved; TypeError or ValueError, changing nothing, for one that is not
         this callback's (the trainer then sets the checkpoint aside). results.json is checked in after_resume."""
         if not isinstance(state, dict):
-            raise TypeError(f"probe state must be an object, found {state!r}"[:200])
+            raise TypeError(f"probe state must be an object, found {shown(state)}")
         losses = state.get("recent_losses")
         if not isinstance(losses, list) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in losses):
-            raise TypeError(f"probe state: recent_losses must be a list of finite numbers, found {losses!r}"[:200])
+            raise TypeError(f"probe state: recent_losses must be a list of finite numbers, found {shown(losses)}")
         step, last = state.get("step"), state.get("last_probe_step")
         for name, value in (("step", step), ("last_probe_step", last)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-                raise TypeError(f"probe state: {name} must be a whole number >= 0, found {value!r}"[:200])
+                raise TypeError(f"probe state: {name} must be a whole number >= 0, found {shown(value)}")
         if step and last is not None and last > step:
             raise ValueError(f"probe state: last_probe_step {last} is after step {step}")
         self.recent_losses = deque((float(v) for v in losses), maxlen=self.every)

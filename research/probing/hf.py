@@ -58,7 +58,7 @@ from training.alarm import SpikeAlarm
 from training.callbacks import StepInfo
 from training.step_telemetry import squared_change
 from utils.telemetry import parse_alarm
-from utils.errors import ConfigError, UserError
+from utils.errors import ConfigError, UserError, shown
 
 DEFAULT_EVERY = 50  # optimizer steps between probes
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
@@ -77,12 +77,12 @@ def check_probe_values(step, tokens, loss, step_name: str = "step") -> tuple[int
     fix: step and tokens whole numbers >= 0 (not floats, not bools), loss a finite number or None."""
     for name, value, what in ((step_name, step, "optimizer steps done"), ("tokens", tokens, "training tokens seen")):
         if not _whole(value) or value < 0:
-            raise ProbeError(f"{name}={value!r:.40} ({type(value).__name__}): give the number of {what} as a whole "
-                             f"number >= 0 (an int, e.g. int({name}))")
+            raise ProbeError(f"{name}={shown(value, 40)} ({type(value).__name__}): give the number of {what} as a "
+                             f"whole number >= 0 (an int, e.g. int({name}))")
     if loss is not None:
         ok = isinstance(loss, numbers.Real) and not isinstance(loss, bool) and math.isfinite(loss)
         if not ok:
-            raise ProbeError(f"loss={loss!r:.40} ({type(loss).__name__}): give the mean training loss since the "
+            raise ProbeError(f"loss={shown(loss, 40)} ({type(loss).__name__}): give the mean training loss since the "
                              f"previous probe as a finite number, or None where there is none (a run whose loss "
                              f"became NaN or inf diverged: stop it rather than record it)")
         loss = float(loss)
@@ -178,9 +178,9 @@ class HFKeyProbe:
     def __init__(self, probe_ids_BT: torch.Tensor, precision: str = "fp32"):
         if not isinstance(probe_ids_BT, torch.Tensor) or probe_ids_BT.dim() != 2 or probe_ids_BT.shape[1] < 2:
             got = tuple(probe_ids_BT.shape) if isinstance(probe_ids_BT, torch.Tensor) else probe_ids_BT
-            raise ProbeError(f"the probe batch must be token ids [B, T] with T >= 2, got {got!r:.60}")
+            raise ProbeError(f"the probe batch must be token ids [B, T] with T >= 2, got {shown(got, 60)}")
         if precision not in ("fp32", "bf16"):
-            raise ProbeError(f"precision {precision!r}: choose fp32 or bf16")
+            raise ProbeError(f"precision {shown(precision)}: choose fp32 or bf16")
         self.ids = probe_ids_BT.long()
         self.precision = precision
         self.current = None
@@ -281,7 +281,7 @@ class KeyRecorder:
                              f"tokens (build the batch as the run did), or {fix}")
         n_layers = len(res["probes"][0]["layers"]) if res["probes"] else adapter.n_layers
         if n_layers != adapter.n_layers or res["tag"] != self.tag:
-            raise ProbeError(f"{self.path} is the results of {res['tag']!r} with {n_layers} layers, not of this "
+            raise ProbeError(f"{self.path} is the results of {shown(res['tag'])} with {n_layers} layers, not of this "
                              f"run ({self.tag!r}, {adapter.n_layers} layers): {fix}")
         if resumed_at is not None:
             return truncate(res, resumed_at)
@@ -379,7 +379,7 @@ def hf_spike_alarm(text: str) -> SpikeAlarm | None:
     if alarm is None:
         return None
     if alarm.signal.name not in HF_ALARM_SIGNALS:
-        raise ConfigError(f"spike_alarm={text!r}: on a Hugging Face Trainer's run the alarm can watch "
+        raise ConfigError(f"spike_alarm={shown(text)}: on a Hugging Face Trainer's run the alarm can watch "
                           f"{', '.join(HF_ALARM_SIGNALS)} (the gradient norm the Trainer logs, the RMS of the update "
                           f"its optimizer applies); {alarm.signal.name} is recorded by this project's own trainer "
                           f"only")
@@ -416,7 +416,7 @@ class KeyProbeCallback(TrainerCallback):
         self.before: list[torch.Tensor] | None = None  # the weights before the optimizer step (update_rms_adamw)
         self.update_rms: float | None = None
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ProbeError(f"every must be a whole number of optimizer steps >= 1, got {every!r:.40}")
+            raise ProbeError(f"every must be a whole number of optimizer steps >= 1, got {shown(every, 40)}")
         self.every, self.tokens_per_step = every, tokens_per_step
         self.recorder = KeyRecorder(path, probe_ids_BT, tag=tag, precision=precision, header=header)
         self.logged: list[tuple[int, float, int]] = []  # (step, mean loss, steps it covers) of the Trainer's logs

@@ -14,6 +14,7 @@ import math
 
 from configs.config import ConfigError
 from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES
+from utils.errors import shown
 from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Spec, Text, check, found,
                            is_integer, is_number)
 
@@ -27,7 +28,7 @@ def check_margin(name: str, value) -> float:
     """An equivalence margin as a float: a share of the compared values' mean, 0 < margin < 1. The one check of
     --margin / --loss_margin and of the margins a study.json records; ConfigError (a ValueError) otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
-        raise ConfigError(f"{name} {value!r:.40} must be a share of the mean between 0 and 1 (e.g. 0.03)")
+        raise ConfigError(f"{name} {shown(value, 40)} must be a share of the mean between 0 and 1 (e.g. 0.03)")
     return float(value)
 
 
@@ -35,7 +36,7 @@ def check_absolute_margin(name: str, value, unit: str) -> float:
     """An equivalence margin in a quantity's own units (e.g. the largest attention logit's, in logits) as a float:
     a positive finite number. ConfigError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise ConfigError(f"{name} {value!r:.40} must be a positive number of {unit} (e.g. 0.25)")
+        raise ConfigError(f"{name} {shown(value, 40)} must be a positive number of {unit} (e.g. 0.25)")
     return float(value)
 
 

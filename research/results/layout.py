@@ -30,7 +30,7 @@ from research.results.schema import ResultsError, load_results, validate
 from research.results.values import parse_json
 from research.results.vocabulary import (GRID_KINDS, GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE,
                                          STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
-from utils.errors import os_problem
+from utils.errors import os_problem, shown
 from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
@@ -100,14 +100,14 @@ def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> li
         rel = Path(entry)
         key = None if rel.is_absolute() or ".." in rel.parts else _within(folder, folder / rel)
         if key is None:
-            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} leads outside the study folder {folder} (an "
+            raise ResultsError(f"{path}: {where}[{i}]: {shown(entry)} leads outside the study folder {folder} (an "
                                f"absolute path, '..', or a link out or in a loop): a study reads only its own files; "
                                f"fix: {INDEX_FIX}")
         if rel.parts[:len(own)] != own:
-            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} is not in the condition's folder "
+            raise ResultsError(f"{path}: {where}[{i}]: {shown(entry)} is not in the condition's folder "
                                f"{Path(*own)}/: it would be analysed as {cond}; fix: {INDEX_FIX}")
         if key in seen:
-            raise ResultsError(f"{path}: {where}[{i}]: {entry!r} is listed twice (also under conditions."
+            raise ResultsError(f"{path}: {where}[{i}]: {shown(entry)} is listed twice (also under conditions."
                                f"{seen[key]}): its run would count twice; fix: {INDEX_FIX}")
         seen[key] = cond
         out.append(folder / rel)
@@ -257,7 +257,7 @@ def runs_from_combined(d: dict | str | Path, path: str | Path = PILOT_COMBINED) 
         d = _read_json(path, "combined file", COMBINED_FIX)
     if not isinstance(d, dict):
         raise ResultsError(f"{path}: expected a JSON object of conditions, found {found(d)}. {COMBINED_FIX}")
-    runs = {cond: [_combined_entry(e, cond, f"{path}: condition {cond!r}")] for cond, e in d.items()
+    runs = {cond: [_combined_entry(e, cond, f"{path}: condition {shown(cond)}")] for cond, e in d.items()
             if isinstance(e, dict) and "tokens" in e}  # other entries: metadata, not conditions
     if not runs:
         raise ResultsError(f"{path}: no condition in it (an object with 'tokens' per probe): not a pilot's "
@@ -315,9 +315,9 @@ def check_condition(condition: str, paths: list[Path], runs: list[dict]) -> None
     folder = condition_dir(Path(), condition, 0, several_seeds=False)
     for path, res in zip(paths, runs):
         if not _same_run(res["tag"], condition):
-            raise ResultsError(f"{path}: tag: the file is tagged {res['tag']!r} but sits in the folder of condition "
-                               f"{condition!r} ({folder}/), as which it would be analysed; fix: move it to the "
-                               f"folder of {res['tag']!r}, or train {condition} again into {folder}/")
+            raise ResultsError(f"{path}: tag: the file is tagged {shown(res['tag'])} but sits in the folder of "
+                               f"condition {shown(condition)} ({folder}/), as which it would be analysed; fix: move it "
+                               f"to the folder of {shown(res['tag'])}, or train {condition} again into {folder}/")
         seed = seed_of(res)
         m = _SEED_DIR.match(path.parent.name)
         if seed is not None and m and int(m.group(1)) != seed:

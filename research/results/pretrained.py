@@ -7,6 +7,7 @@ from pathlib import Path
 from research.results.checks import PROVENANCE
 from research.results.schema import ResultsError, check_version
 from research.results.values import parse_json
+from utils.errors import shown
 from utils.formats import FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Rule, Text, check, found
 from utils.owners import PRETRAINED_KEYS
 
@@ -117,7 +118,7 @@ def load_versioned(path: str | Path, *, schema: str, version: int, name: str, fi
         raise ResultsError(f"{path}: not a {name} of this project (schema {schema!r} expected)")
     check_version(res, path, version, key="version")
     if res.get("version") != version:
-        raise ResultsError(f"{path}: version {res.get('version')!r}, this code reads version {version}: {fix}")
+        raise ResultsError(f"{path}: version {shown(res.get('version'))}, this code reads version {version}: {fix}")
     try:
         check(spec, res)
     except FormatError as e:

@@ -26,7 +26,7 @@ from pathlib import Path
 from research.results.checks import ShapeError, check_types, is_integer
 from research.results.values import json_safe, parse_json
 from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
-from utils.errors import UserError, os_fix, os_problem
+from utils.errors import UserError, os_fix, os_problem, shown
 from utils.io import atomic_write_text
 
 
@@ -145,7 +145,7 @@ def validate(res, path: str | Path = "<results>", fix: str = DAMAGED) -> dict:
         raise ResultsError(f"{path}: missing field(s) {', '.join(missing)}; not a results.json of this project "
                            f"or of the write-ups (expected at least {', '.join(WRITEUP_FIELDS[:6])})")
     if res.get("schema", SCHEMA) != SCHEMA:
-        raise ResultsError(f"{path}: schema {res['schema']!r:.40} is not {SCHEMA!r}: not a results file of this "
+        raise ResultsError(f"{path}: schema {shown(res['schema'], 40)} is not {SCHEMA!r}: not a results file of this "
                            f"project; point the reader at a results.json")
     if not isinstance(res["tokens"], list):
         raise ResultsError(f"{path}: field 'tokens' should be a list (one value per probe), found "
@@ -173,7 +173,7 @@ def load_results(path: str | Path) -> dict:
     try:
         res = parse_json(path.read_text())
     except OSError as e:
-        raise ResultsError(f"{path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e)}") from e
+        raise ResultsError(f"{path}: cannot read it: {os_problem(e)}. Fix: {os_fix(e, reading=True)}") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
                            f"a copy, or train that condition again into an empty folder") from e

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from research.results.checks import PROVENANCE
 from research.results.pretrained import check_model, load_versioned
+from utils.errors import shown
 from utils.formats import FormatError, Integer, ListOf, Number, Obj, Rule, Text, found
 from utils.owners import CHECKPOINT_KEYS
 
@@ -34,8 +35,8 @@ _POSITIVE = Integer("a positive integer", nullable=False, lo=1)
 def _label_once(c: dict, where: str, ctx) -> None:
     labels = ctx.setdefault("labels", {})  # label -> (index, the label it duplicates or None)
     if c["label"] in labels:
-        raise FormatError(f"{where}.label", problem=f" {c['label']!r} names checkpoints[{labels[c['label']][0]}] too: "
-                                                    f"labels are unique")
+        raise FormatError(f"{where}.label", problem=f" {shown(c['label'])} names checkpoints"
+                                                    f"[{labels[c['label']][0]}] too: labels are unique")
 
 
 def _measured_or_duplicate(c: dict, where: str, ctx) -> None:
@@ -49,7 +50,8 @@ def _measured_or_duplicate(c: dict, where: str, ctx) -> None:
             raise FormatError(f"{where}.duplicate_of", problem=f" {found(dup)} should name an earlier measured "
                                                                f"checkpoint")
         if "batches" in c:
-            raise FormatError(where, problem=f" is a duplicate of {dup!r} and should hold no measurement (batches)")
+            raise FormatError(where, problem=f" is a duplicate of {shown(dup)} and should hold no measurement "
+                                             f"(batches)")
         labels[c["label"]] = (i, dup)
         return
     labels[c["label"]] = (i, None)

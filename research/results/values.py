@@ -6,10 +6,11 @@ one-token sequence) as null, because JSON has no NaN. Readers turn null into NaN
 """
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
+
+from utils.formats import loads_json
 
 
 def as_float(v) -> float:
@@ -31,7 +32,7 @@ def present(values) -> np.ndarray:
 def parse_json(text: str):
     """JSON text as Python values, NaN and +-Infinity (which JSON lacks, but Python's json writes) read as null:
     every reader of the project's files parses with this, so a missing number is None whoever wrote it."""
-    return json.loads(text, parse_constant=lambda name: None)
+    return loads_json(text, parse_constant=lambda name: None)
 
 
 def json_safe(x):

@@ -7,12 +7,16 @@ workers train runs of one study at once. A task whose worker is lost (process ki
 up to MAX_RETRIES times and resumes from the run's newest checkpoint (train_condition resumes a folder that has
 one); a task that fails on a user error is not retried, and its message reaches the driver as the in-process
 executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same command
-continues. This is the only module that imports ray, and only inside its functions.
+continues. Any other error of Ray's (a node taken for dead, an actor or object lost, Ray's own failure) ends the
+study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This is the
+only module that imports ray, and only inside its functions.
 """
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
+import re
 import socket
 import sys
 import time
@@ -23,20 +27,35 @@ from tqdm import tqdm
 
 from configs import ConfigError
 from research.studies.runner import LOCAL_RAY, StudyRun, StudyError, run_failed, train_condition
-from utils.errors import Interrupted, UserError
+from utils.errors import Interrupted, UserError, cut
 from utils.runtime import usable_cores
 
 MAX_RETRIES = 3  # a lost worker's task is run again this many times at most (system failures only)
 _WAIT_S = 0.5  # how often the driver looks for started runs while it waits
 _CANCEL_WAIT_S = 60  # after Ctrl-C, how long the driver waits for the cancelled runs to stop (their locks released)
 _AUTH_MODE = "RAY_AUTH_MODE"  # ray.init sets it in this process's environment
+# The health checks of a Ray started here (Ray 2.60's _system_config; its defaults: a check every 3 s, 10 s to
+# answer, dead after 5 misses). On a busy small host the node's own raylet answered too slowly and the head took
+# its only node for dead, failing every run; here a node is dead after 20 checks in a row go unanswered, at least
+# 100 s (a check every 5 s, each given 30 s). A cluster started by `ray start` keeps its own settings.
+LOCAL_HEALTH_CHECKS = {"health_check_period_ms": 5_000, "health_check_timeout_ms": 30_000,
+                       "health_check_failure_threshold": 20}
+ADDRESS = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$")  # HOST:PORT, an IPv6 host in brackets
+ADDRESS_FORMS = ("give HOST:PORT (the address `ray start --head` prints, e.g. 10.0.0.5:6379), auto (the cluster of "
+                 "the node this runs on), or --ray alone for a Ray started here")
 
 
-def check_options(gpus_per_run: float | None, cpus_per_run: float | None) -> None:
-    """Ray is installed and the resources asked for can be asked of Ray, before anything is written."""
+def check_options(address: str, gpus_per_run: float | None, cpus_per_run: float | None) -> None:
+    """Ray is installed, the address is one Ray connects to, and the resources asked for can be asked of Ray (finite
+    numbers: Ray takes NaN and infinity), before anything is written and before Ray starts."""
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("--ray needs Ray, which is not installed: pip install '.[ray]' (or pip install -r "
                           "requirements.txt), or leave --ray out to train the runs one after another")
+    check_address(address)
+    for name, value in (("--cpus_per_run", cpus_per_run), ("--gpus_per_run", gpus_per_run)):
+        if value is not None and not math.isfinite(value):
+            raise ConfigError(f"{name} {value:g}: give a finite number of {name[2:5].upper()}s per run, e.g. 1 "
+                              f"(nothing was started)")
     if cpus_per_run is not None and cpus_per_run <= 0:
         raise ConfigError(f"--cpus_per_run {cpus_per_run:g}: give a positive number of CPU cores per run, e.g. 1")
     if gpus_per_run is not None and (gpus_per_run < 0 or (gpus_per_run > 1 and gpus_per_run != int(gpus_per_run))):
@@ -81,11 +100,29 @@ def _train_task(run: StudyRun, index: int, events, train: Callable[[StudyRun], d
     return {"summary": summary, "where": where, "time_s": time.perf_counter() - start}
 
 
+def check_address(address: str) -> None:
+    """--ray's ADDRESS is LOCAL_RAY, auto or HOST:PORT (a port 1-65535); ConfigError in one line otherwise (Ray's own
+    parse raised a ValueError of several lines, e.g. for an http:// address)."""
+    if address in (LOCAL_RAY, "auto"):
+        return
+    match = ADDRESS.match(address)
+    if not match or not 0 < int(match.group(1)) < 65536:
+        raise ConfigError(f"--ray {cut(address, 100)}: not the address of a Ray cluster: {ADDRESS_FORMS} (nothing was "
+                          f"started)")
+
+
+def start_local_ray(num_cpus: int) -> None:
+    """A new Ray on this machine (address "local": never one found running here, ray start's), without dashboard
+    or worker logs on the driver, with LOCAL_HEALTH_CHECKS; the tests start theirs with it too."""
+    import ray
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+             _system_config=LOCAL_HEALTH_CHECKS)
+
+
 def _connect(address: str) -> None:
     import ray
     if address == LOCAL_RAY:
-        # address "local": a new Ray for this study, never one found running on this machine (ray start's)
-        ray.init(address="local", num_cpus=usable_cores(), include_dashboard=False, log_to_driver=False)
+        start_local_ray(usable_cores())
         return
     try:
         _reachable(address)
@@ -95,17 +132,37 @@ def _connect(address: str) -> None:
                           f"and give the address it prints (a cluster with token authentication, ray start's default, "
                           f"also needs RAY_AUTH_MODE=token here and its token: docs/studies.md, On Ray), or give --ray "
                           f"alone to start one here") from None
+    except (ValueError, RuntimeError) as e:  # an address Ray refuses its own way (RAY_ADDRESS for auto, say)
+        raise ConfigError(f"--ray {address}: Ray cannot connect there ({_first_line(e)}): {ADDRESS_FORMS}") from None
 
 
 def _reachable(address: str) -> None:
-    """ConnectionError at once where nothing listens at host:port (Ray itself would retry for many minutes)."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        return  # "auto", or an address Ray reads its own way
+    """ConnectionError at once where nothing listens at HOST:PORT (Ray itself would retry for many minutes)."""
+    if address == "auto":
+        return  # the cluster Ray finds (RAY_ADDRESS, or the one this node belongs to)
+    host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
     except OSError as e:
         raise ConnectionError(f"nothing listens at {address}: {e.strerror or e}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception's message in one line of at most 200 characters (Ray's run over many lines)."""
+    text = str(e).strip()
+    return cut(text.splitlines()[0] if text else type(e).__name__, 200)
+
+
+def ray_failed(e: BaseException, out: Path, run: str = "") -> StudyError:
+    """The one line of any error of Ray's own (ray.exceptions.RayError that is not a run's: a node taken for dead
+    after missed health checks, an actor or worker lost, a task lost more often than Ray retries it, Ray's system
+    error): what failed, and that the same command continues the study from what is kept. `run`: the run it befell,
+    where one did."""
+    where = f"in condition {run}: " if run else ""
+    return StudyError(f"{where}Ray failed ({type(e).__name__}: {_first_line(e)}); the finished conditions and every "
+                      f"run's checkpoints in {out} are kept: the same command continues the study (with --ray or "
+                      f"without; a node taken for dead on a busy machine is one cause: fewer runs at once, with a "
+                      f"larger --cpus_per_run, load it less)")
 
 
 def _resources(gpus_per_run: float | None, cpus_per_run: float | None, on_cpu: bool) -> dict:
@@ -134,10 +191,12 @@ def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Callab
     import ray
     owns = not ray.is_initialized()
     auth_mode = os.environ.get(_AUTH_MODE)
-    if owns:
-        _connect(address)
-    try:
+    try:  # the one boundary of Ray's own errors: one line (ray_failed)
+        if owns:
+            _connect(address)
         _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, on_cpu), progress, train)
+    except ray.exceptions.RayError as e:
+        raise ray_failed(e, out) from None
     finally:
         if owns:
             ray.shutdown()
@@ -197,13 +256,13 @@ def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, tra
                     except ray.exceptions.RayError as e:  # the worker lost more often than Ray retries
                         _cancel(pending)
                         say(f"{name(i)}: failed")
-                        raise StudyError(f"in condition {runs[i].cond}, seed {runs[i].seed}: its Ray worker was lost "
-                                         f"{MAX_RETRIES + 1} times ({type(e).__name__}: {str(e).splitlines()[0]}); its "
-                                         f"checkpoints and the finished conditions in {out} are kept: the same command "
-                                         f"continues the study") from None
+                        raise ray_failed(e, out, f"{runs[i].cond}, seed {runs[i].seed}") from None
                     times[i] = result["time_s"]
                     say(f"{name(i)}: finished on {result['where']} in {result['time_s']:.1f} s")
                     bar.update()
+        except ray.exceptions.RayError:  # Ray's own (train_on_ray words it): the other runs stop
+            _cancel(pending)
+            raise
         except KeyboardInterrupt:
             _cancel(pending, wait_s=_CANCEL_WAIT_S)
             raise Interrupted(f"interrupted: the {len(pending)} unfinished run(s) on Ray were cancelled; their "

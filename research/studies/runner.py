@@ -22,6 +22,7 @@ the figures and the report once every run is done.
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import functools
 import math
@@ -48,8 +49,8 @@ from training.resume import check_resume_length, config_differences
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
-from utils.cli import ArgumentParser
-from utils.errors import Interrupted, UserError, explain
+from utils.cli import ArgumentParser, once, positive_int
+from utils.errors import Interrupted, UserError, explain, shown
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime
@@ -148,7 +149,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                  "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with these defaults)"}
         p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are "
                                        f"those of the {preset} preset for this study.")
-    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED",
+    p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", action=once("every seed goes after one --seeds"),
                    help=f"Seeds to train every condition with, once each (runs of one seed pair up across "
                         f"conditions). Default: {' '.join(map(str, study.default_seeds))}; --seed N alone: that one "
                         f"seed")
@@ -156,6 +157,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                                  f"research_results/{study.name}")
     if study.lr_multipliers:
         p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers), metavar="M",
+                       action=once("every rate goes after one --lr_multipliers"),
                        help="Multiples of the preset's Muon and AdamW learning rates (scaled together) to train "
                             f"every condition at. Default: {' '.join(f'{m:g}' for m in study.lr_multipliers)}")
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
@@ -166,6 +168,10 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="Print the memory per device of the study's largest run, on DEVICES devices, and exit "
                         "without training. DEVICES default: torchrun's WORLD_SIZE, else 1")
+    p.add_argument("--max_runs", type=positive_int, default=MAX_RUNS, metavar="N",
+                   help=f"The most runs (conditions x learning rates x seeds) the study may have: more is refused "
+                        f"before anything is planned or written, as a typo in the seeds more likely than a plan. "
+                        f"Default: {MAX_RUNS:,}")
     p.add_argument("--replan_schedule", action="store_true",
                    help="Resume conditions with another --tokens under a cosine or warmup schedule: the remaining "
                         "steps follow the schedule of the new total (see train_llm.py --help)")
@@ -186,6 +192,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
 
 
 LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
+MAX_RUNS = 10_000  # --max_runs: a week of one-minute runs, and a study.json, figures and report still read whole
 
 
 def add_ray_args(p: argparse.ArgumentParser) -> None:
@@ -269,7 +276,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         check_margin(name, value)
     if args.seeds and len(set(args.seeds)) < len(args.seeds):
-        twice = sorted({s for s in args.seeds if args.seeds.count(s) > 1})
+        twice = sorted(s for s, n in collections.Counter(args.seeds).items() if n > 1)
         raise ConfigError(f"--seeds {' '.join(map(str, args.seeds))} names seed(s) {', '.join(map(str, twice))} "
                           f"more than once: give each seed once")
     if study.lr_multipliers:
@@ -277,6 +284,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
         study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
     preset, overrides = start_from_args(args, "auto")
+    check_run_count(study, len(args.seeds or ([0] if "seed" in overrides else study.default_seeds)), args.max_runs)
     try:
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset,
                                                  study.preset), overrides)
@@ -309,6 +317,19 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
     return out
+
+
+def check_run_count(study: Study, n_seeds: int, max_runs: int) -> None:
+    """At most `max_runs` runs (--max_runs), before any config is built: ConfigError with the count and both ways
+    out."""
+    per_seed = len(study.runs())
+    if per_seed * n_seeds <= max_runs:
+        return
+    rates = f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else ""
+    where = f"{study.source}: " if study.source else ""
+    raise ConfigError(f"{where}the study has {per_seed * n_seeds:,} runs ({len(study.conditions)} conditions x "
+                      f"{rates}{n_seeds:,} seeds), more than --max_runs {max_runs:,}. Fix: fewer seeds or conditions, "
+                      f"or --max_runs {per_seed * n_seeds} if that many is meant (nothing was written)")
 
 
 def check_runs(study: Study, base: RunConfig, seed: int, runtime: Runtime) -> None:
@@ -392,7 +413,7 @@ def check_study_folder(out: Path, study: Study) -> None:
                            f"(nothing was written)") from None
     refuse_foreign(out, study.kind, f"the study {study.name}")
     if index and index["study"] not in (None, study.name):
-        raise ResultsError(f"--out {out} holds the study {index['study']!r} (its study.json), not {study.name}: "
+        raise ResultsError(f"--out {out} holds the study {shown(index['study'])} (its study.json), not {study.name}: "
                            f"choose another --out (nothing was written)")
 
 
@@ -413,7 +434,7 @@ def check_ray_options(args: argparse.Namespace) -> None:
                               f"out to train the runs one after another in this process")
         return
     from research.studies.ray_executor import check_options
-    check_options(args.gpus_per_run, args.cpus_per_run)
+    check_options(args.ray, args.gpus_per_run, args.cpus_per_run)
 
 
 def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, divergence_is_a_result: bool) -> None:

@@ -8,6 +8,7 @@ their sections as in a --config file (configs/files.py).
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import re
 from pathlib import Path
@@ -18,6 +19,8 @@ from configs.presets import PRESETS
 from research.analysis.conditions import check_primary
 from research.results.checks import check_absolute_margin, check_margin
 from research.studies.catalog import Study
+from utils.errors import shown
+from utils.io import not_a_file
 from utils.owners import reserved_names
 
 EXAMPLE = """\
@@ -64,7 +67,7 @@ SHARED_ONLY = {
 
 def _name(value, what: str, where: str, fix: str) -> str:
     if not isinstance(value, str) or not NAME.match(value):
-        raise ConfigError(f"{where}: {what} {value!r} is not a usable name: {NAME_RULE}, since it names a folder. "
+        raise ConfigError(f"{where}: {what} {shown(value)} is not a usable name: {NAME_RULE}, since it names a folder. "
                           f"Fix: {fix}")
     return value
 
@@ -85,9 +88,9 @@ def _seeds(value, where: str) -> tuple[int, ...]:
     ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and
                                                    0 <= s < 2 ** 63 for s in value)
     if not ok:
-        raise ConfigError(f"{where}: seeds: expected a non-empty list of whole numbers >= 0, found {value!r}. Fix: "
-                          f"e.g. seeds: [0, 1, 2, 3]")
-    twice = sorted({s for s in value if value.count(s) > 1})
+        raise ConfigError(f"{where}: seeds: expected a non-empty list of whole numbers >= 0, found {shown(value)}. "
+                          f"Fix: e.g. seeds: [0, 1, 2, 3]")
+    twice = sorted(s for s, n in collections.Counter(value).items() if n > 1)  # linear: a study may list many
     if twice:
         raise ConfigError(f"{where}: seeds: {', '.join(map(str, twice))} given more than once. Fix: give each seed "
                           f"once")
@@ -106,7 +109,7 @@ def _fields(body, where: str, others: tuple[str, ...] = ()) -> dict:
 def _conditions(value, where: str) -> dict[str, dict]:
     if not isinstance(value, dict) or not value:
         raise ConfigError(f"{where}: conditions: expected a mapping of at least one condition name to its config "
-                          f"fields, found {value!r}. Fix: e.g. conditions: {{QK: {{qk_norm: learned}}, NoQK: "
+                          f"fields, found {shown(value)}. Fix: e.g. conditions: {{QK: {{qk_norm: learned}}, NoQK: "
                           f"{{qk_norm: none}}}}")
     out = {}
     for name, body in value.items():
@@ -120,7 +123,7 @@ def _conditions(value, where: str) -> dict[str, dict]:
             body = {}
         if not isinstance(body, dict):
             raise ConfigError(f"{where}: condition {name}: expected a mapping of config fields (e.g. {{qk_norm: "
-                              f"none}}; {{}} for the shared config alone), found {body!r}")
+                              f"none}}; {{}} for the shared config alone), found {shown(body)}")
         fields = _fields({k: v for k, v in body.items() if k != "preset"}, f"{where}: condition {name}")
         refused = [k for k in (["preset"] if "preset" in body else []) + list(fields) if k in SHARED_ONLY]
         if refused:
@@ -133,6 +136,10 @@ def _conditions(value, where: str) -> dict[str, dict]:
 def read_study_file(path: str | Path) -> Study:
     """The Study a file describes; ConfigError names the file, the condition and the field, with the fix."""
     path = Path(path)
+    kind = not_a_file(path)
+    if kind:  # a named pipe would block the read until something writes to it, maybe forever
+        raise ConfigError(f"{path}: {kind}, not a file: a study file is read whole before anything trains, and again "
+                          f"when the same command continues the study. Fix: give the path of a YAML or JSON file")
     data = parse_file(path, read_text(path, f"{path}: no such study file. Fix: give the path of a YAML or JSON study "
                                             f"file (python research/study.py --help shows the format)"))
     where = str(path)
@@ -147,9 +154,10 @@ def read_study_file(path: str | Path) -> Study:
     seeds = _seeds(data["seeds"], where)
     conditions = _conditions(data["conditions"], where)
     baseline = data.get("baseline")
-    if baseline is not None and baseline not in conditions:
-        raise ConfigError(f"{where}: baseline {baseline!r} is not one of the conditions ({', '.join(conditions)}). "
-                          f"Fix: name one of them, or leave baseline out to compare every pair")
+    if baseline is not None and (not isinstance(baseline, str) or baseline not in conditions):
+        raise ConfigError(f"{where}: baseline {shown(baseline)} is not one of the conditions "
+                          f"({', '.join(conditions)}). Fix: name one of them, or leave baseline out to compare every "
+                          f"pair")
     settings = {}
     checks = {"primary": check_primary, "margin": lambda v: check_margin("margin", v),
               "loss_margin": lambda v: check_margin("loss_margin", v),
@@ -162,7 +170,7 @@ def read_study_file(path: str | Path) -> Study:
                 raise ConfigError(f"{where}: {e}") from None
     preset = data.get("preset")
     if preset is not None and (not isinstance(preset, str) or preset not in PRESETS):
-        raise ConfigError(f"{where}: preset {preset!r} is not a named preset: choose one of {', '.join(PRESETS)}")
+        raise ConfigError(f"{where}: preset {shown(preset)} is not a named preset: choose one of {', '.join(PRESETS)}")
     shared = _fields({k: v for k, v in data.items() if k not in STUDY_KEYS}, where, STUDY_KEYS)
     return Study(name, KIND, conditions=conditions, default_seeds=seeds, preset=preset, shared=shared,
                  baseline=baseline, source=str(path), **settings)

@@ -93,3 +93,44 @@ def test_corrupted_config_file_gets_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model": {}, "train": {}}))
     with pytest.raises(ConfigError, match="expected keys model, train, data"):
         RunConfig.load(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize("argv, line", [
+    # debug: d_model 128, d_ff 256, so Muon's step is at most muon_lr x sqrt(256) = 16 x muon_lr; muon_lr 0.024,
+    # adamw_lr 0.006, adam_beta1 0.9. The largest float32 is 3.4028e38; 3.4028e38 / 16 = 2.13e37.
+    (["--muon_lr", "1e39"], "error: muon_lr=1e+39 is beyond what an optimizer step can hold: Muon multiplies it by up "
+                            "to sqrt(max(d_model, d_ff)) = sqrt(256), giving 1.6e+40, past the largest float32 "
+                            "(3.4e+38), the precision the weights are updated in (bf16 runs too). Fix: lower muon_lr "
+                            "below 2.13e+37"),
+    # 1e308 x 0.024 x 16 = 3.84e307; the bound 3.4028e38 / (0.024 x 16) = 8.86e38
+    (["--qk_lr_multiplier", "1e308"], "error: qk_lr_multiplier=1e+308 is beyond what an optimizer step can hold: W_q's "
+                                      "and W_k's rate is it x muon_lr (0.024), and Muon multiplies it by up to "
+                                      "sqrt(max(d_model, d_ff)) = sqrt(256), giving 3.84e+307, past the largest "
+                                      "float32 (3.4e+38), the precision the weights are updated in (bf16 runs too). "
+                                      "Fix: lower qk_lr_multiplier below 8.86e+38"),
+    # AdamW's first step: 4e37 / (1 - 0.9) = 4e38; the bound 3.4028e38 x 0.1 = 3.4e37
+    (["--adamw_lr", "4e37"], "error: adamw_lr=4e+37 is beyond what an optimizer step can hold: AdamW's first step "
+                             "divides it by 1 - adam_beta1 = 0.1, giving 4e+38, past the largest float32 (3.4e+38), "
+                             "the precision the weights are updated in (bf16 runs too). Fix: lower adamw_lr below "
+                             "3.4e+37"),
+    # 1e308 x 0.006 / 0.1 = 6e306; the bound 3.4028e38 x 0.1 / 0.006 = 5.67e39
+    (["--qk_optimizer", "adamw", "--qk_lr_multiplier", "1e308"], "error: qk_lr_multiplier=1e+308 is beyond what an "
+     "optimizer step can hold: W_q's and W_k's rate is it x adamw_lr (0.006), and AdamW's first step divides it by 1 "
+     "- adam_beta1 = 0.1, giving 6e+306, past the largest float32 (3.4e+38), the precision the weights are updated "
+     "in (bf16 runs too). Fix: lower qk_lr_multiplier below 5.67e+39"),
+    # 1e308 x 1 x 16 = 1.6e309: past the largest double (1.8e308), inf
+    (["--muon_lr", "1", "--qk_lr_multiplier", "1e308"], "error: qk_lr_multiplier=1e+308 is beyond what an optimizer "
+     "step can hold: W_q's and W_k's rate is it x muon_lr (1), and Muon multiplies it by up to sqrt(max(d_model, "
+     "d_ff)) = sqrt(256), giving more than 1e308, past the largest float32 (3.4e+38), the precision the weights are "
+     "updated in (bf16 runs too). Fix: lower qk_lr_multiplier below 2.13e+37"),
+])
+def test_a_rate_no_optimizer_step_can_hold_is_refused_at_the_config_check(capsys, tmp_path, argv, line):
+    """It failed at the first step inside optimizers/muon.py with torch's 'value cannot be converted to type float
+    without overflow' (issue 50); now one line before anything is written."""
+    import train_llm
+    from tests.helpers import stops
+    assert stops(capsys, train_llm.main, ["--preset", "debug", *argv, "--out", str(tmp_path / "run")]) == line
+    assert not (tmp_path / "run").exists()
+    # just inside the bounds the config builds (such a run diverges: a non-finite loss, told in one line)
+    for field, value in (("muon_lr", 2e37), ("adamw_lr", 3.4e37), ("qk_lr_multiplier", 8e38)):
+        assert getattr(apply_overrides(get_preset("debug"), {field: value}).train, field) == value

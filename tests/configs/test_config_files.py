@@ -116,3 +116,98 @@ def test_a_saved_config_json_with_a_key_twice_is_refused(tmp_path):
     with pytest.raises(ConfigError, match=r"cannot read config .*config.json: key 'n_layers' appears twice in one "
                                           r"mapping.*; fix or restore config.json"):
         RunConfig.load(path)
+
+
+def test_a_huge_value_is_refused_in_one_short_line(tmp_path, capsys):
+    """An alias bomb (10**8 zeros through shared lists) as a field's value, and a whole number past 64 bits: one line
+    that shows at most 200 characters of the value (issue 50)."""
+    from tests.research.studies.test_study_file import BOMB_SHOWN, alias_bomb
+    f = tmp_path / "c.yaml"
+    for text, message in ((f"n_layers: {alias_bomb()}\n", f"c.yaml: n_layers: expected a whole number, found "
+                                                          f"{BOMB_SHOWN}"),
+                          (f"tokens: {10 ** 30}\n", f"tokens={10 ** 30} is beyond the 64-bit whole numbers a run "
+                                                    f"computes with: give one below 2**63")):
+        f.write_text(text)
+        line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+        assert message in line and len(line) < 600, line
+    assert not (tmp_path / "run").exists()
+
+
+def test_yaml_merge_keys_work_and_a_key_twice_or_a_python_tag_is_still_refused(tmp_path, capsys):
+    """`<<: *base` (and `<<: [*a, *b]`, an inline mapping) merges as yaml.safe_load merges it: the keys the mapping
+    writes itself override the merged ones; a key written twice, and a !!python tag, stay refused (issue 50)."""
+    f = tmp_path / "c.yaml"
+    f.write_text("preset: debug\nmodel: {<<: {n_layers: 3, n_heads: 4, d_model: 64}, n_heads: 2}\n"
+                 "train: {<<: [{tokens: 2048, muon_lr: 0.01}, {tokens: 4096, adamw_lr: 0.002}], muon_lr: 0.02}\n")
+    assert read_config_file(f).values == {"n_layers": 3, "n_heads": 2, "d_model": 64, "tokens": 2048,
+                                          "muon_lr": 0.02, "adamw_lr": 0.002}  # the first merged mapping wins
+    cfg = _cfg(["--config", str(f), "--out", "x"])
+    assert (cfg.model.n_layers, cfg.model.n_heads, cfg.model.d_model, cfg.train.tokens) == (3, 2, 64, 2048)
+    for text, message in (
+            ("model: {<<: {n_heads: 4}, n_layers: 2, n_layers: 3}\n",
+             "c.yaml: key 'n_layers' appears twice in one mapping (line 1): a reader would keep only the last"),
+            ("model: {<<: 3}\n", "c.yaml: not valid YAML (while constructing a mapping"),
+            ("n_layers: !!python/object/apply:os.system ['true']\n",
+             "c.yaml: not valid YAML (could not determine a constructor for the tag "
+             "'tag:yaml.org,2002:python/object/apply:os.system'")):
+        f.write_text(text)
+        line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+        assert line.startswith(f"error: {f.parent / message}"), line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text, name, problem", [
+    ("n_layers: " + "1" * 5000 + "\n", "c.yaml", "a whole number of over 4,300 digits, more than Python reads"),
+    ('{"n_layers": ' + "1" * 5000 + "}", "c.json", "a whole number of over 4,300 digits, more than Python reads"),
+    ("n_layers: " + "[" * 20000 + "]" * 20000 + "\n", "c.yaml", "lists or objects nested deeper than a reader follows"),
+    ('{"n_layers": ' + "[" * 20000 + "]" * 20000 + "}", "c.json",
+     "lists or objects nested deeper than a reader follows"),
+    ("n_layers: 2020-13-45\n", "c.yaml", "month must be in 1..12"),  # YAML reads it as a date
+])
+def test_what_python_refuses_to_read_is_one_line(tmp_path, capsys, text, name, problem):
+    """Python's readers raise these as ValueError or RecursionError, not as the reader's own error: each is one line
+    naming the file (issue 50)."""
+    f = tmp_path / name
+    f.write_text(text)
+    line = stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")])
+    assert line == f"error: {f}: not valid {'JSON' if name.endswith('json') else 'YAML'} ({problem})", line
+
+
+def test_a_spike_alarm_or_paths_given_twice_is_refused_in_one_line(tmp_path, capsys):
+    """Both would keep the last silently, where the second more likely means 'also' (issue 50); a field given twice
+    on the command line otherwise keeps the last (a command repeated with an option changed at its end)."""
+    out = str(tmp_path / "run")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--spike_alarm", "grad_norm:5", "--spike_alarm",
+                                          "logit_max:30", "--out", out]) == (
+        "error: --spike_alarm given twice (grad_norm:5, then logit_max:30): a run has one alarm; give the one to "
+        "watch. Fix: give --spike_alarm once")
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--paths", "a.txt,b.txt", "--paths", "c.txt", "--out",
+                                          out]) == (
+        "error: --paths given twice (a.txt,b.txt, then c.txt): every file goes in one --paths, comma-separated "
+        "(a.txt,b.jsonl,folder). Fix: give --paths once")
+    assert _cfg(["--preset", "debug", "--tokens", "512", "--tokens", "1024", "--out", out]).train.tokens == 1024
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_config_file_one_may_not_read_gets_the_fix_of_a_read(tmp_path, capsys, monkeypatch):
+    """Root reads any file, so the refusal is raised where the system would raise it (issue 50: read errors were given
+    no fix, or a write's); a file that is not UTF-8 is named as such."""
+    import errno
+    from pathlib import Path
+    f = tmp_path / "c.yaml"
+    f.write_text("n_layers: 2\n")
+    real = Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self == f:
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", refused)
+    assert stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")]) == (
+        f"error: --config {f}: cannot read it: permission denied ({f}). Fix: make it readable to you (its "
+        f"permissions, and those of the folders above it)")
+    monkeypatch.setattr(Path, "read_text", real)
+    f.write_bytes(b"n_layers: \xff\n")
+    assert stops(capsys, train_llm.main, ["--config", str(f), "--out", str(tmp_path / "run")]) == (
+        f"error: --config {f}: cannot read it: not UTF-8 text (invalid start byte at byte 10). Fix: save it as UTF-8")
+    assert not (tmp_path / "run").exists()

@@ -545,3 +545,20 @@ def test_muon_chunked_batches_match_unchunked():
     # iteration, times lr sqrt(2)) and one rounding of p - step each (one ulp). Measured: equal bit for bit.
     for a, b in zip(run(2 ** 26), run(2 * 64 * 32)):
         torch.testing.assert_close(a, b, rtol=ulps("fp32", 1), atol=2 * ortho_rounding("fp32", 64) * 0.02 * 2 ** 0.5)
+
+
+@pytest.mark.parametrize("model_fields", [{}, {"attn_gate": "elementwise", "d_ff": 1024}, {"n_kv_heads": 2}])
+def test_the_update_scale_stays_under_the_config_checks_bound(model_fields):
+    """configs.config.RunConfig refuses a rate whose step cannot be a float32 using sqrt(max(d_model, d_ff)) as the
+    largest update_scale of any Muon matrix (issue 50): it holds for every Muon matrix of the model, in both modes, so
+    no rate the check lets through overflows in Muon's step."""
+    from configs import apply_overrides
+    from optimizers.muon import UPDATE_SCALES, update_scale
+    cfg = apply_overrides(get_preset("debug"), model_fields)
+    model = MinimalLLM(cfg.model)
+    (muon, _), _ = build_optimizers(model, cfg.train)
+    bound = math.sqrt(max(cfg.model.d_model, cfg.model.d_ff))
+    shapes = {tuple(p.shape) for g in muon.param_groups for p in g["params"]}
+    assert (cfg.model.d_ff, cfg.model.d_model) in shapes  # the FFN's up projection, the tallest
+    for mode in UPDATE_SCALES:
+        assert max(update_scale(rows, cols, mode) for rows, cols in shapes) <= bound

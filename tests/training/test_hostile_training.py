@@ -293,6 +293,24 @@ def test_divergence_advice_is_what_works(debug_cfg, tmp_path):
     assert "a resume must keep them" in msg and "Try lower" not in msg
 
 
+def test_a_divergence_under_a_large_z_loss_names_z_loss(debug_cfg, tmp_path):
+    """--z_loss 1e30 diverged and was told to lower the learning rates (issue 50). The rule: z_loss x ln(vocab_size)
+    >= 1, where the z term z_loss x logsumexp^2 outweighs the cross-entropy from the first step (both start near
+    ln(vocab_size): debug's 512 gives ln 512 = 6.24, the bound 1 / 6.24 = 0.16). The advice works: --z_loss 1e-4
+    trains the same run."""
+    cfg = debug_cfg(tokens=2 * STEP_TOKENS, z_loss=1e30)
+    with pytest.raises(NonFiniteLossError) as e:
+        build_trainer(cfg, tmp_path / "run").fit()
+    msg = str(e.value)
+    assert msg.startswith("step 1: ") and "lower learning rates" not in msg
+    assert msg.endswith("train again in another --out with a smaller --z_loss, e.g. --z_loss 0.0001 (PaLM's): at "
+                        "z_loss=1e+30 the z term z_loss x logsumexp^2 outweighs the cross-entropy from the first step "
+                        "on (logsumexp starts near ln(vocab_size) = 6.24, the cross-entropy too, so from z_loss = "
+                        "1/6.24 = 0.16)"), msg
+    summary = build_trainer(debug_cfg(tokens=2 * STEP_TOKENS, z_loss=1e-4), tmp_path / "again").fit()
+    assert summary["steps"] == 2
+
+
 # ------------------------------------------------------------------ (g) the probe's batch
 def test_a_probe_batch_larger_than_the_validation_set_is_refused_before_writing(args, tmp_path, capsys, fails):
     msg = fails(args(2, "--probe_batch", "31"))  # one more than there are: no machine's memory check refuses it first

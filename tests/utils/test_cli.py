@@ -29,3 +29,28 @@ def test_no_prefix_matching(capsys):
     with pytest.raises(SystemExit):
         parser().parse_args(["--out", "x"])  # argparse's default would take it for --output
     assert "unrecognized arguments: --out" in capsys.readouterr().err
+
+
+def test_an_option_given_once_refuses_a_second_use_and_others_keep_the_last():
+    """argparse keeps the last of an option given twice, silently: an option made with `once` is refused in one line
+    naming both values (a list as it was written); any other option keeps the last (issue 50)."""
+    from utils.cli import once
+    from utils.errors import ConfigError
+    p = parser()
+    p.add_argument("--alarm", action=once("a run has one alarm"))
+    p.add_argument("--seeds", type=int, nargs="+", action=once("every seed goes after one --seeds"))
+    assert vars(p.parse_args(["--alarm", "a", "--seeds", "0", "1", "--output", "x", "--output", "y"])) == \
+        {"loss_margin": None, "output": "y", "alarm": "a", "seeds": [0, 1]}
+    with pytest.raises(ConfigError) as e:
+        p.parse_args(["--alarm", "grad_norm:5", "--alarm", "logit_max:30"])
+    assert str(e.value) == ("--alarm given twice (grad_norm:5, then logit_max:30): a run has one alarm. Fix: give "
+                            "--alarm once")
+    with pytest.raises(ConfigError, match=r"^--seeds given twice \(0 1, then 2\): every seed goes after one --seeds"):
+        p.parse_args(["--seeds", "0", "1", "--seeds", "2"])
+
+
+def test_a_usage_error_shows_at_most_500_characters_of_what_was_given(capsys):
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--loss_margin", "x" * 100_000])  # argparse's message quotes the value whole
+    line = capsys.readouterr().err.splitlines()[-1]
+    assert line.startswith("tool: error: argument --loss_margin: invalid float value: 'xxx") and len(line) <= 520

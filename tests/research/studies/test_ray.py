@@ -9,7 +9,7 @@ import pytest
 
 from research import qk_norm_500k_study
 from research.studies import PILOT
-from research.studies.ray_executor import _restore_env
+from research.studies.ray_executor import _restore_env, start_local_ray
 from research.studies.runner import run_study
 from tests.helpers import REPO, STEP_TOKENS, stops
 from tests.research.studies.test_runner import study_args
@@ -25,7 +25,7 @@ def local_ray(**workers_env):
     with pytest.MonkeyPatch.context() as mp:
         for key, value in workers_env.items():
             mp.setenv(key, value)
-        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # not one running here
+        start_local_ray(2)  # as --ray starts one: never one running here, tolerant health checks
     try:
         yield
     finally:
@@ -105,10 +105,81 @@ def test_ray_options_are_checked_before_anything_is_written(corpus_file, cache_d
             (["--ray", "--cpus_per_run", "0"], "error: --cpus_per_run 0: give a positive number of CPU cores per "
                                                "run, e.g. 1"),
             (["--ray", "--gpus_per_run", "1.5"], "error: --gpus_per_run 1.5: give a fraction up to 1 (runs sharing "
-                                                 "a GPU, e.g. 0.25), a whole number of GPUs, or 0")):
+                                                 "a GPU, e.g. 0.25), a whole number of GPUs, or 0"),
+            # NaN passed every comparison and reached Ray, which started before refusing it (issue 50)
+            (["--ray", "--cpus_per_run", "nan"], "error: --cpus_per_run nan: give a finite number of CPUs per run, "
+                                                 "e.g. 1 (nothing was started)"),
+            (["--ray", "--gpus_per_run", "inf"], "error: --gpus_per_run inf: give a finite number of GPUs per run, "
+                                                 "e.g. 1 (nothing was started)")):
         assert stops(capsys, qk_norm_500k_study.main, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS,
                                                                  *extra)) == message
         assert not out.exists()
+
+
+@pytest.mark.parametrize("address", ["http://::::", "foo", "127.0.0.1:99999", ":6379", "ray://head:10001", ""])
+def test_an_address_ray_cannot_read_is_one_line_before_ray_starts(corpus_file, cache_dir, tmp_path, capsys, address):
+    """`--ray 'http://::::'` printed Ray's ValueError of several lines (issue 50); every address that is not HOST:PORT
+    (port 1-65535), auto or none is refused in one line, before Ray is imported or anything is written."""
+    out = tmp_path / "study"
+    line = stops(capsys, qk_norm_500k_study.main, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--ray",
+                                                             address))
+    assert line == (f"error: --ray {address}: not the address of a Ray cluster: give HOST:PORT (the address `ray start "
+                    f"--head` prints, e.g. 10.0.0.5:6379), auto (the cluster of the node this runs on), or --ray alone "
+                    f"for a Ray started here (nothing was started)"), line
+    assert not out.exists()
+
+
+def test_a_local_ray_takes_its_node_for_dead_only_after_100_s_of_missed_health_checks(cluster):
+    """The local Ray (--ray alone, and this module's, started the same way) checks its node every 5 s, gives each
+    check 30 s and takes the node for dead after 20 misses in a row: at least 100 s, where Ray's defaults (3 s,
+    10 s, 5) took a busy 2-core host's own node for dead (issue 50)."""
+    from ray._raylet import Config  # the settings this process's Ray runs with
+    assert (Config.health_check_period_ms(), Config.health_check_timeout_ms(),
+            Config.health_check_failure_threshold()) == (5_000, 30_000, 20)
+
+
+def test_a_ray_system_error_is_one_line_saying_the_same_command_continues(tmp_path, cluster, capsys, monkeypatch):
+    """ActorDiedError (an actor on a node taken for dead: the driver's own in the review's run) and any other error
+    of Ray's own end a study in one line: what failed, that the checkpoints and finished conditions are kept and that
+    the same command continues (issue 50). Raised in a real task, and where the driver meets it."""
+    import functools
+
+    from configs import get_preset
+    from research.studies import ray_executor
+    from research.studies.runner import StudyRun
+    from utils.cli import command
+
+    def fail(kind: str, run):  # a run's task failing as Ray's system errors reach it (by value: a closure)
+        if kind == "actor":
+            @ray.remote(num_cpus=0)
+            class Doomed:
+                def die(self):
+                    os._exit(1)  # the actor's process ends, as on a node taken for dead
+
+                def ping(self):
+                    return 1
+            doomed = Doomed.remote()
+            doomed.die.remote()
+            ray.get(doomed.ping.remote())  # ActorDiedError
+        raise ray.exceptions.RaySystemError("the raylet of this node missed its health checks")
+
+    def study(kind: str) -> str:
+        main = command(lambda: ray_executor.train_on_ray(
+            [StudyRun("A", 0, get_preset("debug"), tmp_path / "A")], tmp_path, "local",
+            train=functools.partial(fail, kind), on_cpu=True, gpus_per_run=0, cpus_per_run=1))
+        return stops(capsys, lambda argv: main(), [])
+    kept = (f"; the finished conditions and every run's checkpoints in {tmp_path} are kept: the same command "
+            f"continues the study (with --ray or without; a node taken for dead on a busy machine is one cause: fewer "
+            f"runs at once, with a larger --cpus_per_run, load it less)")
+    line = study("actor")
+    assert line.startswith("error: Ray failed (ActorDiedError: ") and line.endswith(kept), line
+    assert study("system") == f"error: Ray failed (RaySystemError: System error: the raylet of this node missed its " \
+                              f"health checks){kept}"
+
+    def lost(*args):  # where the driver itself meets it (its actor of events, ray.nodes)
+        raise ray.exceptions.NodeDiedError("node 1a2b missed 20 health checks\nand more lines of Ray's")
+    monkeypatch.setattr(ray_executor, "_resources", lost)
+    assert study("none") == f"error: Ray failed (NodeDiedError: node 1a2b missed 20 health checks){kept}"
 
 
 def test_a_task_larger_than_every_node_is_refused(corpus_file, cache_dir, tmp_path, cluster, capsys):

@@ -331,3 +331,107 @@ def test_the_study_files_the_project_ships_read_and_build():
     assert {c: (r.train.tokens, r.model.qk_norm, r.model.attn_softcap, r.model.attn_gate) for c, r in runs.items()} \
         == {"QK": (300000, "learned", 0.0, "none"), "NoQK": (300000, "none", 0.0, "none"),
             "NoQK_softcap": (300000, "none", 15.0, "none"), "QK_gated": (300000, "learned", 0.0, "elementwise")}
+
+
+# ------------------------------------------------------------------ values too large to show
+def alias_bomb(levels: int = 8) -> str:
+    """YAML of a list whose last item holds 10**levels zeros through shared lists (a few hundred bytes on disk, and
+    in memory as PyYAML builds it): its whole repr would need gigabytes."""
+    items = ["&l0 [" + ", ".join(["0"] * 10) + "]"]
+    items += [f"&l{k} [" + ", ".join([f"*l{k - 1}"] * 10) + "]" for k in range(1, levels + 1)]
+    return "[" + ", ".join(items) + "]"
+
+
+BOMB_SHOWN = "[[0, 0, 0, 0, 0, 0, ...], [[0, 0, 0, 0, 0, 0, ...], "  # the start of its 200 characters
+
+
+@pytest.mark.parametrize("key, message", [
+    ("seeds", f"s.yaml: seeds: expected a non-empty list of whole numbers >= 0, found {BOMB_SHOWN}"),
+    ("name", f"s.yaml: name {BOMB_SHOWN}"),
+    ("conditions", f"s.yaml: conditions: expected a mapping of at least one condition name to its config fields, "
+                   f"found {BOMB_SHOWN}"),
+    ("baseline", f"s.yaml: baseline {BOMB_SHOWN}"),
+    ("primary", "s.yaml: primary: [0, 0, 0, 0, 0, 0, ...] is not a quantity of the study"),  # its first item
+    ("margin", "s.yaml: margin [[0, 0, 0, 0, 0, 0, ...]...], ...], ...] must be a share"),  # in 40 characters
+    ("tokens", f"s.yaml: tokens: expected a whole number, found {BOMB_SHOWN}"),
+    ("plain", f"s.yaml: condition plain: expected a mapping of config fields (e.g. {{qk_norm: none}}; {{}} for the "
+              f"shared config alone), found {BOMB_SHOWN}"),
+])
+def test_a_huge_value_is_refused_in_one_short_line(tmp_path, capsys, key, message):
+    """An alias bomb (10**8 zeros through shared lists) where any value of the study file goes: refused in one line
+    that shows at most 200 characters of it, where formatting it whole ran out of memory (issue 50)."""
+    text = GOOD.replace("margin: 0.05", "margin: 0.05\nprimary: [val_loss]\n")
+    if key == "plain":
+        text = text.replace("  plain:", f"  plain: {alias_bomb()}")
+    else:
+        lines = [ln for ln in text.splitlines() if not ln.startswith(f"{key}:")]
+        text = "\n".join(lines + [f"{key}: {alias_bomb()}"] if key != "conditions" else
+                         [f"{key}: {alias_bomb()}"] + [ln for ln in lines if not ln.startswith("  ")])
+    line = stops(capsys, study.main, [str(write(tmp_path, text)), "--out", str(tmp_path / "out")])
+    assert message in line and len(line) < 600, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_huge_name_or_key_is_shown_cut(tmp_path, capsys):
+    """A condition name of 100,000 letters and an unknown key of as many (JSON: YAML's plain keys stop at 1,024
+    characters): each shown in 200 characters, a repr of the quote, 130 letters, '...', 65 letters, the quote."""
+    long, cut = "x" * 100_000, f"'{'x' * 130}...{'x' * 65}'"
+    study_file = {"name": "s", "seeds": [0], "conditions": {long: {}}}
+    line = stops(capsys, study.main, [str(write(tmp_path, json.dumps(study_file), "s.json")), "--out",
+                                      str(tmp_path / "out")])
+    assert line.endswith(f"s.json: conditions: condition {cut} is not a usable name: a letter, then letters, digits, "
+                         f"'_' or '-' (at most 64), since it names a folder. Fix: rename the condition"), line
+    study_file = {"name": "s", "seeds": [0], "conditions": {"A": {}}, long: 1}
+    line = stops(capsys, study.main, [str(write(tmp_path, json.dumps(study_file), "s.json")), "--out",
+                                      str(tmp_path / "out")])
+    assert f"s.json: unknown key {cut}: not a config field nor a section" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_yaml_merge_keys_work_in_a_study_file(tmp_path):
+    """A condition built on another's fields with `<<: *anchor` (standard YAML, which yaml.safe_load reads) was
+    refused as invalid YAML (issue 50): its own fields override the merged ones."""
+    text = GOOD.replace("  NoQK: {qk_norm: none, qk_clip: 50}", "  NoQK: &noqk {qk_norm: none, qk_clip: 50}\n"
+                                                                  "  NoQK_softcap: {<<: *noqk, qk_clip: 30, "
+                                                                  "attn_softcap: 20}")
+    s = read_study_file(write(tmp_path, text))
+    assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0},
+                            "NoQK_softcap": {"qk_norm": "none", "qk_clip": 30.0, "attn_softcap": 20.0}, "plain": {}}
+
+
+# ------------------------------------------------------------------ a study too large, a file that is not one
+def test_a_study_of_more_runs_than_max_runs_is_refused_before_planning(tmp_path, capsys):
+    """200,000 seeds x 2 conditions = 400,000 runs > the default --max_runs 10,000: one line, before any config is
+    built; the seeds' repeat check is linear (value.count per seed took hours: 4e10 comparisons) and still names a
+    repeat; --max_runs 400000 lets the same study through to its plan (issue 50)."""
+    import time
+    seeds = list(range(200_000))
+    path = write(tmp_path, json.dumps({"name": "big", "seeds": seeds, "preset": "debug",
+                                       "conditions": {"A": {}, "B": {"qk_norm": "none"}}}), "big.json")
+    start = time.perf_counter()
+    assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == (
+        f"error: {path}: the study has 400,000 runs (2 conditions x 200,000 seeds), more than --max_runs 10,000. Fix: "
+        f"fewer seeds or conditions, or --max_runs 400000 if that many is meant (nothing was written)")
+    assert time.perf_counter() - start < 30
+    study.main([str(path), "--out", str(tmp_path / "out"), "--max_runs", "400000", "--plan"])
+    assert "big: the largest of its 2 runs" in capsys.readouterr().out  # one plan per condition, whatever the seeds
+    assert stops(capsys, study.main, [str(path), "--seeds", "0", "1", "2", "--max_runs", "5"]).startswith(
+        f"error: {path}: the study has 6 runs (2 conditions x 3 seeds), more than --max_runs 5.")
+    path = write(tmp_path, json.dumps({"name": "big", "seeds": seeds + [7, 199_999], "conditions": {"A": {}}}),
+                 "twice.json")
+    assert stops(capsys, study.main, [str(path)]) == \
+        f"error: {path}: seeds: 7, 199999 given more than once. Fix: give each seed once"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_study_file_that_is_not_a_file_is_refused(tmp_path, capsys):
+    """A named pipe blocked the read forever (nothing writes to it); a folder and a device are refused the same way,
+    in one line, before anything is read (issue 50)."""
+    import os
+    fifo = tmp_path / "s.yaml"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "a named pipe (FIFO)"), (tmp_path, "a folder"), ("/dev/null", "a character device")):
+        assert stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")]) == (
+            f"error: {path}: {kind}, not a file: a study file is read whole before anything trains, and again when "
+            f"the same command continues the study. Fix: give the path of a YAML or JSON file")
+    assert not (tmp_path / "out").exists()
