@@ -392,10 +392,14 @@ def cross_hits(runs: list[RunSteps], alarm_steps: list[np.ndarray]) -> np.ndarra
                     dtype=np.int64).reshape(len(runs), len(runs))
 
 
-def spikes_to_rule_out(k: int) -> int:
-    """The fewest held-out spikes whose exact upper bound on the hit rate, with no hit, lies below MIN_EXCESS at the
-    one-sided level ALPHA / 2 / k: 'does not warn' needs at least this many even where chance is 0."""
-    return math.floor(math.log(ALPHA / 2 / k) / math.log(1 - MIN_EXCESS)) + 1
+def spikes_to_rule_out(k: int, chance: float = 0.0) -> int:
+    """The fewest held-out spikes whose exact upper bound on the hit rate, with no hit, lies below chance + MIN_EXCESS
+    at the one-sided level ALPHA / 2 / k: 1 - (ALPHA / 2 / k) ** (1 / n) < chance + MIN_EXCESS. 'Does not warn'
+    needs at least this many (20 at 7 signals where chance is 0; fewer where chance is higher)."""
+    room = 1 - MIN_EXCESS - chance
+    if room <= 0:
+        return 1
+    return math.floor(math.log(ALPHA / 2 / k) / math.log(room)) + 1
 
 
 # ---------------------------------------------------------------------------------- decisions
@@ -535,7 +539,7 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
     bound = (binomial_upper(perm.observed, spikes, alpha) - perm.expected / spikes) if perm and spikes else math.nan
     quiet = ev.quiet.false_per_1000 if ev else math.nan
     named = f"{signal} at threshold {threshold:.4g}" if threshold is not None else signal
-    need = spikes_to_rule_out(k)
+    need = spikes_to_rule_out(k, perm.expected / spikes) if perm and spikes else spikes_to_rule_out(k)
     if not eval_seeds:
         verdict, why = INCONCLUSIVE, "no seed to evaluate on: the study needs 2 seeds or more"
     elif spikes < MIN_SPIKES or seeds_with < 2:
@@ -559,7 +563,8 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
                  if not v < MIN_EXCESS]
         open_.append(f"a hit rate {MIN_EXCESS:g} above chance is not ruled out ({', '.join(reach)})")
         if spikes < need:
-            open_.append(f"ruling it out needs at least {need} held-out spikes, {spikes} here")
+            open_.append(f"even with no hit, ruling it out at this chance needs at least {need} held-out spikes, "
+                         f"{spikes} here")
         verdict, why = INCONCLUSIVE, "; ".join(open_)
     if ev is None:
         text = f"{signal} in {cond}: {verdict} ({why})."

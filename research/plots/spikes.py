@@ -68,7 +68,7 @@ def fig_aligned(analysis: SpikeAnalysis):
 @styled
 def fig_hit_false(analysis: SpikeAnalysis):
     conds = analysis.conditions
-    fig, axes = subplots(1, len(conds), figsize=(5 * len(conds), 4.4), squeeze=False)
+    fig, axes = subplots(1, len(conds), figsize=(5.6 * len(conds), 6.4), squeeze=False)
     for ax, cond in zip(axes[0], conds):
         shown = [(analysis.results[(n, cond)], f"C{k}", "o") for k, n in enumerate(SIGNALS)]
         shown += [(analysis.checks[(n, cond)], "black", m) for n, m in ((STEP_RULE, "x"), (LOSS_RISE, "s"))
@@ -81,15 +81,19 @@ def fig_hit_false(analysis: SpikeAnalysis):
             check = r.signal in CHECKS
             ax.errorbar(r.false_alarms.mean, r.hit_rate.mean, yerr=err, xerr=xerr, fmt=marker, capsize=3, color=col,
                         mfc="none" if check else col, label=f"{r.signal}{' (check)' if check else ''} ({r.verdict})")
+            if r.chance is not None and math.isfinite(r.chance.mean):  # what the pairings hit: the bar to beat
+                ax.plot(r.false_alarms.mean, r.chance.mean, marker="_", ms=14, mew=2.5, color=col, alpha=0.7)
         ax.axvline(FALSE_ALARM_BOUND, color="grey", ls=":", lw=0.8)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("false alarms per 1,000 steps (held-out)")
         ax.set_ylabel(f"hit rate: spikes with an alarm in the {HORIZON} steps before")
         ax.set_title(label(cond))
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on "
-                 f"seeds {', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks")
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
+    fig.suptitle(f"Held-out hit rate (dot, with its interval) and chance (dash: what the same alarms hit set "
+                 f"against the other runs' spikes at their rate)\nThresholds chosen on seeds "
+                 f"{', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
+                 f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks")
     fig.tight_layout()
     return fig
 

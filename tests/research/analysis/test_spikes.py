@@ -167,7 +167,9 @@ def test_does_not_warn_needs_the_spikes_to_say_it():
     few = study(lambda s: (40 + 12 * (s % 6),) if s in (6, 7, 8, 9) or s < 6 else ())
     r = few.results[("logit_max", "NoQK")]
     assert (r.eval_spikes, r.hit_rate.mean, r.verdict) == (4, 0.0, INCONCLUSIVE)
-    assert "ruling it out needs at least 13 held-out spikes, 4 here" in r.text
+    assert "even with no hit, ruling it out at this chance needs at least 13 held-out spikes, 4 here" in r.text
+    # where chance is higher, fewer spikes can do: 1 - 0.025 ** (1 / n) < 0.25 + 0.3 from n = 5 (ln 0.025 / ln 0.45)
+    assert spikes.spikes_to_rule_out(1, 0.3) == 5 and spikes.spikes_to_rule_out(1, 0.8) == 1
     many = study(lambda s: tuple(30 + 12 * (s % 6) + 30 * i for i in range(4)))  # 4 a run, 24 held out
     r = many.results[("logit_max", "NoQK")]
     assert (r.eval_spikes, r.permutation.observed, r.permutation.expected) == (24, 0, 0.0)
