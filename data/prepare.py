@@ -92,9 +92,9 @@ def _tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-# Bytes of text per token that the disk check assumes: fewer than a BPE gives at this project's vocabularies (3.1 to
-# 3.9 at vocab 4096 on English text and code, docs/data.md), so it rather overstates the blocks' size. A byte-level
-# BPE never gives fewer than 1.
+# Bytes of text per token that the disk check assumes: fewer than a BPE gives at this project's vocabularies (at
+# vocab 4096: 2.8 on the generated text of docs/data.md, 3.1 on Shakespeare, 3.3 on english-v1, 3.5 on the stdlib),
+# so it rather overstates the blocks' size. A byte-level BPE never gives fewer than 1.
 TEXT_BYTES_PER_TOKEN = 2
 
 

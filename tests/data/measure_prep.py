@@ -19,8 +19,8 @@ def main(argv=None) -> None:
     t0 = time.time()
 
     def log(msg: str) -> None:
-        peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
-        print(f"[{time.time() - t0:7.1f}s, peak RSS so far {peak_mb:,.0f} MB] {msg}", flush=True)
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        print(f"[{time.time() - t0:7.1f}s, peak RSS so far {peak_mib:,.0f} MiB] {msg}", flush=True)
 
     from configs import apply_overrides, get_preset
     from data import prepare_data
