@@ -11,15 +11,17 @@ being used.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from data.corpus import DataError
+from utils.errors import is_disk_full, os_problem
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 FORMAT = 1
@@ -63,7 +65,7 @@ class BlockKey:
 # a whole document) is bounded by the batch, not by the corpus or its longest document (docs/data.md, "Memory").
 PIECE_CHARS = 1 << 16
 BATCH_CHARS = 1 << 20
-WRITE_BLOCKS = 1 << 14  # blocks copied into train.npy / val.npy at a time
+WRITE_BLOCKS = 1 << 14  # blocks moved within train.npy / copied to val.npy at a time
 
 
 def _not_space(c: str) -> bool:
@@ -106,6 +108,31 @@ def pieces(text: str, size: int = PIECE_CHARS, after=_not_space) -> list[str]:
     return [text[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
+def stream_pieces(segments: Iterable[str], size: int | None = None, after=_not_space) -> Iterator[str]:
+    """The text that `segments` joined make, cut at cut_points into pieces of about `size` characters (PIECE_CHARS
+    when None), reading one segment at a time: memory holds a segment and the piece not yet finished. The pieces may
+    end elsewhere than pieces() of the whole would end them, always at a cut_point, so their tokens joined are the
+    same. A line longer than `size` stays whole (however long: the one case where memory grows with the text)."""
+    size = PIECE_CHARS if size is None else size
+    held: list[str] = []  # text after the last cut; joined only when a line break may have brought a cut
+    held_chars = 0
+    for seg in segments:
+        if not seg:
+            continue
+        held.append(seg)
+        held_chars += len(seg)
+        if "\n" not in seg or held_chars <= size:
+            continue
+        text = "".join(held)
+        start = 0
+        for cut in cut_points(text, size, after):
+            yield text[start:cut]
+            start = cut
+        held, held_chars = [text[start:]], len(text) - start
+    if held_chars:
+        yield from pieces("".join(held), size, after)
+
+
 _SPLIT_PROBE = ("First line, it's here\n\n  indented 12345 x\nend.\r\nwin\tok\n\n\nÜber façade 日本語\n"
                 "gamma,\ndelta;\n\nx = f(1)\n    return {a}\na<|endoftext|>b\n'tis     spaced\nlast ✓\nend")
 
@@ -129,9 +156,20 @@ def splits_at_lines(enc):
     return None
 
 
-def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
+def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
+    """(item, whether it is the last one) for each item."""
+    it = iter(items)
+    for prev in it:
+        for item in it:
+            yield prev, False
+            prev = item
+        yield prev, True
+
+
+def token_chunks(docs: Iterable[Iterable[str]], backend, eos_id: int) -> Iterator[np.ndarray]:
     """Every document's token ids, each document followed by EOS (an empty one adds nothing), in order, as int32
-    arrays of about BATCH_CHARS characters' worth.
+    arrays of about BATCH_CHARS characters' worth. `docs`: each document as an iterable of text segments that joined
+    are the document (data.corpus.Documents; a list of [text] will do), read one segment at a time.
 
     `backend` is a `tokenizers.Tokenizer`; special-token text inside documents is encoded as plain text (a literal
     "<|endoftext|>" in a file does not become a separator).
@@ -156,36 +194,44 @@ def token_chunks(ds, backend, eos_id: int) -> Iterator[np.ndarray]:
         ends.clear()
         return np.asarray(ids, dtype=np.int32)
 
-    for rows in ds.iter(batch_size=TOKENIZE_BATCH):
-        for text in rows["text"]:
-            if not text:
-                continue
-            parts = pieces(text, PIECE_CHARS, rule) if rule else [text]
-            for i, part in enumerate(parts):
-                batch.append(part)
-                ends.append(i == len(parts) - 1)
-                chars += len(part)
-                if chars >= BATCH_CHARS:
-                    yield flush()
-                    chars = 0
+    for doc in docs:
+        # a tokenizer without a cut rule gets the whole document (memory grows with the longest document)
+        parts = stream_pieces(doc, PIECE_CHARS, rule) if rule else [t for t in ["".join(doc)] if t]
+        for part, last in _with_last(parts):
+            batch.append(part)
+            ends.append(last)
+            chars += len(part)
+            if chars >= BATCH_CHARS:
+                yield flush()
+                chars = 0
     if batch:
         yield flush()
 
 
-def tokenize_documents(ds, backend, eos_id: int) -> np.ndarray:
+def tokenize_documents(docs: Iterable[Iterable[str]], backend, eos_id: int) -> np.ndarray:
     """All of token_chunks as one int32 array (for a corpus that fits in memory; build_blocks streams instead)."""
-    chunks = list(token_chunks(ds, backend, eos_id))
+    chunks = list(token_chunks(docs, backend, eos_id))
     return np.concatenate(chunks) if chunks else np.zeros(0, np.int32)
 
 
-def _split_index(n: int, L: int, n_tokens: int, val_frac: float) -> tuple[np.ndarray, np.ndarray]:
-    """The blocks' split: (train, val) block indices, each sorted; val gets round(val_frac * n) blocks (at least 1)."""
+def val_blocks(n: int, L: int, n_tokens: int, val_frac: float) -> np.ndarray:
+    """The validation blocks' indices, sorted: the first round(val_frac * n) (at least 1, at most n - 1) of a fixed
+    permutation of the n blocks (numpy's PCG64 seeded with SPLIT_SEED, as every cache has been split). The
+    permutation is held as int32 while it is drawn: 4 bytes a block, the one part of data preparation that grows with
+    the corpus (docs/data.md, "Memory")."""
     if n < 2:
         raise DataError(f"the corpus has {n_tokens} tokens = {n} block(s) of seq_len+1={L}; need at least 2 "
                         f"(one train, one val): add data or lower --seq_len")
     n_val = min(n - 1, max(1, int(round(val_frac * n))))
-    perm = np.random.Generator(np.random.PCG64(SPLIT_SEED)).permutation(n)
-    return np.sort(perm[n_val:]), np.sort(perm[:n_val])
+    perm = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    np.random.Generator(np.random.PCG64(SPLIT_SEED)).shuffle(perm)  # permutation(n)'s draws, in half the memory
+    return np.sort(perm[:n_val]).astype(np.int64)
+
+
+def _split_index(n: int, L: int, n_tokens: int, val_frac: float) -> tuple[np.ndarray, np.ndarray]:
+    """The blocks' split: (train, val) block indices, each sorted (val_blocks)."""
+    val = val_blocks(n, L, n_tokens, val_frac)
+    return np.setdiff1d(np.arange(n), val, assume_unique=True), val
 
 
 def split_blocks(tokens: np.ndarray, seq_len: int, val_frac: float, dtype: np.dtype):
@@ -258,43 +304,90 @@ def _sha256_file_safe(path: Path) -> str | None:
         return None
 
 
-def _write_split(path: Path, blocks: np.ndarray, index: np.ndarray, dtype: np.dtype) -> None:
-    """blocks[index] as a .npy file of `dtype`, copied WRITE_BLOCKS rows at a time (never the whole array)."""
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=(len(index), blocks.shape[1]))
-    for i in range(0, len(index), WRITE_BLOCKS):
-        out[i:i + WRITE_BLOCKS] = blocks[index[i:i + WRITE_BLOCKS]]
-    out.flush()
-    del out
+def npy_header(dtype: np.dtype, n: int, L: int) -> bytes:
+    """The .npy header np.save writes for an [n, L] C-order array of `dtype` (format 1.0). numpy pads it so that its
+    length does not change with n (room for 21 digits), and no longer header is made for a smaller n."""
+    out = io.BytesIO()
+    np.lib.format.write_array_header_1_0(out, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                "fortran_order": False, "shape": (int(n), int(L))})
+    return out.getvalue()
 
 
-def build_blocks(folder: Path, ds, backend, key: BlockKey, about: dict, log=print) -> None:
-    """Tokenize `ds`, cut, split and write the cache folder for `key`; `about` adds descriptive
-    fields to meta.json (source, tokenizer name) that are not part of the key. The token ids go to a scratch file
-    in the folder being written and the blocks are copied from it in slices, so memory holds one batch of the
-    tokenizer's work and one slice of blocks, whatever the corpus's size (docs/data.md, "Memory")."""
+_ANY_N = 10**20  # a header for this many rows is as long as any (21 digits)
+
+
+def _split_in_place(path: Path, val_path: Path, start: int, n: int, L: int, dtype: np.dtype,
+                    val: np.ndarray) -> int:
+    """`path` holds the token stream after `start` bytes; make it train.npy (the n blocks not in `val`, in order,
+    under their header; the tokens after the last whole block dropped) and write val.npy (the blocks in `val`), both
+    as np.save would. WRITE_BLOCKS blocks at a time, each written at or before where it was read: the disk holds
+    the stream and the validation blocks, never a second copy of the training blocks. The training blocks' count."""
+    row = L * dtype.itemsize
+    n_train = n - len(val)
+    head = npy_header(dtype, n_train, L)
+    assert len(head) <= start, (len(head), start)
+    with open(path, "r+b") as f, open(val_path, "wb") as fv:
+        fv.write(npy_header(dtype, len(val), L))
+        w = len(head)
+        for i in range(0, n, WRITE_BLOCKS):
+            k = min(WRITE_BLOCKS, n - i)
+            f.seek(start + i * row)
+            rows = np.frombuffer(f.read(k * row), dtype=dtype).reshape(k, L)
+            is_val = np.zeros(k, dtype=bool)
+            lo, hi = np.searchsorted(val, [i, i + k])
+            is_val[val[lo:hi] - i] = True
+            fv.write(rows[is_val].tobytes())
+            keep = rows[~is_val].tobytes()
+            f.seek(w)
+            f.write(keep)
+            w += len(keep)
+        f.seek(0)
+        f.write(head)
+        f.truncate(w)
+    return n_train
+
+
+def build_blocks(folder: Path, docs: Iterable[Iterable[str]], backend, key: BlockKey, about: dict,
+                 log=print) -> None:
+    """Tokenize `docs` (data.corpus.Documents), cut, split and write the cache folder for `key`; `about` adds
+    descriptive fields to meta.json (source, tokenizer name) that are not part of the key. The token ids go, at the
+    key's width, into train.npy as they come, and the split is made in that file (_split_in_place), so memory holds
+    one batch of the tokenizer's work and one slice of blocks, whatever the corpus's size, and the disk at most the
+    tokens and the validation blocks (docs/data.md, "Memory"). A full disk stops it with a DataError."""
     t0 = time.time()
     L = key.seq_len + 1
-    with atomic_dir(folder) as tmp:
-        scratch = tmp / "tokens.int32"
-        n_tokens, lo, hi = 0, 0, 0
-        with open(scratch, "wb") as f:
-            for ids in token_chunks(ds, backend, key.eos_id):
-                if len(ids):
-                    lo, hi = min(lo, int(ids.min())), max(hi, int(ids.max()))
-                f.write(ids.tobytes())
-                n_tokens += len(ids)
-        if n_tokens and (lo < 0 or hi >= key.vocab_size):
-            raise DataError(f"token ids span [{lo}, {hi}], outside the tokenizer's {key.vocab_size} ids")
-        t_tok = time.time() - t0
-        n = n_tokens // L
-        train_idx, val_idx = _split_index(n, L, n_tokens, key.val_frac)
-        blocks = np.memmap(scratch, dtype=np.int32, mode="r", shape=(n, L)) if n else None
-        for name, index in (("train", train_idx), ("val", val_idx)):
-            _write_split(tmp / f"{name}.npy", blocks, index, key.dtype)
-        del blocks
-        scratch.unlink()
-        meta = {**key.meta(), **about, "created": time.time(), "n_docs": len(ds), "n_tokens": n_tokens,
-                "tokenize_seconds": round(t_tok, 2)}
-        _write_meta(tmp, meta, len(train_idx), len(val_idx))
-    log(f"data: tokenized {len(ds)} documents -> {n_tokens:,} tokens in {t_tok:.1f}s; "
-        f"{len(train_idx)} train + {len(val_idx)} val blocks of {L} -> {folder}")
+    dtype = key.dtype
+    n_docs = 0
+
+    def counted():
+        nonlocal n_docs
+        for doc in docs:
+            n_docs += 1
+            yield doc
+
+    try:
+        with atomic_dir(folder) as tmp:
+            start = len(npy_header(dtype, _ANY_N, L))
+            n_tokens = 0
+            with open(tmp / "train.npy", "wb") as f:
+                f.write(b"\0" * start)  # the header's place, written when the count is known
+                for ids in token_chunks(counted(), backend, key.eos_id):
+                    if len(ids) and (ids.min() < 0 or ids.max() >= key.vocab_size):
+                        raise DataError(f"token ids span [{ids.min()}, {ids.max()}], outside the tokenizer's "
+                                        f"{key.vocab_size} ids")
+                    f.write(ids.astype(dtype).tobytes())
+                    n_tokens += len(ids)
+            t_tok = time.time() - t0
+            n = n_tokens // L
+            val = val_blocks(n, L, n_tokens, key.val_frac)
+            n_train = _split_in_place(tmp / "train.npy", tmp / "val.npy", start, n, L, dtype, val)
+            meta = {**key.meta(), **about, "created": time.time(), "n_docs": n_docs, "n_tokens": n_tokens,
+                    "tokenize_seconds": round(t_tok, 2)}
+            _write_meta(tmp, meta, n_train, len(val))
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        raise DataError(f"the disk filled up while the token blocks were written: {os_problem(e, folder.parent)}; "
+                        f"nothing was kept. Fix: free space there, or pass --cache_dir on a disk with room") from e
+    log(f"data: tokenized {n_docs} documents -> {n_tokens:,} tokens in {t_tok:.1f}s; "
+        f"{n_train} train + {len(val)} val blocks of {L} -> {folder}")

@@ -31,7 +31,7 @@ import sysconfig
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from utils.errors import UserError, os_fix, os_problem, shown
 from utils.hub import hub_problem
@@ -74,6 +74,25 @@ def check_hub_reachable(repo_id: str, repo_type: str, what: str) -> None:
     raise DataError(f"cannot load {what} {shown(repo_id)} from the Hugging Face Hub: {reason}. {OFFLINE_OPTIONS}")
 
 
+class Documents:
+    """A corpus's documents, pass after pass: iterating gives each document as an iterable of text segments that
+    joined are the document (a text file a few MiB at a time, a record or a chapter whole), read afresh on each
+    pass. So a pass holds one segment in memory, not the corpus nor a whole file."""
+
+    def __init__(self, passes: Callable[[], Iterator[Iterable[str]]]):
+        self._passes = passes
+
+    def __iter__(self) -> Iterator[Iterable[str]]:
+        return iter(self._passes())
+
+
+def dataset_documents(ds: datasets.Dataset) -> Iterator[tuple[str, ...]]:
+    """The rows of a Dataset's "text" column as documents of one segment (an empty text: none)."""
+    for batch in ds.iter(batch_size=256):
+        for t in batch["text"]:
+            yield (t,) if t else ()
+
+
 @dataclass
 class Source:
     kind: str  # english | stdlib | files | hub
@@ -82,10 +101,26 @@ class Source:
     n_docs: int | None  # known up front for english and stdlib; None until loaded otherwise
     _load: Callable[[Path], datasets.Dataset]
     name: str = ""  # a short name for logs and provenance: english-v1, stdlib-3.11.7, files, hub id
+    n_bytes: int | None = None  # at least the bytes of text it holds, known up front (not for the hub): disk check
+    scratch_bytes: int = 0  # what loading writes under its scratch folder (datasets' copy of json and parquet files)
+    _documents: Callable[[Path], Documents] | None = None  # streams them (else: from load())
 
     def load(self, workdir: Path) -> datasets.Dataset:
         """The documents as a Dataset with one column "text". `workdir` is scratch space."""
         return self._load(Path(workdir))
+
+    def documents(self, workdir: Path) -> Documents:
+        """The documents as Documents (read in segments where the source allows: text files); `workdir` is
+        scratch space. Data preparation reads them this way."""
+        if self._documents is not None:
+            return self._documents(Path(workdir))
+        ds = self.load(workdir)
+        return Documents(lambda: dataset_documents(ds))
+
+
+def in_memory(texts: list[str]) -> Callable[[Path], Documents]:
+    """Source._documents for a corpus already held as a list of texts (english-v1, stdlib)."""
+    return lambda _workdir: Documents(lambda: ((t,) if t else () for t in texts))
 
 
 def _hash_update_doc(h, name: str, content: bytes) -> None:
@@ -151,7 +186,8 @@ def stdlib_source(max_bytes: int = STDLIB_MAX_BYTES, root: Path | None = None) -
 
         return datasets.Dataset.from_dict({"text": texts})
 
-    return Source("stdlib", h.hexdigest(), desc, len(texts), load, name=f"stdlib-{version}")
+    return Source("stdlib", h.hexdigest(), desc, len(texts), load, name=f"stdlib-{version}", n_bytes=total,
+                  _documents=in_memory(texts))
 
 
 # ---------------------------------------------------------------- english (the default)
@@ -246,29 +282,74 @@ def english_source(shakespeare_texts: Path | None = None, kjv: Path | None = Non
 
         return datasets.Dataset.from_dict({"text": texts})
 
-    return Source("english", digest, desc, len(texts), load, name=ENGLISH_NAME)
+    return Source("english", digest, desc, len(texts), load, name=ENGLISH_NAME, n_bytes=total,
+                  _documents=in_memory(texts))
 
 
 # ---------------------------------------------------------------- why a file is not what it should be
 LEAVE_OUT = "remove it from --paths (or from the folder or pattern given there)"
 
 
+class TextCheck:
+    """decode_text's checks on a file fed a chunk at a time, so memory holds one chunk: feed() the bytes in order
+    (it returns their text; a character cut at a chunk's end waits for the next chunk), then finish() raises the
+    DataError decode_text would raise for the whole, the same words, offsets and line."""
+
+    def __init__(self, where: str, leave_out: str = LEAVE_OUT):
+        self.where, self.leave_out = where, leave_out
+        self.head = b""  # the first two bytes: a UTF-16 byte-order mark?
+        self.read = 0  # bytes fed so far
+        self.done = 0  # bytes decoded so far (the rest is self.carry)
+        self.lines = 0  # line breaks in them
+        self.carry = b""
+        self.nul: int | None = None  # offset of the first NUL byte
+        self.bad: tuple[int, int, int] | None = None  # (offset, byte, line) of the first byte that is not UTF-8
+
+    def feed(self, data: bytes) -> str:
+        if len(self.head) < 2:
+            self.head += data[:2 - len(self.head)]
+        if self.nul is None and (i := data.find(b"\0")) >= 0:
+            self.nul = self.read + i
+        self.read += len(data)
+        if self.bad is not None:
+            return ""
+        buf = self.carry + data if self.carry else data
+        try:
+            text, end = buf.decode("utf-8"), len(buf)
+        except UnicodeDecodeError as e:
+            if e.reason != "unexpected end of data" or e.end != len(buf):
+                self.bad = (self.done + e.start, buf[e.start], self.lines + buf.count(b"\n", 0, e.start) + 1)
+                return ""
+            text, end = buf[:e.start].decode("utf-8"), e.start  # a character the next chunk finishes
+        self.lines += buf.count(b"\n", 0, end)
+        self.done += end
+        self.carry = buf[end:]
+        return text
+
+    def finish(self) -> None:
+        where, leave_out = self.where, self.leave_out
+        if self.head in (b"\xff\xfe", b"\xfe\xff"):
+            raise DataError(f"{where}: UTF-16 text, not UTF-8. Fix: convert it (iconv -f UTF-16 -t UTF-8), or "
+                            f"{leave_out}")
+        if self.nul is not None:
+            raise DataError(f"{where}: a binary file, not text (a NUL byte at offset {self.nul:,}). Fix: {leave_out}")
+        if self.bad is None and self.carry:  # the file ends inside a character
+            self.bad = (self.done, self.carry[0], self.lines + 1)
+        if self.bad is not None:
+            offset, byte, line = self.bad
+            raise DataError(f"{where}: not UTF-8: byte 0x{byte:02x} at offset {offset:,} (line {line}). Fix: "
+                            f"convert it to UTF-8 (e.g. iconv -f WINDOWS-1252 -t UTF-8, naming its real encoding), "
+                            f"or {leave_out}")
+
+
 def decode_text(raw: bytes, where: str, leave_out: str = LEAVE_OUT) -> str:
     """raw as UTF-8 text, else a DataError naming `where`, the cause (a binary or UTF-16 file, or the
-    first byte that is not UTF-8, with its offset and line) and the fix; every reader of text files uses it."""
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise DataError(f"{where}: UTF-16 text, not UTF-8. Fix: convert it (iconv -f UTF-16 -t UTF-8), or "
-                        f"{leave_out}")
-    nul = raw.find(b"\0")
-    if nul >= 0:
-        raise DataError(f"{where}: a binary file, not text (a NUL byte at offset {nul:,}). Fix: {leave_out}")
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{where}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start:,} (line {line}). Fix: "
-                        f"convert it to UTF-8 (e.g. iconv -f WINDOWS-1252 -t UTF-8, naming its real encoding), "
-                        f"or {leave_out}") from None
+    first byte that is not UTF-8, with its offset and line) and the fix; every reader of text files uses it
+    (files too long to hold whole feed a TextCheck)."""
+    check = TextCheck(where, leave_out)
+    text = check.feed(raw)
+    check.finish()
+    return text
 
 
 def _json_kind(v) -> str:
@@ -325,9 +406,24 @@ def _root_cause(e: BaseException) -> str:
 
 def parquet_problem(raw: bytes) -> str | None:
     """Why raw cannot be a parquet file (no PAR1 marker at its start and end: not parquet, or cut off), or None."""
-    if len(raw) < 12 or not raw.startswith(b"PAR1") or not raw.endswith(b"PAR1"):
+    return _parquet_ends_problem(len(raw), raw[:4], raw[-4:])
+
+
+def _parquet_ends_problem(size: int, head: bytes, tail: bytes) -> str | None:
+    """parquet_problem of a file of `size` bytes that starts with `head` and ends with `tail` (4 bytes each)."""
+    if size < 12 or head != b"PAR1" or tail != b"PAR1":
         return "not a parquet file, or a damaged one (no PAR1 marker at its start and end: cut off or not parquet)"
     return None
+
+
+def _parquet_data_bytes(p: Path, size: int) -> int:
+    """The uncompressed size of a parquet file's columns (what datasets' copy of it takes), else its size."""
+    try:
+        import pyarrow.parquet as pq
+        meta = pq.read_metadata(p)
+        return max(size, sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)))
+    except Exception:  # noqa: BLE001 - unreadable metadata: loading it says why (_unreadable)
+        return size
 
 
 # ---------------------------------------------------------------- local files
@@ -404,61 +500,124 @@ def files_source(paths: list[str], text_field: str = "text") -> Source:
     resolved = [(name, p, _builder_for(p)) for name, p in expanded]
     h = hashlib.sha256(b"files-v1\0")
     h.update(text_field.encode("utf-8") + b"\0")
-    total = 0
+    total = text_bytes = scratch = 0
     for name, p, builder in resolved:
-        try:
-            raw = p.read_bytes()
-        except OSError as e:
-            raise _unreadable_path(p, e) from e
-        total += len(raw)
-        _hash_update_doc(h, name, raw)
-        if builder == "parquet":
-            problem = parquet_problem(raw)
-            if problem:
-                raise DataError(f"source=files: {p}: {problem}. Fix: write it again, or {LEAVE_OUT}")
-            continue
-        text = decode_text(raw, f"source=files: {p}")  # the cause of every text, json and jsonl failure to decode
-        if builder == "json" and not text.strip():
-            raise DataError(f"source=files: {p} holds no records (it is empty). Fix: {LEAVE_OUT}")
+        size = _hash_and_check(h, name, p, builder)  # a chunk at a time: a file need not fit in memory
+        total += size
+        data_bytes = _parquet_data_bytes(p, size) if builder == "parquet" else size
+        text_bytes += data_bytes
+        scratch += data_bytes if builder != "text" else 0
     listed = ", ".join(paths) if len(paths) <= 3 else f"{', '.join(paths[:3])}, ..."
     desc = f"files {listed} ({len(resolved)} files, {total / 1e6:.2f} MB)"
 
     def load(workdir: Path) -> datasets.Dataset:
         import datasets
-        quiet_imported()  # --no_progress: no bars of load_dataset and the casts (utils.progress)
 
-        parts = []
-        for _, p, builder in resolved:
-            kwargs = {"sample_by": "document"} if builder == "text" else {}
-            try:
-                ds = datasets.load_dataset(builder, data_files=[str(p.resolve())], split="train",
-                                           cache_dir=str(workdir / "hf_datasets"), **kwargs)
-            except Exception as e:
-                raise _unreadable(p, builder, text_field, e) from e
-            # unreached with the installed datasets (it raises on a file of no records, see _unreadable): guards
-            # a datasets version that returns 0 rows without raising
-            if builder != "text" and len(ds) == 0:
-                raise DataError(f"source=files: {p} holds no records. Fix: {LEAVE_OUT}")
-            if text_field not in ds.column_names:
-                raise DataError(f"{p}: no column {shown(text_field)}; available columns: {', '.join(ds.column_names)}. "
-                                f"Pass --text_field NAME")
-            feat = ds.features[text_field]
-            if not (isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string")):
-                problem = _json_file_problem(p, text_field) if builder == "json" else None
-                if problem:  # the first record whose field is not a string
-                    raise DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
-                raise DataError(f"{p}: column {shown(text_field)} has type {feat}, not text; pick a text column "
-                                f"with --text_field (available: {', '.join(ds.column_names)})")
-            nulls = ds.data.column(text_field).null_count  # a record without the field, or with null
-            if nulls:
-                raise _missing_text(p, builder, text_field, ds)
-            ds = ds.select_columns([text_field])
-            if text_field != "text":
-                ds = ds.rename_column(text_field, "text")
-            parts.append(ds.cast_column("text", datasets.Value("string")))
+        parts = [_load_file(p, builder, text_field, workdir) for _, p, builder in resolved]
         return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
-    return Source("files", h.hexdigest(), desc, None, load, name="files")
+    def documents(workdir: Path) -> Documents:
+        """Text files read READ_BYTES at a time on each pass; json and parquet files loaded by datasets (here, before
+        any pass, so their problems show before the work) and read a batch of records at a time."""
+        loaded = {i: _load_file(p, builder, text_field, workdir)
+                  for i, (_, p, builder) in enumerate(resolved) if builder != "text"}
+
+        def one_pass():
+            for i, (_, p, builder) in enumerate(resolved):
+                if builder == "text":
+                    yield _text_segments(p)
+                else:
+                    yield from dataset_documents(loaded[i])
+
+        return Documents(one_pass)
+
+    return Source("files", h.hexdigest(), desc, None, load, name="files", n_bytes=text_bytes, scratch_bytes=scratch,
+                  _documents=documents)
+
+
+READ_BYTES = 1 << 22  # files are hashed, checked and read this many bytes (text files: characters) at a time
+
+
+def _hash_and_check(h, name: str, p: Path, builder: str) -> int:
+    """Add the file's name and bytes to the hash h (as _hash_update_doc does) and check it can be what `builder`
+    reads (decode_text's checks on text and json, the PAR1 markers on parquet, json not empty), reading READ_BYTES
+    at a time; its size."""
+    check = TextCheck(f"source=files: {p}") if builder != "parquet" else None
+    head, tail, any_text = b"", b"", False
+    try:
+        size = p.stat().st_size
+        name_b = name.encode("utf-8")
+        h.update(len(name_b).to_bytes(8, "little") + name_b + size.to_bytes(8, "little"))
+        n = 0
+        with open(p, "rb") as f:
+            while chunk := f.read(READ_BYTES):
+                h.update(chunk)
+                n += len(chunk)
+                if check is not None:
+                    text = check.feed(chunk)
+                    any_text = any_text or bool(text) and not text.isspace()  # .strip() without the copy
+                else:
+                    head, tail = (head + chunk)[:4] if len(head) < 4 else head, (tail + chunk)[-4:]
+    except OSError as e:
+        raise _unreadable_path(p, e) from e
+    if n != size:
+        raise DataError(f"source=files: {p} changed while it was read ({size:,} bytes, then {n:,}). Fix: read it "
+                        f"when nothing writes to it")
+    if check is None:
+        problem = _parquet_ends_problem(size, head, tail)
+        if problem:
+            raise DataError(f"source=files: {p}: {problem}. Fix: write it again, or {LEAVE_OUT}")
+        return size
+    check.finish()  # the cause of every text, json and jsonl failure to decode
+    if builder == "json" and not any_text:
+        raise DataError(f"source=files: {p} holds no records (it is empty). Fix: {LEAVE_OUT}")
+    return size
+
+
+def _text_segments(p: Path) -> Iterator[str]:
+    """A text file's text, READ_BYTES characters at a time, its line breaks read as datasets' text builder reads
+    them (universal newlines: \\r\\n and \\r become \\n), so the documents are the ones load() gives."""
+    try:
+        with open(p, encoding="utf-8") as f:
+            while seg := f.read(READ_BYTES):
+                yield seg
+    except (OSError, UnicodeDecodeError) as e:  # it changed since files_source checked it
+        raise DataError(f"source=files: cannot read {p} ({e})") from e
+
+
+def _load_file(p: Path, builder: str, text_field: str, workdir: Path) -> datasets.Dataset:
+    """One file as a Dataset of one column "text" (a text file: one row), loaded by datasets into workdir, or the
+    DataError that says why it cannot be."""
+    import datasets
+    quiet_imported()  # --no_progress: no bars of load_dataset and the casts (utils.progress)
+
+    kwargs = {"sample_by": "document"} if builder == "text" else {}
+    try:
+        ds = datasets.load_dataset(builder, data_files=[str(p.resolve())], split="train",
+                                   cache_dir=str(workdir / "hf_datasets"), **kwargs)
+    except Exception as e:
+        raise _unreadable(p, builder, text_field, e) from e
+    # unreached with the installed datasets (it raises on a file of no records, see _unreadable): guards
+    # a datasets version that returns 0 rows without raising
+    if builder != "text" and len(ds) == 0:
+        raise DataError(f"source=files: {p} holds no records. Fix: {LEAVE_OUT}")
+    if text_field not in ds.column_names:
+        raise DataError(f"{p}: no column {shown(text_field)}; available columns: {', '.join(ds.column_names)}. "
+                        f"Pass --text_field NAME")
+    feat = ds.features[text_field]
+    if not (isinstance(feat, datasets.Value) and feat.dtype in ("string", "large_string")):
+        problem = _json_file_problem(p, text_field) if builder == "json" else None
+        if problem:  # the first record whose field is not a string
+            raise DataError(f"source=files: {p}: {problem}. Fix: {_json_fix(problem)}")
+        raise DataError(f"{p}: column {shown(text_field)} has type {feat}, not text; pick a text column "
+                        f"with --text_field (available: {', '.join(ds.column_names)})")
+    nulls = ds.data.column(text_field).null_count  # a record without the field, or with null
+    if nulls:
+        raise _missing_text(p, builder, text_field, ds)
+    ds = ds.select_columns([text_field])
+    if text_field != "text":
+        ds = ds.rename_column(text_field, "text")
+    return ds.cast_column("text", datasets.Value("string"))
 
 
 def _json_file_problem(p: Path, text_field: str) -> str | None:

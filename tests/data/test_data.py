@@ -82,14 +82,16 @@ def test_bpe_tokenizer_autotokenizer_roundtrip(built):
 
 
 def test_tokenize_documents_joins_with_eos(built, corpus_files):
-    import datasets
+    """Documents given as segments (the first cut in the middle of a line, as a text file is read) give the tokens
+    of the whole documents."""
     from transformers import AutoTokenizer
 
     _, d = built
     _, texts = corpus_files
     tok = AutoTokenizer.from_pretrained(d.tokenizer_dir)
-    ds = datasets.Dataset.from_dict({"text": texts[:3] + ["", f"literal {EOT} inside"]})
-    flat = blocks_mod.tokenize_documents(ds, tok.backend_tokenizer, d.eos_id)
+    first = texts[0]
+    docs = [[first[:7], first[7:100], "", first[100:]], [texts[1]], [texts[2]], [], [""], [f"literal {EOT} inside"]]
+    flat = blocks_mod.tokenize_documents(docs, tok.backend_tokenizer, d.eos_id)
     expect = []
     for t in texts[:3]:
         expect += tok.encode(t, add_special_tokens=False) + [d.eos_id]
@@ -105,8 +107,9 @@ def test_blocks_shapes_and_batches(built):
     L = cfg.data.seq_len + 1
     assert d.train.ndim == 2 and d.train.shape[1] == L and d.val.shape[1] == L
     assert d.val.shape[0] >= 1 and d.train.shape[0] >= 1
-    assert not torch.is_floating_point(d.train)
-    assert int(d.train.max()) < d.vocab_size and int(d.train.min()) >= 0
+    assert d.train.dtype == torch.uint16 and d.val.dtype == torch.uint16  # train.npy mapped, not widened to int32
+    ids = d.train.long()
+    assert int(ids.max()) < d.vocab_size and int(ids.min()) >= 0
     meta = json.loads((d.cache_dir / "meta.json").read_text())
     assert meta["source_hash"] == d.source_hash and meta["tokenizer_hash"] == d.tokenizer_hash
     assert meta["dtype"] == "uint16" and meta["n_train"] == d.train.shape[0] and meta["n_val"] == d.val.shape[0]
@@ -183,19 +186,17 @@ def test_tampered_or_truncated_cache_raises(tmp_path, corpus_files):
 def test_interrupted_build_leaves_no_cache(tmp_path, corpus_files, monkeypatch):
     paths, _ = corpus_files
     cfg = cfg_for(tmp_path, paths[:2])
-    real_write = blocks_mod._write_split
-    calls = []
+    real_split = blocks_mod._split_in_place
 
-    def failing_write(*a, **k):  # val.npy (the second array) is never written
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt("simulated kill")
-        return real_write(*a, **k)
+    def killed_split(path, val_path, *a):  # killed while splitting: train.npy holds the token stream, val.npy begun
+        assert path.stat().st_size > 0
+        val_path.write_bytes(b"partial")
+        raise KeyboardInterrupt("simulated kill")
 
-    monkeypatch.setattr(blocks_mod, "_write_split", failing_write)
+    monkeypatch.setattr(blocks_mod, "_split_in_place", killed_split)
     with pytest.raises(KeyboardInterrupt):
         prepare_data(cfg, log=quiet)
-    monkeypatch.setattr(blocks_mod, "_write_split", real_write)
+    monkeypatch.setattr(blocks_mod, "_split_in_place", real_split)
     root = Path(cfg.data.cache_dir)
     assert [p.name for p in root.iterdir() if p.name not in ("tokenizers", ".lock")] == []
     d = prepare_data(cfg, log=quiet)
@@ -453,8 +454,9 @@ def _whole_document_blocks(folder: Path, texts: list[str], tokenizer_dir: Path, 
 
 
 def test_streamed_preparation_writes_the_bytes_of_whole_documents(tmp_path, monkeypatch):
-    """Long documents cut into pieces (pieces of ~300 characters, batches of ~700 here, against 64 Ki and 1 Mi in
-    use) give the same BPE and the same train.npy and val.npy, byte for byte, as whole documents."""
+    """Long documents read in segments and cut into pieces (segments of 50 characters, pieces of ~300, batches of
+    ~700 here, against 4 Mi, 64 Ki and 1 Mi in use) give the same BPE and the same train.npy and val.npy, byte for
+    byte, as whole documents encoded at once and saved by np.save."""
     from data.tokenizer import train_bpe
 
     rng = random.Random(7)
@@ -465,7 +467,7 @@ def test_streamed_preparation_writes_the_bytes_of_whole_documents(tmp_path, monk
         paths[-1].write_text(t, encoding="utf-8")
     monkeypatch.setattr(blocks_mod, "PIECE_CHARS", 300)
     monkeypatch.setattr(blocks_mod, "BATCH_CHARS", 700)
-    monkeypatch.setattr("data.tokenizer.pieces", lambda t: blocks_mod.pieces(t, 300))  # the BPE's pieces
+    monkeypatch.setattr(corpus_mod, "READ_BYTES", 50)  # text files read 50 characters at a time
     assert len(blocks_mod.pieces(texts[-1], 300)) > 10
     d = prepare_data(cfg_for(tmp_path, [p for p, t in zip(paths, texts) if t]), log=quiet)
 
