@@ -549,7 +549,7 @@ def _hash_and_check(h, name: str, p: Path, builder: str) -> int:
         name_b = name.encode("utf-8")
         h.update(len(name_b).to_bytes(8, "little") + name_b + size.to_bytes(8, "little"))
         n = 0
-        with open(p, "rb") as f:
+        with p.open("rb") as f:
             while chunk := f.read(READ_BYTES):
                 h.update(chunk)
                 n += len(chunk)
@@ -578,11 +578,14 @@ def _text_segments(p: Path) -> Iterator[str]:
     """A text file's text, READ_BYTES characters at a time, its line breaks read as datasets' text builder reads
     them (universal newlines: \\r\\n and \\r become \\n), so the documents are the ones load() gives."""
     try:
-        with open(p, encoding="utf-8") as f:
+        with p.open(encoding="utf-8") as f:
             while seg := f.read(READ_BYTES):
                 yield seg
-    except (OSError, UnicodeDecodeError) as e:  # it changed since files_source checked it
-        raise DataError(f"source=files: cannot read {p} ({e})") from e
+    except OSError as e:  # its permissions changed since files_source checked it
+        raise _unreadable_path(p, e) from e
+    except UnicodeDecodeError as e:  # it changed since files_source checked it
+        raise DataError(f"source=files: {p} changed since it was checked and is no longer UTF-8 ({e}). Fix: read it "
+                        f"when nothing writes to it") from e
 
 
 def _load_file(p: Path, builder: str, text_field: str, workdir: Path) -> datasets.Dataset:

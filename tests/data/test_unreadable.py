@@ -25,10 +25,10 @@ def _refuse(monkeypatch, method: str, secret: Path):
     monkeypatch.setattr(Path, method, refused)
 
 
-@pytest.mark.parametrize("method", ["is_dir", "read_bytes"])
+@pytest.mark.parametrize("method", ["is_dir", "open"])
 def test_a_path_one_may_not_read_gets_the_fix_of_a_read(corpus_file, cache_dir, tmp_path, capsys, monkeypatch, method):
-    """is_dir: a folder on the way this user may not enter (it raises, where a missing path gives False); read_bytes:
-    a file this user may not read."""
+    """is_dir: a folder on the way this user may not enter (it raises, where a missing path gives False); open: a file
+    this user may not read (files are read a chunk at a time through Path.open)."""
     secret = tmp_path / "secret"
     secret.mkdir()
     text = secret / "a.txt"
