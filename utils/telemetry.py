@@ -38,7 +38,7 @@ SIGNALS = {s.name: s for s in (
 ALARM_SIGNALS = tuple(n for n, s in SIGNALS.items() if s.per_step)  # what --spike_alarm can watch
 
 # The thresholds of the signals the spike-warning study found to warn (docs/spikes.md): --spike_alarm SIGNAL with no
-# threshold uses these. Its run at 12 seeds found none (a threshold shown not to warn is no default), so it is empty.
+# threshold uses these. Its run at 12 seeds showed none to warn (docs/spikes.md, Result), so it is empty.
 CALIBRATED: dict[str, float] = {}
 
 
