@@ -4,7 +4,8 @@ project above utils, so that training (below research) asks the same table as th
 A folder belongs to the tool whose marking file it holds. OWNERS names each owner once: the files whose presence
 makes a folder its (`marks`) and the files it writes beside them that would mark another owner's folder elsewhere
 (`writes`: a study file's combined.json is no QK-norm study's). A config.json marks a run's folder only where it is
-a run's config (utils.run_names.is_own_run): a Hugging Face model folder, an export among them, has one too. Two
+a run's config (utils.run_names.is_own_run): a Hugging Face model folder, an export among them, has one too; one
+that no owner's file explains marks a model folder (MODEL_KIND), which only the export may write into. Two
 files say whose folder it is in more words: a study.json names the study and its kind, and a redraw.json, written
 by split_panels.py --out, names the study folder it is a redraw of and that study's kind.
 
@@ -28,6 +29,7 @@ from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
 STUDY_INDEX = "study.json"  # a study folder's index (research.results.layout declares it whole)
 REDRAW = "redraw.json"  # split_panels.py --out: whose redraw a folder is
+MODEL_KIND = "model"  # a folder whose config.json no tool of ours wrote (a Hugging Face model's): the export's only
 QK_COMBINED = "combined.json"  # the QK-norm study's and a study file's combined decisions
 PILOT_COMBINED = "combined_results.json"  # the pilot's runs in one file
 INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
@@ -141,18 +143,22 @@ def owners_of(folder: str | Path) -> list[Held]:
     folder = Path(folder)
     held = [Held(o.kind, o.tool, found, o.kind) for o in OWNERS.values() if o.kind != REDRAW_KIND
             if (found := tuple(name for name in o.marks if _holds(folder, name)))]
+    if not held and (folder / CONFIG).exists():  # a config.json no tool of ours wrote: a model folder, or anyone's
+        held.append(Held(MODEL_KIND, f"a model folder or another program's files (its {CONFIG} is no run's config)",
+                         (CONFIG,)))
     held += _named(folder)
     writes = {name for h in held if h.owner for name in OWNERS[h.owner].writes}
     return [h for h in held if not set(h.files) <= writes]
 
 
 def refuse_foreign(folder: str | Path, kind: str, tool: str, redraw_of: str | Path | None = None,
-                   fix: str = "pass another --out") -> None:
+                   fix: str = "pass another --out", accept: tuple[str, ...] = ()) -> None:
     """OwnerError when `folder` holds files of an owner other than `kind` (with `redraw_of`: other than the redraw
-    of that study folder, split_panels.py --out): which owner, by which file, and `fix`. `tool`: the command about to
-    write (for the message). Called before anything is written, so nothing is written when it refuses."""
+    of that study folder, split_panels.py --out) or the kinds in `accept` (the export: MODEL_KIND, a model folder it
+    may replace with --force): which owner, by which file, and `fix`. `tool`: the command about to write (for the
+    message). Called before anything is written, so nothing is written when it refuses."""
     source = None if redraw_of is None else str(Path(redraw_of).resolve())
-    foreign = [h for h in owners_of(folder) if h.kind != kind or h.redraw_of != source]
+    foreign = [h for h in owners_of(folder) if h.kind not in accept and (h.kind != kind or h.redraw_of != source)]
     if not foreign:
         return
     by = "; ".join(f"{h.who}, by its {', '.join(h.files)}" for h in foreign)

@@ -50,7 +50,7 @@ from training.checkpoint import (Checkpoint, CheckpointError, list_checkpoints, 
                                  load_newest_weights, read_state)
 from utils.errors import UserError
 from utils.io import check_links
-from utils.owners import refuse_foreign
+from utils.owners import MODEL_KIND, refuse_foreign
 from utils.run_names import CONFIG, RUN_FILES, is_own_run
 
 WEIGHTS_FILE = "model.safetensors"
@@ -237,7 +237,7 @@ def check_out_dir(out_dir: Path, run_dir: Path, force: bool) -> None:
             "is a run folder" if run == out_dir.resolve() else f"lies inside the run folder {run}")
         raise ExportError(f"output {out_dir} {where}: an export never writes into a run's files, even with "
                           f"--force; choose another folder (e.g. {run_dir.resolve().parent / (run_dir.name + '-hf')})")
-    refuse_foreign(out_dir, "export", "export_hf.py", fix="choose another output folder")
+    refuse_foreign(out_dir, "export", "export_hf.py", fix="choose another output folder", accept=(MODEL_KIND,))
     if out_dir.is_dir() and any(out_dir.iterdir()) and not force:
         raise ExportError(f"output folder {out_dir} is not empty: choose another, or pass --force to write into "
                           f"it (files of the same names are replaced, other files are kept)")

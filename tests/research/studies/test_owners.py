@@ -114,8 +114,12 @@ def test_a_catalog_study_refuses_another_kinds_folder(folders, capsys):
 
 
 def test_owners_of_names_every_owner_and_an_unreadable_study_json(tmp_path):
-    (tmp_path / "config.json").write_text("{}")  # a model folder's config.json: no run's
-    assert owners_of(tmp_path) == []
+    (tmp_path / "config.json").write_text("{}")  # a model folder's config.json: no run's, and no other tool's
+    assert [(h.kind, h.files) for h in owners_of(tmp_path)] == [("model", ("config.json",))]
+    with pytest.raises(Exception, match=r"belongs to a model folder or another program's files \(its config.json is "
+                                        r"no run's config\), by its config.json: tool writes only"):
+        refuse_foreign(tmp_path, "keys", "tool")
+    refuse_foreign(tmp_path, "export", "tool", accept=("model",))  # the export may replace a model folder's files
     (tmp_path / "config.json").write_text('{"model": {}, "train": {}, "data": {}}')  # a run's
     (tmp_path / "pretrained_keys.json").write_text("{}")
     (tmp_path / "study.json").write_text("{not json")
