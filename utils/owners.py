@@ -1,21 +1,26 @@
-"""Which tool owns a folder: the one rule every writer asks first, the trainer included. No torch, nothing of the
-project above utils, so that training (below research) asks the same table as the studies and the drawing.
+"""Which tool owns a folder, and the one table of the kinds of folder: the one rule every writer asks first, the
+trainer included. No torch, nothing of the project above utils, so that training (below research) asks the same
+table as the studies and the drawing.
 
-A folder belongs to the tool whose marking file it holds. OWNERS names each owner once: the files whose presence
-makes a folder its (`marks`) and the files it writes beside them that would mark another owner's folder elsewhere
-(`writes`: a study file's combined.json is no QK-norm study's). A config.json marks a run's folder only where it is
-a run's config (utils.run_names.is_own_run): a Hugging Face model folder, an export among them, has one too; one
-that no owner's file explains marks a model folder (MODEL_KIND), which only the export may write into. Two
-files say whose folder it is in more words: a study.json names the study and its kind, and a redraw.json, written
-by split_panels.py --out, names the study folder it is a redraw of and that study's kind.
+OWNERS holds one record per kind of folder (`Owner`): its name, who writes it, the files whose presence makes a
+folder its (`marks`), the files it writes beside them that would mark another owner's folder elsewhere (`writes`: a
+study file's combined.json is no QK-norm study's), and for a study kind how its folder is recognised (`found_by`: a
+study.json naming it, or its own results file) and whether its runs are a learning-rate grid (`grid`). Every other
+list of kinds is derived from it: STUDY_KINDS (what a study.json may name), GRID_KINDS, and the registry of study
+kinds (research.studies.kinds.KINDS), whose records point here by name (Kind.owner) and must match it one to one.
+A config.json marks a run's folder only where it is a run's config (utils.run_names.is_own_run): a Hugging Face
+model folder, an export among them, has one too; one that no owner's file explains marks a model folder
+(MODEL_KIND), which only the export may write into. Two files say whose folder it is in more words: a study.json
+names the study and its kind, and a redraw.json, written by split_panels.py --out, names the study folder it is a
+redraw of and that study's kind.
 
 Every writer (train_llm.py and every run of a study through training.run.train_run, each study, the drawing of any
 study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py) calls
 `refuse_foreign(folder, kind, tool)` before it writes anything: a folder of its own (its kind, and for a redraw the
 same source folder), or of no owner, is written; one holding another owner's file is refused, naming that owner,
 the file and the fix, and nothing is written. So a run never lands in a study's or a report's folder, one tool's
-report.md never replaces another's, and no folder ends up mixing two owners' results. research.studies.kinds'
-records point here (Kind.owner); research.results.vocabulary takes the file names from here.
+report.md never replaces another's, and no folder ends up mixing two owners' results. research.results.vocabulary
+takes the file names and the lists of kinds from here.
 """
 from __future__ import annotations
 
@@ -36,8 +41,6 @@ INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
 PRETRAINED_KEYS = "pretrained_keys.json"  # research/pretrained_keys_study.py's results
 CHECKPOINT_KEYS = "checkpoint_keys.json"  # research/checkpoint_keys_study.py's results
 EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exported
-# The kinds of study a study.json may name (research.studies.kinds draws each).
-STUDY_KINDS = ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions", "spikes")
 
 
 class OwnerError(UserError):
@@ -46,12 +49,28 @@ class OwnerError(UserError):
 
 @dataclass(frozen=True)
 class Owner:
-    """A tool (or kind of study) and the files whose presence makes a folder its."""
+    """One kind of folder: who writes it, the files whose presence makes a folder its, and for a study kind how its
+    folder is recognised and whether its runs are a grid."""
 
     kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'redraw'
     tool: str  # who writes it, for people
     marks: tuple[str, ...] = ()  # names directly in the folder that make it this owner's (none: a study.json)
     writes: tuple[str, ...] = ()  # other owners' marks it writes beside its own (then they are its)
+    found_by: str | None = None  # a study kind's (research.studies.kinds draws it): STUDY_INDEX, its study.json
+    #   names it (or, for the write-ups' folders, research.results.layout.load_study's files), or its own results
+    #   file (its only mark); None: no study kind (a run, an inspection, an export, a redraw)
+    grid: bool = False  # its runs are a learning-rate grid, named condition@multiplier (study.json checks it)
+
+
+def _study(kind: str, tool: str, marks: tuple[str, ...] = (), writes: tuple[str, ...] = (),
+           grid: bool = False) -> Owner:
+    """A study kind whose folder holds a study.json naming it."""
+    return Owner(kind, tool, marks, writes, STUDY_INDEX, grid)
+
+
+def _one_file(kind: str, tool: str, file: str) -> Owner:
+    """A study kind whose folder is recognised by its own results file."""
+    return Owner(kind, tool, (file,), found_by=file)
 
 
 REDRAW_KIND = "redraw"
@@ -59,18 +78,23 @@ OWNERS: dict[str, Owner] = {o.kind: o for o in (
     Owner("run", "a training run (train_llm.py, or a study's condition)", RUN_FILES),
     Owner("inspect", "research/inspect_pretrained.py", (INSPECT_FILE,)),
     Owner("export", "research/export_hf.py", (EXPORT_INFO,)),
-    Owner("pretrained_keys", "research/pretrained_keys_study.py", (PRETRAINED_KEYS,)),
-    Owner("checkpoint_keys", "research/checkpoint_keys_study.py", (CHECKPOINT_KEYS,)),
-    Owner("pilot", "the pilot (research/qk_norm_500k_study.py)", (PILOT_COMBINED,)),
-    Owner("qk_norm", "the QK-norm study", (QK_COMBINED,)),
-    Owner("keys", "the key-dynamics study"),
-    Owner("heads", "the head-specialization study"),
-    Owner("lr", "the learning-rate study"),
-    Owner("finetune", "research/finetune_keys_study.py"),
-    Owner("conditions", "a study file's study (research/study.py)", writes=(QK_COMBINED,)),
-    Owner("spikes", "the spike study"),
+    _one_file("pretrained_keys", "research/pretrained_keys_study.py", PRETRAINED_KEYS),
+    _one_file("checkpoint_keys", "research/checkpoint_keys_study.py", CHECKPOINT_KEYS),
+    _study("qk_norm", "the QK-norm study", (QK_COMBINED,)),
+    _study("pilot", "the pilot (research/qk_norm_500k_study.py)", (PILOT_COMBINED,)),
+    _study("keys", "the key-dynamics study"),
+    _study("heads", "the head-specialization study"),
+    _study("lr", "the learning-rate study", grid=True),
+    _study("finetune", "research/finetune_keys_study.py"),
+    _study("conditions", "a study file's study (research/study.py)", writes=(QK_COMBINED,)),
+    _study("spikes", "the spike study", grid=True),
     Owner(REDRAW_KIND, "research/split_panels.py --out", (REDRAW,), writes=(QK_COMBINED, PILOT_COMBINED)),
 )}
+# Derived from OWNERS: the kinds of study a study.json may name, in the table's order (its check lists them so),
+# and those of them whose runs are named condition@multiplier.
+STUDY_KINDS = tuple(o.kind for o in OWNERS.values() if o.found_by == STUDY_INDEX)
+GRID_KINDS = tuple(o.kind for o in OWNERS.values() if o.grid)
+
 
 # What the owner rule reads of a study.json (research.results.layout.STUDY declares and checks the whole file) and
 # of a redraw.json (all of it).

@@ -54,10 +54,9 @@ ABLATION_TEXT = {"k_ones": "k gain \u2192 1", "q_ones": "q gain \u2192 1", "qk_o
                  "qk_mean": "q and k gains \u2192 their means"}
 LEGACY_ABLATION_MODES = {"ones": "k_ones", "mean": "k_mean"}  # files written before q gains were ablated
 GRID_SEP = "@"
-# The kinds of study a study.json may name (research.studies.kinds.KINDS draws each), as the owner table has them.
-STUDY_KINDS = owners.STUDY_KINDS
-# The kinds whose runs are a learning-rate grid, named condition@multiplier.
-GRID_KINDS = ("lr", "spikes")
+# The kinds of study a study.json may name (research.studies.kinds.KINDS draws each), and those whose runs are a
+# learning-rate grid, named condition@multiplier: both derived from the one table of kinds (utils.owners.OWNERS).
+STUDY_KINDS, GRID_KINDS = owners.STUDY_KINDS, owners.GRID_KINDS
 
 
 def grid_key(condition: str, multiplier: float) -> str:

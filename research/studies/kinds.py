@@ -5,11 +5,13 @@ compared and at what budget (research.analysis.identity, the same check for ever
 decides them (a frozen dataclass of research.analysis), and from that analysis alone `figures`, `report` and
 `combined` build what is written; the report opens with what was compared. research.studies.render runs these
 steps for any folder; the study runner, every study script and research/split_panels.py go through it. A kind is
-found from the folder: its study.json names it, or its own results file does (`found_by`, the file its entry in
-the owner table, utils.owners.OWNERS, marks its folders by: `Kind.owner`).
+found from the folder: its study.json names it, or its own results file does (`found_by`). What a kind's folder
+is, as against its drawing, lives in its record of the one table of kinds, utils.owners.OWNERS (`Kind.owner`): how
+its folder is recognised, the files that mark it, whether its runs are a grid; KINDS has one entry for each study
+kind of that table and no other.
 
-Adding a kind: write its analysis (research/analysis/<kind>.py) and its figures and report
-(research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md shows an example).
+Adding a kind: its record in utils.owners.OWNERS, its analysis (research/analysis/<kind>.py), its figures and report
+(research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md gives the recipe).
 """
 from __future__ import annotations
 
@@ -49,7 +51,7 @@ from research.results.steps import load_steps
 from research.results.trajectory import load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT
-from utils.owners import OWNERS, Owner, owned_file
+from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
 
 
 def _no_combined(analysis) -> dict:
@@ -81,14 +83,19 @@ class Kind:
     report: Callable[[Any], str]  # (analysis) -> report.md
     outputs: Callable[[list[str]], list[str]]  # (conditions) -> the names of the files it writes, in order
     combined: Callable[[Any], dict] = _no_combined  # (analysis) -> {file name: JSON-ready dict}
-    found_by: str | None = None  # the results file that marks a folder of this kind (where no study.json names it)
     compare: Callable[[Any], Comparison | None] = compare  # (inputs) -> the runs to decide and why, or None
 
     @property
     def owner(self) -> Owner:
-        """Its entry in the one owner table (utils.owners.OWNERS): the files that mark its folders, those it also
-        writes, who it is for people; every writer's folder check reads it there."""
+        """Its record in the one table of kinds (utils.owners.OWNERS): how its folder is recognised, the files that
+        mark its folders, those it also writes, who it is for people, whether its runs are a grid; every writer's
+        folder check reads it there."""
         return OWNERS[self.name]
+
+    @property
+    def found_by(self) -> str | None:
+        """The results file that marks a folder of this kind, where no study.json names it (its table record's)."""
+        return None if self.owner.found_by == STUDY_INDEX else self.owner.found_by
 
     def decide(self, inputs, margin: float | None, loss_margin: float | None) -> tuple[Any, Comparison | None]:
         """(the analysis, the comparison it rests on): the runs `compare` keeps, decided by `analyze`."""
@@ -244,10 +251,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
          _named(spikes_plots.FIGURES), compare=_spikes_compare),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), found_by=PRETRAINED_FILE,
-         compare=nothing_to_pair),
+         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair),
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, trajectory_plots.figures,
-         trajectory_plots.report, _named(trajectory_plots.FIGURES), found_by=TRAJECTORY_FILE, compare=nothing_to_pair),
+         trajectory_plots.report, _named(trajectory_plots.FIGURES), compare=nothing_to_pair),
 )}
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from research import split_panels
-from research.results.vocabulary import INSPECT_FILE
+from research.results.vocabulary import GRID_KINDS, INSPECT_FILE, STUDY_KINDS
+from research.studies import STUDIES
 from research.studies.kinds import KINDS
 from tests.helpers import stops
 from tests.research.studies.stored import unpack
@@ -41,6 +42,18 @@ def test_every_kind_points_to_its_entry_in_the_owner_table_and_is_found_by_the_f
         if kind.found_by:
             assert kind.owner.marks == (kind.found_by,)
     assert {"run", "inspect", "export", "redraw", "pretrained_keys", "checkpoint_keys"} <= set(OWNERS)
+
+
+def test_the_registry_and_the_lists_of_kinds_are_the_table_of_kinds():
+    """One record per study kind in the table, one registry entry per record and no other; the lists of kinds and
+    the catalog's learning-rate grids agree with the table."""
+    assert [k for k, o in OWNERS.items() if o.found_by] == ["pretrained_keys", "checkpoint_keys", "qk_norm", "pilot",
+                                                            "keys", "heads", "lr", "finetune", "conditions", "spikes"]
+    assert sorted(KINDS) == sorted(k for k, o in OWNERS.items() if o.found_by)
+    assert STUDY_KINDS == ("qk_norm", "pilot", "keys", "heads", "lr", "finetune", "conditions", "spikes")
+    assert GRID_KINDS == ("lr", "spikes")
+    assert {study.kind: bool(study.lr_multipliers) for study in STUDIES.values()} == {
+        study.kind: study.kind in GRID_KINDS for study in STUDIES.values()}
 
 
 @pytest.mark.parametrize("source, target, owner", [
