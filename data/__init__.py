@@ -7,10 +7,10 @@
     x, y = loader.next_batch()         # int64 [batch_size // world_size, seq_len]
     evals = val_batches(data.val, cfg.train.batch_size, cfg.train.eval_batches, r, w)
 """
-from data.corpus import OFFLINE_OPTIONS, DataError
 from data.loader import BlockLoader, val_batches
 from data.offline import resolve_offline
 from data.prepare import TokenData, data_usage, prepare_data
+from data.source import OFFLINE_OPTIONS, DataError
 from data.tokenizer import EOT
 
 __all__ = ["TokenData", "prepare_data", "data_usage", "resolve_offline", "BlockLoader", "val_batches", "DataError",

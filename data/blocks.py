@@ -20,7 +20,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from data.corpus import DataError
+from data.source import DataError
 from utils.errors import is_disk_full, os_problem
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
@@ -169,7 +169,7 @@ def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
 def token_chunks(docs: Iterable[Iterable[str]], backend, eos_id: int) -> Iterator[np.ndarray]:
     """Every document's token ids, each document followed by EOS (an empty one adds nothing), in order, as int32
     arrays of about BATCH_CHARS characters' worth. `docs`: each document as an iterable of text segments that joined
-    are the document (data.corpus.Documents; a list of [text] will do), read one segment at a time.
+    are the document (data.source.Documents; a list of [text] will do), read one segment at a time.
 
     `backend` is a `tokenizers.Tokenizer`; special-token text inside documents is encoded as plain text (a literal
     "<|endoftext|>" in a file does not become a separator).
@@ -349,7 +349,7 @@ def _split_in_place(path: Path, val_path: Path, start: int, n: int, L: int, dtyp
 
 def build_blocks(folder: Path, docs: Iterable[Iterable[str]], backend, key: BlockKey, about: dict,
                  log=print) -> None:
-    """Tokenize `docs` (data.corpus.Documents), cut, split and write the cache folder for `key`; `about` adds
+    """Tokenize `docs` (data.source.Documents), cut, split and write the cache folder for `key`; `about` adds
     descriptive fields to meta.json (source, tokenizer name) that are not part of the key. The token ids go, at the
     key's width, into train.npy as they come, and the split is made in that file (_split_in_place), so memory holds
     one batch of the tokenizer's work and one slice of blocks, whatever the corpus's size, and the disk at most the

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from data.blocks import BlockKey, build_blocks, load_blocks, token_dtype
-from data.corpus import DataError, Documents, Source, open_source
+from data.corpus import open_source
+from data.source import DataError, Documents, Source
 from data.tokenizer import TOKENIZER_FOLDER, TokenizerInfo, corpus_bytes, get_tokenizer
 from utils.cache import cache_dir
 from utils.io import remove_matching, temp_dir_pattern

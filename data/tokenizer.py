@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from data.blocks import BATCH_CHARS, stream_pieces
-from data.corpus import DataError, Source, _package_dir, check_hub_reachable
+from data.corpus import _package_dir
+from data.source import DataError, Source, check_hub_reachable
 from utils.errors import shown
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
@@ -198,7 +199,7 @@ def _looks_like_path(s: str) -> bool:
 def get_tokenizer(data_cfg, model_vocab_size: int, source: Source, corpus: Callable[[], Any],
                   cache_root: Path, log: Callable[[str], None] = print) -> TokenizerInfo:
     """Train, load or fetch the tokenizer named by data_cfg.tokenizer (see module doc).
-    `corpus()` returns the documents (data.corpus.Documents); it is only called to train."""
+    `corpus()` returns the documents (data.source.Documents); it is only called to train."""
     name = data_cfg.tokenizer
     cache_root = Path(cache_root)
     if name == "bpe":

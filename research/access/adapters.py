@@ -1,6 +1,6 @@
 """Where things are inside a causal LM: one adapter class per model family.
 
-    adapter = ADAPTERS[model_type](hf_model)      # or OwnAdapter(minimal_llm)
+    adapter = ADAPTERS[model_type](hf_model)      # or OwnAdapter(minimal_llm), own_adapter.py
     with adapter.capture(sink): adapter.forward(ids_BT)
 
 An adapter exposes, uniformly across families: the decoder layers, per layer the q/k/v/o
@@ -186,75 +186,6 @@ class Adapter:
         finally:
             for h in handles:
                 h.remove()
-
-
-class OwnAdapter(Adapter):
-    """This project's MinimalLLM (models/llm.py)."""
-
-    family = "minimal_llm"
-
-    def __init__(self, model):
-        super().__init__(model)
-        c = model.cfg
-        self.layers = list(model.blocks)
-        self.n_layers, self.n_heads, self.n_kv_heads = c.n_layers, c.n_heads, c.n_kv_heads
-        self.head_dim, self.d_model = c.d_head, c.d_model
-        self.model_type = f"MinimalLLM(qk_norm={c.qk_norm})"
-        self.context, self.context_name = c.max_seq_len, "max_seq_len of the run"
-
-    def qkvo(self, i):
-        a = self.layers[i].attn
-        return {"q": a.wq.weight, "k": a.wk.weight, "v": a.wv.weight, "o": a.wo.weight}
-
-    def qk_norms(self, i):
-        a = self.layers[i].attn
-        return tuple(m if hasattr(m, "weight") else None for m in (a.q_norm, a.k_norm))  # qk_norm='none': Identity
-
-    def final_norm_module(self):
-        return self.model.final_norm
-
-    def output_embedding(self):
-        return self.model.embed.weight
-
-    def input_embedding(self):
-        return self.model.embed.weight  # tied; the forward multiplies it by sqrt(d_model)
-
-    def attention_norm(self, i):
-        return self.layers[i].attn_norm
-
-    def model_param_count(self):
-        return self.model.num_params()
-
-    def forward(self, ids_BT):
-        return self.model(ids_BT)
-
-    @contextmanager
-    def capture(self, sink):
-        with self._hooks(sink) as handles:
-            for i, block in enumerate(self.layers):
-                a = block.attn
-                scratch = {}
-
-                def k_proj(module, inp, out, i=i, a=a):
-                    B, T, _ = out.shape
-                    sink.on_keys(i, "k_proj", heads_first(out.view(B, T, a.n_kv_heads, a.d_head)))
-                handles.append(a.wk.register_forward_hook(k_proj))
-                if self.qk_norms(i)[1] is not None:
-                    handles.append(a.hook_k_norm.register_forward_hook(
-                        lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
-                if self.qk_norms(i)[0] is not None and hasattr(sink, "on_queries"):
-                    handles.append(a.hook_q_norm.register_forward_hook(
-                        lambda m, inp, out, i=i: sink.on_queries(i, "q_norm", heads_first(out))))
-
-                def q_rope(m, inp, out, scratch=scratch):
-                    scratch["q"] = out.detach().transpose(1, 2)  # [B, H, T, D]
-
-                def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
-                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), None, a.d_head ** -0.5,
-                                      None, a.softcap or None)
-                handles.append(a.hook_q_rope.register_forward_hook(q_rope))
-                handles.append(a.hook_k_rope.register_forward_hook(k_rope))
-            yield
 
 
 class HFAdapter(Adapter):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 
-from research.access.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError, OwnAdapter
+from research.access.adapters import ADAPTERS, DEFAULT_ATTN, Adapter, InspectError
+from research.access.own_adapter import OwnAdapter
 from research.access.gguf import PACKAGED, read_meta, resolve_gguf
 from utils.cache import AUTO, cache_dir as cache_folder
 from utils.errors import shown

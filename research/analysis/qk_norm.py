@@ -123,19 +123,7 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     that differ by less than the margin: both contribute. Every text carries the estimates."""
     ab, bc, ac = (dec.get(p) for p in PAIRS)
     if not (ab and bc):
-        if not ac:
-            return Verdict("none", "no verdict: the gain and the normalization are separated only with all three "
-                                   "conditions (QK, QK_frozen, NoQK)")
-        if not ac.tested:
-            why = {DESCRIPTIVE: "one seed per condition (descriptive only)", NO_DATA: NO_DATA}.get(ac.outcome) or \
-                untested_text(ac, 2)
-            return Verdict("descriptive", f"no verdict, {why}: {describe(PAIRS[2], ac)}; without the frozen-gain "
-                                          f"run (B) gain and normalization cannot be separated")
-        head = {DIFFERENT: f"QK-norm changes {what}", EQUAL: f"QK-norm changes {what} by less than the margin",
-                WITHIN: f"QK-norm changes {what} by less than the margin"}.get(ac.outcome)
-        return Verdict("qknorm" if head else "inconclusive",
-                       f"{head or 'inconclusive'}: {describe(PAIRS[2], ac)}; without the frozen-gain run (B) gain "
-                       f"and normalization cannot be separated")
+        return _without_frozen(ac, what)
     margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale and math.isfinite(ab.scale) else "the margin"
     shown = list(zip(PAIRS, (ab, bc, ac))) + ([(STEPS, steps)] if steps is not None else [])
     text = "; ".join(describe(p, d) for p, d in shown)
@@ -152,24 +140,9 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     if not (ab.decided and bc.decided):
         return verdict("inconclusive", "inconclusive: the size of " + " and of ".join(
             STEP[p].split(" (")[0] for p, d in zip(PAIRS, (ab, bc)) if not d.decided) + " is not settled")
-    for driver, other in ((PAIRS[0], PAIRS[1]), (PAIRS[1], PAIRS[0])):
-        if not (dec[driver].differs and dec[other].same):
-            continue
-        key, other_key = DRIVER[driver], DRIVER[other]  # "gain", "normalization"
-        larger = _larger(driver, dec, steps)
-        if larger:
-            return verdict(key, f"the {key} drives {what}: its step is larger than the {other_key}'s by at least "
-                                f"the margin")
-        if not _confirms(ac, dec[driver]):
-            return verdict("inconclusive", f"inconclusive: A\u2212B and B\u2212C point to the {key}, but A\u2212C "
-                                           f"does not confirm it")
-        if larger is False:
-            return verdict("contribute", f"both the {key} and the {other_key} contribute to {what}, in the same "
-                                         f"direction: the {key}'s step lies beyond the margin and the {other_key}'s "
-                                         f"within it, but the two differ by less than the margin")
-        return verdict("inconclusive", f"inconclusive: the {key}'s step lies beyond the margin and the {other_key}'s "
-                                       f"within it, but the {key}'s is not shown larger than the {other_key}'s by the "
-                                       f"margin")
+    single = _single_driver(dec, steps, what, verdict)
+    if single is not None:
+        return single
     if ab.differs and bc.differs:
         if np.sign(ab.diff) != np.sign(bc.diff):
             return verdict("opposite", f"both the gain and the normalization change {what}, in opposite directions"
@@ -189,6 +162,48 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
         return verdict("cancel", f"the gain and the normalization change {what} a little, in opposite directions, "
                                  f"and cancel")
     return verdict("neither", f"neither: QK-norm changes {what} by less than the margin")
+
+
+def _without_frozen(ac: Decision | None, what: str) -> Verdict:
+    """triangulate's verdict without the frozen-gain run (B): QK-norm as a whole (A-C) at most."""
+    if not ac:
+        return Verdict("none", "no verdict: the gain and the normalization are separated only with all three "
+                               "conditions (QK, QK_frozen, NoQK)")
+    if not ac.tested:
+        why = {DESCRIPTIVE: "one seed per condition (descriptive only)", NO_DATA: NO_DATA}.get(ac.outcome) or \
+            untested_text(ac, 2)
+        return Verdict("descriptive", f"no verdict, {why}: {describe(PAIRS[2], ac)}; without the frozen-gain "
+                                      f"run (B) gain and normalization cannot be separated")
+    head = {DIFFERENT: f"QK-norm changes {what}", EQUAL: f"QK-norm changes {what} by less than the margin",
+            WITHIN: f"QK-norm changes {what} by less than the margin"}.get(ac.outcome)
+    return Verdict("qknorm" if head else "inconclusive",
+                   f"{head or 'inconclusive'}: {describe(PAIRS[2], ac)}; without the frozen-gain run (B) gain "
+                   f"and normalization cannot be separated")
+
+
+def _single_driver(dec: dict, steps: Decision | None, what: str, verdict) -> Verdict | None:
+    """triangulate's verdict where one step lies beyond the margin and the other within it (the gain or the
+    normalization drives `what`, both contribute, or inconclusive); None where no step alone is beyond it."""
+    ac = dec.get(PAIRS[2])
+    for driver, other in ((PAIRS[0], PAIRS[1]), (PAIRS[1], PAIRS[0])):
+        if not (dec[driver].differs and dec[other].same):
+            continue
+        key, other_key = DRIVER[driver], DRIVER[other]  # "gain", "normalization"
+        larger = _larger(driver, dec, steps)
+        if larger:
+            return verdict(key, f"the {key} drives {what}: its step is larger than the {other_key}'s by at least "
+                                f"the margin")
+        if not _confirms(ac, dec[driver]):
+            return verdict("inconclusive", f"inconclusive: A\u2212B and B\u2212C point to the {key}, but A\u2212C "
+                                           f"does not confirm it")
+        if larger is False:
+            return verdict("contribute", f"both the {key} and the {other_key} contribute to {what}, in the same "
+                                         f"direction: the {key}'s step lies beyond the margin and the {other_key}'s "
+                                         f"within it, but the two differ by less than the margin")
+        return verdict("inconclusive", f"inconclusive: the {key}'s step lies beyond the margin and the {other_key}'s "
+                                       f"within it, but the {key}'s is not shown larger than the {other_key}'s by the "
+                                       f"margin")
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------

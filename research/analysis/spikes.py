@@ -1,22 +1,5 @@
-"""Loss spikes, defined once, and whether a per-step signal warns before them (the spike-warning study). No torch.
-
-The spike rule (`find_spikes`), on the training loss of every step (metrics.jsonl, --log_every 1):
-
-- the line at step t is median + K x dispersion of the WINDOW steps before t, the dispersion being 1.4826 x their
-  median absolute deviation (the standard deviation for normal noise, unmoved by one wild step), at least
-  REL_FLOOR of the median;
-- step t is a spike's onset when the loss of t and of the M - 1 steps after it all lie above the line of t;
-- warm-up: no onset before the window is full (the first WINDOW steps);
-- refractory: after an onset no other onset until the loss is back under the line (of its own window);
-- a non-finite loss is the extreme case, divergence: a spike at its step (unless one is under way), and the run's
-  end.
-
-Signals (utils.telemetry.SIGNALS, read with its `series`; entropy from results.json's probes) raise an alarm at
-each crossing of a threshold (utils.telemetry.Alarm.crossed), armed from the end of the warm-up on. An alarm
-HITS a spike when it falls in the HORIZON steps before its onset; the lead time is the onset minus the first alarm
-in that window. An alarm is FALSE when no onset follows within HORIZON steps; alarms during a spike (from its
-onset to its end) are neither, and where the run ended (without diverging) less than HORIZON steps later they
-cannot be judged and are not counted, nor are those steps. False alarms are per 1,000 judged steps.
+"""Whether a per-step signal warns before loss spikes (the spike-warning study). No torch. The spike rule, one run's
+record, alarms, hits and false alarms are research/analysis/spike_rule.py (its module doc has the definitions).
 
 Thresholds are chosen on the calibration seeds (the first half of the study's seeds), per signal and condition:
 the candidate (a quantile of the signal over those runs) with the highest hit rate whose false alarms stay under
@@ -53,244 +36,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.rules import ALPHA
+from research.analysis.spike_rule import (CHECKS, HORIZON, LOSS_RISE, STEP_RULE, RunSteps, Score, alarm_matrix,
+                                          alarms, hits_of, loss_rise, total)
 from research.analysis.stats import binomial_upper, mean_ci
 from research.results.values import as_float
-from research.results.vocabulary import LR_CONDITIONS, split_grid_key
-from utils.telemetry import SIGNALS, Signal, series
-
-# ---------------------------------------------------------------------------------- the spike rule
-WINDOW = 20  # steps of the running median: enough for a steady MAD, short against the loss's decay
-K = 5.0  # robust dispersions above the median: far outside step-to-step noise (normal: p < 3e-7 per step)
-M = 2  # consecutive steps above the line: one bad batch is not a spike, a loss that stays up is
-MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
-REL_FLOOR = 1e-3  # the dispersion is at least this share of the median: a flat loss does not fire on rounding
+from research.results.vocabulary import LR_CONDITIONS
+from utils.telemetry import SIGNALS
 
 # ---------------------------------------------------------------------------------- the evaluation
-HORIZON = 10  # steps before an onset in which an alarm counts as a warning
 FALSE_ALARM_BOUND = 20.0  # false alarms per 1,000 steps a calibrated threshold may give on the calibration seeds
 MIN_EXCESS = 0.25  # a hit rate less than this above chance is no useful warning: "does not warn"
 MIN_SPIKES = 4  # held-out spikes any verdict needs
 EXACT_UP_TO = 8  # runs at one rate whose permutations are all enumerated (8! = 40,320); above, MONTE_CARLO (seeded)
 MONTE_CARLO = 20_000
 WARNS, NO_WARNING, INCONCLUSIVE, NO_THRESHOLD = "warns", "does not warn", "inconclusive", "no usable threshold"
-STEP_RULE, LOSS_RISE = "step_only", "loss_rise"
-CHECKS = {s.name: s for s in (  # go through the same calibration and test as the signals, outside their family
-    Signal(STEP_RULE, f"the share of the calibration runs (at the run's rate) with a spike onset in the next "
-                      f"{HORIZON} steps: a rule that knows only the step"),
-    Signal(LOSS_RISE, f"the loss minus the median of its {WINDOW} steps before"),
-)}
 ALIGN = (-2 * HORIZON, HORIZON)  # steps around the onset the figures show
-
-
-@dataclass(frozen=True)
-class Spike:
-    onset: int  # step
-    end: int  # the last step of the spike (the run's last for one that never came back or diverged)
-    diverged: bool  # the loss became non-finite
-
-
-def line(window: np.ndarray) -> float:
-    """median + K x robust dispersion of the losses in `window`."""
-    med = float(np.median(window))
-    disp = max(MAD_SCALE * float(np.median(np.abs(window - med))), REL_FLOOR * abs(med))
-    return med + K * disp
-
-
-def find_spikes(steps, loss) -> list[Spike]:
-    """The spikes of one run's per-step loss (`steps` ascending, one per step; NaN or inf: divergence)."""
-    steps, loss = list(steps), np.asarray(loss, dtype=float)
-    out: list[Spike] = []
-    onset = None
-    for i in range(len(loss)):
-        if not math.isfinite(loss[i]):
-            if onset is None:
-                out.append(Spike(steps[i], steps[i], True))
-            else:
-                out[-1] = Spike(onset, steps[i], True)
-            return out
-        if i < WINDOW:
-            continue
-        bar = line(loss[i - WINDOW:i])
-        if onset is not None:
-            if loss[i] <= bar:
-                onset = None
-            else:
-                out[-1] = Spike(onset, steps[i], False)
-            continue
-        ahead = loss[i:i + M]
-        if len(ahead) == M and (np.all(ahead > bar) or (not math.isfinite(ahead[-1]) and np.all(ahead[:-1] > bar))):
-            onset = steps[i]
-            out.append(Spike(onset, steps[i], False))
-    return out
-
-
-# ---------------------------------------------------------------------------------- one run
-@dataclass(frozen=True)
-class RunSteps:
-    """One run's per-step record: its loss, spikes and signals."""
-
-    condition: str
-    multiplier: float
-    seed: object
-    steps: tuple  # every logged step, ascending
-    loss: tuple
-    spikes: tuple  # Spike
-    signals: dict  # signal name -> (steps, values) where it has a value
-
-    @staticmethod
-    def of(name: str, res: dict, rows: list[dict]) -> "RunSteps":
-        """From a run's results.json (seed, divergence, probes) and its metrics.jsonl training lines."""
-        cond, m = split_grid_key(name) if "@" in name else (name, 1.0)
-        rows = sorted(rows, key=lambda r: r["step"])
-        steps = [r["step"] for r in rows]
-        loss = [as_float(r.get("loss")) for r in rows]
-        diverged = (res.get("diverged") or {}).get("step")
-        if diverged is not None and (not steps or steps[-1] < diverged):
-            steps, loss = steps + [diverged], loss + [math.nan]  # the trainer stops before logging that step
-        signals = {}
-        for name_ in SIGNALS:
-            if SIGNALS[name_].per_step:
-                values = series(name_, rows)
-                signals[name_] = tuple(zip(*[(s, v) for s, v in zip(steps, values) if v is not None])) or ((), ())
-        signals["entropy"] = entropy_series(res)
-        return RunSteps(cond, m, res.get("seed"), tuple(steps), tuple(loss), tuple(find_spikes(steps, loss)),
-                        signals)
-
-    @property
-    def first_armed(self) -> int | None:
-        return self.steps[WINDOW] if len(self.steps) > WINDOW else None
-
-    @functools.cached_property
-    def step_array(self) -> np.ndarray:
-        return np.asarray(self.steps, dtype=np.int64)
-
-    @functools.cached_property
-    def onsets(self) -> np.ndarray:
-        return np.array([s.onset for s in self.spikes], dtype=np.int64)
-
-    @functools.cached_property
-    def judged_mask(self) -> np.ndarray:
-        """At each step: an alarm there is judged (armed, not in a spike, its next HORIZON steps seen or the run
-        diverged)."""
-        s = self.step_array
-        if self.first_armed is None:
-            return np.zeros(s.size, bool)
-        diverged = bool(self.spikes) and self.spikes[-1].diverged
-        mask = (s >= self.first_armed) & (diverged or (s + HORIZON <= s[-1]))
-        for sp in self.spikes:
-            mask &= ~((s >= sp.onset) & (s <= sp.end))
-        return mask
-
-    @property
-    def judged(self) -> frozenset:
-        return frozenset(self.step_array[self.judged_mask].tolist())
-
-    @functools.cached_property
-    def warned_mask(self) -> np.ndarray:
-        """At each step: an onset follows within HORIZON steps (an alarm there is not false)."""
-        s = self.step_array
-        out = np.zeros(s.size, bool)
-        for o in self.onsets:
-            out |= (s < o) & (s >= o - HORIZON)
-        return out
-
-
-def entropy_series(res: dict) -> tuple:
-    """(probe steps, the lowest per-layer mean attention entropy at each): the probe's attn.entropy per query head."""
-    out = []
-    for probe in res.get("probes") or []:
-        means = [float(np.mean(v)) for rec in probe.get("layers") or []
-                 if (v := [as_float(x) for x in (rec.get("attn") or {}).get("entropy") or []])
-                 and all(math.isfinite(x) for x in v)]
-        if means and probe.get("step") is not None:
-            out.append((probe["step"], min(means)))
-    return tuple(zip(*out)) or ((), ())
-
-
-def loss_rise(run: RunSteps) -> tuple:
-    """(steps, the loss minus the median of its WINDOW steps before) from the end of the warm-up, finite only."""
-    loss = np.asarray(run.loss, dtype=float)
-    if loss.size <= WINDOW:
-        return (), ()
-    med = np.median(np.lib.stride_tricks.sliding_window_view(loss[:-1], WINDOW), axis=1)
-    rise = loss[WINDOW:] - med
-    keep = np.isfinite(rise)
-    return tuple(run.step_array[WINDOW:][keep].tolist()), tuple(rise[keep].tolist())
-
-
-def _kind(signal: str) -> Signal:
-    return SIGNALS.get(signal) or CHECKS[signal]
-
-
-def alarm_matrix(run: RunSteps, signal: str, thresholds) -> np.ndarray:
-    """[thresholds, run.steps] booleans: where `signal` crosses each threshold (utils.telemetry.Alarm.crossed: from
-    the other side at its previous value), from the end of the warm-up on."""
-    thresholds = np.atleast_1d(np.asarray(thresholds, dtype=float))
-    out = np.zeros((thresholds.size, len(run.steps)), bool)
-    steps, values = run.signals.get(signal, ((), ()))
-    if run.first_armed is None or not len(steps):
-        return out
-    s, v = np.asarray(steps, dtype=np.int64), np.asarray(values, dtype=float)
-    prev = np.concatenate([[math.nan], v[:-1]])
-    t = thresholds[:, None]
-    fired = ((v >= t) & ~(prev >= t)) if _kind(signal).rises else ((v <= t) & ~(prev <= t))
-    pos = np.searchsorted(run.step_array, s)
-    ok = (s >= run.first_armed) & (pos < run.step_array.size)
-    ok[ok] &= run.step_array[pos[ok]] == s[ok]
-    out[:, pos[ok]] = fired[:, ok]
-    return out
-
-
-def alarms(run: RunSteps, signal: str, threshold: float) -> list[int]:
-    """The steps at which `signal` crosses `threshold`, from the end of the warm-up on."""
-    return run.step_array[alarm_matrix(run, signal, threshold)[0]].tolist()
-
-
-def hits_of(alarm_steps: np.ndarray, onsets: np.ndarray) -> np.ndarray:
-    """Per onset: the first of the (sorted) alarm steps in the HORIZON steps before it, or -1 (no hit)."""
-    if not alarm_steps.size:
-        return np.full(onsets.size, -1, dtype=np.int64)
-    i = np.searchsorted(alarm_steps, onsets - HORIZON)
-    inside = i < alarm_steps.size
-    inside[inside] &= alarm_steps[i[inside]] < onsets[inside]
-    return np.where(inside, alarm_steps[np.minimum(i, alarm_steps.size - 1)], -1)
-
-
-@dataclass(frozen=True)
-class Score:
-    """What one threshold does on some runs: counts, summed."""
-
-    spikes: int = 0
-    hits: int = 0
-    false_alarms: int = 0
-    alarms: int = 0  # alarms at judged steps (true and false)
-    judged_steps: int = 0
-    leads: tuple = ()
-
-    def __add__(self, o: "Score") -> "Score":
-        return Score(self.spikes + o.spikes, self.hits + o.hits, self.false_alarms + o.false_alarms,
-                     self.alarms + o.alarms, self.judged_steps + o.judged_steps, self.leads + o.leads)
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hits / self.spikes if self.spikes else math.nan
-
-    @property
-    def false_per_1000(self) -> float:
-        return 1000 * self.false_alarms / self.judged_steps if self.judged_steps else math.nan
-
-
-def score(run: RunSteps, signal: str, threshold: float) -> Score:
-    """Hits, lead times and false alarms of one threshold on one run (the module docstring's definitions)."""
-    fired = alarm_matrix(run, signal, threshold)[0]
-    first = hits_of(run.step_array[fired], run.onsets)
-    counted = fired & run.judged_mask
-    return Score(int(run.onsets.size), int((first >= 0).sum()), int((counted & ~run.warned_mask).sum()),
-                 int(counted.sum()), int(run.judged_mask.sum()), tuple((run.onsets - first)[first >= 0].tolist()))
-
-
-def total(runs: list[RunSteps], signal: str, threshold: float) -> Score:
-    return sum((score(r, signal, threshold) for r in runs), Score())
 
 
 # ---------------------------------------------------------------------------------- calibration

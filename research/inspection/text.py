@@ -36,14 +36,16 @@ class Documents:
 def text_documents(spec: str) -> Documents:
     """english (the pinned natural-language corpus english-v1) or a UTF-8 text file (one document)."""
     if spec == ENGLISH:
-        from data.corpus import DataError, english_source
+        from data.corpus import english_source
+        from data.source import DataError
         try:
             src = english_source()
         except DataError as e:
             raise InspectError(str(e)) from e
         texts = src.load(Path("."))["text"]  # english-v1 is built in memory: no scratch space used
         return Documents(list(texts), src.name, src.source_hash, src.description)
-    from data.corpus import DataError, decode_text
+    from data.source import DataError
+    from data.text_checks import decode_text
     path = Path(spec).expanduser()
     try:
         raw = path.read_bytes()

@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from research.analysis.spikes import (ALIGN, CHECKS, FALSE_ALARM_BOUND, HORIZON, K, LOSS_RISE, M, MIN_EXCESS,
-                                      MIN_SPIKES, REL_FLOOR, STEP_RULE, WINDOW, SpikeAnalysis, ci_text, p_text,
+from research.analysis.spike_rule import CHECKS, HORIZON, K, LOSS_RISE, M, REL_FLOOR, STEP_RULE, WINDOW
+from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, MIN_EXCESS, MIN_SPIKES, SpikeAnalysis, ci_text, p_text,
                                       spikes_to_rule_out)
 from research.plots.common import color, label, message_figure, styled, subplots
 from utils.telemetry import SIGNALS

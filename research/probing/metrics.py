@@ -74,24 +74,53 @@ def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
     H, B, T, D = keys.shape
     N = B * T
     k = keys.detach().float()                                                  # [H, B, T, D]
+    energy, fourth, peak, nonzero, inv_norm = _per_key(k)
+    norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
+    per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
+    s, lam, erank, std = _spectra(keys)
+    return {
+        "norm_mean": per_token(norm).mean(1),
+        "norm_std": _pop_std(per_token(norm)),
+        "max_abs": per_token(peak).amax(1),
+        "mean_max_abs": per_token(peak).mean(1),
+        "peak_frac": per_token(_ratio_or_zero(peak.square(), energy)).mean(1),
+        "std": std,
+        "cos_mean": _cos_mean(k, inv_norm, nonzero),
+        "pr_sv": _participation(s),
+        "pr_var": _participation(lam),
+        "erank": erank,
+        "pr_vec": per_token(_ratio_or_zero(energy.square(), fourth)).mean(1),
+    }
 
-    # Per-key reductions over D in float32 (the [H, B, T, D] passes), then float64 ([H, B, T]).
+
+def _per_key(k: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The per-key reductions over D of float32 keys k [H, B, T, D] (the [H, B, T, D] passes, in float32), each
+    [H, B, T]: sum_j k_j^2 and sum_j k_j^4 and max_j |k_j| (float64), whether the key is nonzero, and 1/|k| (0 for
+    a zero key, float32)."""
     sq = k.square()                                                            # [H, B, T, D]
     energy = sq.sum(-1)                                                        # [H, B, T]  sum_j k_j^2
     fourth = sq.square_().sum(-1).double()                                     # [H, B, T]  sum_j k_j^4
     peak = torch.maximum(k.amax(-1), -k.amin(-1)).double()                     # [H, B, T]  max_j |k_j|
     nonzero = energy > 0                                                       # [H, B, T]
     inv_norm = torch.where(nonzero, energy.rsqrt(), 0)                         # [H, B, T]  1/|k| or 0
-    energy = energy.double()
-    norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
-    per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
+    return energy.double(), fourth, peak, nonzero, inv_norm
 
-    # Cosines: u = k/|k| (0 for zero keys); sum_i |u_i|^2 = number of nonzero keys.
+
+def _cos_mean(k: torch.Tensor, inv_norm: torch.Tensor, nonzero: torch.Tensor) -> torch.Tensor:
+    """The mean cosine over ordered pairs of keys of one sequence [H]: u = k/|k| (0 for zero keys), and
+    sum_i |u_i|^2 = the number of nonzero keys."""
+    H, B, T, _ = k.shape
     u_sum = (inv_norm.unsqueeze(-2) @ k).squeeze(-2).double()                  # [H, B, D]  sum_t u_t
     pair_sum = u_sum.square().sum((1, 2)) - nonzero.sum((1, 2))                # [H]
-    cos_mean = pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
+    return pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
 
-    # Spectra from D x D matrices: second moment M and covariance C, one eigvalsh call.
+
+def _spectra(keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Singular values s and covariance eigenvalues lam of each head's keys [H, D], the effective rank [H] and the
+    population std of all components [H], in float64 from the input values: from the D x D second moment M and
+    covariance C, one eigvalsh call."""
+    H, B, T, D = keys.shape
+    N = B * T
     K = keys.detach().reshape(H, N, D).to(torch.float64)                       # [H, N, D], input values
     M = K.mT @ K / N                                                           # [H, D, D]
     mu = K.mean(1)                                                             # [H, D]
@@ -102,23 +131,9 @@ def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
     s, lam = (eig[:H] * N).sqrt(), eig[H:]                                     # [H, D] each
     p = _ratio_or_zero(s, s.sum(-1, keepdim=True))                             # [H, D]
     erank = torch.where(s.sum(-1) > 0, torch.exp(-torch.special.xlogy(p, p).sum(-1)), 0)
-
     # Population std of all N*D components from the float64 moments: E[x^2] - E[x]^2.
     std = (M.diagonal(dim1=1, dim2=2).mean(1) - mu.mean(1).square()).clamp_min(0).sqrt()
-
-    return {
-        "norm_mean": per_token(norm).mean(1),
-        "norm_std": _pop_std(per_token(norm)),
-        "max_abs": per_token(peak).amax(1),
-        "mean_max_abs": per_token(peak).mean(1),
-        "peak_frac": per_token(_ratio_or_zero(peak.square(), energy)).mean(1),
-        "std": std,
-        "cos_mean": cos_mean,
-        "pr_sv": _participation(s),
-        "pr_var": _participation(lam),
-        "erank": erank,
-        "pr_vec": per_token(_ratio_or_zero(energy.square(), fourth)).mean(1),
-    }
+    return s, lam, erank, std
 
 
 def _key_mask(start: int, end: int, lo: int, window: int | None, device) -> torch.Tensor:
@@ -284,13 +299,7 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
     bytes, plus float32 copies of q (one) and k (up to two): 4 * (Hq + 2 * Hkv) * B * T * D bytes.
     At T=2048, Hq=16, B=8, D=64, block_size=64: 268 MB + 67 MB + 8.4 MB per KV head.
     """
-    if q.dim() != 4 or k.dim() != 4 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
-        raise ValueError(f"need q [Hq, B, T, D], k [Hkv, B, T, D], Hq % Hkv == 0; "
-                         f"got {tuple(q.shape)}, {tuple(k.shape)}")
-    if v is not None and (v.dim() != 4 or v.shape[:3] != k.shape[:3]):
-        raise ValueError(f"need v [Hkv, B, T, Dv] matching k {tuple(k.shape)}; got {tuple(v.shape)}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be positive, got {block_size}")
+    _check_attention_shapes(q, k, v, block_size)
     Hq, B, T, D = q.shape
     Hkv = k.shape[0]
     G = Hq // Hkv
@@ -299,13 +308,38 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
     sums = _Sums(Hkv * B, G, T, q.device)
     for start in range(0, T, block_size):
         _attend_block(qg, kg, vg, out, sums, start, min(start + block_size, T), G, window=window, softcap=softcap)
+    result = _per_head_results(sums, qg, kg, qk_ratio, (Hkv, B, T, G), D ** -0.5 if scale is None else scale,
+                               softcap)
+    if out is not None:
+        result["output"] = out.view(Hkv, B, T, G, -1).permute(0, 3, 1, 2, 4).reshape(Hq, B, T, -1)
+    return result
+
+
+def _check_attention_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, block_size: int) -> None:
+    """ValueError unless q [Hq, B, T, D], k [Hkv, B, T, D] with Hq % Hkv == 0, v [Hkv, B, T, Dv] or None, and
+    block_size >= 1."""
+    if q.dim() != 4 or k.dim() != 4 or q.shape[1:] != k.shape[1:] or q.shape[0] % k.shape[0]:
+        raise ValueError(f"need q [Hq, B, T, D], k [Hkv, B, T, D], Hq % Hkv == 0; "
+                         f"got {tuple(q.shape)}, {tuple(k.shape)}")
+    if v is not None and (v.dim() != 4 or v.shape[:3] != k.shape[:3]):
+        raise ValueError(f"need v [Hkv, B, T, Dv] matching k {tuple(k.shape)}; got {tuple(v.shape)}")
+    if block_size < 1:
+        raise ValueError(f"block_size must be positive, got {block_size}")
+
+
+def _per_head_results(sums: _Sums, qg, kg, qk_ratio: torch.Tensor, shape: tuple[int, int, int, int], scale: float,
+                      softcap: float | None) -> dict[str, torch.Tensor]:
+    """The sums over all query blocks as attention_metrics' per-head values [Hq] (sink_by_position [Hq, T]), with
+    the largest logit's split and qk_ratio, and with a soft-cap the largest logit before the cap and its split;
+    shape: (Hkv, B, T, G)."""
+    Hkv, B, T, G = shape
+    Hq = Hkv * G
 
     def per_head(total: torch.Tensor, count: int) -> torch.Tensor:  # [HB, G] sums -> [Hq] means
         return total.view(Hkv, B, G).sum(1).reshape(Hq) / (B * count)
 
     logit_mean = per_head(sums.logit, sums.pairs)
     logit_var = (per_head(sums.logit_sq, sums.pairs) - logit_mean.square()).clamp_min(0)
-    scale = D ** -0.5 if scale is None else scale
     result = {**_logit_split(qg, kg, sums.logit_max, sums.max_at, Hkv, B, G, scale),
               "entropy": per_head(sums.entropy, T).float(), "sink_mass": per_head(sums.sink, T).float(),
               "qk_ratio": qk_ratio, "logit_max": sums.logit_max.view(Hkv, B, G).amax(1).reshape(Hq),
@@ -315,8 +349,6 @@ def attention_metrics(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None =
         raw = _logit_split(qg, kg, sums.raw_max, sums.raw_at, Hkv, B, G, scale)
         result.update({f"{name}{UNCAPPED}": raw[name] for name in LOGIT_SPLIT})
         result[f"logit_max{UNCAPPED}"] = sums.raw_max.view(Hkv, B, G).amax(1).reshape(Hq)
-    if out is not None:
-        result["output"] = out.view(Hkv, B, T, G, -1).permute(0, 3, 1, 2, 4).reshape(Hq, B, T, -1)
     return result
 
 

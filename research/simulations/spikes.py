@@ -39,7 +39,8 @@ from utils.cli import ArgumentParser, command
 import numpy as np
 
 from research.analysis import spikes
-from research.analysis.spikes import NO_WARNING, WARNS, RunSteps, Spike
+from research.analysis.spike_rule import RunSteps, Spike
+from research.analysis.spikes import NO_WARNING, WARNS
 from utils.telemetry import SIGNALS
 
 STEPS = 400

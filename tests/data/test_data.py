@@ -16,6 +16,7 @@ from configs import apply_overrides, get_preset
 from data import EOT, BlockLoader, DataError, prepare_data, val_batches
 from data import blocks as blocks_mod
 from data import corpus as corpus_mod
+from data import local_files as files_mod
 from data.blocks import split_blocks
 
 WORDS = ("def return self import class value index token block cache batch rank seed epoch model "
@@ -259,15 +260,15 @@ def test_txt_jsonl_parquet_sources(tmp_path):
     parquet = tmp_path / "c.parquet"
     pq.write_table(pa.table({"body": texts[3:6], "n": [1, 2, 3]}), parquet)
 
-    src = corpus_mod.files_source([str(txt), str(jsonl)], "text")
+    src = files_mod.files_source([str(txt), str(jsonl)], "text")
     loaded = src.load(tmp_path / "work")["text"]
     assert loaded == [texts[0] + "\n\n" + "second paragraph\n"] + texts[1:3]  # .txt: one document per file
-    assert corpus_mod.files_source([str(parquet)], "body").load(tmp_path / "work")["text"] == texts[3:6]
+    assert files_mod.files_source([str(parquet)], "body").load(tmp_path / "work")["text"] == texts[3:6]
 
     with pytest.raises(DataError, match=r"c\.parquet.*no column 'text'.*body, n"):
-        corpus_mod.files_source([str(parquet)], "text").load(tmp_path / "work")
+        files_mod.files_source([str(parquet)], "text").load(tmp_path / "work")
     with pytest.raises(DataError, match=r"b\.jsonl.*no column 'body'.*text, id"):
-        corpus_mod.files_source([str(jsonl)], "body").load(tmp_path / "work")
+        files_mod.files_source([str(jsonl)], "body").load(tmp_path / "work")
 
     d = prepare_data(cfg_for(tmp_path, [jsonl, txt]), log=quiet)
     assert d.train.shape[0] + d.val.shape[0] > 10
@@ -467,7 +468,7 @@ def test_streamed_preparation_writes_the_bytes_of_whole_documents(tmp_path, monk
         paths[-1].write_text(t, encoding="utf-8")
     monkeypatch.setattr(blocks_mod, "PIECE_CHARS", 300)
     monkeypatch.setattr(blocks_mod, "BATCH_CHARS", 700)
-    monkeypatch.setattr(corpus_mod, "READ_BYTES", 50)  # text files read 50 characters at a time
+    monkeypatch.setattr(files_mod, "READ_BYTES", 50)  # text files read 50 characters at a time
     assert len(blocks_mod.pieces(texts[-1], 300)) > 10
     d = prepare_data(cfg_for(tmp_path, [p for p, t in zip(paths, texts) if t]), log=quiet)
 

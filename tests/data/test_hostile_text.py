@@ -8,7 +8,7 @@ import re
 import pytest
 
 from data import DataError
-from data import corpus as corpus_mod
+from data import local_files as files_mod
 from data import tokenizer as tokenizer_mod
 
 
@@ -20,7 +20,7 @@ def _parquet(rows: list, path):
 
 
 def _load(paths: list[str], tmp_path):
-    return corpus_mod.files_source(paths).load(tmp_path / "work")
+    return files_mod.files_source(paths).load(tmp_path / "work")
 
 
 CASES = [  # (file name, bytes, what the message says: the cause, then the fix)

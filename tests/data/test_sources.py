@@ -11,6 +11,7 @@ import torch
 from configs import apply_overrides, get_preset
 from data import DataError, TokenData, data_usage, resolve_offline
 from data import corpus as corpus_mod
+from data import local_files as files_mod
 from data import offline as offline_mod
 from data import tokenizer as tokenizer_mod
 from tests.helpers import quiet
@@ -95,18 +96,18 @@ def _tree(root: Path) -> Path:
 
 def test_paths_take_folders_and_globs_named_relative_to_their_root(tmp_path, monkeypatch):
     root = _tree(tmp_path / "corpus")
-    named = corpus_mod.expand_paths([str(root)])
+    named = files_mod.expand_paths([str(root)])
     assert [n for n, _ in named] == ["a.txt", "sub/b.md", "sub/c.txt"]  # hidden and unreadable types left out
-    assert [n for n, _ in corpus_mod.expand_paths([str(root / "**" / "*.txt")])] == ["a.txt", "sub/c.txt"]
-    assert [n for n, _ in corpus_mod.expand_paths([str(root / "sub" / "?.md")])] == ["b.md"]
+    assert [n for n, _ in files_mod.expand_paths([str(root / "**" / "*.txt")])] == ["a.txt", "sub/c.txt"]
+    assert [n for n, _ in files_mod.expand_paths([str(root / "sub" / "?.md")])] == ["b.md"]
 
     # the hash depends on names and bytes, not on where the folder is or where we stand
-    h = corpus_mod.files_source([str(root)]).source_hash
+    h = files_mod.files_source([str(root)]).source_hash
     moved = _tree(tmp_path / "elsewhere" / "copy")
     monkeypatch.chdir(tmp_path / "elsewhere")
-    assert corpus_mod.files_source(["copy"]).source_hash == h
-    assert corpus_mod.files_source(["copy/*.txt"]).source_hash != h
-    ds = corpus_mod.files_source(["copy"]).load(tmp_path / "work")
+    assert files_mod.files_source(["copy"]).source_hash == h
+    assert files_mod.files_source(["copy/*.txt"]).source_hash != h
+    ds = files_mod.files_source(["copy"]).load(tmp_path / "work")
     assert sorted(ds["text"]) == ["alpha", "beta", "gamma"]
     assert moved.exists()
 
@@ -119,14 +120,14 @@ def test_paths_that_name_no_usable_file_are_refused(tmp_path, monkeypatch, given
     (tmp_path / "empty" / "x.bin").write_bytes(b"x")
     (tmp_path / "one.bin").write_bytes(b"x")
     with pytest.raises(DataError, match=problem):
-        corpus_mod.files_source([given])
+        files_mod.files_source([given])
 
 
 # ---------------------------------------------------------------- the write-ups' tokenizer, offline
 @pytest.mark.slow
 def test_the_smollm2_gguf_gives_the_writeups_tokenizer_and_is_cached(tmp_path):
     cfg = apply_overrides(get_preset("88m"), {"tokenizer": "smollm2-gguf"})
-    src = corpus_mod.files_source([str(_tree(tmp_path / "c"))])
+    src = files_mod.files_source([str(_tree(tmp_path / "c"))])
     logs: list[str] = []
     info = tokenizer_mod.get_tokenizer(cfg.data, cfg.model.vocab_size, src, lambda: None, tmp_path / "cache",
                                        logs.append)
@@ -145,7 +146,7 @@ def test_a_gguf_tokenizer_that_cannot_be_read_is_named(tmp_path):
     bad.write_bytes(b"not a gguf file")
     cfg = apply_overrides(get_preset("debug"), {"tokenizer": str(bad)})
     with pytest.raises(DataError, match=r"cannot read a tokenizer from .*broken.gguf"):
-        tokenizer_mod.get_tokenizer(cfg.data, 512, corpus_mod.files_source([str(_tree(tmp_path / "c"))]),
+        tokenizer_mod.get_tokenizer(cfg.data, 512, files_mod.files_source([str(_tree(tmp_path / "c"))]),
                                     lambda: None, tmp_path / "cache", quiet)
 
 

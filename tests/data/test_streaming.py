@@ -15,7 +15,8 @@ import pytest
 from configs import apply_overrides, get_preset
 from data import DataError, prepare_data
 from data import blocks as blocks_mod
-from data import corpus as corpus_mod
+from data import local_files as files_mod
+from data import text_checks
 from data import prepare as prepare_mod
 from data import tokenizer as tokenizer_mod
 from tests.data import growing_corpus
@@ -37,10 +38,10 @@ def cfg_for(tmp_path, paths, **over):
 def test_files_checked_three_bytes_at_a_time_give_the_same_cause(tmp_path, monkeypatch, name, raw, cause):
     """Every hostile file of test_hostile_text, hashed and checked 3 bytes at a time (characters cut across
     chunks), gets the message it gets read whole: the same offsets and lines."""
-    monkeypatch.setattr(corpus_mod, "READ_BYTES", 3)
+    monkeypatch.setattr(files_mod, "READ_BYTES", 3)
     path = _write(tmp_path, name, raw)
     with pytest.raises(DataError, match=rf"^source=files: {re.escape(str(path))}:? " + cause):
-        corpus_mod.files_source([str(path)]).load(tmp_path / "work")
+        files_mod.files_source([str(path)]).load(tmp_path / "work")
 
 
 def test_text_check_in_chunks_is_decode_text():
@@ -51,12 +52,12 @@ def test_text_check_in_chunks_is_decode_text():
                 r"a NUL byte at offset 2", "UTF-16"]
     for raw, want in zip(cases, expected):
         if want is None:
-            assert corpus_mod.decode_text(raw, "w") == "caf\u00e9 \u65e5\u672c \u2713\n"
+            assert text_checks.decode_text(raw, "w") == "caf\u00e9 \u65e5\u672c \u2713\n"
         else:
             with pytest.raises(DataError, match=want):
-                corpus_mod.decode_text(raw, "w")
+                text_checks.decode_text(raw, "w")
         for step in range(1, 7):
-            check = corpus_mod.TextCheck("w")
+            check = text_checks.TextCheck("w")
             text = "".join(check.feed(raw[i:i + step]) for i in range(0, len(raw), step))
             if want is None:
                 check.finish()
@@ -70,14 +71,14 @@ def test_files_hash_read_in_chunks_is_the_hash_of_the_whole(tmp_path, monkeypatc
     """The source hash, written out by hand as files_source has always made it (so every cache keeps its name):
     sha256 of b"files-v1\\0", the text field and \\0, then per file its name's length (8 bytes, little endian), the
     name, its size (the same) and its bytes."""
-    monkeypatch.setattr(corpus_mod, "READ_BYTES", 4)
+    monkeypatch.setattr(files_mod, "READ_BYTES", 4)
     (tmp_path / "a.txt").write_bytes(b"one\r\ntwo \xe2\x9c\x93\n")
     (tmp_path / "b.jsonl").write_bytes(b'{"text": "three"}\n')
     h = hashlib.sha256(b"files-v1\0text\0")
     for name in ("a.txt", "b.jsonl"):
         raw = (tmp_path / name).read_bytes()
         h.update(len(name).to_bytes(8, "little") + name.encode() + len(raw).to_bytes(8, "little") + raw)
-    src = corpus_mod.files_source([str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl")])
+    src = files_mod.files_source([str(tmp_path / "a.txt"), str(tmp_path / "b.jsonl")])
     assert src.source_hash == h.hexdigest()
     # one(3) \r\n(2) "two "(4) check mark(3) \n(1) = 13; {"text": "three"}\n = 18, which datasets copies to scratch
     assert src.n_bytes == 13 + 18 and src.scratch_bytes == 18
@@ -86,10 +87,10 @@ def test_files_hash_read_in_chunks_is_the_hash_of_the_whole(tmp_path, monkeypatc
 def test_a_text_file_is_read_in_segments_as_datasets_reads_it_whole(tmp_path, monkeypatch):
     """Segments of at most 2 characters; line breaks as datasets' text builder gives them (\\r\\n and \\r become
     \\n, even a \\r\\n cut between two segments); an empty file is one empty document."""
-    monkeypatch.setattr(corpus_mod, "READ_BYTES", 2)
+    monkeypatch.setattr(files_mod, "READ_BYTES", 2)
     (tmp_path / "a.txt").write_bytes(b"a\r\nb\rc\n\xc3\xa9\r\n")
     (tmp_path / "b.txt").write_bytes(b"")
-    src = corpus_mod.files_source([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
+    src = files_mod.files_source([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
     docs = [list(doc) for doc in src.documents(tmp_path / "work")]
     assert len(docs) == 2 and docs[1] == [] and all(len(s) <= 2 for s in docs[0])
     assert "".join(docs[0]) == "a\nb\nc\n\u00e9\n" == src.load(tmp_path / "work2")["text"][0]
@@ -188,7 +189,7 @@ def test_block_writer_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch
     characters at a time: the peak of Python's allocations (tracemalloc: strings, lists, numpy arrays; not the Rust
     tokenizer's) is about the same for both, and far below what holding the corpus would take (450 KB of text, or
     its ~160,000 token ids at 4 bytes: 640 KB)."""
-    monkeypatch.setattr(corpus_mod, "READ_BYTES", 1 << 13)
+    monkeypatch.setattr(files_mod, "READ_BYTES", 1 << 13)
     monkeypatch.setattr(blocks_mod, "BATCH_CHARS", 1 << 13)
     monkeypatch.setattr(blocks_mod, "PIECE_CHARS", 1 << 11)
     monkeypatch.setattr(blocks_mod, "WRITE_BLOCKS", 256)
@@ -199,7 +200,7 @@ def test_block_writer_memory_does_not_grow_with_the_corpus(tmp_path, monkeypatch
     for size in (150_000, 450_000):
         path = tmp_path / f"c{size}.txt"
         path.write_text(text[:size])
-        docs = corpus_mod.files_source([str(path)]).documents(tmp_path / "work")
+        docs = files_mod.files_source([str(path)]).documents(tmp_path / "work")
         key = blocks_mod.BlockKey(source_hash=f"{size:012d}", tokenizer_hash="t" * 12, seq_len=16, vocab_size=300,
                                   eos_id=0, val_frac=0.02)
         tracemalloc.start()

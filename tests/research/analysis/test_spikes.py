@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 
-from research.analysis import spikes
-from research.analysis.spikes import (INCONCLUSIVE, NO_WARNING, STEP_RULE, WARNS, WINDOW, RunSteps, Spike, analyze,
-                                      find_spikes)
+from research.analysis import spike_rule, spikes
+from research.analysis.spike_rule import STEP_RULE, WINDOW, RunSteps, Spike, find_spikes
+from research.analysis.spikes import INCONCLUSIVE, NO_WARNING, WARNS, analyze
 from utils.telemetry import SIGNALS, Alarm
 
 N = 200
@@ -196,7 +196,7 @@ def test_the_alarm_matrix_is_the_alarms_crossing_rule():
             alarm = Alarm(SIGNALS[name], t)
             want = [s for i, s in enumerate(steps) if s >= run.first_armed
                     and alarm.crossed(values[i], values[i - 1] if i else None)]
-            assert spikes.alarms(run, name, t) == want and want
+            assert spike_rule.alarms(run, name, t) == want and want
 
 
 def test_a_noise_signal_does_not_warn_and_an_absent_one_is_inconclusive():
@@ -226,4 +226,4 @@ def test_the_aligned_series_are_centred_on_each_onset():
 
 def test_a_run_that_diverged_at_its_first_step_is_one_spike_from_results_json_alone():
     run = RunSteps.of("NoQK@256", {"seed": 0, "diverged": {"step": 1}}, [])
-    assert run.spikes == (spikes.Spike(1, 1, True),)
+    assert run.spikes == (Spike(1, 1, True),)

@@ -75,7 +75,7 @@ def test_the_models_own_attention_computes_the_output(models, monkeypatch):
         plain = model.model(input_ids=x).last_hidden_state
     probe = HFKeyProbe(x)
     probe.adapter(model)
-    from research.probing.hf import _Sink
+    from research.probing.hf_measure import _Sink
     sink = _Sink(probe.current)
     calls.clear()
     with torch.no_grad(), probe.current.capture(sink):
