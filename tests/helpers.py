@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE = REPO.parent / "shared" / "reference" / "qk_norm_50m_study"  # the write-ups' own results
+# The write-ups' own results.json of their three-condition 1.5B study (the raw numbers they published), kept in the
+# clone so that every test reads only what the clone holds.
+REFERENCE = REPO / "tests" / "fixtures" / "reference" / "qk_norm_50m_study"
 STEP_TOKENS = 8 * 32  # debug preset: batch 8 x seq_len 32
 
 

@@ -15,7 +15,6 @@ from tests.helpers import REFERENCE
 from tests.research.synthetic import qk_run, qk_runs, with_final_probe
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"write-ups' reference results not found at {REFERENCE}")
 def test_writeup_results_are_one_seed_each_so_only_descriptive():
     kind, runs = load_study(REFERENCE)
     assert kind == "qk_norm" and list(runs) == ["QK", "QK_frozen", "NoQK"]

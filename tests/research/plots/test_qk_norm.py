@@ -140,7 +140,6 @@ def test_report_of_the_gain_decomposition_and_ablation():
     assert [b.get_height() for b in total][0] == pytest.approx(-10.0)
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"write-ups' reference results not found at {REFERENCE}")
 def test_report_of_writeup_results():
     _, runs = load_study(REFERENCE)
     report = _report(runs)

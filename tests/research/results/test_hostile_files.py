@@ -296,7 +296,6 @@ def test_a_file_tagged_as_another_condition_is_refused(tmp_path):
         load_study(study)
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_the_writeups_reference_study_loads_with_its_tags():
     kind, runs = load_study(REFERENCE)
     assert kind == "qk_norm" and {c: [r["tag"] for r in rs] for c, rs in runs.items()} == {

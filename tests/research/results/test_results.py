@@ -33,7 +33,6 @@ def test_load_errors_name_file_and_problem(tmp_path):
         load_results(tmp_path / "missing.json")
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_writeup_results_load():
     qk = load_results(REFERENCE / "QK" / "results.json")
     assert qk["mean_pr"][-1] == pytest.approx(65.6977965310216) and len(qk["gamma_final"]) == 32

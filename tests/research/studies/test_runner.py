@@ -92,7 +92,6 @@ def test_single_condition_studies(study, files, corpus_file, cache_dir, tmp_path
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_split_panels_on_writeup_results_without_torch(tmp_path):
     src, folder = tmp_path / "ref", tmp_path / "figures"
     shutil.copytree(REFERENCE, src)
@@ -211,7 +210,6 @@ def test_lr_study_records_a_divergence_and_goes_on_and_resumes(corpus_file, cach
     assert capsys.readouterr().out.count("diverged at step 2 before: kept as it is") == 2
 
 
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 def test_a_study_never_replaces_results_it_did_not_write(corpus_file, cache_dir, tmp_path, capsys):
     """The write-ups' folder holds results.json without config.json: its conditions cannot be continued, so the
     study stops at the first with one message, and every file stays as it was."""
@@ -264,7 +262,6 @@ def test_ctrl_c_in_a_study_says_where_and_exits_130(corpus_file, cache_dir, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not REFERENCE.is_dir(), reason="../shared/reference is not beside the clone")
 @pytest.mark.parametrize("held", ["results.json", "config.json", "another study"])
 def test_split_panels_never_draws_into_a_folder_holding_others_results(tmp_path, held, capsys):
     from research.split_panels import main
