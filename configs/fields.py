@@ -8,8 +8,10 @@ What reads the declaration:
     --help                 configs.help.field_help: the sentence, the Literal's values as "Choices", the default
     the checks             check_choices (a Literal field holds one of its values), check_kinds (numbers finite,
                            whole numbers 64-bit, text text)
-    resume, studies        training.resume.RESUMABLE_CHANGES: the fields declared results=False may differ from a
-                           recorded run's (training.resume.config_differences, research.studies.runner)
+    a study file           configs.files.field_values: any declared field, typed as declared
+    resume, studies        training.resume.RESUMABLE_CHANGES: the fields declared results=False (and tokens, by rules
+                           of its own) may differ from a recorded run's (training.resume.config_differences,
+                           research.studies.runner)
     the condition table    research.plots.conditions: the variants' values every run of a study shares
     the variants benchmark research.speed.variants: each variant's `timed` values against the default
 """
