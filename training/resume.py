@@ -18,16 +18,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from configs.config import ConfigError, RunConfig, TrainConfig
+from configs.config import ConfigError, RunConfig, TrainConfig, declared
 from training.errors import RunError
 from training.schedule import lr_factor
 from utils.compare import differences
 
-# Fields that may change when a run is resumed: they do not alter what the
-# remaining steps compute (tokens extends or shortens the run, within the rules above).
-RESUMABLE_CHANGES = {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                     "fused_loss", "cache_dir", "offline_note",  # the note only words why (data/offline.py)
-                     "telemetry", "spike_alarm"}  # what is measured and watched, not what is trained
+# Fields that may change when a run is resumed: those declared results=False (configs/config.py), which do not alter
+# what the remaining steps compute, and tokens, which extends or shortens the run within the rules above.
+RESUMABLE_CHANGES = frozenset({"tokens", *(name for name, (_, f) in declared().items() if not f.metadata["results"])})
 
 
 def config_differences(old: RunConfig, new: RunConfig) -> list[str]:

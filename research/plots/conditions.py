@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from configs.config import variant_fields
 from research.analysis.conditions import (BEYOND, INSIDE, OPEN, QUANTITIES, REAL, ConditionsAnalysis, Quantity,
                                           reading)
 from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, WITHIN, Decision,
@@ -27,10 +28,6 @@ from research.plots.qk_norm_report import provenance_text
 from research.results.read import seed_of
 
 FIGURES = ("trajectories.png", "per_layer.png", "comparisons.png")
-# The config fields a study's conditions usually set (issue 40's variants, QK-norm, QK-clip): the condition table
-# shows each whose value is not the same in every run, and the shared line those that are
-VARIANT_FIELDS = ("qk_norm", "qk_norm_scope", "attn_softcap", "attn_gate", "z_loss", "qk_optimizer",
-                  "qk_lr_multiplier", "muon_update_scale", "qk_clip")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
 
@@ -161,8 +158,8 @@ def _flat_config(res: dict) -> dict:
 def _settings(a: ConditionsAnalysis) -> tuple[dict[str, str], str]:
     """({condition: 'field=value, ...'}, the shared line). A row names the fields whose value is not the same in every
     run: the baseline's row (and each row of a study without one) its value of each, any other row those where its
-    value is not the baseline's, what the condition changes. The shared line: the variant fields every run has at one
-    value."""
+    value is not the baseline's, what the condition changes. The shared line: the variant fields (configs.config
+    declares which) every run has at one value."""
     configs = {c: _flat_config(a.runs[c][0]) for c in a.conditions}
     fields = list(dict.fromkeys(k for cfg in configs.values() for k in cfg))
     varying = [k for k in fields if k != "seed" and len({repr(cfg.get(k)) for cfg in configs.values()}) > 1]
@@ -173,7 +170,7 @@ def _settings(a: ConditionsAnalysis) -> tuple[dict[str, str], str]:
             [k for k in varying if repr(configs[c].get(k)) != repr(ref.get(k))]
         return ", ".join(f"{k}={configs[c].get(k, 'n/a')}" for k in keys) or \
             ("(the baseline's config)" if varying else "(the shared config)")
-    shared = [f"{k}={next(iter(configs.values())).get(k)}" for k in VARIANT_FIELDS
+    shared = [f"{k}={next(iter(configs.values())).get(k)}" for k in variant_fields()
               if k not in varying and any(k in cfg for cfg in configs.values())]
     return {c: row(c) for c in a.conditions}, ", ".join(shared)
 

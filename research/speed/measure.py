@@ -21,6 +21,7 @@ from configs.config import COMPILE_MODES
 from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
+from research.speed.variants import measure_variants, timed_fields
 from utils.runtime import autocast, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
@@ -203,7 +204,6 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
     if kind == "logit-tracking":
         return measure_logit_tracking(config, steps)
     if kind == "variants":
-        from research.speed.variants import measure_variants
         return measure_variants(steps)
     if kind == "telemetry":
         from research.speed.telemetry import measure_telemetry
@@ -234,9 +234,8 @@ MEASUREMENTS = {
     "probe": "the full key probe against a plain no-grad forward on the same batch, at --precision",
     "probe-memory": "peak RSS of probing --layers layers of the 1b preset's layer shape",
     "logit-tracking": "QK-clip's max-logit tracking as a share of the training step (no QK-norm)",
-    "variants": "each study variant's training step (attn_softcap, attn_gate, z_loss, qk_norm_scope, qk_optimizer, "
-                "qk_lr_multiplier, muon_update_scale) against the default's, on the tiny preset, alternating in one "
-                "process: the median time ratio",
+    "variants": f"each study variant's training step ({', '.join(timed_fields())}) against the default's, on the tiny "
+                f"preset, alternating in one process: the median time ratio",
     "telemetry": "the per-step telemetry's cost (logit_max, key_norm, update_rms at every step, as log_every 1 "
                  "logs) on the tiny preset's training step, with and without, alternating in one process: the median "
                  "relative cost",

@@ -1,5 +1,5 @@
-"""The training step of each study variant (attention, loss and optimizer fields of a study file) against the
-default recipe, in one process: `python -m research.speed.measure variants --steps 20` prints it as JSON.
+"""The training step of each study variant (each value configs/config.py names for a variant field to time) against
+the default recipe, in one process: `python -m research.speed.measure variants --steps 20` prints it as JSON.
 
 Every round runs one step of each variant in turn on the same batch, so a slower or faster spell of a shared machine
 touches all of them alike; a variant's cost is the median over rounds of its step time divided by the default's in
@@ -13,22 +13,26 @@ import time
 import torch
 
 from configs import apply_overrides, get_preset
+from configs.config import declared, field_hints
+from configs.fields import coerce_value
 from models import MinimalLLM
 from optimizers import build_optimizers
 
-# name -> config overrides; the values are those of docs/study_files.md's study (soft-cap 15) or the field's
-# usual value (z-loss 1e-4 as PaLM)
-VARIANTS = {
-    "default": {},
-    "attn_softcap=15": {"attn_softcap": 15.0},
-    "attn_gate=elementwise": {"attn_gate": "elementwise"},
-    "attn_gate=headwise": {"attn_gate": "headwise"},
-    "z_loss=1e-4": {"z_loss": 1e-4},
-    "qk_norm_scope=full": {"qk_norm_scope": "full"},
-    "qk_optimizer=adamw": {"qk_optimizer": "adamw"},
-    "qk_lr_multiplier=2": {"qk_lr_multiplier": 2.0},
-    "muon_update_scale=match_rms_adamw": {"muon_update_scale": "match_rms_adamw"},
-}
+
+def timed_fields() -> list[str]:
+    """The variant fields the benchmark times: those whose declaration (configs/config.py) names values to time."""
+    return [name for name, (_, f) in declared().items() if f.metadata["timed"]]
+
+
+def variants() -> dict[str, dict]:
+    """name -> config overrides: the default recipe, then each value each field's declaration times (docs/
+    study_files.md's study's soft-cap 15, the field's usual value: z-loss 1e-4 as PaLM), named as a command line
+    writes it ("attn_softcap=15")."""
+    out: dict[str, dict] = {"default": {}}
+    for name, (_, f) in declared().items():
+        hint = field_hints()[name][1]
+        out.update({f"{name}={text}": {name: coerce_value(name, hint, text, "")} for text in f.metadata["timed"]})
+    return out
 
 
 def _stepper(preset: str, overrides: dict, x: torch.Tensor):
@@ -55,7 +59,7 @@ def measure_variants(steps: int, preset: str = "tiny") -> dict:
     base = get_preset(preset)
     torch.manual_seed(0)
     x = torch.randint(0, base.model.vocab_size, (base.train.batch_size, base.data.seq_len + 1))
-    steppers = {name: _stepper(preset, o, x) for name, o in VARIANTS.items()}
+    steppers = {name: _stepper(preset, o, x) for name, o in variants().items()}
     for _ in range(2):  # warm-up
         for step, _ in steppers.values():
             step()
