@@ -48,12 +48,12 @@ from training.callbacks import Callback, CallbackFactory, StepInfo
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
 from training.errors import NonFiniteLossError, RunError, non_finite_fix
+from training.observers import QKClip
 from training.resume import check_resume_length, check_same_data, data_differences, data_identity, saved_identity
 from training.run_files import RunFolder
 from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
-from training.observers import QKClip
 from training.step_telemetry import StepTelemetry
 from utils.errors import os_fix, os_problem
 from utils.runtime import Runtime, autocast, local_cpu_threads, provenance, resolve_compile, resolve_runtime
