@@ -126,13 +126,8 @@ class Attention(nn.Module):
     or one per head (headwise, wg: d -> H), before wo (arXiv 2505.06708).
     Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
     qk_norm='none' the raw projections), hook_q_rope, hook_k_rope; with a gate also
-    hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others.
-    With `track_max_logit` set (QK-clip, optimizers/qk_clip.py), each training forward raises
-    `max_logit` [H] to the largest logit of each query head it computed (before any soft-cap:
-    QK-clip bounds the logits q . k / sqrt(D) themselves), over its first `max_logit_rows` sequences
-    (0: all; the telemetry's sample, training/step_telemetry.py); the trainer resets it.
-    With `track_key_norm` set, each training forward adds the mean L2 norm of its keys (after k_norm,
-    before RoPE) to `key_norm_sum` [2] = (sum, forwards), without a gradient (the telemetry).
+    hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others. Training reads the model
+    there too (QK-clip's largest logits, the telemetry's key norms: training/observers.py).
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -153,11 +148,6 @@ class Attention(nn.Module):
         self.gate = cfg.attn_gate
         self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
-        self.track_max_logit = False
-        self.max_logit_rows = 0
-        self.register_buffer("max_logit", torch.full((cfg.n_heads,), -math.inf), persistent=False)
-        self.track_key_norm = False
-        self.register_buffer("key_norm_sum", torch.zeros(2), persistent=False)
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
         B, T, _ = x_BTd.shape
@@ -173,17 +163,10 @@ class Attention(nn.Module):
         v_BTKD = self.wv(x_BTd).view(B, T, K, D)
         q_BTHD = self.hook_q_norm(q_BTHD)
         k_BTKD = self.hook_k_norm(k_BTKD)
-        if self.track_key_norm and self.training:
-            with torch.no_grad():
-                self.key_norm_sum.add_(torch.stack((k_BTKD.float().norm(dim=-1).mean(),
-                                                          torch.ones((), device=k_BTKD.device))))
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))
         k_BTKD = self.hook_k_rope(rotary(k_BTKD))
         # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
         q_BHTD, k_BKTD = q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2)
-        if self.track_max_logit and self.training:
-            rows = self.max_logit_rows or B
-            self.max_logit.copy_(torch.maximum(self.max_logit, causal_max_logit(q_BHTD[:rows], k_BKTD[:rows])))
         if self.softcap:
             y_BHTD = softcapped_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), self.softcap)
         else:
@@ -208,10 +191,14 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x))."""
+    """Pre-norm residual block: x + attn(norm(x)), then x + ffn(norm(x)).
+
+    `recomputing` is True while gradient checkpointing runs the block's forward again in backward (MinimalLLM),
+    so that a reader of its hook points can tell the recompute from a forward of its own."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.recomputing = False
         self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.attn = Attention(cfg)
         self.ffn_norm = RMSNorm(cfg.d_model, cfg.norm_eps)

@@ -15,14 +15,13 @@ from models.loss import linear_cross_entropy, linear_cross_entropy_z
 
 
 @contextmanager
-def _no_logit_tracking(block: Block):
-    """Checkpointing's recompute of a block: its largest logits were taken in the forward already."""
-    attn = block.attn
-    was, attn.track_max_logit = attn.track_max_logit, False
+def _recomputing(block: Block):
+    """Checkpointing's recompute of a block in backward (Block.recomputing)."""
+    block.recomputing = True
     try:
         yield
     finally:
-        attn.track_max_logit = was
+        block.recomputing = False
 
 
 class MinimalLLM(nn.Module):
@@ -80,7 +79,7 @@ class MinimalLLM(nn.Module):
         for plain, block in zip(self.blocks, blocks):
             if self.grad_checkpointing and self.training:
                 x_BTd = checkpoint(block, x_BTd, self.rotary, use_reentrant=False,
-                                   context_fn=lambda plain=plain: (nullcontext(), _no_logit_tracking(plain)))
+                                   context_fn=lambda plain=plain: (nullcontext(), _recomputing(plain)))
             else:
                 x_BTd = block(x_BTd, self.rotary)
         return self.final_norm(x_BTd)

@@ -30,17 +30,18 @@ def clip_factors(max_logit_H: torch.Tensor, tau: float, n_kv_heads: int) -> tupl
 
 
 @torch.no_grad()
-def qk_clip_(blocks: nn.ModuleList, tau: float) -> list[int]:
-    """Apply QK-clip in place to each block's attention from its `max_logit` [H] (the largest logit of
-    the step, all ranks); returns how many query heads were clipped in each layer. Every layer is scaled
-    (by exactly 1 where no head exceeded tau, which leaves its weights bit for bit), so that deciding which
-    layers to touch does not wait for the GPU layer by layer; the counts are read back once."""
+def qk_clip_(blocks: nn.ModuleList, max_logits: list[torch.Tensor], tau: float) -> list[int]:
+    """Apply QK-clip in place to each block's attention from its largest logit of each query head [H] in
+    `max_logits` (of the step, all ranks: training/observers.py); returns how many query heads were clipped in
+    each layer. Every layer is scaled (by exactly 1 where no head exceeded tau, which leaves its weights bit for
+    bit), so that deciding which layers to touch does not wait for the GPU layer by layer; the counts are read
+    back once."""
     counts = []
-    for block in blocks:
+    for block, max_logit_H in zip(blocks, max_logits, strict=True):
         attn = block.attn
         H, K, D = attn.n_heads, attn.n_kv_heads, attn.d_head
-        counts.append((attn.max_logit > tau).sum())
-        q_H, k_K = clip_factors(attn.max_logit.float(), tau, K)
+        counts.append((max_logit_H > tau).sum())
+        q_H, k_K = clip_factors(max_logit_H.float(), tau, K)
         attn.wq.weight.view(H, D, -1).mul_(q_H.to(attn.wq.weight.dtype)[:, None, None])
         attn.wk.weight.view(K, D, -1).mul_(k_K.to(attn.wk.weight.dtype)[:, None, None])
     return torch.stack(counts).tolist()

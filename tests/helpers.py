@@ -153,13 +153,14 @@ def _gloo_worker(rank: int, fn, world_size: int, port: int, args) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     torch.set_num_threads(1)
-    d = init_distributed(resolve_runtime("cpu"))
+    runtime = resolve_runtime("cpu")
+    init_distributed(runtime)
     try:
         fn(rank, world_size, *args)
     except BaseException:
-        shutdown_distributed(d, wait_for_peers=False)
+        shutdown_distributed(runtime, wait_for_peers=False)
         raise
-    shutdown_distributed(d)
+    shutdown_distributed(runtime)
     end_process(0)
 
 

@@ -1,9 +1,9 @@
-"""Process-group setup from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK)."""
+"""Process-group setup from torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK), read into a `utils.runtime.Runtime`,
+the one object that says where and in which process group a process runs."""
 from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import NoReturn
 
@@ -15,74 +15,29 @@ from utils.runtime import Runtime
 _gloo_started = False  # set once this process has started a gloo process group (init_distributed; end_process)
 
 
-@dataclass(frozen=True)
-class Dist:
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-    local_world_size: int = 1
-
-    @property
-    def enabled(self) -> bool:
-        return self.world_size > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def barrier(self) -> None:
-        if self.enabled:
-            dist.barrier()
-
-    def mean(self, value: float, device: torch.device) -> float:
-        """Average a Python float over ranks."""
-        if not self.enabled:
-            return value
-        t = torch.tensor([value], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        return t.item() / self.world_size
-
-    def broadcast(self, obj):
-        """Rank 0's `obj` on every rank (a picklable Python object)."""
-        if not self.enabled:
-            return obj
-        box = [obj if self.is_main else None]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
-    def max_(self, t: torch.Tensor) -> torch.Tensor:
-        """Element-wise maximum over ranks, in place."""
-        if self.enabled:
-            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return t
-
-
-def init_distributed(runtime: Runtime) -> Dist:
+def init_distributed(runtime: Runtime) -> None:
     """Start the process group of `runtime` (utils.runtime.resolve_runtime read torchrun's environment) when
-    launched by torchrun; a no-op for a single process.
+    launched by torchrun; a no-op for a single process. The runtime then carries the group's collectives.
 
     gloo on CPU, NCCL on CUDA.
     """
     global _gloo_started
     if not runtime.distributed:
-        return Dist()
-    d = Dist(rank=runtime.rank, world_size=runtime.world_size, local_rank=runtime.local_rank,
-             local_world_size=runtime.local_world_size)
+        return
     if not dist.is_initialized():
         if runtime.device.type == "cuda":
-            torch.cuda.set_device(d.local_rank)
+            torch.cuda.set_device(runtime.local_rank)
         # a long timeout: rank 0 alone may tokenize a corpus or write a large checkpoint while the others wait
         backend = "nccl" if runtime.device.type == "cuda" else "gloo"
         dist.init_process_group(backend=backend, timeout=timedelta(hours=2))
         _gloo_started |= backend == "gloo"
-    return d
 
 
-def shutdown_distributed(d: Dist, wait_for_peers: bool = True) -> None:
+def shutdown_distributed(runtime: Runtime, wait_for_peers: bool = True) -> None:
     """Leave the process group. After a run that ended well every rank first waits at a barrier, so none tears
     its connections down while a peer is still in its last collective; after an error there is no barrier
     (a peer may be stuck in a collective that will never complete)."""
-    if d.enabled and dist.is_initialized():
+    if runtime.distributed and dist.is_initialized():
         if wait_for_peers:
             dist.barrier()
         dist.destroy_process_group()

@@ -5,8 +5,10 @@ and exits with status 2. RunInterrupted (Ctrl-C) is not one of them: it ends wit
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+from configs.config import TrainConfig
 from utils.errors import Interrupted, UserError
 
 
@@ -20,6 +22,21 @@ class NonFiniteLossError(RunError):
     def __init__(self, message: str, step: int):
         super().__init__(message)
         self.step = step
+
+
+def non_finite_fix(tc: TrainConfig, vocab_size: int, precision: str) -> str:
+    """How to train again after a NaN or infinite loss: a smaller z_loss where its term outweighs the cross-entropy
+    from the first step on (lower rates would not help), else lower rates, a tighter clip or fp32."""
+    clip = "--grad_clip 1.0" if tc.grad_clip == 0 or tc.grad_clip > 1 else f"--grad_clip {tc.grad_clip / 2:g}"
+    other = [clip] + (["--precision fp32"] if precision == "bf16" else [])
+    log_v = math.log(vocab_size)
+    if tc.z_loss * log_v >= 1:
+        return (f"with a smaller --z_loss, e.g. --z_loss 0.0001 (PaLM's): at z_loss={tc.z_loss:g} the z term "
+                f"z_loss x logsumexp^2 outweighs the cross-entropy from the first step on (logsumexp starts near "
+                f"ln(vocab_size) = {log_v:.2f}, the cross-entropy too, so from z_loss = 1/{log_v:.2f} = "
+                f"{1 / log_v:.3g})")
+    return (f"with lower learning rates, e.g. --muon_lr {tc.muon_lr / 2:g} --adamw_lr {tc.adamw_lr / 2:g} (half "
+            f"of these), or with {' or '.join(other)}")
 
 
 class RunInterrupted(Interrupted):

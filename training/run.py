@@ -46,28 +46,28 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     # every rank, before the process group's rendezvous: no rank has written yet, and none waits on one that stopped
     refuse_foreign(out_dir, "run", "a training run")
     runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
-    dist = init_distributed(runtime)
+    init_distributed(runtime)
     finished = False
     trainer, stage = None, "checking the run"
     try:
         check_fits(cfg, runtime)  # before any allocation
-        with FolderLock(out_dir, hint="choose another --out") if dist.is_main else nullcontext():
+        with FolderLock(out_dir, hint="choose another --out") if runtime.is_main else nullcontext():
             stage = "preparing the data"
-            if dist.is_main:
+            if runtime.is_main:
                 cfg = resolve_offline(cfg, log=log)
                 data = prepare_data(cfg, log=log, progress=progress)
-            cfg = dist.broadcast(cfg)
-            if not dist.is_main:
+            cfg = runtime.broadcast(cfg)
+            if not runtime.is_main:
                 data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)  # the bars are rank 0's
             stage = "starting the run" + (" (loading its checkpoint)" if resume else "")
-            trainer = Trainer(cfg, data, out_dir, dist=dist, resume=resume, replan_schedule=replan_schedule,
+            trainer = Trainer(cfg, data, out_dir, resume=resume, replan_schedule=replan_schedule,
                               progress=progress, name=name, log=log, callbacks=callbacks, runtime=runtime)
-            if dist.is_main:  # after the trainer's own data line, once its callbacks accepted the data
+            if runtime.is_main:  # after the trainer's own data line, once its callbacks accepted the data
                 for note in data_usage(cfg, data)[1]:
                     log(f"data: note: {note}")
             summary = trainer.fit()
             finished = True
-            return summary if dist.is_main else None
+            return summary if runtime.is_main else None
     except KeyboardInterrupt:
         folder = RunFolder(out_dir)
         ckpt = latest_checkpoint(folder.checkpoints)
@@ -75,4 +75,4 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
                              checkpoint=ckpt.step if ckpt else None, resumable=folder.resumable(),
                              stage=stage) from None
     finally:
-        shutdown_distributed(dist, wait_for_peers=finished)
+        shutdown_distributed(runtime, wait_for_peers=finished)

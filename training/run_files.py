@@ -19,6 +19,8 @@ from typing import Callable
 
 from configs.config import ConfigError, RunConfig
 from training import checkpoint
+from training.errors import RunError
+from training.resume import check_same_run
 from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matching, temp_dir_pattern,
                       temp_file_pattern)
 from utils.run_names import ATOMIC_FILES, CHECKPOINTS, CONFIG, METRICS, RUN_DIRS, SUMMARY, TOKENIZER
@@ -88,6 +90,29 @@ class RunFolder:
         return None
 
     # ---------------------------------------------------------- start-up
+    def check_start(self, resume: bool, cfg: RunConfig) -> RunConfig | None:
+        """Refuse to overwrite a run, to resume nothing, or to resume with another config than `cfg` (nothing is
+        written here); returns the saved config of a resumed run."""
+        found = self.contents()
+        if found and not self.resumable():  # the same answer with or without --resume
+            raise RunError(f"{self.path} holds files of a run ({', '.join(found)}) but nothing to continue from (no "
+                           f"{CONFIG} and no complete checkpoint), so it cannot be continued: move them away or "
+                           f"choose another --out (nothing was overwritten)")
+        if not resume:
+            if found:
+                raise FileExistsError(f"{self.path} already holds a run ({', '.join(found)}): pass --resume to "
+                                      f"continue it, or choose another --out (nothing was overwritten)")
+            return None
+        if not found:
+            raise RunError(f"--resume: {self.path} holds no run to continue (no {CONFIG} and no checkpoint): "
+                           f"drop --resume to start a new run there, or check the --out path")
+        saved = self.saved_config()
+        if saved is None:
+            raise RunError(f"--resume: {self.path} has no {CONFIG} and none of its checkpoints' state.json gives "
+                           f"the run's config: restore {CONFIG} from a copy, or choose another --out")
+        check_same_run(saved, cfg, self.path)
+        return saved
+
     def remove_orphans(self) -> list[Path]:
         """What killed processes left: temporary files and folders of this run's own naming only."""
         removed = [p for name in ATOMIC_FILES for p in remove_matching(self.path, temp_file_pattern(name))]

@@ -1,19 +1,20 @@
 """The spike signals of one training step (utils/telemetry.py names them), measured only at steps that write a
 metrics.jsonl line, from the work the step does anyway:
 
-    "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer (models.layers.causal_max_logit,
+    "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer (training.observers.LogitMax,
                        QK-clip's tracking). With --qk_clip on, QK-clip's own maxima over the whole step (no extra
                        cost); otherwise over a sample: the first sequence of each micro-batch on each rank, because
                        the exact maximum recomputes every attention logit (research.speed.measure telemetry).
     "key_norm"    [L]  the mean L2 norm of the keys of each layer over the step's forwards (after k_norm, before
-                       RoPE, which keeps norms), every token, under no_grad.
+                       RoPE, which keeps norms), every token, under no_grad (training.observers.KeyNorm).
     "update_rms"  {"muon": x, "adamw": y}  sqrt(sum (w_after - w_before)^2 / n) over the weights of each optimizer
                        (Muon's groups, AdamW's groups, as optimizers/split.py makes them: with --qk_optimizer adamw
                        W_q and W_k are AdamW's), the optimizers' update before QK-clip; null for an optimizer with no
                        weights. Under FSDP each rank sums the squares of its local shards and one all-reduce adds them.
 
-Nothing here changes what the step computes: the extra work reads tensors under no_grad and writes only buffers of
-its own. Its memory: a copy of the weights during the optimizer step, at logged steps.
+Nothing here changes what the step computes: the extra work reads tensors under no_grad (through forward hooks at
+the model's hook points, training/observers.py) and writes only tensors of its own. Its memory: a copy of the
+weights during the optimizer step, at logged steps.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ import torch.distributed as tdist
 import torch.nn as nn
 
 from optimizers.muon import Muon
-from training.distributed import Dist
+from training.observers import KeyNorm, LogitMax
+from utils.runtime import Runtime
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
@@ -43,10 +45,14 @@ def squared_change(after: list[torch.Tensor], before: list[torch.Tensor]) -> tor
 
 class StepTelemetry:
     """begin() before a logged step's forwards, before_update() / after_update() around the optimizers' steps,
-    fields() after them: the metrics.jsonl fields. `full_step`: QK-clip tracks every logit already."""
+    fields() after them: the metrics.jsonl fields; remove() detaches its hooks. `clip_logits`: QK-clip's
+    LogitMax, which tracks every logit already (None: the telemetry samples its own)."""
 
-    def __init__(self, blocks: nn.ModuleList, optimizers: list[torch.optim.Optimizer], dist: Dist, full_step: bool):
-        self.blocks, self.dist, self.full_step = blocks, dist, full_step
+    def __init__(self, blocks: nn.ModuleList, optimizers: list[torch.optim.Optimizer], runtime: Runtime,
+                 clip_logits: LogitMax | None = None):
+        self.runtime, self.full_step = runtime, clip_logits is not None
+        self.keys = KeyNorm(blocks, runtime.device)
+        self.logits = clip_logits or LogitMax(blocks, runtime.device, rows=1, on=False)
         self.groups = {"muon": [p for o in optimizers if isinstance(o, Muon) for g in o.param_groups
                                 for p in g["params"]],
                        "adamw": [p for o in optimizers if not isinstance(o, Muon) for g in o.param_groups
@@ -55,16 +61,14 @@ class StepTelemetry:
         self.update_rms: dict[str, float | None] = {}
         self.counts = {name: sum(p.numel() for p in params) for name, params in self.groups.items()}  # a DTensor's
         # numel is the whole's; FSDP: each rank holds a shard of every weight, DDP: all hold all of it
-        self.sharded = dist.enabled and any(hasattr(p, "to_local") for ps in self.groups.values() for p in ps)
+        self.sharded = runtime.distributed and any(hasattr(p, "to_local") for ps in self.groups.values() for p in ps)
 
     def begin(self) -> None:
-        for block in self.blocks:
-            attn = block.attn
-            attn.track_key_norm = True
-            attn.key_norm_sum.zero_()
-            if not self.full_step:  # QK-clip resets and tracks its own, over every sequence
-                attn.track_max_logit, attn.max_logit_rows = True, 1
-                attn.max_logit.fill_(-math.inf)
+        self.keys.reset()
+        self.keys.on = True
+        if not self.full_step:  # QK-clip resets and tracks its own, over every sequence
+            self.logits.reset()
+            self.logits.on = True
 
     @torch.no_grad()
     def before_update(self) -> None:
@@ -73,8 +77,7 @@ class StepTelemetry:
     @torch.no_grad()
     def after_update(self) -> None:
         names = list(self.groups)
-        device = self.blocks[0].attn.key_norm_sum.device
-        sums = torch.zeros(len(names), dtype=torch.float64, device=device)
+        sums = torch.zeros(len(names), dtype=torch.float64, device=self.runtime.device)
         for i, name in enumerate(names):
             if self.groups[name]:
                 sums[i] = squared_change([_local(p).detach() for p in self.groups[name]], self.before[name])
@@ -86,16 +89,19 @@ class StepTelemetry:
 
     def fields(self) -> dict:
         """The step's metrics.jsonl fields (one collective under DDP/FSDP: every rank calls it); tracking off."""
-        kn = torch.stack([block.attn.key_norm_sum for block in self.blocks])              # [L, 2]
-        top = torch.stack([block.attn.max_logit.max() for block in self.blocks])
+        kn = torch.stack(self.keys.sums)                                                   # [L, 2]
+        top = torch.stack([m.max() for m in self.logits.maxima])
         if not self.full_step:  # QK-clip took the maximum over ranks already
-            top = self.dist.max_(top)
-        if self.dist.enabled:
-            kn = kn.clone()
+            top = self.runtime.max_(top)
+        if self.runtime.distributed:
             tdist.all_reduce(kn)  # sums and forwards over ranks: the mean over every rank's tokens
-        for block in self.blocks:
-            block.attn.track_key_norm = False
-            if not self.full_step:
-                block.attn.track_max_logit, block.attn.max_logit_rows = False, 0
+        self.keys.on = False
+        if not self.full_step:
+            self.logits.on = False
         return {"logit_max": top.tolist(), "key_norm": (kn[:, 0] / kn[:, 1]).tolist(),
                 "update_rms": dict(self.update_rms)}
+
+    def remove(self) -> None:
+        self.keys.remove()
+        if not self.full_step:  # QK-clip's are QK-clip's to remove
+            self.logits.remove()

@@ -12,11 +12,11 @@ One Trainer trains one model described by a RunConfig into an output folder:
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
     DIR/summary.json       final losses, steps, timings, provenance
 
-The trainer receives prepared data (data.prepare_data) and a process group
-(training.distributed); `training.run.train_run` does both for one config and holds the
-folder's lock. Works alone or under torchrun (DDP, or FSDP2 with --shard fsdp: training/sharding.py); only
-rank 0 writes. Callbacks
-(training.callbacks) see each step through a StepInfo and keep their own state in checkpoints;
+The trainer receives prepared data (data.prepare_data) and a utils.runtime.Runtime (the device, precision and
+process group, which training.distributed starts); `training.run.train_run` does both for one config and holds the
+folder's lock. QK-clip and the telemetry read the model through hooks at its hook points (training.observers).
+Works alone or under torchrun (DDP, or FSDP2 with --shard fsdp: training/sharding.py); only rank 0 writes.
+Callbacks (training.callbacks) see each step through a StepInfo and keep their own state in checkpoints;
 those given as `callbacks=` are built before a resume chooses its checkpoint, so that a saved
 state they cannot use makes the checkpoint unreadable like a damaged file.
 
@@ -43,16 +43,14 @@ from utils.telemetry import parse_alarm
 from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
-from optimizers.qk_clip import qk_clip_
 from training.alarm import SpikeAlarm
 from training.callbacks import Callback, CallbackFactory, StepInfo
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
-from training.distributed import Dist
-from training.errors import NonFiniteLossError, RunError
-from training.resume import (check_resume_length, check_same_data, check_same_run, data_differences, data_identity,
-                             saved_identity)
-from training.run_files import CONFIG, RunFolder
+from training.errors import NonFiniteLossError, RunError, non_finite_fix
+from training.observers import QKClip
+from training.resume import check_resume_length, check_same_data, data_differences, data_identity, saved_identity
+from training.run_files import RunFolder
 from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
@@ -65,19 +63,18 @@ __all__ = ["Trainer", "NonFiniteLossError"]
 
 
 class Trainer:
-    def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, dist: Dist = Dist(),
-                 resume: bool = False, replan_schedule: bool = False, log: Callable = print, progress: bool = True,
-                 name: str = "train", callbacks: CallbackFactory | None = None, runtime: Runtime | None = None):
-        """`runtime`: the device and precision settled for this process (training.run.train_run's; resolved here
-        from cfg.train when None). `callbacks(cfg, data, runtime)` builds the run's callbacks before a resume
-        chooses its checkpoint (their saved states are checked with it); add_callback registers more later."""
-        self.cfg, self.data, self.out, self.name, self.dist = cfg, data, Path(out_dir), name, dist
-        tc = cfg.train
-        self.runtime = runtime or resolve_runtime(tc.device, tc.precision)
-        self.device, self.precision = self.runtime.device, self.runtime.precision
+    def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, resume: bool = False,
+                 replan_schedule: bool = False, log: Callable = print, progress: bool = True, name: str = "train",
+                 callbacks: CallbackFactory | None = None, runtime: Runtime | None = None):
+        """`runtime`: where this process computes and in which process group (training.run.train_run's, which
+        started the group; resolved here from cfg.train when None). `callbacks(cfg, data, runtime)` builds the
+        run's callbacks before a resume chooses its checkpoint (their saved states are checked with it);
+        add_callback registers more later."""
+        self.cfg, self.data, self.out, self.name = cfg, data, Path(out_dir), name
+        self.runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
+        self.device, self.precision, self.is_main = self.runtime.device, self.runtime.precision, self.runtime.is_main
         if self.device.type == "cpu":
-            torch.set_num_threads(local_cpu_threads(self.dist.local_world_size))
-        self.is_main = self.dist.is_main
+            torch.set_num_threads(local_cpu_threads(self.runtime.local_world_size))
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
         self.folder = RunFolder(self.out, self._log)
@@ -86,93 +83,93 @@ class Trainer:
         self.resumed_from: Checkpoint | None = None
         self.data_id = data_identity(data)  # recorded in every checkpoint; a resume must find the same
         self.last_loss: float | None = None  # training loss of the latest step
+        self.last_z_loss: float | None = None  # the z-loss term of the latest step (z_loss > 0 only)
+        self.last_telemetry: dict = {}  # the telemetry's fields of the latest step (a logged one only)
         self._val_cache: tuple[int, float] | None = None  # (step, validation loss at that step)
         self._unreadable: list[Checkpoint] = []  # checkpoints that failed to load, set aside in fit()
+        self.steps, self.step, self.start_step = cfg.steps, 0, 0  # start_step: where this session began
+        self.resumed, self.wall_time = resume, 0.0  # wall_time: seconds of training, summed over resumed sessions
+        self.fsdp = cfg.train.shard == "fsdp"
+        saved = self._check(resume)
+        self._add_callbacks(callbacks)
+        self._build_model()
+        self._build_optimizers()
+        self._build_data()
+        if resume:
+            self._resume(saved, replan_schedule)
+        self._log_start(self._compile())
 
-        if tc.batch_size % self.dist.world_size:
-            raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {self.dist.world_size} "
+    # ----------------------------------------------------------------- setup
+    def _check(self, resume: bool) -> RunConfig | None:
+        """Refuse a batch the processes cannot split, sharding this run cannot have, and a folder the run cannot
+        start or go on in (RunFolder.check_start); returns the saved config of a resumed run."""
+        tc, world = self.cfg.train, self.runtime.world_size
+        if tc.batch_size % world:
+            raise ConfigError(f"batch_size={tc.batch_size} is not divisible by the {world} "
                               f"processes: the global batch is split evenly across ranks")
-        check_sharding(cfg, self.dist.world_size)
-        self.fsdp = tc.shard == "fsdp"
-        saved = self._check_out_dir(resume)
-        alarm = parse_alarm(tc.spike_alarm)
+        check_sharding(self.cfg, world)
+        return self.folder.check_start(resume, self.cfg)
+
+    def _add_callbacks(self, callbacks: CallbackFactory | None) -> None:
+        """The spike alarm first (its metrics.jsonl line comes before what the other callbacks do at the step),
+        then the run's own, built before anything is allocated."""
+        alarm = parse_alarm(self.cfg.train.spike_alarm)
         self.alarm = SpikeAlarm(alarm, self._write_metrics, self._log) if alarm else None
-        if self.alarm:  # first: its metrics.jsonl line comes before what the other callbacks do at the step
+        if self.alarm:
             self._register(self.alarm)
-        for callback in (callbacks(cfg, data, self.runtime) if callbacks else []):  # before anything is allocated
+        for callback in (callbacks(self.cfg, self.data, self.runtime) if callbacks else []):
             self._register(callback)
 
+    def _build_model(self) -> None:
+        tc = self.cfg.train
         torch.manual_seed(tc.seed)  # same initial weights on every rank
-        self.model = MinimalLLM(cfg.model).to(self.device)
+        self.model = MinimalLLM(self.cfg.model).to(self.device)
         self.model.grad_checkpointing = tc.grad_checkpointing
         self.model.fused_loss = tc.fused_loss
         self.model.z_loss = tc.z_loss  # the training objective adds it; the logged loss stays the cross-entropy
-        self.last_z_loss: float | None = None  # the z-loss term of the latest step (z_loss > 0 only)
         if self.fsdp:
             shard_model(self.model, self.device)  # before the optimizers: they hold the sharded parameters
         self.full_model = ProbeCopy(self.model, self.device, self.is_main) if self.fsdp else (lambda: self.model)
-        for block in self.model.blocks:  # QK-clip needs each step's largest logits
-            block.attn.track_max_logit = tc.qk_clip > 0
-        self.clip_counts = [0] * cfg.model.n_layers  # heads clipped per layer since the last log line
-        self.optimizers, split = build_optimizers(self.model, tc, self.device.type, self.precision)
-        self.split = split
-        # the spike signals of each logged step (metrics.jsonl), measured during it
-        self.telemetry = StepTelemetry(self.model.blocks, self.optimizers, self.dist, full_step=tc.qk_clip > 0) \
-            if tc.telemetry else None
-        self.last_telemetry: dict = {}
-        self.steps = cfg.steps
-        self.step = 0
-        self.start_step = 0  # where this session began: a resumed run's checkpoint step
-        self.resumed = resume
-        self.loader = BlockLoader(self.data.train, tc.batch_size, tc.seed, self.dist.rank, self.dist.world_size)
-        self.val = val_batches(self.data.val, tc.batch_size, tc.eval_batches, self.dist.rank,
-                               self.dist.world_size)
-        self.wall_time = 0.0  # seconds of training so far, summed over resumed sessions
-        if resume:
-            self._resume(saved, replan_schedule)
 
-        self.compiled, compile_why = resolve_compile(tc.compile, self.device)
+    def _build_optimizers(self) -> None:
+        """Muon and AdamW (optimizers/split.py), and what reads the model at its hook points each step
+        (training/observers.py): QK-clip's largest logits, the telemetry's signals of a logged step."""
+        tc, blocks = self.cfg.train, self.model.blocks
+        self.optimizers, self.split = build_optimizers(self.model, tc, self.device.type, self.precision)
+        self.qk_clip = QKClip(blocks, tc.qk_clip, self.runtime) if tc.qk_clip > 0 else None
+        self.telemetry = StepTelemetry(blocks, self.optimizers, self.runtime, self.qk_clip and self.qk_clip.logits) \
+            if tc.telemetry else None
+
+    def _build_data(self) -> None:
+        tc, rank, world = self.cfg.train, self.runtime.rank, self.runtime.world_size
+        self.loader = BlockLoader(self.data.train, tc.batch_size, tc.seed, rank, world)
+        self.val = val_batches(self.data.val, tc.batch_size, tc.eval_batches, rank, world)
+
+    def _compile(self) -> str:
+        """Compile the blocks (--compile) and wrap the model in DDP under torchrun (not under FSDP); returns why
+        it compiles or not."""
+        tc = self.cfg.train
+        self.compiled, why = resolve_compile(tc.compile, self.device)
         if self.fsdp and tc.compile == "auto":
-            self.compiled, compile_why = False, "auto: not with --shard fsdp, not yet tested together; --compile on"
+            self.compiled, why = False, "auto: not with --shard fsdp, not yet tested together; --compile on"
         if self.compiled:
             self.model.compile_blocks()
         self.fwd = DDP(self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None) \
-            if self.dist.enabled and not self.fsdp else self.model
+            if self.runtime.distributed and not self.fsdp else self.model
+        return why
 
+    def _log_start(self, compile_why: str) -> None:
+        cfg, tc = self.cfg, self.cfg.train
         self._log(f"run: preset={cfg.preset} device={self.runtime.device_choice()} "
                   f"precision={self.runtime.precision_choice()} "
-                  f"processes={self.dist.world_size} shard={tc.shard} compile={self.compiled} ({compile_why}) "
+                  f"processes={self.runtime.world_size} shard={tc.shard} compile={self.compiled} ({compile_why}) "
                   f"fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
                   f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "
                   f"{cfg.model.d_head}, qk_norm={cfg.model.qk_norm}")
-        self._log(format_split(split))
+        self._log(format_split(self.split))
         self._log(f"data: {len(self.data.train):,} train / {len(self.data.val):,} val blocks of "
                   f"{cfg.data.seq_len} tokens; {self.steps} steps of {cfg.tokens_per_step:,} tokens")
-
-    # ----------------------------------------------------------------- setup
-    def _check_out_dir(self, resume: bool) -> RunConfig | None:
-        """Refuse to overwrite a run, to resume nothing, or to resume with another config (nothing is
-        written here); returns the saved config of a resumed run."""
-        found = self.folder.contents()
-        if found and not self.folder.resumable():  # the same answer with or without --resume
-            raise RunError(f"{self.out} holds files of a run ({', '.join(found)}) but nothing to continue from (no "
-                           f"{CONFIG} and no complete checkpoint), so it cannot be continued: move them away or "
-                           f"choose another --out (nothing was overwritten)")
-        if not resume:
-            if found:
-                raise FileExistsError(f"{self.out} already holds a run ({', '.join(found)}): pass --resume to "
-                                      f"continue it, or choose another --out (nothing was overwritten)")
-            return None
-        if not found:
-            raise RunError(f"--resume: {self.out} holds no run to continue (no {CONFIG} and no checkpoint): "
-                           f"drop --resume to start a new run there, or check the --out path")
-        saved = self.folder.saved_config()
-        if saved is None:
-            raise RunError(f"--resume: {self.out} has no {CONFIG} and none of its checkpoints' state.json gives the "
-                           f"run's config: restore {CONFIG} from a copy, or choose another --out")
-        check_same_run(saved, self.cfg, self.out)
-        return saved
 
     def _load(self, ckpt: Checkpoint) -> None:
         """Load one checkpoint into the model, optimizers and loader (CheckpointError if it cannot be)."""
@@ -289,7 +286,7 @@ class Trainer:
                              "wall_time": self.wall_time, "config": self.cfg.to_dict(), "data": self.data_id,
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
                             keep_last=self.cfg.train.keep_last, tensors=tensors)
-        self.dist.barrier()
+        self.runtime.barrier()
 
     # ------------------------------------------------------------ the loop
     @torch.no_grad()
@@ -308,7 +305,7 @@ class Trainer:
             with autocast(self.device, self.precision):
                 total += self.model(x.to(self.device), y.to(self.device)).item()
         self.model.train(was_training)
-        loss = self.dist.mean(total / len(self.val), self.device)
+        loss = self.runtime.mean(total / len(self.val))
         self._val_cache = (self.step, loss)
         return loss
 
@@ -321,9 +318,8 @@ class Trainer:
                 g["lr"] = g["base_lr"] * factor
         loss_sum = torch.zeros((), device=self.device)
         z_sum = torch.zeros((), device=self.device)
-        if tc.qk_clip:
-            for block in self.model.blocks:
-                block.attn.max_logit.fill_(-math.inf)
+        if self.qk_clip:
+            self.qk_clip.reset()
         telemetry = self.telemetry if self._logs(self.step + 1) else None
         if telemetry:
             telemetry.begin()
@@ -331,7 +327,7 @@ class Trainer:
             x, y = self.loader.next_batch()
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             last = micro == tc.grad_accum - 1
-            sync = nullcontext() if (last or not self.dist.enabled) else \
+            sync = nullcontext() if (last or not self.runtime.distributed) else \
                 no_grad_sync(self.model) if self.fsdp else self.fwd.no_sync()
             with sync:
                 with autocast(self.device, self.precision):
@@ -342,9 +338,9 @@ class Trainer:
                 z_sum += self.model.loss_parts["z_loss"]
             else:
                 loss_sum += loss.detach()
-        loss_value = self.dist.mean(loss_sum.item() / tc.grad_accum, self.device)
+        loss_value = self.runtime.mean(loss_sum.item() / tc.grad_accum)
         if tc.z_loss:
-            self.last_z_loss = self.dist.mean(z_sum.item() / tc.grad_accum, self.device)
+            self.last_z_loss = self.runtime.mean(z_sum.item() / tc.grad_accum)
         params = [p for p in self.model.parameters() if p.grad is not None]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, tc.grad_clip if tc.grad_clip > 0 else math.inf)
         grad_norm = whole_tensor(grad_norm).item()  # a DTensor under FSDP
@@ -357,11 +353,8 @@ class Trainer:
             opt.zero_grad(set_to_none=True)
         if telemetry:
             telemetry.after_update()
-        if tc.qk_clip:  # the step's largest logits over all ranks: one collective for every layer
-            maxima = self.dist.max_(torch.stack([block.attn.max_logit for block in self.model.blocks]))
-            for block, m in zip(self.model.blocks, maxima):
-                block.attn.max_logit.copy_(m)
-            self.clip_counts = [a + b for a, b in zip(self.clip_counts, qk_clip_(self.model.blocks, tc.qk_clip))]
+        if self.qk_clip:
+            self.qk_clip.after_update()
         self.last_telemetry = telemetry.fields() if telemetry else {}
         self.step += 1
         return loss_value, grad_norm
@@ -370,30 +363,10 @@ class Trainer:
         """Whether the step that ends at `step` writes a metrics.jsonl line."""
         return step % self.cfg.train.log_every == 0 or step == self.steps
 
-    def _clip_log(self) -> dict:
-        """QK-clip's log fields: heads clipped per layer since the last log line, the step's max logit per layer."""
-        if not self.cfg.train.qk_clip:
-            return {}
-        out = {"qk_clipped_heads": self.clip_counts,
-               "max_logit": [b.attn.max_logit.max().item() for b in self.model.blocks]}
-        self.clip_counts = [0] * len(self.clip_counts)
-        return out
-
     def _fail_non_finite(self, loss: float, grad_norm: float) -> None:
-        tc = self.cfg.train
         ckpt = latest_checkpoint(self.folder.checkpoints)
         kept = (f"its last good checkpoint {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint yet")
-        clip = "--grad_clip 1.0" if tc.grad_clip == 0 or tc.grad_clip > 1 else f"--grad_clip {tc.grad_clip / 2:g}"
-        other = [clip] + (["--precision fp32"] if self.precision == "bf16" else [])
-        log_v = math.log(self.cfg.model.vocab_size)
-        if tc.z_loss * log_v >= 1:  # the z term outweighs the loss it regularizes: lower rates would not help
-            fix = (f"with a smaller --z_loss, e.g. --z_loss 0.0001 (PaLM's): at z_loss={tc.z_loss:g} the z term "
-                   f"z_loss x logsumexp^2 outweighs the cross-entropy from the first step on (logsumexp starts near "
-                   f"ln(vocab_size) = {log_v:.2f}, the cross-entropy too, so from z_loss = 1/{log_v:.2f} = "
-                   f"{1 / log_v:.3g})")
-        else:
-            fix = (f"with lower learning rates, e.g. --muon_lr {tc.muon_lr / 2:g} --adamw_lr {tc.adamw_lr / 2:g} (half "
-                   f"of these), or with {' or '.join(other)}")
+        fix = non_finite_fix(self.cfg.train, self.cfg.model.vocab_size, self.precision)
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
             f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
@@ -409,7 +382,7 @@ class Trainer:
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
                         is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
-                        world_size=self.dist.world_size, alarms=self.alarm.alarms if self.alarm else None)
+                        world_size=self.runtime.world_size, alarms=self.alarm.alarms if self.alarm else None)
         for callback in self.callbacks:
             callback(info)
 
@@ -432,19 +405,24 @@ class Trainer:
             raise RunError(f"{e}. Fix: {fix}. {self._kept()}") from e
 
     def fit(self) -> dict:
-        self.dist.barrier()  # every rank has read its checkpoint before rank 0 tidies the folder
-        with self._file_errors():
-            if self.is_main:
-                self._begin()
-            self.model.train()
-            if self.step == 0:
-                self._run_callbacks()
-            if self.step == self.start_step > 0 and self.step >= self.steps:
-                done = self._finished()
-                if done is not None:
-                    return done
-            val_loss = self._loop()
-            return self._summarize(val_loss)
+        """Train to the last step; the hooks of QK-clip and the telemetry come off the model when it ends."""
+        self.runtime.barrier()  # every rank has read its checkpoint before rank 0 tidies the folder
+        try:
+            with self._file_errors():
+                if self.is_main:
+                    self._begin()
+                self.model.train()
+                if self.step == 0:
+                    self._run_callbacks()
+                if self.step == self.start_step > 0 and self.step >= self.steps:
+                    done = self._finished()
+                    if done is not None:
+                        return done
+                return self._summarize(self._loop())
+        finally:
+            for reader in (self.qk_clip, self.telemetry):
+                if reader:
+                    reader.remove()
 
     def _finished(self) -> dict | None:
         """A resumed run that has nothing left to train: its summary.json as it is (None if it has none)."""
@@ -475,7 +453,8 @@ class Trainer:
                     bar.set_postfix(loss=f"{self.last_loss:.3f}", tok_s=f"{tok_s:,.0f}")
                     logged = {"step": self.step, "tokens": self.tokens_seen, "loss": self.last_loss,
                               "grad_norm": grad_norm, "lr_factor": lr_factor(self.step - 1, self.steps, tc),
-                              "tokens_per_s": tok_s, "wall_time": self.wall_time, **self._clip_log(),
+                              "tokens_per_s": tok_s, "wall_time": self.wall_time,
+                              **(self.qk_clip.log() if self.qk_clip else {}),
                               **self.last_telemetry,
                               **({"z_loss": self.last_z_loss} if tc.z_loss else {})}
                     self._write_metrics(logged)
@@ -501,7 +480,7 @@ class Trainer:
         summary = {"steps": self.step, "tokens": self.tokens_seen, "final_loss": self.last_loss,
                    "final_val_loss": val_loss, "wall_time_s": self.wall_time,
                    "tokens_per_s": self.tokens_seen / self.wall_time if self.wall_time else None,
-                   "precision": self.precision, "world_size": self.dist.world_size,
+                   "precision": self.precision, "world_size": self.runtime.world_size,
                    "optimizer_split": self.split, "corpus": self.data.corpus, "source_hash": self.data.source_hash,
                    **({"alarms": self.alarm.alarms} if self.alarm else {}),
                    "data": data_usage(self.cfg, self.data)[0],

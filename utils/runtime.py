@@ -1,5 +1,5 @@
 """Device, precision, seeding and provenance helpers; `Runtime`, the device, precision and process group decided
-once per process (resolve_runtime)."""
+once per process (resolve_runtime), with the process group's collectives."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 import torch
+import torch.distributed as tdist
 
 from utils.errors import ConfigError
 
@@ -117,8 +118,9 @@ def _precision_why(precision: str, chosen: str, device: torch.device) -> str:
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where and how this process computes, settled once per process (resolve_runtime) and handed down to the
-    trainer, the memory check, the probe and the provenance, which never read --device or --precision again.
+    """Where and how this process computes, and in which process group, settled once per process (resolve_runtime)
+    and handed down to the trainer, the memory check, the probe and the provenance, which never read --device or
+    --precision again.
     `device_asked` and `precision_asked` are the settings as given (auto, cuda, ...), for the log's "why"."""
     device: torch.device
     precision: str  # what training autocasts to: "bf16" or "fp32"
@@ -132,6 +134,37 @@ class Runtime:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # The process group's collectives (training.distributed.init_distributed starts it; alone each is a no-op).
+    def barrier(self) -> None:
+        if self.distributed:
+            tdist.barrier()
+
+    def mean(self, value: float) -> float:
+        """Average a Python float over ranks."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        tdist.all_reduce(t)
+        return t.item() / self.world_size
+
+    def broadcast(self, obj):
+        """Rank 0's `obj` on every rank (a picklable Python object)."""
+        if not self.distributed:
+            return obj
+        box = [obj if self.is_main else None]
+        tdist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def max_(self, t: torch.Tensor) -> torch.Tensor:
+        """Element-wise maximum over ranks, in place."""
+        if self.distributed:
+            tdist.all_reduce(t, op=tdist.ReduceOp.MAX)
+        return t
 
     @property
     def dtype(self) -> torch.dtype:

@@ -167,17 +167,19 @@ def measure_probe_memory(n_layers: int) -> dict:
 
 
 def measure_logit_tracking(name: str, steps: int) -> dict:
-    """QK-clip's per-step max-logit tracking (models.layers.causal_max_logit) as a share of the training step,
-    without QK-norm (where QK-clip is used): steps with and without tracking alternate in one process."""
+    """QK-clip's per-step max-logit tracking (training.observers.LogitMax, at the model's hook points) as a share of
+    the training step, without QK-norm (where QK-clip is used): steps with and without tracking alternate in one
+    process."""
+    from training.observers import LogitMax
     mc, B, T = configs()[name]
     torch.manual_seed(0)
     model = MinimalLLM(dataclasses.replace(mc, qk_norm="none"))
     opts, _ = build_optimizers(model, TrainConfig())
     x = torch.randint(0, mc.vocab_size, (B, T + 1))
+    logits = LogitMax(model.blocks, torch.device("cpu"))
 
     def step(track: bool) -> float:
-        for block in model.blocks:
-            block.attn.track_max_logit = track
+        logits.on = track
         t = time.perf_counter()
         model(x[:, :-1], x[:, 1:]).backward()
         for o in opts:

@@ -16,15 +16,15 @@ import torch
 from configs import apply_overrides, get_preset
 from models import MinimalLLM
 from optimizers import build_optimizers
-from training.distributed import Dist
 from training.step_telemetry import StepTelemetry
+from utils.runtime import Runtime
 
 
 def _stepper(cfg, x: torch.Tensor, telemetry: bool):
     torch.manual_seed(0)
     model = MinimalLLM(cfg.model)
     opts, _ = build_optimizers(model, cfg.train)
-    tel = StepTelemetry(model.blocks, opts, Dist(), full_step=False) if telemetry else None
+    tel = StepTelemetry(model.blocks, opts, Runtime(torch.device("cpu"), "fp32")) if telemetry else None
 
     def step() -> float:
         t = time.perf_counter()

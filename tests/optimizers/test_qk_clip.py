@@ -1,4 +1,5 @@
-"""QK-clip (optimizers/qk_clip.py) and the running max logit it reads (models.layers.causal_max_logit)."""
+"""QK-clip (optimizers/qk_clip.py) and the running max logit it reads (models.layers.causal_max_logit, taken at the
+model's hook points by training.observers.LogitMax)."""
 import dataclasses
 import math
 
@@ -11,6 +12,7 @@ from models.layers import causal_max_logit
 from optimizers.qk_clip import clip_factors, qk_clip_
 from research.probing.probe import KeyProbe
 from tests.tolerances import sum_rel_tol, ulps
+from training.observers import LogitMax
 
 
 def test_causal_max_logit_by_hand():
@@ -68,18 +70,18 @@ def test_qk_clip_brings_the_largest_logit_of_each_clipped_head_to_tau_and_leaves
     model = _gqa_model()
     ids = torch.randint(0, model.cfg.vocab_size, (3, 20), generator=torch.Generator().manual_seed(1))
     model.train()
-    for block in model.blocks:
-        block.attn.track_max_logit = True
+    logits = LogitMax(model.blocks, torch.device("cpu"))
     with torch.no_grad():
         model(ids)
+    logits.remove()
     before = _max_logits(model, ids)
     # Two fp32 forwards (training, the fp32 probe), each a d_model-term projection and a d_head-term logit, the
     # largest logit's terms of one sign mostly: 2 sum_rel_tol(d_model) = 3.3e-6. Measured: equal.
     tol = 2 * sum_rel_tol("fp32", model.cfg.d_model)
-    for block, seen in zip(model.blocks, before):  # the tracked max is the probe's, over the same batch
-        assert block.attn.max_logit.tolist() == pytest.approx(seen.tolist(), rel=tol)
+    for tracked, seen in zip(logits.maxima, before, strict=True):  # the tracked max is the probe's, same batch
+        assert tracked.tolist() == pytest.approx(seen.tolist(), rel=tol)
     tau = float(torch.cat(before).median())
-    counts = qk_clip_(model.blocks, tau)
+    counts = qk_clip_(model.blocks, logits.maxima, tau)
     after = _max_logits(model, ids)
     assert counts == [int((b > tau).sum()) for b in before] and sum(counts) > 0
     for b, a in zip(before, after):  # the same rounding as above (the clip's own few roundings aside): 5 EPS measured
@@ -118,20 +120,19 @@ def test_training_with_qk_clip_logs_clips_per_layer_and_keeps_logits_near_tau(de
 
 def test_checkpointing_does_not_track_the_logits_twice(monkeypatch):
     """The recompute in backward skips the max-logit pass (the forward took it); the maxima are the same."""
-    import models.layers as layers
+    import training.observers as observers
     calls = []
-    real = layers.causal_max_logit
-    monkeypatch.setattr(layers, "causal_max_logit", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = observers.causal_max_logit
+    monkeypatch.setattr(observers, "causal_max_logit", lambda *a, **k: calls.append(1) or real(*a, **k))
     model = _gqa_model()
     ids = torch.randint(0, model.cfg.vocab_size, (2, 16), generator=torch.Generator().manual_seed(2))
+    logits = LogitMax(model.blocks, torch.device("cpu"))
     maxima = []
     for ckpt in (False, True):
         model.grad_checkpointing = ckpt
-        for block in model.blocks:
-            block.attn.track_max_logit = True
-            block.attn.max_logit.fill_(-float("inf"))
+        logits.reset()
         calls.clear()
         model(ids[:, :-1], ids[:, 1:]).backward()
         assert len(calls) == model.cfg.n_layers
-        maxima.append(torch.stack([b.attn.max_logit.clone() for b in model.blocks]))
-    assert torch.equal(maxima[0], maxima[1]) and all(b.attn.track_max_logit for b in model.blocks)
+        maxima.append(torch.stack(logits.maxima).clone())
+    assert torch.equal(maxima[0], maxima[1]) and not any(b.recomputing for b in model.blocks)

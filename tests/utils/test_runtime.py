@@ -83,6 +83,16 @@ def test_the_runtime_is_settled_from_the_settings_and_torchruns_environment(mach
         resolve_runtime("cuda", "auto", {})
 
 
+def test_a_runtime_alone_is_rank_0_and_its_collectives_change_nothing():
+    """The process group's collectives are the runtime's (training.distributed starts the group under torchrun;
+    tests/training/test_training.py's DDP run uses them over two processes)."""
+    alone, t = Runtime(torch.device("cpu"), "fp32"), torch.tensor([1.0, -2.0])
+    assert alone.is_main and not Runtime(torch.device("cpu"), "fp32", rank=1, world_size=2).is_main
+    alone.barrier()
+    assert alone.mean(2.5) == 2.5 and alone.broadcast({"a": 1}) == {"a": 1}
+    assert alone.max_(t) is t and t.tolist() == [1.0, -2.0]
+
+
 def test_a_study_settles_argv_its_base_config_and_its_runtime_once(machine, monkeypatch, tmp_path, corpus_file,
                                                                    cache_dir):
     """One process of a study, up to its first training step: argv parsed once (the help and the run share the
