@@ -2,8 +2,9 @@
 Trainer, q/k norm gains trained or frozen, probing its keys; then decide and draw through the registry of study
 kinds (kind 'finetune').
 
-    main(argv, description)   # what the script runs: parse, train every condition x seed (finished runs kept),
-                              # write study.json, then research.studies.render draws its figures and report.md
+    main(argv, description)   # what the script runs: parse, hand every condition x seed to the executor of every
+                              # study's runs (research.studies.executors: finished runs kept, in this process or on
+                              # Ray), write study.json, then research.studies.render draws its figures and report.md
 """
 from __future__ import annotations
 
