@@ -8,6 +8,8 @@ research/ (research/access/, ...), the scripts in research/ itself, or train_llm
     siblings and import each other neither way.
 (b) No two folders import each other (checked on the arrows themselves, so also for a room missing from FLOORS).
 (c) utils/ is the ground floor: it imports nothing of the project.
+(d) No files import each other in a circle, within a room too: the graph of every file's imports of the project's
+    own files has no cycle.
 
 The torch-free boundary of research/results, analysis and plots (no torch at run time) is a test of its own:
 tests/research/results/test_results.py.
@@ -134,6 +136,11 @@ def project_arrows() -> list[Arrow]:
     return arrows(ROOT)
 
 
+@functools.cache
+def project_file_imports() -> dict[str, dict[str, int]]:
+    return file_imports(ROOT)
+
+
 def floor_breaks(found: list[Arrow]) -> list[str]:
     """Rule (a): each arrow that runs up or sideways, or touches a room FLOORS does not place."""
     problems = []
@@ -157,6 +164,83 @@ def mutual(found: list[Arrow]) -> list[str]:
             for (x, y) in sorted(first) if x < y and (y, x) in first]
 
 
+def module_file(module: str, root: Path) -> str | None:
+    """The project file a dotted module name is (a module, or a package's __init__.py); None for one not of the
+    project."""
+    path = root.joinpath(*module.split("."))
+    for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+        if candidate.is_file():
+            return candidate.relative_to(root).as_posix()
+    return None
+
+
+def file_imports(root: Path = ROOT) -> dict[str, dict[str, int]]:
+    """Every file's imports of the project's own files, module level or in a function: {file: {imported file: the
+    line of its first import}}. A file imports the module it names (`from package import name` names the package's
+    __init__.py), not the packages above it, which Python runs first whoever imports."""
+    files = {p.relative_to(root).as_posix(): p for p in project_files(root)}
+    graph: dict[str, dict[str, int]] = {}
+    for rel, path in files.items():
+        edges = graph.setdefault(rel, {})
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=rel)):
+            for module in _imported(node, path, root):
+                target = module_file(module, root)
+                if target in files and target != rel:
+                    edges.setdefault(target, node.lineno)
+    return graph
+
+
+def file_cycles(graph: dict[str, dict[str, int]]) -> list[str]:
+    """Rule (d): each group of files that import each other in a circle (a strongly connected component of the
+    import graph, found by Tarjan's algorithm), named by one shortest circle through its first file, each arrow with
+    its line: "a.py:3 -> b.py:7 -> a.py"."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(v: str) -> None:  # the graph of a few hundred files: recursion stays shallow
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                groups.append(sorted(group))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return [_circle(graph, group) for group in sorted(groups)]
+
+
+def _circle(graph: dict[str, dict[str, int]], group: list[str]) -> str:
+    """One shortest circle from the group's first file back to it, within the group (breadth first)."""
+    start, members = group[0], set(group)
+    came_from: dict[str, str] = {}
+    queue = [start]
+    while queue:
+        v = queue.pop(0)
+        for w in sorted(graph[v]):
+            if w in members and w not in came_from:
+                came_from[w] = v
+                queue.append(w)
+        if start in came_from:
+            break
+    path = [start]
+    while len(path) == 1 or path[-1] != start:
+        path.append(came_from[path[-1]])
+    path.reverse()  # start, ..., start
+    arrows = " -> ".join(f"{a}:{graph[a][b]}" for a, b in zip(path, path[1:]))
+    return f"{arrows} -> {start} ({len(group)} files import each other in a circle: {', '.join(group)})"
+
+
 def ground_breaks(found: list[Arrow]) -> list[str]:
     """Rule (c): each import of utils/ from the rest of the project."""
     return [f"{a}: utils imports nothing of the project" for a in found if a.source == "utils"]
@@ -176,6 +260,13 @@ def test_no_two_folders_import_each_other():
 
 def test_utils_imports_nothing_of_the_project():
     assert not (problems := ground_breaks(project_arrows())), _report(problems)
+
+
+def test_no_files_import_each_other_in_a_circle():
+    # Before research/studies/executors.py (issue 51) this failed, naming the one circle of the time (checked on a
+    # copy of that tree): "research/studies/ray_executor.py:29 -> research/studies/runner.py:436 ->
+    # research/studies/ray_executor.py", runner.py's import of the Ray module inside a function.
+    assert not (problems := file_cycles(project_file_imports())), _report(problems)
 
 
 def test_every_room_is_on_a_floor():
@@ -219,3 +310,22 @@ def test_the_rules_see_a_bad_import(tmp_path):
     assert pairs[1].startswith("research/access and research/probing import each other")
     assert ground_breaks(found) == ["utils/runtime.py:2 imports configs.config (utils -> configs): utils imports "
                                     "nothing of the project"]
+
+
+def test_the_file_rule_sees_a_circle(tmp_path):
+    """Three files in a circle, one arrow inside a function, are named with each import's line; a package's
+    __init__.py importing its modules, and a module importing a sibling, are no circle."""
+    _tree(tmp_path, {
+        "utils/__init__.py": "", "utils/a.py": "from utils import b\n",
+        "utils/b.py": "import os\n\n\ndef f():\n    from utils.c import g\n",
+        "utils/c.py": "import json\nfrom utils.a import x\n",
+        "research/__init__.py": "", "research/studies/__init__.py": "from research.studies.runner import run\n",
+        "research/studies/runner.py": "from . import executors\nimport torch\n",
+        "research/studies/executors.py": "from utils.a import x\n",
+    })
+    graph = file_imports(tmp_path)
+    assert graph["utils/b.py"] == {"utils/c.py": 5} and graph["research/studies/runner.py"] == \
+        {"research/studies/executors.py": 1}
+    assert file_cycles(graph) == ["utils/a.py:1 -> utils/b.py:5 -> utils/c.py:2 -> utils/a.py (3 files import each "
+                                  "other in a circle: utils/a.py, utils/b.py, utils/c.py)"]
+    assert file_cycles({**graph, "utils/c.py": {}}) == []

@@ -2,8 +2,9 @@
 Trainer, q/k norm gains trained or frozen, probing its keys; then decide and draw through the registry of study
 kinds (kind 'finetune').
 
-    main(argv, description)   # what the script runs: parse, train every condition x seed (finished runs kept),
-                              # write study.json, then research.studies.render draws its figures and report.md
+    main(argv, description)   # what the script runs: parse, hand every condition x seed to the executor of every
+                              # study's runs (research.studies.executors: finished runs kept, in this process or on
+                              # Ray), write study.json, then research.studies.render draws its figures and report.md
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
-from research.studies.runner import StudyRun, add_ray_args, check_ray_options
+from research.studies.executors import StudyRun, Train, add_ray_args, check_ray_options, execute, results_paths
 from utils.cli import ArgumentParser
 from utils.compare import differences
 from utils.errors import ConfigError, Interrupted
@@ -246,17 +247,48 @@ def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor
         f"{res['mean_pr'][-1]:.2f}")
 
 
-def train_on_worker(args, pool: torch.Tensor, probe_ids: torch.Tensor, steps: int, every: int, data: dict,
-                    run: StudyRun) -> None:
-    """One run as a Ray task (--ray): train_one on this worker's device and precision, with no progress bar."""
-    train_one(argparse.Namespace(**{**vars(args), "no_progress": True}), run.cond, run.seed, run.run_dir, pool,
-              probe_ids, steps, every, resolve_runtime(args.device, args.precision), data)
+def train_run(args, pool: torch.Tensor, probe_ids: torch.Tensor, steps: int, every: int, data: dict,
+              run: StudyRun[dict], runtime: Runtime | None) -> None:
+    """The study's train function (research.studies.executors.Train, with its first six arguments given): train_one
+    on the study's runtime in this process, or (runtime None: a Ray task) on this worker's device and precision with
+    no progress bar."""
+    if runtime is None:
+        args = argparse.Namespace(**{**vars(args), "no_progress": True})
+        runtime = resolve_runtime(args.device, args.precision)
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    train_one(args, run.cond, run.seed, run.run_dir, pool, probe_ids, steps, every, runtime, data)
+
+
+def study_runs(args, out: Path, steps: int, every: int, runtime: Runtime,
+               log=print) -> tuple[list[StudyRun[dict]], Train]:
+    """Every run (seed by seed, each condition) with the record it must hold to be kept (run_record), and the train
+    function: the model is loaded once to count each condition's parameters (set_trainable refuses one without q/k
+    norm gains before any training), the corpus split, the probe batch and the pool of training blocks made."""
+    model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log, progress=not args.no_progress)
+    counts, models = {}, {}  # each condition's, as its runs record them
+    for c in CONDITIONS:
+        counts[c] = set_trainable(model, c)
+        models[c] = condition_model(adapter)
+    adapter.check_window(args.seq_len)  # the training blocks and the probe batch: as every study checks
+    del model
+    docs = text_documents(ENGLISH)
+    train_docs, held = split_corpus(docs)
+    probe_ids = text_windows(tokenizer, held, args.probe_batch, args.seq_len, seed=0)
+    pool = training_blocks(tokenizer, train_docs, args.seq_len, steps * args.batch_size)
+    data = {"corpus": docs.name, "corpus_sha256": docs.sha256, "held_out_documents": len(held.texts),
+            "probe_documents": held.picked, "pool_blocks": len(pool)}
+    log(f"{args.model}: {steps} steps of {args.batch_size} x {args.seq_len} tokens per run, probes every "
+        f"{every} steps on {args.probe_batch} held-out windows; {runtime.precision} on {runtime.device}; "
+        f"conditions {', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
+    runs = [StudyRun(c, seed, run_record(args, models[c], counts[c], seed, steps, every, runtime.precision, data,
+                                         probe_ids), condition_dir(out, c, seed, len(args.seeds) > 1))
+            for seed in args.seeds for c in CONDITIONS]
+    return runs, functools.partial(train_run, args, pool, probe_ids, steps, every, data)
 
 
 def main(argv=None, description: str = "") -> int:
     args = parse_args(argv, description)
     out = Path(args.out)
-    log = print
     try:
         refuse_foreign(out, "finetune", "finetune_keys_study.py")  # its own study.json is no other's
         check_ray_options(args)
@@ -265,52 +297,15 @@ def main(argv=None, description: str = "") -> int:
         every = args.probe_every or max(1, steps // 4)
         with FolderLock(out, hint="pass another --out"):
             t0 = time.perf_counter()
-            model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log,
-                                                   progress=not args.no_progress)
-            counts, models = {}, {}  # each condition's, as its runs record them
-            for c in CONDITIONS:
-                counts[c] = set_trainable(model, c)  # refuses a model without q/k norm gains before any training
-                models[c] = condition_model(adapter)
-            adapter.check_window(args.seq_len)  # the training blocks and the probe batch: as every study checks
-            del model
-            docs = text_documents(ENGLISH)
-            train_docs, held = split_corpus(docs)
-            probe_ids = text_windows(tokenizer, held, args.probe_batch, args.seq_len, seed=0)
-            pool = training_blocks(tokenizer, train_docs, args.seq_len, steps * args.batch_size)
-            data = {"corpus": docs.name, "corpus_sha256": docs.sha256, "held_out_documents": len(held.texts),
-                    "probe_documents": held.picked, "pool_blocks": len(pool)}
-            log(f"{args.model}: {steps} steps of {args.batch_size} x {args.seq_len} tokens per run, probes every "
-                f"{every} steps on {args.probe_batch} held-out windows; {runtime.precision} on {runtime.device}; "
-                f"conditions {', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
-            several = len(args.seeds) > 1
-            index = {c: [] for c in CONDITIONS}
-            runs = [(seed, condition, condition_dir(out, condition, seed, several)) for seed in args.seeds
-                    for condition in CONDITIONS]
-            asked = {run_dir: run_record(args, models[c], counts[c], seed, steps, every, runtime.precision, data,
-                                         probe_ids) for seed, c, run_dir in runs}
-            done = {run_dir: kept(run_dir / RESULTS_FILE, asked[run_dir], steps)
-                    for run_dir in asked}  # every run checked before any is trained
-            todo = []
-            for seed, condition, run_dir in runs:
-                index[condition].append(str(run_dir.relative_to(out) / RESULTS_FILE))
-                if done[run_dir]:
-                    log(f"{condition} seed {seed}: finished earlier, kept")
-                    continue
-                run_dir.mkdir(parents=True, exist_ok=True)
-                if args.ray is None:
-                    train_one(args, condition, seed, run_dir, pool, probe_ids, steps, every, runtime, data, log)
-                else:
-                    todo.append(StudyRun(condition, seed, None, run_dir))  # no RunConfig: args say it all
-            if todo:
-                from research.studies.ray_executor import train_on_ray
-                train = functools.partial(train_on_worker, args, pool, probe_ids, steps, every, data)
-                train_on_ray(todo, out, args.ray, train=train, on_cpu=runtime.device.type == "cpu",
-                             gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                             progress=not args.no_progress)
+            runs, train = study_runs(args, out, steps, every, runtime)
+            execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
+                    gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                    on_cpu=runtime.device.type == "cpu",
+                    finished=lambda run: kept(run.run_dir / RESULTS_FILE, run.cfg, steps))  # all before any trains
             write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
-                              conditions=index, margin=args.margin, loss_margin=args.loss_margin)
+                              conditions=results_paths(runs, out), margin=args.margin, loss_margin=args.loss_margin)
         written = render_study(out)
-        log(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
+        print(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted; finished runs are kept in {out}: run the same command again to "
                           f"continue") from None

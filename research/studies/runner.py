@@ -15,9 +15,9 @@ and each condition folder while it trains, so a second run of the same study sto
 the first.
 
 The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
-handed to an executor: in this process one after another (`train_in_process`), or with --ray as Ray tasks
-(research.studies.ray_executor, the only module that imports ray); either way the driver alone writes study.json,
-the figures and the report once every run is done.
+handed with the study's train function (`train_study_run`) to research.studies.executors, the one executor of every
+study's runs: in this process one after another, or with --ray as Ray tasks; either way the driver alone writes
+study.json, the figures and the report once every run is done.
 """
 from __future__ import annotations
 
@@ -40,9 +40,11 @@ from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
+from research.studies.executors import (StudyError, StudyRun, add_ray_args, check_ray_options, execute,
+                                        results_paths)
 from research.studies.render import render_study
 from training.checkpoint import latest_checkpoint
-from training.errors import NonFiniteLossError, RunError, RunInterrupted
+from training.errors import NonFiniteLossError, RunError
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import check_fits, plan_target, plan_text
 from training.resume import check_resume_length, config_differences
@@ -50,14 +52,11 @@ from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser, once, positive_int
-from utils.errors import Interrupted, UserError, explain, shown
+from utils.errors import Interrupted, explain, shown
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime
 
-
-class StudyError(UserError):
-    """A condition or the drawing failed; the message says which, why, and that the finished conditions are kept."""
 
 def resolve_preset(name: str, device: str, gpu_preset: str, fixed: str | None = None) -> str:
     """'auto': the study file's preset (`fixed`) where it names one, else the study's write-up preset on CUDA, tiny
@@ -128,27 +127,35 @@ def parse_study_args(study: Study, description: str, argv: list[str] | None) -> 
     return parse_once(lambda start: study_parser(study, description, start), argv, "auto")
 
 
+def _parser_defaults(study: Study, description: str,
+                     start: tuple | None) -> tuple[argparse.ArgumentParser, RunConfig | None, dict[str, str]]:
+    """study_parser's empty parser, the config its help shows (None for the parser that only parses) and the notes
+    that replace a default's text (condition_notes, and probe_every's rule)."""
+    if start is None:
+        p = ArgumentParser(add_help=False)
+        help_flag(p)
+        return p, None, {}
+    preset, file, known = start
+    device = getattr(known, "device", None) or getattr(known, "cfg__device", None) or \
+        (file.values.get("device") if file else None) or "auto"
+    preset = resolve_preset(preset, device, study.gpu_preset, study.preset)
+    preset = preset if preset in PRESETS else "tiny"
+    try:
+        defaults = base_config(study, preset, file.values if file else {})
+    except ConfigError:  # the file's values may validate only with options still to come
+        defaults = base_config(study, preset, {})
+    notes = {**condition_notes(study, defaults),
+             "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with these defaults)"}
+    p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are "
+                                   f"those of the {preset} preset for this study.")
+    return p, defaults, notes
+
+
 def study_parser(study: Study, description: str, start: tuple | None) -> argparse.ArgumentParser:
     """The study's options. `start`: (preset, --config file, arguments parsed so far) for the parser whose help
     shows that preset's values for this study, or None for the parser that only parses (configs.cli.parse_once),
     which builds no config."""
-    if start is None:
-        p, defaults, notes = ArgumentParser(add_help=False), None, {}
-        help_flag(p)
-    else:
-        preset, file, known = start
-        device = getattr(known, "device", None) or getattr(known, "cfg__device", None) or \
-            (file.values.get("device") if file else None) or "auto"
-        preset = resolve_preset(preset, device, study.gpu_preset, study.preset)
-        preset = preset if preset in PRESETS else "tiny"
-        try:
-            defaults = base_config(study, preset, file.values if file else {})
-        except ConfigError:  # the file's values may validate only with options still to come
-            defaults = base_config(study, preset, {})
-        notes = {**condition_notes(study, defaults),
-                 "probe_every": f"steps // {study.probes_per_run} ({defaults.probe.probe_every} with these defaults)"}
-        p = ArgumentParser(description=f"{description.rstrip()}\n\n{describe_study(study)}\n\nDefaults below are "
-                                       f"those of the {preset} preset for this study.")
+    p, defaults, notes = _parser_defaults(study, description, start)
     p.add_argument("--seeds", type=int, nargs="+", metavar="SEED", action=once("every seed goes after one --seeds"),
                    help=f"Seeds to train every condition with, once each (runs of one seed pair up across "
                         f"conditions). Default: {' '.join(map(str, study.default_seeds))}; --seed N alone: that one "
@@ -191,44 +198,14 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     return p
 
 
-LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
 MAX_RUNS = 10_000  # --max_runs: a week of one-minute runs, and a study.json, figures and report still read whole
 
 
-def add_ray_args(p: argparse.ArgumentParser) -> None:
-    """--ray [ADDRESS], --gpus_per_run, --cpus_per_run: every study command's (checked by check_ray_options)."""
-    p.add_argument("--ray", nargs="?", const=LOCAL_RAY, metavar="ADDRESS",
-                   help="Train the study's runs as Ray tasks (pip install '.[ray]'), several at once: without ADDRESS "
-                        "on a Ray started on this machine for the study, with ADDRESS (host:port, or auto) on that "
-                        "running cluster, whose nodes must all see --out (docs/studies.md, On Ray). Default: the runs "
-                        "train one after another in this process")
-    p.add_argument("--gpus_per_run", type=float, metavar="G",
-                   help="GPUs each run's Ray task asks for (with --ray); a fraction below 1 lets several runs share "
-                        "one GPU. Default: 1 where the cluster has GPUs, else 0")
-    p.add_argument("--cpus_per_run", type=float, metavar="C",
-                   help="CPU cores each run's Ray task asks for (with --ray). Default: 1")
-
-
-@dataclasses.dataclass(frozen=True)
-class StudyRun:
-    """One run of a study: its name in study.json (condition, or condition@rate), seed, config and folder."""
-    cond: str
-    seed: int
-    cfg: RunConfig
-    run_dir: Path
-
-
-def study_runs(study: Study, base: RunConfig, seeds: list[int], out: Path) -> list[StudyRun]:
+def study_runs(study: Study, base: RunConfig, seeds: list[int], out: Path) -> list[StudyRun[RunConfig]]:
     """Every run of the study, in the order the in-process executor trains them: seed by seed, each condition."""
     return [StudyRun(cond, seed, run_config(base, overrides, seed),
                      condition_dir(out, cond, seed, several_seeds=len(seeds) > 1))
             for seed in seeds for cond, overrides in study.runs()]
-
-
-def run_failed(run: StudyRun, e: UserError | OSError, out: Path) -> StudyError:
-    """The study's error for a run that failed on a user error: which run, why, and that the study continues."""
-    return StudyError(f"in condition {run.cond}, seed {run.seed}: {explain(e)} (finished conditions in {out} are "
-                      f"kept; once this is fixed, the same command continues the study)")
 
 
 def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
@@ -267,6 +244,15 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
         mark_diverged(results, e.step)
         print(f"   diverged at step {e.step} (non-finite loss): recorded in {results}", flush=True)
         return None
+
+
+def train_study_run(run: StudyRun[RunConfig], runtime: Runtime | None, *, progress: bool, replan_schedule: bool,
+                    logger: str, divergence_is_a_result: bool) -> dict | None:
+    """The catalog studies' train function (research.studies.executors.Train): one run with the probe, on the study's
+    runtime with `progress` bars in this process, on the worker's own without bars in a Ray task (runtime None)."""
+    return train_condition(run.cfg, run.run_dir, run.cond, progress=progress and runtime is not None,
+                           replan_schedule=replan_schedule, divergence_is_a_result=divergence_is_a_result,
+                           logger=logger, runtime=runtime)
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
@@ -367,7 +353,7 @@ def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], 
 OFFLINE_FIELDS = ("source", "tokenizer")
 
 
-def check_recorded_runs(runs: list[StudyRun], replan_schedule: bool) -> None:
+def check_recorded_runs(runs: list[StudyRun[RunConfig]], replan_schedule: bool) -> None:
     """Before the first run trains: every run the study folder already holds (its config.json, or a checkpoint's
     copy) was trained with the config the study gives it now, on every field a resume may not change (training.resume,
     the one comparison of a recorded run with what is asked: logging, checkpointing, compile and the like may
@@ -425,52 +411,17 @@ def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
     return f"{study.name}: the largest of its {len(configs)} runs\n{plan_text(largest, world_size)}"
 
 
-def check_ray_options(args: argparse.Namespace) -> None:
-    """--gpus_per_run and --cpus_per_run only with --ray, and --ray only where Ray is installed; neither imports ray."""
-    if args.ray is None:
-        given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)
-        if given:
-            raise ConfigError(f"--{given} sets the resources of each run's Ray task: add --ray, or leave --{given} "
-                              f"out to train the runs one after another in this process")
-        return
-    from research.studies.ray_executor import check_options
-    check_options(args.ray, args.gpus_per_run, args.cpus_per_run)
-
-
-def train_in_process(runs: list[StudyRun], args, out: Path, runtime: Runtime, divergence_is_a_result: bool) -> None:
-    """The default executor: every run in this process, one after another, with its progress bars."""
-    for run in runs:
-        print(f"== {run.cond} (seed {run.seed}) -> {run.run_dir}", flush=True)
-        try:
-            train_condition(run.cfg, run.run_dir, run.cond, progress=not args.no_progress,
-                            replan_schedule=args.replan_schedule, logger=args.logger,
-                            divergence_is_a_result=divergence_is_a_result, runtime=runtime)
-        except RunInterrupted as e:
-            where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
-            kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
-            raise Interrupted(f"interrupted in condition {run.cond}, seed {run.seed}, {where}{kept}. Finished "
-                              f"conditions in {out} are kept: run the same command again to continue the "
-                              f"study") from None
-        except (UserError, OSError) as e:
-            raise run_failed(run, e, out) from None
-
-
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
     runs = study_runs(study, base, seeds, out)
     check_recorded_runs(runs, args.replan_schedule)
-    if args.ray is None:
-        train_in_process(runs, args, out, runtime, divergence_is_a_result=bool(study.lr_multipliers))
-    else:
-        from research.studies.ray_executor import train_on_ray, train_study_run
-        train = functools.partial(train_study_run, replan_schedule=args.replan_schedule, logger=args.logger,
-                                  divergence_is_a_result=bool(study.lr_multipliers))
-        train_on_ray(runs, out, args.ray, train=train, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
-                     gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, progress=not args.no_progress)
-    paths: dict[str, list[str]] = {}
-    for run in runs:
-        paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))
+    train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
+                              logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
+    execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
+            gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+            on_cpu=all(r.cfg.train.device == "cpu" for r in runs))
     try:
-        write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset, conditions=paths,
+        write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,
+                          conditions=results_paths(runs, out),
                           margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline,
                           primary=study.primary, logit_margin=study.logit_margin)
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):

@@ -1,18 +1,23 @@
-"""The Ray executor of a study's runs (--ray): each run is one Ray task that trains its run folder, returns its
-summary.
+"""How a study's runs are executed, for every study that trains: the catalog studies, study files and the spike
+study (through research.studies.runner) and the fine-tuning study (research.studies.finetune) each build their runs
+(`StudyRun`) and hand them with their own train function to `execute`, which trains them in this process one after
+another, or with --ray as Ray tasks, and reports a failed or interrupted run in the same words either way. The
+driver alone writes study.json (its conditions: `results_paths`), the figures and the report once every run is done.
 
-The driver (research.studies.runner) holds the study folder's lock and writes study.json, the figures and the report
-once every task is done; each task takes its own run folder's lock (training.run.train_run), so any number of
-workers train runs of one study at once. A task whose worker is lost (process killed, node gone) is retried by Ray
-up to MAX_RETRIES times and resumes from the run's newest checkpoint (train_condition resumes a folder that has
-one); a task that fails on a user error is not retried, and its message reaches the driver as the in-process
-executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same command
-continues. Any other error of Ray's (a node taken for dead, an actor or object lost, Ray's own failure) ends the
-study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This is the
-only module that imports ray, and only inside its functions.
+On Ray each run is one Ray task that trains its run folder and returns its summary. The driver holds the study
+folder's lock; each task takes its own run folder's lock (training.run.train_run), so any number of workers train
+runs of one study at once. A task whose worker is lost (process killed, node gone) is retried by Ray up to
+MAX_RETRIES times and resumes from the run's newest checkpoint (the catalog studies' train function resumes a folder
+that has one); a task that fails on a user error is not retried, and its message reaches the driver as the
+in-process executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same
+command continues. Any other error of Ray's own (a node taken for dead, an actor or object lost, Ray's own failure)
+ends the study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This
+is the only module that imports ray, and only inside its functions; it imports no other module of the studies.
 """
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import importlib.util
 import math
 import os
@@ -21,15 +26,18 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Generic, TypeVar
 
 from tqdm import tqdm
 
 from configs import ConfigError
-from research.studies.runner import LOCAL_RAY, StudyRun, StudyError, run_failed, train_condition
-from utils.errors import Interrupted, UserError, cut
-from utils.runtime import usable_cores
+from research.results.vocabulary import RESULTS_FILE
+from training.errors import RunInterrupted
+from utils.errors import Interrupted, UserError, cut, explain
+from utils.runtime import Runtime, usable_cores
 
+LOCAL_RAY = "local"  # --ray without an address: a Ray started for the study
+_KEPT = "{run.cond} seed {run.seed}: finished earlier, kept"  # a run `execute` was told is finished
 MAX_RETRIES = 3  # a lost worker's task is run again this many times at most (system failures only)
 _WAIT_S = 0.5  # how often the driver looks for started runs while it waits
 _CANCEL_WAIT_S = 60  # after Ctrl-C, how long the driver waits for the cancelled runs to stop (their locks released)
@@ -45,13 +53,73 @@ ADDRESS_FORMS = ("give HOST:PORT (the address `ray start --head` prints, e.g. 10
                  "the node this runs on), or --ray alone for a Ray started here")
 
 
-def check_options(address: str, gpus_per_run: float | None, cpus_per_run: float | None) -> None:
-    """Ray is installed, the address is one Ray connects to, and the resources asked for can be asked of Ray (finite
-    numbers: Ray takes NaN and infinity), before anything is written and before Ray starts."""
+class StudyError(UserError):
+    """A condition or the drawing failed; the message says which, why, and that the finished conditions are kept."""
+
+
+Settings = TypeVar("Settings")  # a StudyRun's settings: its study's own type
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRun(Generic[Settings]):
+    """One run of a study: its name in study.json (condition, or condition@rate), seed, settings and folder. The
+    settings are what the study trains the run with and checks a kept run against: a catalog study's RunConfig, the
+    fine-tuning study's record of its config, model and data (research.studies.finetune.run_record)."""
+    cond: str
+    seed: int
+    cfg: Settings
+    run_dir: Path
+
+
+# A study's train function: train(run, runtime) trains one run on `runtime`, the study's (settled once, in this
+# process), or, given None, in a Ray worker: on that worker's device and precision, without progress bars. Returns
+# the run's summary, if any. For Ray it is pickled: a module's function, or a functools.partial of one.
+Train = Callable[[StudyRun, "Runtime | None"], object]
+
+
+def run_failed(run: StudyRun, e: UserError | OSError, out: Path) -> StudyError:
+    """The study's error for a run that failed on a user error: which run, why, and that the study continues."""
+    return StudyError(f"in condition {run.cond}, seed {run.seed}: {explain(e)} (finished conditions in {out} are "
+                      f"kept; once this is fixed, the same command continues the study)")
+
+
+def results_paths(runs: list[StudyRun], out: Path) -> dict[str, list[str]]:
+    """The conditions of study.json: each condition's results files, relative to the study folder, in run order."""
+    paths: dict[str, list[str]] = {}
+    for run in runs:
+        paths.setdefault(run.cond, []).append(str((run.run_dir / RESULTS_FILE).relative_to(out)))
+    return paths
+
+
+def add_ray_args(p: argparse.ArgumentParser) -> None:
+    """--ray [ADDRESS], --gpus_per_run, --cpus_per_run: every study command's (checked by check_ray_options)."""
+    p.add_argument("--ray", nargs="?", const=LOCAL_RAY, metavar="ADDRESS",
+                   help="Train the study's runs as Ray tasks (pip install '.[ray]'), several at once: without ADDRESS "
+                        "on a Ray started on this machine for the study, with ADDRESS (host:port, or auto) on that "
+                        "running cluster, whose nodes must all see --out (docs/studies.md, On Ray). Default: the runs "
+                        "train one after another in this process")
+    p.add_argument("--gpus_per_run", type=float, metavar="G",
+                   help="GPUs each run's Ray task asks for (with --ray); a fraction below 1 lets several runs share "
+                        "one GPU. Default: 1 where the cluster has GPUs, else 0")
+    p.add_argument("--cpus_per_run", type=float, metavar="C",
+                   help="CPU cores each run's Ray task asks for (with --ray). Default: 1")
+
+
+def check_ray_options(args: argparse.Namespace) -> None:
+    """--gpus_per_run and --cpus_per_run only with --ray; with --ray, Ray is installed, the address is one Ray connects
+    to, and the resources asked for can be asked of Ray (finite numbers: Ray takes NaN and infinity), before anything
+    is written and before Ray starts. Imports no ray."""
+    if args.ray is None:
+        given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)
+        if given:
+            raise ConfigError(f"--{given} sets the resources of each run's Ray task: add --ray, or leave --{given} "
+                              f"out to train the runs one after another in this process")
+        return
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("--ray needs Ray, which is not installed: pip install '.[ray]' (or pip install -r "
                           "requirements.txt), or leave --ray out to train the runs one after another")
-    check_address(address)
+    check_address(args.ray)
+    cpus_per_run, gpus_per_run = args.cpus_per_run, args.gpus_per_run
     for name, value in (("--cpus_per_run", cpus_per_run), ("--gpus_per_run", gpus_per_run)):
         if value is not None and not math.isfinite(value):
             raise ConfigError(f"{name} {value:g}: give a finite number of {name[2:5].upper()}s per run, e.g. 1 "
@@ -62,6 +130,54 @@ def check_options(address: str, gpus_per_run: float | None, cpus_per_run: float 
         raise ConfigError(f"--gpus_per_run {gpus_per_run:g}: give a fraction up to 1 (runs sharing a GPU, e.g. 0.25), "
                           f"a whole number of GPUs, or 0")
 
+
+def check_address(address: str) -> None:
+    """--ray's ADDRESS is LOCAL_RAY, auto or HOST:PORT (a port 1-65535); ConfigError in one line otherwise (Ray's own
+    parse raised a ValueError of several lines, e.g. for an http:// address)."""
+    if address in (LOCAL_RAY, "auto"):
+        return
+    match = ADDRESS.match(address)
+    if not match or not 0 < int(match.group(1)) < 65536:
+        raise ConfigError(f"--ray {cut(address, 100)}: not the address of a Ray cluster: {ADDRESS_FORMS} (nothing was "
+                          f"started)")
+
+
+def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, progress: bool,
+            ray: str | None = None, gpus_per_run: float | None = None, cpus_per_run: float | None = None,
+            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None) -> None:
+    """Train `runs` with `train`, in their order in this process (`ray` None), or as Ray tasks on the Ray at `ray`
+    (LOCAL_RAY, auto or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps
+    its finished runs itself: asked of every run before any trains (it may refuse one), and a run it calls finished
+    is kept, not trained; without it every run goes to `train` (the catalog studies' trainer resumes a finished run,
+    training nothing). A run that fails on a user error ends the study in run_failed's words, either way.
+    `progress`: a bar over the runs on Ray (in this process, the train function shows its own)."""
+    done = [bool(finished and finished(run)) for run in runs]
+    if ray is not None:
+        for run in (run for run, d in zip(runs, done) if d):
+            print(_KEPT.format(run=run), flush=True)
+        todo = [run for run, d in zip(runs, done) if not d]
+        if todo:
+            train_on_ray(todo, out, ray, train=train, on_cpu=on_cpu, gpus_per_run=gpus_per_run,
+                         cpus_per_run=cpus_per_run, progress=progress)
+        return
+    for run, d in zip(runs, done):
+        if d:
+            print(_KEPT.format(run=run), flush=True)
+            continue
+        print(f"== {run.cond} (seed {run.seed}) -> {run.run_dir}", flush=True)
+        try:
+            train(run, runtime)
+        except RunInterrupted as e:
+            where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
+            kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
+            raise Interrupted(f"interrupted in condition {run.cond}, seed {run.seed}, {where}{kept}. Finished "
+                              f"conditions in {out} are kept: run the same command again to continue the "
+                              f"study") from None
+        except (UserError, OSError) as e:
+            raise run_failed(run, e, out) from None
+
+
+# On Ray
 
 class _Events:
     """A Ray actor the tasks tell when they start (on which worker); the driver takes what came since it last
@@ -84,31 +200,14 @@ def _where() -> str:
     return f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]}, pid {os.getpid()})"
 
 
-def train_study_run(run: StudyRun, *, replan_schedule: bool, logger: str, divergence_is_a_result: bool) -> dict | None:
-    """A catalog study's run in a Ray worker: its folder's lock, its device and precision (this worker's), no bars."""
-    return train_condition(run.cfg, run.run_dir, run.cond, progress=False, replan_schedule=replan_schedule,
-                           divergence_is_a_result=divergence_is_a_result, logger=logger)
-
-
-def _train_task(run: StudyRun, index: int, events, train: Callable[[StudyRun], dict | None]) -> dict:
+def _train_task(run: StudyRun, index: int, events, train: Train) -> dict:
     """One run, in a Ray worker: tells the driver where it started, trains, returns the summary and its time."""
     import ray
     where = _where()
     ray.get(events.put.remote(index, where))
     start = time.perf_counter()
-    summary = train(run)
+    summary = train(run, None)
     return {"summary": summary, "where": where, "time_s": time.perf_counter() - start}
-
-
-def check_address(address: str) -> None:
-    """--ray's ADDRESS is LOCAL_RAY, auto or HOST:PORT (a port 1-65535); ConfigError in one line otherwise (Ray's own
-    parse raised a ValueError of several lines, e.g. for an http:// address)."""
-    if address in (LOCAL_RAY, "auto"):
-        return
-    match = ADDRESS.match(address)
-    if not match or not 0 < int(match.group(1)) < 65536:
-        raise ConfigError(f"--ray {cut(address, 100)}: not the address of a Ray cluster: {ADDRESS_FORMS} (nothing was "
-                          f"started)")
 
 
 def start_local_ray(num_cpus: int) -> None:
@@ -181,13 +280,12 @@ def _resources(gpus_per_run: float | None, cpus_per_run: float | None, on_cpu: b
             "retry_exceptions": False}
 
 
-def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Callable[[StudyRun], dict | None],
-                 on_cpu: bool, gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False) -> None:
-    """Train every run as a Ray task calling `train(run)` (picklable: a module's function or a partial of one;
-    train_study_run for a catalog study), on a Ray started here (address LOCAL_RAY; a process already connected to
-    Ray keeps its connection) or on the cluster at `address`; `on_cpu`: the runs ask for no GPU by default. One line
-    per run as it starts, is retried, finishes or fails, and (`progress`) a bar over the runs, then the wall time
-    and each run's time."""
+def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Train, on_cpu: bool,
+                 gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False) -> None:
+    """Train every run as a Ray task calling `train(run, None)` (picklable: see Train), on a Ray started here
+    (address LOCAL_RAY; a process already connected to Ray keeps its connection) or on the cluster at `address`;
+    `on_cpu`: the runs ask for no GPU by default. One line per run as it starts, is retried, finishes or fails, and
+    (`progress`) a bar over the runs, then the wall time and each run's time."""
     import ray
     owns = not ray.is_initialized()
     auth_mode = os.environ.get(_AUTH_MODE)
@@ -212,7 +310,7 @@ def _restore_env(key: str, value: str | None) -> None:
         os.environ[key] = value
 
 
-def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train) -> None:
+def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train: Train) -> None:
     import ray
     start = time.perf_counter()
     events = ray.remote(num_cpus=0)(_Events).remote()
