@@ -183,11 +183,30 @@ def test_plan_prints_the_rounds_and_their_worst_case(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_the_pilot_adds_seeds_until_decided_through_its_script(corpus_file, cache_dir, tmp_path, capsys):
+    # margins too narrow to settle at two seeds: a second round trains seed 2, and the study stops at MAX
     out = tmp_path / "pilot"
-    run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1",
-                                "--until_decided", "3", "--round", "1"))
+    run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--margin", "1e-6",
+                                "--loss_margin", "1e-6", "--until_decided", "3", "--round", "1"))
     log = capsys.readouterr().out
     looks, design = index(out)["looks"], plan(2, 3, 1)
-    assert [len(look["seeds"]) for look in looks] == list(design.looks[:len(looks)])
-    assert [look["alpha"] for look in looks] == pytest.approx(design.levels[:len(looks)], abs=1e-15)
-    assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.014815)" in log and "## Looks" in (out / "report.md").read_text()
+    assert [look["seeds"] for look in looks] == [[0, 1], [0, 1, 2]] and index(out)["seeds"] == [0, 1, 2]
+    assert [look["alpha"] for look in looks] == pytest.approx(design.levels, abs=1e-15)  # 0.05 (2/3)^3, the rest
+    assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.014815): undecided: " in log
+    assert "the next round trains seed(s) 2" in log and "== qk_norm (seed 2) -> " in log
+    assert "Stopped at look 2 of at most 2 (3 seeds)" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_fine_tuning_study_adds_seeds_in_rounds_and_its_rerun_trains_nothing(tmp_path, capsys):
+    from tests.research.inspection.builders import make_hf_model
+    model, out = make_hf_model("qwen3", tmp_path / "qwen3"), tmp_path / "study"
+    argv = ["--model", str(model), "--out", str(out), "--tokens", "256", "--batch_size", "2", "--seq_len", "16",
+            "--seeds", "0", "1", "--no_progress", "--margin", "1e-6", "--loss_margin", "1e-6", "--until_decided", "3",
+            "--round", "1"]
+    assert finetune_keys_study.main(argv) == 0
+    assert [look["seeds"] for look in index(out)["looks"]] == [[0, 1], [0, 1, 2]]
+    assert all((out / c / "seed_2" / "results.json").is_file() for c in ("gains_trained", "gains_frozen"))
+    capsys.readouterr()
+    assert finetune_keys_study.main(argv) == 0
+    log = capsys.readouterr().out
+    assert log.count("finished earlier, kept") == 6 and len(index(out)["looks"]) == 2
