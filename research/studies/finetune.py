@@ -306,11 +306,11 @@ def main(argv=None, description: str = "") -> int:
             t0 = time.perf_counter()
             runs_of, train = study_runs(args, out, steps, every, runtime)
 
-            def train_runs(runs: list[StudyRun[dict]]) -> None:  # one round's runs, handed to the executor together
+            def train_runs(runs: list[StudyRun[dict]], done: set) -> None:  # a round's new runs, together
                 execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                         gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                        on_cpu=runtime.device.type == "cpu",
-                        finished=lambda run: kept(run.run_dir / RESULTS_FILE, run.cfg, steps))  # all before any trains
+                        on_cpu=runtime.device.type == "cpu",  # kept: asked of all before any trains
+                        finished=lambda run: run.run_dir in done or kept(run.run_dir / RESULTS_FILE, run.cfg, steps))
 
             def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
                 write_study_index(out, name=STUDY, kind="finetune", seeds=seeds, preset=None, conditions=conditions,

@@ -127,7 +127,9 @@ class Rounds:
     together), and its study.json written with the seeds, their results files, the looks and the design."""
 
     runs: Callable[[list[int]], list[StudyRun]]
-    train: Callable[[list[StudyRun]], None]
+    # train(runs, done): the runs of a look; `done`, the folders of those this command trained at its earlier looks,
+    # kept as they are (the executor's `finished`), so that a round hands its executor only its new runs
+    train: Callable[[list[StudyRun], set], None]
     write_index: Callable[[list[int], dict, list[dict], dict | None], None]
 
 
@@ -146,9 +148,11 @@ def run_looks(out: Path, seeds: list[int], until: Until | None, rounds: Rounds, 
     record = index.get("design") or (until.record(seeds) if until else None)
     if design is not None and not index:  # the design is fixed at the study's first command, before anything trains
         rounds.write_index(seeds, results_paths(rounds.runs(seeds), out), [], record)
+    done: set = set()  # the run folders trained (or found finished) at this command's earlier looks
     while True:
         runs = rounds.runs(seeds)
-        rounds.train(runs)
+        rounds.train(runs, set(done))
+        done |= {run.run_dir for run in runs}
         looks = with_look(looks, seeds, design)
         rounds.write_index(seeds, results_paths(runs, out), [asdict(look) for look in looks], record)
         if design is None:

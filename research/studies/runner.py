@@ -436,11 +436,11 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
 
-    def train_runs(runs: list[StudyRun[RunConfig]]) -> None:  # one round's runs, handed to the executor together
+    def train_runs(runs: list[StudyRun[RunConfig]], done: set) -> None:  # a round's new runs, together
         check_recorded_runs(runs, args.replan_schedule)
         execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                 gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                on_cpu=all(r.cfg.train.device == "cpu" for r in runs))
+                on_cpu=all(r.cfg.train.device == "cpu" for r in runs), finished=lambda run: run.run_dir in done)
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,

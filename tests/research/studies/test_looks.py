@@ -27,13 +27,16 @@ OPEN = {"QK": (50.0, 3.5, 3.0), "QK_frozen": (50.0, 3.5, 3.0), "NoQK": (50.0, 3.
 CLEAR = {"QK": (40.0, 3.0, 0.0), "QK_frozen": (50.0, 3.5, 0.0), "NoQK": (60.0, 4.0, 0.0)}
 
 
-def rounds(out, finals, trained, stop_at=None):
+def rounds(out, finals, trained, stop_at=None, handed=None):
     """A stand-in for a study: its runs of some seeds, a trainer that writes each run's results (keeping a finished
-    run, as the trainer's resume does, and stopping as Ctrl-C would at seed `stop_at`), and its study.json."""
+    run, as the trainer's resume does, and stopping as Ctrl-C would at seed `stop_at`), and its study.json. `handed`
+    collects the seeds of each round's runs the loop did not call done."""
     def runs(seeds):
         return [StudyRun(c, s, None, condition_dir(out, c, s, len(seeds) > 1)) for s in seeds for c in finals]
 
-    def train(round_runs):
+    def train(round_runs, done):
+        if handed is not None:
+            handed.append(sorted({r.seed for r in round_runs if r.run_dir not in done}))
         for r in round_runs:
             path = r.run_dir / "results.json"
             if path.is_file():
@@ -56,8 +59,10 @@ def index(out):
 
 
 def test_an_open_question_adds_a_seed_per_round_to_max_each_look_at_its_planned_level(tmp_path):
-    out, trained, lines = tmp_path / "study", [], []
-    looks = run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained), log=lambda s, **_: lines.append(s))
+    out, trained, lines, handed = tmp_path / "study", [], [], []
+    looks = run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained, handed=handed),
+                      log=lambda s, **_: lines.append(s))
+    assert handed == [[0, 1], [2], [3]]  # a round hands the executor its new runs alone
     # plan 2 -> 4 by 1: looks at 2, 3, 4 seeds; 0.05 (2/4)^3 = 0.00625, 0.05 (3/4)^3 - 0.00625 = 0.01484375, the rest
     assert [look.seeds for look in looks] == [(0, 1), (0, 1, 2), (0, 1, 2, 3)]
     assert [look.alpha for look in looks] == pytest.approx([0.00625, 0.01484375, 0.02890625], abs=1e-15)
@@ -88,8 +93,10 @@ def test_a_study_killed_inside_or_between_looks_continues_with_each_look_recorde
     with pytest.raises(KeyboardInterrupt):
         run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained, stop_at=stop_at), log=lambda *a, **k: None)
     assert len(index(out)["looks"]) == (0 if stop_at == 1 else 2) and index(out)["design"]["max_seeds"] == 4
-    before = list(trained)
-    looks = run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained), log=lambda *a, **k: None)
+    before, handed = list(trained), []
+    looks = run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained, handed=handed), log=lambda *a, **k: None)
+    # the command's first look hands every run of it (the executor checks and keeps the finished ones), then new ones
+    assert handed == ([[0, 1], [2], [3]] if stop_at == 1 else [[0, 1, 2], [3]])
     assert [look.seeds for look in looks] == [(0, 1), (0, 1, 2), (0, 1, 2, 3)]
     assert [len(look["seeds"]) for look in index(out)["looks"]] == [2, 3, 4]
     assert not set(before) & set(trained[len(before):])  # no finished run trained again
