@@ -163,7 +163,7 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
         if sens.get(x) and sens.get(y):
             p = Paired.of(sens[x], sens[y])
             scale = float(np.mean([*best[x].values(), *best[y].values()]))  # margins are shares of the best loss
-            family[(x, y)] = Paired(p.diffs, p.mean_a, p.mean_b, scale)
+            family[(x, y)] = Paired(p.diffs, p.mean_a, p.mean_b, scale, p.seeds)
     # the reference is not compared with itself
     onsets = {c: onset(by_m, None if c == REFERENCE else g.get(REFERENCE), margin, loss_margin)
               for c, by_m in g.items()}

@@ -52,7 +52,7 @@ def step_difference(runs: dict, field: str) -> Paired | None:
     if not seeds:
         return Paired(np.zeros(0), math.nan, math.nan, math.nan)
     return Paired((xa - xb) - (xb - xc), float((xa - xb).mean()), float((xb - xc).mean()),
-                  (abs(float(xa.mean())) + abs(float(xc.mean()))) / 2)
+                  (abs(float(xa.mean())) + abs(float(xc.mean()))) / 2, tuple(seeds))
 
 
 def family_decisions(runs: dict, field: str, margin: float = MARGIN) -> tuple[dict, Decision | None]:

@@ -27,9 +27,12 @@ Absence of evidence is never called equality.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
 from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -88,6 +91,7 @@ class Paired:
     mean_a: float
     mean_b: float  # 0 for a one-sample comparison
     scale: float  # the margin and the relative size are shares of this
+    seeds: tuple | None = None  # the seed of each difference, where known: a look at fewer seeds keeps its own
 
     @staticmethod
     def of(a: dict, b: dict) -> "Paired":
@@ -95,7 +99,7 @@ class Paired:
         seeds = [s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s])]
         xa, xb = np.array([a[s] for s in seeds], float), np.array([b[s] for s in seeds], float)
         ma, mb = (float(xa.mean()), float(xb.mean())) if seeds else (math.nan, math.nan)
-        return Paired(xa - xb, ma, mb, (abs(ma) + abs(mb)) / 2)
+        return Paired(xa - xb, ma, mb, (abs(ma) + abs(mb)) / 2, tuple(seeds))
 
     @staticmethod
     def one_sample(values, scale: float) -> "Paired":
@@ -200,10 +204,34 @@ def k_of(family: dict) -> int:
     return sum(1 for c in family.values() if c.diffs.size >= 2 and not no_spread(c))
 
 
+# How decide decides while a study's looks are in force (research.analysis.sequential.at_looks); None: at one look
+_DECIDER: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("decider", default=None)
+
+
+@contextlib.contextmanager
+def deciding_with(decider: Callable) -> Iterator[None]:
+    """Within the block, decide(family, margin, alpha, k) is decider(family, margin, alpha, k): how a study decided
+    over several looks (research.analysis.sequential.at_looks) has every family of its analysis decided at its looks,
+    whichever analysis builds the family."""
+    token = _DECIDER.set(decider)
+    try:
+        yield
+    finally:
+        _DECIDER.reset(token)
+
+
 def decide(family: dict, margin: float | Margin = MARGIN, alpha: float = ALPHA, k: int | None = None) -> dict:
     """Decide every comparison of a family {key: Paired} at the Bonferroni level over its testable members, or over
     `k` comparisons where the family is part of a larger one (several quantities read as one family). `margin`: a
-    share of each comparison's scale, or a Margin."""
+    share of each comparison's scale, or a Margin. Within deciding_with, its decider decides instead."""
+    decider = _DECIDER.get()
+    if decider is not None:
+        return decider(family, margin, alpha, k)
+    return decide_once(family, margin, alpha, k)
+
+
+def decide_once(family: dict, margin: float | Margin = MARGIN, alpha: float = ALPHA, k: int | None = None) -> dict:
+    """decide at one look: every comparison from its t interval at 1 - alpha / k."""
     margin = margin if isinstance(margin, Margin) else Margin(margin)
     share = None if margin.absolute else margin.value
     k = k_of(family) if k is None else k

@@ -1,7 +1,8 @@
 """The study folder layout, and loading a whole study from it (no torch).
 
     <study>/study.json                              index: kind, seeds, preset, margins, results files (and a study
-                                                    file's baseline, primary quantities, logit margin)
+                                                    file's baseline, primary quantities, logit margin; the looks
+                                                    taken, and a design planned with --until_decided)
     <study>/<condition>/results.json                one seed
     <study>/<condition>/seed_<s>/results.json       several seeds
     <study>/combined_results.json                   the pilot's combined file (the write-ups' format)
@@ -31,7 +32,8 @@ from research.results.values import parse_json
 from research.results.vocabulary import (GRID_KINDS, GRID_SEP, PILOT_COMBINED, QK_CONDITIONS, RESULTS_FILE,
                                          STUDY_INDEX, STUDY_KINDS, base_condition, split_grid_key)
 from utils.errors import os_problem, shown
-from utils.formats import Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text, check
+from utils.formats import (Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Scalar,
+                           Text, check)
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
 
 INDEX_FIX = "rerun the study or correct/delete study.json"
@@ -155,6 +157,15 @@ def _primary_once(meta: dict, where: str, ctx) -> None:
 
 
 _NAME = Opt(Text("a name (text)", nullable=False, nonempty=True))
+_SEEDS = ListOf(Integer(nullable=False), "a non-empty list of integers", nonempty=True, whole=True, show=found)
+_ALPHA = Number("a level in (0, 1]", nullable=False, ok=lambda v: 0 < v <= 1)
+# study.json's looks (research.analysis.sequential.Look): per look, the seeds analysed, the alpha spent, whether the
+# design planned it; a folder with none was decided at one look of its seeds at the full level
+_LOOK = Obj({"seeds": _SEEDS, "alpha": _ALPHA,
+             "planned": Scalar(lambda v: isinstance(v, bool), "true or false", nullable=False)})
+# the design of a study planned with --until_decided at its first command (research.studies.looks)
+_DESIGN = Obj({"seeds": _SEEDS, "max_seeds": Integer(nullable=False, lo=2), "round": Integer(nullable=False, lo=1),
+               "rho": Number("a positive number", nullable=False, ok=lambda v: v > 0), "alpha": _ALPHA})
 # study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
 # preset of this project); the paths of conditions are checked against the folder by _check_paths.
 STUDY = Obj({
@@ -172,6 +183,8 @@ STUDY = Obj({
                           "a non-empty list of quantity keys", nonempty=True, show=found)),
     "(primary)": Rule(_primary_once),
     "logit_margin": Opt(Custom(lambda v: check_absolute_margin("logit_margin", v, "logits"), "a margin in logits")),
+    "looks": Opt(ListOf(_LOOK, "a list of looks (seeds, alpha, planned)")),
+    "design": Opt(_DESIGN),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, ok=str.strip),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),
@@ -182,13 +195,14 @@ STUDY = Obj({
 
 def check_study_index(meta, path: Path, folder: Path) -> dict:
     """The fields of a study.json, checked (STUDY) and typed: {path (of study.json), study, kind, seeds, preset,
-    baseline, primary, margin, loss_margin, logit_margin (None where absent), conditions: {name: [results file paths
-    under folder]}}. ResultsError names the field and the fix."""
+    baseline, primary, looks, design, margin, loss_margin, logit_margin (None where absent), conditions: {name:
+    [results file paths under folder]}}. ResultsError names the field and the fix."""
     try:
         check(STUDY, meta)
     except FormatError as e:
         raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
-    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline", "primary")}}
+    out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline", "primary",
+                                                           "looks", "design")}}
     out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin", "logit_margin")})
     seen: dict = {}
     out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen)
@@ -209,9 +223,11 @@ def read_study_index(folder: str | Path) -> dict:
 def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], preset: str | None,
                       conditions: dict[str, list[str]], margin: float, loss_margin: float,
                       baseline: str | None = None, primary: tuple[str, ...] = (),
-                      logit_margin: float | None = None) -> Path:
-    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins. It is
-    checked as every read checks it, so no index is written that a read would refuse."""
+                      logit_margin: float | None = None, looks: list[dict] | None = None,
+                      design: dict | None = None) -> Path:
+    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins, and the
+    looks taken at the study (`looks`, `design`: research.studies.looks). It is checked as every read checks it, so
+    no index is written that a read would refuse."""
     path = study / STUDY_INDEX
     meta = {"study": name, "kind": kind, "seeds": seeds, "preset": preset, "margin": margin,
             "loss_margin": loss_margin, "conditions": conditions}
@@ -223,6 +239,10 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
         meta["primary"] = list(primary)
     if logit_margin is not None:  # a study file's margin of the largest attention logit, in logits
         meta["logit_margin"] = logit_margin
+    if looks is not None:
+        meta["looks"] = looks
+    if design is not None:
+        meta["design"] = design
     check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

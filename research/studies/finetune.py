@@ -4,7 +4,8 @@ kinds (kind 'finetune').
 
     main(argv, description)   # what the script runs: parse, hand every condition x seed to the executor of every
                               # study's runs (research.studies.executors: finished runs kept, in this process or on
-                              # Ray), write study.json, then research.studies.render draws its figures and report.md
+                              # Ray), write study.json, then research.studies.render draws its figures and report.md;
+                              # with --until_decided, round after round (research.studies.looks)
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -30,7 +32,8 @@ from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
-from research.studies.executors import StudyRun, Train, add_ray_args, check_ray_options, execute, results_paths
+from research.studies.executors import StudyRun, Train, add_ray_args, check_ray_options, execute
+from research.studies.looks import Rounds, add_until_args, check_until, run_looks
 from utils.cli import ArgumentParser
 from utils.compare import differences
 from utils.errors import ConfigError, Interrupted
@@ -79,6 +82,7 @@ def build_parser(description: str = "") -> ArgumentParser:
                    help="Study folder the runs, figures and report are written into. Default: %(default)s")
     p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
+    add_until_args(p)
     add_ray_args(p)
     return p
 
@@ -260,10 +264,11 @@ def train_run(args, pool: torch.Tensor, probe_ids: torch.Tensor, steps: int, eve
 
 
 def study_runs(args, out: Path, steps: int, every: int, runtime: Runtime,
-               log=print) -> tuple[list[StudyRun[dict]], Train]:
-    """Every run (seed by seed, each condition) with the record it must hold to be kept (run_record), and the train
-    function: the model is loaded once to count each condition's parameters (set_trainable refuses one without q/k
-    norm gains before any training), the corpus split, the probe batch and the pool of training blocks made."""
+               log=print) -> tuple[Callable[[list[int]], list[StudyRun[dict]]], Train]:
+    """The runs of any seeds (seed by seed, each condition) with the record each must hold to be kept (run_record),
+    and the train function: the model is loaded once to count each condition's parameters (set_trainable refuses one
+    without q/k norm gains before any training), the corpus split, the probe batch and the pool of training blocks
+    made."""
     model, tokenizer, adapter = load_model(args.model, "float32", args.cache_dir, log, progress=not args.no_progress)
     counts, models = {}, {}  # each condition's, as its runs record them
     for c in CONDITIONS:
@@ -280,9 +285,10 @@ def study_runs(args, out: Path, steps: int, every: int, runtime: Runtime,
     log(f"{args.model}: {steps} steps of {args.batch_size} x {args.seq_len} tokens per run, probes every "
         f"{every} steps on {args.probe_batch} held-out windows; {runtime.precision} on {runtime.device}; "
         f"conditions {', '.join(CONDITIONS)} x seeds {' '.join(map(str, args.seeds))}")
-    runs = [StudyRun(c, seed, run_record(args, models[c], counts[c], seed, steps, every, runtime.precision, data,
-                                         probe_ids), condition_dir(out, c, seed, len(args.seeds) > 1))
-            for seed in args.seeds for c in CONDITIONS]
+    def runs(seeds: list[int]) -> list[StudyRun[dict]]:
+        return [StudyRun(c, seed, run_record(args, models[c], counts[c], seed, steps, every, runtime.precision, data,
+                                             probe_ids), condition_dir(out, c, seed, len(seeds) > 1))
+                for seed in seeds for c in CONDITIONS]
     return runs, functools.partial(train_run, args, pool, probe_ids, steps, every, data)
 
 
@@ -291,19 +297,25 @@ def main(argv=None, description: str = "") -> int:
     out = Path(args.out)
     try:
         refuse_foreign(out, "finetune", "finetune_keys_study.py")  # its own study.json is no other's
+        until = check_until(args, KINDS["finetune"], list(args.seeds), STUDY)
         check_ray_options(args)
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
         with FolderLock(out, hint="pass another --out"):
             t0 = time.perf_counter()
-            runs, train = study_runs(args, out, steps, every, runtime)
-            execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-                    gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-                    on_cpu=runtime.device.type == "cpu",
-                    finished=lambda run: kept(run.run_dir / RESULTS_FILE, run.cfg, steps))  # all before any trains
-            write_study_index(out, name=STUDY, kind="finetune", seeds=list(args.seeds), preset=None,
-                              conditions=results_paths(runs, out), margin=args.margin, loss_margin=args.loss_margin)
+            runs_of, train = study_runs(args, out, steps, every, runtime)
+
+            def train_runs(runs: list[StudyRun[dict]], done: set) -> None:  # a round's new runs, together
+                execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
+                        gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                        on_cpu=runtime.device.type == "cpu",  # kept: asked of all before any trains
+                        finished=lambda run: run.run_dir in done or kept(run.run_dir / RESULTS_FILE, run.cfg, steps))
+
+            def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
+                write_study_index(out, name=STUDY, kind="finetune", seeds=seeds, preset=None, conditions=conditions,
+                                  margin=args.margin, loss_margin=args.loss_margin, looks=looks, design=design)
+            run_looks(out, list(args.seeds), until, Rounds(runs_of, train_runs, write_index))
         written = render_study(out)
         print(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
     except KeyboardInterrupt:

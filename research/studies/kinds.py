@@ -84,6 +84,11 @@ class Kind:
     outputs: Callable[[list[str]], list[str]]  # (conditions) -> the names of the files it writes, in order
     combined: Callable[[Any], dict] = _no_combined  # (analysis) -> {file name: JSON-ready dict}
     compare: Callable[[Any], Comparison | None] = compare  # (inputs) -> the runs to decide and why, or None
+    # (analysis) -> {label: Decision}: the comparisons a study of this kind adds seeds for while one is undecided
+    # (--until_decided, research.studies.looks); None: nothing to decide, the option is refused with `no_primary`
+    primary: Callable[[Any], dict] | None = None
+    no_primary: str = ""  # why a kind without primary comparisons cannot add seeds by looks (else: nothing to decide)
+    named_primary: bool = False  # its primary comparisons are the study's own (a study file's `primary:`), if any
 
     @property
     def owner(self) -> Owner:
@@ -195,6 +200,44 @@ def _spikes_compare(inputs: spikes_analysis.SpikeRuns) -> Comparison:
     return dataclasses.replace(c, runs=spikes_analysis.SpikeRuns(c.runs, inputs.seeds))
 
 
+def _qk_norm_primary(analysis) -> dict:
+    """The QK-norm study's question: the three pairs and the difference of the steps, on key PR and on the validation
+    loss."""
+    out = {}
+    for field, what in (("mean_pr", "key PR"), ("val_loss", "validation loss")):
+        out.update({f"{what} {x}\u2212{y}": d for (x, y), d in analysis.decisions[field].items()})
+        if analysis.steps[field] is not None:
+            out[f"{what} (A\u2212B)\u2212(B\u2212C)"] = analysis.steps[field]
+    return out
+
+
+def _conditions_primary(analysis) -> dict:
+    """A study file's primary quantities (its findings), every comparison of each."""
+    return {f"{q} {x}\u2212{y}": d for q in analysis.primary for (x, y), d in analysis.decisions[q].items()}
+
+
+def _pilot_primary(analysis) -> dict:
+    """The pilot's question: the final key PR and validation loss, with QK-norm minus without."""
+    return {what: analysis.decisions[f] for f, what in (("mean_pr", "key PR"), ("val_loss", "validation loss"))
+            if f in analysis.decisions}
+
+
+def _lr_primary(analysis) -> dict:
+    """The learning-rate study's question: each pair's sensitivity of the final loss to the rate."""
+    return {f"sensitivity {x}\u2212{y}": d for (x, y), d in analysis.decisions.items()}
+
+
+def _keys_primary(analysis) -> dict:
+    """The key-dynamics study's question: the change of each layer group's key norm, with minus without weight
+    decay on the gains."""
+    return {f"weight decay on the gains, {g}": d for g, d in analysis.weight_decay.items()}
+
+
+def _finetune_primary(analysis) -> dict:
+    """The fine-tuning study's question: trained minus frozen gains, in the final key metrics and validation loss."""
+    return dict(analysis.final)
+
+
 def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
@@ -234,22 +277,24 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
 PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # utils.owners.OWNERS
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
-         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined),
+         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined, primary=_qk_norm_primary),
     Kind("pilot", _runs, _margins(pilot_analysis.analyze), pilot_plots.figures, pilot_plots.report,
-         _named(pilot_plots.FIGURES, PILOT_COMBINED), _pilot_combined),
+         _named(pilot_plots.FIGURES, PILOT_COMBINED), _pilot_combined, primary=_pilot_primary),
     Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), keys_plots.figures, keys_plots.report,
-         _per_condition(keys_plots.FIGURE_BASES)),
+         _per_condition(keys_plots.FIGURE_BASES), primary=_keys_primary),
     Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
          _per_condition(heads_plots.FIGURE_BASES)),
     Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
-         compare=_grid_compare),
+         compare=_grid_compare, primary=_lr_primary),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
-         _named(finetune_plots.FIGURES)),
+         _named(finetune_plots.FIGURES), primary=_finetune_primary),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
          conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
-         compare=_conditions_compare),
+         compare=_conditions_compare, primary=_conditions_primary, named_primary=True),
     Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
-         _named(spikes_plots.FIGURES), compare=_spikes_compare),
+         _named(spikes_plots.FIGURES), compare=_spikes_compare,
+         no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
+                    "evaluation (the second half tests them), and seeds added in rounds would move the split"),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
          pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair),
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, trajectory_plots.figures,

@@ -4,7 +4,8 @@ Every study kind runs the same three steps, as its record in research.studies.ki
 results (research.results), decide (research.analysis), draw and write (research.plots), the drawing
 from the decisions alone. `render_study(folder)` is what every study calls after it measured and what
 split_panels.py calls on any results folder;
-`load_and_analyze(folder)` does the first two and draws in memory, for a notebook:
+`load_and_analyze(folder)` does the first two and draws in memory, for a notebook (a study that added seeds by
+looks is decided at the looks its study.json records, and its report says so: research.plots.looks):
 
     study = load_and_analyze("research_results/qk_norm_50m_study")
     study.analysis.verdict.text, study.report, study.figures["2_key_pr_causal.png"]
@@ -22,10 +23,12 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from research.analysis.rules import check_margin
+from research.analysis.sequential import at_looks, design_of, looks_of
 from research.plots.common import write_outputs
+from research.plots.looks import section as looks_section
 from research.results.layout import read_study_index
 from research.results.vocabulary import REPORT
-from research.studies.kinds import read
+from research.studies.kinds import Kind, read, with_section
 from utils.lock import FolderLock
 from utils.owners import REDRAW, redraw_record, refuse_foreign
 
@@ -59,9 +62,25 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     margin = None if margin is None else check_margin("margin", margin)
     loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
     index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
+    kind, inputs, comparison, analysis = decide_study(folder, index, margin, loss_margin)
+    outputs = kind.draw(analysis, comparison)
+    looks = looks_section(looks_of(index), design_of(index), kind.primary(analysis) if kind.primary else {},
+                          index.get("design"))
+    if looks:
+        outputs[REPORT] = with_section(outputs[REPORT], looks)
+    return StudyView(Path(folder), kind.name, inputs, comparison, analysis, outputs, index)
+
+
+def decide_study(folder: str | Path, index: dict, margin: float | None = None,
+                 loss_margin: float | None = None) -> tuple[Kind, Any, Any, Any]:
+    """(kind, inputs, comparison, analysis) of the study in `folder` whose checked study.json is `index`: decided at
+    the looks it records (research.analysis.sequential.at_looks; one look at the full level where it records none),
+    nothing drawn."""
     kind, inputs = read(Path(folder), index)
-    analysis, comparison = kind.decide(inputs, margin or index.get("margin"), loss_margin or index.get("loss_margin"))
-    return StudyView(Path(folder), kind.name, inputs, comparison, analysis, kind.draw(analysis, comparison), index)
+    with at_looks(looks_of(index)):
+        analysis, comparison = kind.decide(inputs, margin or index.get("margin"),
+                                           loss_margin or index.get("loss_margin"))
+    return kind, inputs, comparison, analysis
 
 
 def render_study(folder: str | Path, out: str | Path | None = None, margin: float | None = None,

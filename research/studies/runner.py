@@ -17,7 +17,9 @@ the first.
 The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
 handed with the study's train function (`train_study_run`) to research.studies.executors, the one executor of every
 study's runs: in this process one after another, or with --ray as Ray tasks; either way the driver alone writes
-study.json, the figures and the report once every run is done.
+study.json, the figures and the report once every run is done. With --until_decided the runs come in rounds of
+seeds, each round handed to the executor together, while a primary comparison is undecided
+(research.studies.looks); every study records its looks in study.json.
 """
 from __future__ import annotations
 
@@ -40,8 +42,10 @@ from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
-from research.studies.executors import (StudyError, StudyRun, add_ray_args, check_ray_options, execute,
-                                        results_paths)
+from research.analysis.sequential import plan
+from research.studies.executors import StudyError, StudyRun, add_ray_args, check_ray_options, execute
+from research.studies.kinds import KINDS
+from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.render import render_study
 from training.checkpoint import latest_checkpoint
 from training.errors import NonFiniteLossError, RunError
@@ -189,6 +193,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
                         f"(docs/decisions.md). Default: {margin}")
     p.add_argument("--loss_margin", type=float, default=loss_margin,
                    help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {loss_margin}")
+    add_until_args(p)
     add_ray_args(p)
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
@@ -270,26 +275,33 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
         study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
     preset, overrides = start_from_args(args, "auto")
-    check_run_count(study, len(args.seeds or ([0] if "seed" in overrides else study.default_seeds)), args.max_runs)
+    until = check_until(args, KINDS[study.kind], args.seeds or ([overrides["seed"]] if "seed" in overrides else
+                                                                list(study.default_seeds)), study.name, study.primary)
+    check_run_count(study, until.max_seeds if until else len(args.seeds or ([0] if "seed" in overrides else
+                                                                            study.default_seeds)), args.max_runs)
     try:
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset,
                                                  study.preset), overrides)
     except ConfigError as e:
         raise ConfigError(f"{study.source}: the shared config: {e}" if study.source else str(e)) from None
+    out = Path(args.out or Path("research_results") / study.name)
+    seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     if args.plan is not None:  # planning for CUDA needs no GPU here
         print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
-        return Path(args.out or Path("research_results") / study.name)
+        if until:
+            print(rounds_plan(study, base, seeds, out, until))
+        return out
     runtime = resolve_runtime(base.train.device, base.train.precision)  # once for every run of the study
     check_logger(args.logger)
     check_ray_options(args)
-    out = Path(args.out or Path("research_results") / study.name)
-    seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     check_runs(study, base, seeds[0], runtime)
     print(f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
           f"{runtime.precision_choice()}; "
           f"{len(study.conditions)} conditions x "
           + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
-          + f"{len(seeds)} seed(s) x {base.steps * base.tokens_per_step:,} "
+          + f"{len(seeds)} seed(s)"
+          + (f" (up to {until.max_seeds}, {until.round} more a round while undecided)" if until else "")
+          + f" x {base.steps * base.tokens_per_step:,} "
           f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
     for name in dict.fromkeys(k for o in study.conditions.values() for k in o if k in overrides):
         own = [c for c, o in study.conditions.items() if name in o]
@@ -298,7 +310,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
         with FolderLock(out, hint="choose another --out"):
-            _train_and_render(study, args, base, seeds, out, runtime)
+            _train_and_render(study, args, base, seeds, out, runtime, until)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
@@ -411,19 +423,32 @@ def study_plan(study: Study, base: RunConfig, world_size: int) -> str:
     return f"{study.name}: the largest of its {len(configs)} runs\n{plan_text(largest, world_size)}"
 
 
-def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime) -> None:
-    runs = study_runs(study, base, seeds, out)
-    check_recorded_runs(runs, args.replan_schedule)
+def rounds_plan(study: Study, base: RunConfig, seeds: list[int], out: Path, until: Until) -> str:
+    """--plan's rounds of --until_decided, timed by the finished runs the study's folder already holds."""
+    design = plan(len(seeds), until.max_seeds, until.round)
+    every = [*seeds, *range(max(seeds) + 1, max(seeds) + 1 + until.max_seeds - len(seeds))]
+    summaries = [RunFolder(r.run_dir, log=lambda *_: None).read_summary() for r in study_runs(study, base, every, out)]
+    return rounds_text(design, len(study.runs()), [s["wall_time_s"] for s in summaries if s and s.get("wall_time_s")])
+
+
+def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime,
+                      until: Until | None) -> None:
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
-    execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-            gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
-            on_cpu=all(r.cfg.train.device == "cpu" for r in runs))
-    try:
+
+    def train_runs(runs: list[StudyRun[RunConfig]], done: set) -> None:  # a round's new runs, together
+        check_recorded_runs(runs, args.replan_schedule)
+        execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
+                gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                on_cpu=all(r.cfg.train.device == "cpu" for r in runs), finished=lambda run: run.run_dir in done)
+
+    def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,
-                          conditions=results_paths(runs, out),
-                          margin=args.margin, loss_margin=args.loss_margin, baseline=study.baseline,
-                          primary=study.primary, logit_margin=study.logit_margin)
+                          conditions=conditions, margin=args.margin, loss_margin=args.loss_margin,
+                          baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
+                          looks=looks, design=design)
+    try:
+        run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index))
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
     except OSError as e:

@@ -74,6 +74,18 @@ def test_a_study_on_ray_gives_the_sequential_results(corpus_file, cache_dir, tmp
     assert "ray: 4 runs in " in out and " s wall time; each run: qk_norm seed 0 " in out
 
 
+@pytest.mark.slow
+def test_a_study_until_decided_hands_each_round_to_ray_together(corpus_file, cache_dir, tmp_path, cluster, capsys):
+    # margins too narrow to settle at two seeds: the first round's 4 runs, then the second round's 2, each as tasks
+    run_study(PILOT, study_args(corpus_file, cache_dir, tmp_path / "ray", 2 * STEP_TOKENS, "--seeds", "0", "1",
+                                "--margin", "1e-6", "--loss_margin", "1e-6", "--until_decided", "3", "--round", "1",
+                                "--ray"))
+    out = capsys.readouterr().out
+    assert "ray: 4 runs as tasks" in out and "ray: 2 runs as tasks" in out  # the second round's new runs alone
+    assert [look["seeds"] for look in json.loads((tmp_path / "ray" / "study.json").read_text())["looks"]] == \
+        [[0, 1], [0, 1, 2]]
+
+
 def test_a_user_error_in_a_task_reaches_the_driver_as_one_line_and_is_not_retried(corpus_file, cache_dir, tmp_path,
                                                                                   cluster, capsys):
     out = tmp_path / "study"

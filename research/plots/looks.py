@@ -1,0 +1,74 @@
+"""The report's section on a study's looks: the seeds each analysed, the level it spent, why the study stopped and
+the error bound that holds (research.analysis.sequential). A study of fixed seeds, decided at one look at the full
+level, has no such section: its report is what it always was.
+"""
+from __future__ import annotations
+
+from research.analysis.sequential import Design, Look, error_bound, one_full_look, undecided
+
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
+
+
+def seeds_text(seeds) -> str:
+    """'0 1 2 3' of a look's seeds, shortened to a range where they run on: '0\u20137'."""
+    seeds = sorted(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"{seeds[0]}\u2013{seeds[-1]}"
+    return " ".join(map(str, seeds))
+
+
+def options_text(record: dict) -> str:
+    """The options that planned a design (study.json's `design`), as a command gives them."""
+    seeds = " ".join(map(str, record["seeds"]))
+    return f"--until_decided {record['max_seeds']} --round {record['round']} --seeds {seeds}"
+
+
+def bound_text(looks: list[Look], design: Design | None) -> str:
+    """The error bound over the looks, in a sentence: 'two looks at 5% each: the chance that some outcome of a family
+    is wrong is at most 10%'."""
+    bound = error_bound(looks, design)
+    if design is None or not all(look.planned for look in looks):
+        alphas = {look.alpha for look in looks}
+        n = NUMBERS.get(len(looks), str(len(looks)))
+        spent = (f"{n} looks at {looks[0].alpha:.0%} each" if len(alphas) == 1 else
+                 f"{n} looks spending " + " + ".join(f"{look.alpha:.4g}" for look in looks))
+        return f"{spent}: the chance that some outcome of a family is wrong is at most {bound:.0%}"
+    return (f"the looks spend at most {design.alpha:.0%} in all, whenever the study stops: the chance that some "
+            f"outcome of a family is wrong is at most {bound:.0%}")
+
+
+def stop_text(looks: list[Look], design: Design, primary: dict) -> str:
+    """Why the study stopped at its last look, or that it has not."""
+    open_ = undecided(primary)
+    at = f"look {len(looks)} of at most {len(design.looks)} ({len(looks[-1].seeds)} seeds)"
+    if not open_:
+        return f"Stopped at {at}: every primary comparison is decided."
+    which = ", ".join(open_)
+    if len(looks[-1].seeds) >= design.looks[-1]:
+        return f"Stopped at {at}, the most seeds the design allows, with primary comparison(s) undecided: {which}."
+    return f"Not finished at {at}: undecided: {which}; the same command continues the study."
+
+
+def section(looks: list[Look], design: Design | None, primary: dict, record: dict | None = None) -> str:
+    """The report's "Looks" section ('' for a study decided at one look at the full level with no design): the looks,
+    the design and the options that planned it (`record`, study.json's `design`), why the study stopped (`primary`:
+    its primary comparisons, {label: Decision}) and the bound that holds."""
+    if design is None and one_full_look(looks):
+        return ""
+    planned = "" if design is None else (", ".join(map(str, design.looks[:-1])) + " and " * (len(design.looks) > 1)
+                                         + str(design.looks[-1]))
+    head = ("The seeds were added in rounds while a primary comparison was undecided "
+            f"({options_text(record)}, planned at the study's first command): looks planned at {planned} seeds, "
+            f"spending \u03b1 = {design.alpha:.0%} as {design.alpha:.0%} \u00d7 (n/{design.looks[-1]})^{design.rho:g} "
+            f"by the look at n seeds."
+            if design else
+            "The study was grown by hand (the same command run again with other --seeds, with no sequential design "
+            "fixed at its start): every look is decided at the full level, and the levels spent add up.")
+    rows = [f"| {j} | {seeds_text(look.seeds)} ({len(look.seeds)}) | {look.alpha:.5g} | "
+            f"{'yes' if look.planned else 'no'} |" for j, look in enumerate(looks, 1)]
+    tail = [("Every outcome in this report is read off the intersection of its intervals over the looks, each at its "
+             f"look's level (docs/decisions.md); {bound_text(looks, design)}.")]
+    if design:
+        tail.append(stop_text(looks, design, primary))
+    return "\n".join(["## Looks", "", head, "", "| look | seeds | \u03b1 spent | planned |", "|---|---|---|---|",
+                      *rows, "", *tail]) + "\n"
