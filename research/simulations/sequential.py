@@ -21,15 +21,16 @@ designs read the same draws:
 
 Truths, in sd of one seed's paired difference, the margin MARGIN_SD: 0; the margin, 2% inside it and 2% outside it;
 and 1, 2 and 3 sd beyond the margin (what decides "beyond the margin" is the distance from the margin, the null of
-that decision). Noise: Gaussian; Student's t with 3 degrees of freedom (heavy tails); log-normal (sigma 1, skewed,
-its long tail on the truth's side); each scaled to mean 0 and sd 1.
+that decision). Noise: Gaussian; Student's t with 3 degrees of freedom (heavy tails); log-normal with sigma 1 and 0.5
+(skewness 6.2 and 1.75, the long tail on the truth's side); each scaled to mean 0 and sd 1.
 
 Per design and scenario: the rate of studies with any wrong decision at any look (an outcome the truth contradicts:
 "equal" or "within the margin" for a truth outside it, "beyond the margin" for one inside it, a real difference for
 a truth of 0, or one of the wrong sign), the share of studies that stopped with every comparison decided, and the
 mean seeds used. The bounds (docs/decisions.md): until decided's wrong rate at most 5% (+ 2 Monte Carlo standard
 errors) with Gaussian and t(3) noise at every truth; at 2 sd beyond the margin, its decided share at least 85% of
-fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4).
+fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4). --levels replaces the spending function's levels with
+any split of the 5% over the looks, to measure other schedules.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ MARGIN_SD = 1.0  # the margin, in sd of one seed's paired difference (the defaul
 EDGE = 0.02  # "at the margin": this share of it inside or outside
 TRUTHS = {"0": 0.0, "margin, inside": MARGIN_SD * (1 - EDGE), "margin, outside": MARGIN_SD * (1 + EDGE),
           "margin + 1 sd": MARGIN_SD + 1, "margin + 2 sd": MARGIN_SD + 2, "margin + 3 sd": MARGIN_SD + 3}
-NOISES = ("gaussian", "t3", "lognormal")
+NOISES = ("gaussian", "t3", "lognormal", "lognormal_0.5")
+LOG_SD = {"lognormal": 1.0, "lognormal_0.5": 0.5}  # sigma of the log: skewness 6.2 and 1.75
 SHARING = ("independent", "shared")  # the comparisons' per-seed noise: drawn apart, or one draw for all four
 BOUNDED = ("gaussian", "t3")  # the noises the error bound must hold in; the skewed one is reported beside them
 DESIGNS = ("until decided", "each look at 5%", "fixed 4", "fixed 8")
@@ -62,14 +64,15 @@ STOP_TRUTH, STOP_CEILING = "margin + 3 sd", 0.8  # mean seeds against MAX
 
 
 def noise(rng: np.random.Generator, kind: str, shape: tuple) -> np.ndarray:
-    """Draws of mean 0 and sd 1: normal, t(3) / sqrt(3), or a centred and scaled exp(N(0, 1))."""
+    """Draws of mean 0 and sd 1: normal, t(3) / sqrt(3), or a centred and scaled exp(N(0, sigma^2))."""
     if kind == "gaussian":
         return rng.standard_normal(shape)
     if kind == "t3":
         return rng.standard_t(3, shape) / math.sqrt(3)
-    if kind == "lognormal":
-        e = math.e
-        return (np.exp(rng.standard_normal(shape)) - math.sqrt(e)) / math.sqrt((e - 1) * e)
+    if kind in LOG_SD:
+        v = LOG_SD[kind] ** 2
+        return (np.exp(LOG_SD[kind] * rng.standard_normal(shape)) - math.exp(v / 2)) / math.sqrt(
+            (math.exp(v) - 1) * math.exp(v))
     raise ValueError(f"unknown noise {kind!r}")
 
 
@@ -108,10 +111,10 @@ def run_looks(diffs: np.ndarray, looks: tuple, levels: tuple, truth: float, marg
     return Outcome(err, False, looks[-1])
 
 
-def designs(rho: float) -> dict:
-    """Design name -> (looks, levels)."""
+def designs(rho: float, levels: tuple | None = None) -> dict:
+    """Design name -> (looks, levels); `levels`: until decided's, in place of the spending function's."""
     seq = plan(FIRST, MAX, ROUND, ALPHA, rho)
-    return {DESIGNS[0]: (seq.looks, seq.levels), DESIGNS[1]: (seq.looks, (ALPHA,) * len(seq.looks)),
+    return {DESIGNS[0]: (seq.looks, tuple(levels or seq.levels)), DESIGNS[1]: (seq.looks, (ALPHA,) * len(seq.looks)),
             DESIGNS[2]: ((FIRST,), (ALPHA,)), DESIGNS[3]: ((MAX,), (ALPHA,))}
 
 
@@ -119,13 +122,13 @@ def study(args: tuple) -> dict:
     """One study's draws read by every design at every truth: {(truth, design): Outcome}. Its own random stream
     (seed, noise, sharing, index), shared by the truths (which only shift it), so the rates do not depend on the
     workers."""
-    seed, kind, sharing, i, rho = args
+    seed, kind, sharing, i, rho, given = args
     shared = sharing == SHARING[1]
     rng = np.random.default_rng([seed, NOISES.index(kind), SHARING.index(sharing), i])
     z = np.broadcast_to(noise(rng, kind, (1 if shared else K, MAX)), (K, MAX))
     margin = Margin(MARGIN_SD, absolute=True)
     return {(name, d): run_looks(z + truth, looks, levels, truth, margin)
-            for name, truth in TRUTHS.items() for d, (looks, levels) in designs(rho).items()}
+            for name, truth in TRUTHS.items() for d, (looks, levels) in designs(rho, given).items()}
 
 
 @dataclass(frozen=True)
@@ -141,9 +144,10 @@ class Rates:
         return math.sqrt(self.wrong * (1 - self.wrong) / self.studies)
 
 
-def simulate(kind: str, sharing: str, studies: int, seed: int = 0, workers: int = 1, rho: float = RHO) -> dict:
+def simulate(kind: str, sharing: str, studies: int, seed: int = 0, workers: int = 1, rho: float = RHO,
+             levels: tuple | None = None) -> dict:
     """{(truth, design): Rates} over `studies` studies with `kind` noise, independent or shared (`sharing`)."""
-    jobs = [(seed, kind, sharing, i, rho) for i in range(studies)]
+    jobs = [(seed, kind, sharing, i, rho, levels) for i in range(studies)]
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             out = pool.map(study, jobs, chunksize=max(1, studies // (8 * workers)))
@@ -189,6 +193,9 @@ def build_parser() -> ArgumentParser:
                                                           "on it. Default: 1")
     p.add_argument("--rho", type=float, default=RHO, help=f"The spending function's power, alpha (n / n_max) ** rho. "
                                                           f"Default: {RHO:g}, research.analysis.sequential's")
+    p.add_argument("--levels", type=float, nargs=3, metavar=("A4", "A6", "A8"),
+                   help=f"until decided's alpha at each look, adding up to {ALPHA}, in place of the spending "
+                        f"function's (0: a look that decides nothing)")
     p.add_argument("--noises", nargs="+", choices=NOISES, default=list(NOISES),
                    help="Which noise kinds to simulate, of " + ", ".join(NOISES) + ". Default: all of them")
     return p
@@ -199,15 +206,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.studies < 1 or args.workers < 1 or args.rho <= 0:
         build_parser().error("--studies and --workers must be at least 1, and --rho above 0")
-    levels = plan(FIRST, MAX, ROUND, ALPHA, args.rho).levels
+    if args.levels and (min(args.levels) < 0 or abs(sum(args.levels) - ALPHA) > 1e-9):
+        build_parser().error(f"--levels must be at least 0 and add up to {ALPHA}")
+    levels = designs(args.rho, args.levels)[DESIGNS[0]][1]
+    how = "as given" if args.levels else f"rho {args.rho:g}"
     print(f"{K} comparisons a family, looks at {FIRST}-{MAX} seeds every {ROUND} spending "
-          f"{', '.join(f'{a:.5f}' for a in levels)} (rho {args.rho:g}); margin {MARGIN_SD:g} sd; "
+          f"{', '.join(f'{a:.5f}' for a in levels)} ({how}); margin {MARGIN_SD:g} sd; "
           f"{args.studies:,} studies per noise kind, seed {args.seed}")
     met = True
     for kind in args.noises:
         for sharing in SHARING:
             start = time.perf_counter()
-            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.rho)
+            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.rho, args.levels)
             print(f"\n{kind} noise, {sharing} across the comparisons ({time.perf_counter() - start:.0f} s)\n"
                   f"{table(rates)}")
             for what, ok in checks(rates):
