@@ -17,8 +17,9 @@ Excluding 0 is the paired t-test at 0.05 / k (p times k below 0.05); lying insid
 one-sided tests at 0.05 / (2k). One seed: "descriptive" (no test); no seed with a value on both sides:
 "no paired values"; every seed differing by the same amount (an integer quantity can): "no spread", since an
 interval of width 0 is not evidence of anything beyond those seeds. None of the three is decided or counts in k.
-Undecided outcomes carry the seeds that would settle the size (the interval inside or beyond the margin) with 80%
-probability, if the observed mean and spread were exact.
+Undecided outcomes say what would settle them, with no number (needed_text): more seeds added to a finished study
+are a look nobody planned, so the valid routes are a study planned with --until_decided from its start, or a
+replication on new seeds decided on its own (docs/decisions.md#sequential-studies).
 
 The margin is a share of each comparison's scale (Margin(0.03)), or, for a quantity that can sit near zero (a
 logit), an absolute one in its units (Margin(0.25, absolute=True)): a share of a mean near zero is no margin.
@@ -36,14 +37,15 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from research.analysis.stats import MAX_SEEDS, one_sample_p, seeds_to_settle, t_critical
+from research.analysis.stats import one_sample_p, seeds_to_settle, t_critical
 from research.results.checks import check_margin  # noqa: F401  (defined with the other checks; imported from here too)
 from research.results.read import final_site_mean, last, pair_key
 from research.results.values import present
 from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
 
 ALPHA = 0.05
-POWER = 0.8  # "about N seeds would settle it": the settling probability asked of N
+POWER = 0.8  # Decision.seeds_needed: the settling probability asked of its count
+SEQUENTIAL = "docs/decisions.md#sequential-studies"
 MARGIN = 0.03  # default equivalence margin of key metrics: 3% of the mean of the compared values
 LOSS_MARGIN = 0.005  # losses of the conditions sit within ~2% of each other; 0.5% is ~0.02 nats at 3.6
 EQUAL, WITHIN, UNRESOLVED, DIFFERENT = ("equal", "different, within the margin", "different, size unresolved",
@@ -141,7 +143,9 @@ class Decision:
     @functools.cached_property
     def seeds_needed(self) -> int | None:
         """INCONCLUSIVE / UNRESOLVED: the seeds that would settle the size (inside or beyond the margin) with 80%
-        probability if the observed mean and spread were exact; None otherwise, or when even MAX_SEEDS would not."""
+        probability if the observed mean and spread were exact; None otherwise, or when even MAX_SEEDS would not.
+        A plug-in kept in combined.json for notebooks, which no report states: continued to it, a study settles far
+        less often than 80% (issue 52), and its new look would be one nobody planned (needed_text)."""
         if self.outcome not in (INCONCLUSIVE, UNRESOLVED):
             return None
         return seeds_to_settle(self.diff, self.sd, self.margin, self.ci_level, POWER)
@@ -276,13 +280,12 @@ def plural(unit: str) -> str:
 
 
 def needed_text(d: Decision, unit: str = "seed") -> str:
-    """'about 12 seeds would settle it' for an undecided outcome ('' otherwise)."""
+    """What would settle an undecided outcome ('' otherwise), with no number: more seeds added to this study would be
+    a look nobody planned, so the routes named are those that keep the error rate (docs/decisions.md)."""
     if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
         return ""
-    units = plural(unit)
-    if d.seeds_needed is None:
-        return f"not even {MAX_SEEDS:,} {units} would settle it: the difference sits at the margin"
-    return f"about {d.seeds_needed} {units} would settle it"
+    planned = "a study planned with --until_decided from its start, or " if unit == "seed" else ""
+    return f"to settle it: {planned}a replication on new {plural(unit)} decided on its own ({SEQUENTIAL})"
 
 
 def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed", family: str | None = None,
@@ -299,8 +302,8 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
             f"at least 95% probability all intervals of the family cover their true differences at once). The "
             f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
             f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
-            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\", with the {plural(unit)} that would settle the "
-            f"size with 80% probability if the observed mean and spread were exact. p (Bonferroni) is k times the "
+            f"containing 0 and reaching past it: \"{INCONCLUSIVE}\"; more {plural(unit)} added to a finished study "
+            f"would be a look nobody planned ({SEQUENTIAL}). p (Bonferroni) is k times the "
             f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only; "
             f"every {unit} differing by the same amount: \"{NO_SPREAD}\" (an interval of width 0 is no evidence); "
             f"neither is decided or counted in k")

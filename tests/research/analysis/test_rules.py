@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, NO_DATA, NO_SPREAD, UNRESOLVED,
-                                    WITHIN, Margin, Paired, decide, finals, outcome_of, k_of, untested_text)
+                                    WITHIN, Margin, Paired, decide, finals, outcome_of, k_of, needed_text,
+                                    untested_text)
 from research.analysis.stats import t_critical
 from tests.research.synthetic import qk_run
 
@@ -147,3 +148,14 @@ def test_the_interval_shown_agrees_with_the_test_in_every_family():
 def test_finals_are_keyed_by_seed():
     runs = {"QK": [qk_run("QK", 3, 50, 3.6), qk_run("QK", 1, 50, 3.6)]}
     assert list(finals(runs, "QK", "mean_pr")) == [3, 1]
+
+
+def test_an_undecided_outcome_names_what_would_settle_it_with_no_number():
+    """More seeds added to a finished study are a look nobody planned: the sentence names the valid routes only."""
+    open_ = one({0: 20.0, 1: 40.0}, {0: 29.0, 1: 31.0})
+    assert needed_text(open_) == ("to settle it: a study planned with --until_decided from its start, or a replication "
+                                  "on new seeds decided on its own (docs/decisions.md#sequential-studies)")
+    assert needed_text(open_, "batch") == ("to settle it: a replication on new batches decided on its own "
+                                           "(docs/decisions.md#sequential-studies)")
+    settled = one({s: 110.0 + 0.01 * s for s in range(4)}, {s: 100.0 for s in range(4)})
+    assert settled.outcome == DIFFERENT and needed_text(settled) == ""
