@@ -4,8 +4,11 @@ level, has no such section: its report is what it always was.
 """
 from __future__ import annotations
 
-from research.analysis.sequential import Design, Look, error_bound, one_full_look, undecided
+from research.analysis.sequential import Design, Look, error_bound, looks_of, one_full_look, undecided
 
+# The command of a catalog kind whose report names how its open questions would be answered (the README's first
+# command's kind): a study planned with --until_decided from its start, into a new folder.
+PLANNED_COMMANDS = {"qk_norm": "python research/qk_norm_25m_study.py"}
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
 
@@ -72,3 +75,26 @@ def section(looks: list[Look], design: Design | None, primary: dict, record: dic
         tail.append(stop_text(looks, design, primary))
     return "\n".join(["## Looks", "", head, "", "| look | seeds | \u03b1 spent | planned |", "|---|---|---|---|",
                       *rows, "", *tail]) + "\n"
+
+
+def open_questions(kind: str, index: dict, primary: dict) -> str:
+    """The closing section of a fixed study's report (one look at the full level, no design) whose primary comparisons
+    are not all decided: which are open, and the exact command that would answer them under a sequential design
+    planned from its start (twice the seeds at most, in a new folder). '' for a kind without a planned command
+    (PLANNED_COMMANDS), a study with a design or several looks, or nothing open."""
+    open_ = undecided(primary)
+    command = PLANNED_COMMANDS.get(kind)
+    if not open_ or command is None or index.get("design") or not one_full_look(looks_of(index)):
+        return ""
+    seeds = sorted(index.get("seeds") or [])
+    if len(seeds) < 2:
+        return ""
+    preset = f" --preset {index['preset']}" if index.get("preset") else ""
+    folder = f"research_results/{index.get('study', 'study')}_until{2 * len(seeds)}"
+    return "\n".join([
+        "## Answering the open questions", "",
+        f"Primary comparisons not decided at these {len(seeds)} seeds: {', '.join(open_)}. More seeds added to this "
+        "folder would be a look nobody planned (docs/decisions.md#sequential-studies). A study planned from its "
+        f"start adds seeds in rounds while one is open, up to {2 * len(seeds)}, under one error bound:", "",
+        f"    {command}{preset} --seeds {' '.join(map(str, seeds))} --until_decided {2 * len(seeds)} --out {folder}",
+    ]) + "\n"

@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 from research.analysis.rules import check_margin
 from research.analysis.sequential import at_looks, design_of, looks_of
 from research.plots.common import write_outputs
-from research.plots.looks import section as looks_section
+from research.plots.looks import open_questions, section as looks_section
 from research.results.layout import read_study_index
 from research.results.vocabulary import REPORT
 from research.studies.kinds import Kind, read, with_section
@@ -68,6 +68,9 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
                           index.get("design"))
     if looks:
         outputs[REPORT] = with_section(outputs[REPORT], looks)
+    questions = open_questions(kind.name, index, kind.primary(analysis)) if kind.primary else ""
+    if questions:
+        outputs[REPORT] = outputs[REPORT].rstrip("\n") + "\n\n" + questions
     return StudyView(Path(folder), kind.name, inputs, comparison, analysis, outputs, index)
 
 
