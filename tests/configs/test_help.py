@@ -151,6 +151,7 @@ ENTRY_POINTS = {
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
     "research.simulations.spikes": _module_parser("research.simulations.spikes"),
+    "research.simulations.sequential": _module_parser("research.simulations.sequential"),
 }
 
 
