@@ -89,12 +89,13 @@ def open_questions(kind: str, index: dict, primary: dict) -> str:
     seeds = sorted(index.get("seeds") or [])
     if len(seeds) < 2:
         return ""
+    most = 2 * len(seeds)
     preset = f" --preset {index['preset']}" if index.get("preset") else ""
-    folder = f"research_results/{index.get('study', 'study')}_until{2 * len(seeds)}"
+    folder = f"research_results/{index.get('study', 'study')}_until{most}"
     return "\n".join([
         "## Answering the open questions", "",
         f"Primary comparisons not decided at these {len(seeds)} seeds: {', '.join(open_)}. More seeds added to this "
         "folder would be a look nobody planned (docs/decisions.md#sequential-studies). A study planned from its "
-        f"start adds seeds in rounds while one is open, up to {2 * len(seeds)}, under one error bound:", "",
-        f"    {command}{preset} --seeds {' '.join(map(str, seeds))} --until_decided {2 * len(seeds)} --out {folder}",
+        f"start adds seeds in rounds while one is open, up to {most}, under one error bound:", "",
+        f"    {command}{preset} --seeds {' '.join(map(str, seeds))} --until_decided {most} --out {folder}",
     ]) + "\n"

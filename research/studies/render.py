@@ -64,11 +64,11 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
     kind, inputs, comparison, analysis = decide_study(folder, index, margin, loss_margin)
     outputs = kind.draw(analysis, comparison)
-    looks = looks_section(looks_of(index), design_of(index), kind.primary(analysis) if kind.primary else {},
-                          index.get("design"))
+    primary = kind.primary(analysis) if kind.primary else {}
+    looks = looks_section(looks_of(index), design_of(index), primary, index.get("design"))
     if looks:
         outputs[REPORT] = with_section(outputs[REPORT], looks)
-    questions = open_questions(kind.name, index, kind.primary(analysis)) if kind.primary else ""
+    questions = open_questions(kind.name, index, primary)
     if questions:
         outputs[REPORT] = outputs[REPORT].rstrip("\n") + "\n\n" + questions
     return StudyView(Path(folder), kind.name, inputs, comparison, analysis, outputs, index)
