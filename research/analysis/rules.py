@@ -30,21 +30,19 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 
-from research.analysis.stats import one_sample_p, seeds_to_settle, t_critical
+from research.analysis.stats import one_sample_p, t_critical
 from research.results.checks import check_margin  # noqa: F401  (defined with the other checks; imported from here too)
 from research.results.read import final_site_mean, last, pair_key
 from research.results.values import present
 from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
 
 ALPHA = 0.05
-POWER = 0.8  # Decision.seeds_needed: the settling probability asked of its count
 SEQUENTIAL = "docs/decisions.md#sequential-studies"
 MARGIN = 0.03  # default equivalence margin of key metrics: 3% of the mean of the compared values
 LOSS_MARGIN = 0.005  # losses of the conditions sit within ~2% of each other; 0.5% is ~0.02 nats at 3.6
@@ -140,16 +138,6 @@ class Decision:
     outcome: str  # EQUAL, WITHIN, UNRESOLVED, DIFFERENT, INCONCLUSIVE, or one of UNTESTED
     share: float | None = None  # the margin as a share of `scale`; None: an absolute margin in the quantity's units
 
-    @functools.cached_property
-    def seeds_needed(self) -> int | None:
-        """INCONCLUSIVE / UNRESOLVED: the seeds that would settle the size (inside or beyond the margin) with 80%
-        probability if the observed mean and spread were exact; None otherwise, or when even MAX_SEEDS would not.
-        A plug-in kept in combined.json for notebooks, which no report states: continued to it, a study settles far
-        less often than 80% (issue 52), and its new look would be one nobody planned (needed_text)."""
-        if self.outcome not in (INCONCLUSIVE, UNRESOLVED):
-            return None
-        return seeds_to_settle(self.diff, self.sd, self.margin, self.ci_level, POWER)
-
     @property
     def rel(self) -> float:
         """The difference as a share of the compared values' mean."""
@@ -224,6 +212,29 @@ def deciding_with(decider: Callable) -> Iterator[None]:
         _DECIDER.reset(token)
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How a study that looked at its seeds more than once reads its decisions in words
+    (research.analysis.sequential.reading): its intervals in the procedure's paragraph (rule_text), and what would
+    settle an open question (needed_text)."""
+
+    intervals: str
+    settle: str
+
+
+_READING: contextvars.ContextVar[Reading | None] = contextvars.ContextVar("reading", default=None)
+
+
+@contextlib.contextmanager
+def reading_with(reading: Reading) -> Iterator[None]:
+    """Within the block rule_text and needed_text speak of the looks as `reading` says."""
+    token = _READING.set(reading)
+    try:
+        yield
+    finally:
+        _READING.reset(token)
+
+
 def decide(family: dict, margin: float | Margin = MARGIN, alpha: float = ALPHA, k: int | None = None) -> dict:
     """Decide every comparison of a family {key: Paired} at the Bonferroni level over its testable members, or over
     `k` comparisons where the family is part of a larger one (several quantities read as one family). `margin`: a
@@ -284,6 +295,9 @@ def needed_text(d: Decision, unit: str = "seed") -> str:
     a look nobody planned, so the routes named are those that keep the error rate (docs/decisions.md)."""
     if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
         return ""
+    reading = _READING.get() if unit == "seed" else None
+    if reading is not None:
+        return f"to settle it: {reading.settle} ({SEQUENTIAL})"
     planned = "a study planned with --until_decided from its start, or " if unit == "seed" else ""
     return f"to settle it: {planned}a replication on new {plural(unit)} decided on its own ({SEQUENTIAL})"
 
@@ -295,11 +309,14 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
     within = f"\u00b1{margin:.0%} of the compared values' mean" + (
         f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "") + (f"; {absolute}" if absolute else "")
     family = family or "Each table is one family of k comparisons"
+    reading = _READING.get() if unit == "seed" else None
+    intervals = reading.intervals if reading else (
+        f"every outcome is read off one interval per comparison, the t interval of the mean difference at level "
+        f"1 \u2212 {ALPHA}/k (Bonferroni: with at least 95% probability all intervals of the family cover their true "
+        f"differences at once)")
     return (f"values are compared by per-{unit} differences"
             + (" (same seed: same initial weights and data order)" if unit == "seed" else "")
-            + f". {family}; every outcome is read off one interval per "
-            f"comparison, the t interval of the mean difference at level 1 \u2212 {ALPHA}/k (Bonferroni: with "
-            f"at least 95% probability all intervals of the family cover their true differences at once). The "
+            + f". {family}; {intervals}. The "
             f"margin is {within}. Inside the margin and containing 0: \"{EQUAL}\"; inside and excluding 0: "
             f"\"{WITHIN}\"; wholly beyond it: \"{DIFFERENT}\"; excluding 0 but reaching past it: \"{UNRESOLVED}\"; "
             f"containing 0 and reaching past it: \"{INCONCLUSIVE}\"; more {plural(unit)} added to a finished study "

@@ -3,55 +3,82 @@
 A study that adds seeds while a question is open looks at its data more than once. Deciding every look at the full
 level lets each look err at that rate, so the chance that some look errs grows with the looks. Here the level is
 spent over the looks instead: a design fixed when the study starts plans its looks (the seeds analysed at each) and
-gives look j a share alpha_j of the family's alpha, with the shares adding up to alpha. Look j decides each
-comparison from its t interval at 1 - alpha_j / k (Bonferroni over the family's k comparisons, as
-research.analysis.rules.decide does), and the outcome is read off the running intersection of the comparison's
-intervals over the looks so far. By the union bound, every interval of every look covers its true difference at once
-with probability at least 1 - sum(alpha_j) = 1 - alpha, and then every outcome read off an intersection is right,
-whatever rule chose when to stop.
+how much of the family's alpha the looks up to each may spend (`Design.spent`), adding up to alpha at the last.
+Each outcome is read off the running intersection of the comparison's t intervals over the looks so far, so when
+every interval of every look covers its true difference, every outcome read off an intersection is right, whatever
+rule chose when to stop.
 
-The share of a planned look follows the power spending function alpha * (n_j / n_max) ** RHO of its seeds n_j out
-of the plan's last look n_max: early looks, with few seeds, spend little. A look nobody planned (a study grown by
-hand with more --seeds) is decided at the full alpha, and its error bound is what the looks spent in all.
+The spending: the first look spends FIRST_SHARE of alpha (at 3 or 4 seeds a t interval has few degrees of freedom
+and decides little, so alpha spent there buys little), the rest follows the seeds added after it, a share
+t ** RHO of the remainder by the share t of those seeds: from 4 seeds to 8 by 2, 0.25%, 2.92% and 1.83%. The choice
+was measured against the floors of issue 52 (research/simulations/sequential.py, docs/decisions.md).
 
-A study folder records its looks (study.json's `looks`: the seeds each analysed, the alpha it spent, planned or
-not); `at_looks(looks)` decides every family of a study's analysis at those looks: each comparison's differences
-restricted to a look's seeds, decided at that look's alpha, the outcome read off the intersection (decide_looks).
+The intervals: a comparison's t statistics at its looks share seeds, so they are correlated, and the chance that
+some interval misses is less than the sum of the looks' shares. A calibrated design (the default) sets each look's
+interval level so that the chance that one of the intervals up to look j misses its truth is exactly what the
+design spent by look j, for normal per-seed differences (the t interval's own assumption), whatever their mean and
+spread: the t statistics' joint distribution at nested sample sizes depends on neither, so it is simulated once,
+seeded (`boundaries`). Across the family's k comparisons the share is divided by k (Bonferroni). A design
+recorded before calibration (study.json's design without `first`) is read as it was planned: the power function
+alpha (n / n_max) ** rho from zero seeds, each look at its own share (the union bound over looks).
+
+A look nobody planned (a study grown by hand with more --seeds) is decided at the full alpha, and its error bound
+is what the looks spent in all.
+
+A study folder records its looks (study.json's `looks`: the seeds each analysed, the alpha the design spent at it,
+planned or not); `at_looks(looks, design)` decides every family of a study's analysis at those looks: each
+comparison's differences restricted to a look's seeds, decided at that look's level, the outcome read off the
+intersection (decide_looks).
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+from scipy import stats
 
 from research.analysis.rules import (ALPHA, INCONCLUSIVE, MARGIN, UNRESOLVED, Margin, Paired, decide_once,
-                                     deciding_with, outcome_of)
+                                     Reading, deciding_with, k_of, no_spread, outcome_of,
+                                     reading_with)
+from research.analysis.stats import t_critical
 
-RHO = 3.0  # the power of the spending function alpha * t ** RHO (t: the share of the plan's seeds analysed)
+FIRST_SHARE = 0.05  # the share of alpha a design's first look spends
+RHO = 0.7  # the power of the spending over the seeds added after the first look: most of it early
+DRAWS = 400_000  # simulated studies that calibrate a design's intervals (boundaries)
 
 
 @dataclass(frozen=True)
 class Design:
-    """A plan of looks fixed at a study's first command: the seeds analysed at each look, ascending."""
+    """A plan of looks fixed at a study's first command: the seeds analysed at each look, ascending; `first`: the
+    share of alpha the first look spends (None: a design recorded before calibration, spending alpha (n/n_max)^rho
+    from zero seeds); `calibrated`: each look's intervals set by `boundaries` (else at the look's own share)."""
 
     looks: tuple[int, ...]
     alpha: float = ALPHA
     rho: float = RHO
+    first: float | None = FIRST_SHARE
+    calibrated: bool = True
 
     def __post_init__(self):
         if not self.looks or any(b <= a for a, b in zip(self.looks, self.looks[1:])) or self.looks[0] < 2:
             raise ValueError(f"looks must rise from at least 2 seeds: {self.looks}")
 
     def spent(self, j: int) -> float:
-        """The alpha spent by looks 0..j together."""
-        return self.alpha * (self.looks[j] / self.looks[-1]) ** self.rho
+        """The alpha spent by looks 0..j together: all of it at the last look."""
+        n, n0, n_max = self.looks[j], self.looks[0], self.looks[-1]
+        if j == len(self.looks) - 1:
+            return self.alpha
+        if self.first is None:
+            return self.alpha * (n / n_max) ** self.rho
+        return self.alpha * (self.first + (1 - self.first) * ((n - n0) / (n_max - n0)) ** self.rho)
 
     def level(self, j: int) -> float:
-        """The alpha look j spends: what the spending function adds at it (the last look spends the rest)."""
+        """The alpha look j spends: what the spending adds at it."""
         return self.spent(j) - (self.spent(j - 1) if j else 0.0)
 
     @property
@@ -59,13 +86,43 @@ class Design:
         return tuple(self.level(j) for j in range(len(self.looks)))
 
 
-def plan(first: int, max_seeds: int, round_: int, alpha: float = ALPHA, rho: float = RHO) -> Design:
+@functools.lru_cache(maxsize=256)
+def boundaries(ns: tuple[int, ...], spent: tuple[float, ...], draws: int = DRAWS, seed: int = 0) -> tuple[float, ...]:
+    """The two-sided levels of one comparison's t intervals at looks of ns[j] seeds such that the chance that one of
+    the intervals of looks 0..j misses the true mean is spent[j] (cumulative), for normal per-seed differences.
+
+    The first look's level is spent[0] exactly (Student's t). Each later one is set by `draws` simulated studies
+    (standard normal draws, seeded: the t statistics' joint law depends on neither mean nor spread): among those
+    whose intervals so far all cover, the critical value that what is left to spend exceeds, lowered by two Monte
+    Carlo standard errors so that the simulation's own error errs on the strict side; or the look's own share
+    spent[j] - spent[j - 1] where that is wider (the union bound holds it). A look that adds nothing to what is
+    spent decides nothing (level 0)."""
+    z = np.random.default_rng(seed).standard_normal((draws, max(ns)))
+    total, squares = np.cumsum(z, axis=1), np.cumsum(z * z, axis=1)
+    covered, levels = np.ones(draws, bool), []
+    for j, n in enumerate(ns):
+        mean = total[:, n - 1] / n
+        sd = np.sqrt(np.maximum(squares[:, n - 1] - n * mean * mean, 0.0) / (n - 1))
+        t = np.abs(mean) * math.sqrt(n) / np.maximum(sd, 1e-300)
+        own = spent[j] - (spent[j - 1] if j else 0.0)  # the look's own share: its level by the union bound
+        c = t_critical(n - 1, 1 - own) if own > 0 else math.inf
+        share = spent[j] - (1.0 - covered.mean())
+        misses = math.floor(share * draws - 2 * math.sqrt(max(share * draws, 0.0)))
+        if j and own > 0 and misses >= 1:
+            c = min(c, float(np.sort(t[covered])[::-1][misses]))
+        covered &= t <= c
+        levels.append(0.0 if math.isinf(c) else 2.0 * float(stats.t.sf(c, n - 1)))
+    return tuple(levels)
+
+
+def plan(first: int, max_seeds: int, round_: int, alpha: float = ALPHA, rho: float = RHO,
+         first_share: float | None = FIRST_SHARE, calibrated: bool = True) -> Design:
     """Looks at `first` seeds, then every `round_` more, and at `max_seeds` (the last look, even if a round is cut
     short): plan(4, 8, 2) looks at 4, 6 and 8 seeds."""
     if round_ < 1 or max_seeds < first:
         raise ValueError(f"a round of at least 1 seed and max >= first: round {round_}, {first} to {max_seeds}")
     looks = list(range(first, max_seeds, round_)) + [max_seeds]
-    return Design(tuple(looks), alpha, rho)
+    return Design(tuple(looks), alpha, rho, first_share, calibrated)
 
 
 def intersect(intervals) -> tuple[float, float] | None:
@@ -78,15 +135,32 @@ def intersect(intervals) -> tuple[float, float] | None:
 
 
 def decide_looks(families: list[dict], alphas: list[float], margin: float | Margin = MARGIN,
-                 k: int | None = None) -> dict:
+                 k: int | None = None, calibrated: bool = False) -> dict:
     """Decide a family {key: Paired} seen at several looks (families[j]: the family at look j, on that look's seeds;
-    alphas[j]: the alpha look j spends). Each look is decided by rules.decide at 1 - alphas[j] / k; the Decision
-    returned is the last look's, with its interval replaced by the intersection of the comparison's intervals over
-    the looks and its outcome read off that intersection. Where the intervals do not meet, the last look's interval
-    stands."""
+    alphas[j]: the alpha look j spends). Each look decides each comparison from its t interval: at 1 - alphas[j] / k
+    (rules.decide), or, `calibrated`, at the level `boundaries` sets for the comparison's seeds at its looks and the
+    alpha spent by each, divided by k. The Decision returned is the last look's, with its interval replaced by the
+    intersection of the comparison's intervals over the looks and its outcome read off that intersection. Where the
+    intervals do not meet, the last look's interval stands."""
     if len(families) != len(alphas) or not families:
         raise ValueError("one alpha per look, and at least one look")
-    looks = [decide_once(f, margin, a, k) for f, a in zip(families, alphas)]
+    ks = [k_of(f) if k is None else k for f in families]
+    if calibrated:
+        looks = [{} for _ in families]
+        for key in families[-1]:
+            if any(key not in f for f in families[:-1]):  # seeds unknown: the last look alone, at its own share
+                looks[-1].update(decide_once({key: families[-1][key]}, margin, alphas[-1], ks[-1]))
+                continue
+            tested = [j for j, f in enumerate(families) if key in f and f[key].diffs.size >= 2
+                      and not no_spread(f[key])]
+            spent = tuple(sum(a / max(kk, 1) for a, kk in zip(alphas[:j + 1], ks)) for j in tested)
+            levels = boundaries(tuple(int(families[j][key].diffs.size) for j in tested), spent) if tested else ()
+            for j, level in zip(tested, levels):
+                looks[j].update(decide_once({key: families[j][key]}, margin, level * max(ks[j], 1), ks[j]))
+            if not tested or tested[-1] != len(families) - 1:  # no interval at the last look: decided as it stands
+                looks[-1].update(decide_once({key: families[-1][key]}, margin, alphas[-1], ks[-1]))
+    else:
+        looks = [decide_once(f, margin, a, kk) for f, a, kk in zip(families, alphas, ks)]
     out = {}
     for key, last in looks[-1].items():
         if not last.tested:
@@ -130,24 +204,47 @@ def restricted(c: Paired, seeds) -> Paired | None:
 
 
 def decide_at(family: dict, looks: list[Look], margin: float | Margin = MARGIN, alpha: float = ALPHA,
-              k: int | None = None) -> dict:
+              k: int | None = None, design: Design | None = None) -> dict:
     """A family as the last of `looks` sees it, decided over the looks (decide_looks): at every earlier look on the
     seeds it analysed. A comparison whose seeds are unknown (a one-sample quantity built without them) is decided at
     the last look alone, at its alpha: one interval, inside the same bound. `alpha` other than ALPHA scales every
     look's share alike."""
     earlier = [{key: r for key, c in family.items() if (r := restricted(c, set(look.seeds))) is not None}
                for look in looks[:-1]]
-    return decide_looks([*earlier, family], [look.alpha * alpha / ALPHA for look in looks], margin, k)
+    calibrated = bool(design and design.calibrated and all(look.planned for look in looks))
+    return decide_looks([*earlier, family], [look.alpha * alpha / ALPHA for look in looks], margin, k, calibrated)
+
+
+def reading(looks: list[Look], design: Design | None) -> Reading:
+    """How a report of these looks words its intervals and what would settle an open question."""
+    each = "every outcome is read off the intersection of the comparison's t intervals over the study's looks, "
+    if design is None:
+        return Reading(each + f"each look's at 1 \u2212 {ALPHA}/k: looks nobody planned, whose error bound the "
+                       "Looks section states", "a study planned with --until_decided from its start, or a "
+                       "replication on new seeds decided on its own")
+    how = ("at the level the design sets for it (calibrated so that with at least 95% probability every interval of "
+           "every look of the family covers its true difference at once)" if design.calibrated else
+           "at 1 \u2212 \u03b1_j/k for the \u03b1_j it spends (the union bound: with at least 95% probability every "
+           "interval of every look of the family covers its true difference at once)")
+    if looks and len(looks[-1].seeds) >= design.looks[-1]:
+        settle = ("a replication on new seeds decided on its own, or a new study planned with a larger "
+                  "--until_decided")
+    else:
+        settle = f"the same command continues this study, whose design plans looks up to {design.looks[-1]} seeds"
+    return Reading(each + "each look's " + how + "; the Looks section lists them", settle)
 
 
 @contextlib.contextmanager
-def at_looks(looks: list[Look]) -> Iterator[None]:
-    """Within the block every rules.decide decides at `looks` (decide_at); with one look at the full alpha, as
-    rules.decide does alone (a study of fixed seeds, decided as it always was)."""
-    if one_full_look(looks):
+def at_looks(looks: list[Look], design: Design | None = None) -> Iterator[None]:
+    """Within the block every rules.decide decides at `looks` (decide_at), by `design`'s intervals where it planned
+    them, and the reports' procedure and what would settle an open question say so (rules.reading_with); with one
+    look at the full alpha and no design, as rules.decide does alone (a study of fixed seeds, decided as it always
+    was)."""
+    if one_full_look(looks) and design is None:
         yield
         return
-    with deciding_with(lambda family, margin, alpha, k: decide_at(family, looks, margin, alpha, k)):
+    with deciding_with(lambda family, margin, alpha, k: decide_at(family, looks, margin, alpha, k, design)), \
+            reading_with(reading(looks, design)):
         yield
 
 
@@ -160,9 +257,13 @@ def looks_of(index: dict) -> list[Look]:
 
 
 def design_of(index: dict) -> Design | None:
-    """The design a study.json records (planned at the study's first command with --until_decided), or None."""
+    """The design a study.json records (planned at the study's first command with --until_decided), or None; one
+    recorded before calibration (no `first`) as it was planned."""
     d = index.get("design")
-    return plan(len(d["seeds"]), d["max_seeds"], d["round"], d["alpha"], d["rho"]) if d else None
+    if not d:
+        return None
+    return plan(len(d["seeds"]), d["max_seeds"], d["round"], d["alpha"], d["rho"], d.get("first"),
+                bool(d.get("calibrated", False)))
 
 
 def undecided(primary: dict) -> list[str]:

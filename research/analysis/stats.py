@@ -1,4 +1,4 @@
-"""Statistics over seeds: confidence intervals of means, t-tests, and how many seeds would settle a difference.
+"""Statistics over seeds: confidence intervals of means and t-tests.
 
 Distributions come from scipy.stats. Every function that takes samples drops missing values (None,
 NaN) first: a run that has no value at some probe simply does not count there.
@@ -48,53 +48,6 @@ def one_sample_p(values: Iterable) -> float:
         return 0.0 if x.mean() != 0 else 1.0
     t = float(x.mean()) / (sd / math.sqrt(x.size))
     return float(2 * special.stdtr(x.size - 1, -abs(t)))  # stats.t.sf(|t|) without its per-call overhead
-
-
-@functools.lru_cache(maxsize=None)
-def _sd_ratio_points(dof: int) -> np.ndarray:
-    """400 equal-probability points of s / sigma for a sample of dof + 1 normal values: sqrt(chi2_dof / dof)."""
-    return np.sqrt(stats.chi2.ppf((np.arange(400) + 0.5) / 400, dof) / dof)
-
-
-def settle_probability(diff: float, sd: float, margin: float, n, level: float) -> np.ndarray:
-    """For each seed count in `n`: the probability that the level-`level` t interval of a mean of n paired
-    differences lies wholly inside (-margin, margin) or wholly beyond it, if the differences were normal with
-    mean `diff` and standard deviation `sd`. The mean is N(diff, sd^2 / n) and, independently, the sample
-    sd is sd * sqrt(chi2_{n-1} / (n-1)); the chi2 is integrated over 400 equal-probability points."""
-    n = np.atleast_1d(np.asarray(n, dtype=int))
-    se = sd / np.sqrt(n)[:, None]
-    half = stats.t.ppf(0.5 + level / 2, n - 1)[:, None] * se * np.stack([_sd_ratio_points(int(k) - 1) for k in n])
-
-    def below(x):  # P(|mean| < x)
-        x = np.maximum(x, 0.0)
-        return stats.norm.cdf((x - diff) / se) - stats.norm.cdf((-x - diff) / se)
-    return (below(margin - half) + 1 - below(margin + half)).mean(axis=1)
-
-
-MAX_SEEDS = 10_000
-
-
-def seeds_to_settle(diff: float, sd: float, margin: float, level: float, power: float = 0.8,
-                    max_n: int = MAX_SEEDS) -> int | None:
-    """The fewest seeds whose interval would settle the size of the difference (inside or beyond the margin)
-    with probability `power`, if the observed mean and spread were exact (settle_probability); None when
-    max_n would not do (a difference at the margin)."""
-    if not (math.isfinite(diff) and math.isfinite(sd) and margin > 0):
-        return None
-    if sd == 0:
-        return 2 if abs(diff) != margin else None
-    def first(n):
-        hit = np.flatnonzero(settle_probability(diff, sd, margin, n, level) >= power)
-        return int(n[hit[0]]) if hit.size else None
-    found = first(np.arange(2, min(64, max_n) + 1))
-    if found is not None or max_n <= 64:
-        return found
-    coarse = np.unique(np.geomspace(65, max_n, 40).round().astype(int))
-    found = first(coarse)  # then every count between the coarse point before it and it
-    if found is None:
-        return None
-    before = coarse[coarse < found]
-    return first(np.arange(before[-1] + 1 if before.size else 65, found + 1))
 
 
 def spearman_rho(x: Sequence[float], y: Sequence[float]) -> float:

@@ -40,6 +40,20 @@ def bound_text(looks: list[Look], design: Design | None) -> str:
             f"outcome of a family is wrong is at most {bound:.0%}")
 
 
+def spending_text(design: Design) -> str:
+    """How a design spends its alpha over the looks, and how its intervals are set, in words."""
+    a, n0, n = f"{design.alpha:.0%}", design.looks[0], design.looks[-1]
+    if design.first is None:
+        how = f"spending \u03b1 = {a} as {a} \u00d7 (n/{n})^{design.rho:g} by the look at n seeds"
+    else:
+        power = "" if design.rho == 1 else f"^{design.rho:g}"
+        how = (f"spending \u03b1 = {a}: {design.first:.0%} of it by the first look, then the rest in proportion to "
+               f"the seeds added since ({a} \u00d7 ({design.first:g} + {1 - design.first:g} \u00d7 "
+               f"((n \u2212 {n0})/{n - n0}){power}) by the look at n seeds)")
+    return how + ("; each look's intervals at the level that spends exactly that, calibrated to the looks' shared "
+                  "seeds (docs/decisions.md)" if design.calibrated else "; each look's intervals at its own share")
+
+
 def stop_text(looks: list[Look], design: Design, primary: dict) -> str:
     """Why the study stopped at its last look, or that it has not."""
     open_ = undecided(primary)
@@ -62,8 +76,7 @@ def section(looks: list[Look], design: Design | None, primary: dict, record: dic
                                          + str(design.looks[-1]))
     head = ("The seeds were added in rounds while a primary comparison was undecided "
             f"({options_text(record)}, planned at the study's first command): looks planned at {planned} seeds, "
-            f"spending \u03b1 = {design.alpha:.0%} as {design.alpha:.0%} \u00d7 (n/{design.looks[-1]})^{design.rho:g} "
-            f"by the look at n seeds."
+            f"{spending_text(design)}."
             if design else
             "The study was grown by hand (the same command run again with other --seeds, with no sequential design "
             "fixed at its start): every look is decided at the full level, and the levels spent add up.")

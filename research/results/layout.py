@@ -165,7 +165,10 @@ _LOOK = Obj({"seeds": _SEEDS, "alpha": _ALPHA,
              "planned": Scalar(lambda v: isinstance(v, bool), "true or false", nullable=False)})
 # the design of a study planned with --until_decided at its first command (research.studies.looks)
 _DESIGN = Obj({"seeds": _SEEDS, "max_seeds": Integer(nullable=False, lo=2), "round": Integer(nullable=False, lo=1),
-               "rho": Number("a positive number", nullable=False, ok=lambda v: v > 0), "alpha": _ALPHA})
+               "rho": Number("a positive number", nullable=False, ok=lambda v: v > 0), "alpha": _ALPHA,
+               # written since the designs were calibrated (research.analysis.sequential.Design); absent before
+               "first": Opt(Number("a share in [0, 1)", nullable=False, ok=lambda v: 0 <= v < 1)),
+               "calibrated": Opt(Scalar(lambda v: isinstance(v, bool), "true or false", nullable=False))})
 # study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
 # preset of this project); the paths of conditions are checked against the folder by _check_paths.
 STUDY = Obj({
@@ -293,7 +296,7 @@ _FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final
 _DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
                                                            "margin")},
                  "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
-                 "seeds_needed": Integer()})
+                 "seeds_needed": Opt(Integer())})  # written until issue 52: a plug-in count that did not hold
 # combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
 # notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
 # rendered file against it).

@@ -11,10 +11,12 @@ luck) or shared by them (one draw per seed for all four: the family acts as one 
 the real family's comparisons, which share seeds and conditions (A - C = (A - B) + (B - C)), lie between. Four
 designs read the same draws:
 
-    until decided   looks at 4, 6 and 8 seeds (plan(4, 8, 2)), each look decided by research.analysis.sequential's
-                    decide_looks at its planned share of alpha, outcomes read off the running intersection; the study
-                    stops at the first look where every comparison is decided (equal, different within the margin,
-                    or different beyond it: Decision.decided), else at 8 seeds
+    until decided   looks at 4, 6 and 8 seeds (plan(4, 8, 2), research.analysis.sequential's design), each look
+                    decided by decide_looks with the intervals calibrated to the alpha spent by each look, outcomes
+                    read off the running intersection; the study stops at the first look where every comparison is
+                    decided (equal, different within the margin, or different beyond it: Decision.decided), else at 8
+    union bound     the same looks, spending and stopping rule, each look's intervals at its own share of alpha
+                    (the union bound over the looks, uncalibrated): what calibration buys
     each look at 5% the same looks and stopping rule, every look decided at the full level: a study grown by hand,
                     whose error bound is the sum of the levels spent (15%)
     fixed 4, fixed 8 one look at 4 or at 8 seeds at the full level: research.analysis.rules.decide, today's study
@@ -29,8 +31,8 @@ Per design and scenario: the rate of studies with any wrong decision at any look
 a truth of 0, or one of the wrong sign), the share of studies that stopped with every comparison decided, and the
 mean seeds used. The bounds (docs/decisions.md): until decided's wrong rate at most 5% (+ 2 Monte Carlo standard
 errors) with Gaussian and t(3) noise at every truth; at 2 sd beyond the margin, its decided share at least 85% of
-fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4). --levels replaces the spending function's levels with
-any split of the 5% over the looks, to measure other schedules.
+fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4). --first and --rho change the spending, to measure other
+schedules.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from utils.cli import ArgumentParser, command
 import numpy as np
 
 from research.analysis.rules import ALPHA, DIFFERENT, EQUAL, UNRESOLVED, WITHIN, Decision, Margin, Paired
-from research.analysis.sequential import RHO, decide_looks, plan
+from research.analysis.sequential import FIRST_SHARE, RHO, decide_looks, plan
 
 K = 4  # comparisons in the family: the QK-norm study's three pairs and the difference of the steps, per quantity
 FIRST, MAX, ROUND = 4, 8, 2  # looks at 4, 6 and 8 seeds
@@ -58,7 +60,7 @@ NOISES = ("gaussian", "t3", "lognormal", "lognormal_0.5")
 LOG_SD = {"lognormal": 1.0, "lognormal_0.5": 0.5}  # sigma of the log: skewness 6.2 and 1.75
 SHARING = ("independent", "shared")  # the comparisons' per-seed noise: drawn apart, or one draw for all four
 BOUNDED = ("gaussian", "t3")  # the noises the error bound must hold in; the skewed one is reported beside them
-DESIGNS = ("until decided", "each look at 5%", "fixed 4", "fixed 8")
+DESIGNS = ("until decided", "union bound", "each look at 5%", "fixed 4", "fixed 8")
 POWER_TRUTH, POWER_FLOOR = "margin + 2 sd", 0.85  # decided share against fixed 8's
 STOP_TRUTH, STOP_CEILING = "margin + 3 sd", 0.8  # mean seeds against MAX
 
@@ -99,36 +101,38 @@ class Outcome:
     seeds: int
 
 
-def run_looks(diffs: np.ndarray, looks: tuple, levels: tuple, truth: float, margin: Margin) -> Outcome:
+def run_looks(diffs: np.ndarray, looks: tuple, levels: tuple, truth: float, margin: Margin,
+              calibrated: bool = False) -> Outcome:
     """Look after look, decided by decide_looks at each look's level, until every comparison is decided."""
     families, err = [], False
     for n in looks:
         families.append(family(diffs, n))
-        dec = decide_looks(families, list(levels[:len(families)]), margin, K)
+        dec = decide_looks(families, list(levels[:len(families)]), margin, K, calibrated)
         err = err or any(wrong(d, truth) for d in dec.values())
         if all(d.decided for d in dec.values()):
             return Outcome(err, True, n)
     return Outcome(err, False, looks[-1])
 
 
-def designs(rho: float, levels: tuple | None = None) -> dict:
-    """Design name -> (looks, levels); `levels`: until decided's, in place of the spending function's."""
-    seq = plan(FIRST, MAX, ROUND, ALPHA, rho)
-    return {DESIGNS[0]: (seq.looks, tuple(levels or seq.levels)), DESIGNS[1]: (seq.looks, (ALPHA,) * len(seq.looks)),
-            DESIGNS[2]: ((FIRST,), (ALPHA,)), DESIGNS[3]: ((MAX,), (ALPHA,))}
+def designs(first: float = FIRST_SHARE, rho: float = RHO) -> dict:
+    """Design name -> (looks, levels, calibrated), until decided's spending `first` then `rho`."""
+    seq = plan(FIRST, MAX, ROUND, ALPHA, rho, first)
+    return {DESIGNS[0]: (seq.looks, seq.levels, True), DESIGNS[1]: (seq.looks, seq.levels, False),
+            DESIGNS[2]: (seq.looks, (ALPHA,) * len(seq.looks), False), DESIGNS[3]: ((FIRST,), (ALPHA,), False),
+            DESIGNS[4]: ((MAX,), (ALPHA,), False)}
 
 
 def study(args: tuple) -> dict:
     """One study's draws read by every design at every truth: {(truth, design): Outcome}. Its own random stream
     (seed, noise, sharing, index), shared by the truths (which only shift it), so the rates do not depend on the
     workers."""
-    seed, kind, sharing, i, rho, given = args
+    seed, kind, sharing, i, first, rho = args
     shared = sharing == SHARING[1]
     rng = np.random.default_rng([seed, NOISES.index(kind), SHARING.index(sharing), i])
     z = np.broadcast_to(noise(rng, kind, (1 if shared else K, MAX)), (K, MAX))
     margin = Margin(MARGIN_SD, absolute=True)
-    return {(name, d): run_looks(z + truth, looks, levels, truth, margin)
-            for name, truth in TRUTHS.items() for d, (looks, levels) in designs(rho, given).items()}
+    return {(name, d): run_looks(z + truth, looks, levels, truth, margin, calibrated)
+            for name, truth in TRUTHS.items() for d, (looks, levels, calibrated) in designs(first, rho).items()}
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,10 @@ class Rates:
         return math.sqrt(self.wrong * (1 - self.wrong) / self.studies)
 
 
-def simulate(kind: str, sharing: str, studies: int, seed: int = 0, workers: int = 1, rho: float = RHO,
-             levels: tuple | None = None) -> dict:
+def simulate(kind: str, sharing: str, studies: int, seed: int = 0, workers: int = 1, first: float = FIRST_SHARE,
+             rho: float = RHO) -> dict:
     """{(truth, design): Rates} over `studies` studies with `kind` noise, independent or shared (`sharing`)."""
-    jobs = [(seed, kind, sharing, i, rho, levels) for i in range(studies)]
+    jobs = [(seed, kind, sharing, i, first, rho) for i in range(studies)]
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             out = pool.map(study, jobs, chunksize=max(1, studies // (8 * workers)))
@@ -165,7 +169,7 @@ def checks(rates: dict) -> list[tuple[str, bool]]:
     for name in TRUTHS:
         r = rates[(name, seq)]
         out.append((f"wrong at {name}: {r.wrong:.2%} <= {ALPHA:.0%} + 2 s.e.", r.wrong <= ALPHA + 2 * r.se))
-    p, fixed = rates[(POWER_TRUTH, seq)].decided, rates[(POWER_TRUTH, DESIGNS[3])].decided
+    p, fixed = rates[(POWER_TRUTH, seq)].decided, rates[(POWER_TRUTH, DESIGNS[4])].decided
     out.append((f"decided at {POWER_TRUTH}: {p:.1%} >= {POWER_FLOOR:.0%} of fixed 8's {fixed:.1%} "
                 f"({POWER_FLOOR * fixed:.1%})", p >= POWER_FLOOR * fixed))
     s = rates[(STOP_TRUTH, seq)].seeds
@@ -191,11 +195,11 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="Seed of the random draws. Default: 0")
     p.add_argument("--workers", type=int, default=1, help="Processes that share the studies; the rates do not depend "
                                                           "on it. Default: 1")
-    p.add_argument("--rho", type=float, default=RHO, help=f"The spending function's power, alpha (n / n_max) ** rho. "
-                                                          f"Default: {RHO:g}, research.analysis.sequential's")
-    p.add_argument("--levels", type=float, nargs=3, metavar=("A4", "A6", "A8"),
-                   help=f"until decided's alpha at each look, adding up to {ALPHA}, in place of the spending "
-                        f"function's (0: a look that decides nothing)")
+    p.add_argument("--first", type=float, default=FIRST_SHARE,
+                   help=f"The share of alpha the first look spends. Default: {FIRST_SHARE:g}, "
+                        f"research.analysis.sequential's")
+    p.add_argument("--rho", type=float, default=RHO,
+                   help=f"The power of the spending over the seeds added after the first look. Default: {RHO:g}")
     p.add_argument("--noises", nargs="+", choices=NOISES, default=list(NOISES),
                    help="Which noise kinds to simulate, of " + ", ".join(NOISES) + ". Default: all of them")
     return p
@@ -204,20 +208,17 @@ def build_parser() -> ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.studies < 1 or args.workers < 1 or args.rho <= 0:
-        build_parser().error("--studies and --workers must be at least 1, and --rho above 0")
-    if args.levels and (min(args.levels) < 0 or abs(sum(args.levels) - ALPHA) > 1e-9):
-        build_parser().error(f"--levels must be at least 0 and add up to {ALPHA}")
-    levels = designs(args.rho, args.levels)[DESIGNS[0]][1]
-    how = "as given" if args.levels else f"rho {args.rho:g}"
+    if args.studies < 1 or args.workers < 1 or args.rho <= 0 or not 0 <= args.first < 1:
+        build_parser().error("--studies and --workers must be at least 1, --rho above 0 and --first in [0, 1)")
+    levels = designs(args.first, args.rho)[DESIGNS[0]][1]
     print(f"{K} comparisons a family, looks at {FIRST}-{MAX} seeds every {ROUND} spending "
-          f"{', '.join(f'{a:.5f}' for a in levels)} ({how}); margin {MARGIN_SD:g} sd; "
+          f"{', '.join(f'{a:.5f}' for a in levels)} (first {args.first:g}, rho {args.rho:g}); margin {MARGIN_SD:g} sd; "
           f"{args.studies:,} studies per noise kind, seed {args.seed}")
     met = True
     for kind in args.noises:
         for sharing in SHARING:
             start = time.perf_counter()
-            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.rho, args.levels)
+            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.first, args.rho)
             print(f"\n{kind} noise, {sharing} across the comparisons ({time.perf_counter() - start:.0f} s)\n"
                   f"{table(rates)}")
             for what, ok in checks(rates):

@@ -133,8 +133,7 @@ def _margins(analyze, with_loss: bool = True):
 
 def _decision_json(d) -> dict:
     return json_safe({"n": d.n, "difference": d.diff, "relative": d.rel, "ci": list(d.ci), "ci_level": d.ci_level,
-                      "p": d.p, "p_bonferroni": d.p_adj, "margin": d.margin, "outcome": d.outcome,
-                      "seeds_needed": d.seeds_needed})
+                      "p": d.p, "p_bonferroni": d.p_adj, "margin": d.margin, "outcome": d.outcome})
 
 
 def _qk_norm_combined(analysis) -> dict:

@@ -21,7 +21,7 @@ from typing import Callable
 
 from configs.config import ConfigError
 from research.analysis.rules import ALPHA
-from research.analysis.sequential import RHO, Design, Look, design_of, looks_of, plan, undecided
+from research.analysis.sequential import FIRST_SHARE, RHO, Design, Look, design_of, looks_of, plan, undecided
 from research.plots.looks import bound_text, options_text, seeds_text
 from research.results.layout import read_study_index
 from research.studies.executors import StudyRun, results_paths
@@ -52,7 +52,8 @@ class Until:
 
     def record(self, seeds: list[int]) -> dict:
         """The design study.json stores at the study's first command."""
-        return {"seeds": list(seeds), "max_seeds": self.max_seeds, "round": self.round, "rho": RHO, "alpha": ALPHA}
+        return {"seeds": list(seeds), "max_seeds": self.max_seeds, "round": self.round, "alpha": ALPHA,
+                "first": FIRST_SHARE, "rho": RHO, "calibrated": True}
 
 
 def check_until(args: argparse.Namespace, kind: Kind, seeds: list[int], study: str,

@@ -63,7 +63,8 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
     index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
     kind, inputs, comparison, analysis = decide_study(folder, index, margin, loss_margin)
-    outputs = kind.draw(analysis, comparison)
+    with at_looks(looks_of(index), design_of(index)):  # the report's words on its intervals follow its looks
+        outputs = kind.draw(analysis, comparison)
     primary = kind.primary(analysis) if kind.primary else {}
     looks = looks_section(looks_of(index), design_of(index), primary, index.get("design"))
     if looks:
@@ -80,7 +81,7 @@ def decide_study(folder: str | Path, index: dict, margin: float | None = None,
     the looks it records (research.analysis.sequential.at_looks; one look at the full level where it records none),
     nothing drawn."""
     kind, inputs = read(Path(folder), index)
-    with at_looks(looks_of(index)):
+    with at_looks(looks_of(index), design_of(index)):
         analysis, comparison = kind.decide(inputs, margin or index.get("margin"),
                                            loss_margin or index.get("loss_margin"))
     return kind, inputs, comparison, analysis

@@ -3,8 +3,10 @@ hand: each look sees its own seeds, at its own level, and the outcome is read of
 import numpy as np
 import pytest
 
-from research.analysis.rules import DIFFERENT, INCONCLUSIVE, Margin, Paired, decide, decide_once
-from research.analysis.sequential import Look, at_looks, decide_at, design_of, error_bound, looks_of, plan
+from research.analysis.rules import (DIFFERENT, INCONCLUSIVE, Margin, Paired, decide, decide_once, needed_text,
+                                     rule_text)
+from research.analysis.sequential import (Design, Look, at_looks, boundaries, decide_at, design_of, error_bound,
+                                          looks_of, plan)
 
 # Seeds 0-3 differ by 2.0, 2.02, 1.98, 2.0; seeds 4 and 5 by -3 and 7. Look 1 (seeds 0-3) at alpha 0.025, one
 # comparison: mean 2, sd sqrt(0.0008 / 3) = 0.016330, t(3, 0.9875) = 4.176535 -> half 0.034101: [1.965899,
@@ -43,13 +45,46 @@ def test_a_comparison_whose_seeds_are_unknown_is_decided_at_the_last_look_alone(
 def test_the_error_bound_adds_unplanned_looks_and_counts_a_design_whole():
     assert error_bound([Look((0, 1), 0.05), Look((0, 1, 2), 0.05, planned=False)]) == pytest.approx(0.10)
     design = plan(2, 4, 1)
-    assert design.levels == pytest.approx((0.00625, 0.01484375, 0.02890625), abs=1e-15)
-    assert error_bound([Look((0, 1), 0.00625)], design) == pytest.approx(0.05)  # stopped early: as planned
+    assert error_bound([Look((0, 1), design.levels[0])], design) == pytest.approx(0.05)  # stopped early: as planned
 
 
 def test_looks_and_design_are_read_from_a_study_index():
     assert looks_of({"seeds": [0, 1, 2], "looks": None}) == [Look((0, 1, 2), 0.05)]  # no looks: one, at full alpha
     assert looks_of({"seeds": [0, 1], "looks": []}) == []
     assert looks_of({"looks": [{"seeds": [0, 1], "alpha": 0.00625, "planned": True}]}) == [Look((0, 1), 0.00625)]
-    record = {"seeds": [0, 1], "max_seeds": 4, "round": 1, "rho": 3.0, "alpha": 0.05}
-    assert design_of({"design": record}).looks == (2, 3, 4) and design_of({"design": None}) is None
+    record = {"seeds": [0, 1], "max_seeds": 4, "round": 1, "rho": 3.0, "alpha": 0.05}  # before calibration
+    old = design_of({"design": record})
+    assert old.looks == (2, 3, 4) and old.first is None and not old.calibrated and design_of({"design": None}) is None
+    assert old.levels[0] == pytest.approx(0.05 / 8)  # as it was planned: 0.05 (2/4)^3
+    new = design_of({"design": {**record, "rho": 1.0, "first": 0.05, "calibrated": True}})
+    assert new.calibrated and new.levels[0] == pytest.approx(0.0025)
+
+
+def test_a_calibrated_design_decides_each_look_at_the_level_its_boundaries_set():
+    """Two planned looks of a calibrated design, at seeds 0-3 and 0-5, one comparison (k = 1): each look's interval
+    is the t interval at the level boundaries((4, 6), spent) gives, the outcome read off their intersection."""
+    design = Design((4, 6), first=0.5)  # spends 0.025 by the first look, 0.05 by the second
+    looks = [Look((0, 1, 2, 3), 0.025), Look(tuple(range(6)), 0.025)]
+    levels = boundaries((4, 6), (0.025, 0.05))
+    assert levels[0] == pytest.approx(0.025) and levels[1] > 0.025  # the second buys back what the looks share
+    d = decide_at(family(), looks, MARGIN, design=design)["x"]
+    last = decide_once(family(), MARGIN, levels[1])["x"]
+    assert d.ci_level == pytest.approx(1 - levels[1]) and last.ci_level == d.ci_level
+    assert d.ci == pytest.approx((1.965899, 2.034101), abs=1e-5) and d.outcome == DIFFERENT  # look 1's interval
+    uncalibrated = decide_at(family(), looks, MARGIN, design=Design((4, 6), first=0.5, calibrated=False))["x"]
+    assert uncalibrated.ci_level == pytest.approx(1 - 0.025)
+
+
+def test_a_report_of_looks_words_its_intervals_and_what_would_settle_an_open_question_by_its_design():
+    d = decide_once(family(), MARGIN, 0.025)["x"]  # inconclusive
+    assert "1 \u2212 0.05/k (Bonferroni" in rule_text() and "--until_decided from its start" in needed_text(d)
+    design = Design((4, 6, 8))
+    with at_looks([Look((0, 1, 2, 3), 0.0025)], design):  # not finished: the same command goes on
+        assert "intersection of the comparison's t intervals" in rule_text() and "0.05/k" not in rule_text()
+        assert "the same command continues this study" in needed_text(d) and "up to 8 seeds" in needed_text(d)
+    finished = [Look((0, 1, 2, 3), 0.0025), Look(tuple(range(6)), 0.0292), Look(tuple(range(8)), 0.0183)]
+    with at_looks(finished, design):  # stopped at its most seeds: a replication, or a larger plan
+        assert "a new study planned with a larger --until_decided" in needed_text(d)
+        assert "--until_decided from its start" not in needed_text(d)
+    with at_looks(LOOKS):  # grown by hand: no design
+        assert "looks nobody planned" in rule_text() and "--until_decided from its start" in needed_text(d)

@@ -21,7 +21,6 @@ def test_a_wide_spread_is_inconclusive_never_equal():
     """A = {20, 40} vs B = {29, 31}: same mean, but two seeds this far apart decide nothing."""
     d = one({0: 20.0, 1: 40.0}, {0: 29.0, 1: 31.0})
     assert d.outcome == INCONCLUSIVE and d.diff == 0.0 and d.n == 2
-    assert d.seeds_needed is not None and d.seeds_needed > 2
 
 
 def test_the_outcome_is_where_the_interval_lies():
@@ -41,7 +40,6 @@ def test_a_real_difference_whose_size_straddles_the_margin_is_unresolved():
     half = t_critical(4, 0.95) * np.std([-0.5, 0.5, 0.0, -0.3, 0.3], ddof=1) / math.sqrt(5)
     assert d.ci == pytest.approx((3.0 - half, 3.0 + half)) and 0 < d.ci[0] < d.margin < d.ci[1]
     assert d.outcome == UNRESOLVED and d.significant and not d.differs and not d.decided
-    assert d.seeds_needed is not None and d.seeds_needed > 5
 
 
 def test_a_small_real_difference_is_different_but_within_the_margin():

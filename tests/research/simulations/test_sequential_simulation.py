@@ -41,7 +41,9 @@ def test_the_fixed_design_at_one_look_is_rules_decide():
         assert {k: (d.ci, d.outcome) for k, d in once.items()} == {k: (d.ci, d.outcome) for k, d in fixed.items()}
         out = sim.run_looks(diffs, (n,), (ALPHA,), 0.7, MARGIN)
         assert out.seeds == n and out.decided == all(d.decided for d in fixed.values())
-    assert sim.designs(3.0)["until decided"] == ((4, 6, 8), pytest.approx((0.00625, 0.01484375, 0.02890625)))
+    by6 = 0.05 * (0.05 + 0.95 * 0.5 ** 0.7)  # research.analysis.sequential's spending: 5% of alpha first, then ^0.7
+    assert sim.designs()["until decided"] == ((4, 6, 8), pytest.approx((0.0025, by6 - 0.0025, 0.05 - by6)), True)
+    assert sim.designs()["union bound"][2] is False and sim.designs(0.5, 1.0)["until decided"][1][0] == 0.025
 
 
 def test_each_noise_has_mean_0_and_sd_1():
@@ -56,12 +58,13 @@ def test_each_noise_has_mean_0_and_sd_1():
 def test_the_bound_holds_with_no_true_difference_and_fails_when_every_look_spends_it_all():
     """300 Gaussian studies with truth 0: until decided errs in at most 5% + 3 standard errors (8.8%); the same looks
     each at 5% (a study grown by hand, whose bound is 15%) err more than 5% + 3 s.e."""
-    n, designs = 300, sim.designs(3.0)
+    n, designs = 300, sim.designs()
     counts = {d: 0 for d in ("until decided", "each look at 5%")}
     for i in range(n):
         z = sim.noise(np.random.default_rng([7, i]), "gaussian", (sim.K, sim.MAX))
         for d in counts:
-            counts[d] += sim.run_looks(z, *designs[d], 0.0, MARGIN).wrong
+            looks, levels, calibrated = designs[d]
+            counts[d] += sim.run_looks(z, looks, levels, 0.0, MARGIN, calibrated).wrong
     slack = 3 * math.sqrt(ALPHA * (1 - ALPHA) / n)
     assert counts["until decided"] / n <= ALPHA + slack
     assert counts["each look at 5%"] / n > ALPHA + slack

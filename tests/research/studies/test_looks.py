@@ -9,7 +9,7 @@ import pytest
 from configs import ConfigError
 from research import finetune_keys_study, head_specialization_study, qk_norm_25m_study, spike_warning_study
 from research.analysis.rules import LOSS_MARGIN, MARGIN
-from research.analysis.sequential import plan
+from research.analysis.sequential import FIRST_SHARE, RHO, plan
 from research.results.layout import condition_dir, write_study_index
 from research.studies import PILOT
 from research.studies.executors import StudyRun
@@ -63,16 +63,19 @@ def test_an_open_question_adds_a_seed_per_round_to_max_each_look_at_its_planned_
     looks = run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained, handed=handed),
                       log=lambda s, **_: lines.append(s))
     assert handed == [[0, 1], [2], [3]]  # a round hands the executor its new runs alone
-    # plan 2 -> 4 by 1: looks at 2, 3, 4 seeds; 0.05 (2/4)^3 = 0.00625, 0.05 (3/4)^3 - 0.00625 = 0.01484375, the rest
+    # plan 2 -> 4 by 1: looks at 2, 3, 4 seeds; 0.05 x 0.05 = 0.0025, then 0.05 (0.05 + 0.95 (1/2)^0.7) - 0.0025 =
+    # 0.0292397, the rest (0.0182603)
     assert [look.seeds for look in looks] == [(0, 1), (0, 1, 2), (0, 1, 2, 3)]
-    assert [look.alpha for look in looks] == pytest.approx([0.00625, 0.01484375, 0.02890625], abs=1e-15)
+    by3 = 0.05 * (0.05 + 0.95 * 0.5 ** 0.7)
+    assert [look.alpha for look in looks] == pytest.approx([0.0025, by3 - 0.0025, 0.05 - by3], abs=1e-15)
     recorded = index(out)
     assert recorded["looks"] == [{"seeds": list(look.seeds), "alpha": look.alpha, "planned": True} for look in looks]
-    assert recorded["design"] == {"seeds": [0, 1], "max_seeds": 4, "round": 1, "rho": 3.0, "alpha": 0.05}
+    assert recorded["design"] == {"seeds": [0, 1], "max_seeds": 4, "round": 1, "alpha": 0.05, "first": FIRST_SHARE,
+                                  "rho": RHO, "calibrated": True}
     assert recorded["seeds"] == [0, 1, 2, 3] and sorted(s for _, s in trained) == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
     assert "the next round trains seed(s) 2" in lines[0] and "--until_decided 4 reached" in lines[-1]
     report = load_and_analyze(out).report
-    assert "## Looks" in report and "| 2 | 0\u20132 (3) | 0.014844 | yes |" in report
+    assert "## Looks" in report and "| 2 | 0\u20132 (3) | 0.02924 | yes |" in report
     assert "Stopped at look 3 of at most 3 (4 seeds), the most seeds the design allows" in report
 
 
@@ -197,8 +200,8 @@ def test_the_pilot_adds_seeds_until_decided_through_its_script(corpus_file, cach
     log = capsys.readouterr().out
     looks, design = index(out)["looks"], plan(2, 3, 1)
     assert [look["seeds"] for look in looks] == [[0, 1], [0, 1, 2]] and index(out)["seeds"] == [0, 1, 2]
-    assert [look["alpha"] for look in looks] == pytest.approx(design.levels, abs=1e-15)  # 0.05 (2/3)^3, the rest
-    assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.014815): undecided: " in log
+    assert [look["alpha"] for look in looks] == pytest.approx(design.levels, abs=1e-15)  # 0.05 x 0.05, the rest
+    assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.0025): undecided: " in log
     assert "the next round trains seed(s) 2" in log and "== qk_norm (seed 2) -> " in log
     assert "Stopped at look 2 of at most 2 (3 seeds)" in (out / "report.md").read_text()
 
