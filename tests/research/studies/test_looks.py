@@ -83,7 +83,7 @@ def test_a_question_decided_at_the_first_look_stops_there(tmp_path):
     out, trained, lines = tmp_path / "study", [], []
     looks = run_looks(out, [0, 1, 2], Until(5, 1), rounds(out, CLEAR, trained), log=lambda s, **_: lines.append(s))
     assert [look.seeds for look in looks] == [(0, 1, 2)] and len(trained) == 9
-    assert looks[0].alpha == pytest.approx(0.05 * (3 / 5) ** 3)
+    assert looks[0].alpha == pytest.approx(0.05 * 0.05)  # the first look spends a twentieth of alpha
     assert lines == [f"look 1 of at most 3 (3 seeds: 0\u20132, alpha {looks[0].alpha:.5g}): every primary comparison "
                      f"is decided: stopping"]
     assert "Stopped at look 1 of at most 3 (3 seeds): every primary comparison is decided." in \
