@@ -21,11 +21,12 @@ import io
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from utils.cli import ArgumentParser, command, count, positive_int
+from utils.cli import ArgumentParser, command, positive_int
 
 from configs import ConfigError, apply_overrides
 from data import prepare_data, resolve_offline
@@ -67,7 +68,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=40, help="Steps of each run. Default: 40")
     p.add_argument("--parallel", type=positive_int, default=2,
                    help="Runs side by side in the second way. Default: 2")
-    p.add_argument("--repeats", type=count, default=1, help="Times each way is timed, alternated. Default: 1")
+    p.add_argument("--repeats", type=positive_int, default=1, help="Times each way is timed, alternated. Default: 1")
     return p
 
 
@@ -82,17 +83,18 @@ def main(argv: list[str] | None = None) -> None:
     load_before = os.getloadavg()
     walls: dict[str, list[float]] = {"one_after_another": [], "side_by_side": []}
     losses = {}
-    for _ in range(max(1, args.repeats)):
+    for _ in range(args.repeats):
         for way, parallel in (("one_after_another", 1), ("side_by_side", args.parallel)):
             wall, losses[way] = timed_way(base, args.runs, parallel)
             walls[way].append(wall)
+            print(f"{way}: {wall:.1f} s (load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     tokens = args.runs * base.steps * base.tokens_per_step
     median = {way: statistics.median(w) for way, w in walls.items()}
     print(json.dumps({
         "preset": base.preset, "precision": resolve_runtime("cpu", base.train.precision).precision,
         "runs": args.runs, "steps": base.steps,
         "tokens": tokens, "cores": len(usable_core_ids()), "threads_one_after_another": local_cpu_threads(1),
-        "parallel": args.parallel, "repeats": max(1, args.repeats), "wall_s": walls,
+        "parallel": args.parallel, "repeats": args.repeats, "wall_s": walls,
         "tokens_per_s": {way: tokens / m for way, m in median.items()},
         "side_by_side_speedup": median["one_after_another"] / median["side_by_side"],
         "same_losses_bit_for_bit": losses["one_after_another"] == losses["side_by_side"],

@@ -76,34 +76,37 @@ def run_pinned(jobs: list, fn: Callable, workers: int, stop: Callable[[Event], b
     for p in procs:
         p.start()
     todo = list(enumerate(jobs))
-    handed, running, stopping = 0, {}, False  # handed: jobs given and not yet ended; running: {worker: job}
+    given, running, stopping = set(), {}, False  # given: the jobs handed out, not yet ended; running: {worker: job}
+
+    def give() -> None:
+        index, job = todo.pop(0)
+        tasks.put((index, job))
+        given.add(index)
     try:
-        while todo and handed < len(procs):  # one job a worker; then one more as each ends
-            tasks.put(todo.pop(0))
-            handed += 1
-        while handed:
+        while todo and len(given) < len(procs):  # one job a worker; then one more as each ends
+            give()
+        while given:
             try:
-                event = events.get(timeout=_WAIT_S)
+                arrived = [events.get(timeout=_WAIT_S)]
             except queue.Empty:
-                lost = [Event("lost", job, w, groups[w], error=RuntimeError(_ended(procs[w])))
-                        for w, job in running.items() if procs[w].exitcode is not None]
-                if not lost and not any(p.is_alive() for p in procs):
-                    return  # every worker gone before it took its job
-            else:
-                lost = [event]
-            for event in lost:
+                arrived = [Event("lost", job, w, groups[w], error=RuntimeError(_ended(procs[w])))
+                           for w, job in running.items() if procs[w].exitcode is not None]
+                if not arrived and not any(p.is_alive() for p in procs):  # none left to take the jobs given
+                    arrived = [Event("lost", index, -1, (), error=RuntimeError("every worker process ended before "
+                                                                               "it could take the run"))
+                               for index in sorted(given)]
+            for event in arrived:
                 if event.kind == "started":
                     running[event.worker] = event.index
                 else:
                     running.pop(event.worker, None)
-                    handed -= 1
+                    given.discard(event.index)
                 stopping = stopping or stop(event)
                 if not stopping and event.kind != "started" and todo:
-                    tasks.put(todo.pop(0))
-                    handed += 1
+                    give()
                 yield event
     finally:  # however it ends: Ctrl-C here or in the caller, the caller's error, or every job done
-        if handed:
+        if given:
             _interrupt(procs)
         for _ in procs:
             tasks.put(None)  # a waiting worker ends at None

@@ -46,7 +46,7 @@ def test_parallel_is_checked_before_anything_starts(monkeypatch):
 
 
 @two_cores
-@pytest.mark.slow  # two spawned workers import torch: 3 s on a quiet 2-core host
+@pytest.mark.slow  # two spawned workers import torch: 8 s on a busy 2-core host
 def test_runs_side_by_side_train_once_each_on_their_own_cores(tmp_path, capsys):
     runs = [StudyRun(c, s, {}, tmp_path / c / f"seed_{s}") for s in (0, 1) for c in ("A", "B")]
     kept = StudyRun("C", 0, {}, tmp_path / "C")
@@ -70,7 +70,7 @@ def test_runs_side_by_side_train_once_each_on_their_own_cores(tmp_path, capsys):
 
 
 @two_cores
-@pytest.mark.slow  # two spawned workers import torch: 3 s on a quiet 2-core host
+@pytest.mark.slow  # two spawned workers import torch: 8 s on a busy 2-core host
 def test_a_failed_run_ends_the_study_in_one_line_and_the_running_one_finishes(tmp_path, capsys):
     # A0 runs for a second beside B0, which fails at once: no run is handed out after it, A0 finishes and is kept
     runs = [StudyRun("A", 0, {"sleep": 1.0}, tmp_path / "A0"), StudyRun("B", 0, {"fail": True}, tmp_path / "B0"),
