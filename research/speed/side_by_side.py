@@ -37,15 +37,18 @@ from research.studies.runner import base_config, resolve_preset, study_runs, tra
 from utils.runtime import local_cpu_threads, resolve_runtime
 
 
-def study_base(steps: int):
-    """The default study's shared config on CPU, cut to `steps` steps with the full run's probe_every."""
-    base = base_config(QK_NORM, resolve_preset("auto", "cpu", QK_NORM.gpu_preset), {"device": "cpu"})
+def study_base(steps: int, precision: str):
+    """The default study's shared config on CPU in `precision`, cut to `steps` steps with the full run's
+    probe_every."""
+    preset = resolve_preset("auto", "cpu", QK_NORM.gpu_preset)
+    base = base_config(QK_NORM, preset, {"device": "cpu", "precision": precision})
     return apply_overrides(base, {"tokens": steps * base.tokens_per_step, "probe_every": base.probe.probe_every})
 
 
-def timed_way(base, n_runs: int, parallel: int) -> tuple[float, list[list[float]]]:
-    """Wall seconds to train the study's first `n_runs` runs with `parallel` at a time (1: in this process), in a
-    fresh folder, and each run's training losses."""
+def timed_way(base, n_runs: int, parallel: int, threads: int = 0) -> tuple[float, list[list[float]]]:
+    """Wall seconds to train the study's first `n_runs` runs with `parallel` at a time (1: in this process, on
+    `threads`, 0: the cores), in a fresh folder, and each run's training losses."""
+    base = apply_overrides(base, {"threads": threads})
     runtime = resolve_runtime("cpu", base.train.precision)
     train = functools.partial(train_study_run, progress=False, replan_schedule=False, logger="none",
                               divergence_is_a_result=False)
@@ -68,6 +71,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=40, help="Steps of each run. Default: 40")
     p.add_argument("--parallel", type=positive_int, default=2,
                    help="Runs side by side in the second way. Default: 2")
+    p.add_argument("--threads", type=int, default=0,
+                   help="Threads of the runs one after another (0: the cores this process may use). Default: 0")
+    p.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                   help="Precision of every run (auto: bf16 where the CPU has it natively, else fp32). Default: auto")
     p.add_argument("--repeats", type=positive_int, default=1, help="Times each way is timed, alternated. Default: 1")
     return p
 
@@ -78,22 +85,22 @@ def main(argv: list[str] | None = None) -> None:
     if args.parallel > len(usable_core_ids()):
         raise ConfigError(f"--parallel {args.parallel}: this process may use {len(usable_core_ids())} core(s): give "
                           f"at most that many")
-    base = study_base(args.steps)
+    base = study_base(args.steps, args.precision)
     prepare_data(resolve_offline(base, log=lambda *a, **k: None), log=lambda *a, **k: None, progress=False)
     load_before = os.getloadavg()
     walls: dict[str, list[float]] = {"one_after_another": [], "side_by_side": []}
     losses = {}
     for _ in range(args.repeats):
         for way, parallel in (("one_after_another", 1), ("side_by_side", args.parallel)):
-            wall, losses[way] = timed_way(base, args.runs, parallel)
+            wall, losses[way] = timed_way(base, args.runs, parallel, args.threads if parallel == 1 else 0)
             walls[way].append(wall)
             print(f"{way}: {wall:.1f} s (load average {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
     tokens = args.runs * base.steps * base.tokens_per_step
     median = {way: statistics.median(w) for way, w in walls.items()}
     print(json.dumps({
         "preset": base.preset, "precision": resolve_runtime("cpu", base.train.precision).precision,
-        "runs": args.runs, "steps": base.steps,
-        "tokens": tokens, "cores": len(usable_core_ids()), "threads_one_after_another": local_cpu_threads(1),
+        "runs": args.runs, "steps": base.steps, "tokens": tokens, "cores": len(usable_core_ids()),
+        "threads_one_after_another": args.threads or local_cpu_threads(1),
         "parallel": args.parallel, "repeats": args.repeats, "wall_s": walls,
         "tokens_per_s": {way: tokens / m for way, m in median.items()},
         "side_by_side_speedup": median["one_after_another"] / median["side_by_side"],
