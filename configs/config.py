@@ -29,6 +29,7 @@ LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay
 # forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
 # overflow") at the first step. bf16 has float32's exponent range, so no rate that passes fails there either.
 FLOAT32_MAX = 3.4028234663852886e38
+MAX_THREADS = 1024  # --threads: more than any CPU a run meets; a typo's 10,000 threads would each take a stack
 
 
 def _check(cond: bool, msg: str) -> None:
@@ -172,6 +173,11 @@ class TrainConfig:
     seed: int = knob(0, "Seed of the initial weights and the order of the training data.")
     device: str = knob("auto", "Device to train on: auto (CUDA, else Apple MPS, else CPU), cpu, cuda (under torchrun "
                        "each process takes cuda:LOCAL_RANK), cuda:N or mps.", results=False)
+    threads: int = knob(0, "CPU threads torch computes with (torch.set_num_threads); 0: the cores this process may "
+                        "use (its CPU affinity, e.g. taskset's), shared among torchrun's processes on one machine, and "
+                        "at most OMP_NUM_THREADS where that is set. A runtime setting, never compared on resume or "
+                        "across a study; a run on 1 thread and one on 2 may differ in the last bits of the loss.",
+                        results=False)
     precision: Literal["auto", "fp32", "bf16"] = knob("auto", "Precision of the forward and backward passes: auto "
                                                       "(bf16 where the GPU or CPU supports it natively, else fp32), "
                                                       "fp32, or bf16 autocast; weights and optimizer state stay fp32.")
@@ -214,6 +220,8 @@ class TrainConfig:
         _check(0 <= self.warmup_frac < 1, f"warmup_frac={self.warmup_frac} must be in [0, 1)")
         _check(0 <= self.min_lr_frac <= 1, f"min_lr_frac={self.min_lr_frac} must be in [0, 1]")
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
+        _check(0 <= self.threads <= MAX_THREADS, f"threads={self.threads} must be in [0, {MAX_THREADS}] (0: the "
+                                                 f"cores this process may use)")
         _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")

@@ -176,3 +176,19 @@ def stops(capsys, main, argv, code: int = 2) -> str:
     assert code != 2 or line.startswith("error: "), err[-2000:]
     return line
 
+
+def _comparable(value):
+    """A results file without what differs between two trainings of the same run: provenance, timings, and the
+    threads asked (a runtime setting)."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items()
+                if k not in ("provenance", "threads") and not k.endswith("time_s")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def comparable_results(out: Path) -> dict:
+    """{path in the study folder: its results.json, what two trainings of the same runs share (_comparable)}."""
+    return {p.relative_to(out).as_posix(): _comparable(json.loads(p.read_text()))
+            for p in sorted(out.rglob("results.json"))}

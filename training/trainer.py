@@ -56,7 +56,7 @@ from training.sharding import (ProbeCopy, check_sharding, full_model_state, full
                                shard_checkpoint, shard_model, whole_tensor)
 from training.step_telemetry import StepTelemetry
 from utils.errors import os_fix, os_problem
-from utils.runtime import Runtime, autocast, local_cpu_threads, provenance, resolve_compile, resolve_runtime
+from utils.runtime import Runtime, autocast, provenance, resolve_compile, resolve_runtime, set_cpu_threads
 from utils.testhook import hook
 
 __all__ = ["Trainer", "NonFiniteLossError"]
@@ -73,8 +73,8 @@ class Trainer:
         self.cfg, self.data, self.out, self.name = cfg, data, Path(out_dir), name
         self.runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
         self.device, self.precision, self.is_main = self.runtime.device, self.runtime.precision, self.runtime.is_main
-        if self.device.type == "cpu":
-            torch.set_num_threads(local_cpu_threads(self.runtime.local_world_size))
+        if self.device.type == "cpu" or cfg.train.threads:  # --threads: a runtime setting (not compared on resume)
+            set_cpu_threads(cfg.train.threads, self.runtime.local_world_size)
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
         self.folder = RunFolder(self.out, self._log)
@@ -162,8 +162,8 @@ class Trainer:
         cfg, tc = self.cfg, self.cfg.train
         self._log(f"run: preset={cfg.preset} device={self.runtime.device_choice()} "
                   f"precision={self.runtime.precision_choice()} "
-                  f"processes={self.runtime.world_size} shard={tc.shard} compile={self.compiled} ({compile_why}) "
-                  f"fused_loss={tc.fused_loss}")
+                  f"processes={self.runtime.world_size} threads={torch.get_num_threads()} shard={tc.shard} "
+                  f"compile={self.compiled} ({compile_why}) fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
                   f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "
                   f"{cfg.model.d_head}, qk_norm={cfg.model.qk_norm}")

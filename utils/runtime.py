@@ -306,3 +306,17 @@ def local_cpu_threads(local_world_size: int) -> int:
     threads = max(1, usable_cores() // max(1, local_world_size))
     budget = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer
     return min(threads, int(budget)) if budget.isdigit() and int(budget) > 0 else threads
+
+
+def set_cpu_threads(asked: int, local_world_size: int) -> int:
+    """Set torch's threads for this process and return how many: `asked` (--threads) where it is positive, else
+    local_cpu_threads's rule. Inter-op threads follow where torch still allows it (once per process, before any
+    parallel work: a second run in one process keeps the first's, which eager training does not use)."""
+    threads = asked if asked > 0 else local_cpu_threads(local_world_size)
+    torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != threads:
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:  # already set, or parallel work has started in this process
+            pass
+    return threads

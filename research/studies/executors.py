@@ -1,8 +1,10 @@
 """How a study's runs are executed, for every study that trains: the catalog studies, study files and the spike
 study (through research.studies.runner) and the fine-tuning study (research.studies.finetune) each build their runs
 (`StudyRun`) and hand them with their own train function to `execute`, which trains them in this process one after
-another, or with --ray as Ray tasks, and reports a failed or interrupted run in the same words either way. The
-driver alone writes study.json (its conditions: `results_paths`), the figures and the report once every run is done.
+another, with --parallel P side by side in P worker processes pinned to their share of the cores
+(research.studies.pinned: spawned, no Ray), or with --ray as Ray tasks, and reports a failed or interrupted run in
+the same words every way. The driver alone writes study.json (its conditions: `results_paths`), the figures and the
+report once every run is done.
 
 On Ray each run is one Ray task that trains its run folder and returns its summary. The driver holds the study
 folder's lock; each task takes its own run folder's lock (training.run.train_run), so any number of workers train
@@ -12,11 +14,13 @@ that has one); a task that fails on a user error is not retried, and its message
 in-process executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same
 command continues. Any other error of Ray's own (a node taken for dead, an actor or object lost, Ray's own failure)
 ends the study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This
-is the only module that imports ray, and only inside its functions; it imports no other module of the studies.
+is the only module that imports ray, and only inside its functions; of the studies' modules it imports pinned alone
+(which imports none).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.util
 import math
@@ -32,7 +36,9 @@ from tqdm import tqdm
 
 from configs import ConfigError
 from research.results.vocabulary import RESULTS_FILE
+from research.studies.pinned import Event, run_pinned, usable_core_ids
 from training.errors import RunInterrupted
+from utils.cli import positive_int
 from utils.errors import Interrupted, UserError, cut, explain
 from utils.runtime import Runtime, usable_cores
 
@@ -92,7 +98,14 @@ def results_paths(runs: list[StudyRun], out: Path) -> dict[str, list[str]]:
 
 
 def add_ray_args(p: argparse.ArgumentParser) -> None:
-    """--ray [ADDRESS], --gpus_per_run, --cpus_per_run: every study command's (checked by check_ray_options)."""
+    """How the runs are executed, every study command's options (checked by check_ray_options): --parallel P,
+    --ray [ADDRESS], --gpus_per_run, --cpus_per_run."""
+    p.add_argument("--parallel", type=positive_int, default=1, metavar="P",
+                   help="Train P runs at a time side by side, each in a worker process of its own pinned to its share "
+                        "of the cores this process may use (on 2 cores, --parallel 2: two runs of one thread each), "
+                        "without Ray; one line as each run starts and ends. A run's results are those it gives alone "
+                        "on the same threads (--threads, or its share of the cores). Default: 1, one run after "
+                        "another in this process on every core")
     p.add_argument("--ray", nargs="?", const=LOCAL_RAY, metavar="ADDRESS",
                    help="Train the study's runs as Ray tasks (pip install '.[ray]'), several at once: without ADDRESS "
                         "on a Ray started on this machine for the study, with ADDRESS (host:port, or auto) on that "
@@ -108,7 +121,15 @@ def add_ray_args(p: argparse.ArgumentParser) -> None:
 def check_ray_options(args: argparse.Namespace) -> None:
     """--gpus_per_run and --cpus_per_run only with --ray; with --ray, Ray is installed, the address is one Ray connects
     to, and the resources asked for can be asked of Ray (finite numbers: Ray takes NaN and infinity), before anything
-    is written and before Ray starts. Imports no ray."""
+    is written and before Ray starts; --parallel without --ray, and at most one run a core. Imports no ray."""
+    parallel = getattr(args, "parallel", 1)
+    if parallel > 1 and args.ray is not None:
+        raise ConfigError(f"--parallel {parallel} trains the runs in worker processes on this machine, --ray as Ray "
+                          f"tasks: give one of them (nothing was started)")
+    if parallel > len(usable_core_ids()):
+        raise ConfigError(f"--parallel {parallel}: this process may use {len(usable_core_ids())} CPU core(s), and each "
+                          f"run side by side takes at least one: give --parallel {len(usable_core_ids())} or fewer "
+                          f"(nothing was started)")
     if args.ray is None:
         given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)
         if given:
@@ -144,21 +165,24 @@ def check_address(address: str) -> None:
 
 def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, progress: bool,
             ray: str | None = None, gpus_per_run: float | None = None, cpus_per_run: float | None = None,
-            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None) -> None:
-    """Train `runs` with `train`, in their order in this process (`ray` None), or as Ray tasks on the Ray at `ray`
-    (LOCAL_RAY, auto or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps
-    its finished runs itself: asked of every run before any trains (it may refuse one), and a run it calls finished
-    is kept, not trained; without it every run goes to `train` (the catalog studies' trainer resumes a finished run,
-    training nothing). A run that fails on a user error ends the study in run_failed's words, either way.
+            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None, parallel: int = 1) -> None:
+    """Train `runs` with `train`, in their order in this process (`ray` None, `parallel` 1), `parallel` at a time in
+    worker processes pinned to their cores (train_side_by_side), or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto
+    or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps its finished runs
+    itself: asked of every run before any trains (it may refuse one), and a run it calls finished is kept, not
+    trained; without it every run goes to `train` (the catalog studies' trainer resumes a finished run, training
+    nothing). A run that fails on a user error ends the study in run_failed's words, every way.
     `progress`: a bar over the runs on Ray (in this process, the train function shows its own)."""
     done = [bool(finished and finished(run)) for run in runs]
-    if ray is not None:
+    if ray is not None or parallel > 1:
         for run in (run for run, d in zip(runs, done) if d):
             print(_KEPT.format(run=run), flush=True)
         todo = [run for run, d in zip(runs, done) if not d]
-        if todo:
+        if todo and ray is not None:
             train_on_ray(todo, out, ray, train=train, on_cpu=on_cpu, gpus_per_run=gpus_per_run,
                          cpus_per_run=cpus_per_run, progress=progress)
+        elif todo:
+            train_side_by_side(todo, out, train, min(parallel, len(todo)))
         return
     for run, d in zip(runs, done):
         if d:
@@ -168,13 +192,65 @@ def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, 
         try:
             train(run, runtime)
         except RunInterrupted as e:
-            where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
-            kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
-            raise Interrupted(f"interrupted in condition {run.cond}, seed {run.seed}, {where}{kept}. Finished "
-                              f"conditions in {out} are kept: run the same command again to continue the "
-                              f"study") from None
+            raise run_interrupted(run, e, out) from None
         except (UserError, OSError) as e:
             raise run_failed(run, e, out) from None
+
+
+def run_interrupted(run: StudyRun, e: RunInterrupted, out: Path) -> Interrupted:
+    """The study's Ctrl-C in a run: where the run stopped, what it keeps, and that the same command continues."""
+    where = f"at step {e.step}" if e.step is not None else f"while {e.stage}"
+    kept = f" (its checkpoint at step {e.checkpoint} is kept)" if e.checkpoint is not None else ""
+    return Interrupted(f"interrupted in condition {run.cond}, seed {run.seed}, {where}{kept}. Finished conditions in "
+                       f"{out} are kept: run the same command again to continue the study")
+
+
+# Side by side, in worker processes pinned to their cores (research.studies.pinned)
+
+def train_side_by_side(runs: list[StudyRun], out: Path, train: Train, workers: int) -> None:
+    """Train every run as `train(run, None)` (picklable: see Train) in `workers` spawned processes, each pinned to its
+    share of this process's cores, so that each run's threads follow its share; one line per run as it starts and
+    ends, then the wall time and each run's time. A failed run (a user error, a bug, a lost worker) stops the handing
+    out of runs; those running finish and are kept; then the study ends in one line naming the failed run."""
+    start, times, failure = time.perf_counter(), {}, None
+    print(f"parallel: {len(runs)} runs, {workers} at a time, each in a worker process pinned to its own core(s)",
+          flush=True)
+    try:
+        with contextlib.closing(run_pinned([(run, train) for run in runs], _train_pinned, workers,
+                                           stop=lambda event: event.kind in ("failed", "lost"))) as events:
+            for event in events:
+                run = runs[event.index]
+                what = {"started": f"started on core(s) {','.join(map(str, event.cores))}",
+                        "finished": f"finished in {event.time_s:.1f} s"}.get(event.kind, event.kind)
+                print(f"== {run.cond} (seed {run.seed}) -> {run.run_dir}: {what}", flush=True)
+                times.update({event.index: event.time_s} if event.kind == "finished" else {})
+                failure = failure or (event if event.kind in ("failed", "lost") else None)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: the runs in progress were stopped, their checkpoints kept; the finished "
+                          f"conditions in {out} are kept: run the same command again to continue the study") from None
+    if failure:
+        raise _side_by_side_failure(runs[failure.index], failure, out)
+    print(f"parallel: {len(runs)} runs in {time.perf_counter() - start:.1f} s wall time; each run: "
+          + ", ".join(f"{runs[i].cond} seed {runs[i].seed} {t:.1f} s" for i, t in sorted(times.items())), flush=True)
+
+
+def _train_pinned(job: tuple[StudyRun, Train]) -> None:
+    """One run in a worker process: on the worker's own runtime, without progress bars."""
+    run, train = job
+    train(run, None)
+
+
+def _side_by_side_failure(run: StudyRun, event: Event, out: Path) -> BaseException:
+    """The study's error for a run that failed in its worker, in the in-process executor's words where it has them."""
+    e = event.error
+    if isinstance(e, RunInterrupted):
+        return run_interrupted(run, e, out)
+    if isinstance(e, (UserError, OSError)):
+        return run_failed(run, e, out)
+    if event.kind == "lost":
+        return StudyError(f"in condition {run.cond}, seed {run.seed}: {e} (finished conditions in {out} and the "
+                          f"run's checkpoints are kept: the same command continues the study)")
+    return RuntimeError(f"in condition {run.cond}, seed {run.seed}, in its worker process:\n{event.trace}")
 
 
 # On Ray

@@ -439,7 +439,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
     def train_runs(runs: list[StudyRun[RunConfig]], done: set) -> None:  # a round's new runs, together
         check_recorded_runs(runs, args.replan_schedule)
         execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-                gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run,
+                gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
                 on_cpu=all(r.cfg.train.device == "cpu" for r in runs), finished=lambda run: run.run_dir in done)
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:

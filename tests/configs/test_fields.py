@@ -127,7 +127,7 @@ def test_the_derived_sets_are_the_ones_kept_by_hand_before():
         "qk_lr_multiplier=2": {"qk_lr_multiplier": 2.0},
         "muon_update_scale=match_rms_adamw": {"muon_update_scale": "match_rms_adamw"}}
     assert RESUMABLE_CHANGES == {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
-                                 "fused_loss", "cache_dir", "offline_note", "telemetry", "spike_alarm"}
+                                 "fused_loss", "cache_dir", "offline_note", "telemetry", "spike_alarm", "threads"}
 
 
 def test_every_field_is_declared_with_a_help_sentence_and_the_variant_keys():

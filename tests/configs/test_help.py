@@ -149,6 +149,7 @@ ENTRY_POINTS = {
     "research.speed.measure": _module_parser("research.speed.measure"),
     "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
+    "research.speed.side_by_side": _module_parser("research.speed.side_by_side"),
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
     "research.simulations.spikes": _module_parser("research.simulations.spikes"),
     "research.simulations.sequential": _module_parser("research.simulations.sequential"),

@@ -11,7 +11,7 @@ from research import qk_norm_500k_study
 from research.studies import PILOT
 from research.studies.executors import _restore_env, start_local_ray
 from research.studies.runner import run_study
-from tests.helpers import REPO, STEP_TOKENS, stops
+from tests.helpers import REPO, STEP_TOKENS, comparable_results, stops
 from tests.research.studies.test_runner import study_args
 
 ray = pytest.importorskip("ray")
@@ -41,20 +41,6 @@ def cluster(user_cache):
         yield
 
 
-def _comparable(value):
-    """A results file without what differs between two trainings of the same run: provenance and timings."""
-    if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items() if k != "provenance" and not k.endswith("time_s")}
-    if isinstance(value, list):
-        return [_comparable(v) for v in value]
-    return value
-
-
-def _results(out) -> dict:
-    return {p.relative_to(out).as_posix(): _comparable(json.loads(p.read_text()))
-            for p in sorted(out.rglob("results.json"))}
-
-
 @pytest.mark.slow
 def test_a_study_on_ray_gives_the_sequential_results(corpus_file, cache_dir, tmp_path, cluster, capsys):
     argv = ["--seeds", "0", "1"]
@@ -62,7 +48,7 @@ def test_a_study_on_ray_gives_the_sequential_results(corpus_file, cache_dir, tmp
     capsys.readouterr()
     run_study(PILOT, study_args(corpus_file, cache_dir, tmp_path / "ray", 2 * STEP_TOKENS, *argv, "--ray"))
     out = capsys.readouterr().out
-    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
     assert len(seq) == 4 and seq == on_ray
     assert json.loads((tmp_path / "seq" / "study.json").read_text()) == \
         json.loads((tmp_path / "ray" / "study.json").read_text())
@@ -223,6 +209,6 @@ def test_the_finetuning_study_on_ray_gives_the_sequential_results(tmp_path, clus
     assert finetune_keys_study.main([*argv, "--out", str(tmp_path / "ray"), "--ray"]) == 0
     out = capsys.readouterr().out
     assert out.count(": finished on ") == 4 and "ray: 4 runs in " in out, out
-    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
     assert len(seq) == 4 and seq == on_ray
     assert (tmp_path / "ray" / "report.md").is_file()

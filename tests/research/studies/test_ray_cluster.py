@@ -12,8 +12,7 @@ import pytest
 
 from research.studies import PILOT
 from research.studies.runner import run_study
-from tests.helpers import REPO, STEP_TOKENS
-from tests.research.studies.test_ray import _results
+from tests.helpers import REPO, STEP_TOKENS, comparable_results
 from tests.research.studies.test_runner import study_args
 
 ray = pytest.importorskip("ray")
@@ -66,7 +65,7 @@ def test_a_study_on_a_running_cluster_gives_the_sequential_results(corpus_file, 
     assert "ray: 2 runs as tasks of 1 CPU core(s) and 0 GPU(s) each, on 1 node(s)" in done.stdout, done.stdout
     assert done.stdout.count(": finished on ") == 2, done.stdout
     assert "runs: 100%" in done.stderr and "2/2 [" in done.stderr, done.stderr[-2000:]
-    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
     assert len(seq) == 2 and seq == on_ray
     assert (tmp_path / "ray" / "report.md").is_file()
 

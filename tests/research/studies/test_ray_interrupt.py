@@ -11,8 +11,7 @@ import pytest
 from research import qk_norm_500k_study
 from research.studies import PILOT
 from research.studies.runner import run_study
-from tests.helpers import REPO, STEP_TOKENS
-from tests.research.studies.test_ray import _results
+from tests.helpers import REPO, STEP_TOKENS, comparable_results
 from tests.research.studies.test_runner import study_args
 from utils.testhook import DIR_ENV, ENV
 
@@ -56,6 +55,6 @@ def test_ctrl_c_on_the_driver_keeps_the_checkpoints_and_the_same_command_continu
     capsys.readouterr()
     auth_mode = os.environ.get("RAY_AUTH_MODE")
     qk_norm_500k_study.main(command)  # the same command, here: the cancelled runs resume from their checkpoints
-    assert _results(tmp_path / "seq") == _results(out)
+    assert comparable_results(tmp_path / "seq") == comparable_results(out)
     assert os.environ.get("RAY_AUTH_MODE") == auth_mode  # the study's own Ray left this process's environment as it was
     assert (out / "report.md").is_file()

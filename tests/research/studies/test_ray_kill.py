@@ -4,8 +4,8 @@ import pytest
 
 from research.studies import HEAD_SPECIALIZATION
 from research.studies.runner import run_study
-from tests.helpers import STEP_TOKENS
-from tests.research.studies.test_ray import _results, local_ray
+from tests.helpers import STEP_TOKENS, comparable_results
+from tests.research.studies.test_ray import local_ray
 from tests.research.studies.test_runner import study_args
 from utils.testhook import ENV
 
@@ -30,5 +30,5 @@ def test_a_killed_worker_is_retried_and_the_study_ends_as_an_uninterrupted_one(c
     out = capsys.readouterr().out
     assert ": started again (try 2: its worker was lost, resuming from its newest checkpoint) on " in out, out
     assert ": finished on " in out, out
-    seq, on_ray = _results(tmp_path / "seq"), _results(tmp_path / "ray")
+    seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
     assert len(seq) == 1 and seq == on_ray
