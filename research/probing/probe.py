@@ -20,6 +20,7 @@ arithmetic and the geometry of the normalized keys.
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -28,7 +29,8 @@ import torch
 import torch.nn as nn
 
 from research.access.adapters import heads_first
-from research.probing.metrics import attention_metrics, gain_factor, gamma_stats, key_metrics, layer_means
+from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_metrics,
+                                      key_moments, layer_means)
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          UNCAPPED_SPLIT)
 
@@ -103,14 +105,30 @@ def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre
 
 
 def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module) -> dict[str, torch.Tensor]:
-    """{"k_hat": k_norm output / gain, "k_hat_rope": RoPE of it} where attn's k_norm gain is learned; else {}."""
+    """{"k_hat": k_norm output / gain (0 where the gain is 0), "k_hat_rope": RoPE of it} where attn's k_norm gain
+    is learned; else {}."""
     gain = getattr(attn.k_norm, "weight", None)
     if gain is None or not gain.requires_grad:
         return {}
     g = gain.detach().float().reshape(-1, 1, 1, k_norm_HBTD.shape[-1])         # [1 or H (full scope), 1, 1, D]
-    k_hat = torch.where(g != 0, k_norm_HBTD.float() / g, 0.0)                   # [H, B, T, D]
+    # x / inf = 0 for finite x: one division pass, exact where g != 0, instead of where() over the keys
+    k_hat = k_norm_HBTD.float().contiguous() / torch.where(g != 0, g, math.inf)  # [H, B, T, D]
     k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
     return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
+
+
+def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    """key_metrics of each site of a layer's keys (the hooks' tensors t): k_norm, k_rope, and where the k_norm gain
+    is learned k_hat and k_hat_rope; k_hat's moments come from k_norm's (key_moments: one float64 Gram fewer)."""
+    k_norm = t["k_norm"].to(torch.float32, memory_format=torch.contiguous_format)  # one copy, read by both
+    moments = key_moments(k_norm)
+    pre_gain = pre_gain_keys(attn, k_norm, rotary)
+    out = {"k_norm": key_metrics(k_norm, moments), "k_rope": key_metrics(t["k_rope"])}
+    if pre_gain:
+        hat, hat_rope = PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"]
+        out[hat] = key_metrics(pre_gain[hat], divided_moments(moments, attn.k_norm.weight))
+        out[hat_rope] = key_metrics(pre_gain[hat_rope])
+    return out
 
 
 @contextmanager
@@ -188,11 +206,10 @@ class KeyProbe:
             means: dict[str, float] = {}
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
                 attn_m = attention_metrics(t["q_rope"], t["k_rope"], softcap=model.cfg.attn_softcap or None)
-                sites = {"k_norm": t["k_norm"], "k_rope": t["k_rope"], **pre_gain_keys(attn, t["k_norm"], model.rotary)}
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                for name, m in (*((s, key_metrics(k)) for s, k in sites.items()), ("attn", attn_rec)):
+                for name, m in (*site_metrics(attn, t, model.rotary).items(), ("attn", attn_rec)):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
