@@ -104,31 +104,45 @@ def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre
     return out
 
 
-def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module) -> dict[str, torch.Tensor]:
-    """{"k_hat": k_norm output / gain (0 where the gain is 0), "k_hat_rope": RoPE of it} where attn's k_norm gain
-    is learned; else {}."""
-    gain = getattr(attn.k_norm, "weight", None)
-    if gain is None or not gain.requires_grad:
-        return {}
-    g = gain.detach().float().reshape(-1, 1, 1, k_norm_HBTD.shape[-1])         # [1 or H (full scope), 1, 1, D]
-    # x / inf = 0 for finite x: one division pass, exact where g != 0, instead of where() over the keys
-    k_hat = k_norm_HBTD.float().contiguous() / torch.where(g != 0, g, math.inf)  # [H, B, T, D]
-    k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
-    return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
+SITE_ORDER = ("k_norm", "k_rope", PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"])
+
+
+def learned_gain(norm: nn.Module) -> torch.Tensor | None:
+    """A norm's gain where it is learned (the pre-gain sites exist); else None."""
+    gain = getattr(norm, "weight", None)
+    return gain if gain is not None and gain.requires_grad else None
+
+
+def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """The keys of each site of a layer as one contiguous float32 [sites, H, B, T, D] tensor, and the sites' names
+    in its order: the pre-RoPE sites, then the post-RoPE ones: k_norm (and k_hat), k_rope (and k_hat_rope).
+    k_hat = k_norm output / gain (0 where the gain is 0) and k_hat_rope = RoPE of it exist where attn's k_norm gain
+    is learned."""
+    gain = learned_gain(attn.k_norm)
+    pre = ["k_norm"] + ([PRE_GAIN_SITES["k_norm"]] if gain is not None else [])
+    post = ["k_rope"] + ([PRE_GAIN_SITES["k_rope"]] if gain is not None else [])
+    stack = torch.empty(len(pre) + len(post), *t["k_norm"].shape, device=t["k_norm"].device)
+    stack[0].copy_(t["k_norm"])
+    stack[len(pre)].copy_(t["k_rope"])
+    if gain is not None:
+        g = gain.detach().float().reshape(-1, 1, 1, stack.shape[-1])           # [1 or H (full scope), 1, 1, D]
+        # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
+        k_hat = torch.div(stack[0], torch.where(g != 0, g, math.inf), out=stack[1])
+        stack[3].copy_(rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3))  # RoPE takes [B, T, H, D]
+    return stack, pre + post
 
 
 def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
-    """key_metrics of each site of a layer's keys (the hooks' tensors t): k_norm, k_rope, and where the k_norm gain
-    is learned k_hat and k_hat_rope; k_hat's moments come from k_norm's (key_moments: one float64 Gram fewer)."""
-    k_norm = t["k_norm"].to(torch.float32, memory_format=torch.contiguous_format)  # one copy, read by both
-    moments = key_moments(k_norm)
-    pre_gain = pre_gain_keys(attn, k_norm, rotary)
-    out = {"k_norm": key_metrics(k_norm, moments), "k_rope": key_metrics(t["k_rope"])}
-    if pre_gain:
-        hat, hat_rope = PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"]
-        out[hat] = key_metrics(pre_gain[hat], divided_moments(moments, attn.k_norm.weight))
-        out[hat_rope] = key_metrics(pre_gain[hat_rope])
-    return out
+    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads; k_hat's
+    float64 moments come from k_norm's (divided_moments: one Gram fewer)."""
+    stack, names = site_keys(attn, t, rotary)
+    H, pre = stack.shape[1], len(names) // 2
+    own = key_moments(stack[0])
+    firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
+    moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
+    m = key_metrics(stack.flatten(0, 1), moments)
+    per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
+    return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
 
 
 @contextmanager
