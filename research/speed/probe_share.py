@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-import torch
-
 from utils.cli import ArgumentParser, command, count, positive_int
+
+import torch
 
 from configs import apply_overrides
 from data import prepare_data, resolve_offline
