@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from research.probing.probe import KeyProbe, unwrap
+from research.probing.probe import KeyProbe, learned_gain, unwrap
 from research.results.vocabulary import ABLATION_MODES, PR
 
 MODES = ABLATION_MODES
@@ -35,17 +35,12 @@ def validation_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Te
         return sum(model(x.to(device), y.to(device)).item() for x, y in batches) / len(batches)
 
 
-def _learned_gain(norm: nn.Module) -> torch.Tensor | None:
-    w = getattr(norm, "weight", None)
-    return w if w is not None and w.requires_grad else None
-
-
 @torch.no_grad()
 def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
     """{mode: {"val_loss", "mean_pr", "layer_pr"}} for MODES; {} when no layer has learned q/k gains."""
     model = unwrap(model)
-    gains = {"q": [_learned_gain(b.attn.q_norm) for b in model.blocks],
-             "k": [_learned_gain(b.attn.k_norm) for b in model.blocks]}
+    gains = {"q": [learned_gain(b.attn.q_norm) for b in model.blocks],
+             "k": [learned_gain(b.attn.k_norm) for b in model.blocks]}
     gains = {side: [g for g in gs if g is not None] for side, gs in gains.items()}
     if not gains["q"] or not gains["k"]:
         return {}

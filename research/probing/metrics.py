@@ -35,13 +35,34 @@ def _participation(x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
+def key_moments(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 second moment M = K^T K / N [H, D, D] and mean key mu [H, D] of each head's keys [H, B, T, D],
+    from the input values: what key_metrics' spectra and std are computed from."""
+    H, B, T, D = keys.shape
+    K = keys.detach().reshape(H, B * T, D).to(torch.float64)                   # [H, N, D], input values
+    return K.mT @ K / (B * T), K.mean(1)
+
+
+@torch.no_grad()
+def divided_moments(moments: tuple[torch.Tensor, torch.Tensor], gain: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """key_moments of the keys divided by a gain (0 where the gain is 0), from the keys' own: M_ij / (g_i g_j) and
+    mu_i / g_i, in float64 from the exact quotients (the keys divided in float32 differ by its rounding alone).
+    gain: [D] shared by the heads, or [H * D]."""
+    M, mu = moments
+    g = gain.detach().to(torch.float64).reshape(-1, M.shape[-1])              # [1 or H, D]
+    inv = torch.where(g != 0, 1 / g, 0)
+    return M * inv.unsqueeze(2) * inv.unsqueeze(1), mu * inv
+
+
+@torch.no_grad()
+def key_metrics(keys: torch.Tensor,
+                moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     """All key metrics of each head, batched over heads.
 
-    keys: [H, B, T, D] (any float dtype). Returns name -> float64 tensor [H] for the names in
-    KEY_METRICS. Units: norm_mean, norm_std, max_abs, mean_max_abs, std are in the units of
-    the keys; cos_mean is a cosine in [-1, 1]; peak_frac is a fraction in [1/D, 1]; pr_sv,
-    pr_var, erank, pr_vec are numbers of dimensions in [1, D] (or 0, see below).
+    keys: [H, B, T, D] (any float dtype); moments: their key_moments where the caller has them (else computed
+    here). Returns name -> float64 tensor [H] for the names in KEY_METRICS. Units: norm_mean, norm_std, max_abs,
+    mean_max_abs, std are in the units of the keys; cos_mean is a cosine in [-1, 1]; peak_frac is a fraction in
+    [1/D, 1]; pr_sv, pr_var, erank, pr_vec are numbers of dimensions in [1, D] (or 0, see below).
 
     - norm_mean, norm_std: mean and population std (unbiased=False) over the N tokens of |k|_2.
     - max_abs: max over tokens and components of |k_j|; mean_max_abs: mean over tokens of max_j |k_j|.
@@ -73,11 +94,12 @@ def key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
         raise ValueError(f"keys must be [H, B, T, D], got shape {tuple(keys.shape)}")
     H, B, T, D = keys.shape
     N = B * T
-    k = keys.detach().float()                                                  # [H, B, T, D]
+    k = keys.detach().float().contiguous()  # [H, B, T, D]: one copy of a hook's [B, T, H, D] view, read many times
     energy, fourth, peak, nonzero, inv_norm = _per_key(k)
     norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
     per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
-    s, lam, erank, std = _spectra(keys)
+    # the input values: float32 holds bf16/fp16/fp32 input exactly (and is contiguous here), float64 stays
+    s, lam, erank, std = _spectra(moments or key_moments(keys if keys.dtype == torch.float64 else k), N)
     return {
         "norm_mean": per_token(norm).mean(1),
         "norm_std": _pop_std(per_token(norm)),
@@ -115,15 +137,12 @@ def _cos_mean(k: torch.Tensor, inv_norm: torch.Tensor, nonzero: torch.Tensor) ->
     return pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
 
 
-def _spectra(keys: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Singular values s and covariance eigenvalues lam of each head's keys [H, D], the effective rank [H] and the
-    population std of all components [H], in float64 from the input values: from the D x D second moment M and
-    covariance C, one eigvalsh call."""
-    H, B, T, D = keys.shape
-    N = B * T
-    K = keys.detach().reshape(H, N, D).to(torch.float64)                       # [H, N, D], input values
-    M = K.mT @ K / N                                                           # [H, D, D]
-    mu = K.mean(1)                                                             # [H, D]
+def _spectra(moments: tuple[torch.Tensor, torch.Tensor], N: int) -> tuple[torch.Tensor, ...]:
+    """Singular values s and covariance eigenvalues lam of each head's N keys [H, D], the effective rank [H] and
+    the population std of all components [H], in float64 from their key_moments (M [H, D, D], mu [H, D]): from
+    M and the covariance C, one eigvalsh call."""
+    M, mu = moments
+    H, D = mu.shape
     C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                  # [H, D, D]
     eig = torch.linalg.eigvalsh(torch.cat([M, C]))                             # [2H, D] ascending
     tol = eig[:H, -1:].clamp_min(0) * D * torch.finfo(torch.float64).eps       # [H, 1]
@@ -147,6 +166,13 @@ def _key_mask(start: int, end: int, lo: int, window: int | None, device) -> torc
     return allowed.unsqueeze(1)
 
 
+def _masked(allowed: torch.Tensor, fill: float) -> torch.Tensor:
+    """0 where allowed, `fill` elsewhere (float32, allowed's shape): masks applied as arithmetic on the finite
+    logits s, exact and several times faster than where/masked_fill broadcasting a bool mask over them:
+    s + 0 = s, and s + fill = fill for fill = -inf, or -1e30 while |s| < 1e22; likewise s * allowed is s or 0."""
+    return torch.zeros(allowed.shape, device=allowed.device).masked_fill_(~allowed, fill)
+
+
 def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: float | None):
     """Float32 copies laid out for blocked attention, and the mean norms of queries and keys.
 
@@ -160,9 +186,10 @@ def _grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, scale: fl
     kf = k.detach().float()                                                  # [Hkv, B, T, D]
     q_norm = qg.norm(dim=-1).mean((1, 2)).reshape(Hq)                       # [Hq] mean |q|
     k_norm = kf.norm(dim=-1).mean((1, 2)).repeat_interleave(G)              # [Hq] mean |k| of the KV head
-    kg = (kf * (D ** -0.5 if scale is None else scale)).reshape(Hkv * B, T, D)
+    kg = torch.empty(Hkv, B, T, D, device=q.device)                         # scaled in one pass into [HB, T, D]
+    torch.mul(kf, D ** -0.5 if scale is None else scale, out=kg)
     vg = v.detach().float().reshape(Hkv * B, T, -1) if v is not None else None   # [HB, T, Dv]
-    return qg.view(Hkv * B, T * G, D), kg, vg, q_norm / k_norm
+    return qg.view(Hkv * B, T * G, D), kg.view(Hkv * B, T, D), vg, q_norm / k_norm
 
 
 class _Sums:
@@ -184,10 +211,12 @@ class _Sums:
 def _track_max(s: torch.Tensor, sums: _Sums, best: str, at: str, start: int, lo: int) -> torch.Tensor:
     """Raise sums.<best> [HB, G] to the block's largest logit of s [HB, n, G, L] and keep its (query t, key j) in
     sums.<at>; returns the rows' maxima [HB, n, G, 1]."""
-    row_max, row_arg = s.max(-1, keepdim=True)                               # [HB, n, G, 1] each
+    row_max = s.amax(-1, keepdim=True)                                       # [HB, n, G, 1]
     block_max, t_in = row_max.squeeze(-1).max(1)                             # [HB, G]: the block's best query
     better = block_max > getattr(sums, best)
-    j = row_arg.squeeze(-1).gather(1, t_in.unsqueeze(1)).squeeze(1) + lo     # [HB, G]: its best key
+    # its best key: the first largest logit of that query's row alone (max's indices over every row cost more)
+    rows = s.gather(1, t_in[:, None, :, None].expand(-1, 1, -1, s.shape[-1]))  # [HB, 1, G, L]
+    j = rows.argmax(-1).squeeze(1) + lo                                      # [HB, G]
     setattr(sums, at, torch.where(better, torch.stack([t_in + start, j]), getattr(sums, at)))
     setattr(sums, best, torch.maximum(getattr(sums, best), block_max))
     return row_max
@@ -200,16 +229,16 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     s = torch.bmm(qg[:, start * G:end * G], kg[:, lo:end].mT).view(HB, n, G, end - lo)   # logits
     allowed = _key_mask(start, end, lo, window, s.device)                    # [n, 1, L]
     if softcap:
-        _track_max(s.masked_fill(~allowed, -math.inf), sums, "raw_max", "raw_at", start, lo)
+        _track_max(s + _masked(allowed, -math.inf), sums, "raw_max", "raw_at", start, lo)
         s.div_(softcap).tanh_().mul_(softcap)
-    seen = torch.where(allowed, s, 0).double()
+    seen = (s * allowed.float()).double()
     sums.logit += seen.sum((1, 3))
     sums.logit_sq += seen.square_().sum((1, 3))
     # keys each query sees, counted on the host (reading `allowed` back would wait for the GPU every block)
     sums.pairs += sum(t + 1 if window is None else min(t + 1, window) for t in range(start, end))
     # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =
     # 0 * finite = 0 there: the 0 ln 0 = 0 convention.
-    s.masked_fill_(~allowed, -1e30)
+    s.add_(_masked(allowed, -1e30))
     row_max = _track_max(s, sums, "logit_max", "max_at", start, lo)
     s.sub_(row_max)                                                          # s' <= 0, max 0
     p = torch.softmax(s, dim=-1)

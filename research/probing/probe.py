@@ -20,6 +20,7 @@ arithmetic and the geometry of the normalized keys.
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -28,7 +29,8 @@ import torch
 import torch.nn as nn
 
 from research.access.adapters import heads_first
-from research.probing.metrics import attention_metrics, gain_factor, gamma_stats, key_metrics, layer_means
+from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_metrics,
+                                      key_moments, layer_means)
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          UNCAPPED_SPLIT)
 
@@ -102,15 +104,45 @@ def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre
     return out
 
 
-def pre_gain_keys(attn: nn.Module, k_norm_HBTD: torch.Tensor, rotary: nn.Module) -> dict[str, torch.Tensor]:
-    """{"k_hat": k_norm output / gain, "k_hat_rope": RoPE of it} where attn's k_norm gain is learned; else {}."""
-    gain = getattr(attn.k_norm, "weight", None)
-    if gain is None or not gain.requires_grad:
-        return {}
-    g = gain.detach().float().reshape(-1, 1, 1, k_norm_HBTD.shape[-1])         # [1 or H (full scope), 1, 1, D]
-    k_hat = torch.where(g != 0, k_norm_HBTD.float() / g, 0.0)                   # [H, B, T, D]
-    k_hat_rope = rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)        # RoPE takes [B, T, H, D]
-    return {PRE_GAIN_SITES["k_norm"]: k_hat, PRE_GAIN_SITES["k_rope"]: k_hat_rope}
+SITE_ORDER = ("k_norm", "k_rope", PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"])
+
+
+def learned_gain(norm: nn.Module) -> torch.Tensor | None:
+    """A norm's gain where it is learned (the pre-gain sites exist); else None."""
+    gain = getattr(norm, "weight", None)
+    return gain if gain is not None and gain.requires_grad else None
+
+
+def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> tuple[torch.Tensor, list[str]]:
+    """The keys of each site of a layer as one contiguous float32 [sites, H, B, T, D] tensor, and the sites' names
+    in its order: the pre-RoPE sites, then the post-RoPE ones: k_norm (and k_hat), k_rope (and k_hat_rope).
+    k_hat = k_norm output / gain (0 where the gain is 0) and k_hat_rope = RoPE of it exist where attn's k_norm gain
+    is learned."""
+    gain = learned_gain(attn.k_norm)
+    pre = ["k_norm"] + ([PRE_GAIN_SITES["k_norm"]] if gain is not None else [])
+    post = ["k_rope"] + ([PRE_GAIN_SITES["k_rope"]] if gain is not None else [])
+    stack = torch.empty(len(pre) + len(post), *t["k_norm"].shape, device=t["k_norm"].device)
+    stack[0].copy_(t["k_norm"])
+    stack[len(pre)].copy_(t["k_rope"])
+    if gain is not None:
+        g = gain.detach().float().reshape(-1, 1, 1, stack.shape[-1])           # [1 or H (full scope), 1, 1, D]
+        # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
+        k_hat = torch.div(stack[0], torch.where(g != 0, g, math.inf), out=stack[1])
+        stack[3].copy_(rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3))  # RoPE takes [B, T, H, D]
+    return stack, pre + post
+
+
+def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads; k_hat's
+    float64 moments come from k_norm's (divided_moments: one Gram fewer)."""
+    stack, names = site_keys(attn, t, rotary)
+    H, pre = stack.shape[1], len(names) // 2
+    own = key_moments(stack[0])
+    firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
+    moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
+    m = key_metrics(stack.flatten(0, 1), moments)
+    per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
+    return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
 
 
 @contextmanager
@@ -188,11 +220,10 @@ class KeyProbe:
             means: dict[str, float] = {}
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
                 attn_m = attention_metrics(t["q_rope"], t["k_rope"], softcap=model.cfg.attn_softcap or None)
-                sites = {"k_norm": t["k_norm"], "k_rope": t["k_rope"], **pre_gain_keys(attn, t["k_norm"], model.rotary)}
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                for name, m in (*((s, key_metrics(k)) for s, k in sites.items()), ("attn", attn_rec)):
+                for name, m in (*site_metrics(attn, t, model.rotary).items(), ("attn", attn_rec)):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))

@@ -1,4 +1,5 @@
-"""The key probe's share of one run of the default study (python research/qk_norm_25m_study.py).
+"""The key probe's share of one run of the default study (python research/qk_norm_25m_study.py), and its cost in
+forward passes.
 
     python -m research.speed.probe_share                      # the QK condition, seed 0, the whole run
     python -m research.speed.probe_share --steps 49 --repeats 3
@@ -8,7 +9,14 @@ the probe callback, timing every call of the callback inside the same run, so th
 loop) is relative and robust to the host's speed; then the same config without the probe as a check (the two
 totals differ by about the callback time). `--repeats` alternates the two; min and median are printed.
 `--steps N` cuts the run after N steps and keeps the full run's probe_every. Data are prepared as the study
-prepares them (cached after the first time), outside the timings. Prints one JSON object.
+prepares them (cached after the first time), outside the timings.
+
+After the first run with the probe, on its trained model in the same process and threads: the probe of its batch
+(KeyProbe.measure, no loss) against the model's plain forward of that batch (no hooks, eval mode, the probe's
+precision), alternated, median of 5 each; then 5 more probes with the probe's metric functions timed one by one
+(the rest is the hooked forward and the glue). Prints one JSON object, the probe's time by metric, and last the
+line `probe: X forward passes, Y% of the run` (X the probe over the plain forward, Y the callback's median share
+of the run).
 """
 from __future__ import annotations
 
@@ -16,13 +24,19 @@ import json
 import statistics
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable, Iterator
 
 from utils.cli import ArgumentParser, command, count, positive_int
 
+import torch
+
 from configs import apply_overrides
 from data import prepare_data, resolve_offline
+from research.probing import probe as probe_module
 from research.probing.callback import run_callbacks
+from research.probing.probe import KeyProbe, measuring
 from research.results.vocabulary import RESULTS_FILE
 from research.studies import QK_NORM
 from research.studies.runner import base_config, resolve_preset, run_config
@@ -56,8 +70,71 @@ def study_run_config(condition: str, steps: int | None, device: str):
     return cfg
 
 
-def timed_run(cfg, data, probe: bool) -> dict:
-    """Seconds of fit() (the loop, probes and checkpoints) and, with the probe, of its callback."""
+# The probe's metric functions, by the names research.probing.probe calls them (those it has are timed).
+METRIC_FUNCTIONS = ("key_moments", "divided_moments", "key_metrics", "pre_gain_keys", "attention_metrics",
+                    "attention_record", "gate_metrics", "gamma_stats", "as_lists", "layer_means")
+REST = "forward and the rest"  # the hooked forward, the hooks and the glue: the probe's time less its metrics
+
+
+@contextmanager
+def timing_metrics(spent: dict[str, float]) -> Iterator[None]:
+    """research.probing.probe's metric functions wrapped to add their seconds to spent[name]; put back after."""
+    originals = {n: getattr(probe_module, n) for n in METRIC_FUNCTIONS if hasattr(probe_module, n)}
+
+    def timed(name: str, fn: Callable) -> Callable:
+        def call(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - t
+        return call
+    try:
+        for name, fn in originals.items():
+            setattr(probe_module, name, timed(name, fn))
+        yield
+    finally:
+        for name, fn in originals.items():
+            setattr(probe_module, name, fn)
+
+
+def _seconds(fn: Callable[[], object], device: torch.device) -> float:
+    t = time.perf_counter()
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t
+
+
+def probe_cost(model: torch.nn.Module, probe: KeyProbe, repeats: int = 5) -> dict:
+    """The probe of its batch against the model's plain no-grad forward of that batch (model.hidden, what the probe
+    runs with its hooks; no hooks, eval mode, the probe's precision, the process's threads), alternated after a
+    warm-up of each, median of `repeats` each; then `repeats` probes with their metric functions timed."""
+    device = next(model.parameters()).device
+    ids = probe.ids.to(device)
+
+    def forward() -> None:
+        with torch.no_grad(), measuring(model, device, probe.precision):
+            model.hidden(ids)
+    probing = lambda: probe.measure(model)  # noqa: E731
+    forward(), probing()
+    times: dict[str, list[float]] = {"forward": [], "probe": []}
+    for _ in range(repeats):
+        times["forward"].append(_seconds(forward, device))
+        times["probe"].append(_seconds(probing, device))
+    spent: dict[str, float] = {}
+    with timing_metrics(spent):
+        whole = sum(_seconds(probing, device) for _ in range(repeats))
+    by_metric = {name: s / repeats for name, s in sorted(spent.items(), key=lambda kv: -kv[1])}
+    by_metric[REST] = whole / repeats - sum(by_metric.values())
+    fwd, prb = statistics.median(times["forward"]), statistics.median(times["probe"])
+    return {"forward_s": fwd, "probe_s": prb, "forward_passes": prb / fwd, "repeats": repeats, "times_s": times,
+            "by_metric_s": by_metric}
+
+
+def timed_run(cfg, data, probe: bool, cost: bool = False) -> dict:
+    """Seconds of fit() (the loop, probes and checkpoints) and, with the probe, of its callback; with `cost` also
+    probe_cost on the trained model."""
     timed: list[_Timed] = []
 
     def callbacks(used_cfg, used_data, device):
@@ -70,8 +147,16 @@ def timed_run(cfg, data, probe: bool) -> dict:
         summary = trainer.fit()
         total = time.perf_counter() - t
         probes = len(json.loads((Path(out) / RESULTS_FILE).read_text())["probes"]) if probe else 0
-    return {"total_s": total, "train_s": summary["wall_time_s"], "probe_s": sum(c.spent for c in timed),
-            "probes": probes}
+    result = {"total_s": total, "train_s": summary["wall_time_s"], "probe_s": sum(c.spent for c in timed),
+              "probes": probes}
+    if probe and cost:
+        result["cost"] = probe_cost(trainer.model, next(c.inner.probe for c in timed if hasattr(c.inner, "probe")))
+    return result
+
+
+def final_line(forward_passes: float, share: float) -> str:
+    """The line the output ends with: the probe's cost in forward passes and the callback's share of the run."""
+    return f"probe: {forward_passes:.2f} forward passes, {100 * share:.1f}% of the run"
 
 
 def build_parser() -> ArgumentParser:
@@ -92,21 +177,27 @@ def main(argv: list[str] | None = None) -> None:
     cfg = resolve_offline(study_run_config(args.condition, args.steps, args.device), log=lambda *a, **k: None)
     data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)
     runs: dict[str, list[dict]] = {"probe": [], "no_probe": []}
-    for _ in range(args.repeats):
-        runs["probe"].append(timed_run(cfg, data, probe=True))
+    for i in range(args.repeats):
+        runs["probe"].append(timed_run(cfg, data, probe=True, cost=i == 0))
         runs["no_probe"].append(timed_run(cfg, data, probe=False))
+    cost = runs["probe"][0].pop("cost")
     shares = [r["probe_s"] / r["total_s"] for r in runs["probe"]]
     stats = lambda xs: {"min": min(xs), "median": statistics.median(xs)}  # noqa: E731
     print(json.dumps({
         "condition": args.condition, "preset": cfg.preset, "steps": cfg.steps, "probe_every": cfg.probe.probe_every,
-        "tokens_per_step": cfg.tokens_per_step, "repeats": args.repeats,
+        "tokens_per_step": cfg.tokens_per_step, "repeats": args.repeats, "threads": torch.get_num_threads(),
+        "probe_precision": cfg.probe.probe_precision, "probe_batch": cfg.probe.probe_batch,
         "with_probe_s": stats([r["total_s"] for r in runs["probe"]]),
         "probe_callback_s": stats([r["probe_s"] for r in runs["probe"]]),
         "train_steps_s": stats([r["train_s"] for r in runs["probe"]]),
         "without_probe_s": stats([r["total_s"] for r in runs["no_probe"]]),
         "per_probe_s": stats([r["probe_s"] / r["probes"] for r in runs["probe"]]),
-        "probe_share": stats(shares), "runs": runs}, indent=1))
-
+        "probe_share": stats(shares), "probe_cost": cost, "runs": runs}, indent=1))
+    print(f"the probe by metric, a probe (plain forward {1e3 * cost['forward_s']:.1f} ms, probe "
+          f"{1e3 * cost['probe_s']:.1f} ms):")
+    for name, s in cost["by_metric_s"].items():
+        print(f"  {name:<22} {1e3 * s:8.1f} ms  {s / cost['forward_s']:5.2f} forward passes")
+    print(final_line(cost["forward_passes"], statistics.median(shares)))
 
 if __name__ == "__main__":
     main()
