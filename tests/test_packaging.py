@@ -69,6 +69,7 @@ def test_every_python_named_gets_exactly_one_pin_of_each_package():
             assert len(chosen) == 1, (name, python, chosen)
     assert [str(p) for p in _pins()["numpy"]] == ['numpy==2.4.6; python_version >= "3.11"',
                                                   'numpy==2.2.6; python_version < "3.11"']
+    assert f"(Python {PYTHONS[0]} to {PYTHONS[-1]})" in (REPO / "README.md").read_text()  # the first commands'
 
 
 def test_every_console_command_runs_a_scripts_main():
