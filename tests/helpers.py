@@ -14,6 +14,15 @@ REFERENCE = REPO / "tests" / "fixtures" / "reference" / "qk_norm_50m_study"
 STEP_TOKENS = 8 * 32  # debug preset: batch 8 x seq_len 32
 
 
+def pyproject() -> dict:
+    """pyproject.toml read: by tomllib from Python 3.11, by tomli (which pytest needs before 3.11) on 3.10."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
 def free_port() -> int:
     """A TCP port no process listens on now (for torchrun's rendezvous)."""
     with socket.socket() as s:

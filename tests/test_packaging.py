@@ -4,7 +4,6 @@ included; every module imports where fcntl and resource are missing (Windows).""
 import importlib
 import inspect
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from tests.helpers import REPO
+from tests.helpers import REPO, pyproject
 
 # The console commands and the script whose main(argv=None) each runs.
 COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_study",
@@ -27,26 +26,50 @@ COMMANDS = {"qk-train": "train_llm", "qk-norm-study": "research.qk_norm_25m_stud
 
 
 def _project() -> dict:
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return pyproject()["project"]
 
 
-def test_every_dependency_is_pinned_within_its_bounds():
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+# The minor versions of Python the README names (requires-python's lower bound and every one after it tested).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+
+
+def _pins() -> dict[str, list[Requirement]]:
+    """requirements.txt's pins by package: one, or one per environment marker (python_version)."""
     pins = {}
     for line in (REPO / "requirements.txt").read_text().splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
-            name, version = line.split("==")
-            pins[canonicalize_name(name)] = version.strip()
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+            pin = Requirement(line)
+            pins.setdefault(canonicalize_name(pin.name), []).append(pin)
+    return pins
+
+
+def test_every_dependency_is_pinned_within_its_bounds():
+    pins = _pins()
+    project = _project()
+    assert project["requires-python"] == f">={PYTHONS[0]}"
     extras = project["optional-dependencies"]
     wanted = project["dependencies"] + extras["tensorboard"] + extras["ray"] + extras["test"]
     required = [Requirement(r) for r in wanted]
     assert {canonicalize_name(r.name) for r in required} == set(pins)  # nothing pinned that is not needed
     for r in required:
-        assert r.specifier.contains(pins[canonicalize_name(r.name)]), (r, pins[canonicalize_name(r.name)])
+        for pin in pins[canonicalize_name(r.name)]:
+            (version,) = [s.version for s in pin.specifier]
+            assert r.specifier.contains(version), (r, str(pin))
     assert "torch" not in {canonicalize_name(Requirement(r).name) for r in project["dependencies"]
                            if "==" in r}  # only requirements.txt pins torch
+
+
+def test_every_python_named_gets_exactly_one_pin_of_each_package():
+    """numpy 2.3+, scipy 1.16+, matplotlib 3.11+, pyarrow 26+ and transformers 5.21+ need Python 3.11: 3.10 gets
+    the last release for it, through a python_version marker."""
+    for name, pins in _pins().items():
+        for python in PYTHONS:
+            chosen = [str(p.specifier) for p in pins
+                      if p.marker is None or p.marker.evaluate({"python_version": python})]
+            assert len(chosen) == 1, (name, python, chosen)
+    assert [str(p) for p in _pins()["numpy"]] == ['numpy==2.4.6; python_version >= "3.11"',
+                                                  'numpy==2.2.6; python_version < "3.11"']
+    assert f"(Python {PYTHONS[0]} to {PYTHONS[-1]})" in (REPO / "README.md").read_text()  # the first commands'
 
 
 def test_every_console_command_runs_a_scripts_main():
@@ -93,9 +116,9 @@ def test_train_llm_as_a_module_runs_beside_a_users_own_modules(users_folder):
 
 
 def test_the_installed_command_runs_beside_a_users_own_modules(users_folder):
-    command = shutil.which("qk-train")
-    if command is None:
-        pytest.skip("qk-train is not installed (pip install -e .)")
+    command = Path(sys.executable).with_name("qk-train")  # this interpreter's, not the first on PATH
+    if not command.is_file():
+        pytest.skip("qk-train is not installed beside this Python (pip install -e .)")
     proc = _in(users_folder, [command, "--help"])
     assert proc.returncode == 0 and "usage: qk-train" in proc.stdout, proc.stderr[-2000:]
 

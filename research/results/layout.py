@@ -85,9 +85,12 @@ def _grid_run(name: str) -> tuple[str, float] | None:
 def _within(folder: Path, path: Path) -> Path | None:
     """`path` with every link resolved when it stays inside `folder`; None when it leads out (or loops)."""
     try:
-        target = path.resolve()
+        try:  # strict: a link loop raises on every Python (3.13's non-strict resolve returns it unresolved)
+            target = path.resolve(strict=True)
+        except (FileNotFoundError, NotADirectoryError):  # not there: its reader says so
+            target = path.resolve()
         return target if target.is_relative_to(folder.resolve()) else None
-    except (OSError, RuntimeError):  # a link loop
+    except (OSError, RuntimeError):  # a link loop (3.11 raises RuntimeError, 3.13 OSError ELOOP)
         return None
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
-import tomllib
 import typing
 
 import pytest
 
 from configs.config import FIELD_PARSERS, ORTHOGONALIZERS, SECTIONS, ConfigError, field_choices
 from configs.fields import literal_choices
-from tests.helpers import REPO
+from tests.helpers import REPO, pyproject
 
 FIELDS = {f.name: (section, cls, f) for section, cls in SECTIONS.items() for f in dataclasses.fields(cls)}
 FIELD_HELP = {name: f.metadata["help"] for name, (_, _, f) in FIELDS.items()}
@@ -163,7 +162,7 @@ def test_every_entry_point_is_checked():
                and not any(part.startswith(".") for part in p.relative_to(REPO).parts)]
     mains = {".".join(p.relative_to(REPO).with_suffix("").parts) for p in scripts
              if '__name__ == "__main__"' in p.read_text(encoding="utf-8")}
-    commands = tomllib.loads((REPO / "pyproject.toml").read_text()).get("project", {}).get("scripts", {})
+    commands = pyproject().get("project", {}).get("scripts", {})
     modules = {target.split(":")[0] for target in commands.values()}
     assert mains | modules <= set(ENTRY_POINTS)
     assert mains, "no scripts found: the search above is wrong"

@@ -122,6 +122,8 @@ def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(ed
     msg = fails(argv(6, "--resume"))
     assert f"cannot resume {out}: its data changed since step-000004 (step 4)" in msg and "corpus hash" in msg
     assert "tokenizer hash" in msg  # the BPE is trained on the corpus
+    # the shipped corpus (tests/conftest.py, the same on every Python) makes 1,522 blocks of 33 tokens with the
+    # debug preset's 512-token BPE: 2% (val_frac 0.02) is 30 validation blocks, the other 1,492 train
     assert edit == "three words" or "train blocks 1492 -> " in msg
     assert "checkpoints are fine: restore the original data to continue, or train the new data in another --out" \
         in msg and "Restore them" not in msg
@@ -313,7 +315,9 @@ def test_a_divergence_under_a_large_z_loss_names_z_loss(debug_cfg, tmp_path):
 
 # ------------------------------------------------------------------ (g) the probe's batch
 def test_a_probe_batch_larger_than_the_validation_set_is_refused_before_writing(args, tmp_path, capsys, fails):
-    msg = fails(args(2, "--probe_batch", "31"))  # one more than there are: no machine's memory check refuses it first
+    # the shipped corpus's 30 validation blocks (see the resume on changed data above), plus one: no machine's
+    # memory check refuses it first
+    msg = fails(args(2, "--probe_batch", "31"))
     assert "probe_batch=31 asks for more validation sequences than the 30 there are" in msg
     assert "lower --probe_batch to 30 or fewer" in msg and "--val_frac" in msg
     assert snapshot(tmp_path / "run") == {}

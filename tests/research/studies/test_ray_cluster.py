@@ -1,7 +1,6 @@
 """--ray ADDRESS: a study's runs on a Ray cluster started apart from the study (`ray start --head`), as a multi-node
 cluster is used. Its own module: test_ray.py's fixture connects this process to a Ray of its own."""
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,9 +33,11 @@ def head(user_cache, tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
     log = tmp_path_factory.mktemp("ray_head") / "head.log"
     with open(log, "w") as sink:
-        proc = subprocess.Popen([shutil.which("ray") or "ray", "start", "--head", f"--port={port}", "--num-cpus=2",
-                                 "--include-dashboard=false", "--disable-usage-stats", "--block"], env=env, cwd=REPO,
-                                stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+        # the ray of this interpreter, not the first on PATH (a venv's Python run without activating the venv)
+        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", f"--port={port}", "--num-cpus=2",
+                   "--include-dashboard=false", "--disable-usage-stats", "--block"]
+        proc = subprocess.Popen(command, env=env, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     address = f"127.0.0.1:{port}"
     deadline = time.time() + 120
     while "Ray runtime started" not in log.read_text():
