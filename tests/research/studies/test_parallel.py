@@ -118,17 +118,18 @@ def test_a_killed_study_side_by_side_leaves_no_worker_training_and_the_same_comm
     command = study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0", "--ckpt_every", "1",
                          "--parallel", "2")
     env = {**os.environ, ENV: "pause:step:2", DIR_ENV: str(hooks), "PYTHONPATH": str(REPO)}
+    log = tmp_path / "driver.log"  # a file, not a pipe: the workers inherit it and outlive the driver killed
     driver = subprocess.Popen([sys.executable, str(REPO / "research" / "qk_norm_500k_study.py"), *command], env=env,
-                              cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              cwd=REPO, text=True, stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
         deadline = time.time() + 300
         while not (hooks / "paused").exists():  # a worker's run paused after its 2nd step (checkpoint 1 written)
-            assert driver.poll() is None and time.time() < deadline, driver.communicate()[1][-3000:]
+            assert driver.poll() is None and time.time() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         workers = psutil.Process(driver.pid).children()
         assert int((hooks / "paused").read_text()) in {w.pid for w in workers}
         driver.kill()
-        driver.communicate(timeout=60)
+        driver.wait(timeout=60)
     finally:
         if driver.poll() is None:
             driver.kill()
