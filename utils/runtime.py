@@ -294,9 +294,17 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def usable_core_ids() -> list[int]:
+    """The cores this process may run on (its affinity), in order; every core of the machine where the OS keeps no
+    affinity (macOS, Windows)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def usable_cores() -> int:
-    """The CPU cores this process may run on (its affinity where the OS has one, else the machine's)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """How many CPU cores this process may run on (usable_core_ids)."""
+    return len(usable_core_ids())
 
 
 def local_cpu_threads(local_world_size: int) -> int:

@@ -32,7 +32,7 @@ from configs import ConfigError, apply_overrides
 from data import prepare_data, resolve_offline
 from research.studies import QK_NORM
 from research.studies.executors import execute
-from research.studies.pinned import usable_core_ids
+from utils.runtime import usable_cores
 from research.studies.runner import base_config, resolve_preset, study_runs, train_study_run
 from utils.runtime import local_cpu_threads, resolve_runtime
 
@@ -82,8 +82,8 @@ def build_parser() -> ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    if args.parallel > len(usable_core_ids()):
-        raise ConfigError(f"--parallel {args.parallel}: this process may use {len(usable_core_ids())} core(s): give "
+    if args.parallel > usable_cores():
+        raise ConfigError(f"--parallel {args.parallel}: this process may use {usable_cores()} core(s): give "
                           f"at most that many")
     base = study_base(args.steps, args.precision)
     prepare_data(resolve_offline(base, log=lambda *a, **k: None), log=lambda *a, **k: None, progress=False)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     median = {way: statistics.median(w) for way, w in walls.items()}
     print(json.dumps({
         "preset": base.preset, "precision": resolve_runtime("cpu", base.train.precision).precision,
-        "runs": args.runs, "steps": base.steps, "tokens": tokens, "cores": len(usable_core_ids()),
+        "runs": args.runs, "steps": base.steps, "tokens": tokens, "cores": usable_cores(),
         "threads_one_after_another": args.threads or local_cpu_threads(1),
         "parallel": args.parallel, "repeats": args.repeats, "wall_s": walls,
         "tokens_per_s": {way: tokens / m for way, m in median.items()},

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from configs import ConfigError
 from research.results.vocabulary import RESULTS_FILE
-from research.studies.pinned import Event, run_pinned, usable_core_ids
+from research.studies.pinned import Event, run_pinned
 from training.errors import RunInterrupted
 from utils.cli import positive_int
 from utils.errors import Interrupted, UserError, cut, explain
@@ -126,9 +126,10 @@ def check_ray_options(args: argparse.Namespace) -> None:
     if parallel > 1 and args.ray is not None:
         raise ConfigError(f"--parallel {parallel} trains the runs in worker processes on this machine, --ray as Ray "
                           f"tasks: give one of them (nothing was started)")
-    if parallel > len(usable_core_ids()):
-        raise ConfigError(f"--parallel {parallel}: this process may use {len(usable_core_ids())} CPU core(s), and each "
-                          f"run side by side takes at least one: give --parallel {len(usable_core_ids())} or fewer "
+    cores = usable_cores()
+    if parallel > cores:
+        raise ConfigError(f"--parallel {parallel}: this process may use {cores} CPU core(s), and each "
+                          f"run side by side takes at least one: give --parallel {cores} or fewer "
                           f"(nothing was started)")
     if args.ray is None:
         given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)

@@ -24,16 +24,10 @@ import time
 import traceback
 from typing import Callable, Iterator
 
+from utils.runtime import usable_core_ids
+
 _WAIT_S = 0.5  # how often the driver looks for workers that ended without a word
 _ORPHAN_EXIT_S = 120  # a worker whose driver is gone: how long its interrupted job may take to stop
-
-
-def usable_core_ids() -> list[int]:
-    """The cores this process may run on (its affinity), in order; every core of the machine where the OS keeps no
-    affinity (macOS, Windows)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
 
 
 def core_groups(cores: list[int], workers: int) -> list[tuple[int, ...]]:

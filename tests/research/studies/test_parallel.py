@@ -13,7 +13,8 @@ import pytest
 
 from research.studies import PILOT, executors
 from research.studies.executors import StudyError, StudyRun, check_ray_options, execute
-from research.studies.pinned import core_groups, usable_core_ids
+from research.studies.pinned import core_groups
+from utils.runtime import usable_core_ids
 from research.studies.runner import run_study
 from tests.helpers import STEP_TOKENS, comparable_results
 from tests.research.studies.test_runner import study_args
@@ -34,7 +35,7 @@ def test_the_cores_are_split_into_even_contiguous_groups():
 
 
 def test_parallel_is_checked_before_anything_starts(monkeypatch):
-    monkeypatch.setattr(executors, "usable_core_ids", lambda: [0, 1])
+    monkeypatch.setattr(executors, "usable_cores", lambda: 2)
     ok = argparse.Namespace(parallel=2, ray=None, gpus_per_run=None, cpus_per_run=None)
     check_ray_options(ok)
     with pytest.raises(ConfigError, match=r"^--parallel 3: this process may use 2 CPU core\(s\), .* give --parallel 2 "
