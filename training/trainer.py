@@ -56,7 +56,8 @@ from training.sharding import (ProbeCopy, check_sharding, full_model_state, full
                                shard_checkpoint, shard_model, whole_tensor)
 from training.step_telemetry import StepTelemetry
 from utils.errors import os_fix, os_problem
-from utils.runtime import Runtime, autocast, provenance, resolve_compile, resolve_runtime, set_cpu_threads
+from utils.runtime import (Runtime, autocast, keep_freed_memory, provenance, resolve_compile, resolve_runtime,
+                           set_cpu_threads)
 from utils.testhook import hook
 
 __all__ = ["Trainer", "NonFiniteLossError"]
@@ -75,6 +76,8 @@ class Trainer:
         self.device, self.precision, self.is_main = self.runtime.device, self.runtime.precision, self.runtime.is_main
         if self.device.type == "cpu" or cfg.train.threads:  # --threads: a runtime setting (not compared on resume)
             set_cpu_threads(cfg.train.threads, self.runtime.local_world_size)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         self._log = log if self.is_main else (lambda *a, **k: None)
         self.progress = progress and self.is_main
         self.folder = RunFolder(self.out, self._log)

@@ -2,6 +2,7 @@
 once per process (resolve_runtime), with the process group's collectives."""
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import platform
@@ -314,6 +315,27 @@ def local_cpu_threads(local_world_size: int) -> int:
     threads = max(1, usable_cores() // max(1, local_world_size))
     budget = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer
     return min(threads, int(budget)) if budget.isdigit() and int(budget) > 0 else threads
+
+
+# glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD_MAX = 32 * 2 ** 20  # glibc's largest mmap threshold on 64-bit hosts
+_TRIM_THRESHOLD = 2 ** 30
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """Have glibc's malloc keep freed blocks of up to 32 MiB in the process (and up to 1 GiB of free heap) instead
+    of handing them back to the OS: CPU training and the probe free and reallocate tensors of a few MiB every step,
+    and each block handed back costs a page fault per 4 KiB when it is touched again (measured: a third of a probe's
+    time went to faults, docs/speed.md). Process-wide and once; no effect on any value computed. False where the C
+    library is not glibc (macOS, musl, Windows), which is left as it is."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and
+                    libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    except (OSError, AttributeError):
+        return False
 
 
 def set_cpu_threads(asked: int, local_world_size: int) -> int:
