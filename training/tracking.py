@@ -96,15 +96,17 @@ class TrackioBackend:
     CPU and GPU sampling threads stay off, as nothing of the training asks for them)."""
 
     def __init__(self, run_dir: str | Path, name: str, config: dict):
-        trackio = _trackio_at(Path(run_dir) / TRACKIO_DIR)
-        self.run = trackio.init(project=PROJECT, name=name, config=config, embed=False, auto_log_cpu=False,
-                                auto_log_gpu=False)
+        folder = Path(run_dir) / TRACKIO_DIR
+        self.trackio = _trackio_at(folder)
+        print(f"trackio: logging into {folder} (dashboard: TRACKIO_DIR={folder} trackio show --project {PROJECT})")
+        self.run = self.trackio.init(project=PROJECT, name=name, config=config, embed=False, auto_log_cpu=False,
+                                     auto_log_gpu=False)
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
         self.run.log(dict(scalars), step=step)
 
     def close(self) -> None:
-        self.run.finish()
+        self.trackio.finish()  # the run init made current: finished, and no longer current (atexit leaves it be)
 
 
 def _trackio_at(folder: Path):
