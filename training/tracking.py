@@ -1,4 +1,4 @@
-"""Experiment tracking (`--logger none|tensorboard|wandb`) as one more training callback.
+"""Experiment tracking (`--logger none|tensorboard|wandb|trackio`) as one more training callback.
 
 `TrackerCallback` turns each step's StepInfo into scalars and writes them to a backend:
 
@@ -11,12 +11,15 @@ metrics, research.results.read.tracked_scalars); they must be registered before 
 writes what they added at the same step. The trainer knows nothing of TensorBoard or W&B. Only rank 0
 opens a backend. TensorBoard writes RUN_DIR/tensorboard/ (`tensorboard --logdir RUN_DIR`); a resumed run
 purges what an interrupted session logged after its checkpoint. W&B writes RUN_DIR/wandb/, offline when
-api.wandb.ai cannot be reached unless WANDB_MODE is set; each session is its own W&B run.
+api.wandb.ai cannot be reached unless WANDB_MODE is set; each session is its own W&B run. trackio (local-first,
+W&B's API, no account) writes the same tags at the same steps into RUN_DIR/trackio/ (a SQLite database of the
+project; `TRACKIO_DIR=RUN_DIR/trackio trackio show` draws it); each session is its own trackio run.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 
@@ -25,9 +28,11 @@ from configs.config import ConfigError
 if TYPE_CHECKING:  # importing torch here would slow down --help and argument checks
     from training.callbacks import StepInfo
 
-LOGGERS = ("none", "tensorboard", "wandb")
+LOGGERS = ("none", "tensorboard", "wandb", "trackio")
+PINNED = ("tensorboard", "trackio")  # the trackers requirements.txt installs (the suite tests them)
 TENSORBOARD_DIR = "tensorboard"
-WANDB_PROJECT = "qk-keys"
+TRACKIO_DIR = "trackio"
+PROJECT = "qk-keys"  # the W&B and trackio project (W&B: unless WANDB_PROJECT is set)
 WANDB_HOST = "api.wandb.ai"
 # metrics.jsonl's names -> tags (TensorBoard groups charts by the part before the slash)
 STEP_TAGS = {"loss": "train/loss", "grad_norm": "train/grad_norm", "lr_factor": "train/lr_factor",
@@ -44,9 +49,9 @@ def check_logger(kind: str) -> None:
     """Raise ConfigError, before any training, when `kind` is unknown or its package is not installed."""
     if kind not in LOGGERS:
         raise ConfigError(f"--logger {kind}: choose one of {', '.join(LOGGERS)}")
-    package = {"tensorboard": "tensorboard", "wandb": "wandb"}.get(kind)
+    package = None if kind == "none" else kind  # each tracker's package has its name
     if package and importlib.util.find_spec(package) is None:
-        pin = " (pinned in requirements.txt)" if kind == "tensorboard" else ""
+        pin = " (pinned in requirements.txt)" if kind in PINNED else ""
         raise ConfigError(f"--logger {kind} needs the {package} package, which is not installed: pip install "
                           f"{package}{pin}, or run with --logger none")
 
@@ -76,7 +81,7 @@ class WandbBackend:
         if "WANDB_MODE" not in os.environ and not (reachable or _wandb_reachable)():
             os.environ["WANDB_MODE"] = "offline"
             print(f"wandb: {WANDB_HOST} cannot be reached; logging offline (wandb sync {run_dir}/wandb later)")
-        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", WANDB_PROJECT), name=name, dir=str(run_dir),
+        self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", PROJECT), name=name, dir=str(run_dir),
                               config=config)
 
     def log(self, step: int, scalars: Mapping[str, float]) -> None:
@@ -84,6 +89,39 @@ class WandbBackend:
 
     def close(self) -> None:
         self.run.finish()
+
+
+class TrackioBackend:
+    """Scalars as a trackio run in `run_dir`/trackio: W&B's tags at W&B's steps, no system metrics (trackio's
+    CPU and GPU sampling threads stay off, as nothing of the training asks for them)."""
+
+    def __init__(self, run_dir: str | Path, name: str, config: dict):
+        folder = Path(run_dir) / TRACKIO_DIR
+        self.trackio = _trackio_at(folder)
+        print(f"trackio: logging into {folder} (dashboard: TRACKIO_DIR={folder} trackio show --project {PROJECT})")
+        self.run = self.trackio.init(project=PROJECT, name=name, config=config, embed=False, auto_log_cpu=False,
+                                     auto_log_gpu=False)
+
+    def log(self, step: int, scalars: Mapping[str, float]) -> None:
+        self.run.log(dict(scalars), step=step)
+
+    def close(self) -> None:
+        self.trackio.finish()  # the run init made current: finished, and no longer current (atexit leaves it be)
+
+
+def _trackio_at(folder: Path):
+    """The trackio module, storing into `folder`. trackio takes its folder from TRACKIO_DIR once, when imported,
+    into module globals (0.43: trackio.utils, .sqlite_storage, ...; no argument of init names a folder), so a
+    process that logs several runs (a study's conditions) points those globals at each run's folder in turn.
+    tests/training/test_tracking.py checks that nothing lands in trackio's default folder."""
+    import trackio
+    for name, module in list(sys.modules.items()):
+        if module is not None and (name == "trackio" or name.startswith("trackio.")):
+            for attr, path in (("TRACKIO_DIR", folder), ("MEDIA_DIR", folder / "media"),
+                               ("ARTIFACTS_DIR", folder / "artifacts")):
+                if isinstance(getattr(module, attr, None), Path):
+                    setattr(module, attr, path)
+    return trackio
 
 
 def _wandb_reachable() -> bool:
@@ -146,4 +184,6 @@ def tracker_for(kind: str, run_dir: str | Path, *, name: str, config: dict) -> T
         return TrackerCallback(lambda first: TensorBoardBackend(run_dir / TENSORBOARD_DIR, purge_step=first))
     if kind == "wandb":
         return TrackerCallback(lambda first: WandbBackend(run_dir, name, config))
+    if kind == "trackio":
+        return TrackerCallback(lambda first: TrackioBackend(run_dir, name, config))
     return None

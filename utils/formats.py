@@ -22,6 +22,11 @@ figures can be redrawn anywhere; the formats need what a model library expresses
 anyway (one value per probe across several fields, lengths given by other fields, JSON object keys that are layer
 indices); and the messages keep the project's wording (field path, expected, found, the fix), which users and tests
 rely on. One checker of ~200 lines over these specs does all of it.
+
+Each spec also says itself as JSON Schema (draft 2020-12, `json_schema()`), so that tools in other languages can
+check the files too (research.results.schema --json_schema): what JSON Schema cannot say (a length given by
+another field, one length wherever a list sits, a Rule across fields, a Custom check with no JSON form) is left to
+the checker and named in a "$comment"; the schema never refuses what the checker accepts.
 """
 from __future__ import annotations
 
@@ -116,8 +121,32 @@ def _join(where: str, key, style: str) -> str:
 
 # ----------------------------------------------------------------------------- specs
 
+JSON_SCHEMA = "https://json-schema.org/draft/2020-12/schema"
+GENERIC = ("a number", "an integer", "text", "a list", "an object", "")  # kinds a schema need not repeat
+
+
+def _typed(schema: dict, nullable: bool, kind: str) -> dict:
+    """`schema` accepting null too where `nullable`, described by `kind` unless that is a generic word."""
+    out = dict(schema)
+    if nullable and "type" in out:
+        out["type"] = [out["type"], "null"]
+    elif nullable and "enum" in out:
+        out["enum"] = [*out["enum"], None]
+    elif nullable and out:
+        out = {"anyOf": [out, {"type": "null"}]}
+    return {"description": kind, **out} if kind not in GENERIC else out
+
+
+def _also(schema: dict, checks: list[str]) -> dict:
+    """`schema` naming what only the project's checker checks."""
+    if checks:
+        schema["$comment"] = "also checked by the project's reader, not by this schema: " + "; ".join(checks)
+    return schema
+
+
 class Spec:
-    """One value's declaration; check(value, where, ctx) raises FormatError or returns None."""
+    """One value's declaration; check(value, where, ctx) raises FormatError or returns None; json_schema() says it
+    as JSON Schema (a spec of its own with no JSON form: anything, left to its check)."""
     nullable = False
 
     def check(self, v, where: str, ctx: dict) -> None:
@@ -127,12 +156,16 @@ class Spec:
     def expected(self) -> str:
         raise NotImplementedError
 
+    def json_schema(self) -> dict:
+        return _also({"description": self.expected}, [f"{self.expected} ({type(self).__name__})"])
+
 
 class Scalar(Spec):
     """A number, an integer, text, one of some values... `ok(v)` says whether v fits; `kind` says it in words."""
 
-    def __init__(self, ok: Callable[[object], bool], kind: str, nullable: bool = True, show=found):
-        self.ok, self.kind, self.nullable, self.show = ok, kind, nullable, show
+    def __init__(self, ok: Callable[[object], bool], kind: str, nullable: bool = True, show=found,
+                 schema: dict | None = None):
+        self.ok, self.kind, self.nullable, self.show, self.schema = ok, kind, nullable, show, schema
 
     @property
     def expected(self) -> str:
@@ -142,30 +175,57 @@ class Scalar(Spec):
         if not ((self.nullable and v is None) or self.ok(v)):
             raise FormatError(where, self.expected, self.show(v))
 
+    def json_schema(self) -> dict:
+        if self.schema is None:
+            return super().json_schema()
+        return _typed(self.schema, self.nullable, self.kind)
 
-def Number(kind: str = "a number", nullable: bool = True, ok: Callable = lambda v: True) -> Scalar:
-    return Scalar(lambda v: is_number(v) and ok(v), kind, nullable)
+
+_BOUNDS = {"gt": ("exclusiveMinimum", lambda v, b: v > b), "ge": ("minimum", lambda v, b: v >= b),
+           "lt": ("exclusiveMaximum", lambda v, b: v < b), "le": ("maximum", lambda v, b: v <= b)}
+
+
+def Number(kind: str = "a number", nullable: bool = True, ok: Callable | None = None, **bounds: float) -> Scalar:
+    """A number (never a boolean); bounds gt, ge, lt, le, said in JSON Schema too; `ok`: a further check JSON
+    Schema cannot say."""
+    schema = {"type": "number", **{_BOUNDS[b][0]: x for b, x in bounds.items()}}
+    if ok is not None:
+        schema["$comment"] = f"also checked by the project's reader, not by this schema: {kind}"
+    return Scalar(lambda v: is_number(v) and all(_BOUNDS[b][1](v, x) for b, x in bounds.items())
+                  and (ok is None or ok(v)), kind, nullable, schema=schema)
 
 
 def Integer(kind: str = "an integer", nullable: bool = True, lo: int | None = None) -> Scalar:
-    return Scalar(lambda v: is_integer(v) and (lo is None or v >= lo), kind, nullable)
+    schema = {"type": "integer"} if lo is None else {"type": "integer", "minimum": lo}
+    return Scalar(lambda v: is_integer(v) and (lo is None or v >= lo), kind, nullable, schema=schema)
 
 
-def Text(kind: str = "text", nullable: bool = True, nonempty: bool = False,
-         ok: Callable = lambda v: True) -> Scalar:
-    return Scalar(lambda v: isinstance(v, str) and (bool(v) or not nonempty) and ok(v), kind, nullable)
+def Text(kind: str = "text", nullable: bool = True, nonempty: bool = False, pattern: str | None = None,
+         ok: Callable | None = None) -> Scalar:
+    """Text; nonempty; pattern: a regular expression found in it (re.search, as JSON Schema's pattern); `ok`: a
+    further check JSON Schema cannot say."""
+    schema = {"type": "string", **({"minLength": 1} if nonempty else {}), **({"pattern": pattern} if pattern else {})}
+    if ok is not None:
+        schema["$comment"] = f"also checked by the project's reader, not by this schema: {kind}"
+    return Scalar(lambda v: isinstance(v, str) and (bool(v) or not nonempty) and (
+        pattern is None or re.search(pattern, v) is not None) and (ok is None or ok(v)), kind, nullable, schema=schema)
 
 
 def OneOf(values, nullable: bool = False) -> Scalar:
-    return Scalar(lambda v: isinstance(v, str) and v in values, f"one of {', '.join(values)}", nullable)
+    return Scalar(lambda v: isinstance(v, str) and v in values, f"one of {', '.join(values)}", nullable,
+                  schema={"enum": list(values)})
+
+
+def Bool(kind: str = "true or false", nullable: bool = False) -> Scalar:
+    return Scalar(lambda v: isinstance(v, bool), kind, nullable, schema={"type": "boolean"})
 
 
 class Custom(Spec):
     """A value checked by a function of the project that raises ValueError in its own words (a margin's rule):
-    the message is "<where>: <its words>"."""
+    the message is "<where>: <its words>". like: a spec the function's rule holds in (its JSON Schema)."""
 
-    def __init__(self, fn: Callable, kind: str):
-        self.fn, self.kind = fn, kind
+    def __init__(self, fn: Callable, kind: str, like: Spec | None = None):
+        self.fn, self.kind, self.like = fn, kind, like
 
     expected = property(lambda self: self.kind)
 
@@ -174,6 +234,9 @@ class Custom(Spec):
             self.fn(v)
         except ValueError as e:
             raise FormatError(where, problem=f": {e}") from e
+
+    def json_schema(self) -> dict:
+        return super().json_schema() if self.like is None else {**self.like.json_schema(), "description": self.kind}
 
 
 class Opt(Spec):
@@ -186,6 +249,9 @@ class Opt(Spec):
 
     def check(self, v, where, ctx):
         self.spec.check(v, where, ctx)
+
+    def json_schema(self) -> dict:
+        return self.spec.json_schema()
 
 
 class Req(Opt):
@@ -203,6 +269,17 @@ class Rule(Spec):
 
     def check(self, v, where, ctx):
         self.fn(v, where, ctx)
+
+
+def _rule_words(fn: Callable) -> str:
+    """A rule as a schema's comment names it: its docstring's first sentence, else its name in words."""
+    words = " ".join((fn.__doc__ or "").split("\n\n")[0].split()).split(". ")[0].rstrip(".")
+    words = words or fn.__name__.strip("_").replace("_", " ")
+    return words[0].lower() + words[1:]
+
+
+def _length_words(size: str) -> str:
+    return "its length: " + size.split(", found")[0].format(n="N", len="")
 
 
 class ListOf(Spec):
@@ -239,15 +316,29 @@ class ListOf(Spec):
                     raise
                 raise FormatError(where, self.expected, self.show(v)) from None
 
+    def json_schema(self) -> dict:
+        out: dict = {"type": "array", "items": self.item.json_schema()}
+        also = []
+        if isinstance(self.n, int) and not self.empty_ok:
+            out["minItems"] = out["maxItems"] = self.n
+        elif self.n is not None or self.uniform:  # a length given by other fields, or one length everywhere
+            also.append(_length_words(self.size))
+        if self.nonempty:
+            out["minItems"] = max(1, out.get("minItems", 1))
+        return _also(_typed(out, self.nullable, self.kind), also)
+
 
 class MapOf(Spec):
     """A JSON object of any keys, each value a `value`; `key(k)` says whether a key fits (told as `key_kind`).
     path: "index" names a value x['k'], "dot" x.k."""
 
     def __init__(self, value: Spec, kind: str = "an object", key: Callable | None = None, key_kind: str = "",
-                 path: str = "index", nullable: bool = False, nonempty: bool = False, show=type_name):
+                 path: str = "index", nullable: bool = False, nonempty: bool = False, show=type_name,
+                 key_pattern: str | None = None):
+        if key_pattern is not None:  # keys the whole of which match (said in JSON Schema too)
+            key = lambda k: isinstance(k, str) and re.fullmatch(key_pattern, k) is not None
         self.value, self.kind, self.key, self.key_kind, self.path = value, kind, key, key_kind, path
-        self.nullable, self.nonempty, self.show = nullable, nonempty, show
+        self.nullable, self.nonempty, self.show, self.key_pattern = nullable, nonempty, show, key_pattern
 
     expected = property(lambda self: self.kind)
 
@@ -260,6 +351,15 @@ class MapOf(Spec):
             if self.key is not None and not self.key(k):
                 raise FormatError(where, problem=f" should be keyed by {self.key_kind}, found the key {shown(k, 40)}")
             self.value.check(x, _join(where, k, self.path), ctx)
+
+    def json_schema(self) -> dict:
+        out: dict = {"type": "object", "additionalProperties": self.value.json_schema()}
+        if self.key_pattern is not None:
+            out["propertyNames"] = {"pattern": f"^(?:{self.key_pattern})$"}
+        if self.nonempty:
+            out["minProperties"] = 1
+        also = [f"its keys: {self.key_kind}"] if self.key is not None and self.key_pattern is None else []
+        return _also(_typed(out, self.nullable, self.kind), also)
 
 
 class Obj(Spec):
@@ -300,10 +400,32 @@ class Obj(Spec):
         for rule in self.rules:
             rule(v, where, ctx)
 
+    def json_schema(self) -> dict:
+        """Its fields as properties; required: a Req, and a field that is not an Opt and may not be null (the
+        checker checks an absent field as null); rest: additionalProperties; the Rules named in a comment."""
+        properties, required = {}, []
+        for name, spec in self.fields.items():
+            if not isinstance(spec, Rule):
+                properties[name] = spec.json_schema()
+                if isinstance(spec, Req) or not (isinstance(spec, Opt) or spec.nullable):
+                    required.append(name)
+        out: dict = {"type": "object", "properties": properties}
+        if required:
+            out["required"] = required
+        if self.rest is not None:
+            out["additionalProperties"] = self.rest.json_schema()
+        rules = [spec.fn for spec in self.fields.values() if isinstance(spec, Rule)] + list(self.rules)
+        return _also(_typed(out, self.nullable, self.kind), [_rule_words(fn) for fn in rules])
+
 
 def check(spec: Spec, value, where: str = "", ctx: dict | None = None) -> None:
     """Walk `value` along its declaration; FormatError names the first field that does not fit."""
     spec.check(value, where, {} if ctx is None else ctx)
+
+
+def json_schema(spec: Spec, title: str, description: str) -> dict:
+    """A whole file's JSON Schema document from its declaration."""
+    return {"$schema": JSON_SCHEMA, "title": title, **spec.json_schema(), "description": description}
 
 
 def finite(v) -> bool:

@@ -96,8 +96,8 @@ STUDY_KINDS = tuple(o.kind for o in OWNERS.values() if o.found_by == STUDY_INDEX
 GRID_KINDS = tuple(o.kind for o in OWNERS.values() if o.grid)
 
 
-# What the owner rule reads of a study.json (research.results.layout.STUDY declares and checks the whole file) and
-# of a redraw.json (all of it).
+# What the owner rule reads of a study.json (research.results.study_formats.STUDY declares and checks the whole
+# file) and of a redraw.json (all of it).
 STUDY_OWNER = Obj({"kind": OneOf(STUDY_KINDS), "study": Opt(Text("a name (text)", nonempty=True))},
                   "a JSON object (the study index)")
 REDRAW_FORMAT = Obj({"redraw_of": Text("a folder (text)", nullable=False, nonempty=True),

@@ -8,7 +8,7 @@ from pathlib import Path
 CONFIG, METRICS, SUMMARY, RESULTS, TOKENIZER, CHECKPOINTS = (
     "config.json", "metrics.jsonl", "summary.json", "results.json", "tokenizer", "checkpoints")
 ATOMIC_FILES = (CONFIG, METRICS, SUMMARY, RESULTS)  # written atomically (utils.io); results.json: the key probe's
-RUN_DIRS = (TOKENIZER, "tensorboard", "wandb")  # folders besides checkpoints/: the tokenizer, the trackers'
+RUN_DIRS = (TOKENIZER, "tensorboard", "wandb", "trackio")  # folders besides checkpoints/: the tokenizer, the trackers'
 RUN_FILES = (*ATOMIC_FILES, CHECKPOINTS, *RUN_DIRS)  # any of them makes a folder a run's
 
 

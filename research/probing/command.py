@@ -37,8 +37,8 @@ def parser(start: tuple | None, description: str = "") -> argparse.ArgumentParse
         source = f"the {preset} preset" + (f" with {file.path}" if file else "")
         p = ArgumentParser(description=f"{description}\nDefaults below are those of {source}.")
     p.add_argument("--out", help=f"Output folder: {CONFIG}, {METRICS}, {SUMMARY}, {CHECKPOINTS}/, {TOKENIZER}/, "
-                                 f"{RESULTS} when probing, tensorboard/ or wandb/ with --logger. Required unless "
-                                 f"--plan")
+                                 f"{RESULTS} when probing, tensorboard/, wandb/ or trackio/ with --logger. Required "
+                                 f"unless --plan")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="Print the memory this run needs per device, on DEVICES devices, and exit without allocating "
                         "anything. DEVICES default: torchrun's WORLD_SIZE, else 1")
@@ -53,7 +53,8 @@ def parser(start: tuple | None, description: str = "") -> argparse.ArgumentParse
     p.add_argument("--tag", help=f"Condition name written into results.json. Default: from qk_norm ({tags})")
     p.add_argument("--logger", default="none", choices=LOGGERS,
                    help="Experiment tracker of losses, learning rates, tokens/s, grad norm and probe metrics: "
-                        "tensorboard writes OUT/tensorboard/, wandb a W&B run (offline without a network). "
+                        "tensorboard writes OUT/tensorboard/, wandb a W&B run (offline without a network), trackio "
+                        "OUT/trackio/ (TRACKIO_DIR=OUT/trackio trackio show). "
                         "Default: none")
     add_config_args(p, defaults, file=file)
     return p

@@ -11,12 +11,13 @@ adds the file name and the fix. No torch.
 from __future__ import annotations
 
 import math
+import re
 
 from configs.config import ConfigError
-from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES
+from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES, SCHEMA
 from utils.errors import shown
-from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Spec, Text, check, found,
-                           is_integer, is_number)
+from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Req, Spec, Text, check,
+                           found, is_integer, is_number)
 
 ShapeError = FormatError  # the name readers and tests know; one field that does not fit its declaration
 
@@ -40,9 +41,11 @@ def check_absolute_margin(name: str, value, unit: str) -> float:
     return float(value)
 
 
+LAYER_KEY = "0|[1-9][0-9]*"  # a layer index as JSON object keys hold it: '0', '1', ... (no sign, no leading zero)
+
+
 def is_layer_key(k) -> bool:
-    """'0', '1', ...: a layer index as JSON object keys hold it (no sign, no leading zero)."""
-    return isinstance(k, str) and k.isdigit() and str(int(k)) == k
+    return isinstance(k, str) and re.fullmatch(LAYER_KEY, k) is not None
 
 
 PER_PROBE_SIZE = "should have {n} values (one per probe, like 'tokens'), found {len}"
@@ -57,7 +60,7 @@ def _per_probe(nulls: bool = True, nullable: bool = False) -> ListOf:
 
 
 def _per_layer(values: ListOf, nullable: bool) -> MapOf:
-    return MapOf(values, key=is_layer_key, key_kind="layer index ('0', '1', ...)", nullable=nullable)
+    return MapOf(values, key_pattern=LAYER_KEY, key_kind="layer index ('0', '1', ...)", nullable=nullable)
 
 
 class _LayerIndex(Spec):
@@ -68,6 +71,10 @@ class _LayerIndex(Spec):
         n = len(ctx["probe"]["layers"])
         if not (is_integer(v) and 0 <= v < n):
             raise FormatError(where, f"a layer index in [0, {n})", found(v))
+
+    def json_schema(self) -> dict:
+        return {"type": "integer", "minimum": 0, "$comment": "also checked by the project's reader, not by this "
+                "schema: below the number of layers of its probe record"}
 
 
 _GAIN = Obj({"values": Opt(ListOf(Number(), NUMBERS_OR_NULL))}, nullable=True, rest=Number())
@@ -130,13 +137,16 @@ def _seeds_once(res: dict, where: str, ctx) -> None:
         raise FormatError("seeds", problem=f" lists {len(seeds)} seeds, n_seeds says {res['n_seeds']}")
 
 
+# Req: the write-ups' fields every results file holds (schema.validate names the missing ones first, as not a
+# results.json of this project or of the write-ups)
 RESULTS = Obj({
-    "tag": Text("a condition name (text)", nullable=False, nonempty=True),
-    "tokens": _per_probe(nulls=False),
-    "loss": _per_probe(), "val_loss": _per_probe(), "mean_pr": _per_probe(),
+    "tag": Req(Text("a condition name (text)", nullable=False, nonempty=True)),
+    "tokens": Req(_per_probe(nulls=False)),
+    "loss": Req(_per_probe()), "val_loss": Req(_per_probe()), "mean_pr": Req(_per_probe()),
     "steps": _per_probe(nulls=False, nullable=True),
     "seed": Integer(),
     "preset": Text("a preset name (text)"),
+    "schema": Opt(OneOf((SCHEMA,))),  # absent in the write-ups' files
     "schema_version": Integer("a version (an integer)", lo=0),
     "config": _CONFIG,
     "provenance": PROVENANCE,
@@ -146,7 +156,7 @@ RESULTS = Obj({
     "wall_time_s": Opt(_per_probe()), "probe_time_s": Opt(_per_probe()),
     "n_seeds": Opt(Integer("a positive integer", nullable=False, lo=1)),
     "seeds": Opt(ListOf(Integer(), "a list of integers (null: not recorded)", nonempty=True, whole=True, show=found)),
-    "layer_pr": _per_layer(_per_probe(), nullable=False),
+    "layer_pr": Req(_per_layer(_per_probe(), nullable=False)),
     "gamma_cv": _per_layer(_per_probe(), nullable=True),
     "gamma_final": _per_layer(ListOf(Number(), NUMBERS_OR_NULL), nullable=True),
     "probes": _PROBES,

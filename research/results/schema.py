@@ -16,6 +16,10 @@ Beside them: schema/schema_version, config, preset, seed, provenance (git commit
 versions, device), data hashes, steps, wall times, probe times, and `probes`: the
 full per-layer, per-head records of research/probing/probe.py. The file is rewritten
 atomically after every probe. No torch here.
+
+`python -m research.results.schema --json_schema DIR` writes the declared formats of results.json, study.json and
+the QK-norm study's combined.json as JSON Schema files (docs/schema/ holds them, kept current by a test), for tools
+in other languages.
 """
 from __future__ import annotations
 
@@ -23,10 +27,14 @@ import json
 import math
 from pathlib import Path
 
-from research.results.checks import ShapeError, check_types, is_integer
+from utils.cli import ArgumentParser, command  # first: this module is a command too (--json_schema)
+
+from research.results.checks import RESULTS, ShapeError, check_types, is_integer
+from research.results.study_formats import QK_COMBINED_FORMAT, STUDY
 from research.results.values import json_safe, parse_json
 from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
 from utils.errors import UserError, os_fix, os_problem, shown
+from utils.formats import json_schema
 from utils.io import atomic_write_text
 
 
@@ -178,3 +186,45 @@ def load_results(path: str | Path) -> dict:
         raise ResultsError(f"{path}: not valid JSON ({e}); the file is corrupted or was cut off. Restore it from "
                            f"a copy, or train that condition again into an empty folder") from e
     return validate(res, path)
+
+
+# ----------------------------------------------------------------------------- the formats as JSON Schema
+
+_GENERATED = ("Generated from {source} by `python -m research.results.schema --json_schema DIR`: do not edit. "
+              "{what} What JSON Schema cannot say (lengths given by other fields, checks across fields) is named in "
+              "'$comment's and checked by the project's reader only.")
+JSON_SCHEMAS = {  # file -> (declaration, title, where it is declared, what the file is)
+    "results.schema.json": (RESULTS, "results.json", "research/results/checks.py:RESULTS",
+                            "One run's key probe: one value per probe in every per-probe list."),
+    "study.schema.json": (STUDY, "study.json", "research/results/study_formats.py:STUDY",
+                          "A study folder's index: its kind, seeds, margins and each condition's results files."),
+    "combined.schema.json": (QK_COMBINED_FORMAT, "combined.json", "research/results/study_formats.py:"
+                             "QK_COMBINED_FORMAT", "The numbers of the QK-norm study's report."),
+}
+
+
+def json_schemas() -> dict[str, str]:
+    """Each JSON Schema file's text, by file name, generated from the declarations."""
+    return {name: json.dumps(json_schema(spec, title, _GENERATED.format(source=source, what=what)), indent=1) + "\n"
+            for name, (spec, title, source, what) in JSON_SCHEMAS.items()}
+
+
+def build_parser() -> ArgumentParser:
+    p = ArgumentParser(description="Write the declared formats of this project's results files as JSON Schema "
+                                   "(draft 2020-12), for tools in other languages.")
+    p.add_argument("--json_schema", metavar="DIR", required=True,
+                   help=f"Folder to write {', '.join(JSON_SCHEMAS)} into (made if missing; files replaced). Required")
+    return p
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    folder = Path(build_parser().parse_args(argv).json_schema)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in json_schemas().items():
+        atomic_write_text(folder / name, text)
+        print(folder / name)
+
+
+if __name__ == "__main__":
+    main()

@@ -174,8 +174,8 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
     p.add_argument("--logger", default="none", choices=LOGGERS,
                    help="Experiment tracker per condition: tensorboard writes <condition>/tensorboard/ (tensorboard "
-                        "--logdir the study folder), wandb one W&B run each (offline without a network). Default: "
-                        "none")
+                        "--logdir the study folder), wandb one W&B run each (offline without a network), trackio "
+                        "<condition>/trackio/. Default: none")
     p.add_argument("--plan", nargs="?", type=int, const=0, metavar="DEVICES",
                    help="Print the memory per device of the study's largest run, on DEVICES devices, and exit "
                         "without training. DEVICES default: torchrun's WORLD_SIZE, else 1")

@@ -1,8 +1,10 @@
-"""--logger: TensorBoard event files hold what metrics.jsonl and results.json hold; W&B offline; rank 0 only."""
+"""--logger: TensorBoard event files and trackio's database hold what metrics.jsonl and results.json hold; W&B
+offline; rank 0 only."""
 import importlib.machinery
 import json
 import os
 import shutil
+import sqlite3
 import sys
 import types
 
@@ -13,7 +15,7 @@ import train_llm
 from research.results import load_results
 from tests.helpers import cli_args, stops, train_rows
 from training.callbacks import StepInfo
-from training.tracking import TrackerCallback, WandbBackend
+from training.tracking import TrackerCallback, TrackioBackend, WandbBackend
 
 
 def _scalars(folder) -> dict[str, list[tuple[int, float]]]:
@@ -105,7 +107,62 @@ def test_wandb_goes_offline_without_a_network_unless_the_user_chose(monkeypatch,
     assert calls[-1][2] == "online"  # the user's choice stands
 
 
-@pytest.mark.parametrize("kind", ["wandb", "tensorboard"])
+def _trackio_rows(folder) -> list[tuple[str, int, dict]]:
+    """(run name, step, scalars) of every row trackio wrote into `folder`, read with sqlite3 alone."""
+    with sqlite3.connect(folder / "qk-keys.db") as db:
+        rows = db.execute("SELECT run_name, step, metrics FROM metrics ORDER BY id").fetchall()
+    return [(name, step, json.loads(scalars)) for name, step, scalars in rows]
+
+
+def _trackio_default_folder():
+    """Where trackio stores when nobody points it elsewhere (TRACKIO_DIR, else HF_HOME/trackio)."""
+    from trackio.utils import _get_trackio_dir
+    folder = _get_trackio_dir()
+    return sorted(folder.iterdir()) if folder.is_dir() else None
+
+
+def test_trackio_writes_each_run_into_its_own_folder_within_one_process(tmp_path):
+    pytest.importorskip("trackio")
+    before = _trackio_default_folder()
+    for run, loss in (("a", 2.5), ("b", 3.25)):  # a study's conditions, one after the other in one process
+        backend = TrackioBackend(tmp_path / run, f"study/{run}", {"model": {"d_model": 8}})
+        backend.log(1, {"train/loss": loss, "lr/muon": 0.01})
+        backend.log(2, {"val/loss": loss + 1})
+        backend.close()
+    for run, loss in (("a", 2.5), ("b", 3.25)):
+        assert _trackio_rows(tmp_path / run / "trackio") == [
+            (f"study/{run}", 1, {"train/loss": loss, "lr/muon": 0.01}), (f"study/{run}", 2, {"val/loss": loss + 1})]
+    assert _trackio_default_folder() == before  # nothing landed in trackio's own folder
+
+
+@pytest.mark.slow
+def test_trackio_holds_the_runs_metrics_at_their_steps(corpus_file, cache_dir, tmp_path):
+    pytest.importorskip("trackio")
+    out = tmp_path / "run"
+    train_llm.main(cli_args(corpus_file, cache_dir, out, 4, "--logger", "trackio", "--eval_every", "2"))
+    got: dict[str, list] = {}
+    for name, step, scalars in _trackio_rows(out / "trackio"):
+        assert name == f"{tmp_path.name}/run"  # W&B's run name: the folder and its parent
+        for tag, value in scalars.items():
+            got.setdefault(tag, []).append((step, value))
+    rows = [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines()]
+    train, val = [r for r in rows if "loss" in r], [r for r in rows if "val_loss" in r]
+    for name, tag in (("loss", "train/loss"), ("grad_norm", "train/grad_norm"), ("lr_factor", "train/lr_factor"),
+                      ("tokens_per_s", "train/tokens_per_s")):
+        assert got[tag] == [(r["step"], r[name]) for r in train], tag  # float64 in JSON: the values exactly
+    assert [s for s, _ in got["train/loss"]] == [1, 2, 3, 4]
+    assert got["val/loss"] == [(r["step"], r["val_loss"]) for r in val] and [s for s, _ in got["val/loss"]] == [2, 4]
+    assert got["lr/muon"] == [(s, 0.024) for s in range(1, 5)]  # the debug preset's constant schedule
+    res = load_results(out / "results.json")
+    assert got["probe/mean_pr"] == list(zip(res["steps"], res["mean_pr"])) and res["steps"] == [0, 2, 4]
+    probe_tags = {f"{m}/layer_{i}" for m in ("k_norm.pr_sv", "k_norm.norm_mean", "attn.entropy", "attn.sink_mass",
+                                             "attn.logit_max") for i in (0, 1)}
+    assert set(got) - probe_tags == {"train/loss", "train/grad_norm", "train/lr_factor", "train/tokens_per_s",
+                                     "lr/muon", "lr/embed", "lr/gains", "val/loss", "probe/mean_pr"}
+    assert probe_tags <= set(got)  # TensorBoard's tags, the same names
+
+
+@pytest.mark.parametrize("kind", ["wandb", "tensorboard", "trackio"])
 def test_a_logger_that_is_not_installed_is_named_before_training(monkeypatch, tmp_path, kind, capsys):
     monkeypatch.setitem(sys.modules, kind, None)  # import fails as if not installed
     assert stops(capsys, train_llm.main, ["--preset", "debug", "--out", str(tmp_path / "run"), "--logger", kind]

@@ -503,7 +503,7 @@ NaN_TEXT = "__nan__"
 def test_the_qk_norm_combined_file_fits_its_declaration():
     """combined.json is read back by no tool; its declaration says what it holds, and a rendered one fits it."""
     from research.analysis import qk_norm as qk_analysis
-    from research.results.layout import QK_COMBINED_FORMAT
+    from research.results.study_formats import QK_COMBINED_FORMAT
     from research.results.vocabulary import QK_COMBINED
     from research.studies.kinds import KINDS
     from utils.formats import FormatError, check

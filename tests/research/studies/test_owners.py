@@ -218,7 +218,7 @@ def test_a_study_refused_in_a_redraw_folder_names_the_redraw(redrawn, tmp_path, 
     assert snapshot(redraw) == before
 
 
-@pytest.mark.parametrize("name", ["checkpoints", "tokenizer", "Checkpoints", "wandb"])
+@pytest.mark.parametrize("name", ["checkpoints", "tokenizer", "Checkpoints", "wandb", "trackio"])
 def test_a_condition_named_as_a_runs_own_folder_is_refused_when_the_study_file_is_read(tmp_path, capsys, name):
     """Its folder <study>/<name> made the study's folder a run's: every run trained, then the drawing refused the
     study's own folder. Lower case too: on macOS and Windows 'Checkpoints' is the folder checkpoints."""
@@ -229,7 +229,7 @@ def test_a_condition_named_as_a_runs_own_folder_is_refused_when_the_study_file_i
     assert err == (f"error: {path}: condition {name!r} is named as a file or folder of a training run (train_llm.py, "
                    f"or a study's condition): its folder inside the study's would make the study's folder read as "
                    f"that owner's, and the study could be neither drawn nor continued. Fix: rename the condition "
-                   f"(none of checkpoints, tokenizer, tensorboard, wandb)")
+                   f"(none of checkpoints, tokenizer, tensorboard, wandb, trackio)")
     assert not (tmp_path / "out").exists()
 
 

@@ -1,0 +1,136 @@
+"""The studies' own files declared (utils.formats specs): study.json (`STUDY`) and the QK-norm study's combined.json
+(`QK_COMBINED_FORMAT`). layout.py reads and writes them; research.results.schema publishes them as JSON Schema. No
+torch.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from research.results.checks import check_absolute_margin, check_margin, found
+from research.results.vocabulary import GRID_KINDS, GRID_SEP, STUDY_KINDS, base_condition, split_grid_key
+from utils.formats import Bool, Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text
+
+
+def grid_run(name: str) -> tuple[str, float] | None:
+    """('NoQK', 4.0) for a run name of the learning-rate grid with a positive multiplier; None otherwise."""
+    if GRID_SEP not in name:
+        return None
+    try:
+        cond, m = split_grid_key(name)
+    except ValueError:
+        return None
+    return (cond, m) if cond and math.isfinite(m) and m > 0 else None
+
+
+def _seeds_once(meta: dict, where: str, ctx) -> None:
+    """Each seed once."""
+    seeds = meta.get("seeds")
+    if seeds is not None and len(set(seeds)) < len(seeds):
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})
+        raise FormatError("seeds", "each seed once", f"seed(s) {', '.join(map(str, twice))} more than once")
+
+
+def _runs_named_for_the_kind(meta: dict, where: str, ctx) -> None:
+    """Each condition names its folder; a study of a grid kind (GRID_KINDS: 'lr', 'spikes') names its runs
+    condition@multiplier, no other kind does; no run twice."""
+    runs: dict = {}
+    for cond in meta["conditions"]:
+        grid, name = grid_run(cond), base_condition(cond)
+        at = f"conditions.{cond}"
+        if not name or name in (".", "..") or Path(name).name != name:
+            raise FormatError(at, "a condition name, which is also its folder's (no '/', not '.' or '..')", found(cond))
+        if meta["kind"] in GRID_KINDS and grid is None:
+            raise FormatError(at, "a run of the learning-rate grid named condition@multiplier (e.g. 'NoQK@4', a "
+                              f"positive multiplier), as a study of kind {meta['kind']!r} names them", found(cond))
+        if meta["kind"] not in GRID_KINDS and GRID_SEP in cond:
+            raise FormatError(at, f"a condition name without {GRID_SEP!r} (only a study of kind "
+                              f"{' or '.join(map(repr, GRID_KINDS))} names its runs condition@multiplier)", found(cond))
+        if grid in runs:
+            raise FormatError(at, "one entry per run", f"the same run as conditions.{runs[grid]}")
+        runs[grid or cond] = cond
+
+
+def _baseline_is_a_condition(meta: dict, where: str, ctx) -> None:
+    """The baseline is one of the conditions."""
+    if "baseline" in meta and meta["baseline"] not in meta["conditions"]:
+        raise FormatError("baseline", f"one of the conditions ({', '.join(meta['conditions'])})",
+                          found(meta["baseline"]))
+
+
+def _primary_once(meta: dict, where: str, ctx) -> None:
+    """Each primary quantity once."""
+    primary = meta.get("primary") or []
+    twice = sorted({k for k in primary if primary.count(k) > 1})
+    if twice:
+        raise FormatError("primary", "each quantity once", f"{', '.join(twice)} more than once")
+
+
+def _margin(name: str) -> Custom:
+    """An equivalence margin, checked by check_margin (its message): a share of the mean in (0, 1)."""
+    return Custom(lambda v: check_margin(name, v), "a margin", like=Number(nullable=False, gt=0, lt=1))
+
+
+_NAME = Opt(Text("a name (text)", nullable=False, nonempty=True))
+_SEEDS = ListOf(Integer(nullable=False), "a non-empty list of integers", nonempty=True, whole=True, show=found)
+_ALPHA = Number("a level in (0, 1]", nullable=False, gt=0, le=1)
+# study.json's looks (research.analysis.sequential.Look): per look, the seeds analysed, the alpha spent, whether the
+# design planned it; a folder with none was decided at one look of its seeds at the full level
+_LOOK = Obj({"seeds": _SEEDS, "alpha": _ALPHA,
+             "planned": Bool()})
+# the design of a study planned with --until_decided at its first command (research.studies.looks)
+_DESIGN = Obj({"seeds": _SEEDS, "max_seeds": Integer(nullable=False, lo=2), "round": Integer(nullable=False, lo=1),
+               "rho": Number("a positive number", nullable=False, gt=0), "alpha": _ALPHA,
+               # written since the designs were calibrated (research.analysis.sequential.Design); absent before
+               "first": Opt(Number("a share in [0, 1)", nullable=False, ge=0, lt=1)),
+               "calibrated": Opt(Bool())})
+# study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
+# preset of this project); the paths of conditions are checked against the folder by _check_paths.
+STUDY = Obj({
+    "study": _NAME, "preset": _NAME,
+    "kind": OneOf(STUDY_KINDS),
+    "seeds": Opt(ListOf(Integer(nullable=False), "a non-empty list of integers", nonempty=True, whole=True,
+                        show=found)),
+    "(seeds)": Rule(_seeds_once),
+    "margin": Opt(_margin("margin")), "loss_margin": Opt(_margin("loss_margin")),
+    "baseline": Opt(Text("a condition name (text)", nullable=False, nonempty=True)),
+    # a study file's primary quantities (research.analysis.conditions.check_primary says which names are quantities,
+    # when the conditions kind reads them) and the largest logit's margin in logits
+    "primary": Opt(ListOf(Text("a quantity key (text)", nullable=False, nonempty=True),
+                          "a non-empty list of quantity keys", nonempty=True, show=found)),
+    "(primary)": Rule(_primary_once),
+    "logit_margin": Opt(Custom(lambda v: check_absolute_margin("logit_margin", v, "logits"), "a margin in logits",
+                               like=Number(nullable=False, gt=0))),  # finite: JSON holds no infinity
+    "looks": Opt(ListOf(_LOOK, "a list of looks (seeds, alpha, planned)")),
+    "design": Opt(_DESIGN),
+    "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, pattern=r"\S"),
+                               "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
+                               show=found),
+                        "an object mapping each condition to its results files", path="dot", nonempty=True,
+                        show=found),
+}, "a JSON object (the study index)", show=found, rules=(_runs_named_for_the_kind, _baseline_is_a_condition))
+
+
+# ----------------------------------------------------------------------------- combined.json (QK-norm study)
+
+_NUMBERS = ListOf(Number(), "a list of numbers or null")
+_FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final_loss", "final_val_loss")
+           for part, spec in (("", Number()), ("_ci95", Number()), ("_per_seed", _NUMBERS))}
+_DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
+                                                           "margin")},
+                 "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
+                 "seeds_needed": Opt(Integer())})  # written until issue 52: a plug-in count that did not hold
+# combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
+# notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
+# rendered file against it).
+QK_COMBINED_FORMAT = Obj({
+    "study": OneOf(("qk_norm",)),
+    "conditions": ListOf(Text(nullable=False), "a non-empty list of condition names", nonempty=True),
+    "margin": _margin("margin"), "loss_margin": _margin("loss_margin"),
+    "summary": MapOf(Obj({"tag": Text(nullable=False), "label": Text(nullable=False), "n": Integer(lo=1),
+                          "seeds": ListOf(Integer(), "a list of integers or null"), "tokens": _NUMBERS, **_FINALS}),
+                     path="dot"),
+    "decisions": MapOf(MapOf(_DECISION, path="dot"), path="dot"),  # field -> "x-y" -> decision
+    **{k: Text(nullable=False) for k in ("verdict", "verdict_pr_var", "loss_verdict", "train_loss_verdict")},
+    "claims": MapOf(Obj({"claim": Text(nullable=False), "status": Text(nullable=False)}), path="dot"),
+})
