@@ -16,7 +16,7 @@ _MASKED = -1e30  # masked logits: exp gives exactly 0, and p * (log p - log p') 
 @torch.no_grad()
 def attention_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
                      approximations: list[tuple[torch.Tensor, torch.Tensor]], *, scale: float | None = None,
-                     softcap: float | None = None, block_size: int = 128,
+                     softcap: float | None = None, block_size: int = 32,
                      dtype: torch.dtype = torch.float32) -> list[dict[str, torch.Tensor]]:
     """The causal attention of each (q', k') in `approximations` against the exact (q, k), per query head.
 
@@ -36,12 +36,12 @@ def attention_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
     Hkv = k.shape[0]
     scale = D ** -0.5 if scale is None else scale
     group = lambda x: x.to(dtype).unflatten(0, (Hkv, -1))                      # [Hkv, G or 1, B, T, .]
-    exact, others = (group(q), group(k)), [(group(a), group(b)) for a, b in approximations]
+    exact, others = (group(q) * scale, group(k)), [(group(a) * scale, group(b)) for a, b in approximations]
     vg = group(v) if v is not None else None
     sums = torch.zeros(len(approximations), 5, Hkv, Hq // Hkv, dtype=torch.float64, device=q.device)
     for start in range(0, T, block_size):
         end = min(start + block_size, T)
-        _block(exact, others, vg, sums, start, end, scale, softcap)
+        _block(exact, others, vg, sums, start, end, softcap)
     err, logit_sq, kl, out_err, out_sq = sums.flatten(2).unbind(1)              # each [n, Hq]
     rel = lambda num, den: torch.where(den > 0, (num / den).sqrt(), torch.where(num > 0, torch.inf, 0.0))
     nan = torch.full_like(out_sq, torch.nan)
@@ -63,30 +63,33 @@ def _check(q, k, v, approximations) -> None:
                              f"first three sizes; got {tuple(a.shape)}, {tuple(b.shape)}")
 
 
-def _logits(qg: torch.Tensor, kg: torch.Tensor, start: int, end: int, scale: float, softcap: float | None):
-    """The masked logits [Hkv, G, B, n, end] of queries start..end-1 against keys 0..end-1, and their mask."""
-    s = (qg[..., start:end, :] @ kg[..., :end, :].mT) * scale
+def _logits(qg: torch.Tensor, kg: torch.Tensor, start: int, end: int, softcap: float | None,
+            future: torch.Tensor) -> torch.Tensor:
+    """The logits [Hkv, G, B, n, end] of queries start..end-1 (scale folded into qg) against keys 0..end-1, soft-capped
+    where there is a cap, _MASKED where the key is in the query's future (there s' - s = 0 exactly)."""
+    s = qg[..., start:end, :] @ kg[..., :end, :].mT
     if softcap:
         s = torch.tanh(s / softcap) * softcap
-    future = torch.ones(end - start, end, dtype=torch.bool, device=s.device).triu(start + 1)
-    return s.masked_fill(future, 0.0), future
+    return s.masked_fill_(future, _MASKED)
 
 
-def _block(exact, others, vg, sums: torch.Tensor, start: int, end: int, scale: float, softcap) -> None:
+def _block(exact, others, vg, sums: torch.Tensor, start: int, end: int, softcap) -> None:
     """Add the block's sums of every approximation to sums [n, 5, Hkv, G]: squared logit error, squared logits,
-    KL, squared output error, squared output."""
-    s, future = _logits(*exact, start, end, scale, softcap)
-    logp = torch.log_softmax(s.masked_fill(future, _MASKED), dim=-1)
+    KL, squared output error, squared output. Sums over the keys run in float32 (at most T terms), the rest in
+    float64."""
+    future = torch.ones(end - start, end, dtype=torch.bool, device=sums.device).triu(start + 1)
+    s = _logits(*exact, start, end, softcap, future)
+    logp = torch.log_softmax(s, dim=-1)
     p = logp.exp()
     o = p @ vg[..., :end, :] if vg is not None else None
-    over = lambda x: x.double().sum(tuple(range(2, x.dim())))                  # [Hkv, G, ...] -> [Hkv, G]
-    sums[:, 1] += over(s.square())
+    over = lambda x: x.sum(-1).double().sum(tuple(range(2, x.dim() - 1)))     # [Hkv, G, ...] -> [Hkv, G]
+    sums[:, 1] += over(s.masked_fill(future, 0.0).square_())
     if o is not None:
         sums[:, 4] += over(o.square())
     for i, (qa, ka) in enumerate(others):
-        s2, _ = _logits(qa, ka, start, end, scale, softcap)
-        logp2 = torch.log_softmax(s2.masked_fill(future, _MASKED), dim=-1)
-        sums[i, 0] += over((s2 - s).square())
-        sums[i, 2] += over((p * (logp - logp2)).sum(-1))
+        s2 = _logits(qa, ka, start, end, softcap, future)
+        logp2 = torch.log_softmax(s2, dim=-1)
         if o is not None:
-            sums[i, 3] += over((logp2.exp() @ vg[..., :end, :] - o).square())
+            sums[i, 3] += over((logp2.exp() @ vg[..., :end, :]).sub_(o).square_())
+        sums[i, 0] += over(s2.sub_(s).square_())
+        sums[i, 2] += over(logp2.neg_().add_(logp).mul_(p))                    # p (ln p - ln p')

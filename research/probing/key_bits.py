@@ -78,7 +78,7 @@ def fake_quantize(keys: torch.Tensor, bits: int | None, scheme: str, group: int 
 @torch.no_grad()
 def quantization_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, bits=(8, 4, 3, 2),
                         schemes=SCHEMES, *, group: int = GROUP, scale: float | None = None,
-                        softcap: float | None = None, block_size: int = 128,
+                        softcap: float | None = None, block_size: int = 32,
                         dtype: torch.dtype = torch.float32) -> dict[tuple[str, int], dict[str, torch.Tensor]]:
     """The causal attention of one layer with its keys fake-quantized, against the exact one, per query head.
 

@@ -64,7 +64,7 @@ def key_basis(moments: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
 
 @torch.no_grad()
 def projection_error(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None, ranks, basis: torch.Tensor, *,
-                     scale: float | None = None, softcap: float | None = None, block_size: int = 128,
+                     scale: float | None = None, softcap: float | None = None, block_size: int = 32,
                      dtype: torch.dtype = torch.float32) -> dict[int, dict[str, torch.Tensor]]:
     """The causal attention with queries and keys projected on the top r eigenvectors of the keys' uncentered
     K^T K / N, against the exact one, for each r in `ranks` (the caller's: D/8, D/4, D/2, say).

@@ -31,12 +31,20 @@ def pair_dims(D: int, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def pair_energy(x: torch.Tensor, pairing: str) -> torch.Tensor:
+def pair_energy(x: torch.Tensor | None, pairing: str, *, moments: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> torch.Tensor:
     """[H, P] float64: each pair's share of each head's energy, sum over the tokens of the pair's two squared
-    components over the sum of all D; x: keys or queries [H, B, T, D]. A head of zero vectors reads 0."""
-    a, b = pair_dims(x.shape[-1], pairing)
-    sq = x.detach().double().square().sum((1, 2))                                # [H, D]
-    per_pair = sq[:, a.to(sq.device)] + sq[:, b.to(sq.device)]                    # [H, P]
+    components over the sum of all D. x: keys or queries [H, B, T, D] (squares summed in float32, then float64), or
+    None with their key_moments (M [H, D, D], mu) given, whose diagonal is that energy / N (no pass over the
+    vectors). A head of zero vectors reads 0."""
+    if moments is not None:
+        sq = moments[0].diagonal(dim1=1, dim2=2).to(torch.float64)                # [H, D]
+    elif x is not None:
+        sq = x.detach().float().square().sum((1, 2)).double()                     # [H, D]
+    else:
+        raise ValueError("pair_energy needs vectors [H, B, T, D] or their moments (M, mu)")
+    a, b = (i.to(sq.device) for i in pair_dims(sq.shape[-1], pairing))
+    per_pair = sq[:, a] + sq[:, b]                                                # [H, P]
     total = per_pair.sum(-1, keepdim=True)
     return torch.where(total > 0, per_pair / total, 0.0)
 
@@ -75,9 +83,10 @@ def logit_pair_shares(q: torch.Tensor, k: torch.Tensor, at: torch.Tensor, pairin
 
 
 @torch.no_grad()
-def rotary_use(x: torch.Tensor, frequencies: torch.Tensor, context: int, pairing: str) -> dict[str, torch.Tensor]:
-    """The frequency use of each head's keys or queries x [H, B, T, D]: pair_share [H, P] (pair_energy),
-    low_freq_share [H] and dominant_pair [H] (int64)."""
-    shares = pair_energy(x, pairing)
+def rotary_use(x: torch.Tensor | None, frequencies: torch.Tensor, context: int, pairing: str, *,
+               moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The frequency use of each head's keys or queries x [H, B, T, D] (or None and their key_moments): pair_share
+    [H, P] (pair_energy), low_freq_share [H] and dominant_pair [H] (int64)."""
+    shares = pair_energy(x, pairing, moments=moments)
     return {"pair_share": shares, "low_freq_share": low_freq_share(shares, frequencies, context),
             "dominant_pair": dominant_pair(shares)}

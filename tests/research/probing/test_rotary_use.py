@@ -8,6 +8,7 @@ import torch
 from configs.config import ModelConfig
 from models import MinimalLLM, Rotary
 from research.access.own_adapter import OwnAdapter
+from research.probing.metrics import key_moments
 from research.probing.rotary_use import (low_freq_share, logit_pair_shares, pair_dims, pair_energy,
                                          rotary_use)
 
@@ -17,6 +18,8 @@ def test_pair_dims_of_each_convention():
     assert [t.tolist() for t in pair_dims(6, "interleaved")] == [[0, 2, 4], [1, 3, 5]]
     with pytest.raises(ValueError, match="unknown rotary pairing 'rotate_half'"):
         pair_dims(6, "rotate_half")
+    with pytest.raises(ValueError, match="needs vectors"):
+        pair_energy(None, "half")
 
 
 def test_a_head_living_in_one_pair_reads_1_there():
@@ -42,6 +45,7 @@ def test_the_same_keys_in_both_layouts_read_the_same():
     assert order.tolist()[:4] == [0, 8, 1, 9]
     inter = x[..., order]
     assert torch.equal(pair_energy(x, "half"), pair_energy(inter, "interleaved"))
+    torch.testing.assert_close(pair_energy(None, "half", moments=key_moments(x)), pair_energy(x, "half"))
     assert not torch.allclose(pair_energy(x, "half"), pair_energy(x, "interleaved"))
     at = torch.tensor([[0, 1], [5, 3], [2, 3]])                                   # (batch row, t, j) per head
     assert torch.equal(logit_pair_shares(x, x, at, "half"), logit_pair_shares(inter, inter, at, "interleaved"))
