@@ -25,6 +25,8 @@ def test_per_channel_groups_of_32_tokens_and_a_short_last_group_is_quantized_ove
     assert y == [0.0] * 16 + [31.0] * 16 + [32.0] * 4 + [39.0] * 4
     x2 = torch.cat([x, 2 * x], -1)                                               # a second channel: its own levels
     assert fake_quantize(x2, 1, "per_channel")[..., 1].flatten().tolist() == [2 * v for v in y]
+    short = fake_quantize(torch.arange(20.0).view(1, 1, 20, 1), 1, "per_channel")   # shorter than one group
+    assert short.flatten().tolist() == [0.0] * 10 + [19.0] * 10
 
 
 def test_sixteen_bits_or_none_is_the_keys_and_every_error_is_zero():
