@@ -146,7 +146,8 @@ class Attention(nn.Module):
     (softcapped_attention; SDPA where 0); attn_gate multiplies each head's output by
     sigmoid(wg(x)) of the block's normed input x, per channel (elementwise, wg: d -> H x D)
     or one per head (headwise, wg: d -> H), before wo (arXiv 2505.06708).
-    Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
+    Hook points ([B, T, heads, D]): hook_v (the values, firing before the q/k hooks, so that a probe holds them
+    when the layer's last hook fires), hook_q_norm, hook_k_norm (pre-RoPE; for
     qk_norm='none' the raw projections), hook_q_rope, hook_k_rope; with a gate also
     hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others. Training reads the model
     there too (QK-clip's largest logits, the telemetry's key norms: training/observers.py).
@@ -168,7 +169,7 @@ class Attention(nn.Module):
             self.wg = nn.Linear(d, cfg.n_heads * (D if cfg.attn_gate == "elementwise" else 1), bias=False)
             self.hook_gate = HookPoint()
         self.gate = cfg.attn_gate
-        self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
+        self.hook_v, self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
@@ -182,7 +183,7 @@ class Attention(nn.Module):
         else:
             q_BTHD = self.q_norm(self.wq(x_BTd).view(B, T, H, D))
             k_BTKD = self.k_norm(self.wk(x_BTd).view(B, T, K, D))
-        v_BTKD = self.wv(x_BTd).view(B, T, K, D)
+        v_BTKD = self.hook_v(self.wv(x_BTd).view(B, T, K, D))
         q_BTHD = self.hook_q_norm(q_BTHD)
         k_BTKD = self.hook_k_norm(k_BTKD)
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))
