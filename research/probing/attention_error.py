@@ -26,7 +26,8 @@ def attention_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
     approximation, float64 [Hq] tensors:
     - logit_error: sqrt(sum (s' - s)^2 / sum s^2) over every allowed (query, key) pair of the batch (the logits
       softmax sees: after the cap where there is one), a relative Frobenius error;
-    - attention_kl: mean over the batch's query rows of KL(p || p') = sum_j p_j (ln p_j - ln p'_j), in nats;
+    - attention_kl: mean over the batch's query rows of KL(p || p') = sum_j p_j (ln p_j - ln p'_j), in nats
+      (rounding can leave it a hair below 0, ~1e-8 in float32, where p' = p);
     - output_error: sqrt(sum |o' - o|^2 / sum |o|^2) over the batch's queries, o = sum_j p_j v_j the attention
       output (NaN without v).
     Work: one exact attention, then one per approximation, `block_size` queries at a time (memory: a few
