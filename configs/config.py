@@ -77,6 +77,10 @@ class ModelConfig:
         "none", "Gated attention (arXiv 2505.06708): each head's output is multiplied, before the output projection, "
         "by sigmoid(W_g x) of the block's normed input x, one gate per channel (elementwise) or per head (headwise); "
         "none: no gate.", timed=("elementwise", "headwise"))
+    rope_fraction: float = knob(1.0, "Share of each head's rotary pairs that rotate, the highest frequencies first "
+                                "(p-RoPE, Barbero et al. 2024); the other pairs carry no position. In (0, 1]; "
+                                "rope_fraction x d_head / 2 must be a whole number of pairs. 1: every pair rotates.",
+                                variant=True)
     norm_eps: float = knob(1e-6, "Epsilon of every RMSNorm, added to mean(x^2) under the square root.")
     init_std: float = knob(0.02, "Standard deviation of the normal initialization of the weight matrices (the "
                            "attention output and MLP down projections get init_std / sqrt(2 x n_layers)).")
@@ -94,6 +98,7 @@ class ModelConfig:
                f"each KV head must serve the same number of query heads")
         _check(self.d_head % 2 == 0, f"d_head={self.d_head} must be even for RoPE (rotates pairs of dims)")
         _check(self.rope_theta > 0, f"rope_theta={self.rope_theta} must be positive")
+        self._check_rope_fraction()
         _check(self.norm_eps > 0, f"norm_eps={self.norm_eps} must be positive (RMSNorm divides by sqrt(mean(x^2) + "
                                   f"eps)), e.g. 1e-6")
         _check(self.init_std > 0, f"init_std={self.init_std} must be positive (the standard deviation of the initial "
@@ -103,6 +108,15 @@ class ModelConfig:
         _check(self.qk_norm_scope == "head" or self.qk_norm != "none",
                f"qk_norm_scope={self.qk_norm_scope!r} with qk_norm='none': there is no q/k norm to scope; use "
                f"--qk_norm learned or frozen, or leave --qk_norm_scope head")
+
+    def _check_rope_fraction(self) -> None:
+        pairs = self.d_head // 2
+        _check(0 < self.rope_fraction <= 1, f"rope_fraction={self.rope_fraction} must be in (0, 1] (the share of the "
+                                            f"rotary pairs that rotate; 1: all of them)")
+        rotated = self.rope_fraction * pairs
+        _check(abs(rotated - round(rotated)) < 1e-9 and round(rotated) >= 1,
+               f"rope_fraction={self.rope_fraction} rotates {rotated:g} of the {pairs} rotary pairs of d_head="
+               f"{self.d_head}: pick a whole number of pairs, e.g. {max(1, round(rotated)) / pairs:g}")
 
     @property
     def d_head(self) -> int:

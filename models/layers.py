@@ -67,29 +67,51 @@ def softcapped_attention(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, v_BKTD: tor
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding, rotating pairs (i, i + D/2) of each head's dims.
+    """Rotary position embedding, rotating pairs (i, i + D/2) of each head's dims (`pairing` "half", as Hugging
+    Face's rotate_half; GPT-J's "interleaved" pairs (2i, 2i + 1)): what a metric of the pairs reads from here.
 
     The angle of pair i at position t is t * theta^(-2i/D), so a query at position m
-    and a key at position n interact only through m - n.
+    and a key at position n interact only through m - n. With `fraction` < 1 (ModelConfig.rope_fraction) only the
+    first fraction x D/2 pairs, the highest frequencies, rotate; the others pass unchanged and carry no position
+    (p-RoPE, Barbero et al. 2024).
     """
 
-    def __init__(self, d_head: int, max_seq_len: int, theta: float):
+    pairing = "half"
+
+    def __init__(self, d_head: int, max_seq_len: int, theta: float, fraction: float = 1.0):
         super().__init__()
+        self.d_head, self.theta = d_head, theta
+        self.n_rotated = rotated_pairs(d_head, fraction)
         inv_freq = theta ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)  # [D/2]
-        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)  # [T_max, D/2]
+        angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq[:self.n_rotated])  # [T_max, R]
         # Non-persistent: rebuilt from the config, never stored in checkpoints.
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
+
+    def frequencies(self) -> torch.Tensor:
+        """[D/2] float64: the angle each pair turns per position, in radians (0 for a pair that does not rotate)."""
+        inv_freq = self.theta ** (-torch.arange(0, self.d_head, 2, dtype=torch.float64) / self.d_head)
+        return torch.where(torch.arange(self.d_head // 2) < self.n_rotated, inv_freq, 0.0)
 
     def forward(self, x_BTHD: torch.Tensor) -> torch.Tensor:
         T = x_BTHD.shape[1]
         if T > self.cos.shape[0]:
             raise ValueError(f"sequence of {T} tokens exceeds max_seq_len={self.cos.shape[0]}")
-        cos = self.cos[:T, None, :]  # [T, 1, D/2], broadcast over B and heads
+        cos = self.cos[:T, None, :]  # [T, 1, R], broadcast over B and heads
         sin = self.sin[:T, None, :]
         x1, x2 = x_BTHD.float().chunk(2, dim=-1)
-        y = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        R = self.n_rotated
+        if R == x1.shape[-1]:
+            y = torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+        else:  # the pairs from R on pass unchanged
+            a, b = x1[..., :R], x2[..., :R]
+            y = torch.cat((a * cos - b * sin, x1[..., R:], a * sin + b * cos, x2[..., R:]), dim=-1)
         return y.type_as(x_BTHD)
+
+
+def rotated_pairs(d_head: int, fraction: float) -> int:
+    """How many of the D/2 rotary pairs rotate at rope_fraction `fraction` (a whole number: ModelConfig checks)."""
+    return round(fraction * d_head / 2)
 
 
 @torch.no_grad()
@@ -124,7 +146,8 @@ class Attention(nn.Module):
     (softcapped_attention; SDPA where 0); attn_gate multiplies each head's output by
     sigmoid(wg(x)) of the block's normed input x, per channel (elementwise, wg: d -> H x D)
     or one per head (headwise, wg: d -> H), before wo (arXiv 2505.06708).
-    Hook points ([B, T, heads, D]): hook_q_norm, hook_k_norm (pre-RoPE; for
+    Hook points ([B, T, heads, D]): hook_v (the values, firing before the q/k hooks, so that a probe holds them
+    when the layer's last hook fires), hook_q_norm, hook_k_norm (pre-RoPE; for
     qk_norm='none' the raw projections), hook_q_rope, hook_k_rope; with a gate also
     hook_gate ([B, T, H, D or 1], the sigmoid), which fires before the others. Training reads the model
     there too (QK-clip's largest logits, the telemetry's key norms: training/observers.py).
@@ -146,7 +169,7 @@ class Attention(nn.Module):
             self.wg = nn.Linear(d, cfg.n_heads * (D if cfg.attn_gate == "elementwise" else 1), bias=False)
             self.hook_gate = HookPoint()
         self.gate = cfg.attn_gate
-        self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint()
+        self.hook_v, self.hook_q_norm, self.hook_k_norm = HookPoint(), HookPoint(), HookPoint()
         self.hook_q_rope, self.hook_k_rope = HookPoint(), HookPoint()
 
     def forward(self, x_BTd: torch.Tensor, rotary: Rotary) -> torch.Tensor:
@@ -160,7 +183,7 @@ class Attention(nn.Module):
         else:
             q_BTHD = self.q_norm(self.wq(x_BTd).view(B, T, H, D))
             k_BTKD = self.k_norm(self.wk(x_BTd).view(B, T, K, D))
-        v_BTKD = self.wv(x_BTd).view(B, T, K, D)
+        v_BTKD = self.hook_v(self.wv(x_BTd).view(B, T, K, D))
         q_BTHD = self.hook_q_norm(q_BTHD)
         k_BTKD = self.hook_k_norm(k_BTKD)
         q_BTHD = self.hook_q_rope(rotary(q_BTHD))

@@ -42,7 +42,7 @@ class MinimalLLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta)
+        self.rotary = Rotary(cfg.d_head, cfg.max_seq_len, cfg.rope_theta, cfg.rope_fraction)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps)
         self.grad_checkpointing = False

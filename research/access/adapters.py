@@ -69,6 +69,9 @@ class Adapter:
     model_type = "?"
     context: int | None = None  # the most tokens a sequence may have (None: no limit known)
     context_name = "context"  # the config field that sets it, for messages
+    # the dims of each rotary pair (research.probing.rotary_use): "half", (i, i + D/2) as transformers' rotate_half in
+    # every family here; "interleaved", (2i, 2i + 1); None: no rotary (GPT-2)
+    rotary_pairing: str | None = "half"
     layers: list[nn.Module]
     n_layers: int
     n_heads: int
@@ -406,6 +409,7 @@ class GPT2Adapter(HFAdapter):
     """GPT-2: model.transformer.h[i].attn with a fused Conv1D c_attn ([in, out] layout) and c_proj."""
 
     family = "gpt2"
+    rotary_pairing = None  # learned absolute positions
 
     def _base(self):
         return self.model.transformer

@@ -20,6 +20,7 @@ class OwnAdapter(Adapter):
         self.head_dim, self.d_model = c.d_head, c.d_model
         self.model_type = f"MinimalLLM(qk_norm={c.qk_norm})"
         self.context, self.context_name = c.max_seq_len, "max_seq_len of the run"
+        self.rotary_pairing = model.rotary.pairing
 
     def qkvo(self, i):
         a = self.layers[i].attn

@@ -17,7 +17,7 @@ Which class, by qk_norm (checked against transformers 5.23's modeling_apertus.py
   so it represents the model with the same parameters. LlamaForCausalLM would also be exact with
   hidden_act "relu" and gate_proj = up_proj (relu(u) * u = relu(u)^2 in floating point too) but
   stores the MLP's input matrix twice.
-- the attention variants attn_softcap, attn_gate and qk_norm_scope full -> refused in one line before
+- the attention variants attn_softcap, attn_gate, qk_norm_scope full and rope_fraction < 1 -> refused in one line before
   anything is written (inexpressible says why); z_loss changes training only and exports as any run.
 
 What changes on the way: the input embedding is multiplied by sqrt(d_model) once (folded: this model
@@ -96,6 +96,9 @@ def inexpressible(cfg: ModelConfig) -> str | None:
     if cfg.attn_gate != "none":
         problems.append(f"attn_gate={cfg.attn_gate}: the Hugging Face export cannot express gated attention (Apertus "
                         f"and Arcee have no gate on the heads' outputs)")
+    if cfg.rope_fraction != 1:
+        problems.append(f"rope_fraction={cfg.rope_fraction:g}: the Hugging Face export cannot express rotating only "
+                        f"the highest-frequency pairs (Apertus and Arcee rotate every pair)")
     if cfg.qk_norm_scope != "head":
         problems.append(f"qk_norm_scope={cfg.qk_norm_scope}: the Hugging Face export cannot express q/k norms over "
                         f"the whole projection (Apertus normalizes each head)")

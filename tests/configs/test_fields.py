@@ -84,12 +84,12 @@ def test_a_declared_field_is_a_condition_of_a_study_file_and_the_condition_table
     assert md_table(text, "condition") == [
         {"condition": "A (baseline)", "seeds": "0, 1", "what it sets": "toy_gate=none"},
         {"condition": "B", "seeds": "0, 1", "what it sets": "toy_gate=sigmoid"}]
-    assert "Every run: qk_norm=learned, qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, qk_clip=0.0, " \
-           "z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
+    assert "Every run: qk_norm=learned, qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, " \
+           "qk_clip=0.0, z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
     path.write_text(STUDY.replace("B: {toy_gate: sigmoid}", "B: {qk_norm: none}"))
     text = report(analyze(ConditionRuns(_runs(read_study_file(path), ("A", "B")), "A"), 0.03, 0.005))
-    assert "Every run: qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, toy_gate=none, qk_clip=0.0, " \
-           "z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
+    assert "Every run: qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, toy_gate=none, " \
+           "qk_clip=0.0, z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
 
 
 def test_a_study_file_condition_outside_the_declared_choices_is_refused_before_training(toy_field, tmp_path,
@@ -119,7 +119,8 @@ def test_the_derived_sets_are_the_ones_kept_by_hand_before():
         "muon_update_scale": ("none", "match_rms_adamw"), "attn_gate": ("none", "elementwise", "headwise"),
         "qk_norm_scope": ("head", "full")}
     assert set(variant_fields()) == {"qk_norm", "qk_norm_scope", "attn_softcap", "attn_gate", "z_loss",
-                                     "qk_optimizer", "qk_lr_multiplier", "muon_update_scale", "qk_clip"}
+                                     "qk_optimizer", "qk_lr_multiplier", "muon_update_scale", "qk_clip",
+                                     "rope_fraction"}
     assert variants() == {
         "default": {}, "attn_softcap=15": {"attn_softcap": 15.0}, "attn_gate=elementwise": {"attn_gate": "elementwise"},
         "attn_gate=headwise": {"attn_gate": "headwise"}, "z_loss=1e-4": {"z_loss": 1e-4},

@@ -107,6 +107,25 @@ def _k_norm_outputs(model, idx):
     return keys
 
 
+def test_the_values_hook_point_holds_the_values_and_fires_before_the_keys():
+    """hook_v's output is wv(x) as [B, T, K, D], bit for bit, and it fires before hook_k_rope, the layer's last."""
+    torch.manual_seed(0)
+    model = MinimalLLM(small_cfg(n_heads=4, n_kv_heads=2))
+    attn, seen = model.blocks[0].attn, []
+    handles = [attn.hook_v.register_forward_hook(lambda m, i, o: seen.append(("v", o))),
+               attn.hook_k_rope.register_forward_hook(lambda m, i, o: seen.append(("k", o))),
+               model.blocks[0].attn_norm.register_forward_hook(lambda m, i, o: seen.append(("x", o)))]
+    try:
+        with torch.no_grad():
+            model(torch.randint(0, 512, (2, 16)))
+    finally:
+        for h in handles:
+            h.remove()
+    assert [name for name, _ in seen] == ["x", "v", "k"]
+    x, v = seen[0][1], seen[1][1]
+    assert torch.equal(v, attn.wv(x).view(2, 16, 2, -1))
+
+
 @pytest.mark.parametrize("mode", ["learned", "frozen"])
 def test_keys_have_norm_sqrt_d_head_at_init(mode):
     torch.manual_seed(0)

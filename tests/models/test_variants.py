@@ -200,3 +200,40 @@ def test_fused_and_unfused_objectives_agree_and_log_the_cross_entropy():
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
     m.eval()  # validation and the probe get the cross-entropy alone
     torch.testing.assert_close(m(x, x), p2["loss"])
+
+
+# ---------------------------------------------------------------------------------------------- rope_fraction
+
+def test_partial_rotary_leaves_the_other_pairs_exactly_and_rotates_the_first_as_the_full_rotary():
+    """D = 16 (8 pairs (i, i + 8)), rope_fraction 0.25: pairs 0 and 1 (dims 0, 1, 8, 9) rotate as with every pair
+    rotating, bit for bit; dims 2-7 and 10-15 are the input's, bit for bit, at every position."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 3, 16)                                     # [B, T, H, D]
+    part, full = Rotary(16, 12, 10000.0, fraction=0.25), Rotary(16, 12, 10000.0)
+    y, y_full = part(x), full(x)
+    rotated = torch.tensor([0, 1, 8, 9])
+    kept = torch.tensor([d for d in range(16) if d not in (0, 1, 8, 9)])
+    assert torch.equal(y[..., kept], x[..., kept])
+    assert torch.equal(y[..., rotated], y_full[..., rotated])
+    assert not torch.allclose(y[:, 1:, :, rotated], x[:, 1:, :, rotated])   # they do rotate after position 0
+    assert (part.n_rotated, part.pairing) == (2, "half")
+    assert part.frequencies().tolist() == [1.0, 10000.0 ** (-2 / 16)] + [0.0] * 6
+
+
+def test_rope_fraction_one_is_the_full_rotary_and_the_model_takes_the_field():
+    cfg = ModelConfig(vocab_size=8, n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=8, max_seq_len=16,
+                      rope_fraction=0.5)
+    assert MinimalLLM(cfg).rotary.n_rotated == 4                      # d_head 16: 8 pairs, half of them
+    assert MinimalLLM(ModelConfig()).rotary.n_rotated == 32           # the default: every pair of d_head 64
+
+
+@pytest.mark.parametrize("value, message", [
+    (0.0, "rope_fraction=0.0 must be in (0, 1] (the share of the rotary pairs that rotate; 1: all of them)"),
+    (1.5, "rope_fraction=1.5 must be in (0, 1] (the share of the rotary pairs that rotate; 1: all of them)"),
+    (0.3, "rope_fraction=0.3 rotates 9.6 of the 32 rotary pairs of d_head=64: pick a whole number of pairs, e.g. "
+          "0.3125"),
+])
+def test_rope_fraction_out_of_range_or_between_pairs_is_refused(value, message):
+    with pytest.raises(ConfigError) as e:
+        ModelConfig(d_model=128, n_heads=2, rope_fraction=value)
+    assert str(e.value) == message

@@ -356,6 +356,9 @@ def test_force_never_reaches_into_a_run_folder(exported, tmp_path, where, capsys
                               "variant"),
     ("qk_norm_scope", "full", "qk_norm_scope=full: the Hugging Face export cannot express q/k norms over the whole "
                               "projection (Apertus normalizes each head); export a run trained without this variant"),
+    ("rope_fraction", 0.5, "rope_fraction=0.5: the Hugging Face export cannot express rotating only the "
+                           "highest-frequency pairs (Apertus and Arcee rotate every pair); export a run trained "
+                           "without this variant"),
 ])
 def test_variants_the_export_cannot_express_are_refused_in_one_line(tmp_path, capsys, field, value, line):
     from research import export_hf

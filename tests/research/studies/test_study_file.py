@@ -127,6 +127,17 @@ def test_a_training_field_is_a_condition_and_grad_accum_one_at_the_same_tokens(t
     assert [run_config(base, o, 0).steps for o in s.conditions.values()] == [16, 16, 8]
 
 
+def test_a_model_field_is_a_condition_rope_fraction_included(tmp_path):
+    """rope_fraction 0.25 of debug's d_head 64: 8 of its 32 rotary pairs rotate in that condition's runs alone."""
+    from models import MinimalLLM
+    s = read_study_file(write(tmp_path, GOOD.replace("  plain:", "  partial: {rope_fraction: 0.25}")))
+    assert s.conditions["partial"] == {"rope_fraction": 0.25}
+    base = base_config(s, "debug", {})
+    models = {name: run_config(base, o, 0).model for name, o in s.conditions.items()}
+    assert {name: m.rope_fraction for name, m in models.items()} == {"QK": 1.0, "NoQK": 1.0, "partial": 0.25}
+    assert MinimalLLM(models["partial"]).rotary.n_rotated == 8
+
+
 def test_a_condition_that_trains_other_tokens_is_refused_before_anything_trains(tmp_path, capsys):
     """grad_accum 3: 3 x 256 = 768 tokens per step, 4,096 // 768 = 5 steps = 3,840 tokens, not QK's 4,096 (16 x
     256). A multiple of lcm(256, 768) = 768 gives both the same; the largest up to 4,096 is 5 x 768 = 3,840."""
