@@ -58,6 +58,8 @@ class Adapter:
 
     # --- structure -------------------------------------------------------------------------
     def qkvo(self, i: int) -> dict[str, torch.Tensor]:
+        """Layer i's q/k/v/o weights, [out, in]: views of the parameters where the layout allows, copies where it
+        does not (GPT-NeoX's q, k and v, whose rows interleave by head in query_key_value)."""
         raise NotImplementedError
 
     def biases(self, i: int) -> dict[str, torch.Tensor | None]:

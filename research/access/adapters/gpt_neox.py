@@ -53,6 +53,7 @@ class GPTNeoXAdapter(HFAdapter):
         return {m: parts[:, j].reshape(-1, *x.shape[1:]) for j, m in enumerate("qkv")}
 
     def qkvo(self, i):
+        """q, k, v are copies (no [H D, d] view of rows interleaved by head exists): edit query_key_value itself."""
         a = self.attn(i)
         return {**self._per_head(a.query_key_value.weight), "o": a.dense.weight}
 

@@ -187,7 +187,29 @@ def test_the_parameter_count_is_the_models():
     assert tally["matches"] and tally["by_kind"]["embeddings"] == 38_400 and tally["by_kind"]["other"] == 0
 
 
-# ---------------------------------------------------------------- the docs' Pythia line, with a network
+# ---------------------------------------------------------------- the docs' Pythia line, offline and with a network
+
+@pytest.mark.slow
+def test_the_checkpoint_study_measures_gpt_neox_checkpoints_offline(tmp_path):
+    """What the Pythia line runs, on two saved tiny GPT-NeoX models: both measured at k_proj and k_rope (no k_norm),
+    every KV head of every layer."""
+    import json
+    from research import checkpoint_keys_study
+    from tests.research.inspection.builders import SENTENCES, make_hf_model
+    for seed in (0, 1):
+        make_hf_model("gpt_neox", tmp_path / f"neox-{seed}", seed=seed)
+    (tmp_path / "text.txt").write_text(" ".join(SENTENCES * 40))
+    assert checkpoint_keys_study.main([
+        "--checkpoints", str(tmp_path / "neox-0"), str(tmp_path / "neox-1"), "--steps", "100", "200", "--text",
+        str(tmp_path / "text.txt"), "--batches", "2", "--batch", "2", "--seq_len", "16", "--out",
+        str(tmp_path / "out"), "--no_progress"]) == 0
+    result = json.loads((tmp_path / "out" / "checkpoint_keys.json").read_text())
+    assert result["model"]["family"] == "gpt_neox" and result["model"]["n_kv_heads"] == HEADS
+    assert [c["step"] for c in result["checkpoints"]] == [100, 200]
+    keys = result["checkpoints"][1]["batches"][1]["keys"]
+    assert sorted(keys) == ["k_proj", "k_rope"] and len(keys["k_rope"]["pr_sv"]) == 3
+    assert all(len(row) == HEADS for row in keys["k_rope"]["pr_sv"])
+
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "inspection.md"
 

@@ -85,4 +85,4 @@ def make_own_run(out_dir, qk_norm="learned"):
     return out_dir
 
 
-FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "own"]
+FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "own"]
