@@ -167,13 +167,25 @@ def test_rope_is_described_as_data(rotary_pct, dims, frequencies):
 
 
 def test_other_families_describe_their_rope():
+    """The Llama layout rotates every dim with the model's own frequencies (Gemma 3: one set per layer type), GPT-2
+    none; this project's model every dim."""
     llama = ADAPTERS["llama"](make_hf("llama"))
     assert (llama.rope_pairing, llama.rotary_dims) == ("half", 16)
     assert llama.rotary_frequencies(0).tolist() == pytest.approx([10000.0 ** (-2 * j / 16) for j in range(8)],
                                                                  rel=4 * unit_roundoff("fp32"))
+    gemma = ADAPTERS["gemma3_text"](make_hf("gemma3"))  # sliding layers: theta 1e4, the full layer 1: theta 1e6
+    for i, theta in ((0, 1e4), (1, 1e6), (2, 1e4)):
+        assert gemma.rotary_frequencies(i).tolist() == pytest.approx([theta ** (-2 * j / 16) for j in range(8)],
+                                                                     rel=4 * unit_roundoff("fp32"))
     gpt2 = ADAPTERS["gpt2"](make_hf("gpt2"))
     assert (gpt2.rope_pairing, gpt2.rotary_dims, gpt2.rotary_frequencies(0)) == (None, 0, None)
     assert gpt2.rotary_split(torch.ones(2, 16))[1].shape == (2, 16)  # every dim unrotated
+    from configs import get_preset
+    from models.llm import MinimalLLM
+    from research.access import OwnAdapter
+    cfg = get_preset("debug").model
+    own = OwnAdapter(MinimalLLM(cfg))
+    assert (own.rope_pairing, own.rotary_dims, own.rotary_frequencies(0)) == ("half", cfg.d_head, None)
 
 
 def test_the_parameter_count_is_the_models():
