@@ -1,8 +1,8 @@
 """Model access: the bottom floor of the research half, where a model is read, never studied.
 
 What can be read: a training folder of this project (its config and newest checkpoint), a Hugging Face folder
-or hub id, and a GGUF file (converted once into a cached Hugging Face folder). `adapters.py` says where each
-model family keeps its layers, q/k/v/o weights, norms and keys (one class per family, one sink interface for
+or hub id, and a GGUF file (converted once into a cached Hugging Face folder). `adapters/` says where each
+model family keeps its layers, q/k/v/o weights, norms and keys (one module per family, one sink interface for
 the hooks; `own_adapter.py` for this project's own model); `loading.py` loads any of the three into a model,
 tokenizer and adapter; `gguf.py` is the GGUF cache; `checkpoints.py` reads the training step a checkpoint was
 saved at and hashes its weights.

@@ -193,7 +193,7 @@ GGUF_MODEL_TYPES = {"gemma3": "gemma3_text"}
 
 def check_architecture(path: Path, summary: dict) -> None:
     """Refuse, before any conversion, a GGUF file that transformers cannot read, whose architecture no adapter reads
-    (research/access/adapters.py), or whose settings describe an attention that cannot run (the checks of every
+    (research/access/adapters/), or whose settings describe an attention that cannot run (the checks of every
     model's config: heads a multiple of the KV heads, a head size, a context length)."""
     from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
     arch = summary["architecture"]
@@ -207,7 +207,7 @@ def check_architecture(path: Path, summary: dict) -> None:
     adapter = ADAPTERS.get(model_type)
     if adapter is None:
         raise InspectError(f"{path.name}: architecture {arch!r} (model type {model_type!r}) has no adapter in "
-                           f"research/access/adapters.py, which reads {', '.join(sorted(ADAPTERS))}: nothing was "
+                           f"research/access/adapters/, which reads {', '.join(sorted(ADAPTERS))}: nothing was "
                            f"converted; pass a model of one of these families, or add an adapter class that says "
                            f"where this family keeps its keys")
     fields = {hf: summary["settings"][key] for key, hf in GGUF_CONFIG_MAPPING[arch].items()

@@ -1,5 +1,5 @@
 """The adapter of this project's own MinimalLLM (models/llm.py): its layers, weights and norms, and its keys and
-queries from its hook points (research/access/adapters.py has the interface and the Hugging Face families)."""
+queries from its hook points (research/access/adapters/ has the interface and the Hugging Face families)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -18,9 +18,13 @@ class OwnAdapter(Adapter):
         self.layers = list(model.blocks)
         self.n_layers, self.n_heads, self.n_kv_heads = c.n_layers, c.n_heads, c.n_kv_heads
         self.head_dim, self.d_model = c.d_head, c.d_model
+        # models.layers.Rotary pairs every dim, (i, i + D/2); with rope_fraction < 1 the later pairs have frequency 0
+        self.rotary_dims, self.rope_pairing = c.d_head, model.rotary.pairing
         self.model_type = f"MinimalLLM(qk_norm={c.qk_norm})"
         self.context, self.context_name = c.max_seq_len, "max_seq_len of the run"
-        self.rotary_pairing = model.rotary.pairing
+
+    def rotary_frequencies(self, i):
+        return self.model.rotary.frequencies().float()  # [D/2]: 0 for a pair that does not rotate (rope_fraction)
 
     def qkvo(self, i):
         a = self.layers[i].attn

@@ -32,7 +32,7 @@ never materializes a [T, T] matrix of all heads. The vocabulary's logits are nev
 whole batch either: the final hidden states go through the LM head in chunks.
 
 Families: those research.access.adapters reads (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3,
-GPT-2, Apertus, Arcee); any other is refused with ProbeError. Models wrapped by DDP, torch.compile or
+GPT-2, GPT-NeoX, Apertus, Arcee); any other is refused with ProbeError. Models wrapped by DDP, torch.compile or
 PEFT are unwrapped. Sharded training (FSDP, DeepSpeed ZeRO-3) is refused: the probe needs the whole
 model on the process that writes the file.
 """

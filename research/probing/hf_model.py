@@ -30,7 +30,7 @@ def adapter_for(model: nn.Module):
     if cls is None:
         raise ProbeError(f"the key probe cannot read a model of type {model_type!r} ({type(model).__name__}): it "
                          f"reads {', '.join(sorted(ADAPTERS))}. Another family needs an adapter class in "
-                         f"research/access/adapters.py that says where it keeps its keys")
+                         f"research/access/adapters/ (a module of its own) that says where it keeps its keys")
     return cls(model, attn_implementation=None)
 
 

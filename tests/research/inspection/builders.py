@@ -21,7 +21,7 @@ def make_tokenizer(out_dir, specials=("[UNK]", "<s>", "</s>"), pad_token=None):
     return fast
 
 
-def hf_config(family):
+def hf_config(family, **overrides):
     import transformers as tf
     common = dict(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
@@ -39,17 +39,22 @@ def hf_config(family):
                                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if family == "arcee":  # ... and for qk_norm none
         return tf.ArceeConfig(**common, head_dim=16, bos_token_id=None, eos_token_id=None)
-    if family == "gpt_neox":  # a family no adapter reads
-        return tf.GPTNeoXConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                intermediate_size=128)
+    if family == "gpt_neox":  # Pythia's settings: a quarter of each head rotated, parallel residual, biases
+        return tf.GPTNeoXConfig(vocab_size=300, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                                intermediate_size=128, max_position_embeddings=128,
+                                **{"rotary_pct": 0.25, "use_parallel_residual": True, **overrides})
+    if family == "opt":  # a family no adapter reads
+        return tf.OPTConfig(vocab_size=300, hidden_size=64, num_hidden_layers=2, ffn_dim=128, num_attention_heads=4,
+                            word_embed_proj_dim=64, max_position_embeddings=128)
     raise ValueError(family)
 
 
-def make_hf(family, seed=0):
-    """A tiny random model of `family` in memory, its norm gains moved off their initial values."""
+def make_hf(family, seed=0, **overrides):
+    """A tiny random model of `family` in memory, its norm gains moved off their initial values; `overrides`: config
+    fields of a GPT-NeoX model (rotary_pct, use_parallel_residual)."""
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(hf_config(family))
+    model = AutoModelForCausalLM.from_config(hf_config(family, **overrides))
     with torch.no_grad():  # random norm gains, so gain statistics and the norms' role are exercised
         for name, p in model.named_parameters():
             if p.dim() == 1 and ("norm" in name or ".ln_" in name):
@@ -80,4 +85,4 @@ def make_own_run(out_dir, qk_norm="learned"):
     return out_dir
 
 
-FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "own"]
+FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "own"]

@@ -18,7 +18,7 @@ from tests.research.inspection.builders import PROMPT
 from tests.tolerances import sum_rel_tol, ulps
 from tests.helpers import stops
 
-TIED = {"llama": False, "qwen3": False, "gemma3": True, "gpt2": True, "own": True}
+TIED = {"llama": False, "qwen3": False, "gemma3": True, "gpt2": True, "gpt_neox": False, "own": True}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -196,8 +196,9 @@ def test_a_gguf_family_without_an_adapter_is_refused_before_conversion(tmp_path,
     path = _gguf(tmp_path / "phi.gguf", "phi3", **{"attention.head_count": 4, "attention.head_count_kv": 4})
     cache = tmp_path / "cache"
     assert stops(capsys, inspect_pretrained.main, ["--model", str(path), "--cache_dir", str(cache)]) == (
-        "error: phi.gguf: architecture 'phi3' (model type 'phi3') has no adapter in research/access/adapters.py, "
-        "which reads apertus, arcee, gemma3_text, gpt2, llama, mistral, olmo2, qwen2, qwen3: nothing was converted; "
+        "error: phi.gguf: architecture 'phi3' (model type 'phi3') has no adapter in research/access/adapters/, "
+        "which reads apertus, arcee, gemma3_text, gpt2, gpt_neox, llama, mistral, olmo2, qwen2, qwen3: nothing was "
+        "converted; "
         "pass a model of one of these families, or add an adapter class that says where this family keeps its keys")
     assert not (cache / "hf-from-gguf").exists() or not any((cache / "hf-from-gguf").iterdir())
 

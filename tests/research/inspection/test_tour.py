@@ -19,7 +19,7 @@ from tests.helpers import stops
 def test_outputs_have_expected_shapes_and_json_roundtrip(results):
     for family, (model, tok, adapter, r) in results.items():
         L, Hq, Hkv, T = r["n_layers"], r["n_heads"], r["n_kv_heads"], r["n_tokens"]
-        assert (L, Hq) == (3, 4) and Hkv == (4 if family == "gpt2" else 2), family
+        assert (L, Hq) == (3, 4) and Hkv == (4 if family in ("gpt2", "gpt_neox") else 2), family
         assert json.loads(json.dumps(r))["n_tokens"] == T
         assert all(len(r["weights"]["matrices"][m][o]) == L for m in "qkvo" for o in ("whole", "model_dim", "heads"))
         a = r["attention"]
@@ -34,7 +34,7 @@ def test_outputs_have_expected_shapes_and_json_roundtrip(results):
         lens = r["logit_lens"]
         assert len(lens["layers"]) == L + 1 and lens["positions"] == [T - 1, 3]
         assert all(len(e["tokens"]) == 4 for layer in lens["layers"] for e in layer["positions"])
-        sites = ["k_proj", "k_rope"] if family in ("llama", "gpt2") else ["k_proj", "k_norm", "k_rope"]
+        sites = ["k_proj", "k_rope"] if family in ("llama", "gpt2", "gpt_neox") else ["k_proj", "k_norm", "k_rope"]
         assert r["keys"]["sites"] == sites
         for layer in r["keys"]["layers"]:
             assert all(len(layer[s]["pr_sv"]) == Hkv for s in sites)
@@ -71,7 +71,7 @@ def test_capture_leaves_model_output_unchanged_and_attention_matches_eager(model
 
     from research.inspection.tour import _Collector
     ids = torch.randint(3, 300, (2, 12))
-    for family in ("llama", "qwen3", "gemma3", "gpt2"):
+    for family in ("llama", "qwen3", "gemma3", "gpt2", "gpt_neox"):
         model, tok, adapter = load_model(str(model_dirs[family]))
         eager = AutoModelForCausalLM.from_pretrained(model_dirs[family], attn_implementation="eager",
                                                      dtype=torch.float32).eval()
@@ -178,7 +178,7 @@ def test_missing_and_unsupported_models_raise_clear_errors(tmp_path, monkeypatch
 
 def test_each_family_gets_its_adapter(results):
     expect = {"llama": "HFAdapter", "qwen3": "Qwen3Adapter", "gemma3": "Gemma3Adapter", "gpt2": "GPT2Adapter",
-              "own": "OwnAdapter"}
+              "gpt_neox": "GPTNeoXAdapter", "own": "OwnAdapter"}
     for family, (model, tok, adapter, r) in results.items():
         assert type(adapter).__name__ == expect[family] and r["family"] == adapter.family
     assert results["gemma3"][2].gain_offset == 1.0 and results["llama"][2].gain_offset == 0.0

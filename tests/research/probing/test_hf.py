@@ -14,7 +14,7 @@ from utils.errors import ConfigError
 from tests.research.inspection.builders import make_hf
 from tests.tolerances import sum_rel_tol, ulps
 
-FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "apertus", "arcee"]
+FAMILIES = ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "apertus", "arcee"]
 WITH_K_NORM = {"qwen3", "gemma3", "apertus"}
 
 
@@ -37,7 +37,7 @@ def test_record_of_each_family(models, family):
     sites = {k for k in layer if k not in ("layer", "means", "gamma_k", "gamma_q")}
     has_norm = family in WITH_K_NORM
     assert sites == ({"k_norm", "k_proj", "k_hat", "k_rope", "attn"} if has_norm else {"k_norm", "k_rope", "attn"})
-    n_kv = 4 if family == "gpt2" else 2  # GPT-2 has no grouped queries
+    n_kv = 4 if family in ("gpt2", "gpt_neox") else 2  # GPT-2 and GPT-NeoX have no grouped queries
     assert len(rec["layers"]) == 3 and len(layer["k_norm"]["pr_sv"]) == n_kv and len(layer["attn"]["entropy"]) == 4
     with torch.no_grad():
         ref = model(input_ids=x, labels=x).loss.item()
@@ -95,8 +95,8 @@ def test_probing_changes_nothing(models):
 
 
 def test_unknown_family_is_refused():
-    with pytest.raises(ProbeError, match=r"cannot read a model of type 'gpt_neox'.*reads .*gemma3_text.*qwen3"):
-        HFKeyProbe(ids())(make_hf("gpt_neox"))
+    with pytest.raises(ProbeError, match=r"cannot read a model of type 'opt'.*reads .*gemma3_text.*gpt_neox.*qwen3"):
+        HFKeyProbe(ids())(make_hf("opt"))
 
 
 def test_token_ids_beyond_the_embedding_are_refused(models):

@@ -53,10 +53,10 @@ def test_the_same_keys_in_both_layouts_read_the_same():
 
 def test_the_pairs_energy_is_the_same_before_and_after_the_models_rotary_in_its_pairing():
     """A rotation within each pair keeps its energy: read in the model's own pairing (Rotary.pairing, and the
-    adapter's rotary_pairing) the shares before and after rotary agree; in the other pairing they do not."""
+    adapter's rope_pairing) the shares before and after rotary agree; in the other pairing they do not."""
     model = MinimalLLM(ModelConfig(vocab_size=8, n_layers=1, d_model=32, n_heads=2, n_kv_heads=1, d_ff=8,
                                    max_seq_len=16))
-    pairing = OwnAdapter(model).rotary_pairing
+    pairing = OwnAdapter(model).rope_pairing
     assert pairing == model.rotary.pairing == "half"
     x = torch.randn(2, 16, 2, 16, generator=torch.Generator().manual_seed(0)) * torch.linspace(0.1, 3, 16)
     before, after = x.permute(2, 0, 1, 3), model.rotary(x).permute(2, 0, 1, 3)    # [H, B, T, D]
