@@ -73,8 +73,10 @@ def test_runs_side_by_side_train_once_each_on_their_own_cores(tmp_path, capsys):
 @two_cores
 @pytest.mark.slow  # two spawned workers import torch: 8 s on a busy 2-core host
 def test_a_failed_run_ends_the_study_in_one_line_and_the_running_one_finishes(tmp_path, capsys):
-    # A0 runs for a second beside B0, which fails at once: no run is handed out after it, A0 finishes and is kept
-    runs = [StudyRun("A", 0, {"sleep": 1.0}, tmp_path / "A0"), StudyRun("B", 0, {"fail": True}, tmp_path / "B0"),
+    # A0 runs until a second after B0 has started and failed: no run is handed out after B0, A0 finishes and is kept
+    started = str(tmp_path / "B0 started")
+    runs = [StudyRun("A", 0, {"wait_for": started, "sleep": 1.0}, tmp_path / "A0"),
+            StudyRun("B", 0, {"touch": started, "fail": True}, tmp_path / "B0"),
             StudyRun("A", 1, {}, tmp_path / "A1"), StudyRun("B", 1, {}, tmp_path / "B1")]
     with pytest.raises(StudyError) as failed:
         execute(runs, tmp_path, toy_train, runtime=RUNTIME, progress=False, parallel=2)
