@@ -100,6 +100,8 @@ def test_the_copy_is_a_duplicate_and_the_seed_without_its_last_revision_is_named
     assert f"{dup[0]['label']} = {ck[1]['label']}" in texts  # the figure marks the duplicate
     for name in ("key_trajectories.png", "attention_trajectories.png"):
         assert (measured / name).stat().st_size > 1000
+    assert study.main(["--render_only", "--out", str(measured)]) == 0  # redrawn from the JSON alone, the same
+    assert (measured / "report.md").read_text() == report
 
 
 @pytest.mark.slow
