@@ -40,7 +40,8 @@ def build_parser(description: str = "") -> ArgumentParser:
     p = ArgumentParser(description=f"{description.rstrip()}\n\n{outputs}")
     p.add_argument("--checkpoints", nargs="+", metavar="CHECKPOINT",
                    help="Checkpoints of one model: Hugging Face folders (export_hf.py exports, Trainer checkpoint-N "
-                        "folders), GGUF files, or one hub id with --revisions. Required unless --render_only")
+                        "folders), GGUF files, or one hub id with --revisions; or of several seeds of one recipe "
+                        "(--seeds, or several hub ids with --revisions). Required unless --render_only")
     p.add_argument("--revisions", nargs="+", metavar="REVISION",
                    help="Hub revisions (branches, tags or commits) of the one hub id in --checkpoints, e.g. a "
                         "model's intermediate training checkpoints, or of each of several hub ids, one seed each "
@@ -55,7 +56,8 @@ def build_parser(description: str = "") -> ArgumentParser:
                         "1..T-1, mean over the text) is above this; its onset is the first such revision. "
                         "Default: %(default)s (Gu et al. 2024, as the heads study)")
     p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
-                   help="Training step of each checkpoint (or revision), in the order given, for checkpoints that "
+                   help="Training step of each checkpoint (or revision; with several hub ids, of each revision, "
+                        "the same for every seed), in the order given, for checkpoints that "
                         "record none; a step recorded in export.json or trainer_state.json must agree. Default: read "
                         "from each checkpoint")
     add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
@@ -83,7 +85,7 @@ def parse_args(argv=None, description: str = "") -> argparse.Namespace:
     n = len(args.revisions) if args.revisions is not None else len(args.checkpoints)
     if n < 2:
         p.error("give 2 or more checkpoints (or revisions): a trajectory needs more than one point")
-    if args.steps is not None and not (args.revisions is not None and len(args.checkpoints) > 1):
+    if args.steps is not None:  # several hub ids: one per revision, checked with the seeds
         if len(args.steps) != n:
             p.error(f"--steps gives {len(args.steps)} steps for {n} checkpoints: give one per checkpoint, in order")
         if min(args.steps) < 0:
@@ -188,7 +190,8 @@ def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dic
                                    f"{shape['n_heads']} heads of {shape['head_dim']}) is not the architecture of "
                                    f"{ref['label']} ({ref['model']['model_type']}, {ref['model']['n_layers']} layers, "
                                    f"{ref['model']['n_heads']} heads of {ref['model']['head_dim']}): a trajectory "
-                                   f"follows one model; pass checkpoints of one training run")
+                                   f"follows one model; pass checkpoints of one training run (across seeds: of one "
+                                   f"recipe)")
             if len(tokenizer) != ref["model"]["vocab"] or not torch.equal(windows, ref["windows"]):
                 raise InspectError(f"{e['label']}'s tokenizer is not {ref['label']}'s ({len(tokenizer):,} tokens "
                                    f"against {ref['model']['vocab']:,}, or other token ids for the same text): every "

@@ -174,6 +174,10 @@ def test_one_model_reads_as_before_and_seeds_are_checked(tmp_path, capsys):
                        "no seed in the name of org/a, org/b"),
                       (["--checkpoints", "a", "b", "--seeds", "1"], "--seeds gives 1 seeds for 2 checkpoints"),
                       (["--checkpoints", "a", "b", "--seeds", "1", "1"], "needs 2 or more seeds"),
+                      (["--checkpoints", "o/m-seed1", "o/m-seed2", "--revisions", "step1", "step2", "--steps", "1"],
+                       "--steps gives 1 steps for 2 revisions"),
+                      (["--checkpoints", "o/m-seed1", "o/m-seed2", "--revisions", "step1", "step2", "--steps", "1",
+                        "-2"], "steps are 0 or more"),
                       (["--checkpoints", "a", "b", "--seeds", "1", "2", "--sink_threshold", "1.5"],
                        "--sink_threshold 1.5")):
         with pytest.raises(SystemExit):
