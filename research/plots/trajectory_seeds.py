@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from research.analysis import trajectory as A
 from research.analysis import trajectory_seeds as S
@@ -77,6 +78,7 @@ def plot_attention(t: S.SeedTrajectory):
     layer_ax.set_xticks(range(len(t.steps)), [str(s) for s in t.steps], fontsize=6.5, rotation=45)
     layer_ax.set_xlabel("revision (step)")
     layer_ax.set_ylabel("layer")
+    layer_ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     layer_ax.set_title("share of sink heads per layer, mean over seeds", fontsize=9)
     fig.colorbar(im, ax=layer_ax)
     fig.tight_layout()
@@ -157,10 +159,11 @@ def _onset_heads(t: S.SeedTrajectory, seed: int) -> str:
     o = t.onsets[seed]
     per_layer = []
     for layer in range(o.shape[0]):
-        heads = [f"{h} ({t.steps[o[layer, h]]})" for h in range(o.shape[1]) if o[layer, h] >= 0]
-        if heads:
-            per_layer.append(f"layer {layer}: " + ", ".join(heads))
-    return "; ".join(per_layer) or "no head is a sink at any revision"
+        at = [f"step {t.steps[i]}: heads " + ", ".join(str(h) for h in np.flatnonzero(o[layer] == i))
+              for i in sorted(set(o[layer][o[layer] >= 0].tolist()))]
+        if at:
+            per_layer.append(f"layer {layer}: " + "; ".join(at))
+    return " | ".join(per_layer) or "no head is a sink at any revision"
 
 
 def _sinks(t: S.SeedTrajectory) -> list[str]:
@@ -184,7 +187,7 @@ def _sinks(t: S.SeedTrajectory) -> list[str]:
             x = shares[:, i, layer][np.isfinite(shares[:, i, layer])]
             cells.append(f"{x.mean():.2f} [{x.min():.2f}, {x.max():.2f}]" if x.size else "n/a")
         lines.append(f"| {layer} | " + " | ".join(cells) + " |")
-    lines += ["", "Onset per head (head (step)), within each seed:", ""]
+    lines += ["", "Onset per head, within each seed (the heads that first pass the threshold at each step):", ""]
     return lines + [f"- seed {s}: {_onset_heads(t, s)}" for s in t.seeds] + [""]
 
 

@@ -78,7 +78,8 @@ def seed_entries(args, labels) -> list[dict]:
     if args.revisions is not None:
         return [{"label": lab, "name": args.checkpoints[0], "revision": r, "seed": s, "index": i}
                 for i, (lab, r, s) in enumerate(zip(labels(args.revisions), args.revisions, args.seeds))]
-    named = labels([f"seed{s}/{Path(n).name or n}" for n, s in zip(args.checkpoints, args.seeds)])
+    named = [f"seed{s}/{Path(n).name or n}" for n, s in zip(args.checkpoints, args.seeds)]
+    named = named if len(set(named)) == len(named) else labels(args.checkpoints)
     return [{"label": lab, "name": n, "revision": None, "seed": s, "index": i}
             for i, (lab, n, s) in enumerate(zip(named, args.checkpoints, args.seeds))]
 

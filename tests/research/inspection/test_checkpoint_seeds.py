@@ -83,7 +83,8 @@ def test_the_copy_is_a_duplicate_and_the_seed_without_its_last_revision_is_named
     assert [(c["seed"], c["step"]) for c in ck] == [(0, 1000), (1, 1000), (2, 1000), (3, 1000), (1, 4000), (0, 8000),
                                                     (1, 8000), (2, 8000)]
     dup = [c for c in ck if c["duplicate_of"] is not None]
-    assert [(c["seed"], c["step"], c["duplicate_of"]) for c in dup] == [(1, 4000, ck[1]["label"])]
+    assert [(c["seed"], c["step"], c["duplicate_of"]) for c in dup] == [(1, 4000, "seed1/step1000")]
+    assert dup[0]["label"] == "seed1/step4000"  # a folder of a seed is labelled seed<N>/<its name>
     assert dup[0]["sha256"] == ck[1]["sha256"] and "batches" not in dup[0]
     assert [c["tokens"] for c in ck] == [64000] * 4 + [None] + [512000] * 3  # trainer_state's num_input_tokens_seen
     assert res["sink_threshold"] == THRESHOLD
