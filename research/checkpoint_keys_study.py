@@ -4,6 +4,8 @@
     python research/checkpoint_keys_study.py --checkpoints hf-100 hf-200 hf-400
     python research/checkpoint_keys_study.py --checkpoints out/checkpoint-500 out/checkpoint-1000   # Trainer's
     python research/checkpoint_keys_study.py --checkpoints ORG/MODEL --revisions step1000 step2000   # a network
+    python research/checkpoint_keys_study.py --checkpoints ORG/M-seed1 ORG/M-seed2 --revisions step1000 step8000
+    python research/checkpoint_keys_study.py --checkpoints s1/a s1/b s2/a s2/b --seeds 1 1 2 2   # across seeds
     python research/checkpoint_keys_study.py --render_only      # redraw the figures and report from the JSON
 
 Each checkpoint (a Hugging Face folder, a GGUF file, or a revision of one hub id) is loaded in turn and the
@@ -16,6 +18,8 @@ dict) equals an earlier one's is named as its duplicate and not measured: it is 
 whatever its name says.
 research/analysis/trajectory.py decides, per layer group, the change from the first to the last checkpoint,
 with text batches as the unit of uncertainty. All checkpoints must share one architecture and tokenizer.
+Across seeds (several hub ids with --revisions, each id's seed<N>, or --seeds), revisions are paired within a seed and
+research/analysis/trajectory_seeds.py decides the change across seeds, and follows sink heads (--sink_threshold).
 """
 from utils.cli import command
 

@@ -100,17 +100,19 @@ def _by_batch(x: np.ndarray) -> dict:
     return {i: float(v) for i, v in enumerate(x)}
 
 
-def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: float) -> str:
-    """One sentence that states the estimates and never says more than the interval showed."""
+def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: float, unit: str = "batch") -> str:
+    """One sentence that states the estimates and never says more than the interval showed; `unit`: what was paired
+    (text batches of one model, or seeds)."""
     what = f"{title}, {group}" + (" layers" if group in ("early", "middle", "final") else "")
     values = f"{d.mean_b:.3g} at {first} -> {d.mean_a:.3g} at {last}"
-    eff = effect_text(d, "batch")
+    eff = effect_text(d, unit)
+    one = "text batch" if unit == "batch" else unit
     if d.outcome == NO_DATA:
-        return f"{what}: no batch holds both values."
+        return f"{what}: no {unit} holds both values."
     if d.outcome == DESCRIPTIVE:
-        return f"{what}: {values}, {eff}: one text batch, no test."
+        return f"{what}: {values}, {eff}: one {one}, no test."
     if d.outcome == NO_SPREAD:
-        return f"{what}: {values}, {eff}: every text batch changed by exactly {d.diff:+.3g}, so no interval: no test."
+        return f"{what}: {values}, {eff}: every {one} changed by exactly {d.diff:+.3g}, so no interval: no test."
     way = "rose" if d.diff > 0 else "fell"
     pm = f"\u00b1{margin:.1%}" if margin < 0.01 else f"\u00b1{margin:.0%}"
     if d.outcome == EQUAL:
@@ -121,9 +123,9 @@ def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: 
         return f"{what}: {values} ({eff}): {way}, by more than {pm}."
     if d.outcome == UNRESOLVED:
         return (f"{what}: {values} ({eff}): {way}; whether by more than {pm} is unresolved "
-                f"({needed_text(d, 'batch')}).")
+                f"({needed_text(d, unit)}).")
     assert d.outcome == INCONCLUSIVE
-    return f"{what}: {values} ({eff}): inconclusive, no change shown ({needed_text(d, 'batch')})."
+    return f"{what}: {values} ({eff}): inconclusive, no change shown ({needed_text(d, unit)})."
 
 
 def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MARGIN) -> Trajectory:

@@ -26,7 +26,8 @@ def _line(ax, steps, mean, half, color: str, label: str) -> None:
         ax.fill_between(steps, mean - half, mean + half, color=color, alpha=0.2, lw=0)
 
 
-def _mark_duplicates(ax, analysis: A.Trajectory) -> None:
+def mark_duplicates(ax, analysis) -> None:
+    """A dotted line at the step of each duplicate of `analysis` (one model's or across seeds), naming both."""
     for i, d in enumerate(analysis.duplicates):
         ax.axvline(d["step"], color=DUP_COLOR, ls=":", lw=1.2,
                    label="identical weights (not a step of training)" if i == 0 else None)
@@ -38,7 +39,7 @@ def _mark_duplicates(ax, analysis: A.Trajectory) -> None:
 def _panel(ax, analysis: A.Trajectory, key: str, title: str) -> None:
     for g, (mean, half) in analysis.series[key].items():
         _line(ax, analysis.steps, mean, half, GROUP_COLORS.get(g, "k"), g)
-    _mark_duplicates(ax, analysis)
+    mark_duplicates(ax, analysis)
     ax.set_title(title)
     ax.set_xlabel("training step")
     ax.legend(fontsize=7)
@@ -79,22 +80,25 @@ def _cell(mean: float, half: float) -> str:
     return f"{mean:.3f} \u00b1 {half:.3f}"
 
 
-def _header(analysis: A.Trajectory) -> list[str]:
-    res = analysis.file
+def run_lines(res: dict, checked: str = "") -> list[str]:
+    """The command, provenance, model and text of checkpoint_keys.json; `checked`: said after the model's shape."""
     prov, text, model = res.get("provenance") or {}, res["text"], res["model"]
+    return [f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, {prov.get('cpu', '?')}, torch "
+            f"{prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, float32; "
+            f"{fmt_num(res.get('wall_s'), 0)} s.", "",
+            f"Model: {model.get('family', '?')} ({model.get('model_type', '?')}), {model['n_layers']} layers, "
+            f"{model['n_heads']} query / {model['n_kv_heads']} KV heads of size {model['head_dim']}{checked}. Text: "
+            f"{text['batches']} batches of {text['batch']} windows of {text['seq_len']} tokens of {text['source']} "
+            f"(sha256 {str(text['sha256'])[:12]}, seed {text['seed']}), the same windows for every checkpoint.", ""]
+
+
+def _header(analysis: A.Trajectory) -> list[str]:
     return ["# Keys over training checkpoints", "",
             "One model, several of its saved checkpoints, the same text windows through each. Intervals are over "
             "TEXT BATCHES: they say how precisely each checkpoint's keys are measured on this kind of text, not how "
             "another training run would move. The change from the first to the last measured checkpoint is decided "
             "as in docs/decisions.md, paired by batch; it says nothing about the path between them, which the "
-            "figures show.", "",
-            f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, {prov.get('cpu', '?')}, torch "
-            f"{prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, float32; "
-            f"{fmt_num(res.get('wall_s'), 0)} s.", "",
-            f"Model: {model.get('family', '?')} ({model.get('model_type', '?')}), {model['n_layers']} layers, "
-            f"{model['n_heads']} query / {model['n_kv_heads']} KV heads of size {model['head_dim']}. Text: "
-            f"{text['batches']} batches of {text['batch']} windows of {text['seq_len']} tokens of {text['source']} "
-            f"(sha256 {str(text['sha256'])[:12]}, seed {text['seed']}), the same windows for every checkpoint.", ""]
+            "figures show.", "", *run_lines(analysis.file)]
 
 
 def _checkpoints(analysis: A.Trajectory) -> list[str]:

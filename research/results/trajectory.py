@@ -12,6 +12,10 @@
         {"label", "source", "step", "step_from", "sha256", "duplicate_of": "<an earlier measured label>"}]}
 
 A checkpoint whose weights hash equals an earlier one's carries duplicate_of and no measurement.
+
+A study across seeds (research/studies/checkpoint_seeds.py) adds "sink_threshold" (a share of attention) to the file
+and "seed" (an integer >= 0) and "tokens" (what the checkpoint records, or null) to every checkpoint; a seed has at
+most one checkpoint per step. A file without sink_threshold is one model's, and its checkpoints hold no seed.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from pathlib import Path
 from research.results.checks import PROVENANCE
 from research.results.pretrained import check_model, load_versioned
 from utils.errors import shown
-from utils.formats import FormatError, Integer, ListOf, Number, Obj, Rule, Text, found
+from utils.formats import FormatError, Integer, ListOf, Number, Obj, Opt, Rule, Text, found
 from utils.owners import CHECKPOINT_KEYS
 
 SCHEMA = "qk-keys/checkpoint-keys"
@@ -66,7 +70,28 @@ def _measured_or_duplicate(c: dict, where: str, ctx) -> None:
                                                       f"{n_batches}: every checkpoint reads the same batches")
 
 
+def across_seeds(res: dict) -> bool:
+    """A study across seeds (its checkpoints carry seeds), not one model's."""
+    return "sink_threshold" in res
+
+
+def _seeds(res: dict) -> None:
+    """Across seeds every checkpoint has a seed and a seed one checkpoint per step; one model's none has a seed."""
+    ckpts, seeded = res["checkpoints"], across_seeds(res)
+    for i, c in enumerate(ckpts):
+        if ("seed" in c) != seeded:
+            raise FormatError(f"checkpoints[{i}]", problem=(
+                " should hold a seed (the file has a sink_threshold: a study across seeds)" if seeded else
+                " holds a seed, and the file no sink_threshold: one model's checkpoints have no seed"))
+    at = [(c["seed"], c["step"]) for c in ckpts] if seeded else []
+    for i, key in enumerate(at):
+        if key in at[:i]:
+            raise FormatError(f"checkpoints[{i}]", problem=f" is a second checkpoint of seed {key[0]} at step "
+                                                           f"{key[1]}: a seed has one checkpoint per step")
+
+
 def _one_trajectory(res: dict, where: str, ctx) -> None:
+    _seeds(res)
     ckpts = res["checkpoints"]
     steps = [c["step"] for c in ckpts]
     if steps != sorted(steps):
@@ -82,12 +107,14 @@ def _one_trajectory(res: dict, where: str, ctx) -> None:
 
 _ENTRY = Obj({"label": Text("a non-empty text", nullable=False, nonempty=True), "(once)": Rule(_label_once),
               "source": Text(nullable=False), "step": Integer("a step (an integer >= 0)", nullable=False, lo=0),
-              "step_from": Text(),
+              "step_from": Text(), "seed": Opt(Integer("a seed (an integer >= 0)", nullable=False, lo=0)),
+              "tokens": Opt(Integer("a token count (an integer >= 0) or null", lo=0)),
               "sha256": Text("64 hex digits (the weights' sha256)", nullable=False, ok=_SHA256.match),
               "(measurement)": Rule(_measured_or_duplicate)}, show=found)
 TRAJECTORY = Obj({
     "command": Text(), "wall_s": Number("a number of seconds"),
     "margin": Number("a share between 0 and 1", ok=lambda v: 0 < v < 1),
+    "sink_threshold": Opt(Number("a share of attention between 0 and 1", nullable=False, ok=lambda v: 0 < v < 1)),
     "provenance": PROVENANCE,
     "model": Obj({**{k: _POSITIVE for k in _DIMS}, "model_type": Text()}, show=found),
     "text": Obj({"source": Text(nullable=False), "sha256": Text(nullable=False), "batches": _POSITIVE,

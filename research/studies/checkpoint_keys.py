@@ -3,6 +3,9 @@ text batches, then decide and draw through the registry of study kinds (kind 'ch
 
     main(argv, description)   # what the script runs: parse, order the checkpoints by step, measure each, write
                               # checkpoint_keys.json, then research.studies.render draws its figures and report.md
+
+Several seeds' checkpoints (research/studies/checkpoint_seeds.py) are measured the same way, each entry with its seed
+and recorded token count, every checkpoint against the first one's architecture, tokenizer and text windows.
 """
 from __future__ import annotations
 
@@ -17,10 +20,13 @@ import torch
 from research.access import InspectError
 from research.access.checkpoints import RECORDED, read_step, weights_sha256
 from research.access.loading import is_own_run, load_model, local_kind
+from research.analysis.heads import SINK_MASS
+from research.analysis.trajectory_seeds import missing_lines
 from research.inspection.options import add_measure_options, check_measure_options
 from research.inspection.text import starts_with_bos, text_documents, text_windows
 from research.results.trajectory import FILE, SCHEMA, VERSION
 from research.results.vocabulary import REPORT as REPORT_FILE
+from research.studies.checkpoint_seeds import across_seeds, check_seed_options, read_tokens, seed_entries
 from research.studies.kinds import KINDS
 from research.studies.measured import run_measured
 from utils.cli import ArgumentParser
@@ -34,12 +40,24 @@ def build_parser(description: str = "") -> ArgumentParser:
     p = ArgumentParser(description=f"{description.rstrip()}\n\n{outputs}")
     p.add_argument("--checkpoints", nargs="+", metavar="CHECKPOINT",
                    help="Checkpoints of one model: Hugging Face folders (export_hf.py exports, Trainer checkpoint-N "
-                        "folders), GGUF files, or one hub id with --revisions. Required unless --render_only")
+                        "folders), GGUF files, or one hub id with --revisions; or of several seeds of one recipe "
+                        "(--seeds, or several hub ids with --revisions). Required unless --render_only")
     p.add_argument("--revisions", nargs="+", metavar="REVISION",
                    help="Hub revisions (branches, tags or commits) of the one hub id in --checkpoints, e.g. a "
-                        "model's intermediate training checkpoints; needs a network. Default: none")
+                        "model's intermediate training checkpoints, or of each of several hub ids, one seed each "
+                        "(a study across seeds); needs a network. Default: none")
+    p.add_argument("--seeds", nargs="+", type=int, metavar="SEED",
+                   help="A study across seeds: the training seed of each checkpoint (with one hub id and --revisions, "
+                        "of each revision), in the order given; revisions are paired within a seed and their change "
+                        "decided across seeds. Default: one model; with several hub ids and --revisions, each id's "
+                        "seed<N>")
+    p.add_argument("--sink_threshold", type=float, default=SINK_MASS,
+                   help="Across seeds: a head is a sink at a revision when its first-token attention (queries "
+                        "1..T-1, mean over the text) is above this; its onset is the first such revision. "
+                        "Default: %(default)s (Gu et al. 2024, as the heads study)")
     p.add_argument("--steps", nargs="+", type=int, metavar="STEP",
-                   help="Training step of each checkpoint (or revision), in the order given, for checkpoints that "
+                   help="Training step of each checkpoint (or revision; with several hub ids, of each revision, "
+                        "the same for every seed), in the order given, for checkpoints that "
                         "record none; a step recorded in export.json or trainer_state.json must agree. Default: read "
                         "from each checkpoint")
     add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
@@ -55,18 +73,19 @@ def parse_args(argv=None, description: str = "") -> argparse.Namespace:
         return args
     if not args.checkpoints:
         p.error("--checkpoints: give the checkpoints to measure (or --render_only to redraw)")
-    if args.revisions is not None and len(args.checkpoints) != 1:
-        p.error(f"--revisions takes one hub id in --checkpoints, found {len(args.checkpoints)}: pass local "
-                f"checkpoints without --revisions")
-    if args.revisions is not None:
+    if not 0 < args.sink_threshold < 1:
+        p.error(f"--sink_threshold {args.sink_threshold}: give a share of attention between 0 and 1")
+    if args.revisions is not None and len(args.checkpoints) == 1:
         local = local_kind(args.checkpoints[0])
         if local:
             p.error(f"--revisions applies to hub ids, and {args.checkpoints[0]} is a local {local}: pass each local "
                     f"checkpoint as its own entry of --checkpoints, without --revisions")
+    if across_seeds(args):
+        check_seed_options(p, args)
     n = len(args.revisions) if args.revisions is not None else len(args.checkpoints)
     if n < 2:
         p.error("give 2 or more checkpoints (or revisions): a trajectory needs more than one point")
-    if args.steps is not None:
+    if args.steps is not None:  # several hub ids: one per revision, checked with the seeds
         if len(args.steps) != n:
             p.error(f"--steps gives {len(args.steps)} steps for {n} checkpoints: give one per checkpoint, in order")
         if min(args.steps) < 0:
@@ -91,16 +110,26 @@ def _labels(names: list[str]) -> list[str]:
     return out
 
 
-def plan(args) -> list[dict]:
-    """The checkpoints in step order: {label, name, revision, step, step_from}; InspectError where a step is unknown."""
+def _entries(args) -> list[dict]:
+    """{label, name, revision} per checkpoint to load, in the order given; across seeds with its seed and the index of
+    its step in --steps."""
+    if across_seeds(args):
+        return seed_entries(args, _labels)
     if args.revisions is not None:
-        entries = [{"label": lab, "name": args.checkpoints[0], "revision": r}
-                   for lab, r in zip(_labels(args.revisions), args.revisions)]
-    else:
-        entries = [{"label": lab, "name": n, "revision": None} for lab, n in zip(_labels(args.checkpoints),
-                                                                                args.checkpoints)]
+        return [{"label": lab, "name": args.checkpoints[0], "revision": r}
+                for lab, r in zip(_labels(args.revisions), args.revisions)]
+    return [{"label": lab, "name": n, "revision": None} for lab, n in zip(_labels(args.checkpoints), args.checkpoints)]
+
+
+def plan(args) -> list[dict]:
+    """The checkpoints in step order: {label, name, revision, step, step_from}, across seeds with seed and tokens (what
+    the checkpoint records, else None); InspectError where a step is unknown."""
+    entries = _entries(args)
     contradicted = []
     for i, e in enumerate(entries):
+        i = e.pop("index", i)
+        if "seed" in e:
+            e["tokens"] = read_tokens(e["name"], e["revision"])
         found = read_step(e["name"], e["revision"])
         if args.steps is not None:
             e["step"], e["step_from"] = args.steps[i], "--steps"
@@ -116,6 +145,11 @@ def plan(args) -> list[dict]:
     if contradicted:  # a given step against the checkpoint's own record would reorder the trajectory silently
         raise InspectError(f"--steps contradicts the steps the checkpoints record ({'; '.join(contradicted)}): leave "
                            f"out --steps to take the recorded steps, or correct the file that is wrong")
+    twice = sorted({f"seed {e['seed']} at step {e['step']}" for e in entries if "seed" in e
+                    and sum(o.get("seed") == e["seed"] and o["step"] == e["step"] for o in entries) > 1})
+    if twice:  # revisions are paired within a seed by their step
+        raise InspectError(f"two checkpoints of {', '.join(twice)}: a seed has one checkpoint per step; correct "
+                           f"--seeds or --steps")
     return sorted(entries, key=lambda e: e["step"])  # stable: checkpoints of one step keep the order given
 
 
@@ -138,7 +172,7 @@ def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dic
                                                progress=not args.no_progress, revision=e["revision"])
         digest = weights_sha256(model)
         head = {"label": e["label"], "source": adapter.source, "step": e["step"], "step_from": e["step_from"],
-                "sha256": digest}
+                **{k: e[k] for k in ("seed", "tokens") if k in e}, "sha256": digest}
         if digest in seen:
             log(f"{e['label']} (step {e['step']}): the weights of {seen[digest]}; recorded as its duplicate, not "
                 f"measured")
@@ -156,7 +190,8 @@ def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dic
                                    f"{shape['n_heads']} heads of {shape['head_dim']}) is not the architecture of "
                                    f"{ref['label']} ({ref['model']['model_type']}, {ref['model']['n_layers']} layers, "
                                    f"{ref['model']['n_heads']} heads of {ref['model']['head_dim']}): a trajectory "
-                                   f"follows one model; pass checkpoints of one training run")
+                                   f"follows one model; pass checkpoints of one training run (across seeds: of one "
+                                   f"recipe)")
             if len(tokenizer) != ref["model"]["vocab"] or not torch.equal(windows, ref["windows"]):
                 raise InspectError(f"{e['label']}'s tokenizer is not {ref['label']}'s ({len(tokenizer):,} tokens "
                                    f"against {ref['model']['vocab']:,}, or other token ids for the same text): every "
@@ -183,12 +218,16 @@ def main(argv=None, description: str = "") -> int:
         text = {"source": docs.name, "sha256": docs.sha256, "description": docs.description,
                 "documents": docs.picked, "batches": args.batches, "batch": args.batch,
                 "seq_len": int(ref["windows"].shape[1]), "seed": args.seed, "bos": ref["bos"] is not None}
+        seeds = {"sink_threshold": args.sink_threshold} if across_seeds(args) else {}
         return {"schema": SCHEMA, "version": VERSION, "model": ref["model"], "text": text, "checkpoints": records,
-                "margin": args.margin,
+                "margin": args.margin, **seeds,
                 "command": "python research/checkpoint_keys_study.py " + " ".join(argv or sys.argv[1:]),
                 "provenance": provenance(torch.device("cpu"))}
     record = run_measured(Path(args.out), "checkpoint_keys", tool="checkpoint_keys_study.py", margin=args.margin,
                           render_only=args.render_only, measure=measure_checkpoints)
+    if record and "sink_threshold" in record:
+        for line in missing_lines(record):
+            print(line)
     dups = sum(r["duplicate_of"] is not None for r in record["checkpoints"]) if record else 0
     if dups:
         print(f"{dups} checkpoint(s) with weights identical to an earlier one, named in the report")

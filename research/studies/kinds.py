@@ -31,6 +31,7 @@ from research.analysis import pretrained as pretrained_analysis
 from research.analysis import qk_norm as qk_norm_analysis
 from research.analysis import spikes as spikes_analysis
 from research.analysis import trajectory as trajectory_analysis
+from research.analysis import trajectory_seeds as seeds_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.plots import conditions as conditions_plots
@@ -44,11 +45,12 @@ from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
 from research.plots import spikes as spikes_plots
 from research.plots import trajectory as trajectory_plots
+from research.plots import trajectory_seeds as seeds_plots
 from research.results import ResultsError
 from research.results.layout import INDEX_FIX, load_study
 from research.results.pretrained import load_pretrained_keys
 from research.results.steps import load_steps
-from research.results.trajectory import load_trajectory
+from research.results.trajectory import across_seeds, load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT
 from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
@@ -261,7 +263,13 @@ def _pretrained_analyze(res: dict, margin: float | None, loss_margin: float | No
 
 
 def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | None):
-    return trajectory_analysis.analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
+    """One model's checkpoints, or several seeds' (research.analysis.trajectory_seeds)."""
+    analysis = seeds_analysis if across_seeds(res) else trajectory_analysis
+    return analysis.analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
+
+
+def _trajectory_draw(one, seeds):
+    return lambda analysis: (seeds if isinstance(analysis, seeds_analysis.SeedTrajectory) else one)(analysis)
 
 
 def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict], dict]:
@@ -296,8 +304,10 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
          pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair),
-    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze, trajectory_plots.figures,
-         trajectory_plots.report, _named(trajectory_plots.FIGURES), compare=nothing_to_pair),
+    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
+         _trajectory_draw(trajectory_plots.figures, seeds_plots.figures),
+         _trajectory_draw(trajectory_plots.report, seeds_plots.report), _named(trajectory_plots.FIGURES),
+         compare=nothing_to_pair),
 )}
 
 
