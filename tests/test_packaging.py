@@ -48,7 +48,7 @@ def test_every_dependency_is_pinned_within_its_bounds():
     project = _project()
     assert project["requires-python"] == f">={PYTHONS[0]}"
     extras = project["optional-dependencies"]
-    wanted = project["dependencies"] + extras["tensorboard"] + extras["ray"] + extras["test"]
+    wanted = project["dependencies"] + extras["tensorboard"] + extras["trackio"] + extras["ray"] + extras["test"]
     required = [Requirement(r) for r in wanted]
     assert {canonicalize_name(r.name) for r in required} == set(pins)  # nothing pinned that is not needed
     for r in required:
