@@ -6,7 +6,7 @@
 
 The data of research/checkpoint_keys_study.py. A step is read, in this order, from export.json's step
 (research/export_hf.py), from trainer_state.json's global_step (transformers' Trainer), from a folder named
-checkpoint-N, or from the last number in a hub revision's name (step1000, stage1-step2000 -> 2000); where
+checkpoint-N, or from a hub revision's name (the number after its last "step", else its last number); where
 none of these says, the caller asks for --steps.
 """
 from __future__ import annotations
@@ -43,8 +43,10 @@ def _json_int(path: Path, field: str) -> int | None:
 
 
 def step_from_revision(revision: str) -> int | None:
-    """The last number in a revision's name: step1000 -> 1000, stage1-step2000 -> 2000, main -> None."""
-    numbers = re.findall(r"\d+", revision)
+    """The number after the last "step" in a revision's name, else its last number: step1000 -> 1000,
+    stage1-step2000 -> 2000, OLMo's stage1-step11931-tokens50B -> 11931, global_500 -> 500, main -> None."""
+    after_step = re.findall(r"step[-_]?(\d+)", revision, flags=re.IGNORECASE)
+    numbers = after_step or re.findall(r"\d+", revision)
     return int(numbers[-1]) if numbers else None
 
 

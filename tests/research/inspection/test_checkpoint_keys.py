@@ -41,6 +41,9 @@ def test_step_from_a_revision_name_is_its_last_number():
     assert step_from_revision("step1000") == 1000
     assert step_from_revision("stage1-step2000") == 2000
     assert step_from_revision("main") is None
+    assert step_from_revision("stage1-step11931-tokens50B") == 11931  # OLMo: the token count comes last
+    assert step_from_revision("stage2-ingredient1-step23852-tokens100B") == 23852
+    assert step_from_revision("global_500") == 500
     assert read_step("EleutherAI/pythia-70m", "step143000") == (143000, "revision name step143000")
 
 
