@@ -218,8 +218,8 @@ class Reading:
     (research.analysis.sequential.reading): its intervals in the procedure's paragraph (rule_text), and what would
     settle an open question (needed_text)."""
 
-    intervals: str
     settle: str
+    intervals: str | None = None  # None: one Bonferroni interval per comparison, as rule_text says without looks
 
 
 _READING: contextvars.ContextVar[Reading | None] = contextvars.ContextVar("reading", default=None)
@@ -310,7 +310,7 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
         f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "") + (f"; {absolute}" if absolute else "")
     family = family or "Each table is one family of k comparisons"
     reading = _READING.get() if unit == "seed" else None
-    intervals = reading.intervals if reading else (
+    intervals = reading.intervals if reading and reading.intervals else (
         f"every outcome is read off one interval per comparison, the t interval of the mean difference at level "
         f"1 \u2212 {ALPHA}/k (Bonferroni: with at least 95% probability all intervals of the family cover their true "
         f"differences at once)")

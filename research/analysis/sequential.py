@@ -219,8 +219,8 @@ def reading(looks: list[Look], design: Design | None) -> Reading:
     """How a report of these looks words its intervals and what would settle an open question."""
     each = "every outcome is read off the intersection of the comparison's t intervals over the study's looks, "
     if design is None:
-        return Reading(each + f"each look's at 1 \u2212 {ALPHA}/k: looks nobody planned, whose error bound the "
-                       "Looks section states", "a study planned with --until_decided from its start, or a "
+        return Reading(intervals=each + f"each look's at 1 \u2212 {ALPHA}/k: looks nobody planned, whose error bound "
+                       "the Looks section states", settle="a study planned with --until_decided from its start, or a "
                        "replication on new seeds decided on its own")
     how = ("at the level the design sets for it (calibrated so that with at least 95% probability every interval of "
            "every look of the family covers its true difference at once)" if design.calibrated else
@@ -231,7 +231,7 @@ def reading(looks: list[Look], design: Design | None) -> Reading:
                   "--until_decided")
     else:
         settle = f"the same command continues this study, whose design plans looks up to {design.looks[-1]} seeds"
-    return Reading(each + "each look's " + how + "; the Looks section lists them", settle)
+    return Reading(intervals=each + "each look's " + how + "; the Looks section lists them", settle=settle)
 
 
 @contextlib.contextmanager

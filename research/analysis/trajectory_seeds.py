@@ -25,7 +25,7 @@ import numpy as np
 
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, site_of
-from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, decide
+from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, Reading, decide, reading_with
 from research.analysis.trajectory import GAIN_CV, LOSS, Change, gain_cv, metrics_of, per_batch_group, verdict
 
 SINK_FIELD = "sink_mass_excl_q0"
@@ -125,7 +125,18 @@ def _sinks(runs: dict, steps: list[int], threshold: float) -> tuple[dict, dict]:
     return mass, onsets
 
 
+# A public suite's seeds are all the seeds there are: nothing can be planned or continued, only replicated
+SUITE = Reading(settle="a replication on other seeds (another suite, or runs of one's own) decided on its own")
+
+
 def _changes(values: dict, titles: dict, first: int, last: int, margin: float, loss_margin: float) -> list[Change]:
+    """The first-to-last decisions and their verdicts, worded as SUITE says."""
+    with reading_with(SUITE):
+        return _decided_changes(values, titles, first, last, margin, loss_margin)
+
+
+def _decided_changes(values: dict, titles: dict, first: int, last: int, margin: float,
+                     loss_margin: float) -> list[Change]:
     """Per-seed change first -> last of every metric and group, decided across seeds (rules.decide)."""
     def pair(by_seed: dict) -> Paired:
         return Paired.of({s: v[-1] for s, v in by_seed.items()}, {s: v[0] for s, v in by_seed.items()})

@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import trajectory as A
 from research.analysis import trajectory_seeds as S
-from research.analysis.rules import rule_text
+from research.analysis.rules import reading_with, rule_text
 from research.plots.common import decision_table, drawable, fmt_num, fmt_tokens, styled, subplots
 from research.plots.trajectory import FIGURES, mark_duplicates, run_lines
 
@@ -192,6 +192,12 @@ def _sinks(t: S.SeedTrajectory) -> list[str]:
 
 
 def _changes(t: S.SeedTrajectory) -> list[str]:
+    """The section of the first-to-last decisions, worded as the analysis words them (S.SUITE)."""
+    with reading_with(S.SUITE):
+        return _changes_read(t)
+
+
+def _changes_read(t: S.SeedTrajectory) -> list[str]:
     lines = ["## First to last revision, across seeds", ""]
     if not t.changes:
         return lines + ["Only one revision was measured: there is no change to decide."]
@@ -204,8 +210,7 @@ def _changes(t: S.SeedTrajectory) -> list[str]:
                             name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="seed")
     lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in t.changes if c.metric == A.LOSS}, 4,
                                                 unit="seed")
-    return lines + ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="seed") + ". This study "
-                    "has no --until_decided: the route it has is a replication on new seeds decided on its own."]
+    return lines + ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="seed") + "."]
 
 
 def report(t: S.SeedTrajectory) -> str:
