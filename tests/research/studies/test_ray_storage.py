@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 
 import pytest
 
@@ -144,3 +145,49 @@ def test_the_write_check_leaves_no_file_and_a_storage_that_does_not_answer_is_on
         storage_module.check_storage("s3://bucket/runs", timeout_s=0.2)
     assert str(e.value) == ("--storage s3://bucket/runs: no answer within 0.2 s while writing a test file there: check "
                             "the network and the address (nothing was started)")
+
+
+def _run_folder(folder, steps, metrics):
+    """A run folder as the trainer leaves it (the files' contents stand-ins): config, metrics, results, tokenizer,
+    checkpoints of `steps`, a lock file and a half-written checkpoint, neither of which is ever stored."""
+    (folder / "tokenizer").mkdir(parents=True, exist_ok=True)
+    for name, text in (("config.json", "{}"), ("metrics.jsonl", metrics), ("results.json", metrics),
+                       ("tokenizer/tokenizer.json", "tok"), (".lock", "")):
+        (folder / name).write_text(text)
+    for step in steps:
+        (folder / "checkpoints" / step).mkdir(parents=True, exist_ok=True)
+        for name in ("model.safetensors", "optim.pt", "state.json"):
+            (folder / "checkpoints" / step / name).write_text(f"{step}/{name}")
+    (folder / "checkpoints" / ".tmp-step-000009-x").mkdir(exist_ok=True)
+
+
+def test_a_run_copy_mirrors_the_folder_and_a_retry_gets_the_newest_checkpoint(tmp_path):
+    from research.studies.storage import RunStore, RunSync, fetch, run_stores
+    storage, local = tmp_path / "storage", tmp_path / "node" / "QK"
+    store = RunStore(storage.as_uri(), "QK")
+    _run_folder(local, ["step-000002"], "2\n")
+    sync = RunSync(store, local)
+    first = sync()
+    assert first["checkpoints"] == ["step-000002"] and ".lock" not in first["files"]
+    assert json.loads((storage / "QK" / "stored.json").read_text()) == first
+    _run_folder(local, ["step-000004"], "2\n4\n")
+    shutil.rmtree(local / "checkpoints" / "step-000002")  # pruned by the trainer: deleted in the storage too
+    second = sync()
+    assert sorted(p.name for p in (storage / "QK" / "checkpoints").iterdir()) == ["step-000004"]
+    assert (storage / "QK" / "metrics.jsonl").read_text() == "2\n4\n" and not list(storage.rglob("*.part"))
+    retry = tmp_path / "other_node" / "QK"
+    assert store.download(retry) == len(second["files"])
+    assert sorted(p.relative_to(retry).as_posix() for p in retry.rglob("*") if p.is_file()) == sorted(second["files"])
+    out = tmp_path / "out"
+    fetch(store, second, out / "QK")  # the driver: the study folder gets the run's files
+    assert (out / "QK" / "checkpoints" / "step-000004" / "optim.pt").read_text() == "step-000004/optim.pt"
+    assert (out / "QK" / "results.json").read_text() == "2\n4\n"
+    # a run --out holds further on than its stored copy is uploaded before its task starts; one behind is not
+    _run_folder(out / "QK", ["step-000006"], "2\n4\n6\n")
+    run = type("Run", (), {"run_dir": out / "QK"})
+    run_stores(storage.as_uri(), [run], out)
+    assert json.loads((storage / "QK" / "stored.json").read_text())["checkpoints"] == ["step-000004", "step-000006"]
+    shutil.rmtree(out / "QK" / "checkpoints" / "step-000006")
+    (out / "QK" / "metrics.jsonl").write_text("old\n")
+    run_stores(storage.as_uri(), [run], out)
+    assert (storage / "QK" / "metrics.jsonl").read_text() == "2\n4\n6\n"
