@@ -122,6 +122,9 @@ class RunStore:
         fs, base = open_storage(self.uri)
         return fs, f"{base.rstrip('/')}/{self.rel}"
 
+    def __reduce__(self):  # without the opened filesystem: each node opens the URI with its own credentials
+        return RunStore, (self.uri, self.rel)
+
     def _path(self, rel: str) -> str:
         return f"{self._fs[1]}/{rel}"
 
