@@ -14,9 +14,10 @@ that has one); a task that fails on a user error is not retried, and its message
 in-process executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same
 command continues. Any other error of Ray's own (a node taken for dead, an actor or object lost, Ray's own failure)
 ends the study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This
-is the only module that imports ray, and only inside its functions; of the studies' modules it imports pinned and
-storage alone (which import none). With --storage URI the nodes share no folder: each task trains in its node's own
-folder through the storage and the driver writes the study folder (research.studies.storage).
+is the only module that imports ray, and only inside its functions; of the studies' modules it imports pinned,
+storage and cores alone (which import none). Each task pins its worker to --cpus_per_run cores of its own
+(research.studies.cores). With --storage URI the nodes share no folder: each task trains in its node's own folder
+through the storage and the driver writes the study folder (research.studies.storage).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from tqdm import tqdm
 
 from configs import ConfigError
 from research.results.vocabulary import RESULTS_FILE
+from research.studies.cores import own_cores
 from research.studies.pinned import Event, run_pinned
 from research.studies.storage import check_storage, fetch, run_stores, train_stored
 from training.errors import RunInterrupted
@@ -294,13 +296,15 @@ def _where() -> str:
 
 
 def _train_task(run: StudyRun, index: int, events, train: Train, store=None) -> dict:
-    """One run, in a Ray worker: tells the driver where it started, trains (with --storage in this node's own folder:
-    research.studies.storage.train_stored), returns the summary, its time and (`stored`) the stored files' list."""
+    """One run, in a Ray worker pinned to cores of its own (research.studies.cores): tells the driver where it
+    started, trains (with --storage in this node's own folder: research.studies.storage.train_stored), returns the
+    summary, its time and (`stored`) the stored files' list."""
     import ray
-    where = _where()
-    ray.get(events.put.remote(index, where))
-    start = time.perf_counter()
-    summary, stored = train_stored(run, train, store) if store else (train(run, None), None)
+    with own_cores(ray.get_runtime_context().get_assigned_resources().get("CPU", 0)) as cores:
+        where = _where() + (f", cores {','.join(map(str, cores))}" if cores else "")
+        ray.get(events.put.remote(index, where))
+        start = time.perf_counter()
+        summary, stored = train_stored(run, train, store) if store else (train(run, None), None)
     return {"summary": summary, "where": where, "time_s": time.perf_counter() - start, "stored": stored}
 
 
