@@ -1,20 +1,21 @@
 """--ray with --storage: a study on a real local Ray cluster of two nodes (ray.cluster_utils.Cluster, a raylet each)
 whose nodes have data caches and work folders of their own (each node's QK_KEYS_CACHE), with the runs kept in a
 file:// storage that neither node uses as --out; and the one-line refusals of a storage that cannot be used."""
-import contextlib
 import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from research import qk_norm_500k_study
 from research.studies import HEAD_SPECIALIZATION, PILOT
 from research.studies import storage as storage_module
-from research.studies.executors import LOCAL_HEALTH_CHECKS, _restore_env
+from research.studies.executors import LOCAL_HEALTH_CHECKS
 from research.studies.runner import run_study
-from tests.helpers import STEP_TOKENS, comparable_results, stops
+from tests.helpers import REPO, STEP_TOKENS, comparable_results, stops
 from tests.research.studies.test_runner import study_args
 from utils.testhook import ENV
 
@@ -32,40 +33,40 @@ def cluster(user_cache, tmp_path_factory):
     environment a node's processes inherit is the one it was started in."""
     from ray.cluster_utils import Cluster
     root = tmp_path_factory.mktemp("nodes")
-    cluster = Cluster()
-    try:
-        for name, extra in (("head", {"_system_config": LOCAL_HEALTH_CHECKS}), ("worker", {})):
-            with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("QK_KEYS_CACHE", str(root / name))
-                cluster.add_node(num_cpus=1, include_dashboard=False, **extra)
-        cluster.wait_for_nodes()
-        yield cluster, root
-    finally:
-        cluster.shutdown()
+    with pytest.MonkeyPatch.context() as session:
+        # without token authentication, nodes and driver alike, whatever a Ray started earlier in this process left
+        session.setenv("RAY_AUTH_MODE", "disabled")
+        cluster = Cluster()
+        try:
+            for name, extra in (("head", {"_system_config": LOCAL_HEALTH_CHECKS}), ("worker", {})):
+                with pytest.MonkeyPatch.context() as mp:
+                    mp.setenv("QK_KEYS_CACHE", str(root / name))
+                    # a worker SIGKILLs itself after its 3rd optimizer step: a run of 2 steps never gets there
+                    mp.setenv(ENV, "kill:step:3")
+                    cluster.add_node(num_cpus=1, include_dashboard=False, **extra)
+            cluster.wait_for_nodes()
+            yield cluster, root
+        finally:
+            cluster.shutdown()
 
 
-@contextlib.contextmanager
-def connected(cluster, **env):
-    """This process as the cluster's driver (a study run with --ray uses it), its tasks' workers given `env`."""
-    auth_mode = os.environ.get("RAY_AUTH_MODE")
-    ray.init(address=cluster.address, log_to_driver=False, runtime_env={"env_vars": env} if env else None)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        _restore_env("RAY_AUTH_MODE", auth_mode)
+def drive(script: str, script_args: list[str]) -> str:
+    """The study's driver in a process of its own on the cluster (this one may have been connected to other Rays,
+    whose state a second driver here trips on); its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RAY_AUTH_MODE": "disabled"}
+    done = subprocess.run([sys.executable, str(REPO / "research" / script), *script_args], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 @pytest.mark.slow
-def test_a_study_through_storage_on_two_nodes_gives_the_sequential_results(corpus_file, tmp_path, cluster, capsys):
+def test_a_study_through_storage_on_two_nodes_gives_the_sequential_results(corpus_file, tmp_path, cluster):
     cluster, nodes = cluster
     storage = tmp_path / "storage"
     run_study(PILOT, node_args(corpus_file, tmp_path / "seq", 2 * STEP_TOKENS, "--seed", "0"))
-    capsys.readouterr()
-    with connected(cluster):
-        run_study(PILOT, node_args(corpus_file, tmp_path / "ray", 2 * STEP_TOKENS, "--seed", "0", "--ray",
-                                   "--storage", storage.as_uri()))
-    out = capsys.readouterr().out
+    out = drive("qk_norm_500k_study.py", node_args(corpus_file, tmp_path / "ray", 2 * STEP_TOKENS, "--seed", "0",
+                                                   "--ray", cluster.address, "--storage", storage.as_uri()))
     seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
     assert len(seq) == 2 and seq == on_ray
     assert json.loads((tmp_path / "seq" / "study.json").read_text()) == \
@@ -85,18 +86,16 @@ def test_a_study_through_storage_on_two_nodes_gives_the_sequential_results(corpu
 
 
 @pytest.mark.slow
-def test_a_killed_task_resumes_from_the_stored_checkpoint(corpus_file, tmp_path, cluster, capsys):
-    """Each task's worker SIGKILLs itself after its 3rd optimizer step: a try from step 0 never finishes, a try
-    resumed from the stored checkpoint of step 2 never gets there, so the study ends only by that resume."""
+def test_a_killed_task_resumes_from_the_stored_checkpoint(corpus_file, tmp_path, cluster):
+    """Each worker SIGKILLs itself after its 3rd optimizer step (the nodes' test hook): a try from step 0 never
+    finishes, a try resumed from the stored checkpoint of step 2 never gets there, so the study ends only by that
+    resume, in a work folder of its own (on either node) filled from the storage."""
     cluster, _ = cluster
     storage = tmp_path / "storage"
     argv = ["--seed", "0", "--ckpt_every", "2"]
     run_study(HEAD_SPECIALIZATION, node_args(corpus_file, tmp_path / "seq", 4 * STEP_TOKENS, *argv))
-    capsys.readouterr()
-    with connected(cluster, **{ENV: "kill:step:3"}):
-        run_study(HEAD_SPECIALIZATION, node_args(corpus_file, tmp_path / "ray", 4 * STEP_TOKENS, *argv, "--ray",
-                                                 "--storage", storage.as_uri()))
-    out = capsys.readouterr().out
+    out = drive("head_specialization_study.py", node_args(corpus_file, tmp_path / "ray", 4 * STEP_TOKENS, *argv,
+                                                          "--ray", cluster.address, "--storage", storage.as_uri()))
     assert ": started again (try 2: its worker was lost, resuming from its newest checkpoint) on " in out, out
     assert ": started again (try 3" not in out and ": finished on " in out, out
     seq, on_ray = comparable_results(tmp_path / "seq"), comparable_results(tmp_path / "ray")
