@@ -7,7 +7,9 @@ and handed back to `load_state_dict()` when the run resumes, while the checkpoin
 state it cannot use (wrong types, out of range) must raise TypeError, ValueError or KeyError and
 change nothing, and the checkpoint is then set aside like a damaged one (an older one is tried).
 A callback that continues files of its own checks them in the optional `after_resume()`, called
-once the checkpoint is chosen; its errors stop the resume as they are.
+once the checkpoint is chosen; its errors stop the resume as they are. The optional
+`after_checkpoint(path)` is called on rank 0 after each checkpoint is written, with its folder
+(`AfterCheckpoint`: a function called so, e.g. a copy of the run to a study's storage).
 
 Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
 change the model or any RNG, and should write files only where `is_main` is true. They run in
@@ -16,6 +18,7 @@ the order they were added, after the step's metrics and validation are written.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import torch.nn as nn
@@ -63,3 +66,32 @@ class Callback(Protocol):
 # Builds a run's callbacks once the config it uses, its data and its runtime (device, precision) are known
 # (training.run.train_run, Trainer(callbacks=...)).
 CallbackFactory = Callable[["RunConfig", "TokenData", "Runtime"], list[Callback]]
+
+
+class AfterCheckpoint:
+    """A callback that calls `function(path)` after each checkpoint the trainer writes (path: its step folder), and
+    does nothing at the steps; no state of its own."""
+    name = "after_checkpoint"
+
+    def __init__(self, function: Callable[[Path], object]):
+        self.function = function
+
+    def __call__(self, info: StepInfo) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def after_checkpoint(self, path: Path) -> None:
+        self.function(path)
+
+
+def after_checkpoint(callbacks: Sequence[Callback], path: Path) -> None:
+    """Tell every callback with an `after_checkpoint` that the checkpoint at `path` is written."""
+    for callback in callbacks:
+        told = getattr(callback, "after_checkpoint", None)
+        if told is not None:
+            told(path)

@@ -44,7 +44,7 @@ from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from training.alarm import SpikeAlarm
-from training.callbacks import Callback, CallbackFactory, StepInfo
+from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
 from training.errors import NonFiniteLossError, RunError, non_finite_fix
@@ -284,11 +284,12 @@ class Trainer:
         tensors = (full_model_state(self.model, keep=self.is_main),
                    full_optimizer_states(self.optimizers, keep=self.is_main)) if self.fsdp else None
         if self.is_main:
-            save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
+            path = save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
                              "wall_time": self.wall_time, "config": self.cfg.to_dict(), "data": self.data_id,
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
                             keep_last=self.cfg.train.keep_last, tensors=tensors)
+            after_checkpoint(self.callbacks, path)
         self.runtime.barrier()
 
     # ------------------------------------------------------------ the loop

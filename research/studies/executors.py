@@ -14,8 +14,10 @@ that has one); a task that fails on a user error is not retried, and its message
 in-process executor would say it. Ctrl-C on the driver cancels the tasks; the checkpoints are kept and the same
 command continues. Any other error of Ray's own (a node taken for dead, an actor or object lost, Ray's own failure)
 ends the study in one line saying so (`ray_failed`, the one wording, raised by train_on_ray, the one boundary). This
-is the only module that imports ray, and only inside its functions; of the studies' modules it imports pinned alone
-(which imports none).
+is the only module that imports ray, and only inside its functions; of the studies' modules it imports pinned,
+storage and cores alone (which import none). Each task pins its worker to --cpus_per_run cores of its own
+(research.studies.cores). With --storage URI the nodes share no folder: each task trains in its node's own folder
+through the storage and the driver writes the study folder (research.studies.storage).
 """
 from __future__ import annotations
 
@@ -36,7 +38,9 @@ from tqdm import tqdm
 
 from configs import ConfigError
 from research.results.vocabulary import RESULTS_FILE
+from research.studies.cores import own_cores
 from research.studies.pinned import Event, run_pinned
+from research.studies.storage import check_storage, fetch, run_stores, train_stored
 from training.errors import RunInterrupted
 from utils.cli import positive_int
 from utils.errors import Interrupted, UserError, cut, explain
@@ -75,6 +79,8 @@ class StudyRun(Generic[Settings]):
     seed: int
     cfg: Settings
     run_dir: Path
+    # called with its folder after each checkpoint the run writes (--storage: research.studies.storage.RunSync)
+    after_checkpoint: Callable[[Path], object] | None = None
 
 
 # A study's train function: train(run, runtime) trains one run on `runtime`, the study's (settled once, in this
@@ -116,6 +122,11 @@ def add_ray_args(p: argparse.ArgumentParser) -> None:
                         "one GPU. Default: 1 where the cluster has GPUs, else 0")
     p.add_argument("--cpus_per_run", type=float, metavar="C",
                    help="CPU cores each run's Ray task asks for (with --ray). Default: 1")
+    p.add_argument("--storage", metavar="URI",
+                   help="With --ray: where the runs keep their checkpoints and results as they train (file:///PATH, "
+                        "s3://BUCKET/PATH, gs://BUCKET/PATH), so that the nodes need no shared folder: each task "
+                        "trains in its node's own folder, a retried one resumes from the stored checkpoint on any "
+                        "node, and this process writes --out (docs/studies.md, On Ray). Default: every node sees --out")
 
 
 def check_ray_options(args: argparse.Namespace) -> None:
@@ -131,6 +142,10 @@ def check_ray_options(args: argparse.Namespace) -> None:
         raise ConfigError(f"--parallel {parallel}: this process may use {cores} CPU core(s), and each "
                           f"run side by side takes at least one: give --parallel {cores} or fewer "
                           f"(nothing was started)")
+    storage = getattr(args, "storage", None)
+    if args.ray is None and storage is not None:
+        raise ConfigError("--storage keeps the runs of Ray tasks on a cluster without a shared folder: add --ray, or "
+                          "leave --storage out to train the runs one after another in this process")
     if args.ray is None:
         given = next((n for n in ("gpus_per_run", "cpus_per_run") if getattr(args, n) is not None), None)
         if given:
@@ -151,6 +166,8 @@ def check_ray_options(args: argparse.Namespace) -> None:
     if gpus_per_run is not None and (gpus_per_run < 0 or (gpus_per_run > 1 and gpus_per_run != int(gpus_per_run))):
         raise ConfigError(f"--gpus_per_run {gpus_per_run:g}: give a fraction up to 1 (runs sharing a GPU, e.g. 0.25), "
                           f"a whole number of GPUs, or 0")
+    if storage is not None:
+        check_storage(storage)  # last: it writes a marker file there, over the network
 
 
 def check_address(address: str) -> None:
@@ -166,7 +183,8 @@ def check_address(address: str) -> None:
 
 def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, progress: bool,
             ray: str | None = None, gpus_per_run: float | None = None, cpus_per_run: float | None = None,
-            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None, parallel: int = 1) -> None:
+            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None, parallel: int = 1,
+            storage: str | None = None) -> None:
     """Train `runs` with `train`, in their order in this process (`ray` None, `parallel` 1), `parallel` at a time in
     worker processes pinned to their cores (train_side_by_side), or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto
     or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps its finished runs
@@ -181,7 +199,7 @@ def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, 
         todo = [run for run, d in zip(runs, done) if not d]
         if todo and ray is not None:
             train_on_ray(todo, out, ray, train=train, on_cpu=on_cpu, gpus_per_run=gpus_per_run,
-                         cpus_per_run=cpus_per_run, progress=progress)
+                         cpus_per_run=cpus_per_run, progress=progress, storage=storage)
         elif todo:
             train_side_by_side(todo, out, train, min(parallel, len(todo)))
         return
@@ -277,14 +295,17 @@ def _where() -> str:
     return f"{socket.gethostname()} (node {ray.get_runtime_context().get_node_id()[:8]}, pid {os.getpid()})"
 
 
-def _train_task(run: StudyRun, index: int, events, train: Train) -> dict:
-    """One run, in a Ray worker: tells the driver where it started, trains, returns the summary and its time."""
+def _train_task(run: StudyRun, index: int, events, train: Train, store=None) -> dict:
+    """One run, in a Ray worker pinned to cores of its own (research.studies.cores): tells the driver where it
+    started, trains (with --storage in this node's own folder: research.studies.storage.train_stored), returns the
+    summary, its time and (`stored`) the stored files' list."""
     import ray
-    where = _where()
-    ray.get(events.put.remote(index, where))
-    start = time.perf_counter()
-    summary = train(run, None)
-    return {"summary": summary, "where": where, "time_s": time.perf_counter() - start}
+    with own_cores(ray.get_runtime_context().get_assigned_resources().get("CPU", 0)) as cores:
+        where = _where() + (f", cores {','.join(map(str, cores))}" if cores else "")
+        ray.get(events.put.remote(index, where))
+        start = time.perf_counter()
+        summary, stored = train_stored(run, train, store) if store else (train(run, None), None)
+    return {"summary": summary, "where": where, "time_s": time.perf_counter() - start, "stored": stored}
 
 
 def start_local_ray(num_cpus: int) -> None:
@@ -358,18 +379,20 @@ def _resources(gpus_per_run: float | None, cpus_per_run: float | None, on_cpu: b
 
 
 def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Train, on_cpu: bool,
-                 gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False) -> None:
+                 gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False,
+                 storage: str | None = None) -> None:
     """Train every run as a Ray task calling `train(run, None)` (picklable: see Train), on a Ray started here
     (address LOCAL_RAY; a process already connected to Ray keeps its connection) or on the cluster at `address`;
     `on_cpu`: the runs ask for no GPU by default. One line per run as it starts, is retried, finishes or fails, and
-    (`progress`) a bar over the runs, then the wall time and each run's time."""
+    (`progress`) a bar over the runs, then the wall time and each run's time. `storage`: the --storage URI."""
     import ray
     owns = not ray.is_initialized()
     auth_mode = os.environ.get(_AUTH_MODE)
     try:  # the one boundary of Ray's own errors: one line (ray_failed)
         if owns:
             _connect(address)
-        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, on_cpu), progress, train)
+        _run_all(runs, out, _resources(gpus_per_run, cpus_per_run, on_cpu), progress, train,
+                 run_stores(storage, runs, out))
     except ray.exceptions.RayError as e:
         raise ray_failed(e, out) from None
     finally:
@@ -387,12 +410,12 @@ def _restore_env(key: str, value: str | None) -> None:
         os.environ[key] = value
 
 
-def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train: Train) -> None:
+def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, train: Train, stores: list) -> None:
     import ray
     start = time.perf_counter()
     events = ray.remote(num_cpus=0)(_Events).remote()
     task = ray.remote(_train_task).options(**options)
-    pending = {task.remote(run, i, events, train): i for i, run in enumerate(runs)}
+    pending = {task.remote(run, i, events, train, stores[i]): i for i, run in enumerate(runs)}
     bar = tqdm(total=len(runs), disable=not progress, unit="run", desc="runs", dynamic_ncols=True)
 
     def say(line: str) -> None:  # a line above the bar (printed as it is, where there is none)
@@ -433,6 +456,7 @@ def _run_all(runs: list[StudyRun], out: Path, options: dict, progress: bool, tra
                         say(f"{name(i)}: failed")
                         raise ray_failed(e, out, f"{runs[i].cond}, seed {runs[i].seed}") from None
                     times[i] = result["time_s"]
+                    fetch(stores[i], result["stored"], runs[i].run_dir)  # --storage: the run's files into --out
                     say(f"{name(i)}: finished on {result['where']} in {result['time_s']:.1f} s")
                     bar.update()
         except ray.exceptions.RayError:  # Ray's own (train_on_ray words it): the other runs stop

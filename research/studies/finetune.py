@@ -309,7 +309,8 @@ def main(argv=None, description: str = "") -> int:
             def train_runs(runs: list[StudyRun[dict]], done: set) -> None:  # a round's new runs, together
                 execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                         gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                        on_cpu=runtime.device.type == "cpu",  # kept: asked of all before any trains
+                        storage=args.storage, on_cpu=runtime.device.type == "cpu",
+                        # kept: asked of all before any trains
                         finished=lambda run: run.run_dir in done or kept(run.run_dir / RESULTS_FILE, run.cfg, steps))
 
             def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:

@@ -47,6 +47,7 @@ from research.studies.executors import StudyError, StudyRun, add_ray_args, check
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.render import render_study
+from training.callbacks import AfterCheckpoint
 from training.checkpoint import latest_checkpoint
 from training.errors import NonFiniteLossError, RunError
 from training.memory import needed_bytes, plan_memory
@@ -228,10 +229,11 @@ def run_config(base: RunConfig, overrides: dict, seed: int) -> RunConfig:
 
 def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, replan_schedule: bool = False,
                     divergence_is_a_result: bool = False, logger: str = "none",
-                    runtime: Runtime | None = None) -> dict | None:
+                    runtime: Runtime | None = None, after_checkpoint=None) -> dict | None:
     """Train one run with the probe on `runtime` (the study's, settled once; resolved from cfg when None); where
     divergence is a result (the learning-rate grid), a run whose loss became non-finite is recorded as diverged and
-    is not trained again. Returns the run's summary (summary.json), None for a diverged run."""
+    is not trained again. `after_checkpoint(path)`: called after each checkpoint (training.callbacks.AfterCheckpoint).
+    Returns the run's summary (summary.json), None for a diverged run."""
     results = run_dir / RESULTS_FILE
     step = diverged_at(results) if divergence_is_a_result else None
     if step is not None:
@@ -239,7 +241,8 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
         return None
 
     def callbacks(used_cfg, data, runtime):  # the config the run uses (offline, data/offline.py, may change it)
-        return run_callbacks(used_cfg, data, run_dir, runtime, tag=tag, logger=logger)
+        return [*run_callbacks(used_cfg, data, run_dir, runtime, tag=tag, logger=logger),
+                *([AfterCheckpoint(after_checkpoint)] if after_checkpoint else [])]
     try:  # a condition folder with a run to continue is resumed; one holding other files is refused (the Trainer)
         return train_run(cfg, run_dir, resume=RunFolder(run_dir).resumable(), replan_schedule=replan_schedule,
                          progress=progress, name=tag, callbacks=callbacks, runtime=runtime)
@@ -257,7 +260,7 @@ def train_study_run(run: StudyRun[RunConfig], runtime: Runtime | None, *, progre
     runtime with `progress` bars in this process, on the worker's own without bars in a Ray task (runtime None)."""
     return train_condition(run.cfg, run.run_dir, run.cond, progress=progress and runtime is not None,
                            replan_schedule=replan_schedule, divergence_is_a_result=divergence_is_a_result,
-                           logger=logger, runtime=runtime)
+                           logger=logger, runtime=runtime, after_checkpoint=run.after_checkpoint)
 
 
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
@@ -440,7 +443,8 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         check_recorded_runs(runs, args.replan_schedule)
         execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                 gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                on_cpu=all(r.cfg.train.device == "cpu" for r in runs), finished=lambda run: run.run_dir in done)
+                storage=args.storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
+                finished=lambda run: run.run_dir in done)
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,

@@ -9,7 +9,7 @@ import train_llm
 from configs import ConfigError
 from tests.helpers import STEP_TOKENS, build_trainer, losses, run_train_llm, stops, train_lines
 from tests.tolerances import CURVE_REL_TOL
-from training.callbacks import StepInfo
+from training.callbacks import AfterCheckpoint, StepInfo
 from training.checkpoint import latest_checkpoint
 from training.schedule import lr_factor
 from training.trainer import NonFiniteLossError
@@ -133,6 +133,20 @@ def test_callbacks_see_each_step_and_keep_their_state_across_a_resume(debug_cfg,
     assert again.restored == {"calls": 3}  # saved under its name in the step-2 checkpoint
     assert [i.step for i in again.seen] == [3, 4] and {i.start_step for i in again.seen} == {2}
     assert again.calls == 5
+
+
+def test_a_callback_is_told_of_each_checkpoint_once_it_is_complete(debug_cfg, tmp_path):
+    """training.callbacks.AfterCheckpoint (what --storage uploads a run with): called after each save, with the step
+    folder complete (its three files) and the older ones pruned to keep_last already."""
+    told = []
+
+    def seen(path):
+        told.append((path.name, sorted(p.name for p in path.iterdir()),
+                     sorted(p.name for p in (tmp_path / "checkpoints").iterdir())))
+    run(debug_cfg(tokens=5 * STEP_TOKENS, ckpt_every=2, keep_last=1), tmp_path, callbacks=[AfterCheckpoint(seen)])
+    files = ["model.safetensors", "optim.pt", "state.json"]
+    assert told == [("step-000002", files, ["step-000002"]), ("step-000004", files, ["step-000004"]),
+                    ("step-000005", files, ["step-000005"])]
 
 
 def test_nan_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(debug_cfg, tmp_path):

@@ -145,3 +145,32 @@ def test_a_killed_study_side_by_side_leaves_no_worker_training_and_the_same_comm
     for cond in ("qk_norm", "no_qk_norm"):
         assert [row[0] for row in train_rows(out / cond)] == [1, 2, 3, 4]  # every step once
     assert (out / "report.md").is_file()
+
+
+def test_a_ray_tasks_cores_are_its_own_while_it_runs(user_cache):
+    """research.studies.cores: two claims on one node get different cores, one that cannot have as many as it asks
+    runs unpinned, a fraction of a core is never pinned, and the process's cores are put back after."""
+    import multiprocessing
+
+    from research.studies.cores import own_cores
+    from utils.runtime import usable_core_ids
+    before = usable_core_ids()
+    with own_cores(1) as mine:
+        assert len(mine) == 1 and usable_core_ids() == list(mine)
+        # another process on the node (a second task's worker) gets another core, or none where there is no other
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            theirs = pool.apply(_claimed_elsewhere, (1, before))
+        assert theirs == (before[1:2] if len(before) > 1 else [])
+        with own_cores(len(before) + 1) as too_many:
+            assert too_many == ()
+    with own_cores(0.5) as fraction:
+        assert fraction == () and usable_core_ids() == before
+    assert usable_core_ids() == before
+
+
+def _claimed_elsewhere(n: int, cores: list[int]) -> list[int]:
+    """In another process, with the node's cores: the cores own_cores gives it."""
+    from research.studies.cores import own_cores
+    os.sched_setaffinity(0, cores)
+    with own_cores(n) as claimed:
+        return list(claimed)

@@ -1,0 +1,292 @@
+"""--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors alone imports this
+module; it imports no ray).
+
+The storage is a folder on any filesystem pyarrow opens from a URI (file:///path, s3://bucket/path,
+gs://bucket/path; each node's own credentials, as pyarrow finds them). Each run keeps there, under its path in
+the study folder (URI/<condition>[/seed_<s>]/), what its run folder holds: config.json, metrics.jsonl, results.json,
+the tokenizer, the trackers' folders, summary.json at the end, and its checkpoints, plus stored.json, written last,
+which lists what a complete copy holds (`RunStore`). A Ray task (`train_stored`) trains its run in a new folder of
+its node's user cache (utils.cache: <cache>/runs/), first filled from the storage's newest checkpoint where one is
+stored (a retry, on any node, resumes from it), uploads the run folder after each checkpoint the trainer writes
+(`RunSync`, handed to the study's train function as StudyRun.after_checkpoint) and once more at the end, removes its
+folder and returns stored.json; the driver then downloads the run's files into the study folder (`fetch`).
+Before any run trains, `check_storage` opens the URI and writes and deletes a marker file: a bad URI, a scheme
+pyarrow has no filesystem for, missing credentials and unreachable storage are one line (ConfigError).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import functools
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from configs import ConfigError
+from training.checkpoint import latest_checkpoint
+from utils.cache import user_cache_root
+from utils.errors import UserError, cut
+from utils.io import atomic_dir, atomic_write_bytes
+from utils.run_names import CHECKPOINTS
+
+STORED = "stored.json"  # a run's list of its stored files, written after them
+CHECK_S = 60  # how long the check of a --storage may take before it is called unreachable
+_MARKER = ".qk-keys-write-check"
+_FORMS = "give file:///ABSOLUTE/PATH, s3://BUCKET/PATH or gs://BUCKET/PATH (nothing was started)"
+_CHUNK = 1 << 20
+
+
+class StorageError(UserError):
+    """A run's copy could not be written to or read from the storage; the message names the URI and the run."""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return cut(text.splitlines()[0] if text else type(e).__name__, 200)
+
+
+def open_storage(uri: str):
+    """(pyarrow filesystem, base path) of a --storage URI; ConfigError in one line where pyarrow cannot open it."""
+    scheme = uri.partition("://")[0]
+    if "://" not in uri or not scheme:
+        raise ConfigError(f"--storage {cut(uri, 100)}: not a URI: {_FORMS}")
+    import pyarrow.fs
+    try:
+        return pyarrow.fs.FileSystem.from_uri(uri)
+    except NotImplementedError as e:
+        raise ConfigError(f"--storage {cut(uri, 100)}: this pyarrow has no {scheme}:// filesystem "
+                          f"({_first_line(e)}): {_FORMS}") from None
+    except ValueError as e:  # ArrowInvalid: an unknown scheme, a relative file:// path
+        raise ConfigError(f"--storage {cut(uri, 100)}: pyarrow cannot read this URI ({_first_line(e)}): "
+                          f"{_FORMS}") from None
+    except OSError as e:  # a library it cannot load (hdfs), a region it cannot resolve (s3)
+        raise ConfigError(f"--storage {cut(uri, 100)}: cannot be opened ({_first_line(e)}): check the URI, the "
+                          f"network and the credentials (nothing was started)") from None
+
+
+def check_storage(uri: str, timeout_s: float = CHECK_S) -> None:
+    """The storage opens and takes a file: a marker written under it and deleted, within `timeout_s`; ConfigError in
+    one line otherwise (missing credentials, a bucket that does not exist, a network that does not reach it)."""
+    fs, base = open_storage(uri)
+
+    def write_and_delete() -> None:
+        fs.create_dir(base, recursive=True)
+        marker = f"{base.rstrip('/')}/{_MARKER}"
+        with fs.open_output_stream(marker) as f:
+            f.write(b"qk-keys: --storage write check\n")
+        fs.delete_file(marker)
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        pool.submit(write_and_delete).result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise ConfigError(f"--storage {cut(uri, 100)}: no answer within {timeout_s:g} s while writing a test file "
+                          f"there: check the network and the address (nothing was started)") from None
+    except OSError as e:
+        raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({_first_line(e)}): check the "
+                          f"credentials (for s3 AWS_ACCESS_KEY_ID or ~/.aws, for gs GOOGLE_APPLICATION_CREDENTIALS), "
+                          f"that the bucket exists and that this machine reaches it (nothing was started)") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+def _copy(src, dst) -> None:
+    shutil.copyfileobj(src, dst, _CHUNK)
+
+
+def _local_files(folder: Path) -> list[str]:
+    """The run folder's files, as POSIX paths relative to it, without hidden names (.lock, .tmp-*, .pruning-*)."""
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        rel = Path(root).relative_to(folder)
+        found += [(rel / f).as_posix() for f in sorted(files) if not f.startswith(".")]
+    return found
+
+
+def _checkpoint_of(rel: str) -> str | None:
+    """The step folder a run file belongs to (checkpoints/step-N/...), None for the other files."""
+    parts = PurePosixPath(rel).parts
+    return parts[1] if len(parts) > 2 and parts[0] == CHECKPOINTS else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunStore:
+    """One run's copy in the storage: `uri` the study's --storage, `rel` the run folder's path in the study folder."""
+    uri: str
+    rel: str
+
+    @functools.cached_property
+    def _fs(self):
+        fs, base = open_storage(self.uri)
+        return fs, f"{base.rstrip('/')}/{self.rel}"
+
+    def __reduce__(self):  # without the opened filesystem: each node opens the URI with its own credentials
+        return RunStore, (self.uri, self.rel)
+
+    def _path(self, rel: str) -> str:
+        return f"{self._fs[1]}/{rel}"
+
+    def manifest(self) -> dict | None:
+        """stored.json: {"files": [...], "checkpoints": [step folders, oldest first]}, None where nothing is stored."""
+        try:
+            return json.loads(self.read(STORED))
+        except FileNotFoundError:
+            return None
+
+    def put(self, local: Path, rel: str) -> None:
+        """Upload one file; a local storage's file is written beside and renamed (an object store's put is whole)."""
+        import pyarrow.fs
+        fs, _ = self._fs
+        target = self._path(rel)
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+        atomic = isinstance(fs, pyarrow.fs.LocalFileSystem)
+        with open(local, "rb") as src, fs.open_output_stream(target + ".part" if atomic else target) as dst:
+            _copy(src, dst)
+        if atomic:
+            fs.move(target + ".part", target)
+
+    def put_manifest(self, manifest: dict, scratch: Path) -> None:
+        path = scratch / f".{STORED}"
+        path.write_text(json.dumps(manifest, indent=1) + "\n")
+        self.put(path, STORED)
+        path.unlink()
+
+    def delete_checkpoint(self, step: str) -> None:
+        fs, _ = self._fs
+        fs.delete_dir(self._path(f"{CHECKPOINTS}/{step}"))
+
+    def get(self, rel: str, local: Path) -> None:
+        fs, _ = self._fs
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with fs.open_input_stream(self._path(rel)) as src, open(local, "wb") as dst:
+            _copy(src, dst)
+
+    def read(self, rel: str) -> bytes:
+        fs, _ = self._fs
+        with fs.open_input_stream(self._path(rel)) as f:
+            return f.read()
+
+    def download(self, folder: Path) -> int | None:
+        """A new run folder filled with what a resume needs: every stored file but the checkpoints, and the newest
+        checkpoint. Returns the number of files, None where the storage holds nothing of this run."""
+        manifest = self.manifest()
+        if manifest is None:
+            return None
+        newest = manifest["checkpoints"][-1:]
+        wanted = [f for f in manifest["files"] if _checkpoint_of(f) in (None, *newest)]
+        for rel in wanted:
+            self.get(rel, folder / rel)
+        return len(wanted)
+
+
+class RunSync:
+    """Keeps a run's copy in the storage up to date with its local folder: called after each checkpoint the trainer
+    writes (StudyRun.after_checkpoint) and at the end. Uploads the new checkpoints and the files changed since the
+    last call, then stored.json, then deletes the checkpoints the run pruned; returns stored.json."""
+
+    def __init__(self, store: RunStore, folder: Path):
+        self.store, self.folder = store, Path(folder)
+        manifest = store.manifest() or {"files": [], "checkpoints": []}
+        self.stored = set(manifest["checkpoints"])
+        self.sent: dict[str, tuple[int, int]] = {}  # file -> (size, mtime_ns) as uploaded by this process
+
+    def __call__(self, checkpoint: Path | None = None) -> dict:
+        try:
+            return self._sync()
+        except OSError as e:  # a UserError: the trainer would blame its own disk for an OSError
+            raise StorageError(f"--storage {cut(self.store.uri, 100)}: cannot upload the run {self.store.rel} "
+                               f"({_first_line(e)}); its copy there is the one before (its {STORED})") from None
+
+    def _sync(self) -> dict:
+        files = _local_files(self.folder)
+        steps = sorted({s for f in files if (s := _checkpoint_of(f))})
+        for rel in files:  # the checkpoints first: stored.json names only what is complete
+            step = _checkpoint_of(rel)
+            if step is not None and step not in self.stored:
+                self.store.put(self.folder / rel, rel)
+        for rel in files:
+            if _checkpoint_of(rel) is None:
+                stat = (self.folder / rel).stat()
+                if self.sent.get(rel) != (stat.st_size, stat.st_mtime_ns):
+                    self.store.put(self.folder / rel, rel)
+                    self.sent[rel] = (stat.st_size, stat.st_mtime_ns)
+        manifest = {"files": files, "checkpoints": steps}
+        self.store.put_manifest(manifest, self.folder)
+        for step in sorted(self.stored - set(steps)):
+            self.store.delete_checkpoint(step)
+        self.stored = set(steps)
+        return manifest
+
+
+def run_stores(uri: str | None, runs: list, out: Path) -> list[RunStore | None]:
+    """The driver, before the tasks start: each run's copy in the storage (None each without --storage), seeded
+    from --out where the study folder holds the run further on (`seed`)."""
+    if uri is None:
+        return [None] * len(runs)
+    stores = [RunStore(uri, run.run_dir.relative_to(out).as_posix()) for run in runs]
+    for run, store in zip(runs, stores):
+        try:
+            seed(store, run.run_dir)
+        except OSError as e:
+            raise StorageError(f"--storage {cut(uri, 100)}: cannot upload {run.run_dir}, further on than its copy "
+                               f"there ({_first_line(e)}); nothing was trained") from None
+    return stores
+
+
+def seed(store: RunStore, run_dir: Path) -> None:
+    """Before a run's task starts: where the study folder holds a run further on than the storage's copy (a study
+    started without --storage), upload it, so that the task continues it."""
+    if not run_dir.is_dir() or not _local_files(run_dir):
+        return
+    here = latest_checkpoint(run_dir / CHECKPOINTS)
+    manifest = store.manifest()
+    stored = manifest["checkpoints"][-1] if manifest and manifest["checkpoints"] else None
+    if manifest is None or (here is not None and (stored is None or here.path.name > stored)):
+        RunSync(store, run_dir)()
+
+
+def train_stored(run, train, store: RunStore):
+    """One run in a Ray task with --storage: in a new folder of this node's user cache, resumed from the stored
+    copy where there is one, uploaded after each checkpoint and at the end. Returns (summary, stored.json)."""
+    work = user_cache_root() / "runs"
+    work.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=work, prefix="run-"))
+    try:
+        local = work / store.rel
+        try:
+            store.download(local)
+        except OSError as e:
+            raise StorageError(f"--storage {cut(store.uri, 100)}: cannot download the run {store.rel} "
+                               f"({_first_line(e)})") from None
+        sync = RunSync(store, local)
+        summary = train(dataclasses.replace(run, run_dir=local, after_checkpoint=sync), None)
+        return summary, sync()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def fetch(store: RunStore | None, manifest: dict | None, run_dir: Path) -> None:
+    """The driver: the run's stored files written into its folder in the study folder, each checkpoint as a whole
+    (utils.io.atomic_dir), each other file atomically; nothing without --storage (`store` None)."""
+    if store is None:
+        return
+    try:
+        _fetch(store, manifest, run_dir)
+    except OSError as e:
+        raise StorageError(f"--storage {cut(store.uri, 100)}: cannot copy the run {store.rel} into {run_dir} "
+                           f"({_first_line(e)}); it is kept there: the same command copies it") from None
+
+
+def _fetch(store: RunStore, manifest: dict, run_dir: Path) -> None:
+    for step in manifest["checkpoints"]:
+        final = run_dir / CHECKPOINTS / step
+        if final.is_dir():
+            continue  # the same step, already here (the run was seeded from this folder)
+        with atomic_dir(final) as tmp:
+            for rel in (f for f in manifest["files"] if _checkpoint_of(f) == step):
+                store.get(rel, tmp / PurePosixPath(rel).name)
+    for rel in (f for f in manifest["files"] if _checkpoint_of(f) is None):
+        (run_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(run_dir / rel, store.read(rel))
