@@ -29,10 +29,12 @@ import torch
 import torch.nn as nn
 
 from research.access.adapters import heads_first
+from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_metrics,
                                       key_moments, layer_means)
+from research.probing.rotary_use import logit_pair_shares, rotary_use
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
-                                         UNCAPPED_SPLIT)
+                                         QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -47,9 +49,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 @contextmanager
-def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None]) -> Iterator[None]:
+def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None],
+                   values: bool = False) -> Iterator[None]:
     """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward
-    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output).
+    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output; with `values`
+    also "v": [Hkv, B, T, D], the values, whose hook fires before the q/k ones).
 
     The four hook points of a block fire in the order q_norm, k_norm, q_rope, k_rope; on_layer
     runs when k_rope arrives and the layer's tensors are dropped right after.
@@ -72,6 +76,8 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
             attn = block.attn
             if hasattr(attn, "hook_gate"):  # gated attention: fires first
                 handles.append(attn.hook_gate.register_forward_hook(keep("gate")))
+            if values:
+                handles.append(attn.hook_v.register_forward_hook(keep("v")))
             handles.append(attn.hook_q_norm.register_forward_hook(keep("q_norm")))
             handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
             handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
@@ -132,17 +138,33 @@ def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) ->
     return stack, pre + post
 
 
-def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
-    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads; k_hat's
-    float64 moments come from k_norm's (divided_moments: one Gram fewer)."""
+def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module,
+                 context: int | None = None) -> dict[str, dict[str, torch.Tensor]]:
+    """key_metrics and key_rank (RANK_METRICS) of each site of a layer's keys (site_keys), in one call over all the
+    sites' heads, from one set of float64 moments; k_hat's come from k_norm's (divided_moments: one Gram fewer). With
+    `context` (the training context, in tokens), k_norm's also hold the rotary use of the keys before rotary, from
+    their moments' diagonal (rotary_use: ROTARY_METRICS, and pair_share [H, P], which the caller records apart)."""
     stack, names = site_keys(attn, t, rotary)
     H, pre = stack.shape[1], len(names) // 2
     own = key_moments(stack[0])
     firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
     moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
-    m = key_metrics(stack.flatten(0, 1), moments)
+    m = {**key_metrics(stack.flatten(0, 1), moments), **key_rank(moments=moments)}
     per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
+    if context is not None:
+        per_site["k_norm"].update(rotary_use(None, rotary.frequencies(), context, rotary.pairing, moments=own))
     return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
+
+
+def rotary_record(rotary: nn.Module, t: dict[str, torch.Tensor], keys_pairs: torch.Tensor, logit_at: torch.Tensor,
+                  context: int) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+    """The queries' rotary use before rotary (QUERY_ROTARY, [Hq] each: attn's), and a layer record's pair_share:
+    each pair's share of the keys' energy (keys_pairs [Hkv, P], site_metrics'), of the queries' and of the largest
+    logit at logit_at (logit_pair_shares of the rotated q and k), as lists [heads][pairs]."""
+    use = rotary_use(t["q_norm"], rotary.frequencies(), context, rotary.pairing)
+    pairs = {"k_norm": keys_pairs, "q_norm": use["pair_share"],
+             "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, rotary.pairing)}
+    return dict(zip(QUERY_ROTARY, (use[n] for n in ROTARY_METRICS))), {k: v.tolist() for k, v in pairs.items()}
 
 
 @contextmanager
@@ -179,12 +201,15 @@ class KeyProbe:
     """Measures a model's keys on a fixed evaluation batch of token ids [B, T]; given the batch's next tokens
     (targets [B, T]), also the LM loss of its first sequences from the same forward (measure)."""
 
-    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32", targets_BT: torch.Tensor | None = None):
+    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32", targets_BT: torch.Tensor | None = None,
+                 context: int | None = None):
         if targets_BT is not None and targets_BT.shape != eval_ids_BT.shape:
             raise ValueError(f"targets {tuple(targets_BT.shape)} must have the ids' shape {tuple(eval_ids_BT.shape)}")
         self.ids = eval_ids_BT
         self.targets = targets_BT
         self.precision = precision
+        # the training context low_freq_share reads wavelengths against (a run's seq_len; else the batch's length)
+        self.context = context or eval_ids_BT.shape[1]
 
     def __call__(self, model: nn.Module) -> dict:
         return self.measure(model)[0]
@@ -223,9 +248,14 @@ class KeyProbe:
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                for name, m in (*site_metrics(attn, t, model.rotary).items(), ("attn", attn_rec)):
+                sites = site_metrics(attn, t, model.rotary, self.context)
+                q_use, pairs = rotary_record(model.rotary, t, sites["k_norm"].pop("pair_share"), attn_m["logit_at"],
+                                             self.context)
+                attn_rec.update(q_use)
+                for name, m in (*sites.items(), ("attn", attn_rec)):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
+            rec["pair_share"] = pairs
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
             rec["gamma_q"] = gamma_stats(_gain(attn.q_norm))
             rec["means"] = means
@@ -241,4 +271,5 @@ class KeyProbe:
                 loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
         layers.sort(key=lambda r: r["layer"])
         return ({"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
-                 "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision}, loss)
+                 "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision,
+                 "rotary": {"pairing": model.rotary.pairing, "context": self.context}}, loss)

@@ -17,7 +17,9 @@ import math
 
 import torch
 
-PAIRINGS = ("half", "interleaved")
+from research.results.vocabulary import ROTARY_PAIRINGS
+
+PAIRINGS = ROTARY_PAIRINGS
 
 
 def pair_dims(D: int, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
