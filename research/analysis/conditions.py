@@ -75,7 +75,7 @@ class Quantity:
     def per_layer(self, res: dict) -> np.ndarray:
         """Its value per layer at the last probe record (empty for a loss)."""
         if self.kv:
-            return kv_layers(res.get(KV_CACHE), self.kv)
+            return kv_layers(res.get(KV_CACHE), self.kv) if self.layered else np.zeros(0)
         if self.site is None:
             return np.zeros(0)
         layers = layer_series(res, self.metric, self.site)

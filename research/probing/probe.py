@@ -138,33 +138,36 @@ def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) ->
     return stack, pre + post
 
 
-def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module,
-                 context: int | None = None) -> dict[str, dict[str, torch.Tensor]]:
-    """key_metrics and key_rank (RANK_METRICS) of each site of a layer's keys (site_keys), in one call over all the
-    sites' heads, from one set of float64 moments; k_hat's come from k_norm's (divided_moments: one Gram fewer). With
-    `context` (the training context, in tokens), k_norm's also hold the rotary use of the keys before rotary, from
-    their moments' diagonal (rotary_use: ROTARY_METRICS, and pair_share [H, P], which the caller records apart)."""
+def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
+    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments; k_hat's come from k_norm's
+    (divided_moments: one Gram fewer)."""
     stack, names = site_keys(attn, t, rotary)
     H, pre = stack.shape[1], len(names) // 2
     own = key_moments(stack[0])
     firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
     moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
-    m = {**key_metrics(stack.flatten(0, 1), moments), **key_rank(moments=moments)}
+    m = key_metrics(stack.flatten(0, 1), moments)
     per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
-    if context is not None:
-        per_site["k_norm"].update(rotary_use(None, rotary.frequencies(), context, rotary.pairing, moments=own))
+    ranks = key_rank(moments=tuple(torch.cat([z[:H], z[pre * H:(pre + 1) * H]]) for z in moments))
+    for i, name in enumerate(("k_norm", "k_rope")):
+        per_site[name].update({k: v[i * H:(i + 1) * H] for k, v in ranks.items()})
     return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
 
 
-def rotary_record(rotary: nn.Module, t: dict[str, torch.Tensor], keys_pairs: torch.Tensor, logit_at: torch.Tensor,
-                  context: int) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
-    """The queries' rotary use before rotary (QUERY_ROTARY, [Hq] each: attn's), and a layer record's pair_share:
-    each pair's share of the keys' energy (keys_pairs [Hkv, P], site_metrics'), of the queries' and of the largest
-    logit at logit_at (logit_pair_shares of the rotated q and k), as lists [heads][pairs]."""
-    use = rotary_use(t["q_norm"], rotary.frequencies(), context, rotary.pairing)
-    pairs = {"k_norm": keys_pairs, "q_norm": use["pair_share"],
-             "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, rotary.pairing)}
-    return dict(zip(QUERY_ROTARY, (use[n] for n in ROTARY_METRICS))), {k: v.tolist() for k, v in pairs.items()}
+def rotary_record(pairing: str, frequencies: torch.Tensor, t: dict[str, torch.Tensor], logit_at: torch.Tensor,
+                  context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
+    """The rotary use before rotary (rotary_use, in one call over the keys' and the queries' heads) of the keys
+    (ROTARY_METRICS, [Hkv] each: k_norm's) and of the queries (QUERY_ROTARY, [Hq] each: attn's), and a layer
+    record's pair_share: each pair's share of the keys' and the queries' energy and of the largest logit at logit_at
+    (logit_pair_shares of the rotated q and k), as lists [heads][pairs]."""
+    Hkv = t["k_norm"].shape[0]
+    energy = torch.cat([x.float().square().sum((1, 2)) for x in (t["k_norm"], t["q_norm"])])    # [Hkv + Hq, D]
+    use = rotary_use(None, frequencies, context, pairing, energy=energy)
+    pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
+             "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, pairing)}
+    return ({n: use[n][:Hkv] for n in ROTARY_METRICS}, dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS))),
+            {k: v.tolist() for k, v in pairs.items()})
 
 
 @contextmanager
@@ -237,6 +240,7 @@ class KeyProbe:
             raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
+        frequencies = model.rotary.frequencies()  # [D/2]: what each rotary pair turns per position
         layers: list[dict] = []
 
         def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
@@ -248,9 +252,10 @@ class KeyProbe:
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                sites = site_metrics(attn, t, model.rotary, self.context)
-                q_use, pairs = rotary_record(model.rotary, t, sites["k_norm"].pop("pair_share"), attn_m["logit_at"],
-                                             self.context)
+                sites = site_metrics(attn, t, model.rotary)
+                k_use, q_use, pairs = rotary_record(model.rotary.pairing, frequencies, t, attn_m["logit_at"],
+                                                    self.context)
+                sites["k_norm"].update(k_use)
                 attn_rec.update(q_use)
                 for name, m in (*sites.items(), ("attn", attn_rec)):
                     rec[name] = as_lists(m)

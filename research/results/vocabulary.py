@@ -29,8 +29,8 @@ UNCAPPED = "_uncapped"
 UNCAPPED_SPLIT = tuple(f"{name}{UNCAPPED}" for name in ("logit_max", *LOGIT_SPLIT))
 # With gated attention (attn_gate), the gate's mean and population std over the probe batch, per query head.
 GATE_METRICS = ("gate_mean", "gate_std")
-# What a key cache needs (research/probing/key_rank.py, rotary_use.py, kv_cache.py; docs/probing.md). At every key
-# site, per KV head: the rank holding 90% / 99% of the energy of the covariance (Loki's) and of K^T K / N.
+# What a key cache needs (research/probing/key_rank.py, rotary_use.py, kv_cache.py; docs/probing.md). At k_norm and
+# k_rope, per KV head: the rank holding 90% / 99% of the energy of the covariance (Loki's) and of K^T K / N.
 RANK_METRICS = ("rank90", "rank99", "rank90_uncentered", "rank99_uncentered")
 # Rotary frequency use of the keys before rotary (k_norm's metrics) and of the queries (attn's, prefixed q_), per head;
 # each pair's share [heads][pairs] in a layer record's `pair_share` object: of the keys' and the queries' energy, and

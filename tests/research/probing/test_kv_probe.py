@@ -36,8 +36,9 @@ def test_the_probe_records_ranks_rotary_use_and_pair_shares_per_head():
     rec = KeyProbe(ids())(model_for("learned"))  # 2 layers, 2 query heads, 1 KV head
     assert rec["rotary"] == {"pairing": "half", "context": 24}  # the batch's length unless the run's is given
     for layer in rec["layers"]:
-        for site in ("k_norm", "k_rope", "k_hat", "k_hat_rope"):
+        for site in ("k_norm", "k_rope"):
             assert all(len(layer[site][name]) == 1 for name in RANK_METRICS), site
+        assert not any(name in layer[site] for site in ("k_hat", "k_hat_rope") for name in RANK_METRICS)
         assert len(layer["k_norm"]["low_freq_share"]) == len(layer["k_norm"]["dominant_pair"]) == 1
         assert len(layer["attn"]["q_low_freq_share"]) == len(layer["attn"]["q_dominant_pair"]) == 2
         shares = layer["pair_share"]
@@ -139,3 +140,12 @@ def test_a_run_with_kv_every_probe_measures_the_key_cache_at_every_probe(debug_c
     assert all(p[KV_CACHE]["sequences"] == 8 and p[KV_CACHE]["seq_len"] == 32 for p in res["probes"])
     assert res["probes"][-1]["rotary"] == {"pairing": "half", "context": 32}  # the run's seq_len
     assert res["config"]["probe"]["kv_every_probe"] is True
+
+
+def test_pair_energy_from_energies_given_reads_as_from_the_vectors():
+    """The probe gives the keys' and the queries' energies in one call: any multiple per head reads the same."""
+    from research.probing.rotary_use import pair_energy
+    x = torch.randn(3, 2, 5, 8, generator=torch.Generator().manual_seed(0))
+    energy = x.square().sum((1, 2)) * torch.tensor([[1.0], [7.0], [0.5]])
+    assert torch.allclose(pair_energy(None, "interleaved", energy=energy), pair_energy(x, "interleaved"),
+                          rtol=1e-6, atol=0)
