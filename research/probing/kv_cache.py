@@ -17,8 +17,9 @@ And the loss (key_bits.quantized_loss) with every layer's keys quantized per tok
 (16: the keys themselves), its change from the unquantized loss, and usable_k_bits over KV_BITS within the studies'
 loss margin.
 
-Cost on the tiny preset (one thread, in forwards of the 64 x 128 probe batch): ~1 for the errors on 8 sequences
-(24 quantized and 6 projected attentions per layer), 5 forwards of the 8 sequences for the losses (~0.6).
+Cost on the tiny preset, against a plain forward of its 64 x 128 probe batch: about 40 forwards (18-51 over 5
+rounds on 2 cores at load 4-10), nearly all of it the 30 approximate attentions per layer (24 quantized, 6 projected)
+that attention_errors computes 32 queries at a time; the 5 loss forwards of 8 sequences are about 0.6.
 """
 from __future__ import annotations
 
