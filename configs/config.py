@@ -299,6 +299,13 @@ class ProbeConfig:
                             "probe.")
     probe_precision: Literal["fp32", "bf16"] = knob("fp32", "Precision of the probe's forward pass on its evaluation "
                                                     "batch.")
+    kv_every_probe: bool = knob(False, "Whether every probe also measures what a key cache costs (each layer's "
+                                "attention errors with its keys quantized at 8, 4, 3, 2 bits in three schemes and "
+                                "projected at rank d_head/8, /4, /2; the loss with every key quantized), on the probe "
+                                "batch's first 8 sequences: about 40 forward passes of the tiny preset's 64-sequence "
+                                "probe batch more per probe (18-51 measured on 2 loaded cores; the probe itself about "
+                                "2.7). "
+                                "Without it, once, after the last step.")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -10,7 +10,10 @@ level, so everything the report's "In short" states about them is right at once 
 other quantities are exploratory: decided in their own families, shown in their tables, not stated as findings.
 
 A quantity's final value of a run is the mean over layers at its last probe record (the loss: the last probe's
-training and validation loss). research.analysis.identity has already cut every run at the budget they all reached.
+training and validation loss; what a key cache costs: its section of results.json, measured after the last step).
+research.analysis.identity has already cut every run at the budget they all reached. The key cache's quantities
+(KV_QUANTITIES) are decided where a study names them primary or a run holds them: files written before they were
+measured read as they always did.
 """
 from __future__ import annotations
 
@@ -27,7 +30,8 @@ from research.analysis.rules import (DIFFERENT, EQUAL, INCONCLUSIVE, UNRESOLVED,
                                      by_seed, decide, k_of, runs_of)
 from research.analysis.series import nanmean
 from research.analysis.stats import mean_ci95
-from research.results.read import final_site_mean, last, layer_series, probe_tokens
+from research.results.read import final_site_mean, kv_layers, kv_series, kv_value, last, layer_series, probe_tokens
+from research.results.vocabulary import KV_CACHE
 from utils.errors import shown
 
 # The largest attention logit's margin, in logits (docs/decisions.md, "Studies of any conditions", says why 0.25)
@@ -40,17 +44,29 @@ class Quantity:
     text: str  # for people
     site: str | None  # the probe record's site.metric it is the layer mean of; None: a per-probe top-level field
     metric: str
-    margin: Literal["key", "loss", "logit"] = "key"  # --margin, --loss_margin (shares of the pair's mean), or the
-    #   absolute logit margin (ConditionRuns.logit_margin)
+    margin: Literal["key", "loss", "logit", "loss_share"] = "key"  # --margin, --loss_margin (shares of the pair's
+    #   mean), the absolute logit margin (ConditionRuns.logit_margin), or --loss_margin itself as an absolute margin
+    #   (a loss change that is already a share of the loss)
     decimals: int = 3
     unit: str = ""  # of its values and differences, where it has one
+    kv: tuple[str, ...] = ()  # where in results.json's kv_cache section it is read (research.results.read.kv_value)
+
+    @property
+    def layered(self) -> bool:
+        """Whether it has a value per layer (a probed quantity, or a key cache error; not a loss)."""
+        return self.site is not None or (bool(self.kv) and self.kv[0] != "loss")
 
     def final(self, res: dict) -> float:
-        """Its final value in a run: the layer mean at the last probe record, or the last per-probe value."""
+        """Its final value in a run: the layer mean at the last probe record, the last per-probe value, or the key
+        cache section's value."""
+        if self.kv:
+            return kv_value(res.get(KV_CACHE), self.kv)
         return last(res, self.metric) if self.site is None else final_site_mean(res, self.site, self.metric)
 
     def trajectory(self, res: dict) -> np.ndarray:
         """Its value at each probe record (the layer mean)."""
+        if self.kv:
+            return kv_series(res, self.kv)
         if self.site is None:
             return np.array([math.nan if v is None else float(v) for v in res.get(self.metric) or []], float)
         layers = layer_series(res, self.metric, self.site)
@@ -58,6 +74,8 @@ class Quantity:
 
     def per_layer(self, res: dict) -> np.ndarray:
         """Its value per layer at the last probe record (empty for a loss)."""
+        if self.kv:
+            return kv_layers(res.get(KV_CACHE), self.kv) if self.layered else np.zeros(0)
         if self.site is None:
             return np.zeros(0)
         layers = layer_series(res, self.metric, self.site)
@@ -75,7 +93,21 @@ QUANTITIES = (
     Quantity("val_loss", "validation loss", None, "val_loss", margin="loss", decimals=4, unit="nats"),
     Quantity("loss", "training loss", None, "loss", margin="loss", decimals=4, unit="nats"),
 )
-KEYS = tuple(q.key for q in QUANTITIES)
+# What a key cache costs (docs/probing.md): the keys' rank at 90% energy after RoPE, their energy in rotary pairs too
+# slow to turn within the training context, the loss change with every key quantized per token before RoPE at 4 and 3
+# bits (a share of the unquantized loss: its margin is --loss_margin itself), the logits' error with 4-bit keys.
+KV_QUANTITIES = (
+    Quantity("rank90", "key rank at 90% energy after RoPE (rank90)", "k_rope", "rank90", decimals=2),
+    Quantity("low_freq_share", "keys' energy share in low rotary frequencies", "k_norm", "low_freq_share"),
+    Quantity("kv_loss_4bit", "loss change with 4-bit keys (share of the loss)", None, "kv_loss_4bit",
+             margin="loss_share", decimals=4, kv=("loss", "4")),
+    Quantity("kv_loss_3bit", "loss change with 3-bit keys (share of the loss)", None, "kv_loss_3bit",
+             margin="loss_share", decimals=4, kv=("loss", "3")),
+    Quantity("kv_logit_error_4bit", "logit error with 4-bit keys", None, "kv_logit_error_4bit",
+             kv=("quantized", "pre_rope", "per_token", "4", "logit_error")),
+)
+ALL_QUANTITIES = QUANTITIES + KV_QUANTITIES
+KEYS = tuple(q.key for q in ALL_QUANTITIES)
 
 
 def check_primary(value) -> tuple[str, ...]:
@@ -136,8 +168,9 @@ class ConditionsAnalysis:
     summary: dict  # quantity key -> condition -> {"mean", "ci95", "n"} of the final values
     budget_tokens: float  # the training tokens the final values are taken at (the runs' last probe)
     logit_margin: float  # the largest logit's margin, in logits
-    primary: tuple[str, ...]  # the quantities read as one family (in QUANTITIES order); () for none
+    primary: tuple[str, ...]  # the quantities read as one family (in ALL_QUANTITIES order); () for none
     family_k: dict  # quantity key -> the k of the family its comparisons were decided in (the primaries share one)
+    quantities: tuple[Quantity, ...] = QUANTITIES  # those decided: QUANTITIES, and the KV_QUANTITIES runs hold
 
     def margin_of(self, q: Quantity) -> Margin:
         return quantity_margin(q, self.margin, self.loss_margin, self.logit_margin)
@@ -145,12 +178,12 @@ class ConditionsAnalysis:
     @property
     def stated(self) -> tuple[Quantity, ...]:
         """The quantities "In short" states findings about: the primary ones, else all (each its own family)."""
-        return tuple(q for q in QUANTITIES if q.key in self.primary) if self.primary else QUANTITIES
+        return tuple(q for q in self.quantities if q.key in self.primary) if self.primary else self.quantities
 
     @property
     def exploratory(self) -> tuple[Quantity, ...]:
         """With primary quantities, the others: decided in their own families, not stated as findings."""
-        return tuple(q for q in QUANTITIES if q.key not in self.primary) if self.primary else ()
+        return tuple(q for q in self.quantities if q.key not in self.primary) if self.primary else ()
 
     @property
     def baseline_set_aside(self) -> bool:
@@ -175,7 +208,8 @@ class ConditionsAnalysis:
 
 def quantity_margin(q: Quantity, margin: float, loss_margin: float, logit_margin: float) -> Margin:
     """The margin a quantity's comparisons are read against."""
-    return {"key": Margin(margin), "loss": Margin(loss_margin), "logit": Margin(logit_margin, absolute=True)}[q.margin]
+    return {"key": Margin(margin), "loss": Margin(loss_margin), "logit": Margin(logit_margin, absolute=True),
+            "loss_share": Margin(loss_margin, absolute=True)}[q.margin]
 
 
 def _summary(values: dict) -> dict:
@@ -190,17 +224,20 @@ def analyze(inputs: ConditionRuns, margin: float, loss_margin: float) -> Conditi
     runs = {c: runs_of(inputs.runs, c) for c in inputs.runs if runs_of(inputs.runs, c)}
     conds = list(runs)
     pairs = comparisons(conds, inputs.baseline)  # a baseline with no runs left: its comparisons have no paired values
-    families, summary = {}, {}
-    for q in QUANTITIES:
+    families, summary, held = {}, {}, []
+    for q in ALL_QUANTITIES:
         finals = {c: by_seed(runs[c], q.final) for c in conds}
-        summary[q.key] = {c: _summary(finals[c]) for c in conds}
-        families[q.key] = {(x, y): Paired.of(finals[x], finals.get(y, {})) for x, y in pairs}
-    primary = tuple(q.key for q in QUANTITIES if q.key in inputs.primary)
+        if q in QUANTITIES or q.key in inputs.primary or any(math.isfinite(v) for f in finals.values()
+                                                                 for v in f.values()):
+            held.append(q)
+            summary[q.key] = {c: _summary(finals[c]) for c in conds}
+            families[q.key] = {(x, y): Paired.of(finals[x], finals.get(y, {})) for x, y in pairs}
+    primary = tuple(q.key for q in held if q.key in inputs.primary)
     k_primary = sum(k_of(families[key]) for key in primary)  # Bonferroni over every comparison of every primary
-    family_k = {q.key: k_primary if q.key in primary else k_of(families[q.key]) for q in QUANTITIES}
+    family_k = {q.key: k_primary if q.key in primary else k_of(families[q.key]) for q in held}
     logit_margin = LOGIT_MARGIN if inputs.logit_margin is None else inputs.logit_margin
     decisions = {q.key: decide(families[q.key], quantity_margin(q, margin, loss_margin, logit_margin),
-                               k=family_k[q.key]) for q in QUANTITIES}
+                               k=family_k[q.key]) for q in held}
     ends = [float(probe_tokens(r)[-1]) for rl in runs.values() for r in rl if probe_tokens(r).size]
     return ConditionsAnalysis(runs, conds, inputs.baseline, margin, loss_margin, decisions, summary,
-                              max(ends) if ends else math.nan, logit_margin, primary, family_k)
+                              max(ends) if ends else math.nan, logit_margin, primary, family_k, tuple(held))

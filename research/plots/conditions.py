@@ -8,7 +8,8 @@
 The report states each difference in the quantity's units and as a share of one named condition (the baseline, or
 the first condition of the comparison), and each margin in the same units, saying what it is a share of where it is
 one. Its "In short" states findings only about the study's primary quantities, read as one family, or, without
-primary quantities, about all nine with the family-wise error bound of reading nine families together.
+primary quantities, about all of them (the nine, and the key cache's where the runs measured it) with the family-wise
+error bound of reading that many families together.
 """
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import math
 import numpy as np
 
 from configs.config import variant_fields
-from research.analysis.conditions import (BEYOND, INSIDE, OPEN, QUANTITIES, REAL, ConditionsAnalysis, Quantity,
-                                          reading)
+from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
 from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, WITHIN, Decision,
                                      needed_text, rule_text, untested_text)
 from research.analysis.series import aligned, mean_band
@@ -102,13 +102,13 @@ def _layers(ax, runs: list[dict], q):
 
 @styled
 def fig_trajectories(a: ConditionsAnalysis):
-    return _panels(a, "Trajectories", QUANTITIES, _trajectory,
+    return _panels(a, "Trajectories", a.quantities, _trajectory,
                    "Over training: the layer mean at each probe, mean over seeds with its 95% band")
 
 
 @styled
 def fig_per_layer(a: ConditionsAnalysis):
-    return _panels(a, "Per layer", [q for q in QUANTITIES if q.site is not None], _layers,
+    return _panels(a, "Per layer", [q for q in a.quantities if q.layered], _layers,
                    f"Per layer, {fmt_at([a.budget_tokens])}: mean over seeds with its 95% band", xlabel="layer")
 
 
@@ -120,8 +120,8 @@ def fig_comparisons(a: ConditionsAnalysis):
     pairs = list(next(iter(a.decisions.values()), {}))
     if not pairs:
         return message_figure("Comparisons", "one condition: nothing to compare")
-    fig, axes = _grid(len(QUANTITIES))
-    for ax, q in zip(axes, QUANTITIES):
+    fig, axes = _grid(len(a.quantities))
+    for ax, q in zip(axes, a.quantities):
         ax.axvline(0, color="black", lw=0.8)
         for i, p in enumerate(pairs):
             d = a.decisions[q.key][p]
@@ -262,7 +262,7 @@ def _family_note(a: ConditionsAnalysis) -> str:
                  f"once with probability at least {1 - ALPHA:.0%}") if k else "none of them has an interval"
         return (f"The study's primary quantities ({', '.join(q.text for q in a.stated)}) are read as one family of "
                 f"k = {k} comparisons: {level}.")
-    n = sum(1 for q in QUANTITIES if a.family_k[q.key])
+    n = sum(1 for q in a.quantities if a.family_k[q.key])
     if n < 2:
         return ""
     return (f"These are {n} families, one per quantity, each right at once with probability at least "
@@ -322,7 +322,7 @@ def report(a: ConditionsAnalysis) -> str:
     primary = (f" Its primary quantities, named in the study file: {', '.join(q.text for q in a.stated)}; the others "
                f"are exploratory." if a.primary else "")
     lines = [f"# Conditions compared: {', '.join(conds) or 'none'}", "",
-             f"The study compares {against} in {len(QUANTITIES)} quantities, each taken {fmt_at([a.budget_tokens])} "
+             f"The study compares {against} in {len(a.quantities)} quantities, each taken {fmt_at([a.budget_tokens])} "
              f"(a probed quantity: its mean over layers at the last probe). Values are mean \u00b1 95% confidence "
              f"half width over seeds; n is the number of seeds.{primary}", ""]
     per, shared = _settings(a)
@@ -342,10 +342,12 @@ def report(a: ConditionsAnalysis) -> str:
               "family of its own" if a.primary else None)
     absolute = (f"\u00b1{a.logit_margin:g} logits for the largest attention logit (an absolute margin: it can sit "
                 f"near 0)")
+    if any(q.margin == "loss_share" for q in a.quantities):
+        absolute += f"; \u00b1{a.loss_margin:g} for a loss change with quantized keys, itself a share of the loss"
     lines += ["", "## Decisions", "",
               f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}.",
               ""]
-    for q in QUANTITIES:
+    for q in a.quantities:
         lines += [f"### {q.text}", ""] + ([_family(a, q), ""] if _family(a, q) else [])
         lines += ["| condition | final | n |", "|---|---|---|"]
         lines += [f"| {c} | {_value(a.summary[q.key][c], q.decimals)} | {a.summary[q.key][c]['n']} |" for c in conds]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-ERROR_NAMES = ("logit_error", "attention_kl", "output_error")
+from research.results.vocabulary import KV_ERRORS
+
+ERROR_NAMES = KV_ERRORS
 _MASKED = -1e30  # masked logits: exp gives exactly 0, and p * (log p - log p') stays 0 * finite there
 
 

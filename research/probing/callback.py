@@ -11,10 +11,11 @@ import torch
 from configs.config import ConfigError
 from data import data_usage, val_batches
 from research.probing.ablation import gain_ablation
+from research.probing.kv_cache import kv_cache_record
 from research.probing.probe import KeyProbe
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
 from research.results.read import tracked_scalars
-from research.results.vocabulary import RESULTS_FILE, TAG_BY_QK_NORM
+from research.results.vocabulary import KV_CACHE, RESULTS_FILE, TAG_BY_QK_NORM
 from training.callbacks import StepInfo
 from training.tracking import tracker_for
 from utils.errors import shown
@@ -33,7 +34,9 @@ class ProbeCallback:
     at step 0). `loss` at a probe is the mean training loss of the last `every` steps: the steps since the
     previous probe, as in the write-ups, except at a final probe that comes sooner, whose window reaches back
     so it is as long. After the last step, where the k_norm gain is learned, the gain ablation
-    (research.probing.ablation) on `ablation_batches`. A resumed run continues the file from its
+    (research.probing.ablation) on `ablation_batches`; and at the last step, where the probe has targets, what a key
+    cache costs (research.probing.kv_cache: results.json's kv_cache, once; with `kv_every_probe` in every probe
+    record too). A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
     (a missing or unreadable results.json stops the resume with ResultsError in `after_resume`, never a
     fresh file that would start at the resume step). `on_probe(step, {tag: value})`, if given, receives the probe's
@@ -45,12 +48,14 @@ class ProbeCallback:
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
                  header: dict, qk_norm: str, ablation_batches: list | None = None,
                  on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
-                 probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False):
+                 probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False,
+                 context: int | None = None, kv_every_probe: bool = False):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
-        self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT)
+        self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT, context)
+        self.kv_every_probe = kv_every_probe
         # > 0: the trainer's validation set (ablation_batches) is the probe batch's first val_rows sequences
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
@@ -97,6 +102,10 @@ class ProbeCallback:
         record, own_loss = self.probe.measure(model, shared)
         if shared:
             val_loss = own_loss
+        final = info.step == info.total_steps
+        kv = self._kv_cache(model) if final or self.kv_every_probe else None
+        if kv is not None and self.kv_every_probe:
+            record[KV_CACHE] = kv
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
             self.results["init_val_loss"], val_loss = val_loss, None
         if info.alarms is not None:  # the spike alarm's record, as summary.json has it
@@ -104,14 +113,22 @@ class ProbeCallback:
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
-        if info.step == info.total_steps and self.ablation_batches:
+        if final and self.ablation_batches:
             ablation = gain_ablation(model, self.probe, self.ablation_batches)
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
+        if final and kv is not None:
+            self.results[KV_CACHE] = {"step": info.step, **kv}
         save_results(self.path, self.results)
         self.last_probe_step = info.step
         if self.on_probe is not None:
             self.on_probe(info.step, tracked_scalars(record))
+
+    def _kv_cache(self, model) -> dict | None:
+        """research.probing.kv_cache's section on the probe batch's first sequences (None without targets)."""
+        if self.probe.targets is None:
+            return None
+        return kv_cache_record(model, self.probe.ids, self.probe.targets, self.probe.precision)
 
     def state_dict(self) -> dict:
         return {"recent_losses": list(self.recent_losses), "step": self.step, "last_probe_step": self.last_probe_step}
@@ -169,7 +186,8 @@ def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | 
     return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
-                         share_validation=runtime.precision == cfg.probe.probe_precision)
+                         share_validation=runtime.precision == cfg.probe.probe_precision,
+                         context=cfg.data.seq_len, kv_every_probe=cfg.probe.kv_every_probe)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,

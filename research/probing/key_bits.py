@@ -23,8 +23,9 @@ import torch
 
 from research.analysis.rules import LOSS_MARGIN
 from research.probing.attention_error import attention_errors
+from research.results.vocabulary import KV_SCHEMES
 
-SCHEMES = ("per_channel", "per_token", "per_token_hadamard")
+SCHEMES = KV_SCHEMES
 GROUP = 32  # tokens per per_channel group, KIVI's
 KEY_SITES = {"pre_rope": "hook_k_norm", "post_rope": "hook_k_rope"}  # where quantized_keys quantizes a MinimalLLM
 

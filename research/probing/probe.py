@@ -29,10 +29,12 @@ import torch
 import torch.nn as nn
 
 from research.access.adapters import heads_first
+from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_metrics,
                                       key_moments, layer_means)
+from research.probing.rotary_use import logit_pair_shares, rotary_use
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
-                                         UNCAPPED_SPLIT)
+                                         QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -47,9 +49,11 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 @contextmanager
-def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None]) -> Iterator[None]:
+def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None],
+                   values: bool = False) -> Iterator[None]:
     """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward
-    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output).
+    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output; with `values`
+    also "v": [Hkv, B, T, D], the values, whose hook fires before the q/k ones).
 
     The four hook points of a block fire in the order q_norm, k_norm, q_rope, k_rope; on_layer
     runs when k_rope arrives and the layer's tensors are dropped right after.
@@ -72,6 +76,8 @@ def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Te
             attn = block.attn
             if hasattr(attn, "hook_gate"):  # gated attention: fires first
                 handles.append(attn.hook_gate.register_forward_hook(keep("gate")))
+            if values:
+                handles.append(attn.hook_v.register_forward_hook(keep("v")))
             handles.append(attn.hook_q_norm.register_forward_hook(keep("q_norm")))
             handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
             handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
@@ -133,8 +139,9 @@ def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) ->
 
 
 def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
-    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads; k_hat's
-    float64 moments come from k_norm's (divided_moments: one Gram fewer)."""
+    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
+    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments; k_hat's come from k_norm's
+    (divided_moments: one Gram fewer)."""
     stack, names = site_keys(attn, t, rotary)
     H, pre = stack.shape[1], len(names) // 2
     own = key_moments(stack[0])
@@ -142,7 +149,25 @@ def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module)
     moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
     m = key_metrics(stack.flatten(0, 1), moments)
     per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
+    ranks = key_rank(moments=tuple(torch.cat([z[:H], z[pre * H:(pre + 1) * H]]) for z in moments))
+    for i, name in enumerate(("k_norm", "k_rope")):
+        per_site[name].update({k: v[i * H:(i + 1) * H] for k, v in ranks.items()})
     return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
+
+
+def rotary_record(pairing: str, frequencies: torch.Tensor, t: dict[str, torch.Tensor], logit_at: torch.Tensor,
+                  context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
+    """The rotary use before rotary (rotary_use, in one call over the keys' and the queries' heads) of the keys
+    (ROTARY_METRICS, [Hkv] each: k_norm's) and of the queries (QUERY_ROTARY, [Hq] each: attn's), and a layer
+    record's pair_share: each pair's share of the keys' and the queries' energy and of the largest logit at logit_at
+    (logit_pair_shares of the rotated q and k), as lists [heads][pairs]."""
+    Hkv = t["k_norm"].shape[0]
+    energy = torch.cat([x.float().square().sum((1, 2)) for x in (t["k_norm"], t["q_norm"])])    # [Hkv + Hq, D]
+    use = rotary_use(None, frequencies, context, pairing, energy=energy)
+    pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
+             "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, pairing)}
+    return ({n: use[n][:Hkv] for n in ROTARY_METRICS}, dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS))),
+            {k: v.tolist() for k, v in pairs.items()})
 
 
 @contextmanager
@@ -179,12 +204,15 @@ class KeyProbe:
     """Measures a model's keys on a fixed evaluation batch of token ids [B, T]; given the batch's next tokens
     (targets [B, T]), also the LM loss of its first sequences from the same forward (measure)."""
 
-    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32", targets_BT: torch.Tensor | None = None):
+    def __init__(self, eval_ids_BT: torch.Tensor, precision: str = "fp32", targets_BT: torch.Tensor | None = None,
+                 context: int | None = None):
         if targets_BT is not None and targets_BT.shape != eval_ids_BT.shape:
             raise ValueError(f"targets {tuple(targets_BT.shape)} must have the ids' shape {tuple(eval_ids_BT.shape)}")
         self.ids = eval_ids_BT
         self.targets = targets_BT
         self.precision = precision
+        # the training context low_freq_share reads wavelengths against (a run's seq_len; else the batch's length)
+        self.context = context or eval_ids_BT.shape[1]
 
     def __call__(self, model: nn.Module) -> dict:
         return self.measure(model)[0]
@@ -212,6 +240,7 @@ class KeyProbe:
             raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
+        frequencies = model.rotary.frequencies()  # [D/2]: what each rotary pair turns per position
         layers: list[dict] = []
 
         def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
@@ -223,9 +252,15 @@ class KeyProbe:
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                for name, m in (*site_metrics(attn, t, model.rotary).items(), ("attn", attn_rec)):
+                sites = site_metrics(attn, t, model.rotary)
+                k_use, q_use, pairs = rotary_record(model.rotary.pairing, frequencies, t, attn_m["logit_at"],
+                                                    self.context)
+                sites["k_norm"].update(k_use)
+                attn_rec.update(q_use)
+                for name, m in (*sites.items(), ("attn", attn_rec)):
                     rec[name] = as_lists(m)
                     means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
+            rec["pair_share"] = pairs
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
             rec["gamma_q"] = gamma_stats(_gain(attn.q_norm))
             rec["means"] = means
@@ -241,4 +276,5 @@ class KeyProbe:
                 loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
         layers.sort(key=lambda r: r["layer"])
         return ({"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
-                 "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision}, loss)
+                 "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision,
+                 "rotary": {"pairing": model.rotary.pairing, "context": self.context}}, loss)

@@ -17,7 +17,9 @@ import math
 
 import torch
 
-PAIRINGS = ("half", "interleaved")
+from research.results.vocabulary import ROTARY_PAIRINGS
+
+PAIRINGS = ROTARY_PAIRINGS
 
 
 def pair_dims(D: int, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,13 +33,16 @@ def pair_dims(D: int, pairing: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
-def pair_energy(x: torch.Tensor | None, pairing: str, *, moments: tuple[torch.Tensor, torch.Tensor] | None = None
-                ) -> torch.Tensor:
+def pair_energy(x: torch.Tensor | None, pairing: str, *, moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+                energy: torch.Tensor | None = None) -> torch.Tensor:
     """[H, P] float64: each pair's share of each head's energy, sum over the tokens of the pair's two squared
     components over the sum of all D. x: keys or queries [H, B, T, D] (squares summed in float32, then float64), or
     None with their key_moments (M [H, D, D], mu) given, whose diagonal is that energy / N (no pass over the
-    vectors). A head of zero vectors reads 0."""
-    if moments is not None:
+    vectors), or with `energy` [H, D] given, any positive multiple of it per head (the sums of several kinds of
+    vectors at once, say). A head of zero vectors reads 0."""
+    if energy is not None:
+        sq = energy.to(torch.float64)                                             # [H, D]
+    elif moments is not None:
         sq = moments[0].diagonal(dim1=1, dim2=2).to(torch.float64)                # [H, D]
     elif x is not None:
         sq = x.detach().float().square().sum((1, 2)).double()                     # [H, D]
@@ -84,9 +89,11 @@ def logit_pair_shares(q: torch.Tensor, k: torch.Tensor, at: torch.Tensor, pairin
 
 @torch.no_grad()
 def rotary_use(x: torch.Tensor | None, frequencies: torch.Tensor, context: int, pairing: str, *,
-               moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """The frequency use of each head's keys or queries x [H, B, T, D] (or None and their key_moments): pair_share
-    [H, P] (pair_energy), low_freq_share [H] and dominant_pair [H] (int64)."""
-    shares = pair_energy(x, pairing, moments=moments)
+               moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+               energy: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The frequency use of each head's keys or queries x [H, B, T, D] (or None and their key_moments, or their
+    energy [H, D]: pair_energy's): pair_share [H, P] (pair_energy), low_freq_share [H] and dominant_pair [H]
+    (int64)."""
+    shares = pair_energy(x, pairing, moments=moments, energy=energy)
     return {"pair_share": shares, "low_freq_share": low_freq_share(shares, frequencies, context),
             "dominant_pair": dominant_pair(shares)}

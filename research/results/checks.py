@@ -14,7 +14,8 @@ import math
 import re
 
 from configs.config import ConfigError
-from research.results.vocabulary import ABLATION_MODES, LEGACY_ABLATION_MODES, SCHEMA
+from research.results.vocabulary import (ABLATION_MODES, KV_CACHE, KV_ERRORS, KV_SCHEMES, KV_SITES,
+                                         LEGACY_ABLATION_MODES, PAIR_SHARES, ROTARY_PAIRINGS, SCHEMA)
 from utils.errors import shown
 from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Req, Spec, Text, check,
                            found, is_integer, is_number)
@@ -78,15 +79,41 @@ class _LayerIndex(Spec):
 
 
 _GAIN = Obj({"values": Opt(ListOf(Number(), NUMBERS_OR_NULL))}, nullable=True, rest=Number())
-_RECORD = Obj({"layer": _LayerIndex(), "means": MapOf(Number(), nullable=True), "gamma_k": _GAIN, "gamma_q": _GAIN},
+# Each rotary pair's share, per head (research.probing.probe.rotary_record): [heads][pairs]
+_PAIRS = ListOf(ListOf(Number(), NUMBERS_OR_NULL), "a list of one list of numbers per head")
+_RECORD = Obj({"layer": _LayerIndex(), "means": MapOf(Number(), nullable=True), "gamma_k": _GAIN, "gamma_q": _GAIN,
+               "pair_share": Opt(Obj({name: Opt(_PAIRS) for name in PAIR_SHARES}))},
               # every other key is a site: {metric: one value per head}, as long in every record
               rest=MapOf(ListOf(Number(), NUMBERS_OR_NULL, uniform=True,
                                 size="should have {n} values, as in every other probe record, found {len}"),
                          path="dot"))
+# What a key cache costs (research.probing.kv_cache): per layer, per query head, the attention errors of keys
+# quantized[site][scheme][bits] and projected[site][rank]; the loss with every key quantized, by bits.
+_WHOLE_KEY = "[1-9][0-9]*"  # bits or a rank as JSON object keys hold them: '8', '16'
+_ERRORS = Obj({name: Req(ListOf(Number(), NUMBERS_OR_NULL)) for name in KV_ERRORS})
+_BY_SITE = dict(key_pattern="|".join(KV_SITES), key_kind=f"a site ({', '.join(KV_SITES)})")
+_KV_LAYER = Obj({
+    "layer": Integer("a layer index", nullable=False, lo=0),
+    "quantized": MapOf(MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="bits ('8', '4', ...)"),
+                             key_pattern="|".join(KV_SCHEMES), key_kind=f"a scheme ({', '.join(KV_SCHEMES)})"),
+                       **_BY_SITE),
+    "projected": MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="a rank ('8', '16', ...)"), **_BY_SITE)})
+_BY_BITS = MapOf(Number(), key_pattern=_WHOLE_KEY, key_kind="bits ('16', '8', ...)")
+_KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=False)),
+           "sequences": Req(Integer("a positive integer", nullable=False, lo=1)),
+           "seq_len": Integer("a positive integer", lo=1), "precision": Text(),
+           "bits": ListOf(Integer(nullable=False), "a list of integers", nullable=True),
+           "ranks": ListOf(Integer(nullable=False), "a list of integers", nullable=True),
+           "loss": Obj({"scheme": Text(), "site": Text(), "by_bits": Req(_BY_BITS), "change": Req(_BY_BITS)},
+                       nullable=True),
+           "usable_k_bits": Integer("a number of bits (an integer)", lo=1), "loss_margin": Number(),
+           "layers": Req(ListOf(_KV_LAYER, "a list of layer records"))})
 _PROBE = Obj({"layers": ListOf(_RECORD, "a list of one or more layer records", nonempty=True, uniform=True,
                                size="should be a list of {n} layer records, as in every other probe, found {len}"),
               "tokens": Opt(Number(nullable=False)),
-              "batch": ListOf(Number(nullable=False), NUMBERS, nullable=True)}, name="probe")
+              "batch": ListOf(Number(nullable=False), NUMBERS, nullable=True),
+              "rotary": Opt(Obj({"pairing": OneOf(ROTARY_PAIRINGS), "context": Integer("a positive integer", lo=1)})),
+              KV_CACHE: Opt(_KV)}, name="probe")
 _PROBES = ListOf(_PROBE, "a list of probe records, one per probe (or empty)", n="probes", nullable=True,
                  empty_ok=True, size="should be a list of {n} probe records (or empty), found {len}")
 
@@ -161,6 +188,7 @@ RESULTS = Obj({
     "gamma_final": _per_layer(ListOf(Number(), NUMBERS_OR_NULL), nullable=True),
     "probes": _PROBES,
     "gain_ablation": _ABLATION,
+    KV_CACHE: Opt(_KV),
     "alarms": Opt(ListOf(Obj({"step": Integer("a step (an integer)"), "tokens": Integer(),
                               "alarm": Obj({"signal": Text("a signal name (text)", nullable=False),
                                             "value": Number(), "threshold": Number()})}),

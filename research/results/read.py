@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from research.results.values import as_float
-from research.results.vocabulary import MAIN_SITE, TRACKED_LAYER_MEANS
+from research.results.vocabulary import KV_CACHE, MAIN_SITE, TRACKED_LAYER_MEANS
 
 
 def seed_of(res: dict):
@@ -91,6 +91,43 @@ def layer_series(res: dict, metric: str, site: str = MAIN_SITE) -> np.ndarray:
         for rec in probe["layers"]:
             if rec["layer"] < out.shape[1]:
                 out[p, rec["layer"]] = as_float((rec.get("means") or {}).get(f"{site}.{metric}"))
+    return out
+
+
+def kv_layers(section: dict | None, path: tuple[str, ...]) -> np.ndarray:
+    """[n_layers]: the mean over query heads of a key cache section's per-layer errors at `path` (e.g. ("quantized",
+    "pre_rope", "per_token", "4", "logit_error") or ("projected", "post_rope", "8", "attention_kl")); empty where the
+    section or the path is missing."""
+    rows = []
+    for layer in (section or {}).get("layers") or []:
+        value = layer
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        heads = [as_float(v) for v in value] if isinstance(value, list) else []
+        rows.append(float(np.nanmean(heads)) if any(math.isfinite(v) for v in heads) else math.nan)
+    return np.array(rows, float)
+
+
+def kv_value(section: dict | None, path: tuple[str, ...]) -> float:
+    """One number of a key cache section (results.json's kv_cache): for ("loss", bits) the change of the loss with
+    every key quantized at `bits` as a share of the unquantized loss, (L_bits - L_16) / L_16; for a path of per-layer
+    errors (kv_layers) their mean over layers. NaN where the section or the value is missing."""
+    if path[0] == "loss":
+        by_bits = ((section or {}).get("loss") or {}).get("by_bits") or {}
+        base, value = as_float(by_bits.get("16")), as_float(by_bits.get(path[1]))
+        return (value - base) / base if base else math.nan
+    layers = kv_layers(section, path)
+    return float(np.nanmean(layers)) if np.isfinite(layers).any() else math.nan
+
+
+def kv_series(res: dict, path: tuple[str, ...]) -> np.ndarray:
+    """kv_value at each probe: from each probe record's section (kv_every_probe), else NaN, except the last probe
+    when the run's end-of-training section was measured at its step."""
+    probes = res.get("probes") or []
+    out = np.array([kv_value(p.get(KV_CACHE), path) for p in probes], float)
+    section, steps = res.get(KV_CACHE), res.get("steps") or []
+    if section and out.size and steps and section.get("step") == steps[-1]:
+        out[-1] = kv_value(section, path)
     return out
 
 

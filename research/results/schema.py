@@ -14,7 +14,8 @@ The write-ups' fields keep their names and meanings, one entry per probe:
 
 Beside them: schema/schema_version, config, preset, seed, provenance (git commit,
 versions, device), data hashes, steps, wall times, probe times, and `probes`: the
-full per-layer, per-head records of research/probing/probe.py. The file is rewritten
+full per-layer, per-head records of research/probing/probe.py; after the last step the gain ablation
+(gain_ablation) and what a key cache costs (kv_cache, research/probing/kv_cache.py). The file is rewritten
 atomically after every probe. No torch here.
 
 `python -m research.results.schema --json_schema DIR` writes the declared formats of results.json, study.json and
@@ -32,7 +33,8 @@ from utils.cli import ArgumentParser, command  # first: this module is a command
 from research.results.checks import RESULTS, ShapeError, check_types, is_integer
 from research.results.study_formats import QK_COMBINED_FORMAT, STUDY
 from research.results.values import json_safe, parse_json
-from research.results.vocabulary import LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION, WRITEUP_FIELDS
+from research.results.vocabulary import (KV_CACHE, LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION,
+                                         WRITEUP_FIELDS)
 from utils.errors import UserError, os_fix, os_problem, shown
 from utils.formats import json_schema
 from utils.io import atomic_write_text
@@ -71,17 +73,18 @@ def add_probe(res: dict, record: dict, *, step: int, tokens: int, loss: float | 
 
 
 def _keep_probes(res: dict, keep: list[int], last_step: float, undated: float) -> dict:
-    """`res` with only the probes at indices `keep`. A gain ablation measured after `last_step` (one without a step
-    counts as measured at `undated`) is dropped; gamma_final is read again from the last probe kept (dropped when
-    there are no probe records to read it from)."""
+    """`res` with only the probes at indices `keep`. A gain ablation or key cache section measured after `last_step`
+    (one without a step counts as measured at `undated`) is dropped; gamma_final is read again from the last probe
+    kept (dropped when there are no probe records to read it from)."""
     out = dict(res)
     for k in (*PER_PROBE, "steps", "wall_time_s", "probe_time_s", "probes"):
         if k in res:
             out[k] = [res[k][i] for i in keep if i < len(res[k])]
     for k in ("layer_pr", "gamma_cv"):
         out[k] = {layer: [v[i] for i in keep if i < len(v)] for layer, v in (res.get(k) or {}).items()}
-    if (res.get("gain_ablation") or {}).get("step", undated) > last_step:  # measured after the last probe kept
-        out.pop("gain_ablation", None)
+    for section in ("gain_ablation", KV_CACHE):
+        if (res.get(section) or {}).get("step", undated) > last_step:  # measured after the last probe kept
+            out.pop(section, None)
     if "alarms" in res:  # the spike alarm's, up to the last step kept
         out["alarms"] = [a for a in res["alarms"] if a["step"] <= last_step]
     if out.get("probes") and out.get("gamma_final"):

@@ -29,6 +29,24 @@ UNCAPPED = "_uncapped"
 UNCAPPED_SPLIT = tuple(f"{name}{UNCAPPED}" for name in ("logit_max", *LOGIT_SPLIT))
 # With gated attention (attn_gate), the gate's mean and population std over the probe batch, per query head.
 GATE_METRICS = ("gate_mean", "gate_std")
+# What a key cache needs (research/probing/key_rank.py, rotary_use.py, kv_cache.py; docs/probing.md). At k_norm and
+# k_rope, per KV head: the rank holding 90% / 99% of the energy of the covariance (Loki's) and of K^T K / N.
+RANK_METRICS = ("rank90", "rank99", "rank90_uncentered", "rank99_uncentered")
+# Rotary frequency use of the keys before rotary (k_norm's metrics) and of the queries (attn's, prefixed q_), per head;
+# each pair's share [heads][pairs] in a layer record's `pair_share` object: of the keys' and the queries' energy, and
+# of the largest logit. How the dims pair up is the model's (a probe record's `rotary`). Files written before 2026-11-27
+# lack them.
+ROTARY_METRICS = ("low_freq_share", "dominant_pair")
+QUERY_ROTARY = tuple(f"q_{name}" for name in ROTARY_METRICS)
+PAIR_SHARES = ("k_norm", "q_norm", "logit")
+ROTARY_PAIRINGS = ("half", "interleaved")
+# The key cache's section of results.json (once, at the end of a run; with kv_every_probe in every probe record too):
+# keys fake-quantized in each scheme at each width, before or after rotary, and projected on their top r directions;
+# the attention errors each causes, per layer and query head; the loss with every layer's keys quantized.
+KV_CACHE = "kv_cache"
+KV_SITES = ("pre_rope", "post_rope")
+KV_SCHEMES = ("per_channel", "per_token", "per_token_hadamard")
+KV_ERRORS = ("logit_error", "attention_kl", "output_error")
 # The layer means an experiment tracker (--logger) shows per layer after each probe; a name the
 # probe does not record (logit_max before the probe measured it) is left out.
 TRACKED_LAYER_MEANS = (PR, f"{MAIN_SITE}.norm_mean", "attn.entropy", "attn.sink_mass", "attn.logit_max")

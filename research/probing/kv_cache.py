@@ -1,0 +1,113 @@
+"""What a key cache would cost the trained model: each layer's attention errors with its keys fake-quantized or
+projected on their top directions, and the loss with every layer's keys quantized. Measured once at the end of a
+run (ProbeCallback, beside the gain ablation; with kv_every_probe at every probe too), on the first KV_ROWS
+sequences of the probe batch; definitions in docs/probing.md.
+
+    section = kv_cache_record(model, ids_BT, targets_BT)      # results.json's "kv_cache" (KV_CACHE)
+
+Per layer, per query head (attention_errors' logit_error, attention_kl, output_error, against the model's own
+attention: rotated queries, scale 1/sqrt(D), its soft-cap):
+- quantized[site][scheme][bits]: the keys fake-quantized (key_bits.fake_quantize) in each scheme at each of KV_BITS,
+  at `pre_rope` (the keys before rotary, rotated after quantization, as quantized_keys' pre_rope does) or `post_rope`
+  (the rotated keys the attention reads);
+- projected[site][r]: queries and keys both projected on the top r eigenvectors of the keys' K^T K / N, r in D/8,
+  D/4, D/2: `post_rope` on the rotated keys' (key_rank.projection_error), `pre_rope` on the keys' before rotary,
+  rotated after the projection (a cache of rank-r keys that rotary is applied to when read).
+And the loss (key_bits.quantized_loss) with every layer's keys quantized per token before rotary at each of LOSS_BITS
+(16: the keys themselves), its change from the unquantized loss, and usable_k_bits over KV_BITS within the studies'
+loss margin.
+
+Cost on the tiny preset, against a plain forward of its 64 x 128 probe batch: about 40 forwards (18-51 over 5
+rounds on 2 cores at load 4-10), nearly all of it the 30 approximate attentions per layer (24 quantized, 6 projected)
+that attention_errors computes 32 queries at a time; the 5 loss forwards of 8 sequences are about 0.6.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from research.analysis.rules import LOSS_MARGIN
+from research.probing.attention_error import attention_errors
+from research.probing.key_bits import fake_quantize, quantized_loss, usable_k_bits
+from research.probing.key_rank import key_basis
+from research.probing.metrics import key_moments
+from research.probing.probe import capture_layers, measuring, unwrap
+from research.results.vocabulary import KV_SCHEMES, KV_SITES
+
+KV_ROWS = 8  # the probe batch's first sequences the section is measured on (all of them where it has fewer)
+KV_BITS = (8, 4, 3, 2)  # the widths the errors are measured at and usable_k_bits chooses from
+LOSS_BITS = (16, *KV_BITS)  # 16: the keys unchanged, the reference loss (its change is 0)
+LOSS_SCHEME, LOSS_SITE = "per_token", "pre_rope"  # how the loss's keys are quantized
+RANK_DIVISORS = (8, 4, 2)  # r = D/8, D/4, D/2
+
+
+def _rotate(rotary: nn.Module, x_HBTD: torch.Tensor) -> torch.Tensor:
+    """RoPE of [H, B, T, D] vectors (the model's Rotary takes [B, T, H, D])."""
+    return rotary(x_HBTD.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)
+
+
+def _projector(basis: torch.Tensor, r: int, Hq: int) -> torch.Tensor:
+    """[Hq, 1, D, D]: U_r U_r^T of each query head's KV head (basis [Hkv, D, D], key_basis')."""
+    U = basis[..., :r].float()
+    P = U @ U.mT                                                                 # [Hkv, D, D]
+    return P.repeat_interleave(Hq // basis.shape[0], 0).unsqueeze(1)
+
+
+@torch.no_grad()
+def layer_errors(t: dict[str, torch.Tensor], rotary: nn.Module, softcap: float | None = None) -> dict:
+    """One layer's {"quantized": {site: {scheme: {bits: errors}}}, "projected": {site: {r: errors}}} (errors:
+    {logit_error, attention_kl, output_error} as float lists over the query heads), from capture_layers' tensors
+    with values: q_norm, k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each)."""
+    q, k_pre, k_post, v = (t[n].float() for n in ("q_rope", "k_norm", "k_rope", "v"))
+    q_pre = t["q_norm"].float()
+    Hq, Hkv, D = q.shape[0], k_pre.shape[0], q.shape[-1]
+    cases = [(site, s, b) for site in KV_SITES for s in KV_SCHEMES for b in KV_BITS]
+    approx = [(q, _rotate(rotary, fake_quantize(k_pre, b, s)) if site == "pre_rope" else fake_quantize(k_post, b, s))
+              for site, s, b in cases]
+    ranks = [D // n for n in RANK_DIVISORS]
+    bases = {"pre_rope": key_basis(key_moments(k_pre)), "post_rope": key_basis(key_moments(k_post))}
+    projected = [(site, r) for site in KV_SITES for r in ranks]
+    for site, r in projected:
+        P = _projector(bases[site], r, Hq)
+        qk = (q_pre, k_pre) if site == "pre_rope" else (q, k_post)
+        q_r, k_r = qk[0] @ P, qk[1] @ P[::Hq // Hkv]
+        approx.append((_rotate(rotary, q_r), _rotate(rotary, k_r)) if site == "pre_rope" else (q_r, k_r))
+    errors = [{name: e.tolist() for name, e in err.items()}
+              for err in attention_errors(q, k_post, v, approx, softcap=softcap)]
+    out: dict = {"quantized": {}, "projected": {}}
+    for (site, s, b), err in zip(cases, errors):
+        out["quantized"].setdefault(site, {}).setdefault(s, {})[str(b)] = err
+    for (site, r), err in zip(projected, errors[len(cases):]):
+        out["projected"].setdefault(site, {})[str(r)] = err
+    return out
+
+
+@torch.no_grad()
+def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Tensor, precision: str = "fp32",
+                    rows: int = KV_ROWS) -> dict:
+    """The key cache's section of results.json for `model` on the first `rows` sequences of (ids, targets): what it
+    was measured on (sequences, seq_len, precision, bits, schemes, ranks), each layer's errors (layer_errors), and
+    the losses with every layer's keys quantized. One hooked forward of those sequences and len(LOSS_BITS) plain
+    ones, in eval mode and `precision` (the errors in float32), the module's mode and the RNG states restored."""
+    model = unwrap(model)
+    device = next(model.parameters()).device
+    ids, targets = ids_BT[:rows].to(device), targets_BT[:rows].to(device)
+    softcap = model.cfg.attn_softcap or None
+    layers: list[dict] = []
+
+    def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
+        with torch.autocast(device.type, enabled=False):
+            layers.append({"layer": i, **layer_errors(t, model.rotary, softcap)})
+
+    with measuring(model, device, precision):
+        with capture_layers(model, on_layer, values=True):
+            model.hidden(ids)
+        losses = {b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE) for b in LOSS_BITS}
+    base = losses[16]
+    return {"sequences": int(ids.shape[0]), "seq_len": int(ids.shape[1]), "precision": precision,
+            "bits": list(KV_BITS), "schemes": list(KV_SCHEMES), "ranks": [model.cfg.d_head // n for n in RANK_DIVISORS],
+            "loss": {"scheme": LOSS_SCHEME, "site": LOSS_SITE, "by_bits": {str(b): v for b, v in losses.items()},
+                     "change": {str(b): v - base for b, v in losses.items()}},
+            "usable_k_bits": usable_k_bits({b: losses[b] for b in KV_BITS}, base, LOSS_MARGIN),
+            "loss_margin": LOSS_MARGIN,
+            "layers": sorted(layers, key=lambda r: r["layer"])}
