@@ -304,8 +304,11 @@ class ProbeConfig:
                                 "projected at rank d_head/8, /4, /2; the loss with every key quantized), on the probe "
                                 "batch's first 8 sequences: about 40 forward passes of the tiny preset's 64-sequence "
                                 "probe batch more per probe (18-51 measured on 2 loaded cores; the probe itself about "
-                                "2.7). "
-                                "Without it, once, after the last step.")
+                                "2.7).")
+    kv_cache: bool = knob(False, "Whether the run measures what a key cache costs once, after its last step (the "
+                          "measurements kv_every_probe names, into results.json's kv_cache): about 40 forward passes "
+                          "of the tiny preset's probe batch, once a run: the studies that do not ask about key caches "
+                          "keep their time (kv_every_probe implies it).")
 
     def __post_init__(self) -> None:
         check_choices(self)

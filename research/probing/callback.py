@@ -35,8 +35,8 @@ class ProbeCallback:
     previous probe, as in the write-ups, except at a final probe that comes sooner, whose window reaches back
     so it is as long. After the last step, where the k_norm gain is learned, the gain ablation
     (research.probing.ablation) on `ablation_batches`; and at the last step, where the probe has targets, what a key
-    cache costs (research.probing.kv_cache: results.json's kv_cache, once; with `kv_every_probe` in every probe
-    record too). A resumed run continues the file from its
+    cache costs where asked (research.probing.kv_cache: results.json's kv_cache, once with `kv_cache`; with
+    `kv_every_probe` in every probe record too). A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
     (a missing or unreadable results.json stops the resume with ResultsError in `after_resume`, never a
     fresh file that would start at the resume step). `on_probe(step, {tag: value})`, if given, receives the probe's
@@ -49,13 +49,13 @@ class ProbeCallback:
                  header: dict, qk_norm: str, ablation_batches: list | None = None,
                  on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
                  probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False,
-                 context: int | None = None, kv_every_probe: bool = False):
+                 context: int | None = None, kv_cache: bool = False, kv_every_probe: bool = False):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
         self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT, context)
-        self.kv_every_probe = kv_every_probe
+        self.kv_cache, self.kv_every_probe = kv_cache or kv_every_probe, kv_every_probe
         # > 0: the trainer's validation set (ablation_batches) is the probe batch's first val_rows sequences
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
@@ -103,7 +103,7 @@ class ProbeCallback:
         if shared:
             val_loss = own_loss
         final = info.step == info.total_steps
-        kv = self._kv_cache(model) if final or self.kv_every_probe else None
+        kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
         if kv is not None and self.kv_every_probe:
             record[KV_CACHE] = kv
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
@@ -187,7 +187,8 @@ def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | 
                          precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
                          share_validation=runtime.precision == cfg.probe.probe_precision,
-                         context=cfg.data.seq_len, kv_every_probe=cfg.probe.kv_every_probe)
+                         context=cfg.data.seq_len, kv_cache=cfg.probe.kv_cache,
+                         kv_every_probe=cfg.probe.kv_every_probe)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,

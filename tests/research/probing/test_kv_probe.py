@@ -111,17 +111,28 @@ def test_the_key_cache_section_of_keys_of_rank_three():
         assert bits["2"]["logit_error"][0] > bits["8"]["logit_error"][0] > 0
 
 
-@pytest.mark.parametrize("every", [False, True])
-def test_the_callback_records_the_key_cache_section_once_at_the_last_step(tmp_path, every):
+def run_callback(tmp_path, **kv) -> dict:
+    """A ProbeCallback's results.json after probes at steps 0, 2 and 3 of a 3-step run, with the key cache options."""
     from research.probing.callback import ProbeCallback
     from training.callbacks import StepInfo
     model, x = model_for("none"), ids(10, 24)
     callback = ProbeCallback(tmp_path / "results.json", x, every=2, precision="fp32", header={"tag": "NoQK"},
-                             qk_norm="none", probe_targets_BT=x.roll(1, dims=1), kv_every_probe=every)
+                             qk_norm="none", probe_targets_BT=x.roll(1, dims=1), **kv)
     for step in (0, 1, 2, 3):
         callback(StepInfo(step=step, total_steps=3, start_step=0, tokens=24 * step, loss=None if step == 0 else 5.0,
                           wall_time_s=float(step), model=model, evaluate=lambda: 5.0, is_main=True))
-    res = load_results(tmp_path / "results.json")  # validates
+    return load_results(tmp_path / "results.json")  # validates
+
+
+def test_without_asking_a_run_measures_no_key_cache(tmp_path):
+    """The default: no section (it costs about 40 forwards of the probe batch, once a run)."""
+    res = run_callback(tmp_path)
+    assert KV_CACHE not in res and not any(KV_CACHE in p for p in res["probes"])
+
+
+@pytest.mark.parametrize("every", [False, True])
+def test_the_callback_records_the_key_cache_section_once_at_the_last_step(tmp_path, every):
+    res = run_callback(tmp_path, kv_cache=not every, kv_every_probe=every)  # kv_every_probe alone implies kv_cache
     section = res[KV_CACHE]
     assert res["steps"] == [0, 2, 3] and section["step"] == 3
     assert section["sequences"] == 8 and section["seq_len"] == 24 and section["loss"]["change"]["16"] == 0.0
