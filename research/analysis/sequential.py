@@ -105,13 +105,15 @@ def boundaries(ns: tuple[int, ...], spent: tuple[float, ...], draws: int = DRAWS
         sd = np.sqrt(np.maximum(squares[:, n - 1] - n * mean * mean, 0.0) / (n - 1))
         t = np.abs(mean) * math.sqrt(n) / np.maximum(sd, 1e-300)
         own = spent[j] - (spent[j - 1] if j else 0.0)  # the look's own share: its level by the union bound
-        c = t_critical(n - 1, 1 - own) if own > 0 else math.inf
+        c = c_own = t_critical(n - 1, 1 - own) if own > 0 else math.inf
         share = spent[j] - (1.0 - covered.mean())
         misses = math.floor(share * draws - 2 * math.sqrt(max(share * draws, 0.0)))
         if j and own > 0 and misses >= 1:
             c = min(c, float(np.sort(t[covered])[::-1][misses]))
         covered &= t <= c
-        levels.append(0.0 if math.isinf(c) else 2.0 * float(stats.t.sf(c, n - 1)))
+        # the look's own share where its critical value is that share's (exactly: not through t's quantile and back,
+        # which scipy versions round differently), else the simulated one's level
+        levels.append(0.0 if math.isinf(c) else own if c == c_own else 2.0 * float(stats.t.sf(c, n - 1)))
     return tuple(levels)
 
 
