@@ -138,10 +138,12 @@ def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) ->
     return stack, pre + post
 
 
-def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor],
+                 rotary: nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
     """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
     (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments; k_hat's come from k_norm's
-    (divided_moments: one Gram fewer)."""
+    (divided_moments: one Gram fewer). Also k_norm's energy per head and dim [H, D] (the second moment's diagonal,
+    a multiple of sum_t k_j^2), what its rotary use reads."""
     stack, names = site_keys(attn, t, rotary)
     H, pre = stack.shape[1], len(names) // 2
     own = key_moments(stack[0])
@@ -152,17 +154,20 @@ def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module)
     ranks = key_rank(moments=tuple(torch.cat([z[:H], z[pre * H:(pre + 1) * H]]) for z in moments))
     for i, name in enumerate(("k_norm", "k_rope")):
         per_site[name].update({k: v[i * H:(i + 1) * H] for k, v in ranks.items()})
-    return {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
+    records = {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
+    return records, own[0].diagonal(dim1=1, dim2=2)
 
 
-def rotary_record(pairing: str, frequencies: torch.Tensor, t: dict[str, torch.Tensor], logit_at: torch.Tensor,
+def rotary_record(pairing: str, frequencies: torch.Tensor, t: dict[str, torch.Tensor], key_energy: torch.Tensor,
+                  logit_at: torch.Tensor,
                   context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
     """The rotary use before rotary (rotary_use, in one call over the keys' and the queries' heads) of the keys
     (ROTARY_METRICS, [Hkv] each: k_norm's) and of the queries (QUERY_ROTARY, [Hq] each: attn's), and a layer
     record's pair_share: each pair's share of the keys' and the queries' energy and of the largest logit at logit_at
-    (logit_pair_shares of the rotated q and k), as lists [heads][pairs]."""
+    (logit_pair_shares of the rotated q and k), as lists [heads][pairs]. key_energy [Hkv, D]: the keys' energy per
+    dim up to a factor per head (site_metrics gives it from the moments: no second pass over the keys)."""
     Hkv = t["k_norm"].shape[0]
-    energy = torch.cat([x.float().square().sum((1, 2)) for x in (t["k_norm"], t["q_norm"])])    # [Hkv + Hq, D]
+    energy = torch.cat([key_energy.float(), t["q_norm"].float().square().sum((1, 2))])         # [Hkv + Hq, D]
     use = rotary_use(None, frequencies, context, pairing, energy=energy)
     pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
              "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, pairing)}
@@ -252,9 +257,9 @@ class KeyProbe:
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
                 if "gate" in t:
                     attn_rec.update(gate_metrics(t["gate"]))
-                sites = site_metrics(attn, t, model.rotary)
-                k_use, q_use, pairs = rotary_record(model.rotary.pairing, frequencies, t, attn_m["logit_at"],
-                                                    self.context)
+                sites, key_energy = site_metrics(attn, t, model.rotary)
+                k_use, q_use, pairs = rotary_record(model.rotary.pairing, frequencies, t, key_energy,
+                                                    attn_m["logit_at"], self.context)
                 sites["k_norm"].update(k_use)
                 attn_rec.update(q_use)
                 for name, m in (*sites.items(), ("attn", attn_rec)):
