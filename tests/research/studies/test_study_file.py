@@ -213,10 +213,12 @@ conditions:
     names = {p.name for p in out.iterdir()}
     assert {"trajectories.png", "per_layer.png", "comparisons.png", "report.md", "combined.json", "study.json"} <= names
     report = (out / "report.md").read_text()
-    assert "The study compares every pair of conditions in 9 quantities" in report
+    # 9 as before, and the key cache's two every probe records (rank90, low_freq_share); without --kv_cache no
+    # run holds the quantized-key losses, so they are not compared
+    assert "The study compares every pair of conditions in 11 quantities" in report
     assert "| QK_frozen | 0 | qk_norm=frozen |" in report
     combined = json.loads((out / "combined.json").read_text())
-    assert set(combined["decisions"]) == {q.key for q in QUANTITIES}
+    assert set(combined["decisions"]) == {q.key for q in QUANTITIES} | {"rank90", "low_freq_share"}
     assert set(combined["decisions"]["pr_sv"]) == {"QK-QK_frozen", "QK-NoQK", "QK_frozen-NoQK"}
     assert combined["decisions"]["pr_sv"]["QK-NoQK"]["outcome"] == "descriptive"  # one seed: no test
     before = report
