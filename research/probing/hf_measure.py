@@ -11,11 +11,14 @@ import torch.nn.functional as F
 
 from research.access.adapters import InspectError
 from research.probing.hf_model import ProbeError, adapter_for, base_model
+from research.probing.hf_rotary import AdapterRope, rope_context, rotary_fields
+from research.probing.key_rank import ranked_key_metrics
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
 from research.probing.probe import as_lists, attention_record, measuring
 from research.results.vocabulary import PR, PRE_GAIN_SITES
 from utils.errors import shown
 
+RANKED_SITES = ("k_norm", "k_rope")  # where the probe records key_rank, as research.probing.probe does
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
 
 
@@ -23,8 +26,10 @@ class _Sink:
     """The adapter's callbacks reduced, layer by layer, to a probe record; the model's own attention computes
     the output (on_attention returns None)."""
 
-    def __init__(self, adapter):
+    def __init__(self, adapter, context: int):
         self.adapter = adapter
+        self.context = context  # the probe batch's length: the wavelengths' reference where the model names none
+        self.rotary = (lambda i: AdapterRope(adapter, i)) if adapter.rope_pairing and adapter.rotary_dims else None
         self.pre: dict[int, dict[str, torch.Tensor]] = {}
         self.layers: list[dict] = []
         self.final: torch.Tensor | None = None
@@ -54,9 +59,16 @@ class _Sink:
             both = g_q is not None and g_k is not None and "q_norm" in t and "k_norm" in t
             rec: dict = {"layer": i}
             means: dict[str, float] = {}
-            for name, m in (*((s, key_metrics(x)) for s, x in sites.items()),
-                            ("attn", attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
-                                                      g_k if both else None))):
+            records = {s: ranked_key_metrics(x) if s in RANKED_SITES else key_metrics(x) for s, x in sites.items()}
+            records["attn"] = attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
+                                               g_k if both else None)
+            if self.rotary is not None:
+                rope = self.rotary(i)
+                k_use, q_use, rec["pair_share"] = rotary_fields(rope, q, k, attn_m["logit_at"],
+                                                                rope_context(self.adapter, self.context, window))
+                records["k_norm"].update(k_use)
+                records["attn"].update(q_use)
+            for name, m in records.items():
                 rec[name] = as_lists(m)
                 means.update({f"{name}.{key}": v for key, v in layer_means(m).items()})
         rec["gamma_k"], rec["gamma_q"], rec["means"] = gamma_stats(g_k), gamma_stats(g_q), means
@@ -110,7 +122,7 @@ class HFKeyProbe:
         base = adapter.model
         device = next(base.parameters()).device
         ids = self.ids.to(device)
-        sink = _Sink(adapter)
+        sink = _Sink(adapter, ids.shape[1])
         t0 = time.perf_counter()
         with measuring(base, device, self.precision), adapter.capture(sink):
             base(input_ids=ids, use_cache=False, logits_to_keep=1)  # the vocabulary's logits: below, in chunks
@@ -121,4 +133,6 @@ class HFKeyProbe:
                              f"attention does not go through transformers' attention functions (a custom forward?)")
         return {"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
                 "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
-                "precision": self.precision, "loss": loss}
+                "precision": self.precision, "loss": loss,
+                **({"rotary": {"pairing": adapter.rope_pairing, "context": rope_context(adapter, self.ids.shape[1]),
+                               "rotary_dims": adapter.rotary_dims}} if sink.rotary else {})}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from research.probing.attention_error import attention_errors
-from research.probing.metrics import key_moments
+from research.probing.metrics import key_metrics, key_moments
 
 ENERGY_SHARES = {"rank90": 0.90, "rank99": 0.99}
 UNCENTERED = "_uncentered"  # the suffix of the ranks of K^T K / N (without it: of the covariance, Loki's)
@@ -52,6 +52,13 @@ def key_rank(keys: torch.Tensor | None = None, *,
         ranks = energy_rank(eig, share)
         out[name], out[name + UNCENTERED] = ranks[:H], ranks[H:]
     return out
+
+
+@torch.no_grad()
+def ranked_key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
+    """key_metrics and key_rank of each head's keys [H, B, T, D] from one set of float64 moments, [H] each."""
+    moments = key_moments(keys.float())
+    return {**key_metrics(keys, moments), **key_rank(moments=moments)}
 
 
 @torch.no_grad()

@@ -112,7 +112,8 @@ _PROBE = Obj({"layers": ListOf(_RECORD, "a list of one or more layer records", n
                                size="should be a list of {n} layer records, as in every other probe, found {len}"),
               "tokens": Opt(Number(nullable=False)),
               "batch": ListOf(Number(nullable=False), NUMBERS, nullable=True),
-              "rotary": Opt(Obj({"pairing": OneOf(ROTARY_PAIRINGS), "context": Integer("a positive integer", lo=1)})),
+              "rotary": Opt(Obj({"pairing": OneOf(ROTARY_PAIRINGS), "context": Integer("a positive integer", lo=1),
+                                 "rotary_dims": Opt(Integer("a number of dims (an integer)", lo=1))})),
               KV_CACHE: Opt(_KV)}, name="probe")
 _PROBES = ListOf(_PROBE, "a list of probe records, one per probe (or empty)", n="probes", nullable=True,
                  empty_ok=True, size="should be a list of {n} probe records (or empty), found {len}")

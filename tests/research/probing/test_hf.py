@@ -34,7 +34,7 @@ def test_record_of_each_family(models, family):
     model, x = models[family], ids()
     rec = HFKeyProbe(x)(model)
     layer = rec["layers"][1]
-    sites = {k for k in layer if k not in ("layer", "means", "gamma_k", "gamma_q")}
+    sites = {k for k in layer if k not in ("layer", "means", "gamma_k", "gamma_q", "pair_share")}
     has_norm = family in WITH_K_NORM
     assert sites == ({"k_norm", "k_proj", "k_hat", "k_rope", "attn"} if has_norm else {"k_norm", "k_rope", "attn"})
     n_kv = 4 if family in ("gpt2", "gpt_neox") else 2  # GPT-2 and GPT-NeoX have no grouped queries
@@ -76,7 +76,7 @@ def test_the_models_own_attention_computes_the_output(models, monkeypatch):
     probe = HFKeyProbe(x)
     probe.adapter(model)
     from research.probing.hf_measure import _Sink
-    sink = _Sink(probe.current)
+    sink = _Sink(probe.current, x.shape[1])
     calls.clear()
     with torch.no_grad(), probe.current.capture(sink):
         probed = model.model(input_ids=x).last_hidden_state
