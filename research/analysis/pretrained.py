@@ -23,6 +23,8 @@ Claims:
    (1.4826 MAD) of the layer's gains. Weights are exact: descriptive, no test.
 4. rank: pr_sv of the keys per layer group against the untrained model's on the same batches (paired
    by batch): lower means the trained keys use fewer dimensions than its initialization does.
+And, described without a decision (research.analysis.key_cache): what a key cache holds, rank at 90%/99% energy,
+rotary use, the loss and logit errors with quantized or projected keys.
 """
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.heads import classify
+from research.analysis.key_cache import key_cache_summary
 from research.analysis.keys import layer_groups
 from research.analysis.rules import MARGIN, Paired, decide
 
@@ -168,6 +171,7 @@ class ModelKeys:
     rank: dict | None  # claim 4 (rank_claims); None without an untrained reference
     loss: tuple[float, float]  # the loss on the text: mean, sd over batches (NaN with one batch)
     n_batches: int
+    kv: dict | None = None  # what a key cache holds (research.analysis.key_cache); None without kv sections
 
 
 @dataclass(frozen=True)
@@ -183,7 +187,7 @@ def analyze(rec: dict, margin: float = MARGIN) -> ModelKeys:
     losses = np.array([b["loss"] for b in rec["batches"]], float)
     loss = (float(losses.mean()), float(losses.std(ddof=1)) if losses.size > 1 else math.nan)
     return ModelKeys(rec, norm_claims(rec, margin), sink_claims(rec, margin), gain_claims(rec),
-                     rank_claims(rec, margin), loss, len(rec["batches"]))
+                     rank_claims(rec, margin), loss, len(rec["batches"]), key_cache_summary(rec))
 
 
 def analyze_file(res: dict, margin: float | None = None) -> PretrainedAnalysis:

@@ -4,10 +4,15 @@
 
 Per text batch (the unit of uncertainty: one model is one sample, so what varies is the text),
 with the probe's own functions (research.probing.metrics):
-- keys: key_metrics per layer and KV head at k_proj, at k_norm where the model has one, and
-  after RoPE (k_rope), [L][Hkv] per metric;
+- keys: key_metrics and key_rank (rank90, rank99, their uncentred forms) per layer and KV head at k_proj, at
+  k_norm where the model has one, and after RoPE (k_rope), [L][Hkv] per metric; at the site before RoPE (k_norm,
+  else k_proj) also the rotary use (low_freq_share, dominant_pair; research.probing.hf_rotary);
 - attn: attention_metrics per layer and query head (entropy, sink_mass over all query positions,
-  sink_mass_excl_q0 over positions 1..T-1, logit_max), [L][Hq];
+  sink_mass_excl_q0 over positions 1..T-1, logit_max, and the queries' rotary use q_low_freq_share,
+  q_dominant_pair), [L][Hq]; pair_share: per layer, each rotary pair's share of the keys', the queries' energy
+  and of the largest logit, {k_norm, q_norm, logit} [heads][pairs];
+- kv (with kv_cache): what a key cache costs, research.probing.hf_kv's section: the losses with every key
+  quantized, by bits; the errors per layer in the first batch's section only (their layers empty elsewhere);
 - loss: the model's next-token loss on the batch (nats per token), its behaviour on that text;
 - init_keys: the same key metrics of an untrained model of the same architecture (its
   initialization, seeded) on the same batch: the reference of "low rank".
@@ -26,7 +31,10 @@ from tqdm import tqdm
 
 from research.access.adapters import Adapter
 from research.inspection.tour import excluding_query0
-from research.probing.metrics import attention_metrics, key_metrics
+from research.probing.hf_kv import hf_kv_cache_record
+from research.probing.hf_rotary import AdapterRope, rope_context, rotary_fields
+from research.probing.key_rank import ranked_key_metrics
+from research.probing.metrics import attention_metrics
 
 KEY_SITES = ("k_proj", "k_norm", "k_rope")
 ATTN_FIELDS = ("entropy", "sink_mass", "sink_mass_excl_q0", "logit_max")
@@ -35,30 +43,37 @@ ATTN_FIELDS = ("entropy", "sink_mass", "sink_mass_excl_q0", "logit_max")
 class _KeySink:
     """The adapter's callbacks, reduced to per-head metrics of one batch."""
 
-    def __init__(self):
+    def __init__(self, adapter: Adapter):
+        self.adapter = adapter
         self.keys: dict[str, dict[int, dict]] = {}
         self.attn: dict[int, dict] = {}
+        self.pairs: dict[int, dict] = {}
 
     def on_state(self, l, h):  # the key study needs no hidden states
         pass
 
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
-        self.keys.setdefault(site, {})[i] = {m: v.tolist() for m, v in key_metrics(k_HBTD).items()}
+        self.keys.setdefault(site, {})[i] = {m: v.tolist() for m, v in ranked_key_metrics(k_HBTD).items()}
 
     def on_attention(self, i, q_BHTD, k_BKTD, v_BKTD, scaling, window, softcap):
-        k = k_BKTD.transpose(0, 1)
-        st = attention_metrics(q_BHTD.transpose(0, 1), k, v_BKTD.transpose(0, 1), scale=scaling, window=window,
-                               softcap=softcap)
+        q, k = q_BHTD.transpose(0, 1), k_BKTD.transpose(0, 1)
+        st = attention_metrics(q, k, v_BKTD.transpose(0, 1), scale=scaling, window=window, softcap=softcap)
         self.on_keys(i, "k_rope", k)
         T = q_BHTD.shape[2]
         self.attn[i] = {"entropy": st["entropy"].tolist(), "sink_mass": st["sink_mass"].tolist(),
                         "sink_mass_excl_q0": excluding_query0(st["sink_mass"], T).tolist(),
                         "logit_max": st["logit_max"].tolist()}
+        if self.adapter.rope_pairing and self.adapter.rotary_dims:  # rotary use, on the keys' site before RoPE
+            k_use, q_use, self.pairs[i] = rotary_fields(AdapterRope(self.adapter, i), q, k, st["logit_at"],
+                                                        rope_context(self.adapter, T, window))
+            pre = "k_norm" if i in self.keys.get("k_norm", {}) else "k_proj"
+            self.keys[pre][i].update({m: v.tolist() for m, v in k_use.items()})
+            self.attn[i].update({m: v.tolist() for m, v in q_use.items()})
         return st["output"].permute(1, 2, 0, 3)
 
 
 def _run(adapter: Adapter, ids: torch.Tensor) -> tuple[_KeySink, float]:
-    sink = _KeySink()
+    sink = _KeySink(adapter)
     with torch.no_grad(), adapter.capture(sink):
         logits = adapter.forward(ids)
     loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), ids[:, 1:].flatten()).item()
@@ -80,8 +95,10 @@ def gains(adapter: Adapter) -> dict:
 
 
 def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapter: Adapter | None = None,
-                 desc: str = "batches", show_progress: bool = True) -> dict:
-    """The per-batch records of `windows` [N, T] cut into batches of `batch` windows (N a multiple of it)."""
+                 desc: str = "batches", show_progress: bool = True, kv_cache: bool = False) -> dict:
+    """The per-batch records of `windows` [N, T] cut into batches of `batch` windows (N a multiple of it); with
+    kv_cache, each batch's key-cache section too (research.probing.hf_kv: its losses by bits, 5 forwards more per
+    batch; the layers' errors on the first batch only, one forward and 30 approximate attentions per layer)."""
     if windows.shape[0] % batch:
         raise ValueError(f"{windows.shape[0]} windows do not cut into batches of {batch}")
     adapter.check_window(windows.shape[1])
@@ -95,6 +112,10 @@ def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapt
         sink, loss = _run(adapter, ids)
         rec = {"loss": loss, "keys": {s: _by_layer(sink.keys[s], L) for s in KEY_SITES if s in sink.keys},
                "attn": _by_layer(sink.attn, L)}
+        if sink.pairs:
+            rec["pair_share"] = [sink.pairs[i] for i in range(L)]
+        if kv_cache:  # the losses on every batch, the layers' errors (most of the cost) on the first
+            rec["kv"] = hf_kv_cache_record(adapter, ids, errors=not records)
         if init_adapter is not None:
             ref, ref_loss = _run(init_adapter, ids)
             rec["init_keys"] = {s: _by_layer(ref.keys[s], L) for s in KEY_SITES if s in ref.keys}

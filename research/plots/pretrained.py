@@ -297,10 +297,66 @@ def _rank_section(model: A.ModelKeys, margin: float) -> list[str]:
     return lines
 
 
+def _by_group(d: dict, digits: int = 1) -> str:
+    return " / ".join(f"{v:.{digits}f}" for v in d.values())
+
+
+def _kv_section(model: A.ModelKeys) -> list[str]:
+    """What a key cache holds: descriptive, each number a mean over batches (and layers and heads where said)."""
+    kv = model.kv
+    if kv is None:
+        return []
+    groups = " / ".join(A.layer_groups(model.record["n_layers"]))
+    lines = ["### 5. What a key cache holds (descriptive)", "",
+             f"On the {model.n_batches} batches ({kv['sequences']} windows of {kv['seq_len']} tokens), float32. "
+             "The weights are those of the GGUF file, quantized to 4-8 bits, so the bits below describe this "
+             "file's model, not the original's (docs/probing.md defines every measure).", ""]
+    ranks = kv["ranks"]
+    for site, where in ((kv["site"], "before RoPE"), ("k_rope", "after RoPE")):
+        parts = []
+        for metric in ("rank90", "rank99"):
+            if (site, metric, "keys") in ranks:
+                init = ranks.get((site, metric, "init_keys"))
+                parts.append(f"{metric} {_by_group(ranks[(site, metric, 'keys')])}"
+                             + (f" (untrained: {_by_group(init)})" if init else ""))
+        if parts:
+            lines.append(f"- Key rank {where} ({site}, of d_head = {kv['d_head']}; {groups}, mean over KV heads): "
+                         + "; ".join(parts) + ".")
+    for name, d in kv["low_freq_share"].items():
+        lines.append(f"- Share of the {name}' energy in rotary pairs slower than the context ({groups}): "
+                     f"{_by_group(d, 3)}.")
+    return lines + _kv_loss_lines(kv["loss"]) + _kv_error_lines(kv)
+
+
+def _kv_loss_lines(loss: dict) -> list[str]:
+    lines = ["", f"Loss with every key quantized per token before RoPE (the unquantized: {loss['base']:.4f} "
+                 f"nats/token; change: mean over batches [95% interval, batches as the unit]):", "",
+             "| bits | loss change (nats) | share of the loss |", "|---|---|---|"]
+    for b, (m, h) in loss["change"].items():
+        lines.append(f"| {b} | {m:+.4f} [{m - h:+.4f}, {m + h:+.4f}] | {loss['share'][b][0]:+.2%} |")
+    usable = loss["usable_k_bits"]
+    return lines + ["", f"Usable key bits (the fewest whose mean loss lies within \u00b1{loss['margin']:.1%} of the "
+                        f"unquantized): {usable if usable is not None else 'none of those measured'}.", ""]
+
+
+def _kv_error_lines(kv: dict) -> list[str]:
+    errs, proj = kv["logit_error_4bit"], kv["projected"]
+    if not errs:
+        return ["The layers' attention errors were not measured.", ""]
+    lines = [f"Relative logit error with 4-bit keys ({kv['error_sequences']} windows, the first batch's; mean over "
+             "layers and query heads):", "", "| scheme | before RoPE | after RoPE |", "|---|---|---|"]
+    for scheme in kv["schemes"]:
+        lines.append(f"| {scheme} | {errs.get(('pre_rope', scheme), float('nan')):.4f} | "
+                     f"{errs.get(('post_rope', scheme), float('nan')):.4f} |")
+    return lines + ["", "Relative logit error with queries and keys projected on the keys' top r directions: "
+                    + "; ".join(f"r = {r}: {proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} "
+                                f"after" for r in kv["ranks_measured"]) + ".", ""]
+
+
 def _model_lines(name: str, model: A.ModelKeys, margin: float) -> list[str]:
-    """One model's part of report.md: what it is and its four answers."""
+    """One model's part of report.md: what it is, its four answers and what a key cache holds."""
     return (_model_header(name, model) + _norm_section(model, margin) + _sink_section(model, margin)
-            + _gain_section(model, margin) + _rank_section(model, margin))
+            + _gain_section(model, margin) + _rank_section(model, margin) + _kv_section(model))
 
 
 def report(analysis: A.PretrainedAnalysis) -> str:

@@ -7,10 +7,10 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from research.access.adapters import InspectError
 from research.probing.hf_model import ProbeError, adapter_for, base_model
+from research.probing.hf_kv import next_token_loss
 from research.probing.hf_rotary import AdapterRope, rope_context, rotary_fields
 from research.probing.key_rank import ranked_key_metrics
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
@@ -19,7 +19,6 @@ from research.results.vocabulary import PR, PRE_GAIN_SITES
 from utils.errors import shown
 
 RANKED_SITES = ("k_norm", "k_rope")  # where the probe records key_rank, as research.probing.probe does
-LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for the probe batch's loss
 
 
 class _Sink:
@@ -107,15 +106,6 @@ class HFKeyProbe:
             self.current = adapter
         return self.current
 
-    def _loss(self, adapter, h_BTd: torch.Tensor, ids: torch.Tensor) -> float:
-        """Mean next-token loss from the last hidden states, LOSS_CHUNK positions of logits at a time."""
-        h, target = h_BTd[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
-        total = 0.0
-        for s in range(0, h.shape[0], LOSS_CHUNK):
-            z = adapter.logits(h[s:s + LOSS_CHUNK].unsqueeze(0)).squeeze(0)
-            total += F.cross_entropy(z, target[s:s + LOSS_CHUNK], reduction="sum").item()
-        return total / target.numel()
-
     @torch.no_grad()
     def __call__(self, model: nn.Module) -> dict:
         adapter = self.adapter(model)
@@ -126,7 +116,7 @@ class HFKeyProbe:
         t0 = time.perf_counter()
         with measuring(base, device, self.precision), adapter.capture(sink):
             base(input_ids=ids, use_cache=False, logits_to_keep=1)  # the vocabulary's logits: below, in chunks
-            loss = self._loss(adapter, sink.final, ids)
+            loss = next_token_loss(adapter, sink.final, ids)
         layers = sorted(sink.layers, key=lambda r: r["layer"])
         if len(layers) != adapter.n_layers:
             raise ProbeError(f"the probe saw the attention of {len(layers)} of {adapter.n_layers} layers: the model's "

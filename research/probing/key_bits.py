@@ -21,7 +21,7 @@ from functools import lru_cache
 
 import torch
 
-from research.analysis.rules import LOSS_MARGIN
+from research.analysis.key_cache import usable_k_bits  # noqa: F401  (its home is the analysis; named here too)
 from research.probing.attention_error import attention_errors
 from research.results.vocabulary import KV_SCHEMES
 
@@ -129,15 +129,3 @@ def quantized_loss(model, idx_BT: torch.Tensor, targets_BT: torch.Tensor, bits: 
             return model(idx_BT, targets_BT).item()
     finally:
         model.train(was_training)
-
-
-def usable_k_bits(losses_by_bits: dict[int, float], base_loss: float, margin: float = LOSS_MARGIN) -> int | None:
-    """The fewest bits b whose loss, and the loss of every larger b measured, lies within margin x base_loss of
-    base_loss (the unquantized loss; margin a share, as the studies' loss margin, docs/decisions.md); None when the
-    largest b measured does not. A fluke at few bits below a larger b outside the margin is not counted."""
-    usable = None
-    for b in sorted(losses_by_bits, reverse=True):
-        if not abs(losses_by_bits[b] - base_loss) <= margin * abs(base_loss):
-            break
-        usable = b
-    return usable

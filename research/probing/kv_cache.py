@@ -28,7 +28,8 @@ import torch.nn as nn
 
 from research.analysis.rules import LOSS_MARGIN
 from research.probing.attention_error import attention_errors
-from research.probing.key_bits import fake_quantize, quantized_loss, usable_k_bits
+from research.analysis.key_cache import usable_k_bits
+from research.probing.key_bits import fake_quantize, quantized_loss
 from research.probing.key_rank import key_basis
 from research.probing.metrics import key_moments
 from research.probing.probe import capture_layers, measuring, unwrap
@@ -53,15 +54,22 @@ def _projector(basis: torch.Tensor, r: int, Hq: int) -> torch.Tensor:
     return P.repeat_interleave(Hq // basis.shape[0], 0).unsqueeze(1)
 
 
+def schemes_for(D: int) -> tuple[str, ...]:
+    """The schemes a head size allows: the Hadamard rotation needs a power of two."""
+    return KV_SCHEMES if D & (D - 1) == 0 else tuple(s for s in KV_SCHEMES if s != "per_token_hadamard")
+
+
 @torch.no_grad()
-def layer_errors(t: dict[str, torch.Tensor], rotary: nn.Module, softcap: float | None = None) -> dict:
+def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = None, scale: float | None = None) -> dict:
     """One layer's {"quantized": {site: {scheme: {bits: errors}}}, "projected": {site: {r: errors}}} (errors:
     {logit_error, attention_kl, output_error} as float lists over the query heads), from capture_layers' tensors
-    with values: q_norm, k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each)."""
+    with values: q_norm, k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of
+    [B, T, H, D] vectors (the model's Rotary, or hf_rotary.AdapterRope.on_heads_last); scale: the logits' (None:
+    1/sqrt(D))."""
     q, k_pre, k_post, v = (t[n].float() for n in ("q_rope", "k_norm", "k_rope", "v"))
     q_pre = t["q_norm"].float()
     Hq, Hkv, D = q.shape[0], k_pre.shape[0], q.shape[-1]
-    cases = [(site, s, b) for site in KV_SITES for s in KV_SCHEMES for b in KV_BITS]
+    cases = [(site, s, b) for site in KV_SITES for s in schemes_for(D) for b in KV_BITS]
     approx = [(q, _rotate(rotary, fake_quantize(k_pre, b, s)) if site == "pre_rope" else fake_quantize(k_post, b, s))
               for site, s, b in cases]
     ranks = [D // n for n in RANK_DIVISORS]
@@ -73,7 +81,7 @@ def layer_errors(t: dict[str, torch.Tensor], rotary: nn.Module, softcap: float |
         q_r, k_r = qk[0] @ P, qk[1] @ P[::Hq // Hkv]
         approx.append((_rotate(rotary, q_r), _rotate(rotary, k_r)) if site == "pre_rope" else (q_r, k_r))
     errors = [{name: e.tolist() for name, e in err.items()}
-              for err in attention_errors(q, k_post, v, approx, softcap=softcap)]
+              for err in attention_errors(q, k_post, v, approx, scale=scale, softcap=softcap)]
     out: dict = {"quantized": {}, "projected": {}}
     for (site, s, b), err in zip(cases, errors):
         out["quantized"].setdefault(site, {}).setdefault(s, {})[str(b)] = err
@@ -103,9 +111,15 @@ def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Te
         with capture_layers(model, on_layer, values=True):
             model.hidden(ids)
         losses = {b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE) for b in LOSS_BITS}
+    return kv_section(ids.shape, precision, model.cfg.d_head, layers, losses)
+
+
+def kv_section(shape_BT, precision: str, D: int, layers: list[dict], losses: dict[int, float]) -> dict:
+    """results.json's kv_cache section (KV_CACHE) of layer_errors' records and the losses by bits (16: the
+    reference) of sequences [B, T] measured in `precision`."""
     base = losses[16]
-    return {"sequences": int(ids.shape[0]), "seq_len": int(ids.shape[1]), "precision": precision,
-            "bits": list(KV_BITS), "schemes": list(KV_SCHEMES), "ranks": [model.cfg.d_head // n for n in RANK_DIVISORS],
+    return {"sequences": int(shape_BT[0]), "seq_len": int(shape_BT[1]), "precision": precision,
+            "bits": list(KV_BITS), "schemes": list(schemes_for(D)), "ranks": [D // n for n in RANK_DIVISORS],
             "loss": {"scheme": LOSS_SCHEME, "site": LOSS_SITE, "by_bits": {str(b): v for b, v in losses.items()},
                      "change": {str(b): v - base for b, v in losses.items()}},
             "usable_k_bits": usable_k_bits({b: losses[b] for b in KV_BITS}, base, LOSS_MARGIN),

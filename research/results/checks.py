@@ -80,7 +80,7 @@ class _LayerIndex(Spec):
 
 _GAIN = Obj({"values": Opt(ListOf(Number(), NUMBERS_OR_NULL))}, nullable=True, rest=Number())
 # Each rotary pair's share, per head (research.probing.probe.rotary_record): [heads][pairs]
-_PAIRS = ListOf(ListOf(Number(), NUMBERS_OR_NULL), "a list of one list of numbers per head")
+PAIRS = _PAIRS = ListOf(ListOf(Number(), NUMBERS_OR_NULL), "a list of one list of numbers per head")
 _RECORD = Obj({"layer": _LayerIndex(), "means": MapOf(Number(), nullable=True), "gamma_k": _GAIN, "gamma_q": _GAIN,
                "pair_share": Opt(Obj({name: Opt(_PAIRS) for name in PAIR_SHARES}))},
               # every other key is a site: {metric: one value per head}, as long in every record
@@ -99,7 +99,7 @@ _KV_LAYER = Obj({
                        **_BY_SITE),
     "projected": MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="a rank ('8', '16', ...)"), **_BY_SITE)})
 _BY_BITS = MapOf(Number(), key_pattern=_WHOLE_KEY, key_kind="bits ('16', '8', ...)")
-_KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=False)),
+KV_SECTION = _KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=False)),
            "sequences": Req(Integer("a positive integer", nullable=False, lo=1)),
            "seq_len": Integer("a positive integer", lo=1), "precision": Text(),
            "bits": ListOf(Integer(nullable=False), "a list of integers", nullable=True),

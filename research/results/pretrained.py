@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from research.results.checks import PROVENANCE
+from research.results.checks import KV_SECTION, PAIRS, PROVENANCE
+from research.results.vocabulary import PAIR_SHARES, QUERY_ROTARY
 from research.results.schema import ResultsError, check_version
 from research.results.values import parse_json
 from utils.errors import shown
@@ -78,9 +79,16 @@ def _key_sites(batch: dict, where: str, ctx) -> None:
                                                    f"{sorted(first['keys'])}")
 
 
+_ATTN = ("entropy", "sink_mass", "sink_mass_excl_q0")
 _BATCH = Obj({"loss": Number("a numeric loss", nullable=False), "keys": _KEYS, "init_keys": Opt(_KEYS),
-              "attn": Obj({m: _grid("n_heads", "query head") for m in ("entropy", "sink_mass", "sink_mass_excl_q0")},
-                          "should map metric names to [layer][query head] lists", show=found)},
+              "attn": Obj({**{m: _grid("n_heads", "query head") for m in _ATTN},
+                           **{m: Opt(_grid("n_heads", "query head")) for m in QUERY_ROTARY}},
+                          "should map metric names to [layer][query head] lists", show=found),
+              # since 2026-11-28: each rotary pair's share per layer, and what a key cache costs
+              "pair_share": Opt(ListOf(Obj({name: Opt(PAIRS) for name in PAIR_SHARES}), "a list of layer objects",
+                                       n=lambda c: c["model"]["n_layers"],
+                                       size="should be {n} objects (one per layer), found {len}")),
+              "kv": Opt(KV_SECTION)},
              rules=(_key_sites,), show=found)
 # One model's measurement: per text batch, keys[site][metric] [L][Hkv], attn[metric] [L][Hq], a loss; and what the
 # report says about the model and its text, each field absent or of the type the report formats.

@@ -38,6 +38,11 @@ def build_parser(description: str = "") -> ArgumentParser:
     add_measure_options(p, default_out=DEFAULT_OUT, results_file=FILE, report_file=REPORT_FILE,
                         seed_help="Seed of the windows' choice and of the untrained reference's weights",
                         margin_reads="about equal")
+    p.add_argument("--no_kv_cache", action="store_true",
+                   help="Skip what a key cache would cost (each layer's attention errors with its keys quantized or "
+                        "projected, on the first batch; the loss with every key quantized at 16, 8, 4, 3, 2 bits, on "
+                        "every batch): 5 forwards of each batch fewer, and on the first one more and 30 approximate "
+                        "attentions per layer")
     return p
 
 
@@ -67,7 +72,8 @@ def measure(name: str, docs, args, log=print) -> dict:
     windows = text_windows(tokenizer, docs, args.batches * args.batch, args.seq_len, args.seed)
     init = type(adapter)(untrained_like(model, args.seed))
     log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
-    rec = measure_keys(adapter, windows, args.batch, init, desc=name, show_progress=not args.no_progress)
+    rec = measure_keys(adapter, windows, args.batch, init, desc=name, show_progress=not args.no_progress,
+                       kv_cache=not args.no_kv_cache)
     rec.update({"model": name, "source": adapter.source, "family": adapter.family, "model_type": adapter.model_type,
                 "n_layers": adapter.n_layers, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads,
                 "head_dim": adapter.head_dim, "d_model": adapter.d_model, "params": adapter.model_param_count(),

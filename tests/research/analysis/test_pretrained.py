@@ -113,10 +113,18 @@ def test_study_script_on_a_tiny_model(tmp_path, capsys):
     rec = res["models"][str(model)]
     assert len(rec["batches"]) == 3 and rec["text"]["seq_len"] == 16
     assert all(math.isfinite(b["loss"]) for b in rec["batches"])
+    # the key cache: losses by bits on every batch, whose 16 bits are the batch's own loss (the same attention, fp32);
+    # the layers' errors on the first batch only; rank and rotary use beside the key metrics
+    kvs = [b["kv"] for b in rec["batches"]]
+    assert [len(kv["layers"]) for kv in kvs] == [3, 0, 0]
+    for b, kv in zip(rec["batches"], kvs):
+        assert kv["loss"]["by_bits"]["16"] == pytest.approx(b["loss"], rel=1e-5) and kv["loss"]["change"]["16"] == 0
+    assert "rank90" in rec["batches"][0]["keys"]["k_rope"] and "low_freq_share" in rec["batches"][0]["keys"]["k_proj"]
     for name in ("report.md", "key_norms.png", "sinks.png", "gains.png", "key_rank.png"):
         assert (out / name).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "over TEXT BATCHES" in report and "seeds would decide" not in report
+    assert "### 5. What a key cache holds" in report and "Usable key bits" in report
     (out / "report.md").unlink()
     assert study.main(["--render_only", "--out", str(out)]) == 0 and (out / "report.md").is_file()
     (out / FILE).write_text("{")

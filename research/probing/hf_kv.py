@@ -1,0 +1,154 @@
+"""What a key cache would cost a Hugging Face causal LM: kv_cache.py's section (each layer's attention errors with its
+keys fake-quantized or projected on their top directions, and the loss with every layer's keys quantized) measured
+through the model's adapter, so that the pretrained-key study and the Hugging Face probe report what the training
+probe reports for this project's models. Definitions in docs/probing.md.
+
+    section = hf_kv_cache_record(adapter, ids_BT)          # results.json's "kv_cache" form (KV_CACHE)
+
+The errors: one forward in which each layer's attention call hands its rotated queries and keys over (the model's
+own attention computes the output); the keys before rotary are the rotated ones turned back (hf_rotary.AdapterRope,
+exact to float rounding). The losses: one forward per width of LOSS_BITS in which every layer's attention is
+computed here (causal_attention, float32) from keys quantized per token before rotary and rotated after; 16 bits
+runs the same path with the keys unchanged, the reference the changes are taken from.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from research.probing.hf_rotary import AdapterRope, RopeError
+from research.probing.key_bits import fake_quantize
+from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, kv_section, layer_errors
+from research.probing.probe import measuring
+from utils.errors import UserError
+
+LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for a batch's loss
+
+
+class KVError(UserError, ValueError):
+    """Key-cache measurements this tool cannot make on a model or batch; the message says why and what to do."""
+
+
+class _NoRope:
+    """The identity in AdapterRope's place for a model without RoPE (GPT-2): keys before and after rotary are one."""
+
+    def __call__(self, x: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+        return x.float()
+
+    inverse = on_heads_last = __call__
+
+
+def rope_of(adapter, i: int):
+    """Layer i's RoPE (hf_rotary.AdapterRope), the identity where the model has none."""
+    if not adapter.rope_pairing or not adapter.rotary_dims:
+        return _NoRope()
+    return AdapterRope(adapter, i)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
+                     softcap: float | None = None) -> torch.Tensor:
+    """Causal attention in float32: q [Hq, B, T, D], k [Hkv, B, T, D], v [Hkv, B, T, Dv] (query head h reads KV head
+    h // G) -> [Hq, B, T, Dv]. Logits scale q . k, soft-capped as softcap tanh(s / softcap) where given; key j is
+    seen by query t when j <= t and, with a sliding window, t - j < window (transformers' convention)."""
+    G = q.shape[0] // k.shape[0]
+    s = (q.float() @ k.float().repeat_interleave(G, 0).mT) * scale                 # [Hq, B, T, T]
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    t = torch.arange(q.shape[2], device=q.device)
+    allowed = t[None, :] <= t[:, None]
+    if window:
+        allowed &= t[:, None] - t[None, :] < window
+    return s.masked_fill(~allowed, float("-inf")).softmax(-1) @ v.float().repeat_interleave(G, 0)
+
+
+def next_token_loss(adapter, h_BTd: torch.Tensor, ids: torch.Tensor) -> float:
+    """Mean next-token loss (nats) from the last hidden states, LOSS_CHUNK positions of logits at a time."""
+    h, target = h_BTd[:, :-1].flatten(0, 1), ids[:, 1:].flatten()
+    total = 0.0
+    for s in range(0, h.shape[0], LOSS_CHUNK):
+        z = adapter.logits(h[s:s + LOSS_CHUNK].unsqueeze(0)).squeeze(0)
+        total += F.cross_entropy(z, target[s:s + LOSS_CHUNK], reduction="sum").item()
+    return total / target.numel()
+
+
+def _heads_first(*xs: torch.Tensor) -> list[torch.Tensor]:
+    return [x.transpose(0, 1).float() for x in xs]                              # [B, H, T, D] -> [H, B, T, D]
+
+
+class _Errors:
+    """Each layer's layer_errors from its attention call; the model's own attention computes the output."""
+
+    def __init__(self, adapter):
+        self.adapter, self.layers = adapter, []
+
+    def on_state(self, l, h):
+        pass
+
+    def on_keys(self, i, site, k):
+        pass
+
+    def on_attention(self, i, q, k, v, scaling, window, softcap):
+        if window and window < q.shape[2]:
+            raise KVError(f"layer {i} attends over a sliding window of {window} tokens, shorter than the batch's "
+                          f"{q.shape[2]}: the key-cache errors are measured on full causal attention. Fix: windows "
+                          f"of at most {window} tokens (--seq_len)")
+        rope = rope_of(self.adapter, i)
+        q, k, v = _heads_first(q, k, v)
+        t = {"q_rope": q, "k_rope": k, "v": v, "q_norm": rope.inverse(q), "k_norm": rope.inverse(k)}
+        with torch.autocast(q.device.type, enabled=False):
+            self.layers.append({"layer": i, **layer_errors(t, rope.on_heads_last, softcap, scaling)})
+        return None
+
+
+class _Quantized:
+    """Every layer's attention computed from its keys quantized per token before rotary at `bits` (16: unchanged)."""
+
+    def __init__(self, adapter, bits: int):
+        self.adapter, self.bits, self.final = adapter, bits, None
+
+    def on_state(self, l, h):
+        if l == self.adapter.n_layers:
+            self.final = h
+
+    def on_keys(self, i, site, k):
+        pass
+
+    def on_attention(self, i, q, k, v, scaling, window, softcap):
+        rope = rope_of(self.adapter, i)
+        q, k, v = _heads_first(q, k, v)
+        with torch.autocast(q.device.type, enabled=False):
+            k = rope(fake_quantize(rope.inverse(k), self.bits, LOSS_SCHEME))
+            return causal_attention(q, k, v, scaling, window, softcap).permute(1, 2, 0, 3)
+
+
+def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS) -> dict[int, float]:
+    """{b: the mean next-token loss of ids [B, T] with every layer's keys quantized to b bits} (one forward each)."""
+    losses = {}
+    for b in bits:
+        sink = _Quantized(adapter, b)
+        with adapter.capture(sink):
+            adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        losses[b] = next_token_loss(adapter, sink.final, ids)
+    return losses
+
+
+@torch.no_grad()
+def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", errors: bool = True) -> dict:
+    """kv_cache.kv_section of the model behind `adapter` on token ids [B, T] (every sequence): its layer errors
+    (errors=False: none, `layers` empty) and its losses with quantized keys, in eval mode and `precision` (the errors
+    and the attention in float32), the module's mode and the RNG states restored. len(LOSS_BITS) forwards, and one
+    more with the errors, which cost most: 30 approximate attentions per layer (SmolLM2-135M, 4 x 256 tokens: about
+    2 s a layer on 2 cores)."""
+    model = adapter.model
+    device = next(model.parameters()).device
+    ids = ids_BT.to(device)
+    sink = _Errors(adapter)
+    try:
+        with measuring(model, device, precision):
+            if errors:
+                with adapter.capture(sink):
+                    model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            losses = quantized_losses(adapter, ids)
+    except RopeError as e:
+        raise KVError(f"{e}: its keys before rotary cannot be recovered for the key-cache measurements") from e
+    return kv_section(ids.shape, precision, adapter.head_dim, sink.layers, losses)
