@@ -81,12 +81,16 @@ class KeyProbeCallback(TrainerCallback):
     project's own ProbeCallback requires; the loss window is rebuilt from the checkpoint's log history.
     Only the main process probes and writes. `spike_alarm` ("SIGNAL[:THRESHOLD]", HF_ALARM_SIGNALS; "none": off):
     at every Trainer log with a loss, the alarm of train_llm's --spike_alarm, printed and kept in results.json's
-    "alarms" (a resumed run takes back those of its file, so it neither repeats nor loses one)."""
+    "alarms" (a resumed run takes back those of its file, so it neither repeats nor loses one). `kv_cache`: at the
+    last step, what a key cache would cost too (research.probing.hf_kv, results.json's kv_cache, as train_llm's
+    --kv_cache); `kv_every_probe`: at every probe, kept in each probe's record."""
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int = DEFAULT_EVERY,
                  tokens_per_step: int | None = None, tag: str = "hf", precision: str = "fp32",
-                 header: dict | None = None, spike_alarm: str = "none"):
+                 header: dict | None = None, spike_alarm: str = "none", kv_cache: bool = False,
+                 kv_every_probe: bool = False):
         self.spike = hf_spike_alarm(spike_alarm)
+        self.kv_cache, self.kv_every_probe = kv_cache or kv_every_probe, kv_every_probe
         self.before: list[torch.Tensor] | None = None  # the weights before the optimizer step (update_rms_adamw)
         self.update_rms: float | None = None
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
@@ -114,7 +118,8 @@ class KeyProbeCallback(TrainerCallback):
         step, tokens, wall, record = self.pending
         if self.spike is not None and self.recorder.results is not None:
             self.recorder.results["alarms"] = list(self.spike.alarms)
-        self.recorder.commit(record, step=step, tokens=tokens, loss=self._window_loss(step), wall_time_s=wall)
+        self.recorder.commit(record, step=step, tokens=tokens, loss=self._window_loss(step), wall_time_s=wall,
+                             kv_in_record=self.kv_every_probe)
         self.last_probe, self.pending = step, None
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -138,7 +143,8 @@ class KeyProbeCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         if state.global_step == 0:
-            self.recorder.record(model, step=0, tokens=0, wall_time_s=0.0)
+            self.recorder.record(model, step=0, tokens=0, wall_time_s=0.0, kv_cache=self.kv_every_probe,
+                                 kv_in_record=self.kv_every_probe)
             return
         res = self.recorder.resume(model, state.global_step, self.every)
         if self.spike is not None:
@@ -155,8 +161,9 @@ class KeyProbeCallback(TrainerCallback):
         if state.is_world_process_zero:
             if self.pending is not None:  # its log never came (logging turned off by another callback)
                 self._commit_pending()
+            kv = self.kv_every_probe or (self.kv_cache and step == state.max_steps)
             self.pending = (step, self._tokens(args, state), self.wall0 + time.perf_counter() - self.t0,
-                            self.recorder.measure(model))
+                            self.recorder.measure(model, kv))
 
     def _watches_update(self) -> bool:
         return self.spike is not None and self.spike.alarm.signal.name == "update_rms_adamw"

@@ -9,9 +9,12 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
+from research.probing.hf_kv import hf_kv_cache_record
 from research.probing.hf_measure import HFKeyProbe
+from research.probing.kv_cache import KV_ROWS
 from research.probing.hf_model import ProbeError, model_config, qk_norm_kind
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
+from research.results.vocabulary import KV_CACHE
 from utils.errors import shown
 
 
@@ -101,21 +104,29 @@ class KeyRecorder:
         return res
 
     def record(self, model: nn.Module, *, step: int, tokens: int, loss: float | None = None,
-               wall_time_s: float | None = None) -> dict:
+               wall_time_s: float | None = None, kv_cache: bool = False, kv_in_record: bool = False) -> dict:
         """Probe `model` after `step` optimizer steps and `tokens` training tokens; `loss`: the mean training loss
-        since the previous probe (None at step 0). Rewrites results.json; returns the record."""
+        since the previous probe (None at step 0); kv_cache: measure what a key cache costs too (measure; commit
+        says where it goes). Rewrites results.json; returns the record."""
         check_probe_values(step, tokens, loss)  # before the forward: a bad value costs no probe
-        return self.commit(self.measure(model), step=step, tokens=tokens, loss=loss, wall_time_s=wall_time_s)
+        return self.commit(self.measure(model, kv_cache), step=step, tokens=tokens, loss=loss,
+                           wall_time_s=wall_time_s, kv_in_record=kv_in_record)
 
-    def measure(self, model: nn.Module) -> dict:
-        """The probe's record of `model` now, written by `commit` (a Trainer's loss of the step comes later)."""
+    def measure(self, model: nn.Module, kv_cache: bool = False) -> dict:
+        """The probe's record of `model` now, written by `commit` (a Trainer's loss of the step comes later); with
+        kv_cache, what a key cache would cost too (research.probing.hf_kv on the probe batch's first KV_ROWS
+        sequences, in the probe's precision: 6 forwards of them and 30 approximate attentions per layer)."""
         record = self.probe(model)
         record["qk_norm"] = qk_norm_kind(self.probe.adapter(model))
+        if kv_cache:
+            record[KV_CACHE] = hf_kv_cache_record(self.probe.current, self.probe.ids[:KV_ROWS], self.probe.precision)
         return record
 
     def commit(self, record: dict, *, step: int, tokens: int, loss: float | None = None,
-               wall_time_s: float | None = None) -> dict:
-        """Append a record of `measure` as the probe after `step` optimizer steps and rewrite results.json."""
+               wall_time_s: float | None = None, kv_in_record: bool = False) -> dict:
+        """Append a record of `measure` as the probe after `step` optimizer steps and rewrite results.json. A key
+        cache section it holds becomes results.json's kv_cache, with its step (the latest measured), and stays in
+        the probe's record too with kv_in_record (every probe's, as train_llm's kv_every_probe)."""
         step, tokens, loss = check_probe_values(step, tokens, loss)
         if self.last_step is not None and step <= self.last_step:
             raise ProbeError(f"step {step}: this recorder's last probe was at step {self.last_step}, and records "
@@ -125,6 +136,9 @@ class KeyRecorder:
             self.results = self._open(step, self.probe.current)
         record = dict(record)
         val_loss, qk_norm = record.pop("loss"), record.pop("qk_norm")
+        kv = record.get(KV_CACHE) if kv_in_record else record.pop(KV_CACHE, None)
+        if kv is not None:
+            self.results[KV_CACHE] = {"step": step, **kv}
         if step == 0:  # the model before training: the write-ups' val_loss starts at the first interval
             self.results["init_val_loss"], val_loss = val_loss, None
         add_probe(self.results, record, step=step, tokens=tokens, loss=loss, val_loss=val_loss,
@@ -152,12 +166,13 @@ class KeyRecorder:
 
 def record_keys(path: str | Path, model: nn.Module, probe_ids_BT: torch.Tensor, *, step: int, tokens: int,
                 loss: float | None = None, tag: str = "hf", header: dict | None = None,
-                resumed_at: int | None = None) -> dict:
+                resumed_at: int | None = None, kv_cache: bool = False) -> dict:
     """One probe appended to results.json at `path`, for a loop of one's own that keeps no recorder between
     probes: the file is read back each time (KeyRecorder's rules: a step-0 call never overwrites another run's
     probes, a step at or before the file's last is refused). `resumed_at`: the step of the checkpoint a resumed
     loop restarted from, on its first call after the resume: the probes after it are dropped (taken again).
-    Returns the record."""
+    kv_cache: measure what a key cache costs too (KeyRecorder.measure; a loop's last probe, say). Returns the
+    record."""
     recorder = KeyRecorder(path, probe_ids_BT, tag=tag, header=header)
     check_probe_values(step, tokens, loss)
     if resumed_at is not None:
@@ -165,7 +180,7 @@ def record_keys(path: str | Path, model: nn.Module, probe_ids_BT: torch.Tensor, 
         if step <= resumed_at:
             raise ProbeError(f"step {step}, resumed_at {resumed_at}: the first probe after a resume comes after the "
                              f"checkpoint's step; pass the step the loop has reached")
-        record = recorder.measure(model)
+        record = recorder.measure(model, kv_cache)
         recorder.results = recorder._open(step, recorder.probe.current, resumed_at=resumed_at)
         return recorder.commit(record, step=step, tokens=tokens, loss=loss)
-    return recorder.record(model, step=step, tokens=tokens, loss=loss)
+    return recorder.record(model, step=step, tokens=tokens, loss=loss, kv_cache=kv_cache)

@@ -84,3 +84,38 @@ def test_the_section_equals_the_training_probes_for_the_same_weights():
             for bits, err in a["quantized"][site]["per_token"].items():
                 assert b["quantized"][site]["per_token"][bits]["logit_error"] == pytest.approx(
                     err["logit_error"], rel=1e-3, abs=1e-6)
+
+
+def test_record_keys_measures_the_key_cache_when_asked(tmp_path):
+    """A loop's probe with kv_cache: results.json's kv_cache holds the section with the probe's step, its 16-bit loss
+    the probe's own loss on the same 2 sequences (fp32: 1e-5), 8-bit keys within 1% of it; without kv_cache,
+    none. Read back through the results format's check."""
+    from research.probing.hf import record_keys
+    from research.results import load_results
+    model = make_hf("llama").float().eval()
+    x = ids(T=16)
+    record_keys(tmp_path / "a.json", model, x, step=0, tokens=0)
+    assert "kv_cache" not in load_results(tmp_path / "a.json")
+    rec = record_keys(tmp_path / "b.json", model, x, step=5, tokens=160, loss=5.0, kv_cache=True)
+    res = load_results(tmp_path / "b.json")
+    kv = res["kv_cache"]
+    assert kv["step"] == 5 and kv["sequences"] == 2 and len(kv["layers"]) == 3 and "kv_cache" not in rec
+    assert kv["loss"]["by_bits"]["16"] == pytest.approx(res["val_loss"][0], rel=1e-5)
+    assert abs(kv["loss"]["change"]["8"]) < 0.01 * kv["loss"]["by_bits"]["16"]
+
+
+@pytest.mark.slow
+def test_the_trainer_callback_measures_the_key_cache_at_the_last_step(tmp_path):
+    """kv_cache: the section once, at the last step (4), not in the probes' records; kv_every_probe: in every
+    probe's record (0, 3, 4), and results.json's kv_cache is the last one's."""
+    from tests.research.probing.test_hf import train
+    from research.results import load_results
+    train(tmp_path, 4, kv_cache=True)
+    res = load_results(tmp_path / "results.json")
+    assert res["steps"] == [0, 3, 4] and res["kv_cache"]["step"] == 4
+    assert all("kv_cache" not in p for p in res["probes"])
+    (tmp_path / "results.json").unlink()
+    train(tmp_path, 4, kv_every_probe=True)
+    res = load_results(tmp_path / "results.json")
+    assert all("kv_cache" in p for p in res["probes"]) and res["kv_cache"]["step"] == 4
+    assert res["kv_cache"]["loss"] == res["probes"][-1]["kv_cache"]["loss"]
