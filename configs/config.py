@@ -299,16 +299,16 @@ class ProbeConfig:
                             "probe.")
     probe_precision: Literal["fp32", "bf16"] = knob("fp32", "Precision of the probe's forward pass on its evaluation "
                                                     "batch.")
-    kv_every_probe: bool = knob(False, "Whether every probe also measures what a key cache costs (each layer's "
-                                "attention errors with its keys quantized at 8, 4, 3, 2 bits in three schemes and "
-                                "projected at rank d_head/8, /4, /2; the loss with every key quantized), on the probe "
-                                "batch's first 8 sequences: about 40 forward passes of the tiny preset's 64-sequence "
-                                "probe batch more per probe (18-51 measured on 2 loaded cores; the probe itself about "
-                                "2.7).")
-    kv_cache: bool = knob(False, "Whether the run measures what a key cache costs once, after its last step (the "
-                          "measurements kv_every_probe names, into results.json's kv_cache): about 40 forward passes "
-                          "of the tiny preset's probe batch, once a run: the studies that do not ask about key caches "
-                          "keep their time (kv_every_probe implies it).")
+    kv_every_probe: bool = knob(False, "Whether every probe also measures what a key cache costs (kv_cache's section, "
+                                "in each probe's record): about 40 forward passes of the tiny preset's probe batch "
+                                "more per probe (the probe itself about 2.7).")
+    kv_cache: bool = knob(False, "Whether the run measures what a key cache costs once, after its last step, on the "
+                          "probe batch's first 8 sequences (each layer's attention errors with its keys quantized at "
+                          "8, 4, 3, 2 bits in three schemes and projected at rank d_head/8, /4, /2; the loss with "
+                          "every key quantized): about 40 forward passes of the tiny preset's probe batch (18-51 "
+                          "measured).")
+    kv_layer_bits: bool = knob(False, "Whether the key cache's section also gives each layer's usable bits (its keys "
+                               "alone quantized): 4 forwards of 8 sequences per layer more (implies kv_cache).")
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -103,4 +103,5 @@ def key_cache_summary(rec: dict) -> dict | None:
             "loss": _losses(kvs, first["loss_margin"]), "logit_error_4bit": errors, "projected": projected,
             "ranks_measured": first["ranks"], "schemes": first["schemes"],
             "sequences": sum(kv["sequences"] for kv in kvs), "seq_len": first["seq_len"],
-            "error_sequences": sum(kv["sequences"] for kv in kvs if kv["layers"])}
+            "error_sequences": sum(kv["sequences"] for kv in kvs if kv["layers"]),
+            "layer_bits": next((kv["layer_bits"]["usable_k_bits"] for kv in kvs if "layer_bits" in kv), None)}

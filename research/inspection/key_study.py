@@ -95,10 +95,12 @@ def gains(adapter: Adapter) -> dict:
 
 
 def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapter: Adapter | None = None,
-                 desc: str = "batches", show_progress: bool = True, kv_cache: bool = False) -> dict:
+                 desc: str = "batches", show_progress: bool = True, kv_cache: bool = False,
+                 kv_layer_bits: bool = False) -> dict:
     """The per-batch records of `windows` [N, T] cut into batches of `batch` windows (N a multiple of it); with
     kv_cache, each batch's key-cache section too (research.probing.hf_kv: its losses by bits, 5 forwards more per
-    batch; the layers' errors on the first batch only, one forward and 30 approximate attentions per layer)."""
+    batch; the layers' errors on the first batch only, one forward and 30 approximate attentions per layer); with
+    kv_layer_bits, each layer's usable bits on the first batch too (4 forwards a layer)."""
     if windows.shape[0] % batch:
         raise ValueError(f"{windows.shape[0]} windows do not cut into batches of {batch}")
     adapter.check_window(windows.shape[1])
@@ -115,7 +117,7 @@ def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapt
         if sink.pairs:
             rec["pair_share"] = [sink.pairs[i] for i in range(L)]
         if kv_cache:  # the losses on every batch, the layers' errors (most of the cost) on the first
-            rec["kv"] = hf_kv_cache_record(adapter, ids, errors=not records)
+            rec["kv"] = hf_kv_cache_record(adapter, ids, errors=not records, per_layer=kv_layer_bits and not records)
         if init_adapter is not None:
             ref, ref_loss = _run(init_adapter, ids)
             rec["init_keys"] = {s: _by_layer(ref.keys[s], L) for s in KEY_SITES if s in ref.keys}

@@ -325,7 +325,12 @@ def _kv_section(model: A.ModelKeys) -> list[str]:
     for name, d in kv["low_freq_share"].items():
         lines.append(f"- Share of the {name}' energy in rotary pairs slower than the context ({groups}): "
                      f"{_by_group(d, 3)}.")
-    return lines + _kv_loss_lines(kv["loss"]) + _kv_error_lines(kv)
+    lines += _kv_loss_lines(kv["loss"])
+    if kv["layer_bits"] is not None:
+        lines += ["Usable key bits of each layer's keys quantized alone (the first batch; layer 0 first; - where 8 "
+                  "bits are outside the margin): " + ", ".join("-" if b is None else str(b) for b in kv["layer_bits"])
+                  + ".", ""]
+    return lines + _kv_error_lines(kv)
 
 
 def _kv_loss_lines(loss: dict) -> list[str]:

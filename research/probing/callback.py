@@ -49,13 +49,15 @@ class ProbeCallback:
                  header: dict, qk_norm: str, ablation_batches: list | None = None,
                  on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
                  probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False,
-                 context: int | None = None, kv_cache: bool = False, kv_every_probe: bool = False):
+                 context: int | None = None, kv_cache: bool = False, kv_every_probe: bool = False,
+                 kv_layer_bits: bool = False):
         if every <= 0:
             raise ValueError(f"ProbeCallback needs every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
         self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT, context)
-        self.kv_cache, self.kv_every_probe = kv_cache or kv_every_probe, kv_every_probe
+        self.kv_cache, self.kv_every_probe = kv_cache or kv_every_probe or kv_layer_bits, kv_every_probe
+        self.kv_layer_bits = kv_layer_bits
         # > 0: the trainer's validation set (ablation_batches) is the probe batch's first val_rows sequences
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
@@ -128,7 +130,8 @@ class ProbeCallback:
         """research.probing.kv_cache's section on the probe batch's first sequences (None without targets)."""
         if self.probe.targets is None:
             return None
-        return kv_cache_record(model, self.probe.ids, self.probe.targets, self.probe.precision)
+        return kv_cache_record(model, self.probe.ids, self.probe.targets, self.probe.precision,
+                               per_layer=self.kv_layer_bits)
 
     def state_dict(self) -> dict:
         return {"recent_losses": list(self.recent_losses), "step": self.step, "last_probe_step": self.last_probe_step}
@@ -188,7 +191,7 @@ def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | 
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
                          share_validation=runtime.precision == cfg.probe.probe_precision,
                          context=cfg.data.seq_len, kv_cache=cfg.probe.kv_cache,
-                         kv_every_probe=cfg.probe.kv_every_probe)
+                         kv_every_probe=cfg.probe.kv_every_probe, kv_layer_bits=cfg.probe.kv_layer_bits)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,

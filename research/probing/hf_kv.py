@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from research.probing.hf_rotary import AdapterRope, RopeError
 from research.probing.key_bits import fake_quantize
-from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, kv_section, layer_errors
+from research.probing.kv_cache import KV_BITS, LOSS_BITS, LOSS_SCHEME, kv_section, layer_bits, layer_errors
 from research.probing.probe import measuring
 from utils.errors import UserError
 
@@ -94,17 +94,19 @@ class _Errors:
                           f"of at most {window} tokens (--seq_len)")
         rope = rope_of(self.adapter, i)
         q, k, v = _heads_first(q, k, v)
-        t = {"q_rope": q, "k_rope": k, "v": v, "q_norm": rope.inverse(q), "k_norm": rope.inverse(k)}
+        t = {"q_rope": q, "k_rope": k, "v": v, "k_norm": rope.inverse(k)}
         with torch.autocast(q.device.type, enabled=False):
             self.layers.append({"layer": i, **layer_errors(t, rope.on_heads_last, softcap, scaling)})
         return None
 
 
 class _Quantized:
-    """Every layer's attention computed from its keys quantized per token before rotary at `bits` (16: unchanged)."""
+    """Every layer's attention computed here, from its keys quantized per token before rotary at `bits` (16:
+    unchanged) in `layers` (None: all), unchanged in the others."""
 
-    def __init__(self, adapter, bits: int):
+    def __init__(self, adapter, bits: int, layers=None):
         self.adapter, self.bits, self.final = adapter, bits, None
+        self.layers = set(range(adapter.n_layers) if layers is None else layers)
 
     def on_state(self, l, h):
         if l == self.adapter.n_layers:
@@ -117,15 +119,17 @@ class _Quantized:
         rope = rope_of(self.adapter, i)
         q, k, v = _heads_first(q, k, v)
         with torch.autocast(q.device.type, enabled=False):
-            k = rope(fake_quantize(rope.inverse(k), self.bits, LOSS_SCHEME))
+            if i in self.layers:
+                k = rope(fake_quantize(rope.inverse(k), self.bits, LOSS_SCHEME))
             return causal_attention(q, k, v, scaling, window, softcap).permute(1, 2, 0, 3)
 
 
-def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS) -> dict[int, float]:
-    """{b: the mean next-token loss of ids [B, T] with every layer's keys quantized to b bits} (one forward each)."""
+def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS, layers=None) -> dict[int, float]:
+    """{b: the mean next-token loss of ids [B, T] with the keys of `layers` (None: every layer's) quantized to b
+    bits} (one forward each)."""
     losses = {}
     for b in bits:
-        sink = _Quantized(adapter, b)
+        sink = _Quantized(adapter, b, layers)
         with adapter.capture(sink):
             adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1)
         losses[b] = next_token_loss(adapter, sink.final, ids)
@@ -133,12 +137,14 @@ def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS) -> dict[int, fl
 
 
 @torch.no_grad()
-def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", errors: bool = True) -> dict:
+def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", errors: bool = True,
+                       per_layer: bool = False) -> dict:
     """kv_cache.kv_section of the model behind `adapter` on token ids [B, T] (every sequence): its layer errors
     (errors=False: none, `layers` empty) and its losses with quantized keys, in eval mode and `precision` (the errors
     and the attention in float32), the module's mode and the RNG states restored. len(LOSS_BITS) forwards, and one
     more with the errors, which cost most: 30 approximate attentions per layer (SmolLM2-135M, 4 x 256 tokens: about
-    2 s a layer on 2 cores)."""
+    2 s a layer on 2 cores). With per_layer, each layer's usable bits too (kv_cache.layer_bits: len(KV_BITS)
+    forwards a layer)."""
     model = adapter.model
     device = next(model.parameters()).device
     ids = ids_BT.to(device)
@@ -149,6 +155,9 @@ def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", e
                 with adapter.capture(sink):
                     model(input_ids=ids, use_cache=False, logits_to_keep=1)
             losses = quantized_losses(adapter, ids)
+            each = ([quantized_losses(adapter, ids, KV_BITS, [i]) for i in range(adapter.n_layers)]
+                    if per_layer else None)
     except RopeError as e:
         raise KVError(f"{e}: its keys before rotary cannot be recovered for the key-cache measurements") from e
-    return kv_section(ids.shape, precision, adapter.head_dim, sink.layers, losses)
+    section = kv_section(ids.shape, precision, adapter.head_dim, sink.layers, losses)
+    return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}

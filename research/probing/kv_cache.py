@@ -10,9 +10,11 @@ attention: rotated queries, scale 1/sqrt(D), its soft-cap):
 - quantized[site][scheme][bits]: the keys fake-quantized (key_bits.fake_quantize) in each scheme at each of KV_BITS,
   at `pre_rope` (the keys before rotary, rotated after quantization, as quantized_keys' pre_rope does) or `post_rope`
   (the rotated keys the attention reads);
-- projected[site][r]: queries and keys both projected on the top r eigenvectors of the keys' K^T K / N, r in D/8,
-  D/4, D/2: `post_rope` on the rotated keys' (key_rank.projection_error), `pre_rope` on the keys' before rotary,
-  rotated after the projection (a cache of rank-r keys that rotary is applied to when read).
+- projected[site][r]: the keys projected on the top r eigenvectors of their K^T K / N, r in D/8, D/4, D/2, the
+  queries as they are: `post_rope`, the rotated keys (the same as projecting the queries too, key_rank's
+  projection_error: P is symmetric and idempotent); `pre_rope`, the keys before rotary, rotated after the
+  projection (a cache of rank-r keys that rotary is applied to when read; projecting the queries too would drop
+  the query dims RoPE pairs with the kept ones, which the exact logits use).
 And the loss (key_bits.quantized_loss) with every layer's keys quantized per token before rotary at each of LOSS_BITS
 (16: the keys themselves), its change from the unquantized loss, and usable_k_bits over KV_BITS within the studies'
 loss margin.
@@ -47,11 +49,10 @@ def _rotate(rotary: nn.Module, x_HBTD: torch.Tensor) -> torch.Tensor:
     return rotary(x_HBTD.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)
 
 
-def _projector(basis: torch.Tensor, r: int, Hq: int) -> torch.Tensor:
-    """[Hq, 1, D, D]: U_r U_r^T of each query head's KV head (basis [Hkv, D, D], key_basis')."""
+def _projector(basis: torch.Tensor, r: int) -> torch.Tensor:
+    """[Hkv, 1, D, D]: U_r U_r^T of each KV head (basis [Hkv, D, D], key_basis')."""
     U = basis[..., :r].float()
-    P = U @ U.mT                                                                 # [Hkv, D, D]
-    return P.repeat_interleave(Hq // basis.shape[0], 0).unsqueeze(1)
+    return (U @ U.mT).unsqueeze(1)
 
 
 def schemes_for(D: int) -> tuple[str, ...]:
@@ -63,12 +64,11 @@ def schemes_for(D: int) -> tuple[str, ...]:
 def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = None, scale: float | None = None) -> dict:
     """One layer's {"quantized": {site: {scheme: {bits: errors}}}, "projected": {site: {r: errors}}} (errors:
     {logit_error, attention_kl, output_error} as float lists over the query heads), from capture_layers' tensors
-    with values: q_norm, k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of
+    with values: k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of
     [B, T, H, D] vectors (the model's Rotary, or hf_rotary.AdapterRope.on_heads_last); scale: the logits' (None:
     1/sqrt(D))."""
     q, k_pre, k_post, v = (t[n].float() for n in ("q_rope", "k_norm", "k_rope", "v"))
-    q_pre = t["q_norm"].float()
-    Hq, Hkv, D = q.shape[0], k_pre.shape[0], q.shape[-1]
+    D = q.shape[-1]
     cases = [(site, s, b) for site in KV_SITES for s in schemes_for(D) for b in KV_BITS]
     approx = [(q, _rotate(rotary, fake_quantize(k_pre, b, s)) if site == "pre_rope" else fake_quantize(k_post, b, s))
               for site, s, b in cases]
@@ -76,10 +76,8 @@ def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = Non
     bases = {"pre_rope": key_basis(key_moments(k_pre)), "post_rope": key_basis(key_moments(k_post))}
     projected = [(site, r) for site in KV_SITES for r in ranks]
     for site, r in projected:
-        P = _projector(bases[site], r, Hq)
-        qk = (q_pre, k_pre) if site == "pre_rope" else (q, k_post)
-        q_r, k_r = qk[0] @ P, qk[1] @ P[::Hq // Hkv]
-        approx.append((_rotate(rotary, q_r), _rotate(rotary, k_r)) if site == "pre_rope" else (q_r, k_r))
+        P = _projector(bases[site], r)
+        approx.append((q, _rotate(rotary, k_pre @ P) if site == "pre_rope" else k_post @ P))
     errors = [{name: e.tolist() for name, e in err.items()}
               for err in attention_errors(q, k_post, v, approx, scale=scale, softcap=softcap)]
     out: dict = {"quantized": {}, "projected": {}}
@@ -90,13 +88,22 @@ def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = Non
     return out
 
 
+def layer_bits(per_layer: list[dict[int, float]], base: float) -> dict:
+    """The section's per-layer usable bits: each layer's losses with only its keys quantized, by bits ({bits: loss}
+    per layer), and each layer's usable_k_bits within the loss margin of `base`, the unquantized loss."""
+    return {"by_bits": [{str(b): v for b, v in losses.items()} for losses in per_layer],
+            "usable_k_bits": [usable_k_bits(losses, base, LOSS_MARGIN) for losses in per_layer]}
+
+
 @torch.no_grad()
 def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Tensor, precision: str = "fp32",
-                    rows: int = KV_ROWS) -> dict:
+                    rows: int = KV_ROWS, per_layer: bool = False) -> dict:
     """The key cache's section of results.json for `model` on the first `rows` sequences of (ids, targets): what it
     was measured on (sequences, seq_len, precision, bits, schemes, ranks), each layer's errors (layer_errors), and
     the losses with every layer's keys quantized. One hooked forward of those sequences and len(LOSS_BITS) plain
-    ones, in eval mode and `precision` (the errors in float32), the module's mode and the RNG states restored."""
+    ones, in eval mode and `precision` (the errors in float32), the module's mode and the RNG states restored. With
+    per_layer, each layer's usable bits too (layer_bits: that layer's keys alone quantized, len(KV_BITS) forwards a
+    layer)."""
     model = unwrap(model)
     device = next(model.parameters()).device
     ids, targets = ids_BT[:rows].to(device), targets_BT[:rows].to(device)
@@ -111,7 +118,10 @@ def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Te
         with capture_layers(model, on_layer, values=True):
             model.hidden(ids)
         losses = {b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE) for b in LOSS_BITS}
-    return kv_section(ids.shape, precision, model.cfg.d_head, layers, losses)
+        each = [{b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE, layers=[i]) for b in KV_BITS}
+                for i in range(len(model.blocks))] if per_layer else None
+    section = kv_section(ids.shape, precision, model.cfg.d_head, layers, losses)
+    return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}
 
 
 def kv_section(shape_BT, precision: str, D: int, layers: list[dict], losses: dict[int, float]) -> dict:

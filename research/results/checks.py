@@ -107,6 +107,10 @@ KV_SECTION = _KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=Fals
            "loss": Obj({"scheme": Text(), "site": Text(), "by_bits": Req(_BY_BITS), "change": Req(_BY_BITS)},
                        nullable=True),
            "usable_k_bits": Integer("a number of bits (an integer)", lo=1), "loss_margin": Number(),
+           # since 2026-11-28, with kv_layer_bits: each layer's losses with only its keys quantized, its usable bits
+           "layer_bits": Opt(Obj({"by_bits": Req(ListOf(_BY_BITS, "a list of one object per layer")),
+                                  "usable_k_bits": Req(ListOf(Integer("a number of bits (an integer)", lo=1),
+                                                              "a list of one number of bits (or null) per layer"))})),
            "layers": Req(ListOf(_KV_LAYER, "a list of layer records"))})
 _PROBE = Obj({"layers": ListOf(_RECORD, "a list of one or more layer records", nonempty=True, uniform=True,
                                size="should be a list of {n} layer records, as in every other probe, found {len}"),

@@ -43,6 +43,9 @@ def build_parser(description: str = "") -> ArgumentParser:
                         "projected, on the first batch; the loss with every key quantized at 16, 8, 4, 3, 2 bits, on "
                         "every batch): 5 forwards of each batch fewer, and on the first one more and 30 approximate "
                         "attentions per layer")
+    p.add_argument("--kv_layer_bits", action="store_true",
+                   help="Also each layer's usable key bits, on the first batch: the loss with only that layer's keys "
+                        "quantized at 8, 4, 3, 2 bits, 4 forwards of the batch per layer")
     return p
 
 
@@ -73,7 +76,7 @@ def measure(name: str, docs, args, log=print) -> dict:
     init = type(adapter)(untrained_like(model, args.seed))
     log(f"{name}: {args.batches} batches of {args.batch} x {windows.shape[1]} tokens of {docs.name}")
     rec = measure_keys(adapter, windows, args.batch, init, desc=name, show_progress=not args.no_progress,
-                       kv_cache=not args.no_kv_cache)
+                       kv_cache=not args.no_kv_cache, kv_layer_bits=args.kv_layer_bits)
     rec.update({"model": name, "source": adapter.source, "family": adapter.family, "model_type": adapter.model_type,
                 "n_layers": adapter.n_layers, "n_heads": adapter.n_heads, "n_kv_heads": adapter.n_kv_heads,
                 "head_dim": adapter.head_dim, "d_model": adapter.d_model, "params": adapter.model_param_count(),

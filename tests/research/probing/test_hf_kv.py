@@ -119,3 +119,16 @@ def test_the_trainer_callback_measures_the_key_cache_at_the_last_step(tmp_path):
     res = load_results(tmp_path / "results.json")
     assert all("kv_cache" in p for p in res["probes"]) and res["kv_cache"]["step"] == 4
     assert res["kv_cache"]["loss"] == res["probes"][-1]["kv_cache"]["loss"]
+
+
+def test_per_layer_usable_bits_of_a_hf_layer_without_keys():
+    """As the training probe's: Llama layer 1's k_proj zeroed, its keys quantized alone leave the loss unchanged
+    (usable at 2 bits)."""
+    model = make_hf("llama").float().eval()
+    with torch.no_grad():
+        model.model.layers[1].self_attn.k_proj.weight.zero_()
+    section = hf_kv_cache_record(adapter_for(model), ids(), errors=False, per_layer=True)
+    base = section["loss"]["by_bits"]["16"]
+    assert section["layers"] == [] and section["layer_bits"]["usable_k_bits"][1] == 2
+    assert section["layer_bits"]["by_bits"][1] == pytest.approx({"8": base, "4": base, "3": base, "2": base},
+                                                                rel=1e-6)

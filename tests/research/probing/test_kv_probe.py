@@ -89,8 +89,9 @@ def test_keys_and_queries_in_the_slowest_pair_read_it_whole():
 
 
 def test_the_key_cache_section_of_keys_of_rank_three():
-    """After RoPE the keys of dims 0..2 span at most 6 <= D/8 = 8 dims: projected on their top 8 directions, the
-    attention is the exact one. Unquantized (16 bits), the loss is the same forward's: its change is 0 exactly."""
+    """After RoPE the keys of dims 0..2 span at most 6 <= D/8 = 8 dims, before it 3: projected on their top 8
+    directions at either site, the attention is the exact one. Unquantized (16 bits), the loss is the same forward's:
+    its change is 0 exactly."""
     model = keys_in([0, 1, 2])
     x = ids(4, 24)
     section = kv_cache_record(model, x, x.roll(1, dims=1), rows=3)
@@ -106,6 +107,10 @@ def test_the_key_cache_section_of_keys_of_rank_three():
             assert set(layer["quantized"][site]["per_token"]) == {"8", "4", "3", "2"}
             assert all(len(layer["quantized"][site]["per_token"]["4"][e]) == 2 for e in KV_ERRORS)
         exact = layer["projected"]["post_rope"]["8"]
+        assert max(exact["logit_error"]) < 1e-5 and max(exact["output_error"]) < 1e-5
+        # before RoPE the 3 dims are within the top 8 directions: the keys rebuilt from them and rotated are the
+        # keys, and the queries are left whole (projecting them too would drop dims 32..34, which RoPE pairs in)
+        exact = layer["projected"]["pre_rope"]["8"]
         assert max(exact["logit_error"]) < 1e-5 and max(exact["output_error"]) < 1e-5
         bits = layer["quantized"]["post_rope"]["per_token"]
         assert bits["2"]["logit_error"][0] > bits["8"]["logit_error"][0] > 0
@@ -160,3 +165,24 @@ def test_pair_energy_from_energies_given_reads_as_from_the_vectors():
     energy = x.square().sum((1, 2)) * torch.tensor([[1.0], [7.0], [0.5]])
     assert torch.allclose(pair_energy(None, "interleaved", energy=energy), pair_energy(x, "interleaved"),
                           rtol=1e-6, atol=0)
+
+
+def test_per_layer_usable_bits_of_a_layer_without_keys():
+    """Layer 1's keys are all zero (W_k zeroed): quantizing them alone changes nothing (a constant key is exact at any
+    width), so its losses are the unquantized loss and its usable bits the fewest measured, 2; layer 0's are its
+    own. The callback's kv_layer_bits implies the section, which the results format reads back."""
+    model = keys_in(list(range(D)))
+    with torch.no_grad():
+        model.blocks[1].attn.wk.weight.zero_()
+    x = ids(4, 24)
+    section = kv_cache_record(model, x, x.roll(1, dims=1), rows=3, per_layer=True)
+    base = section["loss"]["by_bits"]["16"]
+    lb = section["layer_bits"]
+    assert lb["by_bits"][1] == {"8": base, "4": base, "3": base, "2": base} and lb["usable_k_bits"][1] == 2
+    assert set(lb["by_bits"][0]) == {"8", "4", "3", "2"} and lb["by_bits"][0]["2"] != base
+    assert "layer_bits" not in kv_cache_record(model, x, x.roll(1, dims=1), rows=3)
+
+
+def test_the_callback_measures_per_layer_bits_when_asked(tmp_path):
+    res = run_callback(tmp_path, kv_layer_bits=True)
+    assert res[KV_CACHE]["step"] == 3 and len(res[KV_CACHE]["layer_bits"]["usable_k_bits"]) == 2
