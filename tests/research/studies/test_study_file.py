@@ -348,6 +348,23 @@ def test_the_study_files_the_project_ships_read_and_build():
             "NoQK_softcap": (300000, "none", 15.0, "none"), "QK_gated": (300000, "learned", 0.0, "elementwise")}
 
 
+def test_the_key_cache_study_file_reads_and_builds():
+    """configs/studies/kv_cache.yaml (issue 54's study, docs/study_files.md): four QK-norm conditions against QK,
+    the key cache's three primary quantities, 300k tokens on tiny, and `kv_cache: true` at the top level reaching
+    every run's probe section (the default is off, so a run without it would have no kv_loss_4bit)."""
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[3] / "configs" / "studies" / "kv_cache.yaml"
+    s = read_study_file(path)
+    assert (list(s.conditions), s.baseline, s.primary) == (["QK", "QK_frozen", "NoQK", "QK_full"], "QK",
+                                                           ("rank90", "kv_loss_4bit", "low_freq_share"))
+    assert (s.preset, s.shared, s.default_seeds) == ("tiny", {"tokens": 300000, "kv_cache": True}, (0, 1, 2, 3))
+    base = base_config(s, "tiny", {})
+    runs = {c: run_config(base, o, 0) for c, o in s.conditions.items()}
+    assert {c: (r.train.tokens, r.model.qk_norm, r.model.qk_norm_scope, r.probe.kv_cache) for c, r in runs.items()} \
+        == {"QK": (300000, "learned", "head", True), "QK_frozen": (300000, "frozen", "head", True),
+            "NoQK": (300000, "none", "head", True), "QK_full": (300000, "learned", "full", True)}
+
+
 # ------------------------------------------------------------------ values too large to show
 def alias_bomb(levels: int = 8) -> str:
     """YAML of a list whose last item holds 10**levels zeros through shared lists (a few hundred bytes on disk, and
