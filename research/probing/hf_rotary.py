@@ -18,9 +18,10 @@ import torch
 
 from research.probing.rotary_use import logit_pair_shares, pair_dims, rotary_use
 from research.results.vocabulary import QUERY_ROTARY, ROTARY_METRICS
+from utils.errors import UserError
 
 
-class RopeError(ValueError):
+class RopeError(UserError, ValueError):
     """A model whose RoPE this module cannot reproduce (no frequencies known, an odd number of unrotated dims)."""
 
 
