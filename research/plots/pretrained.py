@@ -353,7 +353,7 @@ def _kv_error_lines(kv: dict) -> list[str]:
     for scheme in kv["schemes"]:
         lines.append(f"| {scheme} | {errs.get(('pre_rope', scheme), float('nan')):.4f} | "
                      f"{errs.get(('post_rope', scheme), float('nan')):.4f} |")
-    return lines + ["", "Relative logit error with queries and keys projected on the keys' top r directions: "
+    return lines + ["", "Relative logit error with the keys projected on their top r directions (queries whole): "
                     + "; ".join(f"r = {r}: {proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} "
                                 f"after" for r in kv["ranks_measured"]) + ".", ""]
 
