@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from research.probing.hf_rotary import AdapterRope, RopeError
+from research.probing.hf_rotary import RopeError, layer_ropes
 from research.probing.key_bits import fake_quantize
 from research.probing.kv_cache import KV_BITS, LOSS_BITS, LOSS_SCHEME, kv_section, layer_bits, layer_errors
 from research.probing.probe import measuring
@@ -38,11 +38,9 @@ class _NoRope:
     inverse = on_heads_last = __call__
 
 
-def rope_of(adapter, i: int):
-    """Layer i's RoPE (hf_rotary.AdapterRope), the identity where the model has none."""
-    if not adapter.rope_pairing or not adapter.rotary_dims:
-        return _NoRope()
-    return AdapterRope(adapter, i)
+def ropes_of(adapter) -> list:
+    """Each layer's RoPE (hf_rotary.AdapterRope, built once), the identity where the model has none."""
+    return layer_ropes(adapter) or [_NoRope()] * adapter.n_layers
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,
@@ -79,7 +77,7 @@ class _Errors:
     """Each layer's layer_errors from its attention call; the model's own attention computes the output."""
 
     def __init__(self, adapter):
-        self.adapter, self.layers = adapter, []
+        self.adapter, self.layers, self.ropes = adapter, [], ropes_of(adapter)
 
     def on_state(self, l, h):
         pass
@@ -92,7 +90,7 @@ class _Errors:
             raise KVError(f"layer {i} attends over a sliding window of {window} tokens, shorter than the batch's "
                           f"{q.shape[2]}: the key-cache errors are measured on full causal attention. Fix: windows "
                           f"of at most {window} tokens (--seq_len)")
-        rope = rope_of(self.adapter, i)
+        rope = self.ropes[i]
         q, k, v = _heads_first(q, k, v)
         t = {"q_rope": q, "k_rope": k, "v": v, "k_norm": rope.inverse(k)}
         with torch.autocast(q.device.type, enabled=False):
@@ -104,8 +102,8 @@ class _Quantized:
     """Every layer's attention computed here, from its keys quantized per token before rotary at `bits` (16:
     unchanged) in `layers` (None: all), unchanged in the others."""
 
-    def __init__(self, adapter, bits: int, layers=None):
-        self.adapter, self.bits, self.final = adapter, bits, None
+    def __init__(self, adapter, bits: int, ropes: list, layers=None):
+        self.adapter, self.bits, self.final, self.ropes = adapter, bits, None, ropes
         self.layers = set(range(adapter.n_layers) if layers is None else layers)
 
     def on_state(self, l, h):
@@ -116,7 +114,7 @@ class _Quantized:
         pass
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
-        rope = rope_of(self.adapter, i)
+        rope = self.ropes[i]
         q, k, v = _heads_first(q, k, v)
         with torch.autocast(q.device.type, enabled=False):
             if i in self.layers:
@@ -127,9 +125,9 @@ class _Quantized:
 def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS, layers=None) -> dict[int, float]:
     """{b: the mean next-token loss of ids [B, T] with the keys of `layers` (None: every layer's) quantized to b
     bits} (one forward each)."""
-    losses = {}
+    losses, ropes = {}, ropes_of(adapter)
     for b in bits:
-        sink = _Quantized(adapter, b, layers)
+        sink = _Quantized(adapter, b, ropes, layers)
         with adapter.capture(sink):
             adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1)
         losses[b] = next_token_loss(adapter, sink.final, ids)
@@ -142,14 +140,14 @@ def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", e
     """kv_cache.kv_section of the model behind `adapter` on token ids [B, T] (every sequence): its layer errors
     (errors=False: none, `layers` empty) and its losses with quantized keys, in eval mode and `precision` (the errors
     and the attention in float32), the module's mode and the RNG states restored. len(LOSS_BITS) forwards, and one
-    more with the errors, which cost most: 30 approximate attentions per layer (SmolLM2-135M, 4 x 256 tokens: about
-    2 s a layer on 2 cores). With per_layer, each layer's usable bits too (kv_cache.layer_bits: len(KV_BITS)
-    forwards a layer)."""
+    more with the errors, which cost most: 30 approximate attentions per layer (layer_errors on random tensors of
+    SmolLM2-135M's sizes, 4 x 256 tokens: 5.8 s a layer on 2 cores at load 6-7). With per_layer, each layer's usable
+    bits too (kv_cache.layer_bits: len(KV_BITS) forwards a layer)."""
     model = adapter.model
     device = next(model.parameters()).device
     ids = ids_BT.to(device)
-    sink = _Errors(adapter)
     try:
+        sink = _Errors(adapter)
         with measuring(model, device, precision):
             if errors:
                 with adapter.capture(sink):

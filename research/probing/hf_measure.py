@@ -11,7 +11,7 @@ import torch.nn as nn
 from research.access.adapters import InspectError
 from research.probing.hf_model import ProbeError, adapter_for, base_model
 from research.probing.hf_kv import next_token_loss
-from research.probing.hf_rotary import AdapterRope, rope_context, rotary_fields
+from research.probing.hf_rotary import AdapterRope, layer_ropes, rope_context, rotary_fields
 from research.probing.key_rank import ranked_key_metrics
 from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
 from research.probing.probe import as_lists, attention_record, measuring
@@ -25,10 +25,10 @@ class _Sink:
     """The adapter's callbacks reduced, layer by layer, to a probe record; the model's own attention computes
     the output (on_attention returns None)."""
 
-    def __init__(self, adapter, context: int):
+    def __init__(self, adapter, context: int, ropes: list[AdapterRope] | None = None):
         self.adapter = adapter
         self.context = context  # the probe batch's length: the wavelengths' reference where the model names none
-        self.rotary = (lambda i: AdapterRope(adapter, i)) if adapter.rope_pairing and adapter.rotary_dims else None
+        self.ropes = ropes if ropes is not None else layer_ropes(adapter)  # None: the model has no RoPE
         self.pre: dict[int, dict[str, torch.Tensor]] = {}
         self.layers: list[dict] = []
         self.final: torch.Tensor | None = None
@@ -61,9 +61,8 @@ class _Sink:
             records = {s: ranked_key_metrics(x) if s in RANKED_SITES else key_metrics(x) for s, x in sites.items()}
             records["attn"] = attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
                                                g_k if both else None)
-            if self.rotary is not None:
-                rope = self.rotary(i)
-                k_use, q_use, rec["pair_share"] = rotary_fields(rope, q, k, attn_m["logit_at"],
+            if self.ropes is not None:
+                k_use, q_use, rec["pair_share"] = rotary_fields(self.ropes[i], q, k, attn_m["logit_at"],
                                                                 rope_context(self.adapter, self.context, window))
                 records["k_norm"].update(k_use)
                 records["attn"].update(q_use)
@@ -103,7 +102,7 @@ class HFKeyProbe:
                 adapter.check_token_ids(self.ids, "the probe batch")
             except InspectError as e:
                 raise ProbeError(str(e)) from e
-            self.current = adapter
+            self.current, self.ropes = adapter, layer_ropes(adapter)
         return self.current
 
     @torch.no_grad()
@@ -112,7 +111,7 @@ class HFKeyProbe:
         base = adapter.model
         device = next(base.parameters()).device
         ids = self.ids.to(device)
-        sink = _Sink(adapter, ids.shape[1])
+        sink = _Sink(adapter, ids.shape[1], self.ropes)
         t0 = time.perf_counter()
         with measuring(base, device, self.precision), adapter.capture(sink):
             base(input_ids=ids, use_cache=False, logits_to_keep=1)  # the vocabulary's logits: below, in chunks
@@ -125,4 +124,4 @@ class HFKeyProbe:
                 "probe_time_s": time.perf_counter() - t0, "batch": list(self.ids.shape),
                 "precision": self.precision, "loss": loss,
                 **({"rotary": {"pairing": adapter.rope_pairing, "context": rope_context(adapter, self.ids.shape[1]),
-                               "rotary_dims": adapter.rotary_dims}} if sink.rotary else {})}
+                               "rotary_dims": adapter.rotary_dims}} if sink.ropes else {})}

@@ -105,3 +105,10 @@ def rope_context(adapter, fallback: int, window: int | None = None) -> int:
     max_position_embeddings or the like, adapter.context), else `fallback`; a sliding window shorter than it."""
     context = adapter.context or fallback
     return min(context, window) if window else context
+
+
+def layer_ropes(adapter) -> list[AdapterRope] | None:
+    """Each layer's AdapterRope, built once per model; None for a model without RoPE."""
+    if not adapter.rope_pairing or not adapter.rotary_dims:
+        return None
+    return [AdapterRope(adapter, i) for i in range(adapter.n_layers)]

@@ -21,7 +21,6 @@ from functools import lru_cache
 
 import torch
 
-from research.analysis.key_cache import usable_k_bits  # noqa: F401  (its home is the analysis; named here too)
 from research.probing.attention_error import attention_errors
 from research.results.vocabulary import KV_SCHEMES
 

@@ -1,5 +1,6 @@
 """Issue 54, item 2: keys fake-quantized in three schemes, the attention errors they cause, the loss of a model whose
-keys are quantized, and usable_k_bits (research/probing/key_bits.py), against values known by hand."""
+keys are quantized (research/probing/key_bits.py), and usable_k_bits (research/analysis/key_cache.py), against
+values known by hand."""
 import math
 
 import pytest
@@ -8,7 +9,8 @@ import torch
 from configs import get_preset
 from models import MinimalLLM
 from research.probing.key_bits import (SCHEMES, fake_quantize, hadamard, quantization_errors, quantized_keys,
-                                       quantized_loss, usable_k_bits)
+                                       quantized_loss)
+from research.analysis.key_cache import usable_k_bits
 
 
 def test_per_token_quantization_by_hand():
