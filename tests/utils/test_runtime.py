@@ -189,11 +189,13 @@ print(kept, faults)
 def test_a_probe_reuses_freed_memory_without_page_faults():
     """By default glibc hands blocks of a few MiB back to the OS when they are freed, so every probe (and training
     step) touches fresh pages again: thousands of page faults each time. Kept, the later probes fault on no more
-    than a few pages (measured: none)."""
+    than a few pages (measured: 0-2, with now and then one probe at 257-385, a fresh thread's stack or arena: so the
+    median of the five later probes is what is compared)."""
     runs = {}
     for mode in ("keep", "default"):
         out = subprocess.run([sys.executable, "-c", _PROBE_FAULTS, mode], capture_output=True, text=True, check=True,
                              cwd=Path(__file__).resolve().parents[2]).stdout.split(" ", 1)
         runs[mode] = (out[0], ast.literal_eval(out[1]))
-    assert runs["keep"][0] == "True" and sum(runs["keep"][1][-3:]) < 64
-    assert sum(runs["default"][1][-3:]) > 1000  # what the setting removes: the run would fault without it
+    median = {mode: sorted(faults[1:])[2] for mode, (_, faults) in runs.items()}
+    assert runs["keep"][0] == "True" and median["keep"] < 64, runs
+    assert median["default"] > 1000, runs  # what the setting removes: the run would fault without it
