@@ -195,9 +195,13 @@ class ConditionsAnalysis:
         return pair[1] if self.baseline is not None else pair[0]
 
     def of_reference(self, pair: tuple[str, str], d: Decision) -> float:
-        """The difference as a share of the reference condition's mean over the paired seeds (NaN at 0)."""
+        """The difference as a share of the reference condition's mean over the paired seeds; NaN at 0, and NaN
+        where the margin is absolute and the reference lies inside it (a loss change of 0.0001 against a margin of
+        0.005: "+223% of QK" would be a share of noise)."""
         ref = d.mean_b if self.baseline is not None else d.mean_a
-        return d.diff / abs(ref) if ref and math.isfinite(ref) else math.nan
+        if not ref or not math.isfinite(ref) or (d.share is None and abs(ref) <= d.margin):
+            return math.nan
+        return d.diff / abs(ref)
 
     def in_short(self) -> dict:
         """{(x, y): [(Quantity, Decision)]}: what "In short" states, per comparison, about the stated quantities;

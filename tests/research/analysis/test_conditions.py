@@ -3,6 +3,8 @@ one family, the bound of reading nine families together, differences in units an
 condition, the logit's absolute margin, and each reason for not deciding said in its own words."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from research.analysis.conditions import (INSIDE, LOGIT_MARGIN, QUANTITIES, ConditionRuns, analyze, check_primary,
@@ -105,18 +107,32 @@ def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
     assert "then a share of the first condition of each comparison's value" in report(every)
 
 
+def test_no_share_of_a_baseline_inside_an_absolute_margin():
+    """A largest logit of 0.10 against a margin of 0.25 logits: NoQK - QK = +0.20 would read "+200% of QK", a
+    share of a value the margin calls zero; the line and the table give none. Key norm 8.05 keeps its share."""
+    runs = {"QK": runs_of("QK", logit_max=[0.09, 0.10, 0.11], key_norm=8.05),
+            "NoQK": runs_of("NoQK", 0.003, logit_max=[0.28, 0.30, 0.32], key_norm=10.81)}
+    a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
+    text = line(report(a), "NoQK \u2212 QK")
+    assert "largest attention logit +0.20 [" in text and "] logits (margin \u00b10.25 logits)" in text
+    assert "(+34% of QK; margin" in text
+    assert math.isnan(a.of_reference(("NoQK", "QK"), a.decisions["logit_max"][("NoQK", "QK")]))
+    row = next(r for r in report(a).split("### largest attention logit")[1].splitlines() if r.startswith("| NoQK \u2212"))
+    assert row.split(" | ")[4] == "n/a"
+
+
 def test_a_logit_near_zero_is_judged_in_logits():
     """A largest logit going from -0.05 to +0.05 (differences 0.10, 0.11, 0.09: mean 0.1, sd 0.01; one comparison,
     t(2, 0.975) = 4.3027: [0.0752, 0.1248]). As a share of the pair's mean (0.05) the 3% margin was 0.0015 and the
-    report said "+200% beyond the margin"; against 0.25 logits it is real and inside the margin, and its share of
-    the baseline (+200%) is said as such. A study file's logit_margin of 0.05 puts it beyond."""
+    report said "+200% beyond the margin"; against 0.25 logits it is real and inside the margin, and no share of
+    a baseline the margin calls zero is given (it read +200%). A study file's logit_margin of 0.05 puts it beyond."""
     runs = {"base": runs_of("base", logit_max=[-0.05, -0.05, -0.05]),
             "up": runs_of("up", 0.003, logit_max=[0.05, 0.06, 0.04])}
     a = analyze(ConditionRuns(runs, "base", ("logit_max",)), 0.03, 0.005)
     d = a.decisions["logit_max"][("up", "base")]
     assert (d.outcome, d.margin, d.share, a.logit_margin) == (WITHIN, LOGIT_MARGIN, None, 0.25)
     assert reading(d) == INSIDE
-    assert ("lies within the margin in largest attention logit +0.10 [+0.08, +0.12] logits (+200% of base; margin "
+    assert ("lies within the margin in largest attention logit +0.10 [+0.08, +0.12] logits (margin "
             "\u00b10.25 logits)") in line(report(a), "up \u2212 base")
     tight = analyze(ConditionRuns(runs, "base", ("logit_max",), logit_margin=0.05), 0.03, 0.005)
     assert tight.decisions["logit_max"][("up", "base")].outcome == DIFFERENT
