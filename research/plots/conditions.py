@@ -14,6 +14,7 @@ error bound of reading that many families together.
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def _panels(a: ConditionsAnalysis, title: str, quantities, series, suptitle: str
             xy = series(ax, a.runs[c], q)
             if xy is not None:
                 _band(ax, xy[0], xy[1], col[c], f"{c} (n={xy[1].shape[0]})")
-        ax.set_title(q.text)
+        ax.set_title(textwrap.fill(q.text, 44))
         if xlabel:
             ax.set_xlabel(xlabel)
     axes[0].legend(fontsize=8)
@@ -137,7 +138,7 @@ def fig_comparisons(a: ConditionsAnalysis):
         ax.set_yticks(range(len(pairs)), [_pair(p) for p in pairs], fontsize=8)
         ax.set_ylim(len(pairs) - 0.4, -0.6)
         ax.set_xlabel("difference" + (f", {q.unit}" if q.unit else ""))
-        ax.set_title(q.text + (" (primary)" if q.key in a.primary else ""))
+        ax.set_title(textwrap.fill(q.text + (" (primary)" if q.key in a.primary else ""), 44))
     fig.suptitle("Each comparison's estimate and Bonferroni interval in the quantity's units, against its margin "
                  "(grey)\nred: beyond the margin, blue: inside it, dark grey: not decided")
     fig.tight_layout()
