@@ -117,7 +117,8 @@ def test_no_share_of_a_baseline_inside_an_absolute_margin():
     assert "largest attention logit +0.20 [" in text and "] logits (margin \u00b10.25 logits)" in text
     assert "(+34% of QK; margin" in text
     assert math.isnan(a.of_reference(("NoQK", "QK"), a.decisions["logit_max"][("NoQK", "QK")]))
-    row = next(r for r in report(a).split("### largest attention logit")[1].splitlines() if r.startswith("| NoQK \u2212"))
+    table = report(a).split("### largest attention logit")[1].splitlines()
+    row = next(r for r in table if r.startswith("| NoQK \u2212"))
     assert row.split(" | ")[4] == "n/a"
 
 
