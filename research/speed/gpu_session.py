@@ -1,0 +1,151 @@
+"""The prepared GPU session (issue 57): every CUDA-only check and speed measurement, in priority order, inside one
+time budget, each step's output in its own log file, so that a lent GPU of about 15 minutes runs it once and has
+time left for a rerun.
+
+    python -m research.speed.gpu_session --out $OUT                       # on the GPU machine, 8 minutes at most
+    REPO=<their code> python -m research.speed.gpu_session --out $OUT --seed_script shared/bench/gpu_seed.py
+
+Steps, in order (each a subprocess with its own time limit, cut to what is left of --budget_s):
+  cuda_tests       python -m pytest -m gpu (every test marked for CUDA), with each test's time
+  project_88m      research.speed.gpu on the 88m preset at the write-ups' batch (4 x 2048, no accumulation)
+  project_1b       research.speed.gpu on the 1b preset, no checkpointing
+  seed_88m/1b      the write-ups' own step (../shared/bench/gpu_seed.py), only with --seed_script and $REPO
+  variant_*        the 88m step with soft-capping, the output gate, z-loss: against project_88m
+  shared_gpu_P     the tiny study's runs P at a time on the GPU (Ray's --gpus_per_run 1/P where Ray is installed,
+                   else --parallel P): their aggregate tokens/s, against P = 1
+Without CUDA every step that needs it is recorded as skipped (the CPU check of this script). Writes
+<out>/gpu_session.json (each step: status ran / failed / timeout / skipped, seconds, and the last JSON object or
+RESULT line it printed) and <out>/<step>.log; prints one line per step.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from utils.cli import ArgumentParser, command
+
+import torch
+
+PY = sys.executable
+# The files holding the tests marked for CUDA (tests/research/speed/test_gpu_session.py checks the list is
+# whole): collecting only these keeps the session off packages the GPU image lacks (Ray, gguf) that other tests import.
+CUDA_TEST_FILES = ("tests/training/test_cuda.py", "tests/research/probing/test_hf.py")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    argv: tuple[str, ...]
+    limit_s: float
+    needs_cuda: bool = True
+    tokens: int = 0  # tokens the step trains in all, for an aggregate tokens/s from its wall time (0: none)
+
+
+def _gpu(*extra: str) -> tuple[str, ...]:
+    return (PY, "-m", "research.speed.gpu", *extra)
+
+
+def _shared(p: int, out: Path, ray: bool) -> Step:
+    """p seeds of the tiny-preset study (3p runs), p at a time on one GPU: through a local Ray, each run a 1/p
+    share of the GPU, where Ray is installed; else --parallel p worker processes on the same GPU."""
+    tokens = 2_000_000
+    way = ("--ray", "--gpus_per_run", f"{1 / p:.4f}") if ray else ("--parallel", str(p))
+    return Step(f"shared_gpu_{p}", (PY, "research/qk_norm_25m_study.py", "--preset", "tiny", "--device", "cuda",
+                                    "--seeds", *map(str, range(p)), "--tokens", str(tokens), "--no_progress",
+                                    *way, "--out", str(out / f"shared_{p}")), 75, tokens=3 * p * tokens)
+
+
+def session_steps(out: Path, seed_script: str | None) -> list[Step]:
+    """The session's steps in priority order (the issue's 1, 2, 5, 4)."""
+    steps = [Step("cuda_tests", (PY, "-m", "pytest", "-m", "gpu", "-q", "--durations=0", "-p", "no:cacheprovider",
+                                 *CUDA_TEST_FILES), 150),
+             Step("project_88m", _gpu("--preset", "88m", "--batch_size", "4", "--grad_accum", "1", "--steps", "20"),
+                  60),
+             Step("project_1b", _gpu("--preset", "1b", "--steps", "4"), 90)]
+    if seed_script and os.environ.get("REPO"):
+        steps += [Step("seed_88m", (PY, seed_script, "--cfg", "88m", "--ckpt", "0", "--batch", "4", "--accum", "1",
+                                    "--steps", "20"), 120),
+                  Step("seed_1b", (PY, seed_script, "--cfg", "1b", "--ckpt", "0", "--steps", "4"), 150)]
+    for name, field in (("softcap", ("--attn_softcap", "15")), ("gate", ("--attn_gate", "headwise")),
+                        ("z_loss", ("--z_loss", "0.0001"))):
+        steps.append(Step(f"variant_{name}", _gpu("--preset", "88m", "--batch_size", "4", "--grad_accum", "1",
+                                                  "--steps", "10", *field), 40))
+    ray = importlib.util.find_spec("ray") is not None
+    return steps + [_shared(p, out, ray) for p in (1, 2, 4)]
+
+
+def last_result(text: str) -> dict | None:
+    """The last JSON object a step printed: a line that parses as one, or gpu_seed.py's `RESULT {...}`."""
+    for line in reversed(text.splitlines()):
+        line = line.strip().removeprefix("RESULT").strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+    return None
+
+
+def run_step(step: Step, out: Path, left_s: float, cuda: bool) -> dict:
+    """Runs one step (its output in <out>/<name>.log) under min(its limit, what is left of the budget)."""
+    if step.needs_cuda and not cuda:
+        return {"status": "skipped", "why": "no CUDA"}
+    if left_s < 5:
+        return {"status": "skipped", "why": f"budget spent ({left_s:.0f} s left)"}
+    limit = min(step.limit_s, left_s)
+    log = out / f"{step.name}.log"
+    t = time.perf_counter()
+    with open(log, "w") as f:
+        f.write("$ " + " ".join(step.argv) + "\n")
+        f.flush()
+        try:
+            rc = subprocess.run(step.argv, stdout=f, stderr=subprocess.STDOUT, timeout=limit,
+                                start_new_session=True).returncode
+            status = "ran" if rc == 0 else f"failed (exit {rc})"
+        except subprocess.TimeoutExpired:
+            status = f"timeout ({limit:.0f} s)"
+    seconds = time.perf_counter() - t
+    rec = {"status": status, "seconds": round(seconds, 1), "result": last_result(log.read_text(errors="replace"))}
+    if step.tokens and status == "ran":
+        rec["aggregate_tokens_per_s"] = round(step.tokens / seconds)
+    return rec
+
+
+def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None = None) -> dict:
+    """Every step in order inside budget_s; writes <out>/gpu_session.json after each step (a session cut off
+    keeps what it measured)."""
+    cuda = torch.cuda.is_available() if cuda is None else cuda
+    out.mkdir(parents=True, exist_ok=True)
+    session = {"device": torch.cuda.get_device_name(0) if cuda else "no CUDA", "torch": torch.__version__,
+               "budget_s": budget_s, "steps": {}}
+    start = time.perf_counter()
+    for step in steps:
+        rec = run_step(step, out, budget_s - (time.perf_counter() - start), cuda)
+        session["steps"][step.name] = rec
+        print(f"{step.name}: {rec['status']}" + (f", {rec['seconds']} s" if "seconds" in rec else ""), flush=True)
+        (out / "gpu_session.json").write_text(json.dumps(session, indent=1))
+    return session
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    p = ArgumentParser(description=__doc__)
+    p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_session")),
+                   help="Folder for gpu_session.json and the steps' logs. Default: $OUT, else ./gpu_session")
+    p.add_argument("--budget_s", type=float, default=480.0,
+                   help="Seconds for all steps together; a step gets what is left of it at most. Default: 480")
+    p.add_argument("--seed_script", default=None,
+                   help="The write-ups' step (../shared/bench/gpu_seed.py, copied into the tree), run when $REPO "
+                        "names their code. Default: not run")
+    args = p.parse_args(argv)
+    run_session(session_steps(args.out, args.seed_script), args.out, args.budget_s)
+
+
+if __name__ == "__main__":
+    main()

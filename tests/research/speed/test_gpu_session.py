@@ -1,0 +1,58 @@
+"""The prepared GPU session on CPU: its CUDA steps skip, its runner records each way a step can end and keeps to
+its budget, and every measurement step's options are ones the commands accept (a typo would cost a GPU lease)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from configs import apply_overrides, get_preset
+from configs.cli import start_from_args
+from research.speed.gpu import build_parser
+from research.speed.gpu_session import CUDA_TEST_FILES, Step, last_result, run_session, session_steps
+
+
+def test_without_cuda_every_step_is_skipped_and_the_summary_written(tmp_path):
+    session = run_session(session_steps(tmp_path, None), tmp_path, 480, cuda=False)
+    assert session["device"] == "no CUDA"
+    assert {r["status"] for r in session["steps"].values()} == {"skipped"}
+    assert json.loads((tmp_path / "gpu_session.json").read_text()) == session
+    assert list(session["steps"])[:3] == ["cuda_tests", "project_88m", "project_1b"]  # the issue's priority
+
+
+def test_the_runner_records_ran_failed_timeout_and_a_spent_budget(tmp_path):
+    py = lambda code: (sys.executable, "-c", code)  # noqa: E731
+    steps = [Step("ok", py('print("x"); print(\'{"tokens_per_s": 5}\')'), 30, needs_cuda=False, tokens=100),
+             Step("bad", py("raise SystemExit(3)"), 30, needs_cuda=False),
+             Step("slow", py("import time; time.sleep(30)"), 2, needs_cuda=False),
+             Step("late", py("print(1)"), 30, needs_cuda=False),
+             Step("gpu", py("print(1)"), 30)]
+    session = run_session(steps, tmp_path, budget_s=12, cuda=False)
+    s = session["steps"]
+    assert s["ok"]["status"] == "ran" and s["ok"]["result"] == {"tokens_per_s": 5}
+    assert s["ok"]["aggregate_tokens_per_s"] > 0
+    assert s["bad"]["status"] == "failed (exit 3)" and s["slow"]["status"] == "timeout (2 s)"
+    assert s["late"]["status"] == "ran"  # a step after a timeout still runs while the budget lasts
+    assert s["gpu"] == {"status": "skipped", "why": "no CUDA"}
+    assert (tmp_path / "ok.log").read_text().splitlines()[1] == "x"
+    assert run_session(steps[:1], tmp_path, budget_s=3, cuda=False)["steps"]["ok"]["status"].startswith("skipped")
+
+
+def test_last_result_reads_json_lines_and_the_seed_scripts_result_line():
+    assert last_result('log\n{"a": 1}\nRESULT {"b": 2}\ndone') == {"b": 2}
+    assert last_result("{not json\nnothing") is None
+
+
+def test_every_measurement_steps_options_are_accepted():
+    for step in session_steps(Path("out"), None):
+        if step.argv[1:3] == ("-m", "research.speed.gpu"):
+            args = build_parser(list(step.argv[3:])).parse_args(list(step.argv[3:]))
+            preset, overrides = start_from_args(args, "1b")
+            apply_overrides(get_preset(preset), overrides)  # raises on a value the config refuses
+
+
+def test_the_cuda_test_files_are_every_file_with_a_gpu_mark():
+    root = Path(__file__).resolve().parents[3]
+    marked = {str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
+              if "pytest.mark.gpu" in p.read_text() and p != Path(__file__).resolve()}
+    assert marked == set(CUDA_TEST_FILES)
