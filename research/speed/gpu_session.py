@@ -133,8 +133,7 @@ def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None
     return session
 
 
-@command
-def main(argv: list[str] | None = None) -> None:
+def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_session")),
                    help="Folder for gpu_session.json and the steps' logs. Default: $OUT, else ./gpu_session")
@@ -143,7 +142,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed_script", default=None,
                    help="The write-ups' step (../shared/bench/gpu_seed.py, copied into the tree), run when $REPO "
                         "names their code. Default: not run")
-    args = p.parse_args(argv)
+    return p
+
+
+@command
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
     run_session(session_steps(args.out, args.seed_script), args.out, args.budget_s)
 
 

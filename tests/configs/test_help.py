@@ -148,6 +148,7 @@ ENTRY_POINTS = {
     "research.speed.measure": _module_parser("research.speed.measure"),
     "research.speed.hf_probe": _module_parser("research.speed.hf_probe"),
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
+    "research.speed.gpu_session": _module_parser("research.speed.gpu_session"),
     "research.speed.side_by_side": _module_parser("research.speed.side_by_side"),
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
     "research.simulations.spikes": _module_parser("research.simulations.spikes"),
