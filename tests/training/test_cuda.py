@@ -46,8 +46,8 @@ def _run(cfg, out, resume=False) -> list[float]:
 
 def test_compiled_and_eager_agree_over_100_steps_on_cuda(debug_cfg, tmp_path):
     """The same 100 bf16 steps compiled and eager: other kernels, other orders of sums, so the curves part by
-    rounding that training carries on. Held to 4 bf16 ulps a step, relative (2^-5), a bound not yet measured on a GPU; where
-    it fails, the assertion's message names the largest gap."""
+    rounding that training carries on. Held to 4 bf16 ulps a step, relative (2^-5), a bound not yet measured on a
+    GPU; where it fails, the assertion's message names the largest gap."""
     cfg = lambda c: debug_cfg(tokens=100 * STEP_TOKENS, device="cuda", precision="bf16", compile=c)  # noqa: E731
     eager, compiled = _run(cfg("off"), tmp_path / "eager"), _run(cfg("on"), tmp_path / "compiled")
     worst = max(abs(a - b) / abs(a) for a, b in zip(eager, compiled))
