@@ -276,13 +276,58 @@ def untested_text(d: Decision, decimals: int = 3, unit: str = "seed") -> str:
             NO_SPREAD: f"{NO_SPREAD}: every {unit} differs by exactly {d.diff:+.{decimals}f}"}.get(d.outcome, "")
 
 
-def effect_text(d: Decision, unit: str = "seed") -> str:
-    """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]' (shares of the compared values' mean), or why not."""
+def sides_digits(values, thresholds, decimals: int, percent: bool = False, most: int = 5) -> int:
+    """The fewest decimals, at least `decimals`, at which every finite value prints on the side of every finite
+    threshold it lies on, the threshold printed at the same decimals (a value equal to one prints equal to it): an
+    interval's ends against 0 and the margin. A lower end of 0.45% against a margin of 0.5% prints '+0.5%' at one
+    decimal, on the margin; at two, '+0.45%'. `percent`: values and thresholds are shares, printed as percentages.
+    At most decimals + most (values a hair from a threshold)."""
+    def shown(x: float, n: int) -> float:
+        return float(f"{x * 100 if percent else x:.{n}f}")
+    pairs = [(float(v), float(t)) for v in values for t in thresholds if math.isfinite(v) and math.isfinite(t)]
+    for n in range(decimals, decimals + most):
+        if all(np.sign(shown(v, n) - shown(t, n)) == np.sign(v - t) for v, t in pairs):
+            return n
+    return decimals + most
+
+
+def interval_digits(d: Decision, decimals: int, of: float | None = None) -> int:
+    """The decimals an interval of d needs (sides_digits: both ends on their side of 0 and of +-margin; the estimate
+    is printed at the same decimals): in the quantity's units, or with `of` as shares of `of` printed as
+    percentages (`decimals` then counts the percentage's decimals)."""
+    points = [*d.ci, 0.0, d.margin, -d.margin]
+    if of is None:
+        return sides_digits(points[:2], points[2:], decimals)
+    shares = [x / of if of else math.nan for x in points]
+    return sides_digits(shares[:2], shares[2:], decimals, percent=True)
+
+
+def signed(x: float, decimals: int, percent: bool = False) -> str:
+    """'+1.25' or, as a share, '+1.25%'."""
+    return f"{x:+.{decimals}%}" if percent else f"{x:+.{decimals}f}"
+
+
+def interval_text(d: Decision, decimals: int, of: float | None = None) -> tuple[str, str]:
+    """(estimate, '[lo, hi]') of a tested Decision with the decimals its interval needs against 0 and the margin
+    (interval_digits): in the quantity's units, or as percentages of `of`. The one formatter of an interval read
+    against a margin: every report prints its intervals with it or with effect_text, which uses it."""
+    pct = of is not None
+    n = interval_digits(d, decimals, of)
+    scale = (1 / of if of else math.nan) if pct else 1.0
+    lo, hi = (x * scale for x in d.ci)
+    return signed(d.diff * scale, n, pct), f"[{signed(lo, n, pct)}, {signed(hi, n, pct)}]"
+
+
+def effect_text(d: Decision, unit: str = "seed", of: float | None = None) -> str:
+    """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]' (shares of the compared values' mean, or of `of`: a fall
+    as a share of where it started), with the digits its interval needs (interval_text), or why not."""
+    ref = d.scale if of is None else of
+    rel = d.diff / ref if ref else math.nan
     if not d.tested:
-        return {NO_DATA: f"(no {unit} with both values)", DESCRIPTIVE: f"{d.rel:+.1%} (one {unit})"}.get(
-            d.outcome, f"{d.rel:+.1%} (every {unit} the same: no spread, no test)")
-    lo, hi = d.ci_rel
-    return f"{d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+        return {NO_DATA: f"(no {unit} with both values)", DESCRIPTIVE: f"{rel:+.1%} (one {unit})"}.get(
+            d.outcome, f"{rel:+.1%} (every {unit} the same: no spread, no test)")
+    est, ci = interval_text(d, 1, ref)
+    return f"{est} {ci}"
 
 
 def plural(unit: str) -> str:

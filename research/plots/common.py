@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import DESCRIPTIVE, NO_DATA, needed_text, untested_text
+from research.analysis.rules import DESCRIPTIVE, NO_DATA, interval_text, needed_text, untested_text
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -179,9 +179,21 @@ def fmt_p(p: float) -> str:
 
 
 def fmt_ci(d, decimals: int) -> str:
-    """A Decision's interval and its level: '[-1.20, -0.40] (98.3%)'."""
-    lo, hi = d.ci
-    return f"[{lo:+.{decimals}f}, {hi:+.{decimals}f}] ({d.ci_level:.1%})"
+    """A Decision's interval and its level: '[-1.20, -0.40] (98.3%)', at least `decimals` decimals and as many more
+    as put both ends on their side of 0 and of the margin (research.analysis.rules.interval_text)."""
+    return f"{interval_text(d, decimals)[1]} ({d.ci_level:.1%})"
+
+
+def fmt_diff_ci(d, decimals: int) -> str:
+    """A Decision's difference, its interval and its level, the difference at the interval's decimals: '-0.80
+    [-1.20, -0.40] (98.3%)'."""
+    return f"{interval_text(d, decimals)[0]} {fmt_ci(d, decimals)}"
+
+
+def fmt_rel_ci(d) -> tuple[str, str]:
+    """('+10.0%', '[+8.3%, +11.7%]'): a Decision's difference and interval as shares of the compared values' mean,
+    with the digits the interval needs against 0 and the margin."""
+    return interval_text(d, 1, d.scale)
 
 
 def fmt_at(tokens) -> str:
@@ -200,8 +212,7 @@ def decided_text(d, decimals: int, unit: str = "seed") -> str:
     different, beyond the margin' when its size is settled, undecided_text otherwise."""
     if not d.decided:
         return undecided_text(d, decimals, unit)
-    lo, hi = d.ci_rel
-    return f"{d.diff:+.{decimals}f} {fmt_ci(d, decimals)}, {d.rel:+.1%} [{lo:+.1%}, {hi:+.1%}] of the mean: {d.outcome}"
+    return f"{fmt_diff_ci(d, decimals)}, {' '.join(fmt_rel_ci(d))} of the mean: {d.outcome}"
 
 
 def undecided_text(d, decimals: int, unit: str = "seed") -> str:
@@ -215,8 +226,8 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
     if not d.tested:
         return f"not decided ({untested_text(d, decimals, unit)})"
     more = needed_text(d, unit)
-    return (f"not decided ({d.outcome}): {d.diff:+.{decimals}f} {fmt_ci(d, decimals)}, {d.rel:+.1%} "
-            f"[{d.ci_rel[0]:+.1%}, {d.ci_rel[1]:+.1%}] of the mean" + (f"; {more}" if more else ""))
+    return (f"not decided ({d.outcome}): {fmt_diff_ci(d, decimals)}, {' '.join(fmt_rel_ci(d))} of the mean"
+            + (f"; {more}" if more else ""))
 
 
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
@@ -233,10 +244,10 @@ def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "see
                 d, decimals, unit)
             rows.append(f"| {name_of(key)} | {d.n} | {diff} | n/a | {rel} | n/a | n/a | {what} |")
             continue
-        lo, hi = d.ci_rel
         more = needed_text(d, unit)
-        rows.append(f"| {name_of(key)} | {d.n} | {d.diff:+.{decimals}f} | {fmt_ci(d, decimals)} | {d.rel:+.1%} | "
-                    f"[{lo:+.1%}, {hi:+.1%}] | {fmt_p(d.p_adj)} | {d.outcome + (f' ({more})' if more else '')} |")
+        rel, rel_ci = fmt_rel_ci(d)
+        rows.append(f"| {name_of(key)} | {d.n} | {interval_text(d, decimals)[0]} | {fmt_ci(d, decimals)} | {rel} | "
+                    f"{rel_ci} | {fmt_p(d.p_adj)} | {d.outcome + (f' ({more})' if more else '')} |")
     return rows
 
 

@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
 from research.analysis.rules import Decision, rule_text
-from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_ci, fmt_num, fmt_tokens, label,
+from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_diff_ci, fmt_num, fmt_tokens, label,
                                    message_figure, smooth, styled, subplots, tokens_axis, undecided_text)
 
 GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "final layers"}
@@ -210,15 +210,15 @@ def _wd_share(group: str, wd: Decision, with_wd: Decision | None, margin: float)
     if with_wd is None:
         return f"{part}: {wd.diff:+.3f} ({wd.outcome}); the change with weight decay was not measured"
     if wd.differs and with_wd.differs:
-        return (f"- {group} layers: change {with_wd.diff:+.3f} {fmt_ci(with_wd, 3)} with weight decay, of which "
-                f"{wd.diff:+.3f} {fmt_ci(wd, 3)} ({wd.diff / with_wd.diff:.0%}) is weight decay's (both beyond the "
+        return (f"- {group} layers: change {fmt_diff_ci(with_wd, 3)} with weight decay, of which "
+                f"{fmt_diff_ci(wd, 3)} ({wd.diff / with_wd.diff:.0%}) is weight decay's (both beyond the "
                 f"margin).")
     if wd.same:
-        return (f"{part}: {wd.diff:+.3f} {fmt_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%} of the norm, "
+        return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%} of the norm, "
                 f"so no share of the change is put on weight decay.")
     if not wd.decided:
         return f"{part}: {undecided_text(wd, 3)}. No share is given."
-    return (f"{part}: {wd.diff:+.3f} {fmt_ci(wd, 3)}, {wd.outcome}; the change with weight decay: "
+    return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}; the change with weight decay: "
             f"{decided_text(with_wd, 3)}. No share is given.")
 
 

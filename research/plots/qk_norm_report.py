@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
-from research.analysis.rules import effect_text, rule_text, runs_of
-from research.plots.common import decision_table, fmt_ci, fmt_at, fmt_code
+from research.analysis.rules import effect_text, interval_text, rule_text, runs_of
+from research.plots.common import decision_table, fmt_at, fmt_ci, fmt_code, fmt_rel_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -129,9 +129,10 @@ def _decomposition(a: QkNormAnalysis) -> list[str]:
              "|---|---|---|---|---|---|---|---|"]
     for (site, metric), parts in a.decomposition.items():
         for part, d in parts.items():
-            ci = fmt_ci(d, 2) if d.tested else "n/a"
+            diff, ci, rel = ((interval_text(d, 2)[0], fmt_ci(d, 2), fmt_rel_ci(d)[0]) if d.tested else
+                             (f"{d.diff:+.2f}", "n/a", f"{d.rel:+.1%}"))
             name = f"{part} (headline)" if part == "total" and site == MAIN_SITE else part
-            lines.append(f"| {site} | {metric} | {name} | {d.n} | {d.diff:+.2f} | {ci} | {d.rel:+.1%} | {d.outcome} |")
+            lines.append(f"| {site} | {metric} | {name} | {d.n} | {diff} | {ci} | {rel} | {d.outcome} |")
     return lines + [""]
 
 
