@@ -25,7 +25,8 @@ import numpy as np
 from research.analysis.claims import claims
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
                                      NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions,
-                                     decide, effect_text, final_value, finals, needed_text, runs_of, untested_text)
+                                     conflict, decide, effect_text, final_value, finals, needed_text, runs_of,
+                                     untested_text)
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
@@ -399,11 +400,24 @@ class QkNormAnalysis:
         return [(f, p) for f, ds in self.decisions.items() for p, d in ds.items()
                 if d.outcome in (INCONCLUSIVE, UNRESOLVED)]
 
+    def _pr_pairs(self) -> list:
+        """The pairs tested in pr_sv and pr_var whose outcomes differ."""
+        sv, var = self.decisions["mean_pr"], self.decisions["mean_pr_var"]
+        return [p for p in sv if p in var and sv[p].tested and var[p].tested and sv[p].outcome != var[p].outcome]
+
     @property
     def pr_disagreements(self) -> list:
-        """The pairs whose outcome differs between pr_sv and pr_var."""
+        """The pairs on which pr_sv and pr_var disagree: their outcomes differ in kind (rules.conflict: one beyond
+        the margin and the other inside it, or opposite signs both real), never merely in their intervals."""
         sv, var = self.decisions["mean_pr"], self.decisions["mean_pr_var"]
-        return [p for p in sv if p in var and var[p].tested and sv[p].outcome != var[p].outcome]
+        return [p for p in self._pr_pairs() if conflict(sv[p], var[p])]
+
+    @property
+    def pr_differences(self) -> list:
+        """The pairs whose outcomes differ between pr_sv and pr_var without disagreeing: one settles what the other
+        leaves open (one decided and the other open, or one real and the other not shown to be)."""
+        sv, var = self.decisions["mean_pr"], self.decisions["mean_pr_var"]
+        return [p for p in self._pr_pairs() if not conflict(sv[p], var[p])]
 
 
 def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> QkNormAnalysis:

@@ -330,6 +330,32 @@ def effect_text(d: Decision, unit: str = "seed", of: float | None = None) -> str
     return f"{est} {ci}"
 
 
+def settled(d: Decision) -> tuple[int, str]:
+    """What an outcome settles: the sign (+1 or -1 where the interval excludes 0, else 0) and the size ('inside' the
+    margin, 'beyond' it, or '' where neither)."""
+    sign = int(np.sign(d.diff)) if d.significant else 0
+    return sign, "inside" if d.same else "beyond" if d.differs else ""
+
+
+def conflict(a: Decision, b: Decision) -> str:
+    """Why two outcomes disagree ('' when they do not): they differ in kind, one settled one way and the other the
+    other way: one beyond the margin and the other inside it, or both real with opposite signs. Overlapping or
+    unequal intervals are no disagreement, nor is one outcome settled where the other is open (docs/decisions.md)."""
+    (sa, za), (sb, zb) = settled(a), settled(b)
+    if {za, zb} == {"inside", "beyond"}:
+        return "one lies beyond the margin, the other inside it"
+    return "both are real, with opposite signs" if sa * sb < 0 else ""
+
+
+def settles_text(d: Decision) -> str:
+    """What an outcome settles, in words: 'beyond the margin', 'inside the margin', 'real (negative), its size
+    unresolved', 'open: neither its sign nor its size is settled', or its untested outcome."""
+    sign = {1: "positive", -1: "negative"}.get(settled(d)[0], "")
+    return {DIFFERENT: f"beyond the margin ({sign})", EQUAL: "inside the margin",
+            WITHIN: f"real ({sign}) and inside the margin", UNRESOLVED: f"real ({sign}), its size unresolved",
+            INCONCLUSIVE: "open: neither its sign nor its size is settled"}.get(d.outcome, d.outcome)
+
+
 def plural(unit: str) -> str:
     """seed -> seeds, batch -> batches."""
     return unit + ("es" if unit.endswith(("ch", "s")) else "s")

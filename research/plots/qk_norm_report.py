@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
-from research.analysis.rules import effect_text, interval_text, rule_text, runs_of
+from research.analysis.rules import conflict, effect_text, interval_text, rule_text, runs_of, settles_text
 from research.plots.common import decision_table, fmt_at, fmt_ci, fmt_code, fmt_rel_ci
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
@@ -79,13 +79,28 @@ def _pr_agreement(a: QkNormAnalysis) -> str:
         return "pr_var is not recorded in these results (files without probe records), so only pr_sv is decided."
     lines = ("The write-ups' PR is pr_sv, from the singular values of the uncentered keys; pr_var removes the "
              "keys' mean first, so a shared direction of the keys moves pr_sv but not pr_var. ")
-    off = a.pr_disagreements
-    if not off:
-        return lines + "Here the two agree on every pair."
+    off, apart = a.pr_disagreements, a.pr_differences
+    if not off and not apart:
+        return lines + "Here the two reach the same outcome on every pair tested in both."
     sv = a.decisions["mean_pr"]
-    return lines + "They disagree on " + "; ".join(
-        f"{_pair(p)} (pr_sv {effect_text(sv[p])}, {sv[p].outcome}; pr_var {effect_text(var[p])}, {var[p].outcome})"
-        for p in off) + "."
+
+    def both(p) -> str:
+        return (f"pr_sv {effect_text(sv[p])} is {settles_text(sv[p])}; pr_var {effect_text(var[p])} is "
+                f"{settles_text(var[p])}")
+
+    def open_in_one(p) -> str:
+        if sv[p].decided != var[p].decided:
+            done, other = ("pr_sv", "pr_var") if sv[p].decided else ("pr_var", "pr_sv")
+            return f"{_pair(p)}: {done} is decided and {other} is open ({both(p)})"
+        return f"{_pair(p)}: {both(p)}"
+    parts = []
+    if off:
+        parts.append("They disagree (their outcomes differ in kind) on " + "; ".join(
+            f"{_pair(p)} ({both(p)}: {conflict(sv[p], var[p])})" for p in off) + ".")
+    if apart:
+        parts.append("Their outcomes differ without disagreeing, one settling what the other leaves open, on "
+                     + "; ".join(open_in_one(p) for p in apart) + ".")
+    return lines + " ".join(parts)
 
 
 def _decisions(a: QkNormAnalysis) -> list[str]:

@@ -4,10 +4,15 @@ differ in kind; a claim over conditions naming each condition's own outcome; a f
 a margin that cannot be missed marked as such."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from research.analysis.rules import Decision, effect_text, interval_text, outcome_of, sides_digits
+from research.analysis import qk_norm
+from research.analysis.rules import (Decision, conflict, effect_text, interval_text, outcome_of, settles_text,
+                                     sides_digits)
 from research.plots.common import decided_text, decision_table, fmt_ci
+from research.plots.qk_norm_report import _pr_agreement
+from tests.research.synthetic import qk_runs
 
 
 def hand(diff: float, lo: float, hi: float, margin: float, scale: float = 1.0, n: int = 4) -> Decision:
@@ -38,3 +43,45 @@ def test_an_interval_is_printed_with_the_digits_that_keep_its_ends_on_their_side
     # the rule itself: the fewest decimals at which every value lies on its own side of every threshold
     assert sides_digits([0.451, 0.549], [0.0, 0.5, -0.5], 1) == 2
     assert sides_digits([0.4], [0.0, 0.5], 1) == 1 and sides_digits([0.5], [0.5], 1) == 1  # equal prints equal
+
+
+def test_two_outcomes_disagree_only_when_they_differ_in_kind():
+    """The audit's pr_sv -4.9% [-7.8, -2.1] (real, size unresolved) against pr_var -5.6% [-11.4, +0.2]
+    (inconclusive): overlapping intervals, one real and the other open; no disagreement. One beyond the margin and
+    the other inside it, or opposite signs both real, is one."""
+    sv, var = hand(-0.049, -0.078, -0.021, 0.03), hand(-0.056, -0.114, 0.002, 0.03)
+    assert (sv.outcome, var.outcome) == ("different, size unresolved", "inconclusive")
+    assert conflict(sv, var) == "" and settles_text(sv) == "real (negative), its size unresolved"
+    beyond, inside = hand(-0.05, -0.07, -0.035, 0.03), hand(-0.01, -0.02, 0.005, 0.03)
+    assert conflict(beyond, inside) == "one lies beyond the margin, the other inside it" == conflict(inside, beyond)
+    assert conflict(beyond, hand(0.05, 0.035, 0.07, 0.03)) == "both are real, with opposite signs"
+    assert conflict(hand(0.01, 0.005, 0.02, 0.03), hand(-0.01, -0.02, -0.005, 0.03)) != ""  # both real, inside
+    assert conflict(inside, hand(-0.01, -0.015, -0.005, 0.03)) == ""  # equal and real-within: both inside
+    assert conflict(beyond, hand(-0.04, -0.06, -0.01, 0.03)) == ""  # beyond, and real of unresolved size
+
+
+def test_the_report_says_disagree_only_for_a_difference_in_kind():
+    a = qk_norm.analyze(qk_runs((50, 40, 40), (3.6, 3.6, 3.6)))
+    ab, bc, ac = qk_norm.PAIRS
+
+    def with_pr(sv: dict, var: dict):
+        d = dict(a.decisions)
+        d["mean_pr"], d["mean_pr_var"] = {**a.decisions["mean_pr"], **sv}, {**a.decisions["mean_pr_var"], **var}
+        return dataclasses.replace(a, decisions=d)
+    same = a.decisions["mean_pr"]
+    audit = with_pr({ab: hand(-0.049, -0.078, -0.021, 0.03)}, {**same, ab: hand(-0.056, -0.114, 0.002, 0.03)})
+    text = _pr_agreement(audit)
+    assert "They disagree" not in text and audit.pr_disagreements == [] and audit.pr_differences == [ab]
+    assert ("Their outcomes differ without disagreeing, one settling what the other leaves open, on A \u2212 B: "
+            "pr_sv -4.9% [-7.8%, -2.1%] is real (negative), its size unresolved; pr_var -5.6% [-11.4%, +0.2%] is "
+            "open: neither its sign nor its size is settled.") in text
+    one_open = with_pr({ab: hand(-0.05, -0.07, -0.035, 0.03)}, {**same, ab: hand(-0.056, -0.114, 0.002, 0.03)})
+    assert "A \u2212 B: pr_sv is decided and pr_var is open (pr_sv -5.0% [-7.0%, -3.5%] is beyond the margin " \
+           "(negative); pr_var" in _pr_agreement(one_open)
+    kinds = with_pr({ab: hand(-0.05, -0.07, -0.035, 0.03)}, {**same, ab: hand(-0.01, -0.02, 0.005, 0.03)})
+    assert kinds.pr_disagreements == [ab]
+    assert ("They disagree (their outcomes differ in kind) on A \u2212 B (pr_sv -5.0% [-7.0%, -3.5%] is beyond the "
+            "margin (negative); pr_var -1.0% [-2.0%, +0.5%] is inside the margin: one lies beyond the margin, the "
+            "other inside it).") in _pr_agreement(kinds)
+    agree = with_pr({}, dict(same))
+    assert _pr_agreement(agree).endswith("Here the two reach the same outcome on every pair tested in both.")
