@@ -32,12 +32,13 @@ class Claim:
     text: str  # the evidence
 
 
-def fmt_decision(d: Decision, decimals: int = 1) -> str:
-    """'+3.2 (+12.5% [+4.0%, +21.0%], different, beyond the margin)' for report sentences."""
+def fmt_decision(d: Decision, decimals: int = 1, share: str | None = None) -> str:
+    """'+3.2 (+12.5% [+4.0%, +21.0%], different, beyond the margin)' for report sentences; `share`: the shares in
+    words, where they are not of the compared values' mean ('+50.0% [...] of the start')."""
     if not d.tested:
         return f"{d.diff:+.{decimals}f} ({d.outcome})" if d.n else d.outcome
     more = needed_text(d)
-    return f"{d.diff:+.{decimals}f} ({effect_text(d)}, {d.outcome}{'; ' + more if more else ''})"
+    return f"{d.diff:+.{decimals}f} ({share or effect_text(d)}, {d.outcome}{'; ' + more if more else ''})"
 
 
 def _driver(claim: str, verdict, dec: dict, want: str) -> Claim:
@@ -116,20 +117,26 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
         else:
             ys[c] = y
     dec, where = dip_decisions(ys, margin)
+    courses = {c: f"{c} not tested" for c in conds}  # each condition's own outcome, in the claim's first sentence
     for c, y in ys.items():
         if c not in where:
             parts.append(f"{LETTERS[c]}: no PR values")
             shapes.append(UNTESTED)
             continue
-        i, mean = where[c], nanmean(y[split_seeds(y.shape[0])[1]], axis=0)
+        tested = split_seeds(y.shape[0])[1]
+        i, mean = where[c], nanmean(y[tested], axis=0)
         fall, rise = dec[(c, "fall")], dec[(c, "rise")]
         shapes.append({dips.RISES: HOLDS, dips.NO_RISE: FAILS, dips.OPEN: OPEN}[dips.shape(fall, rise)])
+        span = xs[c][-1] - xs[c][i]
+        courses[c] = (f"{c} {dips.course_text(fall, rise)} (tested on {len(tested)} seeds; the rise measured over "
+                      f"{'the last ' if i == y.shape[1] - 2 else ''}{span:,.0f} tokens)")
+        fall_share, rise_share = dips.fall_rise_text(fall, rise, mean[0])
         parts.append(f"{LETTERS[c]} (tested seeds' mean): {mean[0]:.1f} \u2192 {mean[i]:.1f} at {xs[c][i] / 1e6:.3g}M "
-                     f"tokens (the probe the other seeds chose) \u2192 {mean[-1]:.1f}; fall {fmt_decision(fall)}, "
-                     f"rise {fmt_decision(rise)}")
+                     f"tokens (the probe the other seeds chose) \u2192 {mean[-1]:.1f}; fall "
+                     f"{fmt_decision(fall, share=fall_share)}, rise {fmt_decision(rise, share=rise_share)}")
     status = (HOLDS if shapes and all(s == HOLDS for s in shapes) else FAILS if FAILS in shapes
               else UNTESTED if not shapes or UNTESTED in shapes else OPEN)
-    return Claim(claim, status, "; ".join(parts) + ".")
+    return Claim(claim, status, "; ".join(courses.values()) + ". " + "; ".join(parts) + ".")
 
 
 def _frozen_rank(decisions: dict) -> Claim:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from research.analysis.rules import Decision, Paired, decide
+from research.analysis.rules import UNRESOLVED, Decision, Paired, decide, effect_text
 from research.analysis.series import nanmean
 from research.results.read import seed_of
 
@@ -71,3 +71,40 @@ def shape(fall: Decision, rise: Decision) -> str:
     if all(ups):
         return RISES
     return NO_RISE if any(d.decided and not up for d, up in zip((fall, rise), ups)) else OPEN
+
+
+def start(y: np.ndarray) -> float:
+    """The tested seeds' mean at the first probe: what a fall is a share of (where the series started)."""
+    return float(nanmean(y[split_seeds(y.shape[0])[1], 0]))
+
+
+def _part(d: Decision, up: str, down: str, inside: str, open_: str) -> str:
+    if d.differs:
+        return up if d.diff > 0 else down
+    if d.same:
+        return inside
+    if d.outcome == UNRESOLVED:
+        return f"{up if d.diff > 0 else down} by a size the margin does not settle"
+    return open_
+
+
+def course_text(fall: Decision, rise: Decision) -> str:
+    """What one series did, from what its fall and its rise each settle: 'falls and recovers', 'falls; still falls
+    at the end', 'its fall is open; does not recover beyond the margin', 'open' (neither settled). A claim over
+    several series names each one's course, never one word for all (docs/decisions.md)."""
+    if shape(fall, rise) == RISES:
+        return "falls and recovers"
+    if not (fall.significant or fall.decided or rise.significant or rise.decided):
+        return "open (neither its fall nor its recovery is settled)"
+    went = _part(fall, "falls", "rises to the chosen probe instead of falling", "does not fall beyond the margin",
+                 "its fall is open")
+    back = _part(rise, "recovers", "still falls at the end, below the chosen probe",
+                 "does not recover beyond the margin", "its recovery is open")
+    return f"{went}; {back}"
+
+
+def fall_rise_text(fall: Decision, rise: Decision, start_value: float) -> tuple[str, str]:
+    """(fall, rise) as shares in words: the fall a share of where the series started (a halving is a fall of +50%,
+    never a share of the low it fell to), the rise a share of the low it rises from, each with its interval
+    (rules.effect_text): ('+50.0% [+45.1%, +54.9%] of the start', '+20.0% [...] of the low')."""
+    return f"{effect_text(fall, of=start_value)} of the start", f"{effect_text(rise)} of the low"

@@ -94,6 +94,7 @@ class Recovery:
     fall: Decision | None  # first minus the chosen probe, per test seed (positive: PR fell to it)
     rise: Decision | None  # last minus the chosen probe, per test seed (positive: PR rose after it)
     why_not: str = ""  # why it is not tested ("" when it is)
+    start: float = math.nan  # the test seeds' mean at the first probe: what the fall is a share of
 
     @property
     def status(self) -> str:
@@ -120,7 +121,8 @@ def recovery(per: dict, margin: float) -> dict:
     out = {}
     for c in per:
         if c in where:
-            out[c] = Recovery(*split[c], float(xs[c][where[c]]), decided[(c, "fall")], decided[(c, "rise")])
+            out[c] = Recovery(*split[c], float(xs[c][where[c]]), decided[(c, "fall")], decided[(c, "rise")],
+                              start=dips.start(ys[c]))
         else:
             out[c] = Recovery(*split[c], math.nan, None, None, why[c] or "no key PR values")
     return out

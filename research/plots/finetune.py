@@ -8,6 +8,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
+from research.analysis.dips import RISES, course_text, fall_rise_text
 from research.analysis.rules import effect_text, rule_text
 from research.analysis.series import mean_band
 from research.plots.common import (color, decided_text, decision_table, fmt_code, fmt_final, fmt_num, fmt_tokens,
@@ -141,9 +142,11 @@ def _recovery(analysis: A.FinetuneAnalysis) -> list[str]:
         if r.fall is None:
             lines.append(f"- {label(c)}, key PR: not tested ({r.why_not}).")
             continue
+        fall, rise = fall_rise_text(r.fall, r.rise, r.start)
+        course = "" if r.status == RISES else f": {course_text(r.fall, r.rise)}"  # which part says otherwise
         lines.append(f"- {label(c)}, key PR: minimum chosen at {fmt_tokens(r.tokens)} tokens on seed(s) "
                      f"{', '.join(map(str, r.choose))}, tested on seed(s) {', '.join(map(str, r.test))}: "
-                     f"**{r.status}** (fall {effect_text(r.fall)}, {r.fall.outcome}; rise {effect_text(r.rise)}, "
+                     f"**{r.status}**{course} (fall {fall}, {r.fall.outcome}; rise {rise}, "
                      f"{r.rise.outcome}).")
     return lines
 

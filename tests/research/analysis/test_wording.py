@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from research.analysis import qk_norm
+from research.analysis.dips import course_text, fall_rise_text
 from research.analysis.rules import (Decision, conflict, effect_text, interval_text, outcome_of, settles_text,
                                      sides_digits)
 from research.plots.common import decided_text, decision_table, fmt_ci
@@ -85,3 +88,34 @@ def test_the_report_says_disagree_only_for_a_difference_in_kind():
             "other inside it).") in _pr_agreement(kinds)
     agree = with_pr({}, dict(same))
     assert _pr_agreement(agree).endswith("Here the two reach the same outcome on every pair tested in both.")
+
+
+def test_a_claim_over_conditions_names_each_conditions_own_outcome():
+    """Claim (d) fails when one condition is not U-shaped; its line says which did what, never one word for all:
+    QK still falls at the end, QK_frozen and NoQK fall and recover."""
+    runs = qk_runs((50, 40, 40), (3.6, 3.6, 3.6))
+    runs["QK"] = qk_runs((50, 40, 40), (3.6, 3.6, 3.6), shape="mono")["QK"]
+    d = qk_norm.analyze(runs).claims["d"]
+    assert d.status == "fails"
+    assert d.text.startswith(
+        "QK falls; still falls at the end, below the chosen probe (tested on 2 seeds; the rise measured over the last "
+        "142,858 tokens); QK_frozen falls and recovers (tested on 2 seeds; the rise measured over 714,286 tokens); "
+        "NoQK falls and recovers (")
+    flat = hand(0.1, -2.0, 2.2, 1.0)
+    assert course_text(flat, flat) == "open (neither its fall nor its recovery is settled)"
+    assert course_text(hand(10.0, 8.0, 12.0, 1.0), flat) == "falls; its recovery is open"
+    assert course_text(hand(0.2, -0.5, 0.6, 1.0), hand(5.0, 4.0, 6.0, 1.0)) == \
+        "does not fall beyond the margin; recovers"
+
+
+def test_a_fall_is_a_share_of_where_it_started_and_a_rise_of_the_low():
+    """PR halving from 50 to 25 and back to 30: the fall, 25, is +50% of the start (the old text: +100%, a share
+    of the low it fell to); the rise, 5, is +20% of the low it rises from."""
+    fall = hand(25.0, 24.0, 26.0, 0.75, scale=25.0)  # the margin a share of the low (3% of 25), as dips decides it
+    rise = hand(5.0, 4.0, 6.0, 0.75, scale=25.0)
+    assert effect_text(fall) == "+100.0% [+96.0%, +104.0%]"  # the share of the low, no longer printed for a fall
+    assert fall_rise_text(fall, rise, 50.0) == ("+50.0% [+48.0%, +52.0%] of the start",
+                                                "+20.0% [+16.0%, +24.0%] of the low")
+    text = qk_norm.analyze(qk_runs((50, 40, 40), (3.6, 3.6, 3.6))).claims["d"].text
+    assert "80.0 \u2192 32.4 at 0.286M tokens" in text and "fall +47.6 (+59.5% [" in text  # 47.6 of 80, not of 32.4
+    assert np.isclose(47.6 / 80, 0.595, atol=5e-4)
