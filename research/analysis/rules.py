@@ -377,8 +377,8 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
               absolute: str = "") -> str:
     """The procedure in one paragraph, for reports. `family`: what one family is, where it is not one table;
     `absolute`: the absolute margins, e.g. '\u00b10.25 logits for the largest attention logit'."""
-    within = f"\u00b1{margin:.0%} of the compared values' mean" + (
-        f" (\u00b1{loss_margin:.1%} for losses)" if loss_margin else "") + (f"; {absolute}" if absolute else "")
+    within = f"\u00b1{margin * 100:g}% of the compared values' mean" + (  # :g: a margin of 2.5% is not "3%"
+        f" (\u00b1{loss_margin * 100:g}% for losses)" if loss_margin else "") + (f"; {absolute}" if absolute else "")
     family = family or "Each table is one family of k comparisons"
     reading = _READING.get() if unit == "seed" else None
     intervals = reading.intervals if reading and reading.intervals else (

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import ALPHA
+from research.analysis.rules import ALPHA, sides_digits
 from research.analysis.spike_rule import (CHECKS, HORIZON, LOSS_RISE, STEP_RULE, RunSteps, Score, alarm_matrix,
                                           alarms, hits_of, loss_rise, total)
 from research.analysis.stats import binomial_upper, mean_ci
@@ -242,11 +242,21 @@ def split_seeds(seeds: list) -> tuple[list, list]:
     return list(seeds[:n]), list(seeds[n:])
 
 
-def ci_text(i: Interval | None, f: str = ".2f") -> str:
+def near_bound(x: float, decimals: int = 2) -> str:
+    """An excess over chance, or a bound on it, with the decimals that keep it on its side of 0 and of MIN_EXCESS
+    (rules.sides_digits: a t bound of 0.2496 is below 0.25, never '0.25')."""
+    return f"{x:.{sides_digits([x], [0.0, MIN_EXCESS], decimals)}f}" if math.isfinite(x) else "n/a"
+
+
+def ci_text(i: Interval | None, f: str = ".2f", near: bool = False) -> str:
+    """'0.40 [0.10, 0.70]'; `near`: an excess over chance, its ends printed on their side of 0 and MIN_EXCESS."""
     if i is None or not math.isfinite(i.mean):
         return "n/a"
     if not math.isfinite(i.lo):
         return f"{i.mean:{f}} (one seed)"
+    if near:
+        n = sides_digits([i.lo, i.hi], [0.0, MIN_EXCESS], 2)
+        return f"{i.mean:.{n}f} [{i.lo:.{n}f}, {i.hi:.{n}f}]"
     return f"{i.mean:{f}} [{i.lo:{f}}, {i.hi:{f}}]"
 
 
@@ -312,14 +322,14 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
         verdict, why = WARNS, f"permutation p {p_text(perm.p)} \u2264 {p_text(alpha)}"
     elif excess.hi < MIN_EXCESS and bound < MIN_EXCESS:
         verdict, why = NO_WARNING, (f"its hit rate is shown less than {MIN_EXCESS:g} above chance by the t bound "
-                                    f"over seeds ({excess.hi:.2f}) and the exact bound on the pooled hits "
-                                    f"({bound:.2f})")
+                                    f"over seeds ({near_bound(excess.hi)}) and the exact bound on the pooled "
+                                    f"hits ({near_bound(bound)})")
     else:
         open_ = [f"permutation p {p_text(perm.p)} > {p_text(alpha)}"]
         if perm.min_p > alpha:
             open_.append(f"no pairing of these runs could give p \u2264 {p_text(alpha)} (the smallest is "
                          f"{p_text(perm.min_p)}): a warning needs more held-out runs at a rate")
-        reach = [f"{name} {v:.2f}" for name, v in (("t bound over seeds", excess.hi), ("exact bound", bound))
+        reach = [f"{name} {near_bound(v)}" for name, v in (("t bound over seeds", excess.hi), ("exact bound", bound))
                  if not v < MIN_EXCESS]
         open_.append(f"a hit rate {MIN_EXCESS:g} above chance is not ruled out ({', '.join(reach)})")
         if spikes < need:
@@ -331,8 +341,9 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
     else:
         text = (f"{named} in {cond}: {verdict} ({why}). Held-out hit rate {ci_text(hit)} ({perm.observed} of "
                 f"{spikes} spikes) against {ci_text(chance)} by chance ({perm.expected:.1f} hits expected when each "
-                f"run's alarms are set against the spikes of the runs at its rate), excess {ci_text(excess)}, exact "
-                f"bound on the pooled excess {bound:.2f}; {ci_text(fa, '.1f')} false alarms per 1,000 steps, "
+                f"run's alarms are set against the spikes of the runs at its rate), excess "
+                f"{ci_text(excess, near=True)}, exact bound on the pooled excess {near_bound(bound)}; "
+                f"{ci_text(fa, '.1f')} false alarms per 1,000 steps, "
                 f"{'n/a' if not math.isfinite(quiet) else f'{quiet:.1f}'} in runs without a spike; lead "
                 f"{ci_text(lead, '.1f')} steps; chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on "
                 f"seeds {', '.join(map(str, eval_seeds))}.")

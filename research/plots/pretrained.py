@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, needed_text, untested_text
+from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, interval_text, needed_text, untested_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)
@@ -150,7 +150,7 @@ def figures(analysis: A.PretrainedAnalysis) -> dict:
 def _ci(d) -> str:
     if not d.tested:
         return "one batch: no interval" if d.outcome == DESCRIPTIVE else f"{untested_text(d, 2, 'batch')}: no interval"
-    return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Bonferroni) {d.p_adj:.2g}"
+    return f"{d.ci_level:.1%} CI {interval_text(d, 2)[1]}, p (Bonferroni) {d.p_adj:.2g}"
 
 
 def _against(d, what: str, above: str, below: str, margin: float) -> str:

@@ -11,8 +11,8 @@ import numpy as np
 
 from research.analysis import qk_norm
 from research.analysis.dips import course_text, fall_rise_text
-from research.analysis.rules import (Decision, conflict, effect_text, interval_text, outcome_of, settles_text,
-                                     sides_digits)
+from research.analysis.rules import (Decision, conflict, effect_text, interval_text, outcome_of, rule_text,
+                                     settles_text, sides_digits)
 from research.plots.common import decided_text, decision_table, fmt_ci
 from research.plots.qk_norm_report import _pr_agreement
 from tests.research.synthetic import qk_runs
@@ -119,3 +119,13 @@ def test_a_fall_is_a_share_of_where_it_started_and_a_rise_of_the_low():
     text = qk_norm.analyze(qk_runs((50, 40, 40), (3.6, 3.6, 3.6))).claims["d"].text
     assert "80.0 \u2192 32.4 at 0.286M tokens" in text and "fall +47.6 (+59.5% [" in text  # 47.6 of 80, not of 32.4
     assert np.isclose(47.6 / 80, 0.595, atol=5e-4)
+
+
+def test_the_spike_studys_excess_over_chance_is_printed_on_its_side_of_the_bound():
+    """"does not warn" says the hit rate's excess over chance is shown below 0.25; a t bound of 0.2496 printed at
+    two decimals read "0.25". It prints as 0.2496, and an interval's ends keep their side of 0 and of 0.25."""
+    from research.analysis.spikes import Interval, ci_text, near_bound
+    assert (near_bound(0.2496), near_bound(0.2), near_bound(math.nan)) == ("0.2496", "0.20", "n/a")
+    assert ci_text(Interval(0.1, -0.0004, 0.2501, 3), near=True) == "0.1000 [-0.0004, 0.2501]"
+    assert ci_text(Interval(0.1, -0.0004, 0.2501, 3)) == "0.10 [-0.00, 0.25]"  # other intervals read no bound
+    assert "\u00b12.5% of the compared values' mean" in rule_text(0.025)  # a margin printed as it is, never "3%"
