@@ -36,6 +36,9 @@ from utils.errors import shown
 
 # The largest attention logit's margin, in logits (docs/decisions.md, "Studies of any conditions", says why 0.25)
 LOGIT_MARGIN = 0.25
+# The margin of a loss change with quantized keys, itself a share of the loss: 0.1% of it (docs/decisions.md, "Studies
+# of any conditions", says why; --loss_margin's 0.5% was 12-50 times every condition's own 4-bit cost)
+KV_LOSS_MARGIN = 0.001
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,8 @@ class Quantity:
     site: str | None  # the probe record's site.metric it is the layer mean of; None: a per-probe top-level field
     metric: str
     margin: Literal["key", "loss", "logit", "loss_share"] = "key"  # --margin, --loss_margin (shares of the pair's
-    #   mean), the absolute logit margin (ConditionRuns.logit_margin), or --loss_margin itself as an absolute margin
-    #   (a loss change that is already a share of the loss)
+    #   mean), the absolute logit margin (ConditionRuns.logit_margin), or the key cache's loss margin as an absolute
+    #   margin (ConditionRuns.kv_loss_margin: a loss change that is already a share of the loss)
     decimals: int = 3
     unit: str = ""  # of its values and differences, where it has one
     kv: tuple[str, ...] = ()  # where in results.json's kv_cache section it is read (research.results.read.kv_value)
@@ -95,7 +98,7 @@ QUANTITIES = (
 )
 # What a key cache costs (docs/probing.md): the keys' rank at 90% energy after RoPE, their energy in rotary pairs too
 # slow to turn within the training context, the loss change with every key quantized per token before RoPE at 4 and 3
-# bits (a share of the unquantized loss: its margin is --loss_margin itself), the logits' error with 4-bit keys.
+# bits (a share of the unquantized loss: its margin is KV_LOSS_MARGIN, absolute), the logits' error with 4-bit keys.
 KV_QUANTITIES = (
     Quantity("rank90", "key rank at 90% energy after RoPE (rank90)", "k_rope", "rank90", decimals=2),
     Quantity("low_freq_share", "keys' energy share in low rotary frequencies", "k_norm", "low_freq_share"),
@@ -137,6 +140,7 @@ class ConditionRuns:
     baseline: str | None = None  # the condition the others are compared with (None: every pair)
     primary: tuple[str, ...] = ()  # the quantities read as one family and stated as findings (check_primary)
     logit_margin: float | None = None  # the largest logit's margin in logits (None: LOGIT_MARGIN)
+    kv_loss_margin: float | None = None  # a quantized-key loss change's margin, a share of the loss (KV_LOSS_MARGIN)
 
 
 def comparisons(conditions: list[str], baseline: str | None) -> list[tuple[str, str]]:
@@ -171,9 +175,10 @@ class ConditionsAnalysis:
     primary: tuple[str, ...]  # the quantities read as one family (in ALL_QUANTITIES order); () for none
     family_k: dict  # quantity key -> the k of the family its comparisons were decided in (the primaries share one)
     quantities: tuple[Quantity, ...] = QUANTITIES  # those decided: QUANTITIES, and the KV_QUANTITIES runs hold
+    kv_loss_margin: float = KV_LOSS_MARGIN  # a quantized-key loss change's margin, a share of the loss
 
     def margin_of(self, q: Quantity) -> Margin:
-        return quantity_margin(q, self.margin, self.loss_margin, self.logit_margin)
+        return quantity_margin(q, self.margin, self.loss_margin, self.logit_margin, self.kv_loss_margin)
 
     @property
     def stated(self) -> tuple[Quantity, ...]:
@@ -210,10 +215,11 @@ class ConditionsAnalysis:
                                                                                       {})}
 
 
-def quantity_margin(q: Quantity, margin: float, loss_margin: float, logit_margin: float) -> Margin:
+def quantity_margin(q: Quantity, margin: float, loss_margin: float, logit_margin: float,
+                    kv_loss_margin: float = KV_LOSS_MARGIN) -> Margin:
     """The margin a quantity's comparisons are read against."""
     return {"key": Margin(margin), "loss": Margin(loss_margin), "logit": Margin(logit_margin, absolute=True),
-            "loss_share": Margin(loss_margin, absolute=True)}[q.margin]
+            "loss_share": Margin(kv_loss_margin, absolute=True)}[q.margin]
 
 
 def _summary(values: dict) -> dict:
@@ -240,8 +246,10 @@ def analyze(inputs: ConditionRuns, margin: float, loss_margin: float) -> Conditi
     k_primary = sum(k_of(families[key]) for key in primary)  # Bonferroni over every comparison of every primary
     family_k = {q.key: k_primary if q.key in primary else k_of(families[q.key]) for q in held}
     logit_margin = LOGIT_MARGIN if inputs.logit_margin is None else inputs.logit_margin
-    decisions = {q.key: decide(families[q.key], quantity_margin(q, margin, loss_margin, logit_margin),
+    kv_loss_margin = KV_LOSS_MARGIN if inputs.kv_loss_margin is None else inputs.kv_loss_margin
+    decisions = {q.key: decide(families[q.key], quantity_margin(q, margin, loss_margin, logit_margin, kv_loss_margin),
                                k=family_k[q.key]) for q in held}
     ends = [float(probe_tokens(r)[-1]) for rl in runs.values() for r in rl if probe_tokens(r).size]
     return ConditionsAnalysis(runs, conds, inputs.baseline, margin, loss_margin, decisions, summary,
-                              max(ends) if ends else math.nan, logit_margin, primary, family_k, tuple(held))
+                              max(ends) if ends else math.nan, logit_margin, primary, family_k, tuple(held),
+                              kv_loss_margin)

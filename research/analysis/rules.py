@@ -356,6 +356,32 @@ def settles_text(d: Decision) -> str:
             INCONCLUSIVE: "open: neither its sign nor its size is settled"}.get(d.outcome, d.outcome)
 
 
+UNMISSABLE = 10  # a margin over this many times the largest value compared cannot be missed
+
+
+def unmissable(d: Decision) -> bool:
+    """Whether d's margin exceeds UNMISSABLE times the largest absolute value of the quantity in either condition (its
+    mean over the paired seeds): two values that small differ by at most a fifth of the margin, so the comparison
+    could lie beyond it only through a spread of many times the values themselves, and "equal" says little. Only an
+    absolute margin can: one that is a share s of the compared values' scale is s times that scale, never 10 times
+    the values while s is below 10 (docs/decisions.md#margins). The one rule every report that prints a comparison
+    against a margin marks it by (unmissable_text)."""
+    if d.share is not None or not math.isfinite(d.margin):
+        return False
+    values = [abs(v) for v in (d.mean_a, d.mean_b) if math.isfinite(v)]
+    return bool(values) and d.margin > UNMISSABLE * max(values)
+
+
+def unmissable_text(d: Decision, decimals: int = 4) -> str:
+    """'a margin that cannot be missed: \u00b10.0050 is over 10 times the larger value compared (0.0002)' where
+    unmissable(d), '' otherwise."""
+    if not unmissable(d):
+        return ""
+    top = max(abs(v) for v in (d.mean_a, d.mean_b) if math.isfinite(v))
+    return (f"a margin that cannot be missed: \u00b1{d.margin:.{decimals}f} is over {UNMISSABLE} times the larger "
+            f"value compared ({top:.{sides_digits([top], [0.0], decimals)}f})")
+
+
 def plural(unit: str) -> str:
     """seed -> seeds, batch -> batches."""
     return unit + ("es" if unit.endswith(("ch", "s")) else "s")

@@ -19,7 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import DESCRIPTIVE, NO_DATA, interval_text, needed_text, untested_text
+from research.analysis.rules import DESCRIPTIVE, NO_DATA, interval_text, needed_text, unmissable_text, untested_text
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -244,7 +244,7 @@ def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "see
                 d, decimals, unit)
             rows.append(f"| {name_of(key)} | {d.n} | {diff} | n/a | {rel} | n/a | n/a | {what} |")
             continue
-        more = needed_text(d, unit)
+        more = "; ".join(x for x in (needed_text(d, unit), unmissable_text(d, decimals)) if x)
         rel, rel_ci = fmt_rel_ci(d)
         rows.append(f"| {name_of(key)} | {d.n} | {interval_text(d, decimals)[0]} | {fmt_ci(d, decimals)} | {rel} | "
                     f"{rel_ci} | {fmt_p(d.p_adj)} | {d.outcome + (f' ({more})' if more else '')} |")

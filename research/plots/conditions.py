@@ -21,7 +21,8 @@ import numpy as np
 from configs.config import variant_fields
 from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
 from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, WITHIN, Decision,
-                                     needed_text, rule_text, untested_text)
+                                     interval_digits, interval_text, needed_text, rule_text, unmissable,
+                                     unmissable_text, untested_text)
 from research.analysis.series import aligned, mean_band
 from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_p, message_figure, styled, subplots,
                                    tokens_axis)
@@ -193,13 +194,21 @@ def _units(q: Quantity) -> str:
     return f" {q.unit}" if q.unit else ""
 
 
+def _digits(q: Quantity, d: Decision) -> int:
+    """The decimals of d's interval and margin: the quantity's, or more where an end would print on the wrong side
+    of 0 or of the margin (research.analysis.rules.interval_digits)."""
+    return interval_digits(d, q.decimals) if d.tested else q.decimals
+
+
 def _margin(q: Quantity, d: Decision) -> str:
     """The margin in the quantity's units, and what it is a share of where it is one: '\u00b10.25 logits',
-    '\u00b10.149, 3% of the pair's mean 4.950'."""
+    '\u00b10.149, 3% of the pair's mean 4.950'; marked where it cannot be missed (rules.unmissable)."""
     if not math.isfinite(d.margin):
         return "n/a"
-    m = f"\u00b1{d.margin:.{q.decimals}f}{_units(q)}"
-    return m if d.share is None else f"{m}, {d.share * 100:g}% of the pair's mean {d.scale:.{q.decimals}f}"
+    n = _digits(q, d)
+    m = f"\u00b1{d.margin:.{n}f}{_units(q)}"
+    m = m if d.share is None else f"{m}, {d.share * 100:g}% of the pair's mean {d.scale:.{q.decimals}f}"
+    return f"{m}; {unmissable_text(d, n)}" if unmissable(d) else m
 
 
 def _of(a: ConditionsAnalysis, p: tuple, d: Decision) -> str:
@@ -210,10 +219,9 @@ def _of(a: ConditionsAnalysis, p: tuple, d: Decision) -> str:
 
 def _entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
     """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK; margin \u00b10.25 logits)'."""
-    lo, hi = d.ci
+    est, ci = interval_text(d, q.decimals)
     of = _of(a, p, d)
-    return (f"{q.text} {d.diff:+.{q.decimals}f} [{lo:+.{q.decimals}f}, {hi:+.{q.decimals}f}]{_units(q)} ("
-            + (f"{of}; " if of else "") + f"margin {_margin(q, d)})")
+    return f"{q.text} {est} {ci}{_units(q)} (" + (f"{of}; " if of else "") + f"margin {_margin(q, d)})"
 
 
 def _exact(q: Quantity, d: Decision) -> str:
@@ -303,7 +311,7 @@ def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
     rows = ["| comparison | n | difference | CI (level) | as a share | margin | p (Bonferroni) | outcome |",
             "|---|---|---|---|---|---|---|---|"]
     for p, d in a.decisions[q.key].items():
-        diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{q.decimals}f}"
+        diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{_digits(q, d)}f}"
         ci = fmt_ci(d, q.decimals) if d.tested else "n/a"
         rows.append(f"| {_pair(p)} | {d.n} | {diff} | {ci} | {_of(a, p, d) or 'n/a'} | {_margin(q, d)} | "
                     f"{fmt_p(d.p_adj)} | {_outcome(a, p, q, d)} |")
@@ -344,7 +352,8 @@ def report(a: ConditionsAnalysis) -> str:
     absolute = (f"\u00b1{a.logit_margin:g} logits for the largest attention logit (an absolute margin: it can sit "
                 f"near 0)")
     if any(q.margin == "loss_share" for q in a.quantities):
-        absolute += f"; \u00b1{a.loss_margin:g} for a loss change with quantized keys, itself a share of the loss"
+        absolute += (f"; \u00b1{a.kv_loss_margin:g} for a loss change with quantized keys, itself a share of the loss "
+                     f"(docs/decisions.md says why)")
     lines += ["", "## Decisions", "",
               f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}.",
               ""]

@@ -111,7 +111,8 @@ def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> li
 
 def check_study_index(meta, path: Path, folder: Path) -> dict:
     """The fields of a study.json, checked (STUDY) and typed: {path (of study.json), study, kind, seeds, preset,
-    baseline, primary, looks, design, margin, loss_margin, logit_margin (None where absent), conditions: {name:
+    baseline, primary, looks, design, margin, loss_margin, logit_margin, kv_loss_margin (None where absent),
+    conditions: {name:
     [results file paths under folder]}}. ResultsError names the field and the fix."""
     try:
         check(STUDY, meta)
@@ -119,7 +120,8 @@ def check_study_index(meta, path: Path, folder: Path) -> dict:
         raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
     out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline", "primary",
                                                            "looks", "design")}}
-    out.update({k: float(meta[k]) if k in meta else None for k in ("margin", "loss_margin", "logit_margin")})
+    out.update({k: float(meta[k]) if k in meta else None
+                for k in ("margin", "loss_margin", "logit_margin", "kv_loss_margin")})
     seen: dict = {}
     out["conditions"] = {cond: _check_paths(path, folder, cond, entries, seen)
                          for cond, entries in meta["conditions"].items()}
@@ -140,7 +142,7 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
                       conditions: dict[str, list[str]], margin: float, loss_margin: float,
                       baseline: str | None = None, primary: tuple[str, ...] = (),
                       logit_margin: float | None = None, looks: list[dict] | None = None,
-                      design: dict | None = None) -> Path:
+                      design: dict | None = None, kv_loss_margin: float | None = None) -> Path:
     """study.json: what split_panels needs to find the study's kind, results files and equivalence margins, and the
     looks taken at the study (`looks`, `design`: research.studies.looks). It is checked as every read checks it, so
     no index is written that a read would refuse."""
@@ -155,6 +157,8 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
         meta["primary"] = list(primary)
     if logit_margin is not None:  # a study file's margin of the largest attention logit, in logits
         meta["logit_margin"] = logit_margin
+    if kv_loss_margin is not None:  # a study file's margin of a loss change with quantized keys, a share of the loss
+        meta["kv_loss_margin"] = kv_loss_margin
     if looks is not None:
         meta["looks"] = looks
     if design is not None:

@@ -101,6 +101,7 @@ STUDY = Obj({
     "(primary)": Rule(_primary_once),
     "logit_margin": Opt(Custom(lambda v: check_absolute_margin("logit_margin", v, "logits"), "a margin in logits",
                                like=Number(nullable=False, gt=0))),  # finite: JSON holds no infinity
+    "kv_loss_margin": Opt(_margin("kv_loss_margin")),  # a study file's, for a loss change with quantized keys
     "looks": Opt(ListOf(_LOOK, "a list of looks (seeds, alpha, planned)")),
     "design": Opt(_DESIGN),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, pattern=r"\S"),

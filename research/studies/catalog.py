@@ -26,6 +26,7 @@ class Study:
     margin: float | None = None  # None: research.analysis.rules.MARGIN
     loss_margin: float | None = None  # None: LOSS_MARGIN
     logit_margin: float | None = None  # None: research.analysis.conditions.LOGIT_MARGIN
+    kv_loss_margin: float | None = None  # None: research.analysis.conditions.KV_LOSS_MARGIN
     source: str | None = None  # the study file it was read from, as messages name it
 
     def runs(self) -> list[tuple[str, dict]]:

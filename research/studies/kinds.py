@@ -153,7 +153,8 @@ def _conditions_combined(analysis) -> dict:
     return {QK_COMBINED: {
         "study": "conditions", "conditions": analysis.conditions, "baseline": analysis.baseline,
         "primary": list(analysis.primary), "margin": analysis.margin, "loss_margin": analysis.loss_margin,
-        "logit_margin": analysis.logit_margin, "family_k": analysis.family_k,
+        "logit_margin": analysis.logit_margin, "kv_loss_margin": analysis.kv_loss_margin,
+        "family_k": analysis.family_k,
         "tokens": json_safe(analysis.budget_tokens), "summary": json_safe(analysis.summary),
         "decisions": {q: {f"{x}-{y}": {**_decision_json(d), "margin_share": d.share,
                                        "reference": analysis.reference((x, y)),
@@ -163,7 +164,8 @@ def _conditions_combined(analysis) -> dict:
 
 
 def _conditions_load(folder: Path, index: dict) -> conditions_analysis.ConditionRuns:
-    """The runs, with the study file's settings that study.json keeps (baseline, primary quantities, logit margin)."""
+    """The runs, with the study file's settings that study.json keeps (baseline, primary quantities, logit and
+    key-cache loss margins)."""
     primary = ()
     if index.get("primary") is not None:
         try:
@@ -171,7 +173,7 @@ def _conditions_load(folder: Path, index: dict) -> conditions_analysis.Condition
         except ConfigError as e:
             raise ResultsError(f"{index['path']}: {e}; fix: {INDEX_FIX}") from None
     return conditions_analysis.ConditionRuns(_runs(folder, index), index.get("baseline"), primary,
-                                             index.get("logit_margin"))
+                                             index.get("logit_margin"), index.get("kv_loss_margin"))
 
 
 def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison:

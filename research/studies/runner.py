@@ -450,7 +450,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,
                           conditions=conditions, margin=args.margin, loss_margin=args.loss_margin,
                           baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
-                          looks=looks, design=design)
+                          kv_loss_margin=study.kv_loss_margin, looks=looks, design=design)
     try:
         run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index))
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):

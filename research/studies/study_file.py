@@ -31,6 +31,7 @@ EXAMPLE = """\
     margin: 0.03                 # optional: the equivalence margin of key metrics, a share of the mean
     loss_margin: 0.005           # optional: the same for losses
     logit_margin: 0.25           # optional: the largest attention logit's, in logits
+    kv_loss_margin: 0.001        # optional: a loss change with quantized keys', a share of the loss
     preset: tiny                 # any other top-level key is a config field every run shares
     tokens: 300000
     conditions:                  # condition name -> the config fields it sets (over the shared ones)
@@ -40,7 +41,8 @@ EXAMPLE = """\
       QK_gated: {qk_norm: learned, attn_gate: headwise}
 """
 KIND = "conditions"  # research.studies.kinds: each condition against the baseline, or every pair
-STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "primary", "margin", "loss_margin", "logit_margin", "preset")
+STUDY_KEYS = ("name", "seeds", "conditions", "baseline", "primary", "margin", "loss_margin", "logit_margin",
+              "kv_loss_margin", "preset")
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")  # a folder name on every system, never a file the study writes
 NAME_RULE = "a letter, then letters, digits, '_' or '-' (at most 64)"
 PER_STUDY = {"seed": "the study's seeds are its `seeds` list"}  # nowhere in the file
@@ -161,7 +163,8 @@ def read_study_file(path: str | Path) -> Study:
     settings = {}
     checks = {"primary": check_primary, "margin": lambda v: check_margin("margin", v),
               "loss_margin": lambda v: check_margin("loss_margin", v),
-              "logit_margin": lambda v: check_absolute_margin("logit_margin", v, "logits")}
+              "logit_margin": lambda v: check_absolute_margin("logit_margin", v, "logits"),
+              "kv_loss_margin": lambda v: check_margin("kv_loss_margin", v)}
     for key, check in checks.items():
         if data.get(key) is not None:
             try:

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from research.analysis.conditions import KV_QUANTITIES, QUANTITIES, ConditionRuns, analyze, check_primary
-from research.analysis.rules import DIFFERENT, NO_DATA
+from research.analysis.rules import DIFFERENT, NO_DATA, UNRESOLVED
 from research.plots.conditions import report
 from research.results import validate
 from research.simulations.conditions import TRUTH, synthetic_run
@@ -55,7 +55,8 @@ def test_each_key_cache_quantity_reads_its_value():
 def test_a_study_names_key_cache_quantities_primary():
     """The 4-bit loss change: 0.005 in every base run, 0.05, 0.06, 0.07 without QK-norm. Two primaries of one
     comparison each: k = 2, intervals at 97.5%, t(2 dof, 0.9875) = 6.2053; differences 0.045, 0.055, 0.065 (sd 0.01):
-    0.055 +- 6.2053 x 0.01 / sqrt(3) = 0.055 +- 0.0358, wholly beyond the absolute margin 0.005 (--loss_margin)."""
+    0.055 +- 6.2053 x 0.01 / sqrt(3) = 0.055 +- 0.0358, wholly beyond the absolute margin 0.001 (KV_LOSS_MARGIN, 0.1%
+    of the loss; no longer --loss_margin), and a study file's kv_loss_margin of 0.03 puts it inside (unresolved)."""
     assert check_primary([q.key for q in KV_QUANTITIES]) == tuple(q.key for q in KV_QUANTITIES)
     runs = {"QK": [kv_run("QK", s, loss_4bit=4.02) for s in SEEDS],
             "NoQK": [kv_run("NoQK", s, loss_4bit=4.0 * (1 + x), rank90=12.0 + s) for s, x in
@@ -63,10 +64,12 @@ def test_a_study_names_key_cache_quantities_primary():
     a = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit", "rank90")), 0.03, 0.005)
     assert a.quantities == QUANTITIES + KV_QUANTITIES and a.primary == ("rank90", "kv_loss_4bit")
     d = a.decisions["kv_loss_4bit"][("NoQK", "QK")]
-    assert (d.diff, d.margin, d.share, d.ci_level) == (pytest.approx(0.055), 0.005, None, 1 - 0.05 / 2)
+    assert (d.diff, d.margin, d.share, d.ci_level) == (pytest.approx(0.055), 0.001, None, 1 - 0.05 / 2)
     assert d.ci == pytest.approx((0.055 - 0.03583, 0.055 + 0.03583), abs=1e-4) and d.outcome == DIFFERENT
     text = report(a)
-    assert "in 14 quantities" in text and "\u00b10.005 for a loss change with quantized keys" in text
+    assert "in 14 quantities" in text and "\u00b10.001 for a loss change with quantized keys" in text
+    wide = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit", "rank90"), kv_loss_margin=0.03), 0.03, 0.005)
+    assert (wide.decisions["kv_loss_4bit"][("NoQK", "QK")].outcome, wide.kv_loss_margin) == (UNRESOLVED, 0.03)
     assert "The study's primary quantities (key rank at 90% energy after RoPE (rank90), loss change with 4-bit keys " \
            "(share of the loss)) are read as one family of k = 2" in text
 

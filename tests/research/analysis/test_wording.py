@@ -121,6 +121,35 @@ def test_a_fall_is_a_share_of_where_it_started_and_a_rise_of_the_low():
     assert np.isclose(47.6 / 80, 0.595, atol=5e-4)
 
 
+def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot_be_missed():
+    """Shaped like the key-cache study's 4-bit costs: each condition's loss change a share of 0.0001-0.0002 of the
+    loss, against the old margin of +-0.005 (--loss_margin as an absolute share), 25 times the larger value: "equal"
+    was all it could say. The report line and the table mark it; at the key cache's own margin, 0.001 (5 times the
+    values), nothing is marked. A margin that is a share of the compared values' mean never is."""
+    from research.analysis.conditions import ConditionRuns, analyze
+    from research.analysis.rules import unmissable, unmissable_text
+    from research.plots.conditions import report
+    from tests.research.analysis.test_kv_quantities import kv_run
+    costs = {"QK": (0.0001, 0.00015, 0.0002), "NoQK": (0.0002, 0.0001, 0.00015)}
+    runs = {c: [kv_run(c, s, loss_4bit=4.0 * (1 + x)) for s, x in enumerate(xs)] for c, xs in costs.items()}
+    old = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit",), kv_loss_margin=0.005), 0.03, 0.005)
+    d = old.decisions["kv_loss_4bit"][("NoQK", "QK")]
+    assert d.outcome == "equal" and unmissable(d)
+    assert unmissable_text(d) == ("a margin that cannot be missed: \u00b10.0050 is over 10 times the larger value "
+                                  "compared (0.0002)")
+    text = report(old)
+    line = next(x for x in text.splitlines() if x.startswith("- **NoQK \u2212 QK**"))
+    assert "margin \u00b10.0050; a margin that cannot be missed: \u00b10.0050 is over 10 times" in line
+    assert text.count("a margin that cannot be missed") == 2  # the "In short" line and the table's margin cell
+    new = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit",)), 0.03, 0.005)
+    assert not unmissable(new.decisions["kv_loss_4bit"][("NoQK", "QK")])
+    assert "cannot be missed" not in report(new)
+    assert not unmissable(hand(0.0001, -0.0004, 0.0006, margin=0.03 * 0.0002, scale=0.0002))  # a share: never
+    table = decision_table({"x": dataclasses.replace(d, share=None)}, 4)[2]
+    assert table.endswith("| equal (a margin that cannot be missed: \u00b10.0050 is over 10 times the larger value "
+                          "compared (0.0002)) |")
+
+
 def test_the_spike_studys_excess_over_chance_is_printed_on_its_side_of_the_bound():
     """"does not warn" says the hit rate's excess over chance is shown below 0.25; a t bound of 0.2496 printed at
     two decimals read "0.25". It prints as 0.2496, and an interval's ends keep their side of 0 and of 0.25."""

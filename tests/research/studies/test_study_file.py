@@ -39,10 +39,10 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
     s = read_study_file(write(tmp_path, GOOD))
     assert (s.name, s.kind, s.default_seeds, s.baseline, s.margin, s.loss_margin, s.preset) == \
         ("my_study", "conditions", (0, 1), "QK", 0.05, None, "debug")
-    assert (s.primary, s.logit_margin) == ((), None)
-    s = read_study_file(write(tmp_path, GOOD.replace("margin: 0.05",
-                                                     "primary: [val_loss, logit_max]\nlogit_margin: 1")))
-    assert (s.primary, s.logit_margin) == (("val_loss", "logit_max"), 1.0)
+    assert (s.primary, s.logit_margin, s.kv_loss_margin) == ((), None, None)
+    s = read_study_file(write(tmp_path, GOOD.replace(
+        "margin: 0.05", "primary: [val_loss, logit_max]\nlogit_margin: 1\nkv_loss_margin: 0.002")))
+    assert (s.primary, s.logit_margin, s.kv_loss_margin) == (("val_loss", "logit_max"), 1.0, 0.002)
     assert s.conditions == {"QK": {"qk_norm": "learned"}, "NoQK": {"qk_norm": "none", "qk_clip": 50.0}, "plain": {}}
     assert s.shared == {"tokens": 4096, "n_layers": 2}  # typed as the fields: qk_clip 50 -> 50.0
     assert read_study_file(write(tmp_path, json.dumps({"name": "j", "seeds": [3], "conditions": {"A": {}}}),
@@ -52,7 +52,8 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
 @pytest.mark.parametrize("text, message", [
     (GOOD.replace("tokens: 4096", "tokenz: 4096"),
      "s.yaml: unknown key 'tokenz': not a config field nor a section (model, train, data, probe, name, seeds, "
-     "conditions, baseline, primary, margin, loss_margin, logit_margin, preset); did you mean 'tokens'?"),
+     "conditions, baseline, primary, margin, loss_margin, logit_margin, kv_loss_margin, preset); did you mean "
+     "'tokens'?"),
     (GOOD.replace("{qk_norm: none, qk_clip: 50}", "{qk_norm: none, qk_clp: 50}"),
      "s.yaml: condition NoQK: unknown key 'qk_clp': not a config field nor a section (model, train, data, probe); "
      "did you mean 'qk_clip'?"),
@@ -302,15 +303,16 @@ def test_a_study_folder_keeps_its_primary_quantities_and_logit_margin(tmp_path, 
     +0.2 +- t(2, 0.975) 4.3027 x 0.1 / sqrt(3) = [-0.05, +0.45], 0.2 / 8.2 = +2.4% of QK; inside the study's
     margin of 1 logit (the default 0.25 would leave it inconclusive)."""
     folder = tmp_path / "study"
-    _synthetic_study(folder, primary=("logit_max",), logit_margin=1.0)
+    _synthetic_study(folder, primary=("logit_max",), logit_margin=1.0, kv_loss_margin=0.002)
     index = json.loads((folder / "study.json").read_text())
-    assert (index["primary"], index["logit_margin"]) == (["logit_max"], 1.0)
+    assert (index["primary"], index["logit_margin"], index["kv_loss_margin"]) == (["logit_max"], 1.0, 0.002)
     split_panels.main([str(folder)])
     report = (folder / "report.md").read_text()
     assert "The study's primary quantities (largest attention logit) are read as one family of k = 1" in report
     assert "largest attention logit +0.20 [-0.05, +0.45] logits (+2.4% of QK; margin ±1.00 logits)" in report
     combined = json.loads((folder / "combined.json").read_text())
     assert (combined["primary"], combined["logit_margin"], combined["family_k"]["logit_max"]) == (["logit_max"], 1.0, 1)
+    assert combined["kv_loss_margin"] == 0.002
     split_panels.main([str(folder), "--out", str(tmp_path / "again")])
     assert (tmp_path / "again" / "report.md").read_text() == report
 
@@ -322,6 +324,7 @@ def test_a_study_folder_keeps_its_primary_quantities_and_logit_margin(tmp_path, 
     ({"primary": ["pr_sv", "pr_sv"]}, "primary: expected each quantity once, found pr_sv more than once"),
     ({"primary": []}, "primary: expected a non-empty list of quantity keys, found an empty list"),
     ({"logit_margin": 0}, "logit_margin 0 must be a positive number of logits"),
+    ({"kv_loss_margin": 1.5}, "kv_loss_margin 1.5 must be a share of the mean between 0 and 1"),
 ])
 def test_a_study_json_with_bad_primary_quantities_or_logit_margin_is_refused(tmp_path, capsys, field, message):
     folder = tmp_path / "study"
