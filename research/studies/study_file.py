@@ -31,7 +31,7 @@ EXAMPLE = """\
     margin: 0.03                 # optional: the equivalence margin of key metrics, a share of the mean
     loss_margin: 0.005           # optional: the same for losses
     logit_margin: 0.25           # optional: the largest attention logit's, in logits
-    kv_loss_margin: 0.001        # optional: a loss change with quantized keys', a share of the loss
+    kv_loss_margin: 0.001        # optional: a loss change's with quantized keys (a share of the loss)
     preset: tiny                 # any other top-level key is a config field every run shares
     tokens: 300000
     conditions:                  # condition name -> the config fields it sets (over the shared ones)
