@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from research.analysis.rules import Decision, Paired, decide
+from research.analysis.rules import DIFFERENCE, RATIO_WHERE_POSITIVE, Decision, Paired, decide
 from research.analysis.series import nanmean
 from research.results.read import seed_of
 
@@ -34,18 +34,28 @@ def dip(y: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
     return i, y[test, 0] - y[test, i], y[test, -1] - y[test, i]
 
 
-def dip_decisions(ys: dict, margin: float) -> tuple[dict, dict]:
+def dip_decisions(ys: dict, margin: float, on: str = DIFFERENCE, what: str = "the value") -> tuple[dict, dict]:
     """ys: condition -> Y[n_seeds, n_probes] in seed order, each with at least 3 probes and 2 seeds to test.
     ({(condition, "fall"|"rise"): Decision} decided as one family, {condition: i*}); the margin is a share of
-    the tested seeds' mean at i*."""
+    the tested seeds' mean at i*. A positive ratio quantity (`on` RATIO, rules.compared_on; `what` names it in an
+    error) is tested on per-seed log ratios instead, ln(y[0] / y[i*]) and ln(y[-1] / y[i*]), against the same
+    relative margin: with no dip they are centred on 0 as the differences are, and a run's own scale cancels."""
     family, where = {}, {}
     for c, y in ys.items():
         i, fall, rise = dip(y)
         if i < 0:
             continue
-        scale = float(nanmean(y[split_seeds(y.shape[0])[1], i]))
+        test = split_seeds(y.shape[0])[1]
+        scale = float(nanmean(y[test, i]))
         where[c] = i
-        family[(c, "fall")], family[(c, "rise")] = Paired.one_sample(fall, scale), Paired.one_sample(rise, scale)
+        if on == DIFFERENCE:
+            family[(c, "fall")], family[(c, "rise")] = Paired.one_sample(fall, scale), Paired.one_sample(rise, scale)
+            continue
+        low = (f"{c}'s {what} at its probe {i}", )
+        family[(c, "fall")] = Paired.ratio(y[test, 0], y[test, i], names=(f"{c}'s first {what}", *low),
+                                           fallback=on == RATIO_WHERE_POSITIVE)
+        family[(c, "rise")] = Paired.ratio(y[test, -1], y[test, i], names=(f"{c}'s last {what}", *low),
+                                           fallback=on == RATIO_WHERE_POSITIVE)
     return decide(family, margin), where
 
 
@@ -67,7 +77,7 @@ def enough(y: np.ndarray) -> str:
 def shape(fall: Decision, rise: Decision) -> str:
     """RISES when the fall and the rise are both positive beyond the margin, NO_RISE when either is decided
     otherwise (a series lowest at its end shows a rise inside the margin or negative), OPEN else."""
-    ups = [d.differs and d.diff > 0 for d in (fall, rise)]
+    ups = [d.differs and d.est > 0 for d in (fall, rise)]
     if all(ups):
         return RISES
     return NO_RISE if any(d.decided and not up for d, up in zip((fall, rise), ups)) else OPEN

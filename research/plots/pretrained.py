@@ -5,7 +5,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, needed_text, untested_text
+from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, needed_text, ratio_text, untested_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)
@@ -150,6 +150,9 @@ def figures(analysis: A.PretrainedAnalysis) -> dict:
 def _ci(d) -> str:
     if not d.tested:
         return "one batch: no interval" if d.outcome == DESCRIPTIVE else f"{untested_text(d, 2, 'batch')}: no interval"
+    if d.ratio:
+        lo, hi = d.ci_rel
+        return f"ratio {d.rel:+.1%}, {d.ci_level:.1%} CI [{lo:+.1%}, {hi:+.1%}], p (Bonferroni) {d.p_adj:.2g}"
     return f"{d.ci_level:.1%} CI [{d.ci[0]:+.2f}, {d.ci[1]:+.2f}], p (Bonferroni) {d.p_adj:.2g}"
 
 
@@ -161,11 +164,12 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
         return f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; {needed_text(d, 'batch')})"
     if d.same:
         return f"equal to {what} within \u00b1{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
-    side = above if d.diff > 0 else below
+    side = above if d.est > 0 else below
+    rel = "" if d.ratio else f"{d.rel:+.0%}; "  # a ratio's is in _ci
     if d.outcome == UNRESOLVED:
-        return (f"{side} {what} by {abs(d.diff):.2f} ({d.rel:+.0%}; {_ci(d)}), but whether by more than "
+        return (f"{side} {what} by {abs(d.diff):.2f} ({rel}{_ci(d)}), but whether by more than "
                 f"\u00b1{margin:.0%} is unresolved ({needed_text(d, 'batch')})")
-    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({d.rel:+.0%}; {_ci(d)})"
+    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
 
 
 def _model_header(name: str, model: A.ModelKeys) -> list[str]:
@@ -372,7 +376,7 @@ def report(analysis: A.PretrainedAnalysis) -> str:
              "text), and says how well the model's property is measured, not how another training run of the "
              "same recipe would come out. Comparisons are paired by batch and decided as in docs/decisions.md "
              f"(one Bonferroni interval per comparison over a claim's comparisons, read against a margin of "
-             f"\u00b1{margin:.0%} of the compared values' mean).", "",
+             f"\u00b1{margin:.0%} of the compared values' mean). {ratio_text('key norms, key PR', 'batch')}.", "",
              f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]

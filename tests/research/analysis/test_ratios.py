@@ -8,11 +8,13 @@ import math
 import numpy as np
 import pytest
 
+from research.analysis import qk_norm
 from research.analysis.rules import (DIFFERENCE, DIFFERENT, INCONCLUSIVE, RATIO, RATIO_WHERE_POSITIVE, UNRESOLVED,
                                      WITHIN, NotPositive, Paired, compared_on, decide, log_margin, outliers)
 from research.analysis.sequential import Look, decide_at
 from research.analysis.stats import t_critical
 from research.plots.common import decision_table, per_seed_text
+from tests.research.synthetic import qk_runs
 
 
 def test_a_ratio_comparison_is_the_t_interval_of_the_log_ratios_mapped_back():
@@ -65,6 +67,10 @@ def test_a_value_of_zero_or_below_is_one_line_naming_the_run_and_the_value():
     assert "\n" not in str(e.value) and "docs/decisions.md#ratio-quantities" in str(e.value)
     with pytest.raises(NotPositive, match=r"NoQK's final mean_pr \(seed 0\) is 0"):
         Paired.of({0: 10.0, 1: 12.0}, {0: 0.0, 1: 5.0}, RATIO, ("QK's final mean_pr", "NoQK's final mean_pr"))
+    runs = qk_runs((50, 45, 40), (3.6, 3.6, 3.6), seeds=3)
+    runs["NoQK"][2]["mean_pr"][-1] = 0.0
+    with pytest.raises(NotPositive, match=r"^NoQK's final mean_pr \(seed 2\) is 0, not positive"):
+        qk_norm.analyze(runs)
     # a value not measured (NaN) leaves its seed out, as it always did: it is not a value of 0 or below
     assert Paired.of({0: 10.0, 1: math.nan, 2: 11.0}, {0: 5.0, 1: 5.0, 2: 5.0}, RATIO).seeds == (0, 2)
 
