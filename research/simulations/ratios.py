@@ -41,11 +41,12 @@ import time
 from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass
 
+from utils.cli import ArgumentParser, command  # first: Ctrl-C while the libraries import ends in one line
+
 import numpy as np
 
 from research.analysis.rules import ALPHA, MARGIN, log_margin
 from research.analysis.stats import t_critical
-from utils.cli import ArgumentParser, command
 
 K = 4  # comparisons in a family
 SEEDS = (4, 8)  # the fixed designs' seeds
