@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from research.analysis import dips
 from research.analysis.dips import dip_decisions, in_seed_order, split_seeds
-from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, effect_text, needed_text, runs_of, untested_text
+from research.analysis.rules import (DESCRIPTIVE, MARGIN, Decision, compared_on, effect_text, needed_text, runs_of,
+                                     untested_text)
 from research.analysis.series import aligned, nanmean
 from research.results.vocabulary import LETTERS, QK_CONDITIONS, QK_PAIRS
 
@@ -80,7 +81,7 @@ def _pr_and_loss(decisions: dict) -> Claim:
         if not (p.decided and lo.decided):
             parts.append(f"{head}: not settled")
         elif p.differs and lo.differs:
-            same = (p.diff > 0) == (lo.diff > 0)
+            same = (p.est > 0) == (lo.est > 0)
             signs.add(same)
             parts.append(f"{head}: ordered, the higher-PR condition has the {'higher' if same else 'lower'} loss")
         elif p.differs or lo.differs:
@@ -116,7 +117,7 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
             shapes.append(UNTESTED)
         else:
             ys[c] = y
-    dec, where = dip_decisions(ys, margin)
+    dec, where = dip_decisions(ys, margin, compared_on("mean_pr"), "key PR")
     courses = {c: f"{c} not tested" for c in conds}  # each condition's own outcome, in the claim's first sentence
     for c, y in ys.items():
         if c not in where:
@@ -148,7 +149,7 @@ def _frozen_rank(decisions: dict) -> Claim:
     text = f"B \u2212 C final PR {fmt_decision(d)}; final validation loss {fmt_decision(loss, 3)}."
     if not d.tested:
         return Claim(claim, UNTESTED, text)
-    status = HOLDS if d.differs and d.diff < 0 else FAILS if d.decided else OPEN
+    status = HOLDS if d.differs and d.est < 0 else FAILS if d.decided else OPEN
     return Claim(claim, status, text)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from configs.config import ConfigError
 from research.analysis.rules import (DIFFERENT, EQUAL, INCONCLUSIVE, UNRESOLVED, WITHIN, Decision, Margin, Paired,
-                                     by_seed, decide, k_of, runs_of)
+                                     by_seed, compared_on, decide, k_of, runs_of)
 from research.analysis.series import nanmean
 from research.analysis.stats import mean_ci95
 from research.results.read import final_site_mean, kv_layers, kv_series, kv_value, last, layer_series, probe_tokens
@@ -202,7 +202,10 @@ class ConditionsAnalysis:
     def of_reference(self, pair: tuple[str, str], d: Decision) -> float:
         """The difference as a share of the reference condition's mean over the paired seeds; NaN at 0, and NaN
         where the margin is absolute and the reference lies inside it (a loss change of 0.0001 against a margin of
-        0.005: "+223% of QK" would be a share of noise)."""
+        0.005: "+223% of QK" would be a share of noise). Decided on log ratios, the ratio's: x/y - 1 of the baseline
+        y, 1 - y/x of the first condition x."""
+        if d.ratio:
+            return math.expm1(d.est) if self.baseline is not None else -math.expm1(-d.est)
         ref = d.mean_b if self.baseline is not None else d.mean_a
         if not ref or not math.isfinite(ref) or (d.share is None and abs(ref) <= d.margin):
             return math.nan
@@ -241,7 +244,8 @@ def analyze(inputs: ConditionRuns, margin: float, loss_margin: float) -> Conditi
                                                                  for v in f.values()):
             held.append(q)
             summary[q.key] = {c: _summary(finals[c]) for c in conds}
-            families[q.key] = {(x, y): Paired.of(finals[x], finals.get(y, {})) for x, y in pairs}
+            families[q.key] = {(x, y): Paired.of(finals[x], finals.get(y, {}), compared_on(q.metric),
+                                                 (f"{x}'s final {q.key}", f"{y}'s final {q.key}")) for x, y in pairs}
     primary = tuple(q.key for q in held if q.key in inputs.primary)
     k_primary = sum(k_of(families[key]) for key in primary)  # Bonferroni over every comparison of every primary
     family_k = {q.key: k_primary if q.key in primary else k_of(families[q.key]) for q in held}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from research.analysis.rules import UNRESOLVED, Decision, Paired, decide, effect_text
+from research.analysis.rules import DIFFERENCE, RATIO_WHERE_POSITIVE, UNRESOLVED, Decision, Paired, decide, effect_text
 from research.analysis.series import nanmean
 from research.results.read import seed_of
 
@@ -34,18 +34,28 @@ def dip(y: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
     return i, y[test, 0] - y[test, i], y[test, -1] - y[test, i]
 
 
-def dip_decisions(ys: dict, margin: float) -> tuple[dict, dict]:
+def dip_decisions(ys: dict, margin: float, on: str = DIFFERENCE, what: str = "the value") -> tuple[dict, dict]:
     """ys: condition -> Y[n_seeds, n_probes] in seed order, each with at least 3 probes and 2 seeds to test.
     ({(condition, "fall"|"rise"): Decision} decided as one family, {condition: i*}); the margin is a share of
-    the tested seeds' mean at i*."""
+    the tested seeds' mean at i*. A positive ratio quantity (`on` RATIO, rules.compared_on; `what` names it in an
+    error) is tested on per-seed log ratios instead, ln(y[0] / y[i*]) and ln(y[-1] / y[i*]), against the same
+    relative margin: with no dip they are centred on 0 as the differences are, and a run's own scale cancels."""
     family, where = {}, {}
     for c, y in ys.items():
         i, fall, rise = dip(y)
         if i < 0:
             continue
-        scale = float(nanmean(y[split_seeds(y.shape[0])[1], i]))
+        test = split_seeds(y.shape[0])[1]
+        scale = float(nanmean(y[test, i]))
         where[c] = i
-        family[(c, "fall")], family[(c, "rise")] = Paired.one_sample(fall, scale), Paired.one_sample(rise, scale)
+        if on == DIFFERENCE:
+            family[(c, "fall")], family[(c, "rise")] = Paired.one_sample(fall, scale), Paired.one_sample(rise, scale)
+            continue
+        low = (f"{c}'s {what} at its probe {i}", )
+        family[(c, "fall")] = Paired.ratio(y[test, 0], y[test, i], names=(f"{c}'s first {what}", *low),
+                                           fallback=on == RATIO_WHERE_POSITIVE)
+        family[(c, "rise")] = Paired.ratio(y[test, -1], y[test, i], names=(f"{c}'s last {what}", *low),
+                                           fallback=on == RATIO_WHERE_POSITIVE)
     return decide(family, margin), where
 
 
@@ -67,7 +77,7 @@ def enough(y: np.ndarray) -> str:
 def shape(fall: Decision, rise: Decision) -> str:
     """RISES when the fall and the rise are both positive beyond the margin, NO_RISE when either is decided
     otherwise (a series lowest at its end shows a rise inside the margin or negative), OPEN else."""
-    ups = [d.differs and d.diff > 0 for d in (fall, rise)]
+    ups = [d.differs and d.est > 0 for d in (fall, rise)]
     if all(ups):
         return RISES
     return NO_RISE if any(d.decided and not up for d, up in zip((fall, rise), ups)) else OPEN
@@ -80,11 +90,11 @@ def start(y: np.ndarray) -> float:
 
 def _part(d: Decision, up: str, down: str, inside: str, open_: str) -> str:
     if d.differs:
-        return up if d.diff > 0 else down
+        return up if d.est > 0 else down
     if d.same:
         return inside
     if d.outcome == UNRESOLVED:
-        return f"{up if d.diff > 0 else down} by a size the margin does not settle"
+        return f"{up if d.est > 0 else down} by a size the margin does not settle"
     return open_
 
 
@@ -106,5 +116,10 @@ def course_text(fall: Decision, rise: Decision) -> str:
 def fall_rise_text(fall: Decision, rise: Decision, start_value: float) -> tuple[str, str]:
     """(fall, rise) as shares in words: the fall a share of where the series started (a halving is a fall of +50%,
     never a share of the low it fell to), the rise a share of the low it rises from, each with its interval
-    (rules.effect_text): ('+50.0% [+45.1%, +54.9%] of the start', '+20.0% [...] of the low')."""
-    return f"{effect_text(fall, of=start_value)} of the start", f"{effect_text(rise)} of the low"
+    (rules.effect_text): ('+50.0% [+45.1%, +54.9%] of the start', '+20.0% [...] of the low'). Decided on log ratios
+    (a positive quantity, dip_decisions), a fall ln(y0 / y*) prints as 1 - y*/y0 and a rise ln(y_end / y*) as
+    y_end/y* - 1, each interval mapped from the log interval that decided it (rules.printed: `first` for the fall),
+    so printed ends and margin bounds keep the sides the decision read; on differences, shares of `start_value` (the
+    fall) and of the low (the rise's scale)."""
+    return (f"{effect_text(fall, of=start_value, first=True)} of the start",
+            f"{effect_text(rise)} of the low")

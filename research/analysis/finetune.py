@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis import dips
-from research.analysis.rules import (LOSS_MARGIN, MARGIN, Decision, Paired, by_seed, conditions, decide, effect_text,
-                                     runs_of)
+from research.analysis.rules import (DIFFERENCE, LOSS_MARGIN, MARGIN, RATIO_WHERE_POSITIVE, Decision, Paired, by_seed,
+                                     compared_on, conditions, decide, effect_text, runs_of)
 from research.analysis.series import aligned, nanmean
 from research.analysis.stats import mean_ci95
 from research.results.read import final_site_mean, last, seed_of
@@ -117,7 +117,7 @@ def recovery(per: dict, margin: float) -> dict:
         why[c] = "a run has no seed, so the seeds cannot be split" if None in seeds else dips.enough(y)
         if not why[c]:
             ys[c] = y
-    decided, where = dips.dip_decisions(ys, margin)
+    decided, where = dips.dip_decisions(ys, margin, compared_on("pr_sv"), "key PR")
     out = {}
     for c in per:
         if c in where:
@@ -126,6 +126,12 @@ def recovery(per: dict, margin: float) -> dict:
         else:
             out[c] = Recovery(*split[c], math.nan, None, None, why[c] or "no key PR values")
     return out
+
+
+def seeds_of(runs: list[dict]) -> tuple | None:
+    """The runs' seeds in order, None unless every run has one."""
+    seeds = tuple(seed_of(r) for r in runs)
+    return None if None in seeds else seeds
 
 
 def start_val_loss(res: dict) -> float:
@@ -191,9 +197,9 @@ def verdict_text(final: dict, margin: float, loss_margin: float) -> str:
         elif d.outcome == "different, within the margin":
             said = f"different, but by less than \u00b1{m:.1%} of the mean"
         elif d.outcome == "different, beyond the margin":
-            said = f"{'higher' if d.diff > 0 else 'lower'} with trained gains, by more than {m:.1%} of the mean"
+            said = f"{'higher' if d.est > 0 else 'lower'} with trained gains, by more than {m:.1%} of the mean"
         elif d.outcome == "different, size unresolved":
-            said = f"{'higher' if d.diff > 0 else 'lower'} with trained gains, by an amount not pinned down"
+            said = f"{'higher' if d.est > 0 else 'lower'} with trained gains, by an amount not pinned down"
         elif d.outcome == "inconclusive":
             said = "inconclusive: no difference shown, none excluded"
         else:
@@ -209,17 +215,22 @@ def analyze(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGIN
     final: dict = {}
     if TRAINED in per and FROZEN in per:
         keys = {name: Paired.of(by_seed(per[TRAINED], lambda r, s=site, m=metric: final_site_mean(r, s, m)),
-                                by_seed(per[FROZEN], lambda r, s=site, m=metric: final_site_mean(r, s, m)))
-                for name, _, site, metric in KEY_FIELDS}
+                                by_seed(per[FROZEN], lambda r, s=site, m=metric: final_site_mean(r, s, m)),
+                                compared_on(metric), (f"{TRAINED}'s final {label}", f"{FROZEN}'s"))
+                for name, label, site, metric in KEY_FIELDS}
         final = {**decide(keys, margin),
                  **decide({"val_loss": Paired.of(by_seed(per[TRAINED], lambda r: last(r, "val_loss")),
                                                   by_seed(per[FROZEN], lambda r: last(r, "val_loss")))}, loss_margin)}
     change_family = {}
     for c in conds:
-        for name, _, site, metric in KEY_FIELDS:
-            values = [final_site_mean(r, site, metric) - _first(r, site, metric) for r in per[c]]
-            scale = abs(nanmean(np.array([_first(r, site, metric) for r in per[c]], float)))
-            change_family[(c, name)] = Paired.one_sample(values, scale)
+        for name, label, site, metric in KEY_FIELDS:
+            first = np.array([_first(r, site, metric) for r in per[c]], float)
+            end = np.array([final_site_mean(r, site, metric) for r in per[c]], float)
+            on = compared_on(metric)  # a positive quantity's change: the log ratio of its last value to its first
+            change_family[(c, name)] = (
+                Paired.one_sample(end - first, abs(nanmean(first))) if on == DIFFERENCE else
+                Paired.ratio(end, first, seeds_of(per[c]), (f"{c}'s last {label}", "its first"),
+                             fallback=on == RATIO_WHERE_POSITIVE))
     change = decide(change_family, margin)
     drift, drift_mean, split = {}, {}, {}
     for c in conds:

@@ -156,7 +156,8 @@ class HeadsCondition:
     erank: np.ndarray  # [n_probes, n_layers] effective rank, layer mean over KV heads, mean over seeds
     erank_tokens: np.ndarray  # the token counts every seed was probed at: where erank's mean is taken
     erank_seeds: str
-    norm_gap: Decision | None  # sinks' mean key norm minus gatherers' (seeds that have both); None if none does
+    norm_gap: Decision | None  # sinks' mean key norm against gatherers' (log ratios, seeds that have both); None if
+    #   none does
 
     @property
     def norm_gap_claim(self) -> str:
@@ -165,14 +166,14 @@ class HeadsCondition:
         d = self.norm_gap
         if d is None or not d.tested:
             return "not tested"
-        return "holds" if d.differs and d.diff > 0 else "fails" if d.decided else "inconclusive"
+        return "holds" if d.differs and d.est > 0 else "fails" if d.decided else "inconclusive"
 
 
-def norm_gap(run: RunHeads) -> float:
-    """Mean key norm of a run's sinks minus that of its gatherers at the last probe (NaN without both)."""
+def norm_means(run: RunHeads) -> tuple[float, float]:
+    """(mean key norm of a run's sinks, that of its gatherers) at the last probe (NaN without both)."""
     norms, cls = run.heads.series["norm_mean"][-1], run.taxonomy.classes
     sinks, gatherers = norms[cls == "sink"], norms[cls == "gatherer"]
-    return float(sinks.mean() - gatherers.mean()) if sinks.size and gatherers.size else math.nan
+    return (float(sinks.mean()), float(gatherers.mean())) if sinks.size and gatherers.size else (math.nan, math.nan)
 
 
 @dataclass(frozen=True)
@@ -201,8 +202,9 @@ def analyze(runs: dict[str, list[dict]], layer: int | None = None, margin: float
             shown = LayerChoice(layer, "set by the caller") if layer is not None else widest
             per_run.append(RunHeads(h, widest, shown, classify(h.series["sink_mass"][-1], h.series["entropy"][-1])))
         er_tokens, er = seed_mean(with_probes, lambda r: layer_series(r, "erank", SITE))  # by token count
-        gaps = [norm_gap(r) for r in per_run]
-        scale = float(np.nanmean([np.nanmean(r.heads.series["norm_mean"][-1]) for r in per_run]))
-        gap = decide({"gap": Paired.one_sample(gaps, scale)}, margin)["gap"] if np.isfinite(gaps).any() else None
+        # key norms are a ratio quantity (rules.compared_on): sinks' against gatherers' on per-seed log ratios
+        sinks, gatherers = np.array([norm_means(r) for r in per_run], float).reshape(-1, 2).T
+        gap = decide({"gap": Paired.ratio(sinks, gatherers, names=(f"{cond}'s sinks' mean key norm", "gatherers'"))},
+                     margin)["gap"] if np.isfinite(sinks).any() else None
         out[cond] = HeadsCondition(per_run, len(with_probes), er, er_tokens, seeds_text(with_probes), gap)
     return HeadsAnalysis(out, margin)

@@ -6,23 +6,27 @@ norm_mean, max_abs ("outlier magnitude"), peak_frac, cos_mean ("redundancy") and
 `probes[*].layers[*].means["k_norm.<metric>"]`. Series are averaged over seeds for the figures;
 every claim is decided per seed by research.analysis.rules:
 
-- where a layer ended: its final norm minus sqrt(d_head) (Bonferroni over the layers);
-- how a layer group's norm changed: final minus initial group norm (Bonferroni over groups and conditions);
+- where a layer ended: its final norm against sqrt(d_head) (Bonferroni over the layers);
+- how a layer group's norm changed: final against initial group norm (Bonferroni over groups and conditions);
 - what weight decay on the gains explains (when the study ran QK with and without it): the group's
-  change with weight decay minus its change without, paired by seed.
+  change with weight decay against its change without, paired by seed.
+
+A key norm is a positive ratio quantity (rules.compared_on), so each is decided on per-seed log ratios: ln(final /
+sqrt(d_head)), ln(final / initial), and ln(growth with / growth without) for weight decay's part, the growth being
+final / initial. Log changes add up (ln growth with = weight decay's part + ln growth without), so weight decay's
+share of the change is a share of the log change.
 
 Under QK-norm a key's norm is about sqrt(d_head) x rms(gain), and AdamW's decoupled weight decay
 alone multiplies the gains by (1 - lr x wd) per step, about exp(-lr x wd x steps) in all.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import DESCRIPTIVE, MARGIN, Paired, by_seed, decide
+from research.analysis.rules import DESCRIPTIVE, MARGIN, RATIO, Paired, by_seed, decide
 from research.analysis.series import nanmean, seed_mean
 from research.results.read import d_head_of, layer_series, seeds_text
 from research.results.vocabulary import MAIN_SITE
@@ -70,9 +74,9 @@ class KeyDynamics:
         """above / below / at sqrt(d_head), or undecided (descriptive with one seed: sign beyond the margin)."""
         d = self.ended[layer]
         if d.outcome == DESCRIPTIVE:
-            return "above" if d.diff > d.margin else "below" if d.diff < -d.margin else "at"
+            return "above" if d.est > d.margin else "below" if d.est < -d.margin else "at"
         if d.differs:
-            return "above" if d.diff > 0 else "below"
+            return "above" if d.est > 0 else "below"
         return "at" if d.same else "undecided"
 
 
@@ -96,8 +100,8 @@ def condition_dynamics(results: list[dict], margin: float = MARGIN) -> KeyDynami
     if d_head is None:
         d_head, d_source = DEFAULT_D_HEAD, f"not recorded in the file; assumed {DEFAULT_D_HEAD}"
     ref = math.sqrt(d_head)
-    ended = decide({i: Paired.one_sample([_final_norm(r, i) - ref for r in with_probes], ref) for i in range(L)},
-                   margin)
+    ended = decide({i: Paired.ratio([_final_norm(r, i) for r in with_probes], [ref] * len(with_probes),
+                                    names=(f"layer {i}'s final key norm", "sqrt(d_head)")) for i in range(L)}, margin)
     spread = None
     if len(with_probes) > 1:
         spread = np.nanstd(np.array([layer_series(r, "norm_mean", SITE)[-1] for r in with_probes]), axis=0)
@@ -106,13 +110,29 @@ def condition_dynamics(results: list[dict], margin: float = MARGIN) -> KeyDynami
                        groups=layer_groups(L), ended=ended, final_norm_std=spread)
 
 
-def _group_change(res: dict, layers: list[int]) -> float:
-    """Final minus initial mean key norm of a group of layers in one run."""
+def _group_ends(res: dict, layers: list[int]) -> tuple[float, float]:
+    """(initial, final) mean key norm of a group of layers in one run (NaN without two probes)."""
     s = layer_series(res, "norm_mean", SITE)
     if s.shape[0] < 2:
-        return math.nan
+        return math.nan, math.nan
     g = group_mean(s, layers)
-    return float(g[-1] - g[0])
+    return float(g[0]), float(g[-1])
+
+
+def weight_decay_part(on: dict, off: dict, group: str) -> Paired:
+    """Weight decay's part of a group's norm change, paired by seed, from {seed: (initial, final) norm} with and without
+    it: per seed the log ratio of the growths, ln((final / initial with) / (final / initial without)), which is
+    ln(growth with) - ln(growth without); in units beside it the change with minus the change without. A norm of 0 or
+    below is a NotPositive naming the condition and the seed."""
+    seeds = [s for s in on if s in off and np.isfinite([*on[s], *off[s]]).all()]
+    x = {name: np.array([v[s] for s in seeds], float).reshape(-1, 2) for name, v in (("on", on), ("off", off))}
+    growth = {name: Paired.ratio(v[:, 1], v[:, 0], tuple(seeds), (f"{cond}'s final {group} layers' key norm",
+                                                                   "its initial"))
+              for (name, v), cond in zip(x.items(), (WITH_WD, WITHOUT_WD))}
+    change = {name: v[:, 1] - v[:, 0] for name, v in x.items()}
+    ma, mb = (float(change[k].mean()) if seeds else math.nan for k in ("on", "off"))
+    return Paired(growth["on"].diffs - growth["off"].diffs, ma, mb, (abs(ma) + abs(mb)) / 2, tuple(seeds), RATIO,
+                  change["on"] - change["off"])
 
 
 def weight_decay_shrink(res: dict) -> float | None:
@@ -131,8 +151,8 @@ def weight_decay_shrink(res: dict) -> float | None:
 @dataclass(frozen=True)
 class KeysAnalysis:
     conditions: dict  # condition -> KeyDynamics or None (no probe records)
-    group_changes: dict  # (condition, group) -> Decision of final minus initial group norm
-    weight_decay: dict  # group -> Decision of the change with minus without weight decay on the gains
+    group_changes: dict  # (condition, group) -> Decision of final against initial group norm (log ratios)
+    weight_decay: dict  # group -> Decision of the growth with against without weight decay on the gains (log ratios)
     shrink: dict  # condition -> factor weight decay alone applies to the gains (None if unknown)
     margin: float
 
@@ -142,7 +162,7 @@ class KeysAnalysis:
         early, final = self.group_changes.get((cond, "early")), self.group_changes.get((cond, "final"))
         if early is None or final is None or not (early.tested and final.tested):
             return "not tested"
-        if early.differs and early.diff < 0 and final.differs and final.diff > 0:
+        if early.differs and early.est < 0 and final.differs and final.est > 0:
             return "holds"
         return "fails" if early.decided and final.decided else "inconclusive"
 
@@ -155,14 +175,14 @@ def analyze(runs: dict[str, list[dict]], margin: float = MARGIN) -> KeysAnalysis
             continue
         with_probes = [r for r in runs[cond] if r.get("probes")]
         for g, layers in k.groups.items():
-            start = float(group_mean(k.series["norm_mean"], layers)[0])
-            changes[(cond, g)] = Paired.one_sample([_group_change(r, layers) for r in with_probes], start)
+            first, final = np.array([_group_ends(r, layers) for r in with_probes], float).reshape(-1, 2).T
+            changes[(cond, g)] = Paired.ratio(final, first, names=(f"{cond}'s final {g} layers' key norm",
+                                                                   "its initial"))
     wd = {}
     if conds.get(WITH_WD) and conds.get(WITHOUT_WD):
         for g, layers in conds[WITH_WD].groups.items():
-            on = by_seed([r for r in runs[WITH_WD] if r.get("probes")], lambda r: _group_change(r, layers))
-            off = by_seed([r for r in runs[WITHOUT_WD] if r.get("probes")], lambda r: _group_change(r, layers))
-            start = float(group_mean(conds[WITH_WD].series["norm_mean"], layers)[0])
-            wd[g] = dataclasses.replace(Paired.of(on, off), scale=start)  # margin: a share of the norm
+            on = by_seed([r for r in runs[WITH_WD] if r.get("probes")], lambda r: _group_ends(r, layers))
+            off = by_seed([r for r in runs[WITHOUT_WD] if r.get("probes")], lambda r: _group_ends(r, layers))
+            wd[g] = weight_decay_part(on, off, g)
     shrink = {cond: weight_decay_shrink(results[0]) if results else None for cond, results in runs.items()}
     return KeysAnalysis(conds, decide(changes, margin), decide(wd, margin), shrink, margin)

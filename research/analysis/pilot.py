@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, by_seed, decide, finals
+from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, by_seed, compared_on, decide, finals
 from research.analysis.series import seed_mean, shared_tokens
 from research.results.values import as_array, as_float
 
@@ -104,7 +104,7 @@ class PilotAnalysis:
     def differing(self) -> list[int]:
         """The layers whose final PR differs beyond the margin (decided per seed), largest |difference| first."""
         hits = [i for i, d in self.layer_decisions.items() if d.differs]
-        return sorted(hits, key=lambda i: -abs(self.layer_decisions[i].diff))
+        return sorted(hits, key=lambda i: -abs(self.layer_decisions[i].est))
 
 
 def analyze(runs: dict[str, list[dict]], margin: float = MARGIN, loss_margin: float = LOSS_MARGIN) -> PilotAnalysis:
@@ -122,10 +122,12 @@ def analyze(runs: dict[str, list[dict]], margin: float = MARGIN, loss_margin: fl
     layers = sorted(set(sa.final_layer) & set(sb.final_layer))
     delta = {i: sa.final_layer[i] - sb.final_layer[i] for i in layers}
     ranked = sorted((i for i in layers if np.isfinite(delta[i])), key=lambda i: -abs(delta[i]))
-    decisions = {f: decide({f: Paired.of(finals(runs, a, f), finals(runs, b, f))},
+    decisions = {f: decide({f: Paired.of(finals(runs, a, f), finals(runs, b, f), compared_on(f),
+                                         (f"{a}'s final {f}", f"{b}'s final {f}"))},
                            margin if f == "mean_pr" else loss_margin)[f] for f in ("mean_pr", "loss", "val_loss")}
 
     def final_layer(cond: str, layer: int) -> dict:
         return by_seed(runs[cond], lambda r: as_float(((r.get("layer_pr") or {}).get(str(layer)) or [None])[-1]))
-    layer_decisions = decide({i: Paired.of(final_layer(a, i), final_layer(b, i)) for i in layers}, margin)
+    layer_decisions = decide({i: Paired.of(final_layer(a, i), final_layer(b, i), compared_on("layer_pr"),
+                                           (f"{a}'s final PR of layer {i}", f"{b}'s")) for i in layers}, margin)
     return PilotAnalysis(conds, a, b, layers, delta, ranked, decisions, layer_decisions, margin, loss_margin)

@@ -4,7 +4,8 @@ Input: one model's record of research.inspection.key_study (per text batch: key 
 attention metrics [L][Hq], loss; the same keys of an untrained model of the architecture; the exact
 k_norm gains). One model is one sample: the unit of uncertainty is the TEXT BATCH, and every comparison
 is paired by batch (the same text on both sides) and decided by research.analysis.rules (Bonferroni over a
-claim's comparisons, equivalence margin MARGIN of the compared values' mean). Nothing here is a
+claim's comparisons, equivalence margin MARGIN of the compared values' mean); key norms and PR, positive ratio
+quantities, on per-batch log ratios (rules.compared_on). Nothing here is a
 seed-level effect: another training run of the same recipe could differ in ways no batch shows.
 
 Claims:
@@ -36,7 +37,7 @@ import numpy as np
 from research.analysis.heads import classify
 from research.analysis.key_cache import key_cache_summary
 from research.analysis.keys import layer_groups
-from research.analysis.rules import MARGIN, Paired, decide
+from research.analysis.rules import MARGIN, Paired, compared_on, decide
 
 GOLDEN_K = 3.0
 MAD_TO_SD = 1.4826
@@ -73,9 +74,13 @@ def norm_claims(rec: dict, margin: float = MARGIN) -> dict:
     groups = layer_groups(rec["n_layers"])
     ref = math.sqrt(rec["head_dim"])
     g_means = {g: norms[:, ix].mean(axis=(1, 2)) for g, ix in groups.items()}
-    vs_ref = decide({g: Paired.one_sample(v - ref, scale=ref) for g, v in g_means.items()}, margin)
+    on = compared_on("norm_mean")  # a key norm: per-batch log ratios, ln(norm / sqrt(d_head)), ln(norm_b / norm_a)
+    vs_ref = decide({g: Paired.ratio(v, np.full(v.shape, ref), tuple(range(v.size)),
+                                     (f"the {g} layers' key norm", "sqrt(d_head)")) for g, v in g_means.items()},
+                    margin)
     names = list(groups)
-    depth = decide({f"{b} - {a}": Paired.of(_by_batch(g_means[b]), _by_batch(g_means[a]))
+    depth = decide({f"{b} - {a}": Paired.of(_by_batch(g_means[b]), _by_batch(g_means[a]), on,
+                                            (f"the {b} layers' key norm", f"the {a} layers'"))
                     for a, b in ((names[0], names[1]), (names[1], names[2]), (names[0], names[2]))}, margin)
     return {"site": site, "sqrt_d_head": ref, "groups": groups,
             "group_mean": {g: float(v.mean()) for g, v in g_means.items()},
@@ -103,21 +108,25 @@ def sink_claims(rec: dict, margin: float = MARGIN) -> dict:
     top = sink_kv.mean(0).argmax(axis=1)                           # [L]: the layer's most sink-like KV head
     others = np.ones(sink_kv.shape[1:], bool)
     others[np.arange(len(top)), top] = False
-    top_diff = np.array([np.mean([norms[b, i, top[i]] - norms[b, i][others[i]].mean() for i in range(len(top))])
-                         for b in range(norms.shape[0])])
-    out["top_sink"] = decide({"top-sink KV head - the others": Paired.one_sample(
-        top_diff, scale=float(norms.mean()))}, margin)
+    # per batch, the mean over layers of the top-sink head's key norm against that of the others' mean: a ratio of
+    # key norms, decided on per-batch log ratios; their difference is the mean over layers of the differences
+    top_norm = np.array([np.mean([norms[b, i, top[i]] for i in range(len(top))]) for b in range(norms.shape[0])])
+    rest = np.array([np.mean([norms[b, i][others[i]].mean() for i in range(len(top))])
+                     for b in range(norms.shape[0])])
+    out["top_sink"] = decide({"top-sink KV head - the others": Paired.ratio(
+        top_norm, rest, tuple(range(top_norm.size)), ("the top-sink heads' key norm", "the others'"))}, margin)
     layers = [i for i in range(rec["n_layers"])
               if (tax.classes[i] == "sink").any() and (tax.classes[i] == "gatherer").any()]
     out["layers"] = layers
     if not layers:
         out["why_not"] = "no layer holds both a sink and a gatherer KV head"
         return out
-    diffs = np.array([np.mean([norms[b, i][tax.classes[i] == "sink"].mean()
-                               - norms[b, i][tax.classes[i] == "gatherer"].mean() for i in layers])
-                      for b in range(norms.shape[0])])
-    scale = float(np.mean([norms[:, i][:, tax.classes[i] != "neither"].mean() for i in layers]))
-    out["within_layer"] = decide({"sink - gatherer key norm": Paired.one_sample(diffs, scale=scale)}, margin)
+    def mean_of(kind: str) -> np.ndarray:  # per batch, the mean over those layers of the kind's mean key norm
+        return np.array([np.mean([norms[b, i][tax.classes[i] == kind].mean() for i in layers])
+                         for b in range(norms.shape[0])])
+    sinks = mean_of("sink")
+    out["within_layer"] = decide({"sink - gatherer key norm": Paired.ratio(
+        sinks, mean_of("gatherer"), tuple(range(sinks.size)), ("the sinks' key norm", "the gatherers'"))}, margin)
     return out
 
 
@@ -155,7 +164,8 @@ def rank_claims(rec: dict, margin: float = MARGIN) -> dict | None:
                        "layer_init": init.mean(axis=(0, 2)).tolist()}
     trained, init = per_batch(rec, "pr_sv", site), per_batch(rec, "pr_sv", site, key="init_keys")
     out["groups"] = decide({g: Paired.of(_by_batch(trained[:, ix].mean(axis=(1, 2))),
-                                         _by_batch(init[:, ix].mean(axis=(1, 2))))
+                                         _by_batch(init[:, ix].mean(axis=(1, 2))), compared_on("pr_sv"),
+                                         (f"the trained {g} layers' pr_sv", "the untrained"))
                             for g, ix in groups.items()}, margin)
     return out
 

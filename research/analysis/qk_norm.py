@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.claims import claims
-from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
-                                     NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, by_seed, conditions,
-                                     conflict, decide, effect_text, final_value, finals, needed_text, runs_of,
-                                     untested_text)
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE,
+                                     LOSS_MARGIN, MARGIN, NO_DATA, NO_SPREAD, RATIO, UNRESOLVED, WITHIN, Decision,
+                                     Paired, by_seed, compared_on, conditions, conflict, decide, effect_text,
+                                     final_value, finals, needed_text, runs_of, untested_text)
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
@@ -37,6 +37,10 @@ STEPS = "steps"  # (A-B) - (B-C) = A - 2B + C: the gain's step minus the normali
 STEP = dict(zip(PAIRS + (STEPS,), ("the gain's effect (A\u2212B)", "the normalization's effect (B\u2212C)",
                                    "QK-norm's whole effect (A\u2212C)",
                                    "the difference of the steps ((A\u2212B)\u2212(B\u2212C))")))
+# On log ratios the steps are ratios: ln(A/B) - ln(B/C) = ln((A/B) / (B/C)), and ln(A/B) + ln(B/C) = ln(A/C)
+STEP_RATIO = dict(zip(PAIRS + (STEPS,), ("the gain's effect (A/B)", "the normalization's effect (B/C)",
+                                         "QK-norm's whole effect (A/C)",
+                                         "the difference of the steps ((A/B)/(B/C))")))
 DRIVER = {PAIRS[0]: "gain", PAIRS[1]: "normalization"}  # the step each pair measures, as the verdict key names it
 
 
@@ -44,23 +48,30 @@ def step_difference(runs: dict, field: str) -> Paired | None:
     """Per seed that ran A, B and C: (A-B) - (B-C) = A - 2B + C; None unless all three ran. Its scale (the margin
     is a share of it) is A-C's, the mean of A and C: with A-C it tells which step is the larger by the margin
     (|A-B| - |B-C| is the smaller of |A-2B+C| and |A-C| when the two have the same sign as A-B, minus it when
-    their signs differ; docs/decisions.md)."""
+    their signs differ; docs/decisions.md). A ratio quantity (rules.compared_on) takes the same steps on log ratios:
+    ln(A/B) - ln(B/C) = ln(A) - 2 ln(B) + ln(C), its difference in units kept beside it."""
     if not all(runs.get(c) for c in QK_CONDITIONS):
         return None
     a, b, c = (finals(runs, x, field) for x in QK_CONDITIONS)
     seeds = [s for s in a if s in b and s in c and all(math.isfinite(v[s]) for v in (a, b, c))]
     xa, xb, xc = (np.array([v[s] for s in seeds], float) for v in (a, b, c))
+    on = RATIO if compared_on(field) == RATIO else DIFFERENCE
     if not seeds:
-        return Paired(np.zeros(0), math.nan, math.nan, math.nan)
-    return Paired((xa - xb) - (xb - xc), float((xa - xb).mean()), float((xb - xc).mean()),
-                  (abs(float(xa.mean())) + abs(float(xc.mean()))) / 2, tuple(seeds))
+        return Paired(np.zeros(0), math.nan, math.nan, math.nan, on=on)
+    units = (xa - xb) - (xb - xc)
+    args = (float((xa - xb).mean()), float((xb - xc).mean()), (abs(float(xa.mean())) + abs(float(xc.mean()))) / 2,
+            tuple(seeds))
+    if on == RATIO:  # the pairs' Paired.of has refused any value 0 or below already
+        return Paired(np.log(xa) - 2 * np.log(xb) + np.log(xc), *args, on=RATIO, raw=units)
+    return Paired(units, *args)
 
 
 def family_decisions(runs: dict, field: str, margin: float = MARGIN) -> tuple[dict, Decision | None]:
     """The pairs of conditions present in one final quantity (x minus y), and with all three conditions the
     difference of the steps (STEPS), decided in ONE family: k = 4 then, so the verdict that reads all four is
     right with 95% probability (docs/decisions.md). ({(x, y): Decision}, Decision or None)."""
-    family = {(x, y): Paired.of(finals(runs, x, field), finals(runs, y, field))
+    family = {(x, y): Paired.of(finals(runs, x, field), finals(runs, y, field), compared_on(field),
+                                (f"{x}'s final {field}", f"{y}'s final {field}"))
               for x, y in PAIRS if runs.get(x) and runs.get(y)}
     steps = step_difference(runs, field)
     if steps is not None:
@@ -86,7 +97,7 @@ class Verdict:
 def describe(pair: tuple, d: Decision) -> str:
     """One step of the verdict with its estimate: "the gain's effect (A-B) -4.9% [-8.1%, -1.6%] lies beyond
     the margin"."""
-    what = f"{STEP[pair]} {effect_text(d)}"
+    what = f"{(STEP_RATIO if d.ratio else STEP)[pair]} {effect_text(d)}"
     return what + {EQUAL: " lies within the margin",
                    WITHIN: " is real but lies within the margin",
                    DIFFERENT: " lies beyond the margin",
@@ -96,7 +107,7 @@ def describe(pair: tuple, d: Decision) -> str:
 
 def _confirms(ac: Decision, step: Decision) -> bool:
     """A-C is real and has the sign of the step that drives it."""
-    return ac.significant and np.sign(ac.diff) == np.sign(step.diff)
+    return ac.significant and np.sign(ac.est) == np.sign(step.est)
 
 
 def _larger(driver: tuple, dec: dict, steps: Decision | None) -> bool | None:
@@ -108,8 +119,8 @@ def _larger(driver: tuple, dec: dict, steps: Decision | None) -> bool | None:
     ac, step = dec[PAIRS[2]], dec[driver]
     if steps is None or not steps.tested:
         return None
-    sign = np.sign(step.diff) * (1 if driver == PAIRS[0] else -1)
-    if steps.differs and ac.differs and np.sign(steps.diff) == sign and np.sign(ac.diff) == np.sign(step.diff):
+    sign = np.sign(step.est) * (1 if driver == PAIRS[0] else -1)
+    if steps.differs and ac.differs and np.sign(steps.est) == sign and np.sign(ac.est) == np.sign(step.est):
         return True
     return False if steps.same else None
 
@@ -125,7 +136,8 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     ab, bc, ac = (dec.get(p) for p in PAIRS)
     if not (ab and bc):
         return _without_frozen(ac, what)
-    margin = f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale and math.isfinite(ab.scale) else "the margin"
+    margin = (f"\u00b1{ab.share:.1%} of the pair's mean, on log ratios" if ab.ratio and ab.share is not None else
+              f"\u00b1{ab.margin / ab.scale:.1%}" if ab.scale and math.isfinite(ab.scale) else "the margin")
     shown = list(zip(PAIRS, (ab, bc, ac))) + ([(STEPS, steps)] if steps is not None else [])
     text = "; ".join(describe(p, d) for p, d in shown)
 
@@ -145,7 +157,7 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     if single is not None:
         return single
     if ab.differs and bc.differs:
-        if np.sign(ab.diff) != np.sign(bc.diff):
+        if np.sign(ab.est) != np.sign(bc.est):
             return verdict("opposite", f"both the gain and the normalization change {what}, in opposite directions"
                            + (", and cancel" if ac.same else ""))
         if _confirms(ac, ab):
@@ -159,7 +171,7 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
     if not ac.decided:
         return verdict("inconclusive", "inconclusive: neither step exceeds the margin, but whether QK-norm as a "
                                        "whole does is not settled")
-    if ab.significant and bc.significant and np.sign(ab.diff) != np.sign(bc.diff):
+    if ab.significant and bc.significant and np.sign(ab.est) != np.sign(bc.est):
         return verdict("cancel", f"the gain and the normalization change {what} a little, in opposite directions, "
                                  f"and cancel")
     return verdict("neither", f"neither: QK-norm changes {what} by less than the margin")
@@ -234,11 +246,14 @@ def decomposition(runs: dict, margin: float = MARGIN, headline: dict | None = No
             b = by_seed(b_runs, lambda r: final_site_mean(r, site, metric))
             if not any(math.isfinite(v) for v in a_hat.values()):
                 continue
-            parts = {"gain": Paired.of(a, a_hat), "geometry": Paired.of(a_hat, b)}
+            on = compared_on(metric)  # on log ratios the parts add up too: ln(A/B) = ln(A/A_hat) + ln(A_hat/B)
+            parts = {"gain": Paired.of(a, a_hat, on, (f"QK's final {metric} at {site}", f"QK's at {pre}")),
+                     "geometry": Paired.of(a_hat, b, on, (f"QK's final {metric} at {pre}", f"QK_frozen's at {site}"))}
             field = {"pr_sv": "mean_pr", "pr_var": "mean_pr_var"}[metric]
             total = (headline.get(field) or {}).get(PAIRS[0]) if site == MAIN_SITE else None
             if total is None:
-                out[(site, metric)] = decide({"total": Paired.of(a, b), **parts}, margin)
+                total = Paired.of(a, b, on, (f"QK's final {metric} at {site}", f"QK_frozen's at {site}"))
+                out[(site, metric)] = decide({"total": total, **parts}, margin)
             else:
                 out[(site, metric)] = {"total": total, **decide(parts, margin)}
     return out
@@ -256,7 +271,10 @@ def ablation(runs: dict, margin: float = MARGIN, loss_margin: float = LOSS_MARGI
 
     def values(mode: str, quantity: str) -> dict:
         return by_seed(qk, lambda r: as_float(r["gain_ablation"][mode][quantity]))
-    return {quantity: decide({mode: Paired.of(values(mode, quantity), values("learned", quantity)) for mode in modes},
+    def paired(mode: str, quantity: str) -> Paired:
+        return Paired.of(values(mode, quantity), values("learned", quantity), compared_on(quantity),
+                         (f"QK's {quantity} with {mode}", f"QK's {quantity} as trained"))
+    return {quantity: decide({mode: paired(mode, quantity) for mode in modes},
                              loss_margin if quantity == "val_loss" else margin)
             for quantity in ("val_loss", "mean_pr")}
 
@@ -360,7 +378,9 @@ def layer_effects(runs: dict, margin: float = MARGIN) -> LayerEffects:
         return by_seed(runs_of(runs, cond), lambda r: as_float(((r.get("layer_pr") or {}).get(layer) or [None])[-1]))
     effects = []
     for a, b, kind in (pairs if layers else []):
-        dec = decide({layer: Paired.of(final_layer(a, layer), final_layer(b, layer)) for layer in layers}, margin)
+        dec = decide({layer: Paired.of(final_layer(a, layer), final_layer(b, layer), compared_on("layer_pr"),
+                                       (f"{a}'s final layer_pr of layer {layer}", f"{b}'s"))
+                      for layer in layers}, margin)
         effects.append(LayerEffect(a, b, kind, [dec[layer] for layer in layers]))
     return LayerEffects(layers, effects, all(len(runs_of(runs, c)) == 1 for c in have))
 

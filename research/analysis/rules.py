@@ -24,12 +24,19 @@ replication on new seeds decided on its own (docs/decisions.md#sequential-studie
 The margin is a share of each comparison's scale (Margin(0.03)), or, for a quantity that can sit near zero (a
 logit), an absolute one in its units (Margin(0.25, absolute=True)): a share of a mean near zero is no margin.
 
+Positive ratio quantities (key PR, key norms, max_abs, ranks, attention entropy; compared_on says which) are compared
+on per-seed log ratios d_s = ln(a_s / b_s) instead (Paired.of(a, b, on=RATIO)): the same t interval of mean(d), read
+against the same relative margin, |a - b| <= m (a + b) / 2 being exactly |ln(a / b)| <= log_margin(m), and shown
+mapped back as a ratio, exp(lo) - 1 and exp(hi) - 1. A Decision records which (Decision.on): its interval and margin
+are then log ratios, its diff stays the mean difference in units (docs/decisions.md#ratio-quantities).
+
 Absence of evidence is never called equality.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -41,6 +48,7 @@ from research.results.checks import check_margin  # noqa: F401  (defined with th
 from research.results.read import final_site_mean, last, pair_key
 from research.results.values import present
 from research.results.vocabulary import MAIN_SITE, QK_CONDITIONS
+from utils.errors import UserError
 
 ALPHA = 0.05
 SEQUENTIAL = "docs/decisions.md#sequential-studies"
@@ -53,6 +61,36 @@ UNTESTED = (DESCRIPTIVE, NO_DATA, NO_SPREAD)  # no interval to read: never decid
 # Differences that agree to 9 significant digits are one number: a spread that small is the rounding of a - b
 SPREAD_TOL = 1e-9
 FINAL_FIELDS = ("mean_pr", "mean_pr_var", "loss", "val_loss")
+RATIOS = "docs/decisions.md#ratio-quantities"
+OUTLIERS = "docs/decisions.md#per-seed-values-and-outliers"
+# How a comparison is made: per-seed differences a - b, or per-seed log ratios ln(a / b) of a positive quantity
+DIFFERENCE, RATIO = "difference", "ratio"
+RATIO_WHERE_POSITIVE = "ratio where positive"  # a log ratio, or differences (said) where a value is 0 or below
+# Positive ratio quantities: a PR, a norm, a rank or a largest component is positive by construction, and seeds move it
+# by factors, so it is compared on log ratios. The QK-norm study's top-level fields first, then probe metrics.
+RATIO_QUANTITIES = frozenset(("mean_pr", "mean_pr_var", "layer_pr", "pr_sv", "pr_var", "erank", "norm_mean",
+                              "max_abs", "mean_max_abs", "rank90", "rank99", "rank90_uncentered", "rank99_uncentered"))
+# Attention entropy is positive unless every query attends one key alone, which a model may legitimately learn
+WHERE_POSITIVE = frozenset(("entropy",))
+# A seed is marked as an outlier when its value lies outside the others' prediction interval at this level
+OUTLIER_LEVEL = 0.99
+
+
+def compared_on(metric: str) -> str:
+    """How comparisons of a quantity (a results field or a probe metric, e.g. 'mean_pr', 'pr_sv', 'norm_mean') are
+    made: RATIO for a positive ratio quantity, RATIO_WHERE_POSITIVE for attention entropy, else DIFFERENCE (losses,
+    logits, shares, changes)."""
+    return RATIO if metric in RATIO_QUANTITIES else RATIO_WHERE_POSITIVE if metric in WHERE_POSITIVE else DIFFERENCE
+
+
+def log_margin(m: float) -> float:
+    """The margin m of a pair's mean as a margin on ln(a / b): |a - b| <= m (a + b) / 2 exactly when
+    |ln(a / b)| <= ln((1 + m / 2) / (1 - m / 2)) (about m: 0.0300023 for 3%)."""
+    return math.log((1 + m / 2) / (1 - m / 2))
+
+
+class NotPositive(UserError, ValueError):
+    """A value of a ratio quantity that is 0 or below: its log ratio does not exist."""
 
 
 def conditions(runs: dict) -> list[str]:
@@ -87,19 +125,62 @@ def finals(runs: dict, cond: str, field: str) -> dict:
 class Paired:
     """What one comparison tests: per-seed differences and the values they came from."""
 
-    diffs: np.ndarray  # a_s - b_s for the seeds both sides have (finite only)
+    diffs: np.ndarray  # what is tested: a_s - b_s for the seeds both sides have (finite only), ln(a_s / b_s) on RATIO
     mean_a: float
     mean_b: float  # 0 for a one-sample comparison
-    scale: float  # the margin and the relative size are shares of this
+    scale: float  # the margin and the relative size are shares of this (on DIFFERENCE)
     seeds: tuple | None = None  # the seed of each difference, where known: a look at fewer seeds keeps its own
+    on: str = DIFFERENCE  # DIFFERENCE or RATIO: what diffs are
+    raw: np.ndarray | None = None  # on RATIO, a_s - b_s in the quantity's units (None: diffs are those)
+    note: str = ""  # why a comparison of a ratio quantity fell back to differences ('' where it did not)
+
+    @property
+    def units(self) -> np.ndarray:
+        """The per-seed differences in the quantity's units."""
+        return self.diffs if self.raw is None else self.raw
+
+    def keep(self, mask: np.ndarray) -> "Paired":
+        """The comparison on the seeds `mask` keeps."""
+        return dataclasses.replace(self, diffs=self.diffs[mask], raw=None if self.raw is None else self.raw[mask],
+                                   seeds=None if self.seeds is None else
+                                   tuple(s for s, k in zip(self.seeds, mask) if k))
 
     @staticmethod
-    def of(a: dict, b: dict) -> "Paired":
-        """Pair two {seed: value} maps on their common seeds."""
+    def of(a: dict, b: dict, on: str = DIFFERENCE, names: tuple[str, str] = ("a", "b")) -> "Paired":
+        """Pair two {seed: value} maps on their common seeds, by differences or, `on` RATIO, by log ratios (a value
+        of 0 or below is a NotPositive naming `names` and the seed; RATIO_WHERE_POSITIVE falls back to differences
+        there and says so in `note`)."""
         seeds = [s for s in a if s in b and math.isfinite(a[s]) and math.isfinite(b[s])]
         xa, xb = np.array([a[s] for s in seeds], float), np.array([b[s] for s in seeds], float)
-        ma, mb = (float(xa.mean()), float(xb.mean())) if seeds else (math.nan, math.nan)
-        return Paired(xa - xb, ma, mb, (abs(ma) + abs(mb)) / 2, tuple(seeds))
+        if on == DIFFERENCE:
+            ma, mb = (float(xa.mean()), float(xb.mean())) if seeds else (math.nan, math.nan)
+            return Paired(xa - xb, ma, mb, (abs(ma) + abs(mb)) / 2, tuple(seeds))
+        return Paired.ratio(xa, xb, tuple(seeds), names, fallback=on == RATIO_WHERE_POSITIVE)
+
+    @staticmethod
+    def ratio(a, b, seeds: tuple | None = None, names: tuple[str, str] = ("a", "b"),
+              fallback: bool = False) -> "Paired":
+        """Per-seed log ratios ln(a_s / b_s) of aligned positive values (a one-sample comparison of a quantity with a
+        reference: b the reference at each seed), seeds where either is not finite left out. A value of 0 or below:
+        NotPositive, one line naming the side, the seed (or the run's place) and the value; with `fallback`,
+        differences instead, and `note` says why."""
+        xa, xb = np.asarray(a, float), np.asarray(b, float)
+        finite = np.isfinite(xa) & np.isfinite(xb)  # a value not measured leaves its seed out, as Paired.of does
+        if not finite.all():
+            xa, xb = xa[finite], xb[finite]
+            seeds = None if seeds is None else tuple(s for s, k in zip(seeds, finite) if k)
+        ma, mb = (float(xa.mean()), float(xb.mean())) if xa.size else (math.nan, math.nan)
+        bad = [(name, i, float(v)) for name, x in zip(names, (xa, xb)) for i, v in enumerate(x) if not v > 0]
+        if bad:
+            name, i, v = bad[0]
+            where = f"{name} (seed {seeds[i]})" if seeds is not None else f"{name} (run {i + 1})"
+            if not fallback:
+                raise NotPositive(f"{where} is {v:g}, not positive: the quantity is compared on per-seed log "
+                                  f"ratios, which need positive values ({RATIOS}); fix: check that run's results "
+                                  f"file, or leave the run out")
+            return Paired(xa - xb, ma, mb, (abs(ma) + abs(mb)) / 2, seeds,
+                          note=f"compared by differences, not log ratios: {where} is {v:g}")
+        return Paired(np.log(xa) - np.log(xb), ma, mb, (abs(ma) + abs(mb)) / 2, seeds, RATIO, xa - xb)
 
     @staticmethod
     def one_sample(values, scale: float) -> "Paired":
@@ -137,15 +218,47 @@ class Decision:
     scale: float
     outcome: str  # EQUAL, WITHIN, UNRESOLVED, DIFFERENT, INCONCLUSIVE, or one of UNTESTED
     share: float | None = None  # the margin as a share of `scale`; None: an absolute margin in the quantity's units
+    # On RATIO the comparison was decided on per-seed log ratios: ci, margin and sd are log ratios, log_mean is the
+    # mean log ratio, and diff stays the mean difference in units (for the tables' column in units)
+    on: str = DIFFERENCE
+    log_mean: float = math.nan
+    values: tuple = ()  # the per-seed values decided (differences, or log ratios on RATIO), in `seeds` order
+    seeds: tuple | None = None
+    note: str = ""  # Paired.note: why a ratio quantity was compared by differences
+
+    @property
+    def ratio(self) -> bool:
+        return self.on == RATIO
+
+    @property
+    def est(self) -> float:
+        """The estimate the interval is about: the mean difference, or on RATIO the mean log ratio. Signs are read
+        off it."""
+        return self.log_mean if self.ratio else self.diff
 
     @property
     def rel(self) -> float:
-        """The difference as a share of the compared values' mean."""
+        """The difference as a share of the compared values' mean; on RATIO the ratio minus 1, exp(log_mean) - 1."""
+        if self.ratio:
+            return math.expm1(self.log_mean) if math.isfinite(self.log_mean) else math.nan
         return self.diff / self.scale if self.scale else math.nan
 
     @property
     def ci_rel(self) -> tuple[float, float]:
+        """The interval as shares of the compared values' mean; on RATIO mapped back as a ratio minus 1."""
+        if self.ratio:
+            return tuple(math.expm1(v) if math.isfinite(v) else math.nan for v in self.ci)
         return tuple(v / self.scale if self.scale else math.nan for v in self.ci)
+
+    @property
+    def per_seed(self) -> tuple:
+        """Each seed's value as shown: its difference in units, or on RATIO its ratio minus 1."""
+        return tuple(math.expm1(v) for v in self.values) if self.ratio else self.values
+
+    @property
+    def outliers(self) -> tuple[bool, ...]:
+        """Which seeds' values are outliers (outliers()), in `values` order."""
+        return outliers(self.values)
 
     @property
     def differs(self) -> bool:
@@ -173,6 +286,26 @@ class Decision:
         return self.outcome not in UNTESTED
 
 
+def outliers(values, level: float = OUTLIER_LEVEL) -> tuple[bool, ...]:
+    """Per value, whether it lies outside the prediction interval of the OTHER values at `level`: |x_i - mean of the
+    others| > t_{n-2} s_others sqrt(1 + 1/(n - 1)), s_others their standard deviation. Under normal values each is
+    marked with probability exactly 1 - level (the statistic is Student's t with n - 2 degrees of freedom), whatever
+    their mean and spread; needs 4 values (3 others), else none is marked. At 4 values a mark takes 11.5 of the others'
+    standard deviations, at 8 values 4.0."""
+    x = np.asarray(values, float)
+    n = x.size
+    if n < 4:
+        return (False,) * n
+    factor = t_critical(n - 2, level) * math.sqrt(1 + 1 / (n - 1))
+    tol = SPREAD_TOL * max(float(np.abs(x).max()), 1e-300)
+    out = []
+    for i in range(n):
+        others = np.delete(x, i)
+        off = abs(float(x[i] - others.mean()))
+        out.append(off > tol and off > factor * float(others.std(ddof=1)))
+    return tuple(out)
+
+
 def outcome_of(lo: float, hi: float, margin: float) -> str:
     """Where an interval [lo, hi] lies against 0 and +-margin."""
     excludes0, inside = lo > 0 or hi < 0, -margin < lo and hi < margin
@@ -187,7 +320,8 @@ def no_spread(c: Paired) -> bool:
     """Two or more differences, all the same (to SPREAD_TOL of the largest value compared): no interval to read."""
     if c.diffs.size < 2:
         return False
-    size = max(abs(c.mean_a), abs(c.mean_b), float(np.abs(c.diffs).max()))
+    # a log ratio is a relative size already: agreeing to SPREAD_TOL is agreeing to 9 digits of the ratio
+    size = 1.0 if c.on == RATIO else max(abs(c.mean_a), abs(c.mean_b), float(np.abs(c.diffs).max()))
     return float(np.ptp(c.diffs)) <= SPREAD_TOL * size
 
 
@@ -254,26 +388,34 @@ def decide_once(family: dict, margin: float | Margin = MARGIN, alpha: float = AL
     out = {}
     for key, c in family.items():
         n = int(c.diffs.size)
-        m = margin.of(c.scale)
+        ratio = c.on == RATIO
+        if ratio and margin.absolute:
+            raise ValueError("a comparison on log ratios takes a margin that is a share, not an absolute one")
+        m = log_margin(margin.value) if ratio else margin.of(c.scale)
+        diff = float(c.units.mean()) if n else math.nan  # the mean difference in units, whatever was decided
+        est = float(c.diffs.mean()) if n else math.nan
+        kept = dict(on=c.on, log_mean=est if ratio else math.nan, values=tuple(float(v) for v in c.diffs),
+                    seeds=c.seeds, note=c.note)
         if n < 2 or no_spread(c):
             outcome = NO_SPREAD if n >= 2 else DESCRIPTIVE if n else NO_DATA
-            d, sd = (float(c.diffs.mean()), 0.0) if n else (math.nan, math.nan)
-            out[key] = Decision(n, c.mean_a, c.mean_b, d, sd if n >= 2 else math.nan, (math.nan, math.nan), math.nan,
-                                math.nan, math.nan, m, c.scale, outcome, share)
+            out[key] = Decision(n, c.mean_a, c.mean_b, diff, 0.0 if n >= 2 else math.nan, (math.nan, math.nan),
+                                math.nan, math.nan, math.nan, m, c.scale, outcome, share, **kept)
             continue
-        d, sd = float(c.diffs.mean()), float(c.diffs.std(ddof=1))
+        sd = float(c.diffs.std(ddof=1))
         half = t_critical(n - 1, level) * sd / math.sqrt(n)
         p = one_sample_p(c.diffs)
-        out[key] = Decision(n, c.mean_a, c.mean_b, d, sd, (d - half, d + half), level, p, min(1.0, k * p), m,
-                            c.scale, outcome_of(d - half, d + half, m), share)
+        out[key] = Decision(n, c.mean_a, c.mean_b, diff, sd, (est - half, est + half), level, p, min(1.0, k * p), m,
+                            c.scale, outcome_of(est - half, est + half, m), share, **kept)
     return out
 
 
 def untested_text(d: Decision, decimals: int = 3, unit: str = "seed") -> str:
     """Why a comparison has no interval, in words: 'one seed (descriptive, no test)', 'no paired values' or 'no
     spread: every seed differs by exactly +2.000'; '' for a tested one."""
+    same = f"has the same ratio, {d.rel:+.{max(decimals - 2, 1)}%}" if d.ratio else \
+        f"differs by exactly {d.diff:+.{decimals}f}"
     return {NO_DATA: f"{NO_DATA} (no {unit} with both values)", DESCRIPTIVE: f"one {unit} (descriptive, no test)",
-            NO_SPREAD: f"{NO_SPREAD}: every {unit} differs by exactly {d.diff:+.{decimals}f}"}.get(d.outcome, "")
+            NO_SPREAD: f"{NO_SPREAD}: every {unit} {same}"}.get(d.outcome, "")
 
 
 def sides_digits(values, thresholds, decimals: int, percent: bool = False, most: int = 5) -> int:
@@ -281,7 +423,8 @@ def sides_digits(values, thresholds, decimals: int, percent: bool = False, most:
     threshold it lies on, the threshold printed at the same decimals (a value equal to one prints equal to it): an
     interval's ends against 0 and the margin. A lower end of 0.45% against a margin of 0.5% prints '+0.5%' at one
     decimal, on the margin; at two, '+0.45%'. `percent`: values and thresholds are shares, printed as percentages.
-    At most decimals + most (values a hair from a threshold)."""
+    At most decimals + most (values a hair from a threshold). A threshold printed at more decimals than these keeps
+    every value on its side too (a value printed below it at n decimals is below it at n' > n)."""
     def shown(x: float, n: int) -> float:
         return float(f"{x * 100 if percent else x:.{n}f}")
     pairs = [(float(v), float(t)) for v in values for t in thresholds if math.isfinite(v) and math.isfinite(t)]
@@ -291,15 +434,35 @@ def sides_digits(values, thresholds, decimals: int, percent: bool = False, most:
     return decimals + most
 
 
-def interval_digits(d: Decision, decimals: int, of: float | None = None) -> int:
-    """The decimals an interval of d needs (sides_digits: both ends on their side of 0 and of +-margin; the estimate
-    is printed at the same decimals): in the quantity's units, or with `of` as shares of `of` printed as
-    percentages (`decimals` then counts the percentage's decimals)."""
-    points = [*d.ci, 0.0, d.margin, -d.margin]
+# The fewest decimals of a ratio minus 1 printed in %: a comparison decided on log ratios has no interval in units,
+# so the units' decimals a report passes say nothing about it
+RATIO_DECIMALS = 1
+
+
+def printed(d: Decision, of: float | None = None, first: bool = False) -> tuple[Callable[[float], float], bool]:
+    """How a Decision's values on the scale it was decided on (its estimate, its interval's ends, 0 and +-margin) are
+    printed: (f, percent), f(0) = 0 and f increasing (for a positive `of`), so an end and a bound keep their order;
+    interval_digits then reads the sides on the printed values themselves. Decided on differences: in the quantity's
+    units, or with `of` as shares of `of` (percent). Decided on log ratios (Decision.ratio): the ratio minus 1,
+    exp(x) - 1, a share of the second value compared (B); with `first` 1 - exp(-x), a share of the first (A: a fall
+    ln(y0 / y*) as a share of where it started, 1 - y* / y0); `of` does not apply, a ratio's share being of one of its
+    own sides. The margin +-m prints as exp(+-m) - 1, asymmetric (-2.96% to +3.05% for 3% of the pair's mean)."""
+    if d.ratio:
+        return ((lambda x: -math.expm1(-x)) if first else math.expm1), True
     if of is None:
-        return sides_digits(points[:2], points[2:], decimals)
-    shares = [x / of if of else math.nan for x in points]
-    return sides_digits(shares[:2], shares[2:], decimals, percent=True)
+        return (lambda x: x), False
+    return (lambda x: x / of if of else math.nan), True
+
+
+def interval_digits(d: Decision, decimals: int, of: float | None = None, first: bool = False) -> int:
+    """The decimals an interval of d needs (sides_digits: both printed ends on their side of 0 and of both printed
+    bounds of the margin; the estimate is printed at the same decimals), on the scale `printed` gives: `decimals`
+    counts the units' decimals, or with `of` the percentage's; a ratio's percentage takes at least RATIO_DECIMALS
+    unless `of` or `first` asks for a share at `decimals`."""
+    f, percent = printed(d, of, first)
+    least = RATIO_DECIMALS if d.ratio and of is None and not first else decimals
+    points = [f(x) if math.isfinite(x) else math.nan for x in (*d.ci, 0.0, -d.margin, d.margin)]
+    return sides_digits(points[:2], points[2:], least, percent=percent)
 
 
 def signed(x: float, decimals: int, percent: bool = False) -> str:
@@ -307,33 +470,43 @@ def signed(x: float, decimals: int, percent: bool = False) -> str:
     return f"{x:+.{decimals}%}" if percent else f"{x:+.{decimals}f}"
 
 
-def interval_text(d: Decision, decimals: int, of: float | None = None) -> tuple[str, str]:
-    """(estimate, '[lo, hi]') of a tested Decision with the decimals its interval needs against 0 and the margin
-    (interval_digits): in the quantity's units, or as percentages of `of`. The one formatter of an interval read
-    against a margin: every report prints its intervals with it or with effect_text, which uses it."""
-    pct = of is not None
-    n = interval_digits(d, decimals, of)
-    scale = (1 / of if of else math.nan) if pct else 1.0
-    lo, hi = (x * scale for x in d.ci)
-    return signed(d.diff * scale, n, pct), f"[{signed(lo, n, pct)}, {signed(hi, n, pct)}]"
+def interval_text(d: Decision, decimals: int, of: float | None = None, first: bool = False) -> tuple[str, str]:
+    """(estimate, '[lo, hi]') of a tested Decision as printed (`printed`: in the quantity's units, as percentages of
+    `of`, or for one decided on log ratios its ratio minus 1 in %), with the decimals its interval needs against 0
+    and the margin's printed bounds (interval_digits). The one formatter of an interval read against a margin: every
+    report prints its intervals with it or with effect_text, which uses it, whichever scale the decision was taken
+    on."""
+    f, percent = printed(d, of, first)
+    n = interval_digits(d, decimals, of, first)
+    lo, hi = (f(x) if math.isfinite(x) else math.nan for x in d.ci)
+    return signed(f(d.est), n, percent), f"[{signed(lo, n, percent)}, {signed(hi, n, percent)}]"
 
 
-def effect_text(d: Decision, unit: str = "seed", of: float | None = None) -> str:
-    """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]' (shares of the compared values' mean, or of `of`: a fall
-    as a share of where it started), with the digits its interval needs (interval_text), or why not."""
-    ref = d.scale if of is None else of
-    rel = d.diff / ref if ref else math.nan
+def margin_bounds(d: Decision, of: float | None = None, first: bool = False) -> tuple[float, float]:
+    """The margin's bounds as `printed` prints them (shares, not yet times 100): (-m, +m) in units, or a ratio's
+    (exp(-m) - 1, exp(m) - 1)."""
+    f, _ = printed(d, of, first)
+    return f(-d.margin), f(d.margin)
+
+
+def effect_text(d: Decision, unit: str = "seed", of: float | None = None, first: bool = False) -> str:
+    """A Decision in a sentence: '-4.9% [-8.1%, -1.6%]', shares of the compared values' mean, or of `of` (a fall as a
+    share of where it started); decided on log ratios, the ratio minus 1 (Decision.rel, ci_rel), or with `first` a
+    share of the first value compared (1 - B/A); with the digits its interval needs (interval_text), or why not."""
+    f, _ = printed(d, d.scale if of is None else of, first)
+    rel = f(d.est) if math.isfinite(d.est) else math.nan
     if not d.tested:
         return {NO_DATA: f"(no {unit} with both values)", DESCRIPTIVE: f"{rel:+.1%} (one {unit})"}.get(
             d.outcome, f"{rel:+.1%} (every {unit} the same: no spread, no test)")
-    est, ci = interval_text(d, 1, ref)
+    est, ci = interval_text(d, 1, d.scale if of is None else of, first)
     return f"{est} {ci}"
 
 
 def settled(d: Decision) -> tuple[int, str]:
-    """What an outcome settles: the sign (+1 or -1 where the interval excludes 0, else 0) and the size ('inside' the
-    margin, 'beyond' it, or '' where neither)."""
-    sign = int(np.sign(d.diff)) if d.significant else 0
+    """What an outcome settles: the sign (+1 or -1 where the interval excludes 0, else 0), read off the estimate the
+    interval is about (Decision.est: on log ratios the mean log ratio, whose sign the mean difference in units need
+    not share), and the size ('inside' the margin, 'beyond' it, or '' where neither)."""
+    sign = int(np.sign(d.est)) if d.significant else 0
     return sign, "inside" if d.same else "beyond" if d.differs else ""
 
 
@@ -364,9 +537,10 @@ def unmissable(d: Decision) -> bool:
     mean over the paired seeds): two values that small differ by at most a fifth of the margin, so the comparison
     could lie beyond it only through a spread of many times the values themselves, and "equal" says little. Only an
     absolute margin can: one that is a share s of the compared values' scale is s times that scale, never 10 times
-    the values while s is below 10 (docs/decisions.md#margins). The one rule every report that prints a comparison
+    the values while s is below 10 (docs/decisions.md#margins), nor one decided on log ratios, whose margin is the
+    same share as a log ratio (and in log units, not the values'). The one rule every report that prints a comparison
     against a margin marks it by (unmissable_text)."""
-    if d.share is not None or not math.isfinite(d.margin):
+    if d.ratio or d.share is not None or not math.isfinite(d.margin):
         return False
     values = [abs(v) for v in (d.mean_a, d.mean_b) if math.isfinite(v)]
     return bool(values) and d.margin > UNMISSABLE * max(values)
@@ -421,3 +595,13 @@ def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: st
             f"paired t-test's p, below {ALPHA} exactly when the interval excludes 0. One {unit}: descriptive only; "
             f"every {unit} differing by the same amount: \"{NO_SPREAD}\" (an interval of width 0 is no evidence); "
             f"neither is decided or counted in k")
+
+
+def ratio_text(what: str, unit: str = "seed") -> str:
+    """The ratio rule in one sentence, for a report that compares positive ratio quantities (`what`: which, e.g.
+    'key PR (pr_sv, pr_var)')."""
+    return (f"Positive ratio quantities ({what}) are compared by per-{unit} log ratios ln(A/B), not differences: the "
+            f"t interval of their mean at the same level, mapped back as a ratio (A/B \u2212 1, from exp(lo) \u2212 1 "
+            f"to exp(hi) \u2212 1, in %), read against the same relative margin (|A \u2212 B| \u2264 m (A + B)/2 is "
+            f"exactly |ln(A/B)| \u2264 ln((1 + m/2)/(1 \u2212 m/2))); beside it the mean difference in units, which "
+            f"has no interval ({RATIOS})")

@@ -201,8 +201,7 @@ def restricted(c: Paired, seeds) -> Paired | None:
     """A comparison's differences on `seeds` alone (what an earlier look saw); None where its seeds are unknown."""
     if c.seeds is None:
         return None
-    keep = np.array([s in seeds for s in c.seeds], bool)
-    return dataclasses.replace(c, diffs=c.diffs[keep], seeds=tuple(s for s, k in zip(c.seeds, keep) if k))
+    return c.keep(np.array([s in seeds for s in c.seeds], bool))
 
 
 def decide_at(family: dict, looks: list[Look], margin: float | Margin = MARGIN, alpha: float = ALPHA,

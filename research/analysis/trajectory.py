@@ -12,7 +12,8 @@ mass without query 0's forced weight of 1); the loss over the whole model. The k
 per layer, the group's mean) is a property of the weights: exact, no interval.
 
 The change from the first to the last measured checkpoint is decided by research.analysis.rules: per-batch
-differences (last - first), one family over every metric and group with a text-batch interval, Bonferroni
+differences (last - first), or log ratios ln(last / first) of a positive ratio quantity (pr_sv, norms, attention
+entropy; rules.compared_on), one family over every metric and group with a text-batch interval, Bonferroni
 over that family; the loss is a family of its own at LOSS_MARGIN. Checkpoints whose weights equal an
 earlier one's (duplicate_of) are listed, never counted as a step of training.
 """
@@ -25,8 +26,9 @@ import numpy as np
 
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, per_batch, site_of
-from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, LOSS_MARGIN, MARGIN, NO_DATA,
-                                     NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, decide, effect_text, needed_text)
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
+                                     NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, compared_on, decide,
+                                     effect_text, needed_text)
 from research.analysis.stats import mean_ci
 
 GAIN_CV = "gain_cv"
@@ -40,6 +42,12 @@ class Metric:
     kind: str    # "keys" (at `site`), "attn" (attention, per query head) or "gain" (weights)
     field: str   # the measure_keys metric
     site: str | None = None
+
+    @property
+    def on(self) -> str:
+        """How its changes are decided (rules.compared_on): a key PR, norm or attention entropy on log ratios; the
+        gain's CV, a share (peak_frac, sink mass) by differences."""
+        return DIFFERENCE if self.kind == "gain" else compared_on(self.field)
 
 
 @dataclass(frozen=True)
@@ -112,8 +120,9 @@ def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: 
     if d.outcome == DESCRIPTIVE:
         return f"{what}: {values}, {eff}: one {one}, no test."
     if d.outcome == NO_SPREAD:
-        return f"{what}: {values}, {eff}: every {one} changed by exactly {d.diff:+.3g}, so no interval: no test."
-    way = "rose" if d.diff > 0 else "fell"
+        by = f"by the same factor, {d.rel:+.3g}" if d.ratio else f"by exactly {d.diff:+.3g}"
+        return f"{what}: {values}, {eff}: every {one} changed {by}, so no interval: no test."
+    way = "rose" if d.est > 0 else "fell"
     pm = f"\u00b1{margin:.1%}" if margin < 0.01 else f"\u00b1{margin:.0%}"
     if d.outcome == EQUAL:
         return f"{what}: {values} ({eff}): unchanged within {pm}."
@@ -157,7 +166,10 @@ def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MA
     if len(measured) >= 2:
         first, last = measured[0]["label"], measured[-1]["label"]
         titles = {m.key: m.title for m in metrics}
-        fam = decide({k: Paired.of(_by_batch(x[-1]), _by_batch(x[0])) for k, x in batches.items()}, margin)
+        on = {m.key: m.on for m in metrics}
+        fam = decide({k: Paired.of(_by_batch(x[-1]), _by_batch(x[0]), on[k[0]],
+                                   (f"{k[0]} of the {k[1]} layers at {last}", f"at {first}"))
+                      for k, x in batches.items()}, margin)
         changes += [Change(k[0], k[1], d, verdict(titles[k[0]], k[1], first, last, d, margin)) for k, d in fam.items()]
         d = decide({LOSS: Paired.of(_by_batch(losses[-1]), _by_batch(losses[0]))}, loss_margin)[LOSS]
         changes.append(Change(LOSS, "model", d, verdict("loss (nats/token)", "whole model", first, last, d,

@@ -4,7 +4,8 @@
 Input: checkpoint_keys.json whose checkpoints carry a `seed` (research.results.trajectory.across_seeds). Every
 checkpoint read the SAME text batches. Within a seed, a metric at a revision is its mean over the text batches (the
 per-batch values of research.analysis.trajectory, averaged); SEEDS are the unit of uncertainty: the change from the
-study's first revision (its smallest step) to its last is one number per seed, and each metric and layer group is
+study's first revision (its smallest step) to its last is one number per seed (a log ratio ln(last / first) for a
+positive ratio quantity, rules.compared_on), and each metric and layer group is
 decided by research.analysis.rules on those per-seed changes (paired by seed, one family over the key and attention
 metrics and the gain CV, Bonferroni; the loss its own family at the loss margin), as the training studies decide
 conditions. A seed without a measured checkpoint at the first or the last revision (absent, or a duplicate of
@@ -25,7 +26,7 @@ import numpy as np
 
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, site_of
-from research.analysis.rules import LOSS_MARGIN, MARGIN, Paired, Reading, decide, reading_with
+from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, MARGIN, Paired, Reading, decide, reading_with
 from research.analysis.trajectory import GAIN_CV, LOSS, Change, gain_cv, metrics_of, per_batch_group, verdict
 
 SINK_FIELD = "sink_mass_excl_q0"
@@ -129,19 +130,24 @@ def _sinks(runs: dict, steps: list[int], threshold: float) -> tuple[dict, dict]:
 SUITE = Reading(settle="a replication on other seeds (another suite, or runs of one's own) decided on its own")
 
 
-def _changes(values: dict, titles: dict, first: int, last: int, margin: float, loss_margin: float) -> list[Change]:
+def _changes(values: dict, titles: dict, first: int, last: int, margin: float, loss_margin: float,
+             on: dict | None = None) -> list[Change]:
     """The first-to-last decisions and their verdicts, worded as SUITE says."""
     with reading_with(SUITE):
-        return _decided_changes(values, titles, first, last, margin, loss_margin)
+        return _decided_changes(values, titles, first, last, margin, loss_margin, on)
 
 
 def _decided_changes(values: dict, titles: dict, first: int, last: int, margin: float,
-                     loss_margin: float) -> list[Change]:
-    """Per-seed change first -> last of every metric and group, decided across seeds (rules.decide)."""
-    def pair(by_seed: dict) -> Paired:
-        return Paired.of({s: v[-1] for s, v in by_seed.items()}, {s: v[0] for s, v in by_seed.items()})
+                     loss_margin: float, on: dict | None = None) -> list[Change]:
+    """Per-seed change first -> last of every metric and group, decided across seeds (rules.decide): by log ratios
+    where `on` (metric key -> rules.compared_on) says RATIO, else by differences."""
+    on = on or {}
+    def pair(by_seed: dict, on: str = DIFFERENCE, what: str = "") -> Paired:
+        return Paired.of({s: v[-1] for s, v in by_seed.items()}, {s: v[0] for s, v in by_seed.items()}, on,
+                         (f"{what} at step {last}", f"at step {first}"))
     a, b = f"step {first}", f"step {last}"
-    fam = decide({(k, g): pair(v) for k, groups in values.items() if k != LOSS for g, v in groups.items()}, margin)
+    fam = decide({(k, g): pair(v, on.get(k, DIFFERENCE), f"{k} of the {g} layers")
+                  for k, groups in values.items() if k != LOSS for g, v in groups.items()}, margin)
     out = [Change(k, g, d, verdict(titles[k], g, a, b, d, margin, unit="seed")) for (k, g), d in fam.items()]
     d = decide({LOSS: pair(values[LOSS]["model"])}, loss_margin)[LOSS]
     return out + [Change(LOSS, "model", d, verdict("loss (nats/token)", "whole model", a, b, d, loss_margin,
@@ -166,8 +172,8 @@ def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MA
     mass, onsets = _sinks(runs, steps, threshold)
     tokens = {s: next((c.get("tokens") for c in measured if c["step"] == s and c.get("tokens") is not None), None)
               for s in steps}
-    changes = (_changes(values, {m.key: m.title for m in metrics}, steps[0], steps[-1], margin, loss_margin)
-               if len(steps) >= 2 else [])
+    changes = (_changes(values, {m.key: m.title for m in metrics}, steps[0], steps[-1], margin, loss_margin,
+                        {m.key: m.on for m in metrics}) if len(steps) >= 2 else [])
     paired = [s for s in runs if steps[0] in runs[s] and steps[-1] in runs[s]]
     return SeedTrajectory(list(runs), steps, tokens, {s: {st: c["label"] for st, c in r.items()}
                                                          for s, r in runs.items()},

@@ -19,7 +19,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import DESCRIPTIVE, NO_DATA, interval_text, needed_text, unmissable_text, untested_text
+from research.analysis.rules import (DESCRIPTIVE, NO_DATA, OUTLIER_LEVEL, OUTLIERS, RATIOS, interval_text,
+                                     margin_bounds, needed_text, plural, unmissable_text, untested_text)
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -180,20 +181,61 @@ def fmt_p(p: float) -> str:
 
 def fmt_ci(d, decimals: int) -> str:
     """A Decision's interval and its level: '[-1.20, -0.40] (98.3%)', at least `decimals` decimals and as many more
-    as put both ends on their side of 0 and of the margin (research.analysis.rules.interval_text)."""
-    return f"{interval_text(d, decimals)[1]} ({d.ci_level:.1%})"
+    as put both ends on their side of 0 and of the margin (research.analysis.rules.interval_text). One decided on log
+    ratios has no interval in units and gives its ratio's: 'ratio [-8.1%, +1.6%] (98.3%)' (A/B - 1), its ends on
+    their side of 0 and of the margin's printed bounds, exp(+-m) - 1."""
+    return f"{_ratio_word(d)}{interval_text(d, decimals)[1]} ({d.ci_level:.1%})"
+
+
+def _ratio_word(d) -> str:
+    return "ratio " if d.ratio else ""
 
 
 def fmt_diff_ci(d, decimals: int) -> str:
     """A Decision's difference, its interval and its level, the difference at the interval's decimals: '-0.80
-    [-1.20, -0.40] (98.3%)'."""
-    return f"{interval_text(d, decimals)[0]} {fmt_ci(d, decimals)}"
+    [-1.20, -0.40] (98.3%)'; decided on log ratios, the ratio minus 1: 'ratio -4.9% [-8.1%, -1.6%] (98.3%)'."""
+    est, ci = interval_text(d, decimals)
+    return f"{_ratio_word(d)}{est} {ci} ({d.ci_level:.1%})"
+
+
+def fmt_diff(d, decimals: int) -> str:
+    """A Decision's mean difference in units: at its interval's decimals (interval_text) where it has an interval in
+    units, else at `decimals` (untested, or decided on log ratios, whose interval is the ratio's); 'n/a' without
+    paired values."""
+    if d.outcome == NO_DATA:
+        return "n/a"
+    return interval_text(d, decimals)[0] if d.tested and not d.ratio else f"{d.diff:+.{decimals}f}"
 
 
 def fmt_rel_ci(d) -> tuple[str, str]:
-    """('+10.0%', '[+8.3%, +11.7%]'): a Decision's difference and interval as shares of the compared values' mean,
-    with the digits the interval needs against 0 and the margin."""
+    """('+10.0%', '[+8.3%, +11.7%]'): a Decision's difference and interval as shares of the compared values' mean
+    (decided on log ratios: the ratio minus 1 and its interval), with the digits the interval needs against 0 and
+    the margin."""
     return interval_text(d, 1, d.scale)
+
+
+def shown_effect(d) -> tuple[float, float, float]:
+    """(estimate, low, high) of a Decision as a figure draws it: the mean difference and its interval in units, or for
+    one decided on log ratios the ratio minus 1 and its interval, in %."""
+    if d.ratio:
+        lo, hi = d.ci_rel
+        return 100 * d.rel, 100 * lo, 100 * hi
+    return d.diff, d.ci[0], d.ci[1]
+
+
+def shown_margin(d) -> tuple[float, float]:
+    """A Decision's margin on the scale shown_effect draws: +-margin in units, or the ratio's bounds in %
+    (research.analysis.rules.margin_bounds)."""
+    lo, hi = margin_bounds(d)
+    return (100 * lo, 100 * hi) if d.ratio else (lo, hi)
+
+
+def effect_bars(decisions: list) -> tuple[np.ndarray, np.ndarray | None, bool]:
+    """(heights, error bars [2, n] or None, on ratios) of Decisions drawn as bars: shown_effect's estimates and their
+    intervals, on ratios (in %) where every one was decided on log ratios."""
+    shown = np.array([shown_effect(d) for d in decisions], float).reshape(-1, 3)
+    err = np.abs(shown[:, 1:].T - shown[:, 0])
+    return shown[:, 0], (err if np.isfinite(err).any() else None), bool(decisions) and all(d.ratio for d in decisions)
 
 
 def fmt_at(tokens) -> str:
@@ -212,7 +254,16 @@ def decided_text(d, decimals: int, unit: str = "seed") -> str:
     different, beyond the margin' when its size is settled, undecided_text otherwise."""
     if not d.decided:
         return undecided_text(d, decimals, unit)
-    return f"{fmt_diff_ci(d, decimals)}, {' '.join(fmt_rel_ci(d))} of the mean: {d.outcome}"
+    return f"{_compared_text(d, decimals)}: {d.outcome}"
+
+
+def _compared_text(d, decimals: int) -> str:
+    """A tested comparison's estimates: '+3.00 [+2.50, +3.50] (95.0%), +10.0% [+8.3%, +11.7%] of the mean'; decided
+    on log ratios, '+1.23 mean difference; ratio +4.1% [+2.0%, +6.3%] (98.8%)' (a difference in units has no interval
+    there). Each interval with the digits its ends need (fmt_diff_ci, fmt_rel_ci)."""
+    if d.ratio:
+        return f"{d.diff:+.{decimals}f} mean difference; {fmt_diff_ci(d, decimals)}"
+    return f"{fmt_diff_ci(d, decimals)}, {' '.join(fmt_rel_ci(d))} of the mean"
 
 
 def undecided_text(d, decimals: int, unit: str = "seed") -> str:
@@ -226,29 +277,89 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
     if not d.tested:
         return f"not decided ({untested_text(d, decimals, unit)})"
     more = needed_text(d, unit)
-    return (f"not decided ({d.outcome}): {fmt_diff_ci(d, decimals)}, {' '.join(fmt_rel_ci(d))} of the mean"
-            + (f"; {more}" if more else ""))
+    return f"not decided ({d.outcome}): {_compared_text(d, decimals)}" + (f"; {more}" if more else "")
 
 
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
     """Markdown rows of research.analysis.rules Decisions: the difference and its interval, both also as shares
-    of the compared values' mean, Bonferroni's p and the outcome read off the interval. `unit`: what the n
-    compared values are (seeds; text batches for one model)."""
-    rows = ["| comparison | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome |",
-            "|---|---|---|---|---|---|---|---|"]
+    of the compared values' mean, Bonferroni's p, the outcome read off the interval, and each seed's value (outliers
+    marked). `unit`: what the n compared values are (seeds; text batches for one model). A comparison decided on log
+    ratios (Decision.ratio) gives its mean difference in units and its ratio with the ratio's interval; a table of
+    them alone has columns for that, a mixed one says per row. A note under the table explains marks and ratios."""
+    ratios = [d.ratio for d in decisions.values()]
+    if ratios and all(ratios):
+        rows = [f"| comparison | n | mean difference | ratio \u2212 1 | CI of ratio \u2212 1 (level) | "
+                f"p (Bonferroni) | outcome | per {unit} (ratio \u2212 1) |", "|---|---|---|---|---|---|---|---|"]
+    else:
+        rows = [f"| comparison | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome | "
+                f"per {unit} |", "|---|---|---|---|---|---|---|---|---|"]
     for key, d in decisions.items():
-        if not d.tested:
-            diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{decimals}f}"
-            rel = "n/a" if d.outcome == NO_DATA else f"{d.rel:+.1%}"
-            what = {NO_DATA: NO_DATA, DESCRIPTIVE: f"descriptive (one {unit})"}.get(d.outcome) or untested_text(
-                d, decimals, unit)
-            rows.append(f"| {name_of(key)} | {d.n} | {diff} | n/a | {rel} | n/a | n/a | {what} |")
-            continue
+        cells = _decision_cells(d, decimals, unit, all(ratios))
+        rows.append(f"| {name_of(key)} | {d.n} | " + " | ".join(cells) + f" | {per_seed_text(d, decimals)} |")
+    return rows + table_notes(decisions.values(), unit)
+
+
+def _decision_cells(d, decimals: int, unit: str, ratio_columns: bool) -> list[str]:
+    """A decision's cells between n and the per-seed values: difference, interval(s), p and outcome; each interval
+    with the digits its ends need against 0 and the margin (fmt_ci, fmt_rel_ci), the estimates at its decimals, and
+    a margin that cannot be missed marked beside the outcome (rules.unmissable_text)."""
+    if not d.tested:
+        what = {NO_DATA: NO_DATA, DESCRIPTIVE: f"descriptive (one {unit})"}.get(d.outcome) or untested_text(
+            d, decimals, unit)
+    else:
         more = "; ".join(x for x in (needed_text(d, unit), unmissable_text(d, decimals)) if x)
+        what = d.outcome + (f" ({more})" if more else "")
+    diff = fmt_diff(d, decimals)
+    rel = "n/a" if d.outcome == NO_DATA else f"{d.rel:+.1%}"
+    p = fmt_p(d.p_adj) if d.tested else "n/a"
+    rel_ci = "n/a"
+    if d.tested:
         rel, rel_ci = fmt_rel_ci(d)
-        rows.append(f"| {name_of(key)} | {d.n} | {interval_text(d, decimals)[0]} | {fmt_ci(d, decimals)} | {rel} | "
-                    f"{rel_ci} | {fmt_p(d.p_adj)} | {d.outcome + (f' ({more})' if more else '')} |")
-    return rows
+    if ratio_columns:
+        return [diff, rel, f"{rel_ci} ({d.ci_level:.1%})" if d.tested else "n/a", p, what]
+    if d.ratio:  # a ratio among differences: no interval in units; its % columns are the ratio's
+        return [diff, "on ratios", f"{rel} (ratio)", fmt_ci(d, decimals) if d.tested else "n/a", p, what]
+    if not d.tested:
+        return [diff, "n/a", rel, "n/a", p, what]
+    return [diff, fmt_ci(d, decimals), rel, rel_ci, p, what]
+
+
+def per_seed_text(d, decimals: int) -> str:
+    """Each compared value of a Decision in seed order: its difference in units, or the ratio minus 1 of one decided
+    on log ratios, an outlier marked \u2020 (rules.outliers): '-5.1%, -4.2%, -6.0%, -24.9%\u2020'."""
+    if not d.values:
+        return "n/a"
+    order = _seed_order(d.seeds, len(d.values))
+    marks, shown = d.outliers, d.per_seed
+    text = [(f"{shown[i]:+.1%}" if d.ratio else f"{shown[i]:+.{decimals}f}") + (OUTLIER_MARK if marks[i] else "")
+            for i in order]
+    return ", ".join(text)
+
+
+OUTLIER_MARK = "\u2020"
+
+
+def _seed_order(seeds, n: int) -> list[int]:
+    """Indices of the values in seed order (numbers before names), as given where the seeds are not known."""
+    if seeds is None or len(seeds) != n:
+        return list(range(n))
+    return sorted(range(n), key=lambda i: (not isinstance(seeds[i], int), str(seeds[i]).zfill(12)))
+
+
+def table_notes(decisions, unit: str = "seed", ratios: bool = True) -> list[str]:
+    """The lines under a decision table that explain its ratios (unless `ratios` is False: the table says it), its
+    fall-backs to differences and its outlier marks; [] where it has none."""
+    notes, decisions = [], list(decisions)
+    if ratios and any(d.ratio for d in decisions):
+        notes.append(f"Decided on per-{unit} log ratios ({RATIOS}): the ratio minus 1 is exp(mean ln(A/B)) \u2212 1, "
+                     f"its interval exp(lo) \u2212 1 to exp(hi) \u2212 1; the mean difference is in units and has no "
+                     f"interval.")
+    if any(d.note for d in decisions):
+        notes += [d.note + "." for d in decisions if d.note]
+    if any(any(d.outliers) for d in decisions):
+        notes.append(f"{OUTLIER_MARK} outlier: a {unit} whose value lies outside the {OUTLIER_LEVEL:.0%} prediction "
+                     f"interval of the other {plural(unit)}' values ({OUTLIERS}).")
+    return ["", *notes] if notes else []
 
 
 @styled

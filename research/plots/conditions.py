@@ -20,12 +20,13 @@ import numpy as np
 
 from configs.config import variant_fields
 from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
-from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, WITHIN, Decision,
-                                     interval_digits, interval_text, needed_text, rule_text, unmissable,
+from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD,
+                                     RATIO_WHERE_POSITIVE, WITHIN, Decision, compared_on, interval_digits,
+                                     interval_text, margin_bounds, needed_text, ratio_text, rule_text, unmissable,
                                      unmissable_text, untested_text)
 from research.analysis.series import aligned, mean_band
-from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_p, message_figure, styled, subplots,
-                                   tokens_axis)
+from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_diff, fmt_p, message_figure, per_seed_text,
+                                   shown_effect, shown_margin, styled, subplots, table_notes, tokens_axis)
 from research.plots.qk_norm_report import provenance_text
 from research.results.read import seed_of
 
@@ -128,20 +129,23 @@ def fig_comparisons(a: ConditionsAnalysis):
         for i, p in enumerate(pairs):
             d = a.decisions[q.key][p]
             if math.isfinite(d.margin):  # each comparison's own margin: a share of its pair's mean, or in logits
-                ax.fill_betweenx([i - 0.35, i + 0.35], -d.margin, d.margin, color="#999999", alpha=0.25, lw=0)
+                ax.fill_betweenx([i - 0.35, i + 0.35], *shown_margin(d), color="#999999", alpha=0.25, lw=0)
             if not d.tested:
                 ax.plot([], [])
                 ax.text(0, i, UNTESTED_LABEL[d.outcome], ha="center", va="center", fontsize=8)
                 continue
             shade = {DIFFERENT: "#c44e52", EQUAL: "#4c72b0", WITHIN: "#4c72b0"}.get(d.outcome, "#555555")
-            ax.plot(list(d.ci), [i, i], color=shade, lw=2.2)
-            ax.plot(d.diff, i, "o", color=shade, ms=5)
+            est, lo, hi = shown_effect(d)
+            ax.plot([lo, hi], [i, i], color=shade, lw=2.2)
+            ax.plot(est, i, "o", color=shade, ms=5)
         ax.set_yticks(range(len(pairs)), [_pair(p) for p in pairs], fontsize=8)
         ax.set_ylim(len(pairs) - 0.4, -0.6)
-        ax.set_xlabel("difference" + (f", {q.unit}" if q.unit else ""))
+        ratio = any(a.decisions[q.key][p].ratio for p in pairs)
+        ax.set_xlabel("ratio \u2212 1, %" if ratio else "difference" + (f", {q.unit}" if q.unit else ""))
         ax.set_title(textwrap.fill(q.text + (" (primary)" if q.key in a.primary else ""), 44))
-    fig.suptitle("Each comparison's estimate and Bonferroni interval in the quantity's units, against its margin "
-                 "(grey)\nred: beyond the margin, blue: inside it, dark grey: not decided")
+    fig.suptitle("Each comparison's estimate and Bonferroni interval in the quantity's units, or as a ratio minus 1 "
+                 "where it is decided on log ratios, against its margin (grey)\nred: beyond the margin, blue: inside "
+                 "it, dark grey: not decided")
     fig.tight_layout()
     return fig
 
@@ -202,9 +206,15 @@ def _digits(q: Quantity, d: Decision) -> int:
 
 def _margin(q: Quantity, d: Decision) -> str:
     """The margin in the quantity's units, and what it is a share of where it is one: '\u00b10.25 logits',
-    '\u00b10.149, 3% of the pair's mean 4.950'; marked where it cannot be missed (rules.unmissable)."""
+    '\u00b10.149, 3% of the pair's mean 4.950'; on log ratios the same share as a ratio's bounds: '\u00b13% of the
+    pair's mean: a ratio from -2.96% to +3.05%' (at two decimals, or the interval's where it needs more); marked
+    where it cannot be missed (rules.unmissable)."""
     if not math.isfinite(d.margin):
         return "n/a"
+    if d.ratio:  # the bounds' asymmetry shows at two decimals; more than the interval's never moves an end across
+        lo, hi = margin_bounds(d)
+        n = max(_digits(q, d) if d.tested else 0, 2)
+        return f"\u00b1{d.share * 100:g}% of the pair's mean: a ratio from {lo:+.{n}%} to {hi:+.{n}%}"
     n = _digits(q, d)
     m = f"\u00b1{d.margin:.{n}f}{_units(q)}"
     m = m if d.share is None else f"{m}, {d.share * 100:g}% of the pair's mean {d.scale:.{q.decimals}f}"
@@ -218,13 +228,21 @@ def _of(a: ConditionsAnalysis, p: tuple, d: Decision) -> str:
 
 
 def _entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
-    """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK; margin \u00b10.25 logits)'."""
+    """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK; margin \u00b10.25 logits)'; decided on log
+    ratios: 'key PR (pr_sv) ratio QK/base +4.1% [+2.0%, +6.3%] (mean difference +1.23; margin ...)'. Each interval
+    with the digits its ends need against 0 and the margin (rules.interval_text)."""
     est, ci = interval_text(d, q.decimals)
+    if d.ratio:
+        return (f"{q.text} ratio {p[0]}/{p[1]} {est} {ci} (mean difference {d.diff:+.{q.decimals}f}{_units(q)}; "
+                f"margin {_margin(q, d)})")
     of = _of(a, p, d)
     return f"{q.text} {est} {ci}{_units(q)} (" + (f"{of}; " if of else "") + f"margin {_margin(q, d)})"
 
 
-def _exact(q: Quantity, d: Decision) -> str:
+def _exact(q: Quantity, p: tuple, d: Decision) -> str:
+    """'key norm +0.010', or decided on log ratios 'key PR (pr_sv) ratio up/base +50.0% (mean difference +12.50)'."""
+    if d.ratio:
+        return f"{q.text} ratio {p[0]}/{p[1]} {d.rel:+.1%} (mean difference {d.diff:+.{q.decimals}f}{_units(q)})"
     return f"{q.text} {d.diff:+.{q.decimals}f}{_units(q)}"
 
 
@@ -236,8 +254,8 @@ PARTS = (
     (OPEN, "is not decided (inconclusive: the interval holds 0 and reaches past the margin) in {}",
      lambda a, q, p, d: q.text, ", "),
     (NO_SPREAD, "shows no spread in {}: every seed differs by exactly that, so there is no interval and it is not "
-     "decided", lambda a, q, p, d: _exact(q, d), "; "),
-    (DESCRIPTIVE, "has one paired seed in {}: described, not tested", lambda a, q, p, d: _exact(q, d), "; "),
+     "decided", lambda a, q, p, d: _exact(q, p, d), "; "),
+    (DESCRIPTIVE, "has one paired seed in {}: described, not tested", lambda a, q, p, d: _exact(q, p, d), "; "),
     (NO_DATA, "has no paired values in {}", lambda a, q, p, d: q.text, ", "),
 )
 
@@ -288,7 +306,9 @@ def _in_short(a: ConditionsAnalysis) -> list[str]:
     ref = f"the baseline {a.baseline}" if a.baseline is not None else "the first condition of each comparison"
     lines = [" ".join(x for x in (_family_note(a), (
         f"Each difference is in the quantity's units with its interval, then a share of {ref}'s value; each margin "
-        f"is in the same units (where it is a share, of the pair's mean).")) if x), ""]
+        f"is in the same units (where it is a share, of the pair's mean). A positive ratio quantity is decided on "
+        f"per-seed log ratios instead: its ratio minus 1 with the ratio's interval, then its mean difference in "
+        f"units, which has no interval.")) if x), ""]
     lines += [_line(a, p, items) for p, items in rows.items()]
     if a.exploratory:
         lines += ["", f"Exploratory, not read here (each its own family at {1 - ALPHA:.0%}, in its table under "
@@ -307,15 +327,34 @@ def _outcome(a: ConditionsAnalysis, p: tuple, q: Quantity, d: Decision) -> str:
 
 def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
     """A quantity's comparisons: the difference and its interval in its units, the share of the reference, the
-    margin, Bonferroni's p and the outcome."""
-    rows = ["| comparison | n | difference | CI (level) | as a share | margin | p (Bonferroni) | outcome |",
-            "|---|---|---|---|---|---|---|---|"]
-    for p, d in a.decisions[q.key].items():
-        diff = "n/a" if d.outcome == NO_DATA else f"{d.diff:+.{_digits(q, d)}f}"
+    margin, Bonferroni's p, the outcome and each seed's value (outliers marked). Decided on log ratios: the mean
+    difference, the ratio's interval and the ratio minus 1 (docs/decisions.md#ratio-quantities). Intervals and
+    estimates with the digits the interval needs against 0 and the margin (rules.interval_text)."""
+    decisions = a.decisions[q.key]
+    ratio = any(d.ratio for d in decisions.values())
+    per = "per seed (ratio \u2212 1)" if ratio else "per seed"
+    rows = [f"| comparison | n | {'mean difference' if ratio else 'difference'} | CI (level) | as a share | margin | "
+            f"p (Bonferroni) | outcome | {per} |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for p, d in decisions.items():
+        diff = fmt_diff(d, q.decimals)
         ci = fmt_ci(d, q.decimals) if d.tested else "n/a"
-        rows.append(f"| {_pair(p)} | {d.n} | {diff} | {ci} | {_of(a, p, d) or 'n/a'} | {_margin(q, d)} | "
-                    f"{fmt_p(d.p_adj)} | {_outcome(a, p, q, d)} |")
-    return rows
+        share = f"{p[0]}/{p[1]} {_ratio_estimate(d)}" if d.ratio and d.n else _of(a, p, d) or "n/a"
+        rows.append(f"| {_pair(p)} | {d.n} | {diff} | {ci} | {share} | {_margin(q, d)} | "
+                    f"{fmt_p(d.p_adj)} | {_outcome(a, p, q, d)} | {per_seed_text(d, q.decimals)} |")
+    return rows + table_notes(decisions.values())
+
+
+def _ratio_estimate(d: Decision) -> str:
+    """A ratio's estimate, ratio minus 1: at its interval's decimals where it has one (rules.interval_text)."""
+    return interval_text(d, 1)[0] if d.tested else f"{d.rel:+.1%}"
+
+
+def _ratios(a: ConditionsAnalysis) -> str:
+    """The ratio rule, naming the quantities it decides ('' where none is compared)."""
+    names = [q.text + (" where every value is positive" if compared_on(q.metric) == RATIO_WHERE_POSITIVE else "")
+             for q in a.quantities if compared_on(q.metric) != DIFFERENCE]
+    return f" {ratio_text(', '.join(names))}." if names else ""
 
 
 def _family(a: ConditionsAnalysis, q: Quantity) -> str:
@@ -355,8 +394,8 @@ def report(a: ConditionsAnalysis) -> str:
         absolute += (f"; \u00b1{a.kv_loss_margin:g} for a loss change with quantized keys, itself a share of the loss "
                      f"(docs/decisions.md says why)")
     lines += ["", "## Decisions", "",
-              f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}.",
-              ""]
+              f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}."
+              + _ratios(a), ""]
     for q in a.quantities:
         lines += [f"### {q.text}", ""] + ([_family(a, q), ""] if _family(a, q) else [])
         lines += ["| condition | final | n |", "|---|---|---|"]

@@ -9,7 +9,7 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
 from research.analysis.dips import RISES, course_text, fall_rise_text
-from research.analysis.rules import effect_text, rule_text
+from research.analysis.rules import effect_text, ratio_text, rule_text
 from research.analysis.series import mean_band
 from research.plots.common import (color, decided_text, decision_table, fmt_code, fmt_final, fmt_num, fmt_tokens,
                                    message_figure, styled, subplots, tokens_axis)
@@ -131,9 +131,10 @@ def _recovery(analysis: A.FinetuneAnalysis) -> list[str]:
              "The probe of the minimum is the interior probe lowest in the mean key PR (pr_sv at k_norm) of every "
              "other seed from the second (in seed order); the fall to it (first minus it) and the rise after it "
              "(last minus it) are tested on the other seeds only, so the choice is never tested on the data that "
-             "made it (research/analysis/dips.py, as for the QK-norm study's claim (d)). Both beyond the margin and "
-             "positive: it falls and rises again. One family over the conditions; margin a share of the tested "
-             "seeds' PR at the chosen probe.", ""]
+             "made it (research/analysis/dips.py, as for the QK-norm study's claim (d)), each on per-seed log "
+             "ratios (first over it, last over it). Both beyond the margin and positive: it falls and rises again. "
+             "One family over the conditions. Below the table the fall is a share of the start (1 \u2212 it/first) "
+             "and the rise a share of the low (last/it \u2212 1), each from the same interval.", ""]
     tested = {(c, part): d for c, r in analysis.recovery.items() if r.fall is not None
               for part, d in (("fall", r.fall), ("rise", r.rise))}
     if tested:
@@ -191,5 +192,7 @@ def report(analysis: A.FinetuneAnalysis) -> str:
         lines.append(f"| {label(c)} | {_ci_text(*analysis.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
                      + " | ".join(_ci_text(*analysis.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
                                   for t in A.LOGIT_TERMS) + " |")
-    lines += ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ".", ""]
+    lines += ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ". "
+              + ratio_text("key PR, key norms: against the other condition, or a last value against the first") + ".",
+              ""]
     return "\n".join(lines)

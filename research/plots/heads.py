@@ -198,7 +198,8 @@ def _norm_gap(c: HeadsCondition) -> list[str]:
                 "than gatherers cannot be tested here.", ""]
     d = c.norm_gap
     p = f" (p = {fmt_p(d.p_adj)})" if d.tested else ""
-    return [f"Sinks' mean key norm minus gatherers', per seed that has both ({d.n}): {decided_text(d, 3)}{p}. The "
+    return [f"Sinks' mean key norm against gatherers', per seed that has both ({d.n}), decided on log ratios: "
+            f"{decided_text(d, 3)}{p}. The "
             f"write-ups' claim that sinks have high and gatherers low key norms: **{c.norm_gap_claim}**.", ""]
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
-from research.analysis.rules import Decision, rule_text
+from research.analysis.rules import Decision, log_margin, ratio_text, rule_text
 from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_diff_ci, fmt_num, fmt_tokens, label,
                                    message_figure, smooth, styled, subplots, tokens_axis, undecided_text)
 
@@ -89,7 +89,7 @@ def _panel_final_norms(ax, data: KeyDynamics, margin: float) -> None:
               for i in range(L)]
     ax.bar(np.arange(L), final, color=colors, edgecolor="black", lw=0.5)
     _sqrt_line(ax, data.d_head)
-    ax.axhspan(ref * (1 - margin), ref * (1 + margin), color="grey", alpha=0.2, lw=0,
+    ax.axhspan(ref / math.exp(log_margin(margin)), ref * math.exp(log_margin(margin)), color="grey", alpha=0.2, lw=0,
                label=f"±{margin:.0%}: the equivalence margin around √d_head")
     finite = final[np.isfinite(final)]
     if finite.size:
@@ -166,13 +166,14 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
     s, L, d_head, groups, t = data.series, data.n_layers, data.d_head, data.groups, data.tokens
     ref = math.sqrt(d_head)
     where = {i: data.ended_where(i) for i in range(L)}
-    rule = ("one seed: descriptive, by the sign of the difference beyond the margin" if data.n_seeds < 2 else
-            "decided per seed, Bonferroni over the layers")
+    rule = ("one seed: descriptive, by the sign of the log ratio beyond the margin" if data.n_seeds < 2 else
+            "decided per seed on log ratios, ln(norm / sqrt(d_head)), Bonferroni over the layers")
     lines = [f"- Runs: {data.seeds}" + (" (every number below is the mean over seeds, probe by probe)"
                                         if data.n_seeds > 1 else ""),
              f"- Probes: {len(t)}, from {fmt_tokens(t[0])} to {fmt_tokens(t[-1])} training tokens",
-             f"- d_head = {d_head} ({data.d_source}), so sqrt(d_head) = {ref:.2f}; margin \u00b1{margin:.0%} "
-             f"({ref * (1 - margin):.2f} to {ref * (1 + margin):.2f}); {rule}"]
+             f"- d_head = {d_head} ({data.d_source}), so sqrt(d_head) = {ref:.2f}; margin \u00b1{margin:.0%} of the "
+             f"mean of the norm and sqrt(d_head) ({ref / math.exp(log_margin(margin)):.2f} to "
+             f"{ref * math.exp(log_margin(margin)):.2f}); {rule}"]
     for side in ("above", "below", "at", "undecided"):
         lines.append(f"- Ended {side if side == 'undecided' else side + ' sqrt(d_head)'}: "
                      f"{_layers_text([i for i in range(L) if where[i] == side])}")
@@ -205,29 +206,30 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
 
 def _wd_share(group: str, wd: Decision, with_wd: Decision | None, margin: float) -> str:
     """Weight decay's share of a group's norm change, given only when both its part and the change are settled
-    beyond the margin; otherwise what is not decided, with its interval."""
+    beyond the margin; otherwise what is not decided, with its interval. Both are decided on log ratios (the growth
+    with weight decay over the growth without, the final norm over the initial), so the share is one of the log
+    change: ln(growth) = weight decay's part + ln(growth without it)."""
     part = f"- {group} layers: weight decay's part of the change"
     if with_wd is None:
-        return f"{part}: {wd.diff:+.3f} ({wd.outcome}); the change with weight decay was not measured"
+        return f"{part}: ratio {wd.rel:+.1%} ({wd.outcome}); the change with weight decay was not measured"
     if wd.differs and with_wd.differs:
-        return (f"- {group} layers: change {fmt_diff_ci(with_wd, 3)} with weight decay, of which "
-                f"{fmt_diff_ci(wd, 3)} ({wd.diff / with_wd.diff:.0%}) is weight decay's (both beyond the "
-                f"margin).")
+        return (f"- {group} layers: change {fmt_diff_ci(with_wd, 3)} with weight decay, of which {fmt_diff_ci(wd, 3)} "
+                f"({wd.est / with_wd.est:.0%} of the log change) is weight decay's (both beyond the margin).")
     if wd.same:
-        return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%} of the norm, "
-                f"so no share of the change is put on weight decay.")
+        return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%}, so no share of the change is "
+                f"put on weight decay.")
     if not wd.decided:
         return f"{part}: {undecided_text(wd, 3)}. No share is given."
-    return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}; the change with weight decay: "
-            f"{decided_text(with_wd, 3)}. No share is given.")
+    return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}; the change with weight decay: {decided_text(with_wd, 3)}. "
+            f"No share is given.")
 
 
 def _changes(analysis: KeysAnalysis) -> list[str]:
     if not analysis.group_changes:
         return []
     lines = ["## How each layer group's key norm changed", "",
-             f"Final minus initial mean key norm of the group, per seed ({rule_text(analysis.margin)}; margin a "
-             f"share of the group's initial norm):", ""]
+             f"Final against initial mean key norm of the group, per seed ({rule_text(analysis.margin)}). "
+             f"{ratio_text('key norms: a final norm against the initial one, or against sqrt(d_head)')}:", ""]
     lines += decision_table(analysis.group_changes, 3, lambda k: f"{k[0]}: {k[1]} layers")
     lines.append("")
     for cond in dict.fromkeys(c for c, _ in analysis.group_changes):
@@ -239,8 +241,9 @@ def _changes(analysis: KeysAnalysis) -> list[str]:
                          f"run ((1 \u2212 lr \u00d7 wd)^steps at the peak rate), and with it the keys' norm.")
     if analysis.weight_decay:
         lines += ["", f"## What weight decay on the gains explains ({WITH_WD} minus {WITHOUT_WD})", "",
-                  "Per group, the norm change with weight decay on the gains minus the change without it, paired by "
-                  "seed: the part of the change weight decay alone explains.", ""]
+                  "Per group, the norm's growth (final over initial) with weight decay on the gains against its growth "
+                  "without it, paired by seed, as a ratio: the part of the change weight decay alone explains. Log "
+                  "changes add up, so a share of the change is a share of the log change.", ""]
         lines += decision_table(analysis.weight_decay, 3, lambda g: f"{g} layers")
         lines += [_wd_share(g, d, analysis.group_changes.get((WITH_WD, g)), analysis.margin)
                   for g, d in analysis.weight_decay.items()]

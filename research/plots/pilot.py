@@ -14,8 +14,9 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
-from research.analysis.rules import rule_text
-from research.plots.common import color, decided_text, decision_table, fmt_num, label, styled, subplots, tokens_axis
+from research.analysis.rules import ratio_text, rule_text
+from research.plots.common import (color, decided_text, decision_table, effect_bars, fmt_num, label, styled, subplots,
+                                   tokens_axis)
 from research.results.values import as_array
 
 FIGURES = ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
@@ -90,18 +91,21 @@ def panel_delta(analysis: PilotAnalysis):
                 transform=ax.transAxes, fontsize=11)
         ax.set_title("(d) Per-layer difference of final key PR")
         return _finish(fig)
-    delta = np.array([analysis.delta[i] for i in analysis.layers])
-    half = np.array([analysis.layer_decisions[i].ci[1] - analysis.layer_decisions[i].diff for i in analysis.layers])
-    err = half if np.isfinite(half).any() else None
+    delta, err, ratio = effect_bars([analysis.layer_decisions[i] for i in analysis.layers])
+    if not np.isfinite(delta).any():  # no seed paired: the difference of the condition means, described
+        delta, err, ratio = np.array([analysis.delta[i] for i in analysis.layers]), None, False
     ax.bar(analysis.layers, delta, color=[color(a) if v >= 0 else color(b) for v in delta], edgecolor="black", lw=0.5,
            yerr=err, capsize=3 if err is not None else 0)
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xlabel("layer")
-    ax.set_ylabel("Δ final key PR (dimensions)")
+    ax.set_ylabel("final key PR, ratio − 1 (%)" if ratio else "Δ final key PR (dimensions)")
     if len(analysis.layers) <= 24:
         ax.set_xticks(analysis.layers)
-    ax.set_title(f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}"
-                 + ("\n(error bars: Bonferroni intervals of the per-seed differences over the layers)"
+    ax.set_title((f"(d) Per-layer final key PR, {label(a)} / {label(b)} − 1" if ratio else
+                  f"(d) Per-layer Δ final key PR = {label(a)} − {label(b)}")
+                 + ("\n(error bars: Bonferroni intervals of the per-seed log ratios over the layers, as ratios)"
+                    if err is not None and ratio else
+                    "\n(error bars: Bonferroni intervals of the per-seed differences over the layers)"
                     if err is not None else ""))
     ax.legend(handles=[Patch(color=color(a), label=f"{label(a)} higher"),
                        Patch(color=color(b), label=f"{label(b)} higher")])
@@ -165,8 +169,8 @@ def _layer_lines(analysis: PilotAnalysis, top: int) -> list[str]:
     return ["- Layers that differ beyond the margin, largest first: "
             + (", ".join(f"layer {i} ({decided_text(ds[i], 2)})" for i in beyond[:top]) if beyond else
                f"none of the {len(decided)} decided layers") + rest,
-            f"- {label(a)} higher beyond the margin in {sum(ds[i].diff > 0 for i in beyond)} of {n} layers, lower in "
-            f"{sum(ds[i].diff < 0 for i in beyond)}, the same within the margin in {len(decided) - len(beyond)}"
+            f"- {label(a)} higher beyond the margin in {sum(ds[i].est > 0 for i in beyond)} of {n} layers, lower in "
+            f"{sum(ds[i].est < 0 for i in beyond)}, the same within the margin in {len(decided) - len(beyond)}"
             + rest]
 
 
@@ -197,7 +201,8 @@ def report(analysis: PilotAnalysis, top: int = 3) -> str:
               *_layer_lines(analysis, top),
               "- Per-layer decisions: " + (", ".join(f"{outcomes.count(o)} {o}" for o in dict.fromkeys(outcomes))
                                           or "none"), "",
-              f"Decisions, per seed ({rule_text(analysis.margin, analysis.loss_margin)}):", ""]
+              f"Decisions, per seed ({rule_text(analysis.margin, analysis.loss_margin)}). "
+              f"{ratio_text('key PR, the mean and per layer')}:", ""]
     names = {"mean_pr": "final mean PR", "loss": "final train loss", "val_loss": "final val loss"}
     lines += decision_table(analysis.decisions, 3, names.get) + [""]
     lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Bonferroni over the {len(analysis.layers)} layers):",

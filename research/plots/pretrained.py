@@ -5,7 +5,8 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, interval_text, needed_text, untested_text
+from research.analysis.rules import (DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, interval_text, needed_text, ratio_text,
+                                     untested_text)
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)
@@ -150,7 +151,8 @@ def figures(analysis: A.PretrainedAnalysis) -> dict:
 def _ci(d) -> str:
     if not d.tested:
         return "one batch: no interval" if d.outcome == DESCRIPTIVE else f"{untested_text(d, 2, 'batch')}: no interval"
-    return f"{d.ci_level:.1%} CI {interval_text(d, 2)[1]}, p (Bonferroni) {d.p_adj:.2g}"
+    est, ci = interval_text(d, 2)  # decided on log ratios: the ratio minus 1 and its interval, in %
+    return f"{f'ratio {est}, ' if d.ratio else ''}{d.ci_level:.1%} CI {ci}, p (Bonferroni) {d.p_adj:.2g}"
 
 
 def _against(d, what: str, above: str, below: str, margin: float) -> str:
@@ -161,11 +163,12 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
         return f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; {needed_text(d, 'batch')})"
     if d.same:
         return f"equal to {what} within \u00b1{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
-    side = above if d.diff > 0 else below
+    side = above if d.est > 0 else below
+    rel = "" if d.ratio else f"{d.rel:+.0%}; "  # a ratio's is in _ci
     if d.outcome == UNRESOLVED:
-        return (f"{side} {what} by {abs(d.diff):.2f} ({d.rel:+.0%}; {_ci(d)}), but whether by more than "
+        return (f"{side} {what} by {abs(d.diff):.2f} ({rel}{_ci(d)}), but whether by more than "
                 f"\u00b1{margin:.0%} is unresolved ({needed_text(d, 'batch')})")
-    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({d.rel:+.0%}; {_ci(d)})"
+    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
 
 
 def _model_header(name: str, model: A.ModelKeys) -> list[str]:
@@ -372,7 +375,7 @@ def report(analysis: A.PretrainedAnalysis) -> str:
              "text), and says how well the model's property is measured, not how another training run of the "
              "same recipe would come out. Comparisons are paired by batch and decided as in docs/decisions.md "
              f"(one Bonferroni interval per comparison over a claim's comparisons, read against a margin of "
-             f"\u00b1{margin:.0%} of the compared values' mean).", "",
+             f"\u00b1{margin:.0%} of the compared values' mean). {ratio_text('key norms, key PR', 'batch')}.", "",
              f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]

@@ -19,7 +19,7 @@ import numpy as np
 from research.analysis.qk_norm import QkNormAnalysis, layer_matrix
 from research.analysis.rules import runs_of
 from research.analysis.series import aligned, mean_band
-from research.plots.common import color, label, message_figure, styled, subplots, tokens_axis
+from research.plots.common import color, effect_bars, label, message_figure, styled, subplots, tokens_axis
 from research.results.read import d_head_of, layer_keys
 from research.results.vocabulary import LETTERS, QK_CONDITIONS
 
@@ -213,16 +213,20 @@ def fig_decomposition(analysis: QkNormAnalysis):
     fig, ax = subplots(figsize=(12, 5.5))
     xs = _layer_ticks(ax, eff.layers)
     width = 0.8 / len(eff.effects)
+    ratio = False
     for k, e in enumerate(eff.effects):
         text, col = EFFECT_TEXT[e.kind]
-        half = e.ci[:, 1] - e.mean
-        err = half if np.isfinite(half).any() else None
-        ax.bar(xs + (k - (len(eff.effects) - 1) / 2) * width, e.mean, width, color=col, alpha=0.85,
+        height, err, ratio = effect_bars(e.decisions)
+        ax.bar(xs + (k - (len(eff.effects) - 1) / 2) * width, height, width, color=col, alpha=0.85,
                yerr=err, capsize=2 if err is not None else 0, error_kw={"lw": 0.8},
-               label=f"{text}; mean over layers {np.nanmean(e.mean):+.1f}")
+               label=f"{text}; mean over layers {np.nanmean(height):+.1f}" + ("%" if ratio else ""))
     if len(eff.effects) == 2:
-        total = eff.effects[0].mean + eff.effects[1].mean
-        ax.plot(xs, total, "D", color="black", ms=4, label=f"total A\u2212C (sum); mean {np.nanmean(total):+.1f}")
+        heights = [effect_bars(e.decisions)[0] for e in eff.effects]
+        # ratios multiply: A/C = (A/B)(B/C); differences add
+        total = (100 * ((1 + heights[0] / 100) * (1 + heights[1] / 100) - 1) if ratio else heights[0] + heights[1])
+        ax.plot(xs, total, "D", color="black", ms=4, label=("total A/C (product); mean " if ratio else
+                                                            "total A\u2212C (sum); mean ")
+                + f"{np.nanmean(total):+.1f}" + ("%" if ratio else ""))
     ax.axhline(0, color="black", lw=0.8)
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + 0.22 * (hi - lo))  # headroom so the legend covers no bar
@@ -230,9 +234,11 @@ def fig_decomposition(analysis: QkNormAnalysis):
     order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("total"))
     ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="best")
     ax.set_xlim(-0.7, len(xs) - 0.3)
-    ax.set_ylabel("difference in key PR at the last probe\n(effective dimensions)")
+    ax.set_ylabel("ratio of key PR at the last probe, minus 1 (%)" if ratio else
+                  "difference in key PR at the last probe\n(effective dimensions)")
+    what = "ratio (exp of the mean per-seed log ratio, minus 1)" if ratio else "mean per-seed difference"
     bars = ("bars: one run per condition" if eff.one_run_each
-            else "bars: mean per-seed difference, error bars: its interval, Bonferroni over the layers")
+            else f"bars: {what}, error bars: its interval, Bonferroni over the layers")
     ax.set_title(f"{title}: above 0 = the first condition has the higher rank\n({bars})")
     fig.tight_layout()
     return fig
@@ -284,18 +290,23 @@ def fig_gain_vs_geometry(analysis: QkNormAnalysis):
     groups = list(dec)
     xs = np.arange(len(groups))
     fig, ax = subplots(figsize=(11, 5.5))
+    ratio = False
     for k, (part, col) in enumerate((("total", "0.35"), ("gain", "#6a3d9a"), ("geometry", "#1b9e77"))):
-        mean = np.array([dec[g][part].diff for g in groups])
-        half = np.array([dec[g][part].ci[1] - dec[g][part].diff for g in groups])
-        err = half if np.isfinite(half).any() else None
+        mean, err, ratio = effect_bars([dec[g][part] for g in groups])
+        sign = "/" if ratio else "\u2212"
         ax.bar(xs + (k - 1) * 0.27, mean, 0.27, color=col, yerr=err, capsize=3 if err is not None else 0,
-               label={"total": "total A \u2212 B", "gain": "gain: A's keys \u2212 A's keys before the gain",
-                      "geometry": "geometry: A's keys before the gain \u2212 B's keys"}[part])
+               label={"total": f"total A {sign} B", "gain": f"gain: A's keys {sign} A's keys before the gain",
+                      "geometry": f"geometry: A's keys before the gain {sign} B's keys"}[part])
     ax.axhline(0, color="black", lw=0.8)
     ax.set_xticks(xs)
     ax.set_xticklabels([f"{metric} at {site}" for site, metric in groups])
-    ax.set_ylabel("difference at the last probe\n(effective dimensions, mean over layers)")
-    ax.set_title(f"{title}\n(mean per-seed difference; error bars: its Bonferroni interval, which decides)")
+    if ratio:
+        ax.set_ylabel("ratio at the last probe, minus 1 (%)\n(of the mean over layers)")
+        ax.set_title(f"{title}\n(ratio: exp of the mean per-seed log ratio, minus 1; error bars: its Bonferroni "
+                     f"interval, which decides)")
+    else:
+        ax.set_ylabel("difference at the last probe\n(effective dimensions, mean over layers)")
+        ax.set_title(f"{title}\n(mean per-seed difference; error bars: its Bonferroni interval, which decides)")
     ax.legend(loc="best")
     fig.tight_layout()
     return fig

@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 
 from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
-from research.analysis.rules import conflict, effect_text, interval_text, rule_text, runs_of, settles_text
-from research.plots.common import decision_table, fmt_at, fmt_ci, fmt_code, fmt_rel_ci
+from research.analysis.rules import conflict, effect_text, ratio_text, rule_text, runs_of, settles_text
+from research.plots.common import (decision_table, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci, per_seed_text,
+                                   table_notes)
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -104,7 +105,8 @@ def _pr_agreement(a: QkNormAnalysis) -> str:
 
 
 def _decisions(a: QkNormAnalysis) -> list[str]:
-    lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}.", ""]
+    lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}. "
+             f"{ratio_text('key PR, pr_sv and pr_var; per layer too')}; losses by differences.", ""]
     for field, title, dec in TABLES:
         ds = a.decisions[field]
         recorded = any(e[SUMMARY_NAME[field]] is not None for e in a.summary.values())
@@ -123,7 +125,8 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
               "opposite directions); both inside \u2192 neither, unless A\u2212C lies beyond the margin (small "
               "effects that add up) or two real opposite effects cancel. Any step not settled leaves the verdict "
               "inconclusive. With all three conditions each table's family also holds the difference of the steps "
-              "(k = 4). docs/decisions.md has a worked example of each.", ""]
+              "(k = 4); for key PR, decided on log ratios, the steps are the ratios A/B and B/C and their difference "
+              "is (A/B)/(B/C). docs/decisions.md has a worked example of each.", ""]
     return lines
 
 
@@ -140,15 +143,18 @@ def _decomposition(a: QkNormAnalysis) -> list[str]:
              "it would act on B's keys (their interaction) is counted in it, not split off: the records hold no "
              "B keys with A's gains. At k_norm the total is the headline A \u2212 B above (decided there, once); "
              "gain and geometry are a family of two. After RoPE total, gain and geometry are a family of three.", "",
-             "| site | metric | part | n | difference | CI (level) | % of mean | outcome |",
-             "|---|---|---|---|---|---|---|---|"]
+             "On log ratios the parts multiply: A/B = (A/Â)(Â/B), Â A's keys before the gain. "
+             "Decided on per-seed log ratios: \"mean difference\" is in effective dimensions, \"%\" is the ratio "
+             "minus 1, and the interval is the ratio's.", "",
+             "| site | metric | part | n | mean difference | % | CI (level) | outcome | per seed |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (site, metric), parts in a.decomposition.items():
         for part, d in parts.items():
-            diff, ci, rel = ((interval_text(d, 2)[0], fmt_ci(d, 2), fmt_rel_ci(d)[0]) if d.tested else
-                             (f"{d.diff:+.2f}", "n/a", f"{d.rel:+.1%}"))
+            ci, rel = (fmt_ci(d, 2), fmt_rel_ci(d)[0]) if d.tested else ("n/a", f"{d.rel:+.1%}")
             name = f"{part} (headline)" if part == "total" and site == MAIN_SITE else part
-            lines.append(f"| {site} | {metric} | {name} | {d.n} | {diff} | {ci} | {rel} | {d.outcome} |")
-    return lines + [""]
+            lines.append(f"| {site} | {metric} | {name} | {d.n} | {fmt_diff(d, 2)} | {rel} | {ci} | {d.outcome} "
+                         f"| {per_seed_text(d, 2)} |")
+    return lines + table_notes([d for parts in a.decomposition.values() for d in parts.values()], ratios=False) + [""]
 
 
 def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:

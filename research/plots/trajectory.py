@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from research.analysis import trajectory as A
-from research.analysis.rules import rule_text
+from research.analysis.rules import ratio_text, rule_text
 from research.plots.common import GROUP_COLORS, decision_table, drawable, fmt_code, fmt_num, styled, subplots
 
 FIGURES = ("key_trajectories.png", "attention_trajectories.png")
@@ -152,12 +152,14 @@ def _changes(analysis: A.Trajectory) -> list[str]:
         lines.append(f"- k_norm gain CV, {g} layers: {before:.3f} -> {after:.3f} (weights, exact: described, not "
                      f"tested).")
     titles = {m.key: m.title for m in analysis.metrics}
-    lines += ["", "Metrics (last - first, per batch):", ""]
+    lines += ["", "Metrics (last against first, per batch: log ratios for pr_sv, norms and entropy, else "
+                  "differences):", ""]
     lines += decision_table({(c.metric, c.group): c.decision for c in analysis.changes if c.metric != A.LOSS}, 3,
                             name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="batch")
     lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in analysis.changes if c.metric == A.LOSS},
                                                 4, unit="batch")
-    return lines + ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin, unit="batch") + "."]
+    return lines + ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin, unit="batch") + ". "
+                    + ratio_text("key PR, key norms, attention entropy where positive", "batch") + "."]
 
 
 def report(analysis: A.Trajectory) -> str:

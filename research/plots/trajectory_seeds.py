@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import trajectory as A
 from research.analysis import trajectory_seeds as S
-from research.analysis.rules import reading_with, rule_text
+from research.analysis.rules import ratio_text, reading_with, rule_text
 from research.plots.common import decision_table, drawable, fmt_num, fmt_tokens, styled, subplots
 from research.plots.trajectory import FIGURES, mark_duplicates, run_lines
 
@@ -205,12 +205,14 @@ def _changes_read(t: S.SeedTrajectory) -> list[str]:
               f"and the gain CV are one family (Bonferroni over its testable comparisons), the loss its own:", ""]
     lines += [f"- {c.verdict}" for c in t.changes]
     titles = {m.key: m.title for m in t.metrics}
-    lines += ["", "Metrics (last - first, per seed):", ""]
+    lines += ["", "Metrics (last against first, per seed: log ratios for pr_sv, norms and entropy, else "
+                  "differences):", ""]
     lines += decision_table({(c.metric, c.group): c.decision for c in t.changes if c.metric != A.LOSS}, 3,
                             name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="seed")
     lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in t.changes if c.metric == A.LOSS}, 4,
                                                 unit="seed")
-    return lines + ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="seed") + "."]
+    return lines + ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="seed") + ". "
+                    + ratio_text("key PR, key norms, attention entropy where positive", "seed") + "."]
 
 
 def report(t: S.SeedTrajectory) -> str:

@@ -120,7 +120,15 @@ _FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final
 _DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
                                                            "margin")},
                  "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
-                 "seeds_needed": Opt(Integer())})  # written until issue 52: a plug-in count that did not hold
+                 "seeds_needed": Opt(Integer()),  # written until issue 52: a plug-in count that did not hold
+                 # written since issue 64 (docs/decisions.md#ratio-quantities): how it was decided, per-seed log
+                 # ratios ("ratio": ci, margin and log_ratio are log ratios, relative and relative_ci the ratio minus 1)
+                 # or differences; each seed's value as the report shows it and the seeds marked as outliers
+                 "on": Opt(OneOf(("difference", "ratio"))), "log_ratio": Opt(Number()),
+                 "relative_ci": Opt(ListOf(Number(), "a list of 2 numbers", n=2)),
+                 "seeds": Opt(ListOf(Integer(), "a list of integers or null", nullable=True)),
+                 "per_seed": Opt(_NUMBERS), "outliers": Opt(ListOf(Integer(), "a list of integers")),
+                 "note": Opt(Text())})
 # combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
 # notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
 # rendered file against it).

@@ -153,6 +153,7 @@ ENTRY_POINTS = {
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
     "research.simulations.spikes": _module_parser("research.simulations.spikes"),
     "research.simulations.sequential": _module_parser("research.simulations.sequential"),
+    "research.simulations.ratios": _module_parser("research.simulations.ratios"),
     "research.results.schema": _module_parser("research.results.schema"),
 }
 

@@ -37,16 +37,20 @@ def line(text: str, pair: str) -> str:
 
 def test_primary_quantities_are_one_family_and_the_others_exploratory():
     """Key PR and the validation loss named primary, two comparisons each: one family of k = 4, every interval at
-    1 - 0.05/4 = 98.75%: t(2 dof, 0.99375) = 8.8602, so up - base in key PR (differences 1, 2, 3: mean 2, sd 1) is
-    2 +- 8.8602 / sqrt(3) = 2 +- 5.1154. Each exploratory quantity is its own family of 2, at 97.5%."""
+    1 - 0.05/4 = 98.75%: t(2 dof, 0.99375) = 8.8602. Key PR is decided on log ratios (docs/decisions.md#ratio-
+    quantities): up / base = 25/24, 26/24, 27/24, logs 0.040822, 0.080043, 0.117783 (mean 0.079549, sd 0.038483), so
+    the interval is 0.079549 +- 8.8602 x 0.038483 / sqrt(3) = 0.079549 +- 0.196857, a ratio of +8.3% [-11.1%,
+    +31.8%]; the mean difference stays 2 (differences 1, 2, 3). Each exploratory quantity is its own family of 2, at
+    97.5%."""
     runs = {"base": runs_of("base", pr_sv=[24.0, 24.0, 24.0]), "up": runs_of("up", 0.003, pr_sv=[25.0, 26.0, 27.0]),
             "same": runs_of("same", 0.002)}
     a = analyze(ConditionRuns(runs, "base", ("val_loss", "pr_sv")), 0.03, 0.005)
     assert a.primary == ("pr_sv", "val_loss")  # in the order of QUANTITIES
     assert a.family_k == {q.key: 4 if q.key in a.primary else 2 for q in QUANTITIES}
     up = a.decisions["pr_sv"][("up", "base")]
-    assert (up.diff, up.sd, up.ci_level) == (pytest.approx(2.0), pytest.approx(1.0), 1 - 0.05 / 4)
-    assert up.ci == pytest.approx((2 - 5.1154, 2 + 5.1154), abs=1e-4)
+    assert (up.diff, up.sd, up.ci_level) == (pytest.approx(2.0), pytest.approx(0.038483, abs=1e-6), 1 - 0.05 / 4)
+    assert up.ratio and up.ci == pytest.approx((0.079549 - 0.196857, 0.079549 + 0.196857), abs=1e-6)
+    assert (up.rel, *up.ci_rel) == pytest.approx((0.082799, -0.110688, 0.318383), abs=1e-6)
     assert a.decisions["key_norm"][("up", "base")].ci_level == 1 - 0.05 / 2
     assert [q.key for q in a.stated] == ["pr_sv", "val_loss"] and len(a.exploratory) == 7
     assert {q.key for p, items in a.in_short().items() for q, _ in items} == {"pr_sv", "val_loss"}
@@ -86,15 +90,17 @@ def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
     """docs/study_files.md's logits: QK 8.20, NoQK 18.11, NoQK_softcap 11.96 (each +-0.1 over the seeds, so the
     differences spread by 0.01 or 0.02). NoQK - QK = +9.91, 9.91 / 8.20 = +121% of QK, against +-0.25 logits (one
     family of two comparisons: t(2, 0.9875) 6.2053 x 0.01 / sqrt(3) = 0.0358); NoQK_softcap - QK = +3.76, +46% of
-    QK (the old report and page said +37%: a share of the pair's mean 10.08). Key norm 8.05 and 10.81: +2.76, +34%
-    of QK, against 3% of the pair's mean 9.43 = 0.283."""
+    QK (the old report and page said +37%: a share of the pair's mean 10.08). Key norm 8.05 and 10.81: +2.76, and on
+    log ratios (a key norm is a ratio quantity) 10.81 / 8.05 = 1.3429, +34.3% [+34.2%, +34.4%] against 3% of the
+    pair's mean, |ln(NoQK/QK)| <= ln(1.015/0.985): a ratio from -2.96% to +3.05%."""
     runs = {"QK": runs_of("QK", logit_max=[8.1, 8.2, 8.3], key_norm=8.05),
             "NoQK": runs_of("NoQK", 0.003, logit_max=[18.0, 18.11, 18.22], key_norm=10.81),
             "NoQK_softcap": runs_of("NoQK_softcap", 0.002, logit_max=[11.87, 11.96, 12.05], key_norm=10.81)}
     a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
     text = line(report(a), "NoQK \u2212 QK")
     assert "largest attention logit +9.91 [+9.87, +9.95] logits (+121% of QK; margin \u00b10.25 logits)" in text
-    assert "key norm +2.760 [" in text and "(+34% of QK; margin \u00b10.283, 3% of the pair's mean 9.430)" in text
+    assert ("key norm ratio NoQK/QK +34.3% [+34.2%, +34.4%] (mean difference +2.760; margin \u00b13% of the pair's "
+            "mean: a ratio from -2.96% to +3.05%)") in text
     soft = a.decisions["logit_max"][("NoQK_softcap", "QK")]
     assert a.of_reference(("NoQK_softcap", "QK"), soft) == pytest.approx(3.76 / 8.20)
     assert "largest attention logit +3.76 [" in line(report(a), "NoQK_softcap \u2212 QK")
@@ -109,13 +115,13 @@ def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
 
 def test_no_share_of_a_baseline_inside_an_absolute_margin():
     """A largest logit of 0.10 against a margin of 0.25 logits: NoQK - QK = +0.20 would read "+200% of QK", a
-    share of a value the margin calls zero; the line and the table give none. Key norm 8.05 keeps its share."""
+    share of a value the margin calls zero; the line and the table give none. Key norm 8.05 keeps its ratio."""
     runs = {"QK": runs_of("QK", logit_max=[0.09, 0.10, 0.11], key_norm=8.05),
             "NoQK": runs_of("NoQK", 0.003, logit_max=[0.28, 0.30, 0.32], key_norm=10.81)}
     a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
     text = line(report(a), "NoQK \u2212 QK")
     assert "largest attention logit +0.20 [" in text and "] logits (margin \u00b10.25 logits)" in text
-    assert "(+34% of QK; margin" in text
+    assert "key norm ratio NoQK/QK +34.3% [" in text
     assert math.isnan(a.of_reference(("NoQK", "QK"), a.decisions["logit_max"][("NoQK", "QK")]))
     table = report(a).split("### largest attention logit")[1].splitlines()
     row = next(r for r in table if r.startswith("| NoQK \u2212"))
@@ -158,37 +164,47 @@ def test_each_reason_for_not_deciding_is_said_in_its_own_words():
     assert "| base (baseline) | none left | every run set aside (What was compared) |" in text
     assert "| up \u2212 base | 0 | n/a | n/a | n/a | n/a | n/a | not compared: the baseline's runs were set aside |" \
         in text
-    # key PR differs by exactly 2 in every seed (integers 24, 25, 26 against 26, 27, 28); the sink mass inconclusive
+    # key PR is 1.5 times the baseline's in every seed (24, 25, 26 against 36, 37.5, 39): on log ratios, as key PR is
+    # decided, no spread (the differences 12, 12.5, 13 spread, but are not what is decided); the sink mass inconclusive
     mixed = {"base": runs_of("base", pr_sv=[24.0, 25.0, 26.0], sink_mass=[0.2, 0.2, 0.2]),
-             "up": runs_of("up", 0.003, pr_sv=[26.0, 27.0, 28.0], sink_mass=[0.1, 0.3, 0.25])}
+             "up": runs_of("up", 0.003, pr_sv=[36.0, 37.5, 39.0], sink_mass=[0.1, 0.3, 0.25])}
     a = analyze(ConditionRuns(mixed, "base", ("pr_sv", "sink_mass")), 0.03, 0.005)
     flat = a.decisions["pr_sv"][("up", "base")]
     assert flat.outcome == NO_SPREAD and not flat.decided and a.family_k["pr_sv"] == 1  # only the sink mass counts
     text = report(a)
     assert line(text, "up \u2212 base") == (
         "- **up \u2212 base** is not decided (inconclusive: the interval holds 0 and reaches past the margin) in "
-        "attention sink mass, and shows no spread in key PR (pr_sv) +2.00: every seed differs by exactly that, so "
-        "there is no interval and it is not decided.")
-    assert "| n/a | no spread: every seed differs by exactly +2.00 |" in text
+        "attention sink mass, and shows no spread in key PR (pr_sv) ratio up/base +50.0% (mean difference +12.50): "
+        "every seed differs by exactly that, so there is no interval and it is not decided.")
+    assert "| n/a | no spread: every seed has the same ratio, +50.0% |" in text
+    # a quantity decided on differences still says its exact difference: the largest logit, 0.5 above in every seed
+    logits = {"base": runs_of("base", logit_max=[8.0, 8.5, 9.0]), "up": runs_of("up", 0.003, logit_max=[8.5, 9.0, 9.5])}
+    b = analyze(ConditionRuns(logits, "base", ("logit_max",)), 0.03, 0.005)
+    assert b.decisions["logit_max"][("up", "base")].outcome == NO_SPREAD
+    assert "| n/a | no spread: every seed differs by exactly +0.50 |" in report(b)
 
 
 def test_every_outcome_reads_in_its_own_words():
     """Beyond, inside, real of unresolved size: the three parts of a line that state estimates, in that order. A
     primary family of 3 (one comparison in each of 3 quantities): t(2, 1 - 0.05/6) = 7.6489. Key PR +10 per seed
-    -+ 0.1: far beyond +-0.87 (3% of 29); key norm +0.01 (0, 0.01, 0.02): [-0.034, +0.054] inside +-0.24; entropy
-    +0.1 (0.09-0.11, sd 0.01): [+0.056, +0.144] excludes 0, reaches inside +-0.0735 (3% of 2.45)."""
+    -+ 0.1: far beyond the margin; the other two on log ratios against ln(1.015/0.985) = 0.030002: key norm 8.01,
+    8.02, 8.0 over 8 (logs mean 0.0012487, sd 0.0012484): 0.0012487 +- 0.0055132 = a ratio of +0.1% [-0.4%, +0.7%],
+    inside; entropy 2.5, 2.51, 2.49 over 2.4 (logs mean 0.0408167, sd 0.0040000): [0.023152, 0.058481], a ratio of
+    +4.2% [+2.3%, +6.0%], excludes 0 and reaches past the margin."""
     runs = {"base": runs_of("base", pr_sv=[24.0] * 3, key_norm=[8.0] * 3, entropy=[2.4] * 3),
             "up": runs_of("up", 0.003, pr_sv=[34.0, 34.1, 33.9], key_norm=[8.01, 8.02, 8.0],
                           entropy=[2.5, 2.51, 2.49])}
     a = analyze(ConditionRuns(runs, "base", ("pr_sv", "key_norm", "entropy")), 0.03, 0.005)
     assert [a.decisions[k][("up", "base")].outcome for k in ("pr_sv", "key_norm", "entropy")] == [
         DIFFERENT, EQUAL, UNRESOLVED]
-    assert a.decisions["entropy"][("up", "base")].ci == pytest.approx((0.1 - 0.0442, 0.1 + 0.0442), abs=1e-4)
+    assert a.decisions["entropy"][("up", "base")].ci == pytest.approx((0.023152, 0.058481), abs=1e-6)
     text = line(report(a), "up \u2212 base")
-    assert text.startswith("- **up \u2212 base** differs beyond the margin in key PR (pr_sv) +10.00 [")
-    assert ", and lies within the margin in key norm +0.010 [-0.034, +0.054] (+0.1% of base; " in text
-    assert (", and differs, by a size the margin does not settle, in attention entropy (nats) +0.100 [+0.056, "
-            "+0.144] nats (+4.2% of base; margin \u00b10.073 nats, 3% of the pair's mean 2.450).") in text
+    assert text.startswith("- **up \u2212 base** differs beyond the margin in key PR (pr_sv) ratio up/base +41.7% [")
+    assert (", and lies within the margin in key norm ratio up/base +0.1% [-0.4%, +0.7%] (mean difference +0.010; "
+            "margin \u00b13% of the pair's mean: a ratio from -2.96% to +3.05%)") in text
+    assert (", and differs, by a size the margin does not settle, in attention entropy (nats) ratio up/base +4.2% "
+            "[+2.3%, +6.0%] (mean difference +0.100 nats; margin \u00b13% of the pair's mean: a ratio from -2.96% to "
+            "+3.05%).") in text
 
 
 def test_primary_names_are_checked_with_the_closest_and_the_fix():

@@ -44,7 +44,7 @@ def test_noise_leaves_the_verdict_open_and_says_what_would_close_it_with_no_numb
     a = qk_norm.analyze(runs)
     ab = a.decisions["mean_pr"][("QK", "QK_frozen")]
     assert ab.outcome == INCONCLUSIVE
-    assert a.verdict.key == "inconclusive" and "the gain's effect (A\u2212B)" in a.verdict.text
+    assert a.verdict.key == "inconclusive" and "the gain's effect (A/B)" in a.verdict.text  # key PR: on log ratios
     assert ("is inconclusive (to settle it: a study planned with --until_decided from its start, or a replication on "
             "new seeds decided on its own (docs/decisions.md#sequential-studies))") in a.verdict.text
     assert "about" not in a.verdict.text and "would settle" not in a.verdict.text

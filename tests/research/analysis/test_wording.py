@@ -8,6 +8,7 @@ import dataclasses
 import math
 
 import numpy as np
+import pytest
 
 from research.analysis import qk_norm
 from research.analysis.dips import course_text, fall_rise_text
@@ -146,8 +147,9 @@ def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot
     assert "cannot be missed" not in report(new)
     assert not unmissable(hand(0.0001, -0.0004, 0.0006, margin=0.03 * 0.0002, scale=0.0002))  # a share: never
     table = decision_table({"x": dataclasses.replace(d, share=None)}, 4)[2]
+    # then the per-seed column (i64-logratio): NoQK - QK per seed, 0.0001, -0.00005 and -0.00005 (as floats)
     assert table.endswith("| equal (a margin that cannot be missed: \u00b10.0050 is over 10 times the larger value "
-                          "compared (0.0002)) |")
+                          "compared (0.0002)) | +0.0001, -0.0001, -0.0000 |")
 
 
 def test_the_spike_studys_excess_over_chance_is_printed_on_its_side_of_the_bound():
@@ -158,3 +160,88 @@ def test_the_spike_studys_excess_over_chance_is_printed_on_its_side_of_the_bound
     assert ci_text(Interval(0.1, -0.0004, 0.2501, 3), near=True) == "0.1000 [-0.0004, 0.2501]"
     assert ci_text(Interval(0.1, -0.0004, 0.2501, 3)) == "0.10 [-0.00, 0.25]"  # other intervals read no bound
     assert "\u00b12.5% of the compared values' mean" in rule_text(0.025)  # a margin printed as it is, never "3%"
+
+
+# ---------------------------------------------------------------------------------- merged with the log ratios (i64)
+
+def ratio_hand(lo: float, hi: float, diff: float = 0.05, share: float = 0.03, n: int = 4) -> Decision:
+    """A Decision taken on log ratios whose ratio minus 1 has the interval [lo, hi] (the log interval [ln(1 + lo),
+    ln(1 + hi)], its estimate the midpoint of the logs) against +-share of the pair's mean (rules.log_margin), with
+    the mean difference `diff` in units: the scale the decision was taken on is not the one it is printed on."""
+    from research.analysis.rules import RATIO, log_margin
+    a, b, m = math.log1p(lo), math.log1p(hi), log_margin(share)
+    return Decision(n, 1.0 + diff, 1.0, diff, 0.01, (a, b), 0.95, 0.01, 0.01, m, 1.0 + diff / 2, outcome_of(a, b, m),
+                    share, on=RATIO, log_mean=(a + b) / 2)
+
+
+def test_a_ratio_interval_is_printed_on_its_side_of_the_margins_printed_bounds():
+    """A ratio decision prints its ratio minus 1, exp(lo) - 1 to exp(hi) - 1, against the margin's printed bounds
+    exp(-+m) - 1 with m = ln(1.015 / 0.985): -2.956% and +3.046%, not +-3%. A lower end of +2.95% lies inside the
+    upper bound +3.05%: it prints below it (at one decimal '+2.9%' against '+3.0%'). One of +3.0454% lies inside too
+    (the bound is +3.04569%): at two decimals both read '+3.05%', so it takes three, '+3.045%' against '+3.046%' (a
+    rule reading the margin as a symmetric +-3% would stop at two). An upper end of -2.960% lies beyond the lower
+    bound -2.9557%: at two decimals both read '-2.96%', at three '-2.960%' against '-2.956%'."""
+    from research.analysis.rules import interval_digits, margin_bounds
+    lo, hi = margin_bounds(ratio_hand(0.0295, 0.08))
+    assert (lo, hi) == (math.expm1(-ratio_hand(0.0295, 0.08).margin), math.expm1(ratio_hand(0.0295, 0.08).margin))
+    assert (f"{lo:.3%}", f"{hi:.3%}") == ("-2.956%", "3.046%")
+    brief = ratio_hand(0.0295, 0.08)
+    assert brief.outcome == "different, size unresolved"
+    est, ci = interval_text(brief, 3)  # the units' decimals say nothing of a ratio: at least one percent decimal
+    assert ci == "[+2.9%, +8.0%]" and float(ci[1:5]) < float(f"{hi * 100:.1f}")
+    hair = ratio_hand(0.030454, 0.08)
+    assert hair.outcome == "different, size unresolved" and interval_digits(hair, 1) == 3
+    # the estimate sqrt(1.030454 x 1.08) - 1 = +5.4936%, at the interval's decimals
+    assert effect_text(hair) == "+5.494% [+3.045%, +8.000%]" and f"{hi:.3%}" == "3.046%"
+    below = ratio_hand(-0.08, -0.0296)
+    assert below.outcome == "different, beyond the margin"
+    assert effect_text(below) == "-5.514% [-8.000%, -2.960%]"
+    # the table and the sentences print the same ends, whatever the units' decimals
+    assert fmt_ci(hair, 2) == "ratio [+3.045%, +8.000%] (95.0%)"
+    row = decision_table({"x": hair}, 2)[2].split(" | ")
+    assert row[2:5] == ["+0.05", "+5.494%", "[+3.045%, +8.000%] (95.0%)"]  # mean difference | ratio - 1 | its CI
+    assert decided_text(below, 3).startswith("+0.050 mean difference; ratio -5.514% [-8.000%, -2.960%] (95.0%)")
+    # every end near a bound, on both sides: printed at the chosen decimals, on its side of 0 and of both bounds
+    for end in np.linspace(0.0300, 0.0310, 41):
+        for d, x in ((ratio_hand(end, 0.08), end), (ratio_hand(-0.08, -end), -end)):
+            n = interval_digits(d, 1)
+            shown = float(f"{x * 100:.{n}f}")
+            for t in (0.0, lo, hi):
+                assert np.sign(shown - float(f"{t * 100:.{n}f}")) == np.sign(x - t), (x, t, n)
+
+
+def test_a_ratio_fall_prints_as_a_share_of_its_start_from_the_interval_that_decided_it():
+    """A fall decided on ln(y0 / y*) prints as 1 - y*/y0, a share of the start, each end mapped from the log interval:
+    log ratios [ln 2, ln 4] read [+50.0%, +75.0%] of the start (a ratio y0/y* - 1 of +100% to +300%); the margin's
+    bounds on that scale are 1 - exp(+-m), -3.05% and +2.96%. The rise ln(y_end / y*) prints as y_end/y* - 1."""
+    from research.analysis.rules import RATIO, log_margin, margin_bounds
+    m = log_margin(0.03)
+    fall = Decision(2, 80.0, 30.0, 50.0, 0.1, (math.log(2), math.log(4)), 0.99, 0.01, 0.01, m, 55.0,
+                    outcome_of(math.log(2), math.log(4), m), 0.03, on=RATIO, log_mean=math.log(8) / 2)
+    rise = ratio_hand(0.2, 0.6)
+    assert fall_rise_text(fall, rise, 80.0) == ("+64.6% [+50.0%, +75.0%] of the start",
+                                                "+38.6% [+20.0%, +60.0%] of the low")
+    assert effect_text(fall) == "+182.8% [+100.0%, +300.0%]"  # the same decision as a ratio minus 1
+    assert [f"{x:.2%}" for x in margin_bounds(fall, first=True)] == ["-3.05%", "2.96%"]
+    assert 1 - 1 / math.sqrt(8) == pytest.approx(0.6464, abs=1e-4)
+
+
+def test_a_ratio_decisions_sign_is_its_log_means_and_its_margin_is_never_unmissable():
+    """Seeds with A = 1 and 100, B = 2 and 90: log ratios ln 0.5 and ln(100/90), mean -0.29, while the mean
+    difference in units is +4.5. The sign that settles (settled, conflict, settles_text) is the log mean's, the one
+    the interval is about: against a real positive difference it conflicts; against a real negative one it does not.
+    A ratio's margin is a share, on the log ratio: never one that cannot be missed, however small the values."""
+    from research.analysis.rules import RATIO, log_margin, settled, unmissable
+    m = log_margin(0.03)
+    neg = Decision(2, 50.5, 46.0, 4.5, 0.5, (-0.5, -0.1), 0.95, 0.01, 0.01, m, 48.25, outcome_of(-0.5, -0.1, m), 0.03,
+                   on=RATIO, log_mean=-0.29)
+    assert (neg.diff > 0, neg.est < 0, settled(neg)) == (True, True, (-1, "beyond"))
+    assert settles_text(neg) == "beyond the margin (negative)"
+    assert conflict(neg, hand(0.05, 0.035, 0.07, 0.03)) == "both are real, with opposite signs"
+    assert conflict(neg, hand(-0.05, -0.07, -0.035, 0.03)) == ""
+    inside = ratio_hand(-0.01, 0.01)
+    assert inside.outcome == "equal" and conflict(neg, inside) == "one lies beyond the margin, the other inside it"
+    assert conflict(ratio_hand(0.04, 0.08), ratio_hand(0.01, 0.06)) == ""  # beyond, and real of unresolved size
+    assert conflict(ratio_hand(0.04, 0.08), ratio_hand(-0.08, -0.04)) == "both are real, with opposite signs"
+    tiny = dataclasses.replace(ratio_hand(-0.01, 0.01), mean_a=1e-6, mean_b=1e-6, share=None)
+    assert not unmissable(tiny) and not unmissable(ratio_hand(-0.01, 0.01))

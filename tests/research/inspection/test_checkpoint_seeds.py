@@ -5,6 +5,7 @@ and every interval equals research.analysis.rules applied by hand to per-seed ch
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import numpy as np
@@ -14,7 +15,7 @@ import torch
 from research import checkpoint_keys_study as study
 from research.analysis import trajectory_seeds as S
 from research.analysis.keys import layer_groups
-from research.analysis.rules import LOSS_MARGIN, Paired, decide
+from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, RATIO, Paired, decide
 from research.results.trajectory import FILE, load_trajectory
 from research.studies import checkpoint_keys
 from research.studies.checkpoint_seeds import read_tokens, seed_from_name
@@ -120,7 +121,11 @@ def test_the_intervals_are_the_rules_applied_by_hand_to_per_seed_changes(measure
         for g, ix in groups.items():
             last = {s: _value(rec[s, 8000], field, ix, site) for s in (0, 1, 2)}   # seed 3 has no step 8000
             first = {s: _value(rec[s, 1000], field, ix, site) for s in SEEDS}
-            family[key, g] = Paired.of(last, first)
+            # a key PR, a key norm and the attention entropy are decided on per-seed log ratios (issue 64)
+            on = RATIO if field in ("pr_sv", "norm_mean", "entropy") else DIFFERENCE
+            family[key, g] = Paired.of(last, first, on)
+            if on == RATIO:  # the log ratios, by hand
+                assert family[key, g].diffs == pytest.approx([math.log(last[s] / first[s]) for s in (0, 1, 2)])
     assert all(p.diffs.size == 3 for p in family.values())
     by_hand = decide(family, res["margin"])
     t = S.analyze(load_trajectory(measured / FILE))

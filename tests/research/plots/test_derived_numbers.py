@@ -24,6 +24,14 @@ def t_interval(d, k: int = 1) -> tuple[float, float]:
     return d.mean() - half, d.mean() + half
 
 
+def ratio_interval(a, b, k: int = 1) -> tuple[float, float, float]:
+    """A positive ratio quantity's comparison as the reports print it (docs/decisions.md#ratio-quantities): the ratio
+    minus 1, exp(mean ln(a/b)) - 1, and the t interval of the log ratios mapped back, computed apart from
+    research.analysis."""
+    x = np.log(np.asarray(a, float) / np.asarray(b, float))
+    return (float(np.expm1(x.mean())), *np.expm1(t_interval(x, k)))
+
+
 # ----------------------------------------------------------------------------- pilot
 
 def pilot_seeds(drops: list[list[float]], val_missing: bool = False) -> dict:
@@ -42,15 +50,17 @@ def pilot_seeds(drops: list[list[float]], val_missing: bool = False) -> dict:
 
 def test_pilot_prints_no_ranking_count_or_loss_difference_that_was_not_decided():
     per_seed = [4.0, -3.0, 1.0]  # every layer: wide intervals around +0.67, inconclusive at +-3% of ~30
-    text = pilot.report(pilot_analysis.analyze(pilot_seeds([[x] * L for x in per_seed], val_missing=True)))
+    runs = pilot_seeds([[x] * L for x in per_seed], val_missing=True)
+    text = pilot.report(pilot_analysis.analyze(runs))
     assert "differ most" not in text and "Layers that differ" not in text
     assert " higher in " not in text and "higher beyond the margin in" not in text
     assert bullet(text, "Which layers differ, and in how many QK-norm, learned gain is higher") == \
         f"not decided in any of the {L} layers (their intervals are in the per-layer table below)"
-    lo, hi = t_interval(per_seed)
-    assert bullet(text, "Final mean PR") == (
-        f"not decided (inconclusive): +0.67 [{lo:+.2f}, {hi:+.2f}] (95.0%), "
-        + bullet(text, "Final mean PR").split("(95.0%), ")[1])
+    # key PR is decided on log ratios: the mean difference +0.67, then the ratio and its interval
+    rel, lo, hi = ratio_interval(*([r["mean_pr"][-1] for r in runs[c]] for c in ("qk_norm", "no_qk_norm")))
+    assert bullet(text, "Final mean PR").startswith(
+        f"not decided (inconclusive): +0.67 mean difference; ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%); to "
+        f"settle it")
     # the last probe of no QK-norm has no validation loss: no difference from an earlier probe beside it
     assert bullet(text, "Final val loss") == "not decided (no paired values)"
     rows = {r["condition"]: r for r in md_table(text, "condition")}
@@ -66,11 +76,13 @@ def test_pilot_one_seed_is_not_ranked():
 
 def test_pilot_ranks_and_counts_the_decided_layers():
     drops = [[0.0, 0.0, 0.0, 0.0, 5.0, 10.0], [0.1, 0.1, 0.1, 0.1, 5.2, 10.2], [-0.1, -0.1, -0.1, -0.1, 4.8, 9.8]]
-    a = pilot_analysis.analyze(pilot_seeds(drops))
+    runs = pilot_seeds(drops)
+    a = pilot_analysis.analyze(runs)
     text = pilot.report(a)
-    lo, hi = t_interval([10.0, 10.2, 9.8], k=L)
+    rel, lo, hi = ratio_interval(*([r["layer_pr"]["5"][-1] for r in runs[c]] for c in ("qk_norm", "no_qk_norm")), k=L)
     ranked = bullet(text, "Layers that differ beyond the margin, largest first")
-    assert ranked.startswith(f"layer 5 (+10.00 [{lo:+.2f}, {hi:+.2f}] (99.2%)") and ", layer 4 (+5.00 [" in ranked
+    assert ranked.startswith(f"layer 5 (+10.00 mean difference; ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (99.2%)")
+    assert ", layer 4 (+5.00 mean difference; ratio +" in ranked
     assert "not decided in" not in ranked
     assert "\n- QK-norm, learned gain higher beyond the margin in 2 of 6 layers, lower in 0, the same within the " \
         "margin in 4\n" in text
@@ -86,6 +98,12 @@ def with_final_norms(res: dict, shift: float) -> dict:
     return res
 
 
+def group_ends(res: dict, layers=(0, 1)) -> tuple[float, float]:
+    """The mean key norm of a group of layers at the first and the last probe, read from the file."""
+    return tuple(float(np.mean([res["probes"][p]["layers"][i]["means"]["k_norm.norm_mean"] for i in layers]))
+                 for p in (0, -1))
+
+
 def wd_runs(with_shifts, without_shifts) -> dict:
     return {keys_analysis.WITH_WD: [with_final_norms(make_results(seed=s), x) for s, x in enumerate(with_shifts)],
             keys_analysis.WITHOUT_WD: [with_final_norms(make_results(keys_analysis.WITHOUT_WD, seed=s), x)
@@ -94,34 +112,55 @@ def wd_runs(with_shifts, without_shifts) -> dict:
 
 def test_key_dynamics_gives_no_share_of_an_undecided_weight_decay_part():
     # early layers change by +1 with weight decay; weight decay's part per seed -0.5, +0.4, -0.1 around a norm of 8
-    a = keys_analysis.analyze(wd_runs([0.0, 0.0, 0.0], [0.5, -0.4, 0.1]))
+    runs = wd_runs([0.0, 0.0, 0.0], [0.5, -0.4, 0.1])
+    a = keys_analysis.analyze(runs)
     assert a.weight_decay["early"].outcome == "inconclusive"
     text = keys.report(a)
     assert "of which" not in text and "is weight decay's" not in text
-    lo, hi = t_interval([-0.5, 0.4, -0.1], k=3)
+    # decided on log ratios: ln(growth with / growth without), the growth being final over initial norm
+    growth = {c: [end / start for start, end in map(group_ends, rl)] for c, rl in runs.items()}
+    rel, lo, hi = ratio_interval(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD], k=3)
     line = bullet(text, "early layers: weight decay's part of the change")
-    assert line.startswith(f"not decided (inconclusive): -0.067 [{lo:+.3f}, {hi:+.3f}] (98.3%)")
+    assert line.startswith(f"not decided (inconclusive): -0.067 mean difference; ratio {rel:+.1%} [{lo:+.1%}, "
+                           f"{hi:+.1%}] (98.3%)")
     assert line.endswith("No share is given.")
 
 
 def test_key_dynamics_gives_the_share_when_both_are_decided():
-    a = keys_analysis.analyze(wd_runs([0.02, -0.02, 0.0], [-0.5, -0.52, -0.48]))
+    runs = wd_runs([0.02, -0.02, 0.0], [-0.5, -0.52, -0.48])
+    a = keys_analysis.analyze(runs)
     text = keys.report(a)
     early = bullet(text, "early layers")
-    assert early.startswith("change +1.000 [") and "of which +0.500 [" in early
-    assert early.endswith("(50%) is weight decay's (both beyond the margin).")
+    # on log ratios: the early layers grow 8 -> 9 with weight decay (ln 1.125 = 0.1178) and 8 -> 8.5 without
+    # (ln 1.0625 = 0.0606), so weight decay's part is ln(9 / 8.5) = 0.0572, 49% of the log change (50% of the change
+    # in units, +0.5 of +1.0)
+    growth = {c: [end / start for start, end in map(group_ends, rl)] for c, rl in runs.items()}
+    change = ratio_interval(growth[keys_analysis.WITH_WD], [1.0] * 3, k=6)
+    part = ratio_interval(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD], k=3)
+    assert early.startswith(f"change ratio {change[0]:+.1%} [{change[1]:+.1%}, {change[2]:+.1%}] (99.2%) with weight "
+                            f"decay, of which ratio {part[0]:+.1%} [{part[1]:+.1%}, {part[2]:+.1%}] (98.3%) ")
+    share = np.mean(np.log(np.divide(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD]))) / np.mean(
+        np.log(growth[keys_analysis.WITH_WD]))
+    assert round(share, 2) == 0.49
+    assert early.endswith(f"({share:.0%} of the log change) is weight decay's (both beyond the margin).")
     # middle layers do not change (0 with weight decay, inside the margin): no share although weight decay's part
     # (+0.5) is decided beyond it
     middle = bullet(text, "middle layers: weight decay's part of the change")
-    assert "different, beyond the margin; the change with weight decay: +0.000 [" in middle and "equal" in middle
+    # growths 1.0025, 0.9975, 1: their mean log is a hair below 0 (ln is concave), so the ratio reads -0.0%
+    assert "different, beyond the margin; the change with weight decay: +0.000 mean difference; ratio -0.0% [" in \
+        middle and "equal" in middle
     assert middle.endswith("No share is given.") and "%) is weight decay's" not in middle
     assert "### Per layer (initial = first probe, at 0 tokens; final = last probe, at 1M tokens)" in text
 
 
 def test_key_dynamics_says_a_part_inside_the_margin_is_no_share():
-    text = keys.report(keys_analysis.analyze(wd_runs([0.0, 0.02, -0.02], [0.1, 0.1, 0.1])))
+    runs = wd_runs([0.0, 0.02, -0.02], [0.1, 0.1, 0.1])
+    text = keys.report(keys_analysis.analyze(runs))
     line = bullet(text, "early layers: weight decay's part of the change")
-    assert line.startswith("-0.100 [") and "inside \u00b13% of the norm, so no share" in line
+    growth = {c: [end / start for start, end in map(group_ends, rl)] for c, rl in runs.items()}
+    rel, lo, hi = ratio_interval(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD], k=3)
+    assert line.startswith(f"ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (98.3%), different, within the margin")
+    assert "inside \u00b13%, so no share" in line
 
 
 # ----------------------------------------------------------------------------- heads, QK-norm
@@ -133,14 +172,14 @@ def with_sink_norm(res: dict, shift: float) -> dict:
 
 
 @pytest.mark.parametrize("shifts, said, claim", [
-    ([3.0, -6.0, 2.0], "not decided (inconclusive): +6.667 [", "inconclusive"),
-    ([0.0, 0.1, -0.1], "+7.000 [", "holds")])
+    ([3.0, -6.0, 2.0], "not decided (inconclusive): +6.667 mean difference; ratio ", "inconclusive"),
+    ([0.0, 0.1, -0.1], "+7.000 mean difference; ratio ", "holds")])
 def test_heads_gap_is_a_decision_or_said_to_be_open(shifts, said, claim):
     a = heads_analysis.analyze({"QK": [with_sink_norm(make_results(seed=s), x) for s, x in enumerate(shifts)]})
-    gaps = [12.0 + x - 5.0 for x in shifts]  # the sink's norm minus the gatherer's, per seed
-    lo, hi = t_interval(gaps)
+    # key norms are decided on log ratios: the sink's norm (12 + shift) over the gatherer's (5), per seed
+    rel, lo, hi = ratio_interval([12.0 + x for x in shifts], [5.0] * 3)
     text = heads.report(a)
-    assert f"per seed that has both (3): {said}" in text and f"[{lo:+.3f}, {hi:+.3f}] (95.0%)" in text
+    assert f"per seed that has both (3), decided on log ratios: {said}{rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)" in text
     assert f"key norms: **{claim}**" in text
 
 

@@ -30,10 +30,13 @@ def test_figures_draw_each_condition_from_its_results():
     per_layer = labelled_lines(figs["3_per_layer.png"].axes[0])
     np.testing.assert_allclose(per_layer[qk_norm.name("NoQK")], [runs["NoQK"][0]["layer_pr"][str(i)][-1]
                                                                  for i in range(4)])
-    # 4: bars are the analysis' layer effects: gain A-B = +10, normalization B-C = -2 in every layer
+    # 4: bars are the analysis' layer effects, on log ratios as layer PR is decided: A/B - 1 and B/C - 1 in %, with
+    # A - B = +10 and B - C = -2 in every layer
     gain, norm = figs["4_causal_decomposition.png"].axes[0].containers[:2]
-    assert [b.get_height() for b in gain] == pytest.approx([10.0] * 4)
-    assert [b.get_height() for b in norm] == pytest.approx([-2.0] * 4)
+    layer = {c: np.array([runs[c][0]["layer_pr"][str(i)][-1] for i in range(4)]) for c in runs}
+    assert layer["QK"] - layer["QK_frozen"] == pytest.approx([10.0] * 4)
+    assert [b.get_height() for b in gain] == pytest.approx(100 * (layer["QK"] / layer["QK_frozen"] - 1))
+    assert [b.get_height() for b in norm] == pytest.approx(100 * (layer["QK_frozen"] / layer["NoQK"] - 1))
     # 5: the learned gain's CV grows, the frozen one stays 0 and says so in the legend
     legend = [t.get_text() for t in figs["5_gamma_cv.png"].legends[0].get_texts()]
     assert any("QK_frozen" in t and "CV = 0 throughout" in t for t in legend)
@@ -52,7 +55,8 @@ def test_seed_bands_and_missing_data():
     figs = qk_norm.figures(analysis.analyze(no_gain))
     assert "No QK-norm gain" in figs["5_gamma_cv.png"].axes[0].texts[0].get_text()
     (total,) = figs["4_causal_decomposition.png"].axes[0].containers
-    assert [b.get_height() for b in total] == pytest.approx([10.0] * 4)  # A-C only
+    a, c = (np.array([no_gain[x][0]["layer_pr"][str(i)][-1] for i in range(4)]) for x in ("QK", "NoQK"))
+    assert [b.get_height() for b in total] == pytest.approx(100 * (a / c - 1))  # A/C only
 
 
 PR_SV = "Final key PR, pr_sv (the write-ups' uncentered PR)"
@@ -79,14 +83,21 @@ def test_report_states_finals_decisions_verdicts_and_claims_with_seeds():
     assert qk["final PR (pr_var)"] == "n/a"  # these files hold no probe records
     assert rows[qk_norm.name("QK_frozen")]["final train loss"].startswith("3.700 \u00b1 ")
     pr = {r["comparison"]: r for r in md_table(_section(report, PR_SV), "comparison")}
-    assert pr["A \u2212 B"]["difference"] == "+10.00" and pr["A \u2212 B"]["outcome"] == "different, beyond the margin"
-    # per-seed differences 10, 9.99, 10.01 (sd 0.01); the family is the three pairs and the difference of the steps
-    # (k = 4): t(2 dof, 1 - 0.05/8) = 8.860, half width 8.860 * 0.01 / sqrt(3) = 0.051
-    assert pr["A \u2212 B"]["CI (level)"] == "[+9.95, +10.05] (98.8%)"
-    assert pr["B \u2212 C"]["% of mean"] == "-4.9%" and pr["B \u2212 C"]["n"] == "3"
+    assert pr["A \u2212 B"]["mean difference"] == "+10.00"
+    assert pr["A \u2212 B"]["outcome"] == "different, beyond the margin"
+    # key PR is decided on log ratios: A = 49.8, 50, 50.2 and B = 39.8, 40.01, 40.19 over seeds 0, 1, 2; the family
+    # is the three pairs and the difference of the steps (k = 4): t(2 dof, 1 - 0.05/8) = 8.860
+    x = np.log(np.array([49.8, 50.0, 50.2]) / np.array([39.8, 40.01, 40.19]))
+    half = 8.860 * x.std(ddof=1) / np.sqrt(3)
+    assert pr["A \u2212 B"]["CI of ratio \u2212 1 (level)"] == (
+        f"[{np.expm1(x.mean() - half):+.1%}, {np.expm1(x.mean() + half):+.1%}] (98.8%)") == "[+24.4%, +25.6%] (98.8%)"
+    assert pr["A \u2212 B"]["ratio \u2212 1"] == "+25.0%"
+    assert pr["A \u2212 B"]["per seed (ratio \u2212 1)"] == "+25.1%, +25.0%, +24.9%"
+    assert pr["B \u2212 C"]["ratio \u2212 1"] == "-4.8%" and pr["B \u2212 C"]["n"] == "3"  # 40 / 42 - 1
     assert _section(report, "Final key PR, pr_var (centered)") == "Not recorded in these results."
     assert ("Key PR, pr_sv (the write-ups' measure): **both the gain and the normalization change key PR, in "
-            "opposite directions; margin \u00b13.0%: the gain's effect (A\u2212B) +22.2% [+22.1%, +22.3%]") in report
+            "opposite directions; margin \u00b13.0% of the pair's mean, on log ratios: the gain's effect (A/B) +25.0% "
+            "[+24.4%, +25.6%]") in report
     assert "Validation loss: **both the gain and the normalization change the validation loss" in report
     assert "Training loss, for comparison (the claims use the validation loss): both" in report
     assert [_claim_status(report, k) for k in "abcde"] == ["fails", "fails", "fails", "holds", "holds"]
@@ -99,7 +110,7 @@ def test_report_single_runs_and_missing_conditions():
     report = _report(runs)
     assert [r["condition"] for r in md_table(report, "condition")] == [qk_norm.name("QK"), qk_norm.name("NoQK")]
     assert ("Key PR, pr_sv (the write-ups' measure): **no verdict, one seed per condition (descriptive only): "
-            "QK-norm's whole effect (A\u2212C) +22.3% (one seed); without the frozen-gain run (B)") in report
+            "QK-norm's whole effect (A/C) +25.1% (one seed); without the frozen-gain run (B)") in report  # 49.8/39.8
     assert md_table(_section(report, PR_SV), "comparison")[0]["outcome"] == "descriptive (one seed)"
     assert _claim_status(report, "a") == "not tested"
     assert "preset" not in report.split("## Provenance")[1] and "seed 0" in report
@@ -125,7 +136,11 @@ def test_report_of_the_gain_decomposition_and_ablation():
     report = _report(runs)
     parts = md_table(report.split("## The gain's arithmetic")[1], "site")
     gain = next(r for r in parts if (r["site"], r["metric"], r["part"]) == ("k_norm", "pr_sv", "gain"))
-    assert gain["difference"] == "-6.00" and gain["outcome"] == "different, beyond the margin"
+    assert gain["mean difference"] == "-6.00" and gain["outcome"] == "different, beyond the margin"
+    # on log ratios: A's keys 40 + 0.1 s over A's keys before the gain 46 + 0.1 s (+ 0, 0.02, -0.02)
+    a = 40.0 + 0.1 * np.arange(3)
+    a_hat = 46.0 + 0.1 * np.arange(3) + np.array([0.0, 0.02, -0.02])
+    assert gain["%"] == f"{np.expm1(np.log(a / a_hat).mean()):+.1%}" == "-13.0%"
     ablation = report.split("## The gain ablation")[1]
     assert "3.5100 nats" in ablation
     loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
@@ -135,9 +150,16 @@ def test_report_of_the_gain_decomposition_and_ablation():
     from matplotlib.container import BarContainer
     total, gain, geometry = [c for c in figs["6_gain_vs_geometry.png"].axes[0].containers
                              if isinstance(c, BarContainer)]
-    assert [b.get_height() for b in gain][0] == pytest.approx(-6.0)
-    assert [b.get_height() for b in geometry][0] == pytest.approx(-4.0)
-    assert [b.get_height() for b in total][0] == pytest.approx(-10.0)
+    # the bars are ratios minus 1 in %; gain and geometry multiply to A/B at the probe (B's keys 50 + 0.1 s); the
+    # total at k_norm is the headline A/B, of the final mean_pr
+    b = 50.0 + 0.1 * np.arange(3)
+    assert [b_.get_height() for b_ in gain][0] == pytest.approx(100 * np.expm1(np.log(a / a_hat).mean()))
+    assert [b_.get_height() for b_ in geometry][0] == pytest.approx(100 * np.expm1(np.log(a_hat / b).mean()))
+    assert (1 + gain[0].get_height() / 100) * (1 + geometry[0].get_height() / 100) == pytest.approx(
+        np.exp(np.log(a / b).mean()))
+    headline = [np.array([r["mean_pr"][-1] for r in runs[c]]) for c in ("QK", "QK_frozen")]
+    assert [b_.get_height() for b_ in total][0] == pytest.approx(100 * np.expm1(np.log(headline[0] / headline[1])
+                                                                                 .mean()))
 
 
 def test_report_of_writeup_results():

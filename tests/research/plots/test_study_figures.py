@@ -42,7 +42,9 @@ def test_key_report_states_where_layers_ended():
     assert bullet(text, "Ended above sqrt(d_head)") == "layers 0, 1"
     assert bullet(text, "Ended below sqrt(d_head)") == "layers 4, 5"
     assert bullet(text, "Ended at sqrt(d_head)") == "layers 2, 3"
-    assert "margin ±3% (7.76 to 8.24); one seed: descriptive" in text
+    # on log ratios the band is 8 x 0.985/1.015 to 8 x 1.015/0.985 (|N - 8| <= 3% of (N + 8)/2)
+    assert ("margin ±3% of the mean of the norm and sqrt(d_head) (7.76 to 8.24); one seed: descriptive, by the sign "
+            "of the log ratio beyond the margin") in text
     assert "d_head = 64 (config d_model / n_heads), so sqrt(d_head) = 8.00" in text
     rows = {r["layer"]: r for r in md_table(text, "layer")}
     assert (rows["0"]["group"], rows["0"]["final norm"], rows["0"]["vs sqrt(d_head)"]) == ("early", "9.000", "above")
@@ -53,7 +55,8 @@ def test_key_report_states_where_layers_ended():
                                                     make_results(seed=1, norm_offset=0.01, norm_drift=0.01)]}))
     assert bullet(two, "Runs").startswith("mean over 2 seeds") and "spread over seeds" in two
     changes = {r["comparison"]: r for r in md_table(two.split("## How each layer group")[1], "comparison")}
-    assert changes["QK: early layers"]["difference"] == "+1.000" and changes["QK: early layers"]["n"] == "2"
+    assert changes["QK: early layers"]["mean difference"] == "+1.000" and changes["QK: early layers"]["n"] == "2"
+    assert changes["QK: early layers"]["ratio \u2212 1"] == "+12.5%"  # decided on log ratios: 8 -> 9
     assert "early layers' keys shrink and final layers' keys grow **fails**" in two
     assert "No per-probe key records" in keys.report(keys_analysis.analyze({"QK": [writeups_only(make_results())]}))
 
@@ -115,7 +118,9 @@ def test_pilot_figures_draw_both_conditions_and_the_deltas():
     pr = labelled_lines(figs["panel_b_pr_trajectory.png"].axes[0])
     np.testing.assert_allclose(pr[label("qk_norm")], runs["qk_norm"][0]["mean_pr"])
     deltas = figs["panel_d_delta.png"].axes[0].containers[0]
-    assert [p.get_height() for p in deltas] == pytest.approx([0, 0, 1, 2, 5, 10])
+    # key PR is decided on log ratios, so the bars are the ratio minus 1 in %: 30 against 30 - drop per layer
+    assert [p.get_height() for p in deltas] == pytest.approx([100 * (30 / (30 - x) - 1) for x in (0, 0, 1, 2, 5, 10)])
+    assert figs["panel_d_delta.png"].axes[0].get_ylabel() == "final key PR, ratio \u2212 1 (%)"
     heat = figs["layer_pr_heatmap_500k.png"]
     assert [ax.get_title() for ax in heat.axes[:2]] == [label("qk_norm"), label("no_qk_norm")]
     np.testing.assert_allclose(heat.axes[1].images[0].get_array()[:, -1], [30, 30, 29, 28, 25, 20])

@@ -85,8 +85,10 @@ def test_an_open_recovery_is_not_claimed():
     text = finetune.report(a)
     assert "rises again**" not in text and "**inconclusive**: open (neither its fall nor its recovery" in text
     rows = {x["comparison"]: x for x in md_table(text.split("## Does key PR rise again")[1], "comparison")}
-    lo, hi = t_interval([1.0, 4.0], k=4)  # rise after the chosen probe in seeds 0 and 2: 38-5-32 = 1, 41-37 = 4
-    assert rows["q/k norm gains trained: rise"]["CI (level)"] == f"[{lo:+.3f}, {hi:+.3f}] (98.8%)"
+    # the rise after the chosen probe in seeds 0 and 2, 33 from 32 and 41 from 37, on log ratios as key PR is decided
+    lo, hi = np.expm1(t_interval(np.log([33 / 32, 41 / 37]), k=4))
+    assert rows["q/k norm gains trained: rise"]["CI of ratio \u2212 1 (level)"] == f"[{lo:+.1%}, {hi:+.1%}] (98.8%)"
+    assert rows["q/k norm gains trained: rise"]["mean difference"] == "+2.500"  # (1 + 4) / 2
 
 
 def test_a_settled_fall_and_rise_are_claimed():

@@ -246,13 +246,14 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
             "same": [_run(s, 30.0 + (0.0, 0.1, -0.1)[s], 4.0) for s in (0, 1, 2)]}
     a = analyze(ConditionRuns(runs, "base"), margin=0.03, loss_margin=0.005)
     d = a.decisions["pr_sv"][("up", "base")]
-    # differences 1, 2, 3: mean 2, sd 1; two comparisons in the family, so the interval is at 1 - 0.05/2 = 97.5%:
-    # t(2 dof, 0.9875) = 6.2053, half width 6.2053 / sqrt(3) = 3.5826
-    assert (d.n, d.diff, d.sd, d.ci_level) == (3, 2.0, 1.0, 0.975)
-    assert d.ci == pytest.approx((2 - 3.5826, 2 + 3.5826), abs=1e-4)
-    assert d.scale == pytest.approx((32.0 + 30.0) / 2) and d.outcome == INCONCLUSIVE  # 0 in it, past +-0.93
-    same = a.decisions["pr_sv"][("same", "base")]  # 0, +0.1, -0.1: [-0.358, +0.358] inside +-0.9
-    assert same.diff == pytest.approx(0.0) and same.sd == pytest.approx(0.1) and same.outcome == EQUAL
+    # key PR is decided on log ratios: ln(31/30), ln(32/30), ln(33/30), mean 0.064213, sd 0.031261 (the differences
+    # 1, 2, 3 have mean 2); two comparisons in the family, so the interval is at 1 - 0.05/2 = 97.5%: t(2 dof,
+    # 0.9875) = 6.2053, half width 6.2053 x 0.031261 / sqrt(3) = 0.111999
+    assert (d.n, d.diff, d.ci_level) == (3, 2.0, 0.975) and d.sd == pytest.approx(0.031261, abs=1e-6)
+    assert d.ci == pytest.approx((0.064213 - 0.111999, 0.064213 + 0.111999), abs=1e-6)
+    assert d.outcome == INCONCLUSIVE  # 0 in it, past ln(1.015/0.985) = 0.0300
+    same = a.decisions["pr_sv"][("same", "base")]  # ln(1), ln(30.1/30), ln(29.9/30): [-0.0119, +0.0119] inside
+    assert same.diff == pytest.approx(0.0) and same.sd == pytest.approx(0.0033333, abs=1e-6) and same.outcome == EQUAL
     assert a.decisions["val_loss"][("up", "base")].outcome == NO_SPREAD  # 4.0 in every run: no interval to read
     assert a.summary["pr_sv"]["up"]["mean"] == pytest.approx(32.0) and a.summary["pr_sv"]["up"]["n"] == 3
     far = {"base": runs["base"], "up": [_run(s, 40.0 + 0.1 * s, 4.0) for s in (0, 1, 2)]}
@@ -261,10 +262,11 @@ def test_each_condition_against_the_baseline_in_one_family_per_quantity():
 
 
 def test_in_short_says_each_outcome_and_no_more():
-    """Differences 0.8-1.4 (mean 1.1, sd 0.258, 4 seeds) on values near 30.5, two comparisons in the family: the
-    97.5% interval 1.1 +- t(3, 0.9875) 4.1765 x 0.258 / 2 = [0.56, 1.64] excludes 0 but reaches inside the margin,
-    3% of the pair's mean 30.55 = 0.92: real, its size unresolved; +3.7% of the baseline's 30. The key norms are 8.0
-    in every run: no spread, not "within the margin"."""
+    """Differences 0.8-1.4 (mean 1.1) on values near 30.5, two comparisons in the family. Key PR is decided on log
+    ratios: ln(31/30), ln(31.2/30), ln(31.4/30), ln(30.8/30), mean 0.035985, sd 0.008302, so the 97.5% interval
+    0.035985 +- t(3, 0.9875) 4.1765 x 0.008302 / 2 = [0.018647, 0.053322], a ratio of +3.7% [+1.9%, +5.5%], excludes
+    0 but reaches inside the margin ln(1.015/0.985) = 0.0300: real, its size unresolved. The key norms are 8.0 in
+    every run: no spread, not "within the margin"."""
     from research.plots.conditions import report
     seeds = (0, 1, 2, 3)
     runs = {"base": [_run(s, 30.0, 4.0) for s in seeds],
@@ -272,10 +274,11 @@ def test_in_short_says_each_outcome_and_no_more():
             "same": [_run(s, 30.0 + (0.0, 0.1, -0.1, 0.0)[s], 4.0) for s in seeds]}
     text = report(analyze(ConditionRuns(runs, "base"), 0.03, 0.005))
     up = next(line for line in text.splitlines() if line.startswith("- **up − base**"))
-    assert up.startswith("- **up − base** differs, by a size the margin does not settle, in key PR (pr_sv) +1.10 "
-                         "[+0.56, +1.64] (+3.7% of base; margin ±0.92, 3% of the pair's mean 30.55); centered key PR "
-                         "(pr_var) +0.55 [+0.28, +0.82] (+3.7% of base; margin ±0.46, 3% of the pair's mean 15.27), "
-                         "and shows no spread in key norm +0.000; ")  # pr_var is half of pr_sv here
+    margin = "margin \u00b13% of the pair's mean: a ratio from -2.96% to +3.05%"
+    assert up.startswith("- **up − base** differs, by a size the margin does not settle, in key PR (pr_sv) ratio "
+                         f"up/base +3.7% [+1.9%, +5.5%] (mean difference +1.10; {margin}); centered key PR (pr_var) "
+                         f"ratio up/base +3.7% [+1.9%, +5.5%] (mean difference +0.55; {margin}), and shows no spread "
+                         "in key norm ratio up/base +0.0% (mean difference +0.000); ")  # pr_var is half of pr_sv
     assert "lies within the margin" not in up and "differs beyond the margin" not in up
 
 
