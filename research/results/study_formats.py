@@ -103,6 +103,8 @@ STUDY = Obj({
                                like=Number(nullable=False, gt=0))),  # finite: JSON holds no infinity
     "looks": Opt(ListOf(_LOOK, "a list of looks (seeds, alpha, planned)")),
     "design": Opt(_DESIGN),
+    # made with --mix_hosts: its runs' host kinds (utils.hosts) are combined, not set aside (research.studies.hosts)
+    "mix_hosts": Opt(Bool()),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, pattern=r"\S"),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),
