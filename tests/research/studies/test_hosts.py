@@ -58,6 +58,16 @@ def test_a_study_refuses_runs_on_another_host_kind_or_precision_before_training(
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
 
+def test_the_fine_tuning_study_refuses_another_host_kind_before_loading_its_model(tmp_path, capsys):
+    from research import finetune_keys_study
+    out = tmp_path / "finetune"
+    before = held(out, {"train_precision": "fp32", "host_kind": OTHER})
+    msg = stops(capsys, finetune_keys_study.main, ["--model", str(tmp_path / "no_such_model"), "--out", str(out),
+                                                   "--device", "cpu", "--precision", "fp32", "--no_progress"])
+    assert f"holds runs trained on {OTHER}" in msg and "pass --mix_hosts" in msg and "(nothing was trained)" in msg
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
 def test_mix_hosts_lets_another_host_kind_in_but_never_another_precision(tmp_path):
     out = tmp_path / "study"
     held(out, {"train_precision": "bf16", "host_kind": OTHER})
