@@ -16,6 +16,7 @@ import torch
 import torch.distributed as tdist
 
 from utils.errors import ConfigError
+from utils.hosts import host_kind
 
 
 def mps_available() -> bool:
@@ -70,13 +71,23 @@ def device_choice(name: str, device: torch.device) -> str:
 
 
 @functools.cache
+def cpu_bf16_path() -> str:
+    """The CPU's native bf16 path, one of utils.hosts.BF16_PATHS: 'AMX' (oneDNN's tile kernels, where the CPU has
+    them), 'AVX512-BF16', or 'none' (oneDNN emulates bf16, slower than fp32). Part of the host kind."""
+    try:
+        if torch.cpu._is_amx_tile_supported():
+            return "AMX"
+        if torch.cpu._is_avx512_bf16_supported():
+            return "AVX512-BF16"
+    except AttributeError:  # private helpers missing in some torch version: be conservative
+        pass
+    return "none"
+
+
 def cpu_has_native_bf16() -> bool:
     """True when the CPU has bf16 dot-product instructions (AVX512-BF16 or AMX); without them oneDNN
     emulates bf16, which is slower than fp32."""
-    try:
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-    except AttributeError:  # private helpers missing in some torch version: be conservative
-        return False
+    return cpu_bf16_path() != "none"
 
 
 def cpu_name() -> str:
@@ -276,11 +287,21 @@ def provenance(device: torch.device) -> dict:
         "platform": platform.platform(),
         "cpu": cpu_name(),
         "cpu_native_bf16": cpu_has_native_bf16(),
+        "cpu_bf16": cpu_bf16_path(),
         "cpu_threads": torch.get_num_threads(),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    info["host_kind"] = host_kind(info)
     return info
+
+
+def this_host_kind(device: torch.device) -> str:
+    """The host kind (utils.hosts) of runs trained here on `device`, as their provenance will record it."""
+    info = {"device": str(device), "cpu": cpu_name(), "cpu_bf16": cpu_bf16_path()}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return str(host_kind(info))
 
 
 def peak_rss_mib() -> float:

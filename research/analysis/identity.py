@@ -10,10 +10,12 @@ Every study kind of trained runs goes through `compare(runs)` before it is decid
   are compared at: it is set aside and named, unless its kind takes divergence as a result (the learning-rate
   grid, `divergence_is_a_result`). A run kept whose last probe lacks a value its earlier probes had (NaN or
   infinity, written as null) is named with those values: each is compared without that run.
-- One recipe. Runs that differ from the rest of the study in preset, corpus, tokenizer or training
-  precision are set aside, each attribute in turn: the value most runs share is kept, and the report names
+- One recipe. Runs that differ from the rest of the study in preset, corpus, tokenizer, training
+  precision or host kind (utils.hosts: the CPU model and its native bf16 path, or the GPU; bf16 numerics differ
+  between them) are set aside, each attribute in turn: the value most runs share is kept, and the report names
   the runs set aside and why. When two values are equally common the study is refused (ResultsError): no
-  rule could say which runs are the study.
+  rule could say which runs are the study. A study made with --mix_hosts (study.json's `mix_hosts`; within
+  `hosts_mixed(True)`) combines its host kinds instead, and the report says how many.
 - One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
   that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
   the runs share no probe after their first, the study is refused. A run that diverged where that is a result
@@ -23,22 +25,44 @@ Every study kind of trained runs goes through `compare(runs)` before it is decid
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections import Counter
 from dataclasses import dataclass
+from typing import Iterator
 
 from research.analysis.series import left_out, shared_tokens
 from research.results.read import pair_key
 from research.results.schema import ResultsError, cut_at_tokens
+from utils.hosts import host_kind, same_paths
 
+HOST = "host kind"
 # (what it is, how a run records it): the attributes every compared run must share
 RECIPE = (
     ("preset", lambda r: r.get("preset") or (r.get("config") or {}).get("preset")),
     ("corpus", lambda r: _hash((r.get("data") or {}), "corpus", "source_hash")),
     ("tokenizer", lambda r: _hash((r.get("data") or {}), "tokenizer", "tokenizer_hash")),
     ("training precision", lambda r: (r.get("provenance") or {}).get("train_precision")),
+    (HOST, lambda r: host_kind(r.get("provenance"))),
 )
-FIX = ("train the runs of a study with one preset, corpus, tokenizer and precision and to one token budget (the "
-       "study scripts do), or move the odd runs out of the folder")
+FIX = ("train the runs of a study with one preset, corpus, tokenizer and precision, on one host kind and to one "
+       "token budget (the study scripts do), or move the odd runs out of the folder")
+# why a host kind of its own is set aside, and how a study compares several
+HOST_WHY = ("bf16 numerics differ between host kinds; the study's command run again with --mix_hosts combines them: "
+            "it records that in study.json and trains nothing it has")
+HOST_FIX = f"train the runs of a study on one host kind, or move one group's runs out of the folder; or, as {HOST_WHY}"
+_MIX_HOSTS: contextvars.ContextVar[bool] = contextvars.ContextVar("mix_hosts", default=False)
+
+
+@contextlib.contextmanager
+def hosts_mixed(allowed: bool) -> Iterator[None]:
+    """Within the block `compare` combines runs of several host kinds (a study made with --mix_hosts: study.json's
+    `mix_hosts`), and says so, where it would set the other kinds aside."""
+    token = _MIX_HOSTS.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _MIX_HOSTS.reset(token)
 
 
 def _hash(data: dict, name: str, field: str) -> str | None:
@@ -127,9 +151,36 @@ def _lost_at_the_end(r: dict) -> list[str]:
     return names + sorted({name for (_, name), values in series.items() if lost(values)})
 
 
+def _host_kinds(runs: dict) -> dict:
+    """The runs, an older run's host kind recorded with the bf16 path that newer runs of its CPU model record
+    (utils.hosts.same_paths), so that runs of one host are one kind; the files are not touched."""
+    flat = [r for rl in runs.values() for r in rl]
+    kinds = iter(same_paths([host_kind(r.get("provenance")) for r in flat]))
+    def one(r: dict, kind: str | None) -> dict:
+        if kind == host_kind(r.get("provenance")):
+            return r
+        return {**r, "provenance": {**(r.get("provenance") or {}), "host_kind": kind}}
+    return {c: [one(r, next(kinds)) for r in rl] for c, rl in runs.items()}
+
+
+def _mixed_hosts(runs: dict) -> str:
+    """'; trained on 2 host kinds (A: QK (seeds 0, 1), ...; B: ...), combined: the study was made with --mix_hosts'
+    where the runs kept are of several kinds; '' otherwise."""
+    get = dict(RECIPE)[HOST]
+    kinds = sorted({k for rl in runs.values() for r in rl if (k := get(r)) is not None})
+    if len(kinds) < 2:
+        return ""
+    groups = "; ".join(f"{k}: " + ", ".join(_named(c, [r for r in rl if get(r) == k]) for c, rl in runs.items()
+                                            if any(get(r) == k for r in rl)) for k in kinds)
+    return f"; trained on {len(kinds)} host kinds ({groups}), combined: the study was made with --mix_hosts"
+
+
 def _one_recipe(runs: dict, notes: list[str]) -> dict:
-    """The runs that share each RECIPE attribute's most common value; the others named in `notes`."""
+    """The runs that share each RECIPE attribute's most common value (the host kind's only where hosts are not
+    mixed: hosts_mixed); the others named in `notes`."""
     for what, get in RECIPE:
+        if what == HOST and _MIX_HOSTS.get():
+            continue
         counts = Counter(v for rl in runs.values() for r in rl if (v := get(r)) is not None)
         if len(counts) < 2:
             continue
@@ -138,12 +189,14 @@ def _one_recipe(runs: dict, notes: list[str]) -> dict:
             groups = "; ".join(f"{v}: " + ", ".join(_named(c, [r for r in rl if get(r) == v]) for c, rl in
                                                       runs.items() if any(get(r) == v for r in rl))
                                for v in counts)
+            fix = HOST_FIX if what == HOST else FIX
             raise ResultsError(f"the runs of this study differ in {what}, as many runs one way as the other ({groups})"
-                               f": they cannot be compared, and no rule says which are the study; fix: {FIX}")
+                               f": they cannot be compared, and no rule says which are the study; fix: {fix}")
         odd = {c: [r for r in rl if get(r) not in (None, top)] for c, rl in runs.items()}
         odd = {c: rl for c, rl in odd.items() if rl}
         which = "; ".join(f"{_named(c, rl)}: {', '.join(sorted({str(get(r)) for r in rl}))}" for c, rl in odd.items())
-        notes.append(f"{which} \u2014 a different {what} from the other runs ({top}): not compared")
+        notes.append(f"{which} \u2014 a different {what} from the other runs ({top}): not compared"
+                     + (f" ({HOST_WHY})" if what == HOST else ""))
         runs = {c: kept for c, rl in runs.items() if (kept := [r for r in rl if get(r) in (None, top)])}
     return runs
 
@@ -226,7 +279,7 @@ def compare(runs: dict, divergence_is_a_result: bool = False) -> Comparison:
         raise ResultsError("every run of this study diverged (results.json records `diverged`): none reached a "
                            "budget at which it could be compared; fix: train the runs again with a recipe that does "
                            "not diverge (a lower learning rate, QK-norm, a clip)")
-    kept = _one_recipe(kept, notes)
+    kept = _one_recipe(_host_kinds(kept), notes)
     kept, budget = _budget(kept, notes)
     for cond, rl in kept.items():
         for r in rl:
@@ -240,5 +293,5 @@ def compare(runs: dict, divergence_is_a_result: bool = False) -> Comparison:
     compared = ("Runs: " + "; ".join(_named(c, rl) for c, rl in kept.items())
                 + ("; paired by seed" if paired else "; none has a seed, so none is paired")
                 + (f"; final values at {_tokens(budget)}" if budget is not None else "")
-                + (f"; {', '.join(recipe)}" if recipe else "") + ".")
+                + (f"; {', '.join(recipe)}" if recipe else "") + _mixed_hosts(kept) + ".")
     return Comparison(kept, budget, compared, tuple(notes))

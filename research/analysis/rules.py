@@ -18,8 +18,9 @@ one-sided tests at 0.05 / (2k). One seed: "descriptive" (no test); no seed with 
 "no paired values"; every seed differing by the same amount (an integer quantity can): "no spread", since an
 interval of width 0 is not evidence of anything beyond those seeds. None of the three is decided or counts in k.
 Undecided outcomes say what would settle them, with no number (needed_text): more seeds added to a finished study
-are a look nobody planned, so the valid routes are a study planned with --until_decided from its start, or a
-replication on new seeds decided on its own (docs/decisions.md#sequential-studies).
+are a look nobody planned, so the route named is a new study on new seeds (no run of this one trained again), decided
+on its own or planned with --until_decided from its start, with the error a reader of both reports then faces: the
+two studies' levels added (settle_text, docs/decisions.md#sequential-studies).
 
 The margin is a share of each comparison's scale (Margin(0.03)), or, for a quantity that can sit near zero (a
 logit), an absolute one in its units (Margin(0.25, absolute=True)): a share of a mean near zero is no margin.
@@ -561,16 +562,32 @@ def plural(unit: str) -> str:
     return unit + ("es" if unit.endswith(("ch", "s")) else "s")
 
 
+def both_text(bound: float = ALPHA, this: str = "this one") -> str:
+    """The error a reader of two reports faces: `this` study's, whose outcomes err with probability at most `bound`
+    (one look at the full level: ALPHA), and a new one's on new seeds decided at ALPHA. Bonferroni over the two
+    reports: it holds however their errors are related (docs/decisions.md#a-reader-of-both-reports measures it)."""
+    return f"read with {this}, some outcome of the two is wrong with probability at most {bound + ALPHA:.0%}, " \
+           f"their levels added"
+
+
+def settle_text(unit: str = "seed", bound: float = ALPHA) -> str:
+    """The route that settles an open question of a study whose outcomes err at most `bound`, with no look nobody
+    planned, and the error a reader of both reports then faces (both_text): a new study on new seeds, none of its
+    runs a run of this one trained again (a replication on new batches for a study of one model)."""
+    route = ("a new study on new seeds (no run of this one trained again), decided on its own or planned with "
+             "--until_decided from its start" if unit == "seed" else
+             f"a replication on new {plural(unit)} decided on its own")
+    return f"{route}; {both_text(bound)}"
+
+
 def needed_text(d: Decision, unit: str = "seed") -> str:
     """What would settle an undecided outcome ('' otherwise), with no number: more seeds added to this study would be
-    a look nobody planned, so the routes named are those that keep the error rate (docs/decisions.md)."""
+    a look nobody planned, so the route named is a new study on new seeds, with the error a reader of both reports
+    then faces (settle_text; a study read at several looks says it as its Reading does)."""
     if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
         return ""
     reading = _READING.get() if unit == "seed" else None
-    if reading is not None:
-        return f"to settle it: {reading.settle} ({SEQUENTIAL})"
-    planned = "a study planned with --until_decided from its start, or " if unit == "seed" else ""
-    return f"to settle it: {planned}a replication on new {plural(unit)} decided on its own ({SEQUENTIAL})"
+    return f"to settle it: {reading.settle if reading is not None else settle_text(unit)} ({SEQUENTIAL})"
 
 
 def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed", family: str | None = None,

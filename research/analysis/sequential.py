@@ -44,7 +44,7 @@ from scipy import stats
 
 from research.analysis.rules import (ALPHA, INCONCLUSIVE, MARGIN, UNRESOLVED, Margin, Paired, decide_once,
                                      Reading, deciding_with, k_of, no_spread, outcome_of,
-                                     reading_with)
+                                     reading_with, settle_text)
 from research.analysis.stats import t_critical
 
 FIRST_SHARE = 0.05  # the share of alpha a design's first look spends
@@ -221,15 +221,13 @@ def reading(looks: list[Look], design: Design | None) -> Reading:
     each = "every outcome is read off the intersection of the comparison's t intervals over the study's looks, "
     if design is None:
         return Reading(intervals=each + f"each look's at 1 \u2212 {ALPHA}/k: looks nobody planned, whose error bound "
-                       "the Looks section states", settle="a study planned with --until_decided from its start, or a "
-                       "replication on new seeds decided on its own")
+                       "the Looks section states", settle=settle_text(bound=error_bound(looks)))
     how = ("at the level the design sets for it (calibrated so that with at least 95% probability every interval of "
            "every look of the family covers its true difference at once)" if design.calibrated else
            "at 1 \u2212 \u03b1_j/k for the \u03b1_j it spends (the union bound: with at least 95% probability every "
            "interval of every look of the family covers its true difference at once)")
     if looks and len(looks[-1].seeds) >= design.looks[-1]:
-        settle = ("a replication on new seeds decided on its own, or a new study planned with a larger "
-                  "--until_decided")
+        settle = settle_text(bound=error_bound(looks, design))
     else:
         settle = f"the same command continues this study, whose design plans looks up to {design.looks[-1]} seeds"
     return Reading(intervals=each + "each look's " + how + "; the Looks section lists them", settle=settle)

@@ -26,7 +26,7 @@ import numpy as np
 
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, site_of
-from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, MARGIN, Paired, Reading, decide, reading_with
+from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, MARGIN, Paired, Reading, both_text, decide, reading_with
 from research.analysis.trajectory import GAIN_CV, LOSS, Change, gain_cv, metrics_of, per_batch_group, verdict
 
 SINK_FIELD = "sink_mass_excl_q0"
@@ -127,7 +127,8 @@ def _sinks(runs: dict, steps: list[int], threshold: float) -> tuple[dict, dict]:
 
 
 # A public suite's seeds are all the seeds there are: nothing can be planned or continued, only replicated
-SUITE = Reading(settle="a replication on other seeds (another suite, or runs of one's own) decided on its own")
+SUITE = Reading(settle=f"a replication on other seeds (another suite, or runs of one's own) decided on its own; "
+                       f"{both_text()}")
 
 
 def _changes(values: dict, titles: dict, first: int, last: int, margin: float, loss_margin: float,

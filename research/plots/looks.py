@@ -4,10 +4,11 @@ level, has no such section: its report is what it always was.
 """
 from __future__ import annotations
 
+from research.analysis.rules import ALPHA, both_text
 from research.analysis.sequential import Design, Look, error_bound, looks_of, one_full_look, undecided
 
 # The command of a catalog kind whose report names how its open questions would be answered (the README's first
-# command's kind): a study planned with --until_decided from its start, into a new folder.
+# command's kind): a new study on new seeds planned with --until_decided from its start, into a new folder.
 PLANNED_COMMANDS = {"qk_norm": "python research/qk_norm_25m_study.py"}
 NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine"}
 
@@ -92,9 +93,11 @@ def section(looks: list[Look], design: Design | None, primary: dict, record: dic
 
 def open_questions(kind: str, index: dict, primary: dict) -> str:
     """The closing section of a fixed study's report (one look at the full level, no design) whose primary comparisons
-    are not all decided: which are open, and the exact command that would answer them under a sequential design
-    planned from its start (twice the seeds at most, in a new folder). '' for a kind without a planned command
-    (PLANNED_COMMANDS), a study with a design or several looks, or nothing open."""
+    are not all decided: which are open, and the exact command that would answer them: a new study on as many new
+    seeds (the integers after this study's largest, so that no run of it is trained again), planned from its start
+    with --until_decided at twice that many, in a new folder; and the error a reader of both reports then faces, the
+    two studies' levels added (rules.both_text; docs/decisions.md measures it). '' for a kind without a planned
+    command (PLANNED_COMMANDS), a study with a design or several looks, or nothing open."""
     open_ = undecided(primary)
     command = PLANNED_COMMANDS.get(kind)
     if not open_ or command is None or index.get("design") or not one_full_look(looks_of(index)):
@@ -103,12 +106,15 @@ def open_questions(kind: str, index: dict, primary: dict) -> str:
     if len(seeds) < 2:
         return ""
     most = 2 * len(seeds)
+    new = list(range(seeds[-1] + 1, seeds[-1] + 1 + len(seeds)))
     preset = f" --preset {index['preset']}" if index.get("preset") else ""
-    folder = f"research_results/{index.get('study', 'study')}_until{most}"
+    folder = f"research_results/{index.get('study', 'study')}_new_seeds_until{most}"
     return "\n".join([
         "## Answering the open questions", "",
         f"Primary comparisons not decided at these {len(seeds)} seeds: {', '.join(open_)}. More seeds added to this "
-        "folder would be a look nobody planned (docs/decisions.md#sequential-studies). A study planned from its "
-        f"start adds seeds in rounds while one is open, up to {most}, under one error bound:", "",
-        f"    {command}{preset} --seeds {' '.join(map(str, seeds))} --until_decided {most} --out {folder}",
+        "folder would be a look nobody planned (docs/decisions.md#sequential-studies). A new study on new seeds "
+        f"({seeds_text(new)}, then the next integers; no run of this one trained again), planned from its start, adds "
+        f"seeds in rounds while one is open, up to {most} in all, its own outcomes under one {ALPHA:.0%} error bound; "
+        f"{both_text(error_bound(looks_of(index)), 'this report')} (docs/decisions.md#a-reader-of-both-reports):", "",
+        f"    {command}{preset} --seeds {' '.join(map(str, new))} --until_decided {most} --out {folder}",
     ]) + "\n"

@@ -13,6 +13,7 @@ from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
 from research.results.vocabulary import ABLATION_TEXT, LETTERS, MAIN_SITE
+from utils.hosts import host_kind
 
 
 def _fmt(entry: dict, field: str, decimals: int) -> str:
@@ -45,8 +46,7 @@ def provenance_text(runs: dict, cond: str) -> str:
                       ((r.get("data") or {}) for r in rl) if d.get("source_hash")})
     if corpora:
         parts.append("data " + ", ".join(corpora))
-    machines = sorted({" on ".join(str(x) for x in (p["train_precision"], p.get("cpu") or p.get("gpu") or
-                                                    p.get("device")) if x)
+    machines = sorted({" on ".join(str(x) for x in (p["train_precision"], host_kind(p) or p.get("device")) if x)
                        for p in ((r.get("provenance") or {}) for r in rl) if p.get("train_precision")})
     if machines:
         parts.append("trained in " + ", ".join(machines))

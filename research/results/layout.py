@@ -112,14 +112,15 @@ def _check_paths(path: Path, folder: Path, cond: str, entries, seen: dict) -> li
 def check_study_index(meta, path: Path, folder: Path) -> dict:
     """The fields of a study.json, checked (STUDY) and typed: {path (of study.json), study, kind, seeds, preset,
     baseline, primary, looks, design, margin, loss_margin, logit_margin, kv_loss_margin (None where absent),
-    conditions: {name:
-    [results file paths under folder]}}. ResultsError names the field and the fix."""
+    mix_hosts (False where absent), conditions: {name: [results file paths under folder]}}. ResultsError names the
+    field and the fix."""
     try:
         check(STUDY, meta)
     except FormatError as e:
         raise ResultsError(f"{path}: {e.text('expected')}; fix: {INDEX_FIX}") from e
     out: dict = {"path": path, **{k: meta.get(k) for k in ("study", "preset", "kind", "seeds", "baseline", "primary",
                                                            "looks", "design")}}
+    out["mix_hosts"] = bool(meta.get("mix_hosts"))
     out.update({k: float(meta[k]) if k in meta else None
                 for k in ("margin", "loss_margin", "logit_margin", "kv_loss_margin")})
     seen: dict = {}
@@ -142,10 +143,12 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
                       conditions: dict[str, list[str]], margin: float, loss_margin: float,
                       baseline: str | None = None, primary: tuple[str, ...] = (),
                       logit_margin: float | None = None, looks: list[dict] | None = None,
-                      design: dict | None = None, kv_loss_margin: float | None = None) -> Path:
-    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins, and the
-    looks taken at the study (`looks`, `design`: research.studies.looks). It is checked as every read checks it, so
-    no index is written that a read would refuse."""
+                      design: dict | None = None, kv_loss_margin: float | None = None,
+                      mix_hosts: bool = False) -> Path:
+    """study.json: what split_panels needs to find the study's kind, results files and equivalence margins, the
+    looks taken at the study (`looks`, `design`: research.studies.looks), and whether it was made with --mix_hosts
+    (research.studies.hosts). It is checked as every read checks it, so no index is written that a read would
+    refuse."""
     path = study / STUDY_INDEX
     meta = {"study": name, "kind": kind, "seeds": seeds, "preset": preset, "margin": margin,
             "loss_margin": loss_margin, "conditions": conditions}
@@ -163,6 +166,8 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
         meta["looks"] = looks
     if design is not None:
         meta["design"] = design
+    if mix_hosts:  # absent: one host kind, the others set aside (research.analysis.identity)
+        meta["mix_hosts"] = True
     check_study_index(json.loads(json.dumps(meta)), path, study)
     remove_matching(study, temp_file_pattern(STUDY_INDEX))  # what a killed earlier write left
     atomic_write_text(path, json.dumps(meta, indent=2) + "\n")

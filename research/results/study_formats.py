@@ -104,6 +104,8 @@ STUDY = Obj({
     "kv_loss_margin": Opt(_margin("kv_loss_margin")),  # a study file's, for a loss change with quantized keys
     "looks": Opt(ListOf(_LOOK, "a list of looks (seeds, alpha, planned)")),
     "design": Opt(_DESIGN),
+    # made with --mix_hosts: its runs' host kinds (utils.hosts) are combined, not set aside (research.studies.hosts)
+    "mix_hosts": Opt(Bool()),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, pattern=r"\S"),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),

@@ -28,18 +28,19 @@ from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
 from research.probing.hf import HFKeyProbe, KeyProbeCallback, model_config
 from research.results import load_results
-from research.results.layout import condition_dir, write_study_index
+from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
 from research.studies.executors import StudyRun, Train, add_ray_args, check_ray_options, execute
+from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.looks import Rounds, add_until_args, check_until, run_looks
 from utils.cli import ArgumentParser
 from utils.compare import differences
 from utils.errors import ConfigError, Interrupted
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
-from utils.runtime import Runtime, provenance, resolve_runtime
+from utils.runtime import Runtime, provenance, resolve_runtime, this_host_kind
 
 STUDY = "finetune_keys_study"
 DEFAULT_MODEL = "gemma3-270m"
@@ -83,6 +84,7 @@ def build_parser(description: str = "") -> ArgumentParser:
     p.add_argument("--cache_dir", default=DEFAULT_CACHE, help=CACHE_HELP)
     p.add_argument("--no_progress", action="store_true", help="Log lines only, no progress bars")
     add_until_args(p)
+    add_hosts_args(p)
     add_ray_args(p)
     return p
 
@@ -300,6 +302,8 @@ def main(argv=None, description: str = "") -> int:
         until = check_until(args, KINDS["finetune"], list(args.seeds), STUDY)
         check_ray_options(args)
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
+        check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
+        mix_hosts = args.mix_hosts or read_study_index(out).get("mix_hosts", False)  # once made so, it stays so
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
         with FolderLock(out, hint="pass another --out"):
@@ -315,7 +319,8 @@ def main(argv=None, description: str = "") -> int:
 
             def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
                 write_study_index(out, name=STUDY, kind="finetune", seeds=seeds, preset=None, conditions=conditions,
-                                  margin=args.margin, loss_margin=args.loss_margin, looks=looks, design=design)
+                                  margin=args.margin, loss_margin=args.loss_margin, looks=looks, design=design,
+                                  mix_hosts=mix_hosts)
             run_looks(out, list(args.seeds), until, Rounds(runs_of, train_runs, write_index))
         written = render_study(out)
         print(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")

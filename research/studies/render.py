@@ -22,6 +22,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from research.analysis.identity import hosts_mixed
 from research.analysis.rules import check_margin
 from research.analysis.sequential import at_looks, design_of, looks_of
 from research.plots.common import write_outputs
@@ -79,9 +80,10 @@ def decide_study(folder: str | Path, index: dict, margin: float | None = None,
                  loss_margin: float | None = None) -> tuple[Kind, Any, Any, Any]:
     """(kind, inputs, comparison, analysis) of the study in `folder` whose checked study.json is `index`: decided at
     the looks it records (research.analysis.sequential.at_looks; one look at the full level where it records none),
+    its runs' host kinds combined where it was made with --mix_hosts (research.analysis.identity.hosts_mixed),
     nothing drawn."""
     kind, inputs = read(Path(folder), index)
-    with at_looks(looks_of(index), design_of(index)):
+    with at_looks(looks_of(index), design_of(index)), hosts_mixed(bool(index.get("mix_hosts"))):
         analysis, comparison = kind.decide(inputs, margin or index.get("margin"),
                                            loss_margin or index.get("loss_margin"))
     return kind, inputs, comparison, analysis

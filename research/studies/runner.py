@@ -44,6 +44,7 @@ from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import plan
 from research.studies.executors import StudyError, StudyRun, add_ray_args, check_ray_options, execute
+from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.render import render_study
@@ -60,7 +61,7 @@ from utils.cli import ArgumentParser, once, positive_int
 from utils.errors import Interrupted, explain, shown
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
-from utils.runtime import Runtime, resolve_runtime
+from utils.runtime import Runtime, resolve_runtime, this_host_kind
 
 
 def resolve_preset(name: str, device: str, gpu_preset: str, fixed: str | None = None) -> str:
@@ -195,6 +196,7 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     p.add_argument("--loss_margin", type=float, default=loss_margin,
                    help=f"Equivalence margin of losses, as --margin is of key metrics. Default: {loss_margin}")
     add_until_args(p)
+    add_hosts_args(p)
     add_ray_args(p)
     add_config_args(p, defaults, default_preset="auto", extra_presets=("auto",),
                     preset_help=f"Named starting config (configs/presets.py), or auto: {study.gpu_preset} (the "
@@ -312,6 +314,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
               f"{', '.join(own)} keep their own {name}", flush=True)
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
+        check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
         with FolderLock(out, hint="choose another --out"):
             _train_and_render(study, args, base, seeds, out, runtime, until)
     except KeyboardInterrupt:
@@ -446,11 +449,13 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                 storage=args.storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
                 finished=lambda run: run.run_dir in done)
 
+    mix_hosts = args.mix_hosts or read_study_index(out).get("mix_hosts", False)  # once made so, a folder stays so
+
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,
                           conditions=conditions, margin=args.margin, loss_margin=args.loss_margin,
                           baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
-                          kv_loss_margin=study.kv_loss_margin, looks=looks, design=design)
+                          kv_loss_margin=study.kv_loss_margin, looks=looks, design=design, mix_hosts=mix_hosts)
     try:
         run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index))
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):

@@ -112,3 +112,18 @@ def test_a_report_prints_the_version_where_there_is_no_commit():
     res = {"command": "qk-pretrained-keys", "provenance": {"git_commit": None, "qk_keys": "0.1.0", "cpu": "x"},
            "wall_s": 1.0, "models": {}}
     assert "`qk-pretrained-keys`; no git commit (qk-keys 0.1.0), x," in report(analyze_file(res))
+
+
+def test_provenance_records_the_host_kind_once_defined(monkeypatch):
+    """The host kind (utils.hosts): the CPU model and its native bf16 path, as this_host_kind gives it before a run."""
+    prov = runtime.provenance(torch.device("cpu"))
+    assert prov["cpu_bf16"] in ("AMX", "AVX512-BF16", "none")
+    assert prov["cpu_native_bf16"] == (prov["cpu_bf16"] != "none")
+    text = {"none": "no native bf16"}.get(prov["cpu_bf16"], prov["cpu_bf16"])
+    assert prov["host_kind"] == f"{prov['cpu']} ({text})" == runtime.this_host_kind(torch.device("cpu"))
+    runtime.cpu_bf16_path.cache_clear()
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True)
+    try:
+        assert runtime.cpu_bf16_path() == "AMX" and runtime.this_host_kind(torch.device("cpu")).endswith(" (AMX)")
+    finally:
+        runtime.cpu_bf16_path.cache_clear()

@@ -78,13 +78,16 @@ def test_a_calibrated_design_decides_each_look_at_the_level_its_boundaries_set()
 def test_a_report_of_looks_words_its_intervals_and_what_would_settle_an_open_question_by_its_design():
     d = decide_once(family(), MARGIN, 0.025)["x"]  # inconclusive
     assert "1 \u2212 0.05/k (Bonferroni" in rule_text() and "--until_decided from its start" in needed_text(d)
+    assert "new study on new seeds" in needed_text(d) and "at most 10%, their levels added" in needed_text(d)
     design = Design((4, 6, 8))
     with at_looks([Look((0, 1, 2, 3), 0.0025)], design):  # not finished: the same command goes on
         assert "intersection of the comparison's t intervals" in rule_text() and "0.05/k" not in rule_text()
         assert "the same command continues this study" in needed_text(d) and "up to 8 seeds" in needed_text(d)
     finished = [Look((0, 1, 2, 3), 0.0025), Look(tuple(range(6)), 0.0292), Look(tuple(range(8)), 0.0183)]
-    with at_looks(finished, design):  # stopped at its most seeds: a replication, or a larger plan
-        assert "a new study planned with a larger --until_decided" in needed_text(d)
-        assert "--until_decided from its start" not in needed_text(d)
-    with at_looks(LOOKS):  # grown by hand: no design
+    with at_looks(finished, design):  # stopped at its most seeds: a new study on new seeds, its design's 5% added
+        assert "a new study on new seeds" in needed_text(d) and "at most 10%, their levels added" in needed_text(d)
+        assert "continues this study" not in needed_text(d)
+    by_hand = [Look((0, 1, 2, 3), 0.05), Look((0, 1, 2, 3, 4, 5), 0.05, planned=False)]
+    with at_looks(by_hand):  # grown by hand: no design; its looks' levels added (10%), then the new study's
         assert "looks nobody planned" in rule_text() and "--until_decided from its start" in needed_text(d)
+        assert "at most 15%, their levels added" in needed_text(d)

@@ -8,13 +8,15 @@ from pathlib import Path
 import pytest
 
 from research import split_panels
-from research.analysis.identity import compare
+from research.analysis.identity import compare, hosts_mixed
 from research.analysis.rules import by_seed
 from research.analysis.series import seed_mean
 from research.results import ResultsError
+from research.results.layout import write_study_index
 from research.results.schema import cut_at_tokens, validate
 from research.results.vocabulary import QK_CONDITIONS
 from tests.helpers import stops
+from utils.hosts import host_kind, same_paths
 
 
 def run(tag: str, seed: int | None, pr: list[float], *, step_tokens: int = 125_000, precision: str = "fp32",
@@ -114,6 +116,68 @@ def test_a_study_split_evenly_between_two_recipes_is_refused():
     with pytest.raises(ResultsError, match=r"differ in training precision, as many runs one way as the other "
                                            r"\(fp32: QK \(seed 0\); bf16: NoQK \(seed 0\)\)"):
         compare(runs)
+
+
+EPYC = {"cpu": "AMD EPYC", "cpu_native_bf16": True, "cpu_bf16": "AVX512-BF16", "host_kind": "AMD EPYC (AVX512-BF16)"}
+XEON = {"cpu": "Intel Xeon", "cpu_native_bf16": True, "cpu_bf16": "AMX", "host_kind": "Intel Xeon (AMX)"}
+
+
+def hosts_layout(host) -> dict:
+    """Three conditions at seeds 0-2, trained in bf16, each run's provenance on host(c, s)."""
+    return {f"{c}/seed_{s}": run(c, s, [60.0, 50.0, 40.0 + s + own(s, c)],
+                                 provenance={"train_precision": "bf16", **host(c, s)})
+            for c in QK_CONDITIONS for s in (0, 1, 2)}
+
+
+def test_a_run_trained_on_another_host_kind_is_set_aside_and_named(tmp_path):
+    """Two runs' provenance differs only in the CPU kind: bf16 numerics differ between them, so one is not compared."""
+    report = redraw(write(tmp_path / "study", hosts_layout(lambda c, s: XEON if (c, s) == ("QK", 2) else EPYC)))
+    assert ("QK (seed 2): Intel Xeon (AMX) \u2014 a different host kind from the other runs (AMD EPYC (AVX512-BF16)): "
+            "not compared (bf16 numerics differ between host kinds; the study's command run again with --mix_hosts "
+            "combines them") in report
+    assert ("Runs: QK (seeds 0, 1); QK_frozen (seeds 0, 1, 2); NoQK (seeds 0, 1, 2); paired by seed; final values at "
+            "250,000 tokens; training precision bf16, host kind AMD EPYC (AVX512-BF16).") in report
+    assert "| A − B | 2 |" in report and "| B − C | 3 |" in report
+
+
+def test_a_study_made_with_mix_hosts_combines_its_host_kinds_and_says_how_many(tmp_path):
+    folder = write(tmp_path / "study", hosts_layout(lambda c, s: XEON if s == 2 else EPYC))
+    conditions = {c: [f"{c}/seed_{s}/results.json" for s in (0, 1, 2)] for c in QK_CONDITIONS}
+    index = {"name": "qk_norm_50m_study", "kind": "qk_norm", "seeds": [0, 1, 2], "preset": "tiny",
+             "conditions": conditions, "margin": 0.03, "loss_margin": 0.005}
+    write_study_index(folder, **index)
+    assert "not compared (bf16 numerics differ" in redraw(folder)  # seed 2 of every condition set aside
+    write_study_index(folder, **index, mix_hosts=True)
+    report = redraw(folder)
+    assert "Set aside" not in report and "| A − B | 3 |" in report
+    assert ("; training precision bf16; trained on 2 host kinds (AMD EPYC (AVX512-BF16): QK (seeds 0, 1), QK_frozen "
+            "(seeds 0, 1), NoQK (seeds 0, 1); Intel Xeon (AMX): QK (seed 2), QK_frozen (seed 2), NoQK (seed 2)), "
+            "combined: the study was made with --mix_hosts.") in report
+
+
+def test_a_study_split_evenly_between_two_host_kinds_is_refused_naming_mix_hosts():
+    runs = {"QK": [run("QK", 0, [60.0, 40.0], provenance=EPYC)], "NoQK": [run("NoQK", 0, [60.0, 40.0],
+                                                                           provenance=XEON)]}
+    with pytest.raises(ResultsError, match=r"differ in host kind, as many runs one way as the other .*--mix_hosts"):
+        compare(runs)
+    with hosts_mixed(True):
+        assert "trained on 2 host kinds" in compare(runs).compared
+
+
+def test_older_files_read_their_host_kind_from_cpu_and_native_bf16_as_before():
+    """Files written before the host kind was recorded: `cpu` and `cpu_native_bf16` (or nothing at all)."""
+    old = {"cpu": "AMD EPYC", "cpu_native_bf16": True}
+    runs = {c: [run(c, s, [60.0, 40.0 + s], provenance=old if s < 2 else EPYC) for s in (0, 1, 2)]
+            for c in ("QK", "NoQK")}
+    c = compare(runs)  # older runs of the same CPU model with native bf16 take the newer runs' path: one kind
+    assert c.set_aside == () and c.compared.endswith("host kind AMD EPYC (AVX512-BF16).")
+    avx2 = {"cpu": "AMD EPYC", "cpu_native_bf16": False}
+    runs["NoQK"][0] = run("NoQK", 0, [60.0, 40.0], provenance=avx2)
+    assert "NoQK (seed 0): AMD EPYC (no native bf16) \u2014 a different host kind" in compare(runs).set_aside[0]
+    bare = {c: [run(c, s, [60.0, 40.0 + s]) for s in (0, 1)] for c in ("QK", "NoQK")}  # no host recorded
+    assert compare(bare).set_aside == () and "host kind" not in compare(bare).compared
+    assert host_kind({"gpu": "NVIDIA H200", "device": "cuda:0", "cpu": "AMD EPYC"}) == "NVIDIA H200"
+    assert same_paths(["X (native bf16)", "X (AMX)", "X (AVX512-BF16)"])[0] == "X (native bf16)"  # which: unknown
 
 
 def test_runs_that_share_no_probe_after_the_first_are_refused():

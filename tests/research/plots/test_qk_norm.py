@@ -183,3 +183,7 @@ def test_report_provenance_names_the_corpus_its_hash_and_where_it_trained():
     assert lines["QK"].endswith("git abc1234; data english-v1 (d05e51db6254); trained in fp32 on "
                                               "Test CPU 9000")
     assert lines["NoQK"].endswith("trained in bf16 on Test CPU 9000")
+    for r in runs["NoQK"]:  # the host kind: the CPU and its native bf16 path, from older files' fields too
+        r["provenance"]["cpu_native_bf16"] = False
+    lines = dict(line[2:].split(": ", 1) for line in _report(runs).split("## Provenance")[1].strip().splitlines())
+    assert lines["NoQK"].endswith("trained in bf16 on Test CPU 9000 (no native bf16)")

@@ -1,0 +1,110 @@
+"""A study adds runs only in the precision and on the host kind of the runs its folder holds, unless made with
+--mix_hosts (research.studies.hosts): refused in one line naming both and the fix, before anything trains and with
+every file left as it was; with the option, the folder records it and its report counts the host kinds."""
+import json
+
+import pytest
+import torch
+
+from configs.config import ConfigError
+from research import qk_norm_25m_study
+from research.results.layout import read_study_index
+from research.studies import QK_NORM
+from research.studies.hosts import check_hosts
+from research.studies.runner import run_study
+from tests.helpers import STEP_TOKENS, stops
+from tests.research.studies.test_runner import study_args
+from utils.runtime import this_host_kind
+
+HERE = this_host_kind(torch.device("cpu"))
+OTHER = "Other CPU 9000 (AMX)"
+
+
+def held(out, provenance: dict) -> dict:
+    """A folder holding one run of QK, seed 0, with `provenance`: {file: bytes} of everything in it."""
+    (out / "QK").mkdir(parents=True)
+    (out / "QK" / "results.json").write_text(json.dumps({"tag": "QK", "seed": 0, "provenance": provenance}))
+    return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def untrained(monkeypatch):
+    """Training fails the test: a refusal comes before any run trains."""
+    from research.studies import runner
+
+    def train(*args, **kwargs):
+        raise AssertionError("a run was trained")
+    monkeypatch.setattr(runner, "train_run", train)
+
+
+@pytest.mark.parametrize("case", ["host kind", "precision"])
+def test_a_study_refuses_runs_on_another_host_kind_or_precision_before_training(corpus_file, cache_dir, tmp_path,
+                                                                             case, capsys, monkeypatch):
+    untrained(monkeypatch)
+    out = tmp_path / "study"
+    theirs = ({"train_precision": "fp32", "host_kind": OTHER} if case == "host kind" else
+              {"train_precision": "bf16", "host_kind": HERE})
+    before = held(out, theirs)
+    msg = stops(capsys, qk_norm_25m_study.main, study_args(corpus_file, cache_dir, out, 4 * STEP_TOKENS, "--seed", "0"))
+    if case == "host kind":
+        assert msg == (f"error: {out} holds runs trained on {OTHER} (1 run, e.g. QK/results.json), and this host is "
+                       f"{HERE}: bf16 numerics differ between host kinds, so a study compares the runs of one "
+                       f"(docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: run it on a "
+                       f"{OTHER} host, or another --out, or pass --mix_hosts to combine them (the report then says "
+                       f"they were trained on 2 host kinds) (nothing was trained)")
+    else:
+        assert msg.startswith(f"error: {out} holds runs trained in bf16 (1 run, e.g. QK/results.json), and this "
+                              f"command trains in fp32: a study compares runs of one precision")
+        assert msg.endswith("Fix: --precision bf16 (as they were trained), or another --out (nothing was trained)")
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
+
+
+def test_the_fine_tuning_study_refuses_another_host_kind_before_loading_its_model(tmp_path, capsys):
+    from research import finetune_keys_study
+    out = tmp_path / "finetune"
+    before = held(out, {"train_precision": "fp32", "host_kind": OTHER})
+    msg = stops(capsys, finetune_keys_study.main, ["--model", str(tmp_path / "no_such_model"), "--out", str(out),
+                                                   "--device", "cpu", "--precision", "fp32", "--no_progress"])
+    assert f"holds runs trained on {OTHER}" in msg and "pass --mix_hosts" in msg and "(nothing was trained)" in msg
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_mix_hosts_lets_another_host_kind_in_but_never_another_precision(tmp_path):
+    out = tmp_path / "study"
+    held(out, {"train_precision": "bf16", "host_kind": OTHER})
+    check_hosts(out, HERE, "bf16", mix_hosts=True)  # passes
+    check_hosts(out, OTHER, "bf16", mix_hosts=False)  # the folder's own kind
+    with pytest.raises(ConfigError, match="Fix: --precision bf16"):
+        check_hosts(out, HERE, "fp32", mix_hosts=True)
+    check_hosts(tmp_path / "new", HERE, "fp32", mix_hosts=False)  # nothing held: nothing to match
+
+
+def test_an_older_run_of_this_cpu_model_is_this_host_kind(tmp_path):
+    """Files written before the host kind was recorded name the CPU and whether it has native bf16: a run of this
+    CPU model with native bf16 is of this host's kind, one without it of another."""
+    old, avx2 = tmp_path / "old", tmp_path / "avx2"
+    held(old, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": True})
+    check_hosts(old, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+    held(avx2, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": False})
+    with pytest.raises(ConfigError, match=r"holds runs trained on AMD EPYC \(no native bf16\)"):
+        check_hosts(avx2, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+
+
+@pytest.mark.slow
+def test_a_study_made_with_mix_hosts_records_it_and_its_report_counts_the_host_kinds(corpus_file, cache_dir,
+                                                                                    tmp_path):
+    out = tmp_path / "study"
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--mix_hosts"))
+    assert read_study_index(out)["mix_hosts"] is True
+    assert f"host kind {HERE}." in (out / "report.md").read_text()  # one kind so far: named as the recipe's
+    for cond in ("QK", "QK_frozen", "NoQK"):  # seed 1 as if trained elsewhere
+        path = out / cond / "seed_1" / "results.json"
+        res = json.loads(path.read_text())
+        res["provenance"]["host_kind"] = OTHER
+        path.write_text(json.dumps(res))
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1"))  # no option
+    assert read_study_index(out)["mix_hosts"] is True  # a folder made so stays so
+    report = (out / "report.md").read_text()
+    groups = sorted([(HERE, 0), (OTHER, 1)])
+    assert ("trained on 2 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
+                                                    for k, s in groups)
+            + "), combined: the study was made with --mix_hosts.") in report

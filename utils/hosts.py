@@ -1,0 +1,56 @@
+"""The kind of host a run trained on, defined once. bf16 numerics differ between CPU kinds (oneDNN's AMX kernels do
+not round as its AVX512-BF16 ones do, and a CPU without either emulates bf16) and between GPUs, so findings can move
+with the host: a study compares runs of one host kind (research.analysis.identity) and adds runs only on the kind its
+folder holds, unless made with --mix_hosts (research.studies.hosts). No torch: utils.runtime records it in every
+run's provenance, and every reader of a provenance reads it here.
+
+    CPU     its model name and the native bf16 path it has: 'AMD EPYC (AVX512-BF16)', 'Intel Xeon ... (AMX)',
+            'AMD EPYC (no native bf16)'
+    CUDA    the GPU's name: 'NVIDIA H200'
+    MPS     'Apple GPU (MPS)'
+
+A provenance recorded before the host kind was (no `host_kind`) is read from its `gpu`, `device`, `cpu` and
+`cpu_native_bf16`: its path is then 'native bf16' or 'no native bf16', and `same_paths` gives a native one the path
+that the other runs of its CPU model record (where they record one), so that runs of one host, older and newer, are
+one kind.
+"""
+from __future__ import annotations
+
+BF16_PATHS = ("AMX", "AVX512-BF16", "none")  # the CPU's native bf16 path, best first, as provenance's `cpu_bf16`
+NATIVE = "native bf16"  # an older provenance's path: native bf16, which one not recorded
+_PATH_TEXT = {"none": "no native bf16"}
+
+
+def host_kind(provenance: dict | None) -> str | None:
+    """The host kind of a run's provenance: its recorded `host_kind`, else one read from its older fields; None where
+    it records no host (a write-up's results)."""
+    p = provenance if isinstance(provenance, dict) else {}
+    if p.get("host_kind"):
+        return str(p["host_kind"])
+    if p.get("gpu"):
+        return str(p["gpu"])
+    if str(p.get("device") or "").startswith("mps"):
+        return "Apple GPU (MPS)"
+    if not p.get("cpu"):
+        return None
+    path = p.get("cpu_bf16")
+    if path is None and p.get("cpu_native_bf16") is not None:
+        path = NATIVE if p["cpu_native_bf16"] else "none"
+    return f"{p['cpu']} ({_PATH_TEXT.get(path, path)})" if path else str(p["cpu"])
+
+
+def same_paths(kinds: list[str | None]) -> list[str | None]:
+    """The host kinds, each older 'MODEL (native bf16)' given the path the others of MODEL name where they name one
+    only (AMX or AVX512-BF16): older and newer runs of one host are one kind; where they name both, it stays apart."""
+    suffix = f" ({NATIVE})"
+    paths: dict[str, set] = {}
+    for k in kinds:
+        for path in BF16_PATHS[:2]:
+            if k and k.endswith(f" ({path})"):
+                paths.setdefault(k[:-len(path) - 3], set()).add(path)
+    out = []
+    for k in kinds:
+        model = k[:-len(suffix)] if k and k.endswith(suffix) else None
+        known = paths.get(model, set()) if model else set()
+        out.append(f"{model} ({next(iter(known))})" if len(known) == 1 else k)
+    return out
