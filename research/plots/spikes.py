@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from research.plots.common import color, label, message_figure, styled, subplots
 from utils.telemetry import SIGNALS
 
 FIGURES = ("1_signals_at_spikes.png", "2_hit_vs_false_alarms.png")
+TITLE_CHARS_PER_INCH = 10  # characters of a suptitle line that fit an inch of figure at the default font
 
 
 def _quartiles(a: np.ndarray):
@@ -93,11 +95,12 @@ def fig_hit_false(analysis: SpikeAnalysis):
         ax.set_title(label(cond))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.suptitle(f"Held-out hit rate (dot, with its interval) and chance: dash, the same alarms set against the other "
-                 f"runs' spikes at their rate;\ndiamond, each run's alarms shifted in time against its own spikes. "
-                 f"Thresholds chosen on seeds "
-                 f"{', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
-                 f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'};\nblack: the two checks")
+    title = ["Held-out hit rate (dot, with its interval) and chance: dash, the same alarms set against the other "
+             "runs' spikes at their rate; diamond, each run's alarms shifted in time against its own spikes.",
+             f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
+             f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks."]
+    per_line = int(TITLE_CHARS_PER_INCH * fig.get_figwidth())
+    fig.suptitle("\n".join(textwrap.fill(t, per_line) for t in title))
     fig.tight_layout()
     return fig
 
