@@ -32,6 +32,12 @@ def _quartiles(a: np.ndarray):
     return out
 
 
+def _title(fig, lines: list[str]) -> None:
+    """The figure's title: each of `lines` wrapped to the figure's width."""
+    per_line = int(TITLE_CHARS_PER_INCH * fig.get_figwidth())
+    fig.suptitle("\n".join(textwrap.fill(t, per_line) for t in lines))
+
+
 @styled
 def fig_aligned(analysis: SpikeAnalysis):
     conds = [c for c in analysis.conditions if analysis.spikes_of(c)]
@@ -61,9 +67,10 @@ def fig_aligned(analysis: SpikeAnalysis):
                 ax.set_title(f"{label(cond)} ({analysis.spikes_of(cond)} spikes)")
             if i == len(names) - 1:
                 ax.set_xlabel("steps from the spike's onset")
-    fig.suptitle("Signals (colour: median, quartile band) and loss (dashed: median) around each spike;\nshaded: the "
-                 f"{HORIZON} steps an alarm must fall in")
-    fig.tight_layout()
+    _title(fig, ["Signals (colour: median, quartile band) and loss (dashed: median) around each spike;",
+                 f"shaded: the {HORIZON} steps before the onset, its warning window unless an earlier spike's reaction "
+                 f"span (its onset to {REACTION} steps after its end) cuts it"])
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.2 / fig.get_figheight()))  # a fifth of an inch between title and panels
     return fig
 
 
@@ -99,8 +106,7 @@ def fig_hit_false(analysis: SpikeAnalysis):
              "runs' spikes at their rate; diamond, each run's alarms shifted in time against its own spikes.",
              f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
              f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks."]
-    per_line = int(TITLE_CHARS_PER_INCH * fig.get_figwidth())
-    fig.suptitle("\n".join(textwrap.fill(t, per_line) for t in title))
+    _title(fig, title)
     fig.tight_layout()
     return fig
 
