@@ -20,8 +20,8 @@ previous spike of its run is over: after its end plus REACTION steps (`RunSteps.
 onset to REACTION steps after its end is a REACTION to it: it is neither a hit nor a false alarm, whatever follows
 (a second spike of a burst is not warned of by an alarm its first raised). An alarm HITS a spike when it falls in
 its warning window; the lead time is the onset minus the first alarm there. A spike whose window is empty (it
-started within HORIZON steps of the previous one's reaction span, or at the first armed step) cannot be warned of
-and is not counted among the spikes to warn of. An alarm is FALSE when it falls in no warning window and in no
+started by the step after the previous one's reaction span, or at the first armed step) cannot be warned of and is
+not counted among the spikes to warn of. An alarm is FALSE when it falls in no warning window and in no
 reaction span; where the run ended (without diverging) less than HORIZON steps later it cannot be judged and is not
 counted, nor are those steps. False alarms are per 1,000 judged steps.
 

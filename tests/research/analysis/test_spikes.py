@@ -252,8 +252,8 @@ def test_an_alarm_in_an_earlier_spikes_reaction_span_is_no_hit_of_the_next_and_o
     assert s.judged_steps == 144
     assert scored(60)[1].hits == 0 and scored(55)[1].leads == (5,)  # at A's onset: a reaction; before it: A's warning
     assert scored(40)[1].false_alarms == 1  # before any window: false
-    # a spike that starts within HORIZON steps of the previous one's span has no window: not counted; so is one at
-    # the first armed step (21)
+    # a spike that starts by the step after the previous one's span (its end + REACTION + 1) has no window: not
+    # counted; nor is one at the first armed step (21)
     close = _run(6, 128, (60, 66), ())
     assert close.windows.tolist() == [[50, 60], [73, 66]] and close.warnable.tolist() == [True, False]
     assert spike_rule.score(close, "logit_max", 50.0).spikes == 1
