@@ -13,13 +13,20 @@ The spike rule (`find_spikes`), on the training loss of every step (metrics.json
   end.
 
 Signals (utils.telemetry.SIGNALS, read with its `series`; entropy from results.json's probes) raise an alarm at
-each crossing of a threshold (utils.telemetry.Alarm.crossed), armed from the end of the warm-up on. An alarm
-HITS a spike when it falls in the HORIZON steps before its onset; the lead time is the onset minus the first alarm
-in that window. An alarm is FALSE when no onset follows within HORIZON steps; alarms during a spike (from its
-onset to its end) are neither, and where the run ended (without diverging) less than HORIZON steps later they
-cannot be judged and are not counted, nor are those steps. False alarms are per 1,000 judged steps.
+each crossing of a threshold (utils.telemetry.Alarm.crossed), armed from the end of the warm-up on.
 
-Two checks are watched like the signals (CHECKS): STEP_RULE and LOSS_RISE (research/analysis/spikes.py says why).
+A spike's WARNING WINDOW is the HORIZON steps before its onset, cut to armed steps and to the steps after the
+previous spike of its run is over: after its end plus REACTION steps (`RunSteps.windows`). An alarm from a spike's
+onset to REACTION steps after its end is a REACTION to it: it is neither a hit nor a false alarm, whatever follows
+(a second spike of a burst is not warned of by an alarm its first raised). An alarm HITS a spike when it falls in
+its warning window; the lead time is the onset minus the first alarm there. A spike whose window is empty (it
+started by the step after the previous one's reaction span, or at the first armed step) cannot be warned of and is
+not counted among the spikes to warn of. An alarm is FALSE when it falls in no warning window and in no
+reaction span; where the run ended (without diverging) less than HORIZON steps later it cannot be judged and is not
+counted, nor are those steps. False alarms are per 1,000 judged steps.
+
+Two checks are watched like the signals (CHECKS): LOSS_RISE and the negative control LATE_LOSS_RISE
+(research/analysis/spikes.py says why).
 """
 from __future__ import annotations
 
@@ -41,11 +48,15 @@ MAD_SCALE = 1.4826  # MAD -> standard deviation for normal noise
 REL_FLOOR = 1e-3  # the dispersion is at least this share of the median: a flat loss does not fire on rounding
 
 HORIZON = 10  # steps before an onset in which an alarm counts as a warning
-STEP_RULE, LOSS_RISE = "step_only", "loss_rise"
+# Steps after a spike's end through which an alarm is a reaction to it: a signal that rises with the loss comes back
+# with it and may cross again while it settles, and within as many steps as a warning may lead, a late reaction and
+# an early warning of the next spike cannot be told apart; the rule calls it a reaction. REACTION >= HORIZON - 1 also
+# keeps every warning window one run of steps.
+REACTION = HORIZON
+LOSS_RISE, LATE_LOSS_RISE = "loss_rise", "late_loss_rise"
 CHECKS = {s.name: s for s in (  # go through the same calibration and test as the signals, outside their family
-    Signal(STEP_RULE, f"the share of the calibration runs (at the run's rate) with a spike onset in the next "
-                      f"{HORIZON} steps: a rule that knows only the step"),
     Signal(LOSS_RISE, f"the loss minus the median of its {WINDOW} steps before"),
+    Signal(LATE_LOSS_RISE, f"{LOSS_RISE} as it was {REACTION} steps before: a negative control"),
 )}
 
 
@@ -136,17 +147,40 @@ class RunSteps:
         return np.array([s.onset for s in self.spikes], dtype=np.int64)
 
     @functools.cached_property
+    def windows(self) -> np.ndarray:
+        """[spikes, 2]: each spike's warning window, steps lo to hi - 1 (empty where lo >= hi): the HORIZON steps
+        before its onset, from the first armed step on and after the previous spike's end + REACTION."""
+        out = np.zeros((len(self.spikes), 2), dtype=np.int64)
+        floor = self.first_armed
+        for i, sp in enumerate(self.spikes):
+            lo = sp.onset if floor is None else max(sp.onset - HORIZON, floor)
+            out[i] = lo, sp.onset
+            floor = None if floor is None else max(floor, sp.end + REACTION + 1)
+        return out
+
+    @functools.cached_property
+    def warnable(self) -> np.ndarray:
+        """Per spike: its warning window holds a step (else no alarm can warn of it and it is not counted)."""
+        return self.windows[:, 0] < self.windows[:, 1]
+
+    @functools.cached_property
+    def reaction_mask(self) -> np.ndarray:
+        """At each step: it lies from a spike's onset to REACTION steps after its end (an alarm there is a reaction)."""
+        s = self.step_array
+        out = np.zeros(s.size, bool)
+        for sp in self.spikes:
+            out |= (s >= sp.onset) & (s <= sp.end + REACTION)
+        return out
+
+    @functools.cached_property
     def judged_mask(self) -> np.ndarray:
-        """At each step: an alarm there is judged (armed, not in a spike, its next HORIZON steps seen or the run
+        """At each step: an alarm there is judged (armed, no reaction, its next HORIZON steps seen or the run
         diverged)."""
         s = self.step_array
         if self.first_armed is None:
             return np.zeros(s.size, bool)
         diverged = bool(self.spikes) and self.spikes[-1].diverged
-        mask = (s >= self.first_armed) & (diverged or (s + HORIZON <= s[-1]))
-        for sp in self.spikes:
-            mask &= ~((s >= sp.onset) & (s <= sp.end))
-        return mask
+        return (s >= self.first_armed) & (diverged or (s + HORIZON <= s[-1])) & ~self.reaction_mask
 
     @property
     def judged(self) -> frozenset:
@@ -154,11 +188,11 @@ class RunSteps:
 
     @functools.cached_property
     def warned_mask(self) -> np.ndarray:
-        """At each step: an onset follows within HORIZON steps (an alarm there is not false)."""
+        """At each step: it lies in a spike's warning window (an alarm there hits, and is not false)."""
         s = self.step_array
         out = np.zeros(s.size, bool)
-        for o in self.onsets:
-            out |= (s < o) & (s >= o - HORIZON)
+        for lo, hi in self.windows:
+            out |= (s >= lo) & (s < hi)
         return out
 
 
@@ -183,6 +217,16 @@ def loss_rise(run: RunSteps) -> tuple:
     rise = loss[WINDOW:] - med
     keep = np.isfinite(rise)
     return tuple(run.step_array[WINDOW:][keep].tolist()), tuple(rise[keep].tolist())
+
+
+def late_loss_rise(run: RunSteps, rise: tuple | None = None) -> tuple:
+    """(steps, loss_rise as it was REACTION steps before), up to the run's last step: the negative control. Its
+    crossing at a spike's onset comes REACTION steps later, inside that spike's reaction span (a reaction); an alarm
+    of it in a warning window knows the loss only up to the step before the window's first possible step. `rise`:
+    loss_rise(run), where it is at hand."""
+    steps, values = rise if rise is not None else loss_rise(run)
+    keep = [i for i, s in enumerate(steps) if s + REACTION <= run.steps[-1]]
+    return tuple(steps[i] + REACTION for i in keep), tuple(values[i] for i in keep)
 
 
 def _kind(signal: str) -> Signal:
@@ -213,13 +257,15 @@ def alarms(run: RunSteps, signal: str, threshold: float) -> list[int]:
     return run.step_array[alarm_matrix(run, signal, threshold)[0]].tolist()
 
 
-def hits_of(alarm_steps: np.ndarray, onsets: np.ndarray) -> np.ndarray:
-    """Per onset: the first of the (sorted) alarm steps in the HORIZON steps before it, or -1 (no hit)."""
+def hits_of(alarm_steps: np.ndarray, run: RunSteps) -> np.ndarray:
+    """Per spike of `run`: the first of the (sorted) alarm steps in its warning window, or -1 (no hit; always for a
+    spike with an empty window). The alarms may be another run's: the window is the spike's."""
+    lo, hi = run.windows[:, 0], run.windows[:, 1]
     if not alarm_steps.size:
-        return np.full(onsets.size, -1, dtype=np.int64)
-    i = np.searchsorted(alarm_steps, onsets - HORIZON)
+        return np.full(lo.size, -1, dtype=np.int64)
+    i = np.searchsorted(alarm_steps, lo)
     inside = i < alarm_steps.size
-    inside[inside] &= alarm_steps[i[inside]] < onsets[inside]
+    inside[inside] &= alarm_steps[i[inside]] < hi[inside]
     return np.where(inside, alarm_steps[np.minimum(i, alarm_steps.size - 1)], -1)
 
 
@@ -227,7 +273,7 @@ def hits_of(alarm_steps: np.ndarray, onsets: np.ndarray) -> np.ndarray:
 class Score:
     """What one threshold does on some runs: counts, summed."""
 
-    spikes: int = 0
+    spikes: int = 0  # spikes with a warning window
     hits: int = 0
     false_alarms: int = 0
     alarms: int = 0  # alarms at judged steps (true and false)
@@ -249,10 +295,14 @@ class Score:
 
 def score(run: RunSteps, signal: str, threshold: float) -> Score:
     """Hits, lead times and false alarms of one threshold on one run (the module docstring's definitions)."""
-    fired = alarm_matrix(run, signal, threshold)[0]
-    first = hits_of(run.step_array[fired], run.onsets)
+    return score_fired(run, alarm_matrix(run, signal, threshold)[0])
+
+
+def score_fired(run: RunSteps, fired: np.ndarray) -> Score:
+    """`score` of the alarms `fired` (a boolean at each of run.steps)."""
+    first = hits_of(run.step_array[fired], run)
     counted = fired & run.judged_mask
-    return Score(int(run.onsets.size), int((first >= 0).sum()), int((counted & ~run.warned_mask).sum()),
+    return Score(int(run.warnable.sum()), int((first >= 0).sum()), int((counted & ~run.warned_mask).sum()),
                  int(counted.sum()), int(run.judged_mask.sum()), tuple((run.onsets - first)[first >= 0].tolist()))
 
 

@@ -5,25 +5,35 @@ Thresholds are chosen on the calibration seeds (the first half of the study's se
 the candidate (a quantile of the signal over those runs) with the highest hit rate whose false alarms stay under
 FALSE_ALARM_BOUND per 1,000 steps, fewest false alarms among ties. They are evaluated only on the other seeds.
 
-Chance keeps time. Spikes cluster in training (around the peak learning rate) and so do signals that follow the
-schedule, so an alarm that fires at the same step in every run hits spikes that have nothing to do with it. The
-null therefore sets each held-out run's alarms against the spikes of the held-out runs at the same learning rate:
-under "the signal does not warn", which run's alarms go with which run's spikes is exchangeable within a rate, so
-the observed hits are one draw from the hits of every such pairing (`permutation_test`, exact: every permutation
-is enumerated). A step-only rule fires at the same steps in every run and cannot beat it.
+Two nulls, and a warning must beat both. (1) Chance keeps time: spikes cluster in training (around the peak learning
+rate) and so do signals that follow the schedule, so an alarm that fires at the same step in every run hits spikes
+that have nothing to do with it. This null sets each held-out run's alarms against the spikes of the held-out runs
+at the same learning rate: if the runs are exchangeable within a rate, which run's alarms go with which run's spikes
+is too (`permutation_test`, exact: every permutation is enumerated). It fails where runs differ: a run that is both
+spikier and noisier has more alarms where it has more spikes, and its own pairing beats the others with no timing
+at all. (2) Chance keeps runs: each held-out run's alarms are moved in time against its own spikes, circularly, by
+every shift that leaves each alarm more than HORIZON steps from its place, and by none (`shift_test`, exact). It
+keeps each run's alarm and spike counts, and fails where alarms and spikes both crowd at the same time in training.
+Where either null holds, requiring both to reject keeps the level. Neither holds for a signal that follows the schedule
+AND fires more in the spikier runs: the design does not control that (research/simulations/spikes.py measures it).
 
-- WARNS: the observed hits are above that null at the one-sided level ALPHA / 2 / k (Bonferroni over the k signals
+- WARNS: the observed hits are above both nulls at the one-sided level ALPHA / 2 / k (Bonferroni over the k signals
   of the condition that were tested).
-- DOES NOT WARN (at the chosen threshold): the hit rate above chance is shown below MIN_EXCESS twice, by the t
-  bound over the evaluation seeds and by the exact (Clopper-Pearson) bound on the pooled held-out hits, both at
-  that level; with chance 0 this needs `spikes_to_rule_out(k)` held-out spikes (20 at 7 signals).
+- DOES NOT WARN (at the chosen threshold): the hit rate above chance (the runs-paired null's) is shown below
+  MIN_EXCESS twice, by the t bound over the evaluation seeds and by the exact (Clopper-Pearson) bound on the pooled
+  held-out hits, both at that level; with chance 0 this needs `spikes_to_rule_out(k)` held-out spikes (20 at 7
+  signals).
 - INCONCLUSIVE otherwise, or with fewer than MIN_SPIKES held-out spikes or 2 evaluation seeds with a spike.
 - NO_THRESHOLD: no threshold kept the calibration seeds' false alarms under the bound (no usable alarm).
 
-Two checks go through the same calibration and test in every report, outside the family: STEP_RULE, alarms at the
-steps where the calibration runs' spikes were densest (a negative control: it knows only the step, so it never
-warns), and LOSS_RISE, the loss's own rise over its window's median (what watching the loss alone would give).
-docs/spikes.md says why these constants; research/simulations/spikes.py measures the error rates.
+Spikes are those with a warning window (research/analysis/spike_rule.py): a reaction to a spike is no hit of the
+next. Two checks go through the same calibration and test in every report, outside the family: LOSS_RISE, the
+loss's own rise over its window's median (what watching the loss alone would give), and LATE_LOSS_RISE, the same
+REACTION steps late, a negative control: it keeps the loss's run-to-run differences and its timing in training, and
+its rises at onsets land in the spikes' reaction spans, but it knows nothing of the loss inside a warning window, so
+it warns only if the loss rises 11 to 20 steps before spikes or the design takes a reaction, a run's alarm rate or
+a time in training for a warning. docs/spikes.md says why these constants; research/simulations/spikes.py measures
+the error rates.
 """
 from __future__ import annotations
 
@@ -36,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.rules import ALPHA, sides_digits
-from research.analysis.spike_rule import (CHECKS, HORIZON, LOSS_RISE, STEP_RULE, RunSteps, Score, alarm_matrix,
-                                          alarms, hits_of, loss_rise, total)
+from research.analysis.spike_rule import (CHECKS, HORIZON, LATE_LOSS_RISE, LOSS_RISE, RunSteps, Score, alarm_matrix,
+                                          hits_of, late_loss_rise, loss_rise, score_fired, total)
 from research.analysis.stats import binomial_upper, mean_ci
 from research.results.values import as_float
 from research.results.vocabulary import LR_CONDITIONS
@@ -65,7 +75,7 @@ def calibrate(runs: list[RunSteps], signal: str) -> tuple[float | None, Score | 
     """(threshold, its score on `runs`): the highest hit rate with false alarms under FALSE_ALARM_BOUND per 1,000
     steps, fewest false alarms among ties (then the lowest threshold); (None, None) when there is no spike or no
     threshold stays under it."""
-    spikes = sum(r.onsets.size for r in runs)
+    spikes = sum(int(r.warnable.sum()) for r in runs)
     tried = candidates(runs, signal)
     if not spikes or not tried.size:
         return None, None
@@ -73,8 +83,8 @@ def calibrate(runs: list[RunSteps], signal: str) -> tuple[float | None, Score | 
     for r in runs:
         fired = alarm_matrix(r, signal, tried)
         if r.onsets.size:
-            s, o = r.step_array[None, :], r.onsets[:, None]
-            windows = (s >= o - HORIZON) & (s < o)  # [spikes, steps]: the HORIZON steps before each onset
+            s = r.step_array[None, :]
+            windows = (s >= r.windows[:, :1]) & (s < r.windows[:, 1:])  # [spikes, steps]: each warning window
             hits += (fired[:, None, :] & windows[None]).any(axis=2).sum(axis=1)
         false += (fired & r.judged_mask & ~r.warned_mask).sum(axis=1)
         judged += int(r.judged_mask.sum())
@@ -89,29 +99,16 @@ def calibrate(runs: list[RunSteps], signal: str) -> tuple[float | None, Score | 
     return t, total(runs, signal, t)
 
 
-def step_series(cal_runs: list[RunSteps], run: RunSteps) -> tuple:
-    """The step-only rule's signal for `run`: at each of its steps, the share of the calibration runs at its rate
-    (all of them where none is at its rate) whose spike onsets include one in the next HORIZON steps."""
-    same = [r for r in cal_runs if r.multiplier == run.multiplier] or cal_runs
-    if not same:
-        return (), ()
-    s = run.step_array
-    density = np.zeros(s.size)
-    for r in same:
-        density += ((r.onsets[None, :] > s[:, None]) & (r.onsets[None, :] <= s[:, None] + HORIZON)).any(axis=1)
-    return tuple(s.tolist()), tuple((density / len(same)).tolist())
-
-
-# ---------------------------------------------------------------------------------- the null that keeps time
+# ---------------------------------------------------------------------------------- the two nulls
 @dataclass(frozen=True)
-class Permutation:
-    """The held-out hits against every pairing of alarm sequences with spike sequences within a rate."""
+class Null:
+    """The held-out hits against the hits of the same alarms and spikes rearranged under one null."""
 
     observed: int  # hits of each run's own alarms on its own spikes
-    expected: float  # their mean over the pairings: chance
-    p: float  # one-sided: the share of pairings with at least the observed hits
-    min_p: float  # the smallest p these runs can give (the share of pairings at the most hits any reaches)
-    exact: bool  # every pairing enumerated (else MONTE_CARLO random ones, seeded)
+    expected: float  # their mean under the null: chance
+    p: float  # one-sided: the null's probability of at least the observed hits
+    min_p: float  # the smallest p these runs can give (the null's probability of the most hits it reaches)
+    exact: bool  # every arrangement counted (else MONTE_CARLO random pairings, seeded)
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,12 +116,18 @@ def _permutations(n: int) -> np.ndarray:
     return np.array(list(itertools.permutations(range(n))), dtype=np.int64).reshape(-1, n)
 
 
-def permutation_test(groups: list[np.ndarray]) -> Permutation:
-    """groups: per learning rate, H[i, j] = the spikes of run j hit by the alarms of run i. Under the null every
-    permutation of the alarm sequences over the runs of a rate is as likely as the one observed; the hits of a
-    pairing are sum_j H[pi(j), j]. Exact (each rate's permutations enumerated, their sums' distributions convolved
-    over the rates) with at most EXACT_UP_TO runs at every rate, else MONTE_CARLO random pairings counted with the
-    observed one."""
+def _tail(counts: np.ndarray, observed: int) -> tuple[float, float]:
+    """(p, min_p) of a distribution given as counts (or probabilities) per number of hits."""
+    top = np.flatnonzero(counts)[-1]
+    return min(1.0, float(counts[observed:].sum() / counts.sum())), float(counts[top] / counts.sum())
+
+
+def permutation_test(groups: list[np.ndarray]) -> Null:
+    """The null that keeps time. groups: per learning rate, H[i, j] = the spikes of run j hit by the alarms of run i.
+    Under the null every permutation of the alarm sequences over the runs of a rate is as likely as the one
+    observed; the hits of a pairing are sum_j H[pi(j), j]. Exact (each rate's permutations enumerated, their sums'
+    distributions convolved over the rates) with at most EXACT_UP_TO runs at every rate, else MONTE_CARLO random
+    pairings counted with the observed one."""
     groups = [np.asarray(h, dtype=np.int64) for h in groups if np.asarray(h).size]
     observed = int(sum(np.trace(h) for h in groups))
     expected = float(sum(h.sum() / len(h) for h in groups))  # each column's mean over the rows
@@ -133,23 +136,50 @@ def permutation_test(groups: list[np.ndarray]) -> Permutation:
         for h in groups:
             n = len(h)
             counts = np.convolve(counts, np.bincount(h[_permutations(n), np.arange(n)].sum(axis=1)).astype(float))
-        top = np.flatnonzero(counts)[-1]
-        return Permutation(observed, expected, float(counts[observed:].sum() / counts.sum()),
-                           float(counts[top] / counts.sum()), True)
+        return Null(observed, expected, *_tail(counts, observed), True)
     rng = np.random.default_rng(0)
     totals = np.zeros(MONTE_CARLO, dtype=np.int64)
     for h in groups:
         n = len(h)
         perms = rng.permuted(np.tile(np.arange(n), (MONTE_CARLO, 1)), axis=1)
         totals += h[perms, np.arange(n)].sum(axis=1)
-    return Permutation(observed, expected, float((1 + (totals >= observed).sum()) / (MONTE_CARLO + 1)),
-                       1 / (MONTE_CARLO + 1), False)
+    return Null(observed, expected, float((1 + (totals >= observed).sum()) / (MONTE_CARLO + 1)),
+                1 / (MONTE_CARLO + 1), False)
 
 
 def cross_hits(runs: list[RunSteps], alarm_steps: list[np.ndarray]) -> np.ndarray:
     """H[i, j]: the spikes of runs[j] hit by the alarms of runs[i]."""
-    return np.array([[int((hits_of(a, r.onsets) >= 0).sum()) for r in runs] for a in alarm_steps],
+    return np.array([[int((hits_of(a, r) >= 0).sum()) for r in runs] for a in alarm_steps],
                     dtype=np.int64).reshape(len(runs), len(runs))
+
+
+def shift_hits(run: RunSteps, alarm_steps: np.ndarray) -> np.ndarray:
+    """The spikes of `run` its own alarms hit when every one is moved d steps later, circularly over the run's armed
+    steps: for d = 0 (as observed) and each d that leaves every alarm more than HORIZON steps (circularly) from its
+    place (a smaller shift keeps a warning where it warns)."""
+    own = np.array([int((hits_of(alarm_steps, run) >= 0).sum())])
+    if run.first_armed is None or not alarm_steps.size or not run.warnable.any():
+        return own
+    first = run.first_armed
+    n = int(run.steps[-1]) - first + 1
+    d = np.arange(HORIZON + 1, n - HORIZON, dtype=np.int64)
+    moved = first + (alarm_steps[None, :] - first + d[:, None]) % n  # [shifts, alarms]
+    lo, hi = run.windows[run.warnable].T
+    inside = (moved[:, :, None] >= lo) & (moved[:, :, None] < hi)  # [shifts, alarms, spikes]
+    return np.concatenate([own, inside.any(axis=1).sum(axis=1)])
+
+
+def shift_test(runs: list[RunSteps], alarm_steps: list[np.ndarray]) -> Null:
+    """The null that keeps each run: its alarms carry no timing of its own spikes, so moving them in time (each shift
+    of `shift_hits` equally likely, each run on its own) gives hits like the observed. It keeps what differs between
+    runs (how many alarms, how many spikes), not when in training things happen. Exact: each run's distribution over
+    its shifts, convolved over the runs."""
+    observed, expected, dist = 0, 0.0, np.ones(1)
+    for r, a in zip(runs, alarm_steps):
+        h = shift_hits(r, a)
+        observed, expected = observed + int(h[0]), expected + float(h.mean())
+        dist = np.convolve(dist, np.bincount(h) / h.size)
+    return Null(observed, expected, *_tail(dist, observed), True)
 
 
 def spikes_to_rule_out(k: int, chance: float = 0.0) -> int:
@@ -188,13 +218,14 @@ class SignalResult:
     hit_rate: Interval | None
     false_alarms: Interval | None  # per 1,000 steps
     lead: Interval | None  # steps
-    chance: Interval | None  # per seed: the hits the null expects, as a share of its spikes
+    chance: Interval | None  # per seed: the hits the runs-paired null expects, as a share of its spikes
     excess: Interval | None  # hit rate - chance, per seed
     verdict: str
     text: str  # the verdict sentence with the estimates it rests on
-    permutation: Permutation | None = None
+    permutation: Null | None = None  # runs paired within a rate
     excess_bound: float = math.nan  # the exact upper bound on the pooled hit rate minus the pooled chance
     quiet_false_alarms: float = math.nan  # alarms per 1,000 judged steps in held-out runs without a spike
+    shifts: Null | None = None  # each run's alarms shifted in time against its own spikes
 
     @property
     def eval_spikes(self) -> int:
@@ -211,7 +242,7 @@ class SpikeAnalysis:
     aligned: dict  # (signal or "loss", condition) -> [n_spikes, offsets] array around each onset
     level: dict  # condition -> the intervals' level (Bonferroni over its tested signals)
     summary: dict  # condition -> the sentence on the whole condition
-    checks: dict  # (STEP_RULE or LOSS_RISE, condition) -> SignalResult
+    checks: dict  # (LOSS_RISE or LATE_LOSS_RISE, condition) -> SignalResult
     family: dict  # condition -> the signals tested, k of the Bonferroni level (0: none; the checks never count)
 
     def spikes_of(self, condition: str, seeds=None) -> int:
@@ -269,15 +300,17 @@ class Evaluation:
     """One threshold on the held-out runs of a condition."""
 
     per_seed: dict  # seed -> Score (each run's own alarms on its own spikes)
-    chance: dict  # seed -> the hits the null expects on its spikes
-    permutation: Permutation
+    chance: dict  # seed -> the hits the runs-paired null expects on its spikes
+    permutation: Null  # runs paired within a rate
+    shifts: Null  # each run's alarms shifted in time
     quiet: Score  # the held-out runs without a spike, pooled
 
 
 def evaluate(runs: list[RunSteps], signal: str, threshold: float, seeds: list) -> Evaluation:
-    """Score the held-out `runs` at `threshold`, and set each run's alarms against the spikes of the others at its
-    learning rate (the null that keeps time)."""
-    fired = {id(r): np.sort(np.asarray(alarms(r, signal, threshold), dtype=np.int64)) for r in runs}
+    """Score the held-out `runs` at `threshold`; set each run's alarms against the spikes of the others at its
+    learning rate (the null that keeps time) and against its own spikes shifted in time (the null that keeps runs)."""
+    at_step = {id(r): alarm_matrix(r, signal, threshold)[0] for r in runs}
+    fired = {id(r): r.step_array[at_step[id(r)]] for r in runs}  # ascending, as the steps
     expected: dict = {}
     groups = []
     for m in sorted({r.multiplier for r in runs}):
@@ -286,9 +319,12 @@ def evaluate(runs: list[RunSteps], signal: str, threshold: float, seeds: list) -
         groups.append(h)
         for j, r in enumerate(at):
             expected[r.seed] = expected.get(r.seed, 0.0) + float(h[:, j].mean())
-    per_seed = {s: total([r for r in runs if r.seed == s], signal, threshold) for s in seeds}
-    quiet = total([r for r in runs if not r.spikes], signal, threshold)
-    return Evaluation(per_seed, {s: expected.get(s, 0.0) for s in seeds}, permutation_test(groups), quiet)
+
+    def pooled(of: list[RunSteps]) -> Score:
+        return sum((score_fired(r, at_step[id(r)]) for r in of), Score())
+    per_seed = {s: pooled([r for r in runs if r.seed == s]) for s in seeds}
+    return Evaluation(per_seed, {s: expected.get(s, 0.0) for s in seeds}, permutation_test(groups),
+                      shift_test(runs, [fired[id(r)] for r in runs]), pooled([r for r in runs if not r.spikes]))
 
 
 def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation | None, n_spikes: dict,
@@ -305,11 +341,12 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
     chance = Interval.of([ev.chance[s] / p.spikes for s, p in per_seed.items() if p.spikes] if ev else [], level, 0, 1)
     excess = Interval.of([p.hit_rate - ev.chance[s] / p.spikes for s, p in per_seed.items() if p.spikes]
                          if ev else [], level, -1, 1)
-    perm = ev.permutation if ev else None
+    perm, shifts = (ev.permutation, ev.shifts) if ev else (None, None)
     bound = (binomial_upper(perm.observed, spikes, alpha) - perm.expected / spikes) if perm and spikes else math.nan
     quiet = ev.quiet.false_per_1000 if ev else math.nan
     named = f"{signal} at threshold {threshold:.4g}" if threshold is not None else signal
     need = spikes_to_rule_out(k, perm.expected / spikes) if perm and spikes else spikes_to_rule_out(k)
+    nulls = (("with the runs paired", perm), ("with each run's alarms shifted in time", shifts)) if ev else ()
     if not eval_seeds:
         verdict, why = INCONCLUSIVE, "no seed to evaluate on: the study needs 2 seeds or more"
     elif spikes < MIN_SPIKES or seeds_with < 2:
@@ -318,17 +355,17 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
     elif threshold is None:
         verdict, why = NO_THRESHOLD, (f"no threshold kept its false alarms under {FALSE_ALARM_BOUND:g} per 1,000 steps "
                                       f"on the calibration seeds")
-    elif perm.p <= alpha:
-        verdict, why = WARNS, f"permutation p {p_text(perm.p)} \u2264 {p_text(alpha)}"
+    elif perm.p <= alpha and shifts.p <= alpha:
+        verdict, why = WARNS, (f"p {p_text(perm.p)} with the runs paired and {p_text(shifts.p)} with each run's "
+                               f"alarms shifted in time, both \u2264 {p_text(alpha)}")
     elif excess.hi < MIN_EXCESS and bound < MIN_EXCESS:
         verdict, why = NO_WARNING, (f"its hit rate is shown less than {MIN_EXCESS:g} above chance by the t bound "
                                     f"over seeds ({near_bound(excess.hi)}) and the exact bound on the pooled "
                                     f"hits ({near_bound(bound)})")
     else:
-        open_ = [f"permutation p {p_text(perm.p)} > {p_text(alpha)}"]
-        if perm.min_p > alpha:
-            open_.append(f"no pairing of these runs could give p \u2264 {p_text(alpha)} (the smallest is "
-                         f"{p_text(perm.min_p)}): a warning needs more held-out runs at a rate")
+        open_ = [f"p {p_text(n.p)} {how} > {p_text(alpha)}" for how, n in nulls if n.p > alpha]
+        open_ += [f"no arrangement {how} could give p \u2264 {p_text(alpha)} (the smallest is {p_text(n.min_p)}): a "
+                  f"warning needs more held-out runs" for how, n in nulls if n.min_p > alpha]
         reach = [f"{name} {near_bound(v)}" for name, v in (("t bound over seeds", excess.hi), ("exact bound", bound))
                  if not v < MIN_EXCESS]
         open_.append(f"a hit rate {MIN_EXCESS:g} above chance is not ruled out ({', '.join(reach)})")
@@ -341,14 +378,14 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
     else:
         text = (f"{named} in {cond}: {verdict} ({why}). Held-out hit rate {ci_text(hit)} ({perm.observed} of "
                 f"{spikes} spikes) against {ci_text(chance)} by chance ({perm.expected:.1f} hits expected when each "
-                f"run's alarms are set against the spikes of the runs at its rate), excess "
-                f"{ci_text(excess, near=True)}, exact bound on the pooled excess {near_bound(bound)}; "
-                f"{ci_text(fa, '.1f')} false alarms per 1,000 steps, "
+                f"run's alarms are set against the spikes of the runs at its rate, {shifts.expected:.1f} when they "
+                f"are shifted in time against its own), excess {ci_text(excess, near=True)}, exact bound on the pooled "
+                f"excess {near_bound(bound)}; {ci_text(fa, '.1f')} false alarms per 1,000 steps, "
                 f"{'n/a' if not math.isfinite(quiet) else f'{quiet:.1f}'} in runs without a spike; lead "
                 f"{ci_text(lead, '.1f')} steps; chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on "
                 f"seeds {', '.join(map(str, eval_seeds))}.")
     return SignalResult(signal, cond, threshold, cal, per_seed, hit, fa, lead, chance, excess, verdict, text, perm,
-                        bound, quiet)
+                        bound, quiet, shifts)
 
 
 def aligned(runs: list[RunSteps], name: str) -> np.ndarray:
@@ -363,10 +400,14 @@ def aligned(runs: list[RunSteps], name: str) -> np.ndarray:
     return np.array(out, dtype=float).reshape(len(out), offsets.size)
 
 
-def _with_checks(runs: list[RunSteps], cal_runs: list[RunSteps]) -> list[RunSteps]:
+def _with_checks(runs: list[RunSteps]) -> list[RunSteps]:
     """The runs with the two checks' series beside their signals."""
-    return [dataclasses.replace(r, signals={**r.signals, STEP_RULE: step_series(cal_runs, r), LOSS_RISE: loss_rise(r)})
-            for r in runs]
+    out = []
+    for r in runs:
+        rise = loss_rise(r)
+        out.append(dataclasses.replace(r, signals={**r.signals, LOSS_RISE: rise,
+                                                   LATE_LOSS_RISE: late_loss_rise(r, rise)}))
+    return out
 
 
 def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
@@ -379,17 +420,17 @@ def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
     results, checks, levels, summary, al, family = {}, {}, {}, {}, {}, {}
     for cond in conditions:
         raw = [r for r in runs if r.condition == cond]
-        of = _with_checks(raw, [r for r in raw if r.seed in cal_seeds])
+        of = _with_checks(raw)
         cal_runs = [r for r in of if r.seed in cal_seeds]
         held = [r for r in of if r.seed in eval_seeds]
-        n_spikes = {s: sum(len(r.spikes) for r in held if r.seed == s) for s in eval_seeds}
+        n_spikes = {s: sum(int(r.warnable.sum()) for r in held if r.seed == s) for s in eval_seeds}
         chosen = {sig: calibrate(cal_runs, sig) for sig in (*SIGNALS, *CHECKS)}
         evals = {sig: evaluate(held, sig, t, eval_seeds) if t is not None and eval_seeds else None
                  for sig, (t, _) in chosen.items()}
         tested = sum(1 for sig in SIGNALS if evals[sig] is not None and sum(1 for n in n_spikes.values() if n) >= 2)
         family[cond], k = tested, max(tested, 1)
         levels[cond] = 1 - ALPHA / k
-        cal_spikes = sum(len(r.spikes) for r in cal_runs)
+        cal_spikes = sum(int(r.warnable.sum()) for r in cal_runs)
         for sig, (t, cal) in chosen.items():
             res = _decide(sig, cond, t, cal, evals[sig], n_spikes, levels[cond], k, cal_seeds, eval_seeds)
             if not candidates(of, sig).size:

@@ -8,16 +8,18 @@
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 
-from research.analysis.spike_rule import CHECKS, HORIZON, K, LOSS_RISE, M, REL_FLOOR, STEP_RULE, WINDOW
+from research.analysis.spike_rule import CHECKS, HORIZON, LATE_LOSS_RISE, LOSS_RISE, REACTION, K, M, REL_FLOOR, WINDOW
 from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, MIN_EXCESS, MIN_SPIKES, SpikeAnalysis, ci_text, p_text,
                                       spikes_to_rule_out)
 from research.plots.common import color, label, message_figure, styled, subplots
 from utils.telemetry import SIGNALS
 
 FIGURES = ("1_signals_at_spikes.png", "2_hit_vs_false_alarms.png")
+TITLE_CHARS_PER_INCH = 10  # characters of a suptitle line that fit an inch of figure at the default font
 
 
 def _quartiles(a: np.ndarray):
@@ -28,6 +30,12 @@ def _quartiles(a: np.ndarray):
         if col.size:
             out[:, j] = np.percentile(col, [50, 25, 75])
     return out
+
+
+def _title(fig, lines: list[str]) -> None:
+    """The figure's title: each of `lines` wrapped to the figure's width."""
+    per_line = int(TITLE_CHARS_PER_INCH * fig.get_figwidth())
+    fig.suptitle("\n".join(textwrap.fill(t, per_line) for t in lines))
 
 
 @styled
@@ -59,9 +67,10 @@ def fig_aligned(analysis: SpikeAnalysis):
                 ax.set_title(f"{label(cond)} ({analysis.spikes_of(cond)} spikes)")
             if i == len(names) - 1:
                 ax.set_xlabel("steps from the spike's onset")
-    fig.suptitle("Signals (colour: median, quartile band) and loss (dashed: median) around each spike;\nshaded: the "
-                 f"{HORIZON} steps an alarm must fall in")
-    fig.tight_layout()
+    _title(fig, ["Signals (colour: median, quartile band) and loss (dashed: median) around each spike;",
+                 f"shaded: the {HORIZON} steps before the onset, its warning window unless an earlier spike's reaction "
+                 f"span (its onset to {REACTION} steps after its end) cuts it"])
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.2 / fig.get_figheight()))  # a fifth of an inch between title and panels
     return fig
 
 
@@ -71,7 +80,7 @@ def fig_hit_false(analysis: SpikeAnalysis):
     fig, axes = subplots(1, len(conds), figsize=(5.6 * len(conds), 6.4), squeeze=False)
     for ax, cond in zip(axes[0], conds):
         shown = [(analysis.results[(n, cond)], f"C{k}", "o") for k, n in enumerate(SIGNALS)]
-        shown += [(analysis.checks[(n, cond)], "black", m) for n, m in ((STEP_RULE, "x"), (LOSS_RISE, "s"))
+        shown += [(analysis.checks[(n, cond)], "black", m) for n, m in ((LATE_LOSS_RISE, "x"), (LOSS_RISE, "s"))
                   if (n, cond) in analysis.checks]
         for r, col, marker in shown:
             if r.hit_rate is None or not math.isfinite(r.hit_rate.mean) or not math.isfinite(r.false_alarms.mean):
@@ -81,8 +90,11 @@ def fig_hit_false(analysis: SpikeAnalysis):
             check = r.signal in CHECKS
             ax.errorbar(r.false_alarms.mean, r.hit_rate.mean, yerr=err, xerr=xerr, fmt=marker, capsize=3, color=col,
                         mfc="none" if check else col, label=f"{r.signal}{' (check)' if check else ''} ({r.verdict})")
-            if r.chance is not None and math.isfinite(r.chance.mean):  # what the pairings hit: the bar to beat
+            if r.chance is not None and math.isfinite(r.chance.mean):  # what the pairings hit: one bar to beat
                 ax.plot(r.false_alarms.mean, r.chance.mean, marker="_", ms=14, mew=2.5, color=col, alpha=0.7)
+            if r.shifts is not None and r.eval_spikes:  # what the shifted alarms hit: the other
+                ax.plot(r.false_alarms.mean, r.shifts.expected / r.eval_spikes, marker="d", ms=6, mfc="none",
+                        color=col, alpha=0.8, ls="none")
         ax.axvline(FALSE_ALARM_BOUND, color="grey", ls=":", lw=0.8)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("false alarms per 1,000 steps (held-out)")
@@ -90,10 +102,11 @@ def fig_hit_false(analysis: SpikeAnalysis):
         ax.set_title(label(cond))
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, frameon=False)
-    fig.suptitle(f"Held-out hit rate (dot, with its interval) and chance (dash: what the same alarms hit set "
-                 f"against the other runs' spikes at their rate)\nThresholds chosen on seeds "
-                 f"{', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
-                 f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks")
+    title = ["Held-out hit rate (dot, with its interval) and chance: dash, the same alarms set against the other "
+             "runs' spikes at their rate; diamond, each run's alarms shifted in time against its own spikes.",
+             f"Thresholds chosen on seeds {', '.join(map(str, analysis.calibration_seeds))}, evaluated on seeds "
+             f"{', '.join(map(str, analysis.evaluation_seeds)) or '(none)'}; black: the two checks."]
+    _title(fig, title)
     fig.tight_layout()
     return fig
 
@@ -109,60 +122,85 @@ def rule_text() -> str:
             f"the loss is back under the line; a non-finite loss is a spike (divergence) at its step.")
 
 
+def hit_text() -> str:
+    return (f"An alarm is a crossing of a threshold. A spike's warning window is the {HORIZON} steps before its "
+            f"onset, from the first armed step and after the previous spike's end + {REACTION} steps; an alarm hits a "
+            f"spike when it falls in its window (lead: onset minus the first such alarm). An alarm from a spike's "
+            f"onset to {REACTION} steps after its end is a reaction: neither a hit (of the next spike) nor false. A "
+            f"spike with an empty window (it came too soon after the previous one, or at the first armed step) is "
+            f"not counted among the spikes to warn of. An alarm is false when it lies in no window and no reaction "
+            f"span.")
+
+
+def null_text() -> str:
+    return ("A warning must beat two nulls. Runs paired: each held-out run's alarms are set against the spikes of "
+            "every held-out run at the same learning rate (every pairing within a rate, enumerated), which keeps "
+            "when in training things happen (a rule that fires at the same steps in every run hits as much under "
+            "every pairing). Shifted: each run's alarms are moved in time against its own spikes, circularly, by "
+            f"every shift that leaves each alarm more than {HORIZON} steps from its place, which keeps what differs "
+            "between runs (a run that is spikier and noisier has more alarms and more spikes under every shift). "
+            "Chance is each null's mean hit rate; p the null's probability of at least as many hits as the runs' "
+            "own alarms made.")
+
+
+def _p_pair(r) -> str:
+    return "n/a" if r.permutation is None else f"{p_text(r.permutation.p)}, {p_text(r.shifts.p)}"
+
+
 def _row(r, name: str) -> str:
     t = "none" if r.threshold is None else f"{r.threshold:.4g}"
-    perm = r.permutation
-    p = f"{p_text(perm.p)}" if perm else "n/a"
+    shifted = f"{r.shifts.expected / r.eval_spikes:.2f}" if r.shifts is not None and r.eval_spikes else "n/a"
     quiet = "n/a" if not math.isfinite(r.quiet_false_alarms) else f"{r.quiet_false_alarms:.1f}"
-    return (f"| {name} | {t} | {ci_text(r.hit_rate)} | {ci_text(r.chance)} | {p} | {ci_text(r.false_alarms, '.1f')} | "
-            f"{quiet} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
+    hits = f" ({r.permutation.observed} of {r.eval_spikes})" if r.permutation is not None else ""
+    return (f"| {name} | {t} | {ci_text(r.hit_rate)}{hits} | {ci_text(r.chance)} | {shifted} | {_p_pair(r)} | "
+            f"{ci_text(r.false_alarms, '.1f')} | {quiet} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
 
 
 def report(analysis: SpikeAnalysis) -> str:
     lines = ["# Do the keys warn before the loss spikes?", "",
-             rule_text() + f" An alarm is a crossing of a threshold; it hits a spike when it falls in the {HORIZON} "
-             f"steps before the onset (lead: onset minus the first such alarm), and is false when no onset follows "
-             f"within {HORIZON} steps. Thresholds were chosen on the calibration seeds "
+             rule_text(), "", "## How a signal is judged", "",
+             hit_text() + " Thresholds were chosen on the calibration seeds "
              f"({', '.join(map(str, analysis.calibration_seeds))}: the highest hit rate with at most "
              f"{FALSE_ALARM_BOUND:g} false alarms per 1,000 steps) and evaluated only on the other seeds "
-             f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}). "
-             "Chance keeps time: spikes cluster in training, and so do signals that follow the schedule. Each "
-             "held-out run's alarms are set against the spikes of every held-out run at the same learning rate (every "
-             "pairing of alarm sequences with spike sequences within a rate, enumerated); chance is the hit rate those "
-             "pairings give on average, and p the share of them that hit at least as many spikes as the runs' own "
-             "alarms did. A rule that fires at the same steps in every run hits as much under every pairing: p = 1. "
-             "Intervals are t intervals over the evaluation seeds (docs/spikes.md, docs/decisions.md).", "",
+             f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}).", "", null_text() +
+             " Intervals are t intervals over the evaluation seeds (docs/spikes.md, docs/decisions.md).", "",
              "## Verdict", ""]
     lines += [f"- {analysis.summary[c]}" for c in analysis.conditions]
-    lines += ["", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes | "
+              "held-out, with a warning window |", "|---|---|---|---|---|---|---|"]
     for c in analysis.conditions:
         runs = [r for r in analysis.runs if r.condition == c]
+        held = [r for r in runs if r.seed in analysis.evaluation_seeds]
         lines.append(f"| {label(c)} | {len(runs)} | {sum(len(r.spikes) for r in runs)} | "
                      f"{sum(1 for r in runs for s in r.spikes if s.diverged)} | "
                      f"{analysis.spikes_of(c, analysis.calibration_seeds)} | "
-                     f"{analysis.spikes_of(c, analysis.evaluation_seeds)} |")
+                     f"{analysis.spikes_of(c, analysis.evaluation_seeds)} | "
+                     f"{sum(int(r.warnable.sum()) for r in held)} |")
     for c in analysis.conditions:
         level, tested = analysis.level[c], analysis.family[c]
         k, alpha = max(tested, 1), (1 - level) / 2
         family = (f"{tested} signal(s) tested: each is one of a family of {tested} (Bonferroni)." if tested else
                   "No signal could be tested (each needs a threshold and held-out spikes on 2 seeds or more).")
         lines += ["", f"## {label(c)}", "",
-                  f"{family} A signal warns when its "
-                  f"held-out hits beat the pairings at one-sided p \u2264 {p_text(alpha)} (0.025 / {k}). It does "
-                  f"not warn, at its chosen threshold, when its hit rate above chance is shown below "
-                  f"{MIN_EXCESS:g} both by the t bound over the evaluation seeds and by the exact (Clopper-Pearson) "
-                  f"bound on the pooled held-out hits, each at that level: with no hit and no chance that takes "
-                  f"{spikes_to_rule_out(k)} held-out spikes. Any verdict needs {MIN_SPIKES} held-out spikes on 2 "
-                  f"seeds or more. Intervals at level {level:.4g}.", "",
-                  "| signal | threshold | hit rate | chance | p | false alarms / 1,000 steps | in runs without a spike "
-                  "| lead (steps) | verdict |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"{family} A signal warns when its held-out hits beat both nulls at one-sided p \u2264 "
+                  f"{p_text(alpha)} (0.025 / {k}). It does not warn, at its chosen threshold, when its hit rate above "
+                  f"chance (runs paired) is shown below {MIN_EXCESS:g} both by the t bound over the evaluation seeds "
+                  f"and by the exact (Clopper-Pearson) bound on the pooled held-out hits, each at that level: with no "
+                  f"hit and no chance that takes {spikes_to_rule_out(k)} held-out spikes. Any verdict needs "
+                  f"{MIN_SPIKES} held-out spikes (with a warning window) on 2 seeds or more. Intervals at level "
+                  f"{level:.4g}.", "",
+                  "| signal | threshold | hit rate (hits of spikes) | chance, runs paired | chance, shifted | "
+                  "p: paired, shifted | false alarms / 1,000 steps | in runs without a spike | lead (steps) "
+                  "| verdict |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_row(analysis.results[(name, c)], name) for name in SIGNALS]
         lines += [_row(analysis.checks[(n, c)], f"{n} (check)") for n in CHECKS if (n, c) in analysis.checks]
         lines += ["", *(f"- {analysis.results[(name, c)].text}" for name in SIGNALS), "",
-                  f"Checks, outside the family and tested the same way: {STEP_RULE} fires where the calibration runs' "
-                  f"spikes were densest at the run's rate (it knows only the step, so no pairing can favour it); "
-                  f"{LOSS_RISE} is the loss's own rise over the median of its {WINDOW} steps before.", "",
+                  f"Checks, outside the family and tested the same way: {LOSS_RISE} is the loss's own rise over the "
+                  f"median of its {WINDOW} steps before; {LATE_LOSS_RISE}, the negative control, is {LOSS_RISE} as "
+                  f"it was {REACTION} steps before: its rise at an onset lands in that spike's reaction span, and it "
+                  f"knows nothing of the loss inside a warning window, so it warns only if the loss rises "
+                  f"{REACTION + 1} to {REACTION + HORIZON} steps before spikes, or if the design takes a reaction, a "
+                  f"run's alarm rate or a time in training for a warning.", "",
                   *(f"- {analysis.checks[(name, c)].text}" for name in CHECKS if (name, c) in analysis.checks)]
     return "\n".join(lines) + "\n"

@@ -1,12 +1,13 @@
 """The spike rule on synthetic loss curves, and the evaluation of signals on synthetic runs known by hand."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 
 from research.analysis import spike_rule, spikes
-from research.analysis.spike_rule import STEP_RULE, WINDOW, RunSteps, Spike, find_spikes
+from research.analysis.spike_rule import WINDOW, RunSteps, Spike, find_spikes
 from research.analysis.spikes import INCONCLUSIVE, NO_WARNING, WARNS, analyze
 from utils.telemetry import SIGNALS, Alarm
 
@@ -102,8 +103,9 @@ def test_a_signal_that_rises_5_steps_before_each_spike_warns_against_the_null_th
     assert sorted(r.per_seed) == [6, 7, 8, 9, 10, 11]  # evaluated on seeds 6-11 alone
     assert all((s.spikes, s.hits, s.false_alarms, s.leads) == (2, 2, 0, (5, 5)) for s in r.per_seed.values())
     assert (r.hit_rate.mean, r.false_alarms.mean, r.lead.mean) == (1.0, 0.0, 5.0)
-    # 2 alarms in the judged steps of a run: 200 - 20 (warm-up) - 10 (end unseen) - 6 (in spikes) = 164
-    assert r.per_seed[6].judged_steps == 164 and r.per_seed[6].alarms == 2
+    # 2 alarms in the judged steps of a run: 200 - 20 (warm-up) - 10 (end unseen) - 2 x 13 (each spike's 3 steps and
+    # the REACTION = 10 after: reactions) = 144
+    assert r.per_seed[6].judged_steps == 144 and r.per_seed[6].alarms == 2
     # A run's alarms hit its own 2 spikes and no other run's (their onsets are 12 or more steps apart): H = 2 x I.
     # Over the 6! pairings of the 6 held-out runs the hits are 2 x (fixed points): 12 only for the one observed, and
     # 2 expected (each spike is hit by 1 of the 6 runs' alarms): chance 1/6, p = 1/720.
@@ -113,7 +115,11 @@ def test_a_signal_that_rises_5_steps_before_each_spike_warns_against_the_null_th
     assert math.isclose(r.chance.mean, 1 / 6) and math.isclose(r.excess.mean, 5 / 6)
     assert r.verdict == WARNS and math.isclose(a.level["NoQK"], 1 - 0.05 / 3)  # k: logit_max, its growth, grad_norm
     assert r.text.startswith("logit_max at threshold ")
-    assert "warns (permutation p 0.0014 \u2264 " in r.text and "(12 of 12 spikes)" in r.text
+    # shifted in time (by 0, or by 11 to 169 of a run's 180 armed steps, each run on its own), a run's 2 alarms, 70
+    # steps apart like its spikes, hit at most 1 of them: 12 hits only with no run shifted, p = (1 / 160) ** 6
+    assert r.shifts.observed == 12 and math.isclose(r.shifts.p, 160.0 ** -6)
+    assert "warns (p 0.0014 with the runs paired and 6.0e-14 with each run's alarms shifted in time, both \u2264 " \
+        in r.text and "(12 of 12 spikes)" in r.text
     assert "2.0 hits expected" in r.text and "chosen on seeds 0, 1, 2, 3, 4, 5, evaluated on seeds 6, 7" in r.text
 
 
@@ -151,8 +157,6 @@ def test_a_signal_that_only_follows_the_step_does_not_warn_though_it_beats_rando
     assert (r.permutation.observed, r.permutation.expected, r.permutation.p) == (6, 6.0, 1.0)
     assert (r.hit_rate.mean, r.chance.mean, r.excess.mean) == (0.5, 0.5, 0.0)
     assert r.verdict != WARNS
-    control = a.checks[(STEP_RULE, "NoQK")]  # the step-only rule: it knows the calibration runs' spikes at 45
-    assert control.permutation.p == 1.0 and control.verdict != WARNS and control.hit_rate.mean >= 0.5
 
 
 def test_does_not_warn_needs_the_spikes_to_say_it():
@@ -227,3 +231,112 @@ def test_the_aligned_series_are_centred_on_each_onset():
 def test_a_run_that_diverged_at_its_first_step_is_one_spike_from_results_json_alone():
     run = RunSteps.of("NoQK@256", {"seed": 0, "diverged": {"step": 1}}, [])
     assert run.spikes == (Spike(1, 1, True),)
+
+
+# ---------------------------------------------------------------------- reactions, the shifted null, the control
+def test_an_alarm_in_an_earlier_spikes_reaction_span_is_no_hit_of_the_next_and_one_just_after_is():
+    # Spike A at 60 (3 steps: end 62), its reaction span 60..72 (end + REACTION); spike B at 78, whose 10 steps before
+    # (68..77) are cut to after A's span: its window is 73..77.
+    assert (spike_rule.HORIZON, spike_rule.REACTION) == (10, 10)
+
+    def scored(alarm: int):
+        run = _run(6, 128, (60, 78), (alarm,))
+        return run, spike_rule.score(run, "logit_max", 50.0)
+    run, s = scored(72)
+    assert run.windows.tolist() == [[50, 60], [73, 78]] and run.warnable.tolist() == [True, True]
+    # 72 lies in B's 10 steps, but it is A's reaction: no hit, and no false alarm either (not judged)
+    assert (s.spikes, s.hits, s.false_alarms, s.alarms) == (2, 0, 0, 0)
+    _, s = scored(73)  # one step later: a warning of B, 5 steps ahead
+    assert (s.hits, s.false_alarms, s.alarms, s.leads) == (1, 0, 1, (5,))
+    # judged: 200 - 20 (warm-up) - 10 (end unseen) - 13 (A's span, 60..72) - 13 (B's, 78..90) = 144
+    assert s.judged_steps == 144
+    assert scored(60)[1].hits == 0 and scored(55)[1].leads == (5,)  # at A's onset: a reaction; before it: A's warning
+    assert scored(40)[1].false_alarms == 1  # before any window: false
+    # a spike that starts by the step after the previous one's span (its end + REACTION + 1) has no window: not
+    # counted; nor is one at the first armed step (21)
+    close = _run(6, 128, (60, 66), ())
+    assert close.windows.tolist() == [[50, 60], [73, 66]] and close.warnable.tolist() == [True, False]
+    assert spike_rule.score(close, "logit_max", 50.0).spikes == 1
+    assert _run(6, 128, (21,), ()).warnable.tolist() == [False]
+
+
+def test_the_shifted_null_by_hand():
+    # 60 steps, armed from 21: 40 armed steps. A spike at 50 (window 40..49), one alarm at 45 (a hit). The shifts
+    # that move it more than 10 steps are 11..29: 45 goes to 56..60 and 21..34, none in the window. With d = 0 the
+    # null has 20 equally likely values, one of them a hit: p = 1/20; two such runs: 1/400.
+    run = _run(6, 128, (50,), (45,), n=60)
+    h = spikes.shift_hits(run, np.array([45]))
+    assert h.tolist() == [1] + [0] * 19
+    one, two = spikes.shift_test([run], [np.array([45])]), spikes.shift_test([run, run], [np.array([45])] * 2)
+    assert (one.observed, one.expected, one.p, one.min_p) == (1, 0.05, 0.05, 0.05)
+    assert two.observed == 2 and math.isclose(two.p, 1 / 400) and math.isclose(two.expected, 0.1)
+    # an alarm that hits wherever it is moved: p = 1 (no run, no shift can show timing)
+    assert spikes.shift_test([run], [np.array([], dtype=np.int64)]).p == 1.0
+
+
+WINDOWS_7 = tuple(range(50, 351, 50))  # an unstable run's onsets, 400 steps: windows 40..49, 90..99, ..., 340..349
+
+
+def _instability(warning: bool) -> list[RunSteps]:
+    """12 seeds at two rates. Seeds 0-2 and 6-8 are unstable (7 spikes, WINDOWS_7), 3-5 and 9-11 stable (one spike,
+    at 210). With `warning`, logit_max rises 5 steps before every spike. Without, an unstable run raises 5 alarms that
+    know nothing of its spikes (one falls in a window, as 5 alarms placed at random would: the windows are 70 of the
+    380 armed steps) and a stable run none: the alarms go with the spikes only through the run."""
+    def run(seed, m):
+        onsets = WINDOWS_7 if seed % 6 < 3 else (210,)
+        if warning:
+            alarm_steps = tuple(o - 5 for o in onsets)
+        else:
+            alarm_steps = (30, 75, 128, 245, 320) if seed % 6 < 3 else ()
+        return _run(seed, m, onsets, alarm_steps, n=400)
+    return [run(s, m) for s in SEEDS for m in (128, 256)]
+
+
+def test_run_level_instability_is_not_a_warning_and_a_warning_still_is():
+    a = analyze(_instability(warning=False), seeds=SEEDS)
+    r = a.results[("logit_max", "NoQK")]
+    assert a.family["NoQK"] == 1  # only logit_max is recorded: the level is 0.025
+    # Paired: an unstable run's alarms hit 1 spike of any unstable run and none of a stable one's (210), and a stable
+    # run has no alarm; the observed 3 a rate only when the 3 unstable runs' alarms go to unstable runs: 3! 3! / 6! =
+    # 1/20 a rate, p = 1/400, under 0.025: the runs-paired null alone calls it a warning.
+    assert (r.permutation.observed, r.permutation.p) == (6, 0.0025)
+    # Shifted: each unstable run's 5 alarms, moved by d = 0 or 11..369 circularly over steps 21..400, against its own
+    # windows; the null's distribution, counted here step by step
+    armed = np.arange(21, 401)
+    in_window = np.isin(armed, [s for o in WINDOWS_7 for s in range(o - 10, o)])
+    per_run = [int(in_window[(np.array([30, 75, 128, 245, 320]) - 21 + d) % 380].sum()) for d in
+               [0, *range(11, 370)]]  # each alarm in its own window: no two of them share one
+    dist = np.ones(1)
+    for _ in range(6):
+        dist = np.convolve(dist, np.bincount(per_run) / len(per_run))
+    assert r.shifts.observed == 6 and math.isclose(r.shifts.p, dist[6:].sum())
+    assert math.isclose(r.shifts.expected, 6 * np.mean(per_run)) and r.shifts.expected > 5  # chance gives as much
+    assert r.shifts.p > 0.3 and r.verdict != WARNS  # (6 hits of 48 spikes: it is decided "does not warn")
+    # the same runs with a signal that rises 5 steps before every spike: both nulls reject
+    w = analyze(_instability(warning=True), seeds=SEEDS).results[("logit_max", "NoQK")]
+    assert (w.permutation.observed, w.permutation.p) == (48, 0.0025) and w.shifts.p < 1e-10
+    assert w.verdict == WARNS and "p 0.0025 with the runs paired and " in w.text
+
+
+def test_the_negative_control_is_the_loss_rise_reaction_steps_late_and_its_rises_are_reactions():
+    # a flat loss of 4 nats, 6 at steps 60-62 (spike A) and 78-80 (spike B)
+    rows = [{"step": s, "loss": 6.0 if 60 <= s <= 62 or 78 <= s <= 80 else 4.0} for s in range(1, N + 1)]
+    run = RunSteps.of("QK@128", {"seed": 6}, rows)
+    assert [(s.onset, s.end) for s in run.spikes] == [(60, 62), (78, 80)]
+    steps, values = spike_rule.late_loss_rise(run)
+    rise = dict(zip(*spike_rule.loss_rise(run)))
+    assert steps[0] == WINDOW + 1 + 10 and steps[-1] == N  # loss_rise starts at 21, 10 steps late at 31
+    late = dict(zip(steps, values))
+    assert (late[69], late[70], late[72], late[73], late[88]) == (0.0, 2.0, 2.0, 0.0, 2.0)
+    assert all(late[s] == rise[s - 10] for s in steps)
+    # its alarms at threshold 1 are at 70 and 88: inside A's (60..72) and B's (78..90) reaction spans. 70 lies in the
+    # 10 steps before B (68..77), a hit under a rule without reactions; here neither a hit nor false
+    run = dataclasses.replace(run, signals={**run.signals, spike_rule.LATE_LOSS_RISE: (steps, values)})
+    assert spike_rule.alarms(run, spike_rule.LATE_LOSS_RISE, 1.0) == [70, 88]
+    s = spike_rule.score(run, spike_rule.LATE_LOSS_RISE, 1.0)
+    assert (s.spikes, s.hits, s.false_alarms, s.alarms) == (2, 0, 0, 0)
+    # every report tests it beside the signals, outside the family
+    a = analyze(_runs(), seeds=SEEDS)
+    control = a.checks[(spike_rule.LATE_LOSS_RISE, "NoQK")]
+    assert control.permutation is not None and control.shifts is not None and control.verdict != WARNS
+    assert a.family["NoQK"] == 3
