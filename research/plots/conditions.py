@@ -17,6 +17,7 @@ import math
 import textwrap
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from configs.config import variant_fields
 from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
@@ -140,6 +141,7 @@ def fig_comparisons(a: ConditionsAnalysis):
             ax.plot(est, i, "o", color=shade, ms=5)
         ax.set_yticks(range(len(pairs)), [_pair(p) for p in pairs], fontsize=8)
         ax.set_ylim(len(pairs) - 0.4, -0.6)
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=5))  # ticks of a small quantity (0.0015) would run together
         ratio = any(a.decisions[q.key][p].ratio for p in pairs)
         ax.set_xlabel("ratio \u2212 1, %" if ratio else "difference" + (f", {q.unit}" if q.unit else ""))
         ax.set_title(textwrap.fill(q.text + (" (primary)" if q.key in a.primary else ""), 44))
