@@ -129,7 +129,7 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
         fall, rise = dec[(c, "fall")], dec[(c, "rise")]
         shapes.append({dips.RISES: HOLDS, dips.NO_RISE: FAILS, dips.OPEN: OPEN}[dips.shape(fall, rise)])
         span = xs[c][-1] - xs[c][i]
-        courses[c] = (f"{c} {dips.course_text(fall, rise)} (tested on {len(tested)} seeds; the rise measured over "
+        courses[c] = (f"{c}: {dips.course_text(fall, rise)} (tested on {len(tested)} seeds; the rise measured over "
                       f"{'the last ' if i == y.shape[1] - 2 else ''}{span:,.0f} tokens)")
         fall_share, rise_share = dips.fall_rise_text(fall, rise, mean[0])
         parts.append(f"{LETTERS[c]} (tested seeds' mean): {mean[0]:.1f} \u2192 {mean[i]:.1f} at {xs[c][i] / 1e6:.3g}M "

@@ -99,9 +99,9 @@ def test_a_claim_over_conditions_names_each_conditions_own_outcome():
     d = qk_norm.analyze(runs).claims["d"]
     assert d.status == "fails"
     assert d.text.startswith(
-        "QK falls; still falls at the end, below the chosen probe (tested on 2 seeds; the rise measured over the last "
-        "142,858 tokens); QK_frozen falls and recovers (tested on 2 seeds; the rise measured over 714,286 tokens); "
-        "NoQK falls and recovers (")
+        "QK: falls; still falls at the end, below the chosen probe (tested on 2 seeds; the rise measured over the last "
+        "142,858 tokens); QK_frozen: falls and recovers (tested on 2 seeds; the rise measured over 714,286 tokens); "
+        "NoQK: falls and recovers (")
     flat = hand(0.1, -2.0, 2.2, 1.0)
     assert course_text(flat, flat) == "open (neither its fall nor its recovery is settled)"
     assert course_text(hand(10.0, 8.0, 12.0, 1.0), flat) == "falls; its recovery is open"
