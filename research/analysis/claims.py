@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from research.analysis import dips
 from research.analysis.dips import dip_decisions, in_seed_order, split_seeds
-from research.analysis.rules import (DESCRIPTIVE, MARGIN, Decision, compared_on, effect_text, needed_text, runs_of,
-                                     untested_text)
+from research.analysis.rules import DESCRIPTIVE, MARGIN, Decision, compared_on, runs_of
+from research.analysis.wording import effect_text, needed_text, untested_text
 from research.analysis.series import aligned, nanmean
 from research.results.vocabulary import LETTERS, QK_CONDITIONS, QK_PAIRS
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from research.analysis.rules import DIFFERENCE, RATIO_WHERE_POSITIVE, UNRESOLVED, Decision, Paired, decide, effect_text
+from research.analysis.rules import DIFFERENCE, RATIO_WHERE_POSITIVE, UNRESOLVED, Decision, Paired, decide
+from research.analysis.wording import effect_text
 from research.analysis.series import nanmean
 from research.results.read import seed_of
 
@@ -116,9 +117,9 @@ def course_text(fall: Decision, rise: Decision) -> str:
 def fall_rise_text(fall: Decision, rise: Decision, start_value: float) -> tuple[str, str]:
     """(fall, rise) as shares in words: the fall a share of where the series started (a halving is a fall of +50%,
     never a share of the low it fell to), the rise a share of the low it rises from, each with its interval
-    (rules.effect_text): ('+50.0% [+45.1%, +54.9%] of the start', '+20.0% [...] of the low'). Decided on log ratios
+    (wording.effect_text): ('+50.0% [+45.1%, +54.9%] of the start', '+20.0% [...] of the low'). Decided on log ratios
     (a positive quantity, dip_decisions), a fall ln(y0 / y*) prints as 1 - y*/y0 and a rise ln(y_end / y*) as
-    y_end/y* - 1, each interval mapped from the log interval that decided it (rules.printed: `first` for the fall),
+    y_end/y* - 1, each interval mapped from the log interval that decided it (wording.printed: `first` for the fall),
     so printed ends and margin bounds keep the sides the decision read; on differences, shares of `start_value` (the
     fall) and of the low (the rise's scale)."""
     return (f"{effect_text(fall, of=start_value, first=True)} of the start",

@@ -26,7 +26,8 @@ import numpy as np
 
 from research.analysis import dips
 from research.analysis.rules import (DIFFERENCE, LOSS_MARGIN, MARGIN, RATIO_WHERE_POSITIVE, Decision, Paired, by_seed,
-                                     compared_on, conditions, decide, effect_text, runs_of)
+                                     compared_on, conditions, decide, runs_of)
+from research.analysis.wording import effect_text
 from research.analysis.series import aligned, nanmean
 from research.analysis.stats import mean_ci95
 from research.results.read import final_site_mean, last, seed_of

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from research.analysis.claims import claims
-from research.analysis.rules import (DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE,
-                                     LOSS_MARGIN, MARGIN, NO_DATA, NO_SPREAD, RATIO, UNRESOLVED, WITHIN, Decision,
-                                     Paired, by_seed, compared_on, conditions, conflict, decide, effect_text,
-                                     final_value, finals, needed_text, runs_of, untested_text)
+from research.analysis.rules import (DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, FINAL_FIELDS, INCONCLUSIVE, LOSS_MARGIN,
+                                     MARGIN, NO_DATA, NO_SPREAD, RATIO, UNRESOLVED, WITHIN, Decision, Paired, by_seed,
+                                     compared_on, conditions, decide, final_value, finals, runs_of)
+from research.analysis.wording import conflict, effect_text, needed_text, untested_text
 from research.analysis.stats import mean_ci95
 from research.results.read import d_head_of, final_site_mean, layer_keys, seed_of
 from research.results.values import as_float, json_safe
@@ -427,7 +427,7 @@ class QkNormAnalysis:
 
     @property
     def pr_disagreements(self) -> list:
-        """The pairs on which pr_sv and pr_var disagree: their outcomes differ in kind (rules.conflict: one beyond
+        """The pairs on which pr_sv and pr_var disagree: their outcomes differ in kind (wording.conflict: one beyond
         the margin and the other inside it, or opposite signs both real), never merely in their intervals."""
         sv, var = self.decisions["mean_pr"], self.decisions["mean_pr_var"]
         return [p for p in self._pr_pairs() if conflict(sv[p], var[p])]

@@ -43,8 +43,8 @@ import numpy as np
 from scipy import stats
 
 from research.analysis.rules import (ALPHA, INCONCLUSIVE, MARGIN, UNRESOLVED, Margin, Paired, decide_once,
-                                     Reading, deciding_with, k_of, no_spread, outcome_of,
-                                     reading_with, settle_text)
+                                     deciding_with, k_of, no_spread, outcome_of)
+from research.analysis.wording import Reading, reading_with, settle_text
 from research.analysis.stats import t_critical
 
 FIRST_SHARE = 0.05  # the share of alpha a design's first look spends
@@ -236,7 +236,7 @@ def reading(looks: list[Look], design: Design | None) -> Reading:
 @contextlib.contextmanager
 def at_looks(looks: list[Look], design: Design | None = None) -> Iterator[None]:
     """Within the block every rules.decide decides at `looks` (decide_at), by `design`'s intervals where it planned
-    them, and the reports' procedure and what would settle an open question say so (rules.reading_with); with one
+    them, and the reports' procedure and what would settle an open question say so (wording.reading_with); with one
     look at the full alpha and no design, as rules.decide does alone (a study of fixed seeds, decided as it always
     was)."""
     if one_full_look(looks) and design is None:

@@ -45,7 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from research.analysis.rules import ALPHA, sides_digits
+from research.analysis.rules import ALPHA
+from research.analysis.wording import sides_digits
 from research.analysis.spike_rule import (CHECKS, HORIZON, LATE_LOSS_RISE, LOSS_RISE, RunSteps, Score, alarm_matrix,
                                           hits_of, late_loss_rise, loss_rise, score_fired, total)
 from research.analysis.stats import binomial_upper, mean_ci
@@ -275,7 +276,7 @@ def split_seeds(seeds: list) -> tuple[list, list]:
 
 def near_bound(x: float, decimals: int = 2) -> str:
     """An excess over chance, or a bound on it, with the decimals that keep it on its side of 0 and of MIN_EXCESS
-    (rules.sides_digits: a t bound of 0.2496 is below 0.25, never '0.25')."""
+    (wording.sides_digits: a t bound of 0.2496 is below 0.25, never '0.25')."""
     return f"{x:.{sides_digits([x], [0.0, MIN_EXCESS], decimals)}f}" if math.isfinite(x) else "n/a"
 
 

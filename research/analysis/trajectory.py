@@ -27,8 +27,8 @@ import numpy as np
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, per_batch, site_of
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, INCONCLUSIVE, LOSS_MARGIN, MARGIN,
-                                     NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, compared_on, decide,
-                                     effect_text, needed_text)
+                                     NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN, Decision, Paired, compared_on, decide)
+from research.analysis.wording import effect_text, needed_text
 from research.analysis.stats import mean_ci
 
 GAIN_CV = "gain_cv"

@@ -26,7 +26,8 @@ import numpy as np
 
 from research.analysis.keys import layer_groups
 from research.analysis.pretrained import attn_per_batch, site_of
-from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, MARGIN, Paired, Reading, both_text, decide, reading_with
+from research.analysis.rules import DIFFERENCE, LOSS_MARGIN, MARGIN, Paired, decide
+from research.analysis.wording import Reading, both_text, reading_with
 from research.analysis.trajectory import GAIN_CV, LOSS, Change, gain_cv, metrics_of, per_batch_group, verdict
 
 SINK_FIELD = "sink_mass_excl_q0"

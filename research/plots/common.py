@@ -19,8 +19,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from research.analysis.rules import (DESCRIPTIVE, NO_DATA, OUTLIER_LEVEL, OUTLIERS, RATIOS, interval_text,
-                                     margin_bounds, needed_text, plural, unmissable_text, untested_text)
+from research.analysis.rules import DESCRIPTIVE, NO_DATA, OUTLIER_LEVEL, OUTLIERS, RATIOS
+from research.analysis.wording import interval_text, margin_bounds, needed_text, plural, unmissable_text, untested_text
 from research.results.values import json_safe
 from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
@@ -181,7 +181,7 @@ def fmt_p(p: float) -> str:
 
 def fmt_ci(d, decimals: int) -> str:
     """A Decision's interval and its level: '[-1.20, -0.40] (98.3%)', at least `decimals` decimals and as many more
-    as put both ends on their side of 0 and of the margin (research.analysis.rules.interval_text). One decided on log
+    as put both ends on their side of 0 and of the margin (research.analysis.wording.interval_text). One decided on log
     ratios has no interval in units and gives its ratio's: 'ratio [-8.1%, +1.6%] (98.3%)' (A/B - 1), its ends on
     their side of 0 and of the margin's printed bounds, exp(+-m) - 1."""
     return f"{_ratio_word(d)}{interval_text(d, decimals)[1]} ({d.ci_level:.1%})"
@@ -225,7 +225,7 @@ def shown_effect(d) -> tuple[float, float, float]:
 
 def shown_margin(d) -> tuple[float, float]:
     """A Decision's margin on the scale shown_effect draws: +-margin in units, or the ratio's bounds in %
-    (research.analysis.rules.margin_bounds)."""
+    (research.analysis.wording.margin_bounds)."""
     lo, hi = margin_bounds(d)
     return (100 * lo, 100 * hi) if d.ratio else (lo, hi)
 
@@ -302,7 +302,7 @@ def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "see
 def _decision_cells(d, decimals: int, unit: str, ratio_columns: bool) -> list[str]:
     """A decision's cells between n and the per-seed values: difference, interval(s), p and outcome; each interval
     with the digits its ends need against 0 and the margin (fmt_ci, fmt_rel_ci), the estimates at its decimals, and
-    a margin that cannot be missed marked beside the outcome (rules.unmissable_text)."""
+    a margin that cannot be missed marked beside the outcome (wording.unmissable_text)."""
     if not d.tested:
         what = {NO_DATA: NO_DATA, DESCRIPTIVE: f"descriptive (one {unit})"}.get(d.outcome) or untested_text(
             d, decimals, unit)

@@ -22,9 +22,9 @@ from matplotlib.ticker import MaxNLocator
 from configs.config import variant_fields
 from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
 from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD,
-                                     RATIO_WHERE_POSITIVE, WITHIN, Decision, compared_on, interval_digits,
-                                     interval_text, margin_bounds, needed_text, ratio_text, rule_text, unmissable,
-                                     unmissable_text, untested_text)
+                                     RATIO_WHERE_POSITIVE, WITHIN, Decision, compared_on)
+from research.analysis.wording import (interval_digits, interval_text, margin_bounds, needed_text, ratio_text,
+                                       rule_text, unmissable, unmissable_text, untested_text)
 from research.analysis.series import aligned, mean_band
 from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_diff, fmt_p, message_figure, per_seed_text,
                                    shown_effect, shown_margin, styled, subplots, table_notes, tokens_axis)
@@ -202,7 +202,7 @@ def _units(q: Quantity) -> str:
 
 def _digits(q: Quantity, d: Decision) -> int:
     """The decimals of d's interval and margin: the quantity's, or more where an end would print on the wrong side
-    of 0 or of the margin (research.analysis.rules.interval_digits)."""
+    of 0 or of the margin (research.analysis.wording.interval_digits)."""
     return interval_digits(d, q.decimals) if d.tested else q.decimals
 
 
@@ -210,7 +210,7 @@ def _margin(q: Quantity, d: Decision) -> str:
     """The margin in the quantity's units, and what it is a share of where it is one: '\u00b10.25 logits',
     '\u00b10.149, 3% of the pair's mean 4.950'; on log ratios the same share as a ratio's bounds: '\u00b13% of the
     pair's mean: a ratio from -2.96% to +3.05%' (at two decimals, or the interval's where it needs more); marked
-    where it cannot be missed (rules.unmissable)."""
+    where it cannot be missed (wording.unmissable)."""
     if not math.isfinite(d.margin):
         return "n/a"
     if d.ratio:  # the bounds' asymmetry shows at two decimals; more than the interval's never moves an end across
@@ -232,7 +232,7 @@ def _of(a: ConditionsAnalysis, p: tuple, d: Decision) -> str:
 def _entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
     """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK; margin \u00b10.25 logits)'; decided on log
     ratios: 'key PR (pr_sv) ratio QK/base +4.1% [+2.0%, +6.3%] (mean difference +1.23; margin ...)'. Each interval
-    with the digits its ends need against 0 and the margin (rules.interval_text)."""
+    with the digits its ends need against 0 and the margin (wording.interval_text)."""
     est, ci = interval_text(d, q.decimals)
     if d.ratio:
         return (f"{q.text} ratio {p[0]}/{p[1]} {est} {ci} (mean difference {d.diff:+.{q.decimals}f}{_units(q)}; "
@@ -331,7 +331,7 @@ def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
     """A quantity's comparisons: the difference and its interval in its units, the share of the reference, the
     margin, Bonferroni's p, the outcome and each seed's value (outliers marked). Decided on log ratios: the mean
     difference, the ratio's interval and the ratio minus 1 (docs/decisions.md#ratio-quantities). Intervals and
-    estimates with the digits the interval needs against 0 and the margin (rules.interval_text)."""
+    estimates with the digits the interval needs against 0 and the margin (wording.interval_text)."""
     decisions = a.decisions[q.key]
     ratio = any(d.ratio for d in decisions.values())
     per = "per seed (ratio \u2212 1)" if ratio else "per seed"
@@ -348,7 +348,7 @@ def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
 
 
 def _ratio_estimate(d: Decision) -> str:
-    """A ratio's estimate, ratio minus 1: at its interval's decimals where it has one (rules.interval_text)."""
+    """A ratio's estimate, ratio minus 1: at its interval's decimals where it has one (wording.interval_text)."""
     return interval_text(d, 1)[0] if d.tested else f"{d.rel:+.1%}"
 
 

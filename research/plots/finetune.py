@@ -9,7 +9,7 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
 from research.analysis.dips import RISES, course_text, fall_rise_text
-from research.analysis.rules import effect_text, ratio_text, rule_text
+from research.analysis.wording import effect_text, ratio_text, rule_text
 from research.analysis.series import mean_band
 from research.plots.common import (color, decided_text, decision_table, fmt_code, fmt_final, fmt_num, fmt_tokens,
                                    message_figure, styled, subplots, tokens_axis)

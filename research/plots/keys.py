@@ -16,7 +16,8 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
-from research.analysis.rules import Decision, log_margin, ratio_text, rule_text
+from research.analysis.rules import Decision, log_margin
+from research.analysis.wording import ratio_text, rule_text
 from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_diff_ci, fmt_num, fmt_tokens, label,
                                    message_figure, smooth, styled, subplots, tokens_axis, undecided_text)
 

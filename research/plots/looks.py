@@ -4,7 +4,8 @@ level, has no such section: its report is what it always was.
 """
 from __future__ import annotations
 
-from research.analysis.rules import ALPHA, both_text
+from research.analysis.rules import ALPHA
+from research.analysis.wording import both_text
 from research.analysis.sequential import Design, Look, error_bound, looks_of, one_full_look, undecided
 
 # The command of a catalog kind whose report names how its open questions would be answered (the README's first
@@ -96,7 +97,7 @@ def open_questions(kind: str, index: dict, primary: dict) -> str:
     are not all decided: which are open, and the exact command that would answer them: a new study on as many new
     seeds (the integers after this study's largest, so that no run of it is trained again), planned from its start
     with --until_decided at twice that many, in a new folder; and the error a reader of both reports then faces, the
-    two studies' levels added (rules.both_text; docs/decisions.md measures it). '' for a kind without a planned
+    two studies' levels added (wording.both_text; docs/decisions.md measures it). '' for a kind without a planned
     command (PLANNED_COMMANDS), a study with a design or several looks, or nothing open."""
     open_ = undecided(primary)
     command = PLANNED_COMMANDS.get(kind)

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from research.analysis.lr import REFERENCE, LRAnalysis
-from research.analysis.rules import effect_text, rule_text
+from research.analysis.wording import effect_text, rule_text
 from research.analysis.series import nanmean, on_shared_tokens
 from research.analysis.stats import mean_ci95
 from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis

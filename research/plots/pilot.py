@@ -14,7 +14,7 @@ import numpy as np
 from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
-from research.analysis.rules import ratio_text, rule_text
+from research.analysis.wording import ratio_text, rule_text
 from research.plots.common import (color, decided_text, decision_table, effect_bars, fmt_num, label, styled, subplots,
                                    tokens_axis)
 from research.results.values import as_array

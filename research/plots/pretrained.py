@@ -5,8 +5,8 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
-from research.analysis.rules import (DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED, interval_text, needed_text, ratio_text,
-                                     untested_text)
+from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED
+from research.analysis.wording import interval_text, needed_text, ratio_text, untested_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
                                    subplots)

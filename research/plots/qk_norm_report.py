@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
-from research.analysis.rules import conflict, effect_text, ratio_text, rule_text, runs_of, settles_text
+from research.analysis.rules import runs_of
+from research.analysis.wording import conflict, effect_text, ratio_text, rule_text, settles_text
 from research.plots.common import (decision_table, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci, per_seed_text,
                                    table_notes)
 from research.plots.qk_norm import SITE_TEXT, name

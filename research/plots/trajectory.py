@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from research.analysis import trajectory as A
-from research.analysis.rules import ratio_text, rule_text
+from research.analysis.wording import ratio_text, rule_text
 from research.plots.common import GROUP_COLORS, decision_table, drawable, fmt_code, fmt_num, styled, subplots
 
 FIGURES = ("key_trajectories.png", "attention_trajectories.png")

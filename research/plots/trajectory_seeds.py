@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import trajectory as A
 from research.analysis import trajectory_seeds as S
-from research.analysis.rules import ratio_text, reading_with, rule_text
+from research.analysis.wording import ratio_text, reading_with, rule_text
 from research.plots.common import decision_table, drawable, fmt_num, fmt_tokens, styled, subplots
 from research.plots.trajectory import FIGURES, mark_duplicates, run_lines
 

@@ -3,8 +3,8 @@ hand: each look sees its own seeds, at its own level, and the outcome is read of
 import numpy as np
 import pytest
 
-from research.analysis.rules import (DIFFERENT, INCONCLUSIVE, Margin, Paired, decide, decide_once, needed_text,
-                                     rule_text)
+from research.analysis.rules import DIFFERENT, INCONCLUSIVE, Margin, Paired, decide, decide_once
+from research.analysis.wording import needed_text, rule_text
 from research.analysis.sequential import (Design, Look, at_looks, boundaries, decide_at, design_of, error_bound,
                                           looks_of, plan)
 

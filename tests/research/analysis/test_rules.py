@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, NO_DATA, NO_SPREAD, UNRESOLVED,
-                                    WITHIN, Margin, Paired, decide, finals, outcome_of, k_of, needed_text,
-                                    untested_text)
+                                     WITHIN, Margin, Paired, decide, finals, outcome_of, k_of)
+from research.analysis.wording import needed_text, untested_text
 from research.analysis.stats import t_critical
 from tests.research.synthetic import qk_run
 

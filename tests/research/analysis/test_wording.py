@@ -12,8 +12,8 @@ import pytest
 
 from research.analysis import qk_norm
 from research.analysis.dips import course_text, fall_rise_text
-from research.analysis.rules import (Decision, conflict, effect_text, interval_text, outcome_of, rule_text,
-                                     settles_text, sides_digits)
+from research.analysis.rules import Decision, outcome_of
+from research.analysis.wording import conflict, effect_text, interval_text, rule_text, settles_text, sides_digits
 from research.plots.common import decided_text, decision_table, fmt_ci
 from research.plots.qk_norm_report import _pr_agreement
 from tests.research.synthetic import qk_runs
@@ -128,7 +128,7 @@ def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot
     was all it could say. The report line and the table mark it; at the key cache's own margin, 0.001 (5 times the
     values), nothing is marked. A margin that is a share of the compared values' mean never is."""
     from research.analysis.conditions import ConditionRuns, analyze
-    from research.analysis.rules import unmissable, unmissable_text
+    from research.analysis.wording import unmissable, unmissable_text
     from research.plots.conditions import report
     from tests.research.analysis.test_kv_quantities import kv_run
     costs = {"QK": (0.0001, 0.00015, 0.0002), "NoQK": (0.0002, 0.0001, 0.00015)}
@@ -181,7 +181,7 @@ def test_a_ratio_interval_is_printed_on_its_side_of_the_margins_printed_bounds()
     (the bound is +3.04569%): at two decimals both read '+3.05%', so it takes three, '+3.045%' against '+3.046%' (a
     rule reading the margin as a symmetric +-3% would stop at two). An upper end of -2.960% lies beyond the lower
     bound -2.9557%: at two decimals both read '-2.96%', at three '-2.960%' against '-2.956%'."""
-    from research.analysis.rules import interval_digits, margin_bounds
+    from research.analysis.wording import interval_digits, margin_bounds
     lo, hi = margin_bounds(ratio_hand(0.0295, 0.08))
     assert (lo, hi) == (math.expm1(-ratio_hand(0.0295, 0.08).margin), math.expm1(ratio_hand(0.0295, 0.08).margin))
     assert (f"{lo:.3%}", f"{hi:.3%}") == ("-2.956%", "3.046%")
@@ -214,7 +214,8 @@ def test_a_ratio_fall_prints_as_a_share_of_its_start_from_the_interval_that_deci
     """A fall decided on ln(y0 / y*) prints as 1 - y*/y0, a share of the start, each end mapped from the log interval:
     log ratios [ln 2, ln 4] read [+50.0%, +75.0%] of the start (a ratio y0/y* - 1 of +100% to +300%); the margin's
     bounds on that scale are 1 - exp(+-m), -3.05% and +2.96%. The rise ln(y_end / y*) prints as y_end/y* - 1."""
-    from research.analysis.rules import RATIO, log_margin, margin_bounds
+    from research.analysis.rules import RATIO, log_margin
+    from research.analysis.wording import margin_bounds
     m = log_margin(0.03)
     fall = Decision(2, 80.0, 30.0, 50.0, 0.1, (math.log(2), math.log(4)), 0.99, 0.01, 0.01, m, 55.0,
                     outcome_of(math.log(2), math.log(4), m), 0.03, on=RATIO, log_mean=math.log(8) / 2)
@@ -231,7 +232,8 @@ def test_a_ratio_decisions_sign_is_its_log_means_and_its_margin_is_never_unmissa
     difference in units is +4.5. The sign that settles (settled, conflict, settles_text) is the log mean's, the one
     the interval is about: against a real positive difference it conflicts; against a real negative one it does not.
     A ratio's margin is a share, on the log ratio: never one that cannot be missed, however small the values."""
-    from research.analysis.rules import RATIO, log_margin, settled, unmissable
+    from research.analysis.rules import RATIO, log_margin
+    from research.analysis.wording import settled, unmissable
     m = log_margin(0.03)
     neg = Decision(2, 50.5, 46.0, 4.5, 0.5, (-0.5, -0.1), 0.95, 0.01, 0.01, m, 48.25, outcome_of(-0.5, -0.1, m), 0.03,
                    on=RATIO, log_mean=-0.29)
