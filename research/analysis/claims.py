@@ -131,7 +131,7 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
         span = xs[c][-1] - xs[c][i]
         courses[c] = (f"{c}: {dips.course_text(fall, rise)} (tested on {len(tested)} seeds; the rise measured over "
                       f"{'the last ' if i == y.shape[1] - 2 else ''}{span:,.0f} tokens)")
-        fall_share, rise_share = dips.fall_rise_text(fall, rise, mean[0])
+        fall_share, rise_share = dips.fall_rise_text(fall, rise, dips.start(y))
         parts.append(f"{LETTERS[c]} (tested seeds' mean): {mean[0]:.1f} \u2192 {mean[i]:.1f} at {xs[c][i] / 1e6:.3g}M "
                      f"tokens (the probe the other seeds chose) \u2192 {mean[-1]:.1f}; fall "
                      f"{fmt_decision(fall, share=fall_share)}, rise {fmt_decision(rise, share=rise_share)}")

@@ -92,8 +92,8 @@ class Recovery:
     choose: list  # seeds whose mean series picks the probe of the minimum (every other seed from the second)
     test: list  # the other seeds: fall and rise are decided on them
     tokens: float  # training tokens at the chosen probe (NaN when none was chosen)
-    fall: Decision | None  # first minus the chosen probe, per test seed (positive: PR fell to it)
-    rise: Decision | None  # last minus the chosen probe, per test seed (positive: PR rose after it)
+    fall: Decision | None  # ln(first / the chosen probe), per test seed (positive: PR fell to it)
+    rise: Decision | None  # ln(last / the chosen probe), per test seed (positive: PR rose after it)
     why_not: str = ""  # why it is not tested ("" when it is)
     start: float = math.nan  # the test seeds' mean at the first probe: what the fall is a share of
 

@@ -343,16 +343,7 @@ class LayerEffect:
     a: str
     b: str
     kind: str  # gain (A-B), normalization (B-C) or total (A-C, when B is missing)
-    decisions: list  # one Decision per layer
-
-    @property
-    def mean(self) -> np.ndarray:
-        return np.array([d.diff for d in self.decisions])
-
-    @property
-    def ci(self) -> np.ndarray:
-        """[n_layers, 2] CI bounds (NaN with one seed)."""
-        return np.array([d.ci for d in self.decisions], dtype=float).reshape(-1, 2)
+    decisions: list  # one Decision per layer (research.plots.common.shown_effect prints each on its own scale)
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,8 @@ class Null:
     observed: int  # hits of each run's own alarms on its own spikes
     expected: float  # their mean under the null: chance
     p: float  # one-sided: the null's probability of at least the observed hits
-    min_p: float  # the smallest p these runs can give (the null's probability of the most hits it reaches)
+    min_p: float  # the smallest p these runs can give (the null's probability of the most hits it reaches); with
+    #   Monte Carlo pairings only the resolution, 1 / (MONTE_CARLO + 1), below every level a verdict uses
     exact: bool  # every arrangement counted (else MONTE_CARLO random pairings, seeded)
 
 

@@ -164,11 +164,14 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
     if d.same:
         return f"equal to {what} within \u00b1{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
     side = above if d.est > 0 else below
-    rel = "" if d.ratio else f"{d.rel:+.0%}; "  # a ratio's is in _ci
+    # decided on log ratios, the side is the ratio's: the size is the ratio's too (in _ci), never |mean difference|,
+    # whose sign need not be the ratio's
+    size = "" if d.ratio else f" by {abs(d.diff):.2f}"
+    rel = "" if d.ratio else f"{d.rel:+.0%}; "
     if d.outcome == UNRESOLVED:
-        return (f"{side} {what} by {abs(d.diff):.2f} ({rel}{_ci(d)}), but whether by more than "
+        return (f"{side} {what}{size} ({rel}{_ci(d)}), but whether by more than "
                 f"\u00b1{margin:.0%} is unresolved ({needed_text(d, 'batch')})")
-    return f"{side} {what} by {abs(d.diff):.2f}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
+    return f"{side} {what}{size}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
 
 
 def _model_header(name: str, model: A.ModelKeys) -> list[str]:

@@ -129,7 +129,8 @@ _DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relativ
                  "on": Opt(OneOf(("difference", "ratio"))), "log_ratio": Opt(Number()),
                  "relative_ci": Opt(ListOf(Number(), "a list of 2 numbers", n=2)),
                  "seeds": Opt(ListOf(Integer(), "a list of integers or null", nullable=True)),
-                 "per_seed": Opt(_NUMBERS), "outliers": Opt(ListOf(Integer(), "a list of integers")),
+                 "per_seed": Opt(_NUMBERS),
+                 "outliers": Opt(ListOf(Integer(), "positions in per_seed marked as outliers")),
                  "note": Opt(Text())})
 # combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
 # notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a

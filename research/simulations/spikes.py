@@ -6,8 +6,9 @@
 
 Each simulated study is one condition of the real study's design: 12 seeds (6 calibrate, 6 evaluate) at two learning
 rates, 400 steps a run, alarms armed after the 20-step warm-up. Spikes: Poisson, 0.5 a run at the low rate and 2.8
-at the high one (the 48-run study had 40 spikes in QK's 24 runs, 64 of its 76 at the high rate), at least 11 steps
-apart, 3 steps long; each drawn with probability `clustered` at steps 34-47, around the peak learning rate, the rest
+at the high one (the first 48-run study, fp32 at de69712, had 40 spikes in QK's 24 runs, 64 of its 76 at the high
+rate; the rerun of issue 64, bf16 at 5a7b978, 40 in QK, 59 of 71 at the high rate), at least 11 steps apart, 3
+steps long; each drawn with probability `clustered` at steps 34-47, around the peak learning rate, the rest
 anywhere from step 21 to 390 (a run holds about two spikes in 34-47, so the share that lands there is lower than
 the share drawn there; the output gives both). Seven signals stand for the study's seven, none of which knows a
 spike before it starts:

@@ -136,14 +136,15 @@ def _margins(analyze, with_loss: bool = True):
 def _decision_json(d) -> dict:
     """A Decision as combined.json keeps it: `on` says whether it was decided on per-seed differences or log ratios
     (then ci, margin and log_ratio are log ratios, relative and relative_ci the ratio minus 1, difference the mean
-    difference in units); per_seed as the report's column shows it, in `seeds` order, with the outliers' seeds."""
+    difference in units); per_seed as the report's column shows it, in `seeds` order, and outliers as positions in
+    per_seed (a seed may be unknown, or a name)."""
     marks = d.outliers
     seeds = list(d.seeds) if d.seeds is not None and len(d.seeds) == len(d.values) else None
     return json_safe({"n": d.n, "difference": d.diff, "relative": d.rel, "ci": list(d.ci), "ci_level": d.ci_level,
                       "p": d.p, "p_bonferroni": d.p_adj, "margin": d.margin, "outcome": d.outcome, "on": d.on,
                       "log_ratio": d.log_mean, "relative_ci": list(d.ci_rel), "seeds": seeds,
                       "per_seed": list(d.per_seed),
-                      "outliers": [s for s, m in zip(seeds or range(len(marks)), marks) if m], "note": d.note})
+                      "outliers": [i for i, m in enumerate(marks) if m], "note": d.note})
 
 
 def _qk_norm_combined(analysis) -> dict:

@@ -197,10 +197,12 @@ def test_layer_effects_per_layer():
     e = qk_norm.layer_effects(runs)
     assert e.layers == ["0", "1", "2", "3"] and e.one_run_each
     gain, norm = e.effects
-    assert gain.mean == pytest.approx([10.0] * 4) and norm.mean == pytest.approx([-2.0] * 4)
-    assert np.isnan(gain.ci).all() and gain.decisions[0].outcome == DESCRIPTIVE
+    assert [d.diff for d in gain.decisions] == pytest.approx([10.0] * 4)
+    assert [d.diff for d in norm.decisions] == pytest.approx([-2.0] * 4)
+    assert np.isnan([d.ci for d in gain.decisions]).all() and gain.decisions[0].outcome == DESCRIPTIVE
     only_ac = qk_norm.layer_effects({c: runs[c] for c in ("QK", "NoQK")})
-    assert [x.kind for x in only_ac.effects] == ["total"] and only_ac.effects[0].mean == pytest.approx([8.0] * 4)
+    assert [x.kind for x in only_ac.effects] == ["total"]
+    assert [d.diff for d in only_ac.effects[0].decisions] == pytest.approx([8.0] * 4)
     three = qk_norm.layer_effects(qk_runs((50, 40, 42), (3.6, 3.6, 3.6)))
     assert three.effects[0].decisions[0].outcome == DIFFERENT and not three.one_run_each
 
