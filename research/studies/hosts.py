@@ -4,7 +4,8 @@ unless it is made with --mix_hosts, which study.json then records and the analys
 counted in the report, research.analysis.identity). Both study runners ask before anything trains:
 
     add_hosts_args(p)                                        --mix_hosts
-    check_hosts(out, here, precision, mix_hosts)             ConfigError in one line naming both and the fix
+    check_hosts(out, here, precision, mix_hosts) -> mixed    ConfigError in one line naming both and the fix; else
+                                                             whether the folder mixes host kinds (study.json's)
 
 `here` is the host kind of the process that trains (utils.runtime.this_host_kind); runs handed to a Ray cluster's
 other nodes record their own, and the analysis sets aside those of another kind.
@@ -17,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from configs.config import ConfigError
+from research.results.layout import read_study_index
 from research.results.vocabulary import RESULTS_FILE
 from utils.hosts import host_kind, same_paths
 
@@ -52,9 +54,17 @@ def _held(counts: Counter, first: dict) -> str:
     return ", ".join(f"{v} ({n} run{'s' * (n > 1)}, e.g. {first[v]})" for v, n in counts.most_common())
 
 
-def check_hosts(out: Path, here: str, precision: str, mix_hosts: bool) -> None:
+def mixes_hosts(out: Path, asked: bool) -> bool:
+    """Whether the study in `out` mixes host kinds: asked now (--mix_hosts), or made so before (study.json's
+    `mix_hosts`): once made so, a folder stays so."""
+    return bool(asked or read_study_index(out).get("mix_hosts", False))
+
+
+def check_hosts(out: Path, here: str | None, precision: str, mix_hosts: bool) -> bool:
     """Before anything trains: ConfigError naming both and the fix where the runs in `out` were trained in another
-    precision than `precision` (always), or on host kinds that do not include `here` (unless `mix_hosts`)."""
+    precision than `precision` (always), or on host kinds that do not include `here` (unless the folder mixes host
+    kinds: `mix_hosts`, the option, or study.json's, mixes_hosts). Returns whether it does, for study.json."""
+    mix_hosts = mixes_hosts(out, mix_hosts)
     runs = recorded(out)
     rel = {path: path.relative_to(out).as_posix() for path, _ in runs}
     precisions: Counter = Counter()
@@ -82,3 +92,4 @@ def check_hosts(out: Path, here: str, precision: str, mix_hosts: bool) -> None:
                           f"differ between host kinds, so a study compares the runs of one ({WHERE}). Fix: run it on a "
                           f"{top} host, or another --out, or pass --mix_hosts to combine them (the report then says "
                           f"they were trained on {len(held) + 1} host kinds) (nothing was trained)")
+    return mix_hosts

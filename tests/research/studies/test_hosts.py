@@ -8,7 +8,7 @@ import torch
 
 from configs.config import ConfigError
 from research import qk_norm_25m_study
-from research.results.layout import read_study_index
+from research.results.layout import read_study_index, write_study_index
 from research.studies import QK_NORM
 from research.studies.hosts import check_hosts
 from research.studies.runner import run_study
@@ -18,6 +18,7 @@ from utils.runtime import this_host_kind
 
 HERE = this_host_kind(torch.device("cpu"))
 OTHER = "Other CPU 9000 (AMX)"
+THIRD = "Third CPU 9000 (AVX512-BF16)"
 
 
 def held(out, provenance: dict) -> dict:
@@ -72,7 +73,7 @@ def test_mix_hosts_lets_another_host_kind_in_but_never_another_precision(tmp_pat
     out = tmp_path / "study"
     held(out, {"train_precision": "bf16", "host_kind": OTHER})
     check_hosts(out, HERE, "bf16", mix_hosts=True)  # passes
-    check_hosts(out, OTHER, "bf16", mix_hosts=False)  # the folder's own kind
+    assert check_hosts(out, OTHER, "bf16", mix_hosts=False) is False  # the folder's own kind: not mixed
     with pytest.raises(ConfigError, match="Fix: --precision bf16"):
         check_hosts(out, HERE, "fp32", mix_hosts=True)
     check_hosts(tmp_path / "new", HERE, "fp32", mix_hosts=False)  # nothing held: nothing to match
@@ -89,6 +90,19 @@ def test_an_older_run_of_this_cpu_model_is_this_host_kind(tmp_path):
         check_hosts(avx2, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
 
 
+def test_a_folder_made_with_mix_hosts_takes_another_host_kind_without_the_option(tmp_path):
+    """study.json's mix_hosts is read before the check, not only when study.json is written again: a folder made
+    with --mix_hosts and resumed without it on a host kind it does not hold yet is not refused, and stays so."""
+    out = tmp_path / "study"
+    held(out, {"train_precision": "bf16", "host_kind": OTHER})
+    with pytest.raises(ConfigError, match="pass --mix_hosts"):  # study.json does not say so yet
+        check_hosts(out, THIRD, "bf16", mix_hosts=False)
+    write_study_index(out, name="qk_norm", kind="qk_norm", seeds=[0], preset="debug",
+                      conditions={"QK": ["QK/results.json"]}, margin=0.05, loss_margin=0.01, mix_hosts=True)
+    mixed = check_hosts(out, THIRD, "bf16", mix_hosts=False)
+    assert mixed is True  # what study.json is written with again
+
+
 @pytest.mark.slow
 def test_a_study_made_with_mix_hosts_records_it_and_its_report_counts_the_host_kinds(corpus_file, cache_dir,
                                                                                     tmp_path):
@@ -96,15 +110,17 @@ def test_a_study_made_with_mix_hosts_records_it_and_its_report_counts_the_host_k
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--mix_hosts"))
     assert read_study_index(out)["mix_hosts"] is True
     assert f"host kind {HERE}." in (out / "report.md").read_text()  # one kind so far: named as the recipe's
-    for cond in ("QK", "QK_frozen", "NoQK"):  # seed 1 as if trained elsewhere
-        path = out / cond / "seed_1" / "results.json"
-        res = json.loads(path.read_text())
-        res["provenance"]["host_kind"] = OTHER
-        path.write_text(json.dumps(res))
-    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1"))  # no option
+    for cond in ("QK", "QK_frozen", "NoQK"):  # seeds 0 and 1 as if trained elsewhere, on two kinds but this one
+        for seed, kind in ((0, THIRD), (1, OTHER)):
+            path = out / cond / f"seed_{seed}" / "results.json"
+            res = json.loads(path.read_text())
+            res["provenance"]["host_kind"] = kind
+            path.write_text(json.dumps(res))
+    # resumed without the option on a host kind the folder does not hold: seed 2 trains here
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "2"))
     assert read_study_index(out)["mix_hosts"] is True  # a folder made so stays so
     report = (out / "report.md").read_text()
-    groups = sorted([(HERE, 0), (OTHER, 1)])
-    assert ("trained on 2 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
+    groups = sorted([(HERE, 2), (THIRD, 0), (OTHER, 1)])
+    assert ("trained on 3 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
                                                     for k, s in groups)
             + "), combined: the study was made with --mix_hosts.") in report
