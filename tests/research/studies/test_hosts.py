@@ -21,10 +21,11 @@ OTHER = "Other CPU 9000 (AMX)"
 THIRD = "Third CPU 9000 (AVX512-BF16)"
 
 
-def held(out, provenance: dict) -> dict:
-    """A folder holding one run of QK, seed 0, with `provenance`: {file: bytes} of everything in it."""
-    (out / "QK").mkdir(parents=True)
-    (out / "QK" / "results.json").write_text(json.dumps({"tag": "QK", "seed": 0, "provenance": provenance}))
+def held(out, provenance: dict, cond: str = "QK") -> dict:
+    """A folder holding one run of `cond`, seed 0, with `provenance` (and what it held): {file: bytes} of everything
+    in it."""
+    (out / cond).mkdir(parents=True)
+    (out / cond / "results.json").write_text(json.dumps({"tag": cond, "seed": 0, "provenance": provenance}))
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
@@ -77,6 +78,41 @@ def test_mix_hosts_lets_another_host_kind_in_but_never_another_precision(tmp_pat
     with pytest.raises(ConfigError, match="Fix: --precision bf16"):
         check_hosts(out, HERE, "fp32", mix_hosts=True)
     check_hosts(tmp_path / "new", HERE, "fp32", mix_hosts=False)  # nothing held: nothing to match
+
+
+def test_a_folder_holding_two_host_kinds_or_precisions_is_refused_whichever_this_is(tmp_path):
+    """Adding to a folder that mixes host kinds (without --mix_hosts) or precisions (ever) would leave the analysis
+    to set a group aside, perhaps the runs just trained: refused even where this command's is one of them."""
+    out = tmp_path / "kinds"
+    held(out, {"train_precision": "bf16", "host_kind": OTHER})
+    held(out, {"train_precision": "bf16", "host_kind": THIRD}, "NoQK")
+    for here in (OTHER, THIRD, HERE):
+        with pytest.raises(ConfigError) as e:
+            check_hosts(out, here, "bf16", mix_hosts=False)
+        n = 2 if here != HERE else 3
+        assert str(e.value) == (
+            f"{out} holds runs trained on {THIRD} (1 run, e.g. NoQK/results.json), {OTHER} (1 run, e.g. "
+            f"QK/results.json), and this host is {here}: bf16 numerics differ between host kinds, so a study compares "
+            f"the runs of one (docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: pass "
+            f"--mix_hosts to combine them (the report then says they were trained on {n} host kinds), or move the "
+            f"runs of all but one host kind out of the folder, or another --out (nothing was trained)")
+    with pytest.raises(ConfigError, match=r"and this host's kind is not known \(its CPU is not named\)"):
+        check_hosts(out, None, "bf16", mix_hosts=False)
+    assert check_hosts(out, OTHER, "bf16", mix_hosts=True) is True
+    held(tmp_path / "one", {"train_precision": "bf16", "host_kind": OTHER})
+    check_hosts(tmp_path / "one", None, "bf16", mix_hosts=False)  # a kind not known is not counted
+    out = tmp_path / "precisions"
+    held(out, {"train_precision": "bf16", "host_kind": HERE})
+    held(out, {"train_precision": "fp32", "host_kind": HERE}, "NoQK")
+    for precision in ("bf16", "fp32"):
+        with pytest.raises(ConfigError) as e:
+            check_hosts(out, HERE, precision, mix_hosts=True)
+        assert str(e.value) == (
+            f"{out} holds runs trained in fp32 (1 run, e.g. NoQK/results.json), bf16 (1 run, e.g. QK/results.json), "
+            f"and this command trains in {precision}: a study compares runs of one precision "
+            f"(docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: move the runs of all but "
+            f"one precision out of the folder (and give --precision as the rest were trained), or another --out "
+            f"(nothing was trained)")
 
 
 def test_an_older_run_of_this_cpu_model_is_this_host_kind(tmp_path):
