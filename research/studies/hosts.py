@@ -22,7 +22,7 @@ from pathlib import Path
 from configs.config import ConfigError
 from research.results.layout import read_study_index
 from research.results.vocabulary import RESULTS_FILE
-from utils.hosts import host_kind, same_paths
+from utils.hosts import host_kind, path_unknown, same_paths
 
 WHERE = "docs/decisions.md#which-runs-are-compared-identity-before-statistics"
 
@@ -80,8 +80,12 @@ def check_hosts(out: Path, here: str | None, precision: str, mix_hosts: bool) ->
     mixed), or where their host kinds and `here` are more than one, unless the folder mixes host kinds (`mix_hosts`,
     the option, or study.json's: mixes_hosts). A folder that holds several already is refused whichever of them this
     command's is: adding to it would leave the analysis to set a group aside. `here` None (a CPU not named) and runs
-    that record none are not counted, as the analysis does not. Returns whether the folder mixes host kinds, for
-    study.json."""
+    that record none are not counted, as the analysis does not. An older run that records only native bf16 takes the
+    path that the folder's own newer runs of its CPU model record (utils.hosts.same_paths), never this host's: where
+    they do not say, it is 'MODEL (native bf16, path not recorded)', a kind no host is now (every run records its
+    path), and a study adds to it only with --mix_hosts (refused naming it otherwise): guessing it the same as this
+    host's would let an AMX host's runs be compared with an AVX512-BF16 host's of the same model name. Returns whether
+    the folder mixes host kinds, for study.json."""
     mix_hosts = mixes_hosts(out, mix_hosts)
     runs = recorded(out)
     rel = [path.relative_to(out).as_posix() for path, _ in runs]
@@ -94,16 +98,20 @@ def check_hosts(out: Path, here: str | None, precision: str, mix_hosts: bool) ->
         raise ConfigError(f"{out} holds runs trained in {_held(precisions, first)}, and this command trains in "
                           f"{precision}: a study compares runs of one precision ({WHERE}). Fix: {fix}, or another "
                           f"--out (nothing was trained)")
-    kinds = same_paths([host_kind(prov) for _, prov in runs] + [here])
-    here = kinds.pop() or here
-    held, first = _counted(list(zip(rel, kinds)))
+    # the folder's runs alone say which bf16 path an older run had (utils.hosts.same_paths), never this host
+    held, first = _counted(list(zip(rel, same_paths([host_kind(prov) for _, prov in runs]))))
     found = set(held) | ({here} if here else set())
     if len(found) > 1 and not mix_hosts:
         this = f"this host is {here}" if here else "this host's kind is not known (its CPU is not named)"
         mix = f"pass --mix_hosts to combine them (the report then says they were trained on {len(found)} host kinds)"
         top = held.most_common(1)[0][0]
-        fix = (f"run it on a {top} host, or another --out, or {mix}" if len(held) == 1 else
-               f"{mix}, or move the runs of all but one host kind out of the folder, or another --out")
+        if len(held) > 1:
+            fix = f"{mix}, or move the runs of all but one host kind out of the folder, or another --out"
+        elif path_unknown(top):
+            fix = (f"{mix}, or another --out: they were recorded before a run's bf16 path (AMX or AVX512-BF16) was, "
+                   f"and nothing in the folder says which they had, so no host now is of their kind")
+        else:
+            fix = f"run it on a {top} host, or another --out, or {mix}"
         raise ConfigError(f"{out} holds runs trained on {_held(held, first)}, and {this}: bf16 numerics differ "
                           f"between host kinds, so a study compares the runs of one ({WHERE}). Fix: {fix} (nothing "
                           f"was trained)")

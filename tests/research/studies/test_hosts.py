@@ -115,13 +115,36 @@ def test_a_folder_holding_two_host_kinds_or_precisions_is_refused_whichever_this
             f"(nothing was trained)")
 
 
-def test_an_older_run_of_this_cpu_model_is_this_host_kind(tmp_path):
-    """Files written before the host kind was recorded name the CPU and whether it has native bf16: a run of this
-    CPU model with native bf16 is of this host's kind, one without it of another."""
-    old, avx2 = tmp_path / "old", tmp_path / "avx2"
-    held(old, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": True})
-    check_hosts(old, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+def test_an_older_run_takes_its_bf16_path_from_its_folder_never_from_this_host(tmp_path):
+    """Files written before the host kind was recorded name the CPU and whether it has native bf16, not which path
+    (AMX or AVX512-BF16; one model name can have either): a newer run of that CPU model in the same folder says
+    which; this host never does, so an older native run alone is of a kind no host is now, added to only with
+    --mix_hosts. One without native bf16 is of that kind, as a newer run records it."""
+    old = {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": True}
+    alone = tmp_path / "alone"
+    held(alone, old)  # trained, say, on an AMX box named "AMD EPYC"
+    with pytest.raises(ConfigError) as e:
+        check_hosts(alone, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+    assert str(e.value) == (
+        f"{alone} holds runs trained on AMD EPYC (native bf16, path not recorded) (1 run, e.g. QK/results.json), and "
+        f"this host is AMD EPYC (AVX512-BF16): bf16 numerics differ between host kinds, so a study compares the runs "
+        f"of one (docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: pass --mix_hosts to "
+        f"combine them (the report then says they were trained on 2 host kinds), or another --out: they were "
+        f"recorded before a run's bf16 path (AMX or AVX512-BF16) was, and nothing in the folder says which they "
+        f"had, so no host now is of their kind (nothing was trained)")
+    assert check_hosts(alone, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=True) is True
+    for path in ("AVX512-BF16", "AMX"):  # the folder's newer run of the model says which
+        folder = tmp_path / path
+        held(folder, old)
+        held(folder, {"train_precision": "bf16", "host_kind": f"AMD EPYC ({path})"}, "NoQK")
+        if path == "AVX512-BF16":
+            check_hosts(folder, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+        else:
+            with pytest.raises(ConfigError, match=r"holds runs trained on AMD EPYC \(AMX\) \(2 runs, "):
+                check_hosts(folder, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+    avx2 = tmp_path / "avx2"
     held(avx2, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": False})
+    check_hosts(avx2, "AMD EPYC (no native bf16)", "bf16", mix_hosts=False)
     with pytest.raises(ConfigError, match=r"holds runs trained on AMD EPYC \(no native bf16\)"):
         check_hosts(avx2, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
 
