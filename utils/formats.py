@@ -211,8 +211,9 @@ def Text(kind: str = "text", nullable: bool = True, nonempty: bool = False, patt
         pattern is None or re.search(pattern, v) is not None) and (ok is None or ok(v)), kind, nullable, schema=schema)
 
 
-def OneOf(values, nullable: bool = False) -> Scalar:
-    return Scalar(lambda v: isinstance(v, str) and v in values, f"one of {', '.join(values)}", nullable,
+def OneOf(values, nullable: bool = False, kind: str | None = None) -> Scalar:
+    """One of some texts; kind: what it is in words (default 'one of A, B')."""
+    return Scalar(lambda v: isinstance(v, str) and v in values, kind or f"one of {', '.join(values)}", nullable,
                   schema={"enum": list(values)})
 
 

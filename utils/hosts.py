@@ -10,14 +10,17 @@ run's provenance, and every reader of a provenance reads it here.
     MPS     'Apple GPU (MPS)'
 
 A provenance recorded before the host kind was (no `host_kind`) is read from its `gpu`, `device`, `cpu` and
-`cpu_native_bf16`: its path is then 'native bf16' or 'no native bf16', and `same_paths` gives a native one the path
-that the other runs of its CPU model record (where they record one), so that runs of one host, older and newer, are
-one kind.
+`cpu_native_bf16`: its path is then 'native bf16, path not recorded' or 'no native bf16', and `same_paths` gives a
+native one the path that the other runs of its CPU model in the same folder record (where they record one only), so
+that runs of one host, older and newer, are one kind. Never the path of the host that reads them: one CPU model
+name can have AMX on one machine and AVX512-BF16 only on another, and nothing recorded says which an older run had.
+Where its folder does not say, it stays a kind of its own, which no host training now is (every run now records
+its path): a study adds runs to it only with --mix_hosts (research.studies.hosts).
 """
 from __future__ import annotations
 
 BF16_PATHS = ("AMX", "AVX512-BF16", "none")  # the CPU's native bf16 path, best first, as provenance's `cpu_bf16`
-NATIVE = "native bf16"  # an older provenance's path: native bf16, which one not recorded
+NATIVE = "native bf16, path not recorded"  # an older provenance's path: native bf16, which one not recorded
 _PATH_TEXT = {"none": "no native bf16"}
 
 
@@ -39,9 +42,15 @@ def host_kind(provenance: dict | None) -> str | None:
     return f"{p['cpu']} ({_PATH_TEXT.get(path, path)})" if path else str(p["cpu"])
 
 
+def path_unknown(kind: str | None) -> bool:
+    """Whether `kind` is an older run's 'MODEL (native bf16, path not recorded)' (same_paths did not resolve it)."""
+    return bool(kind) and kind.endswith(f" ({NATIVE})")
+
+
 def same_paths(kinds: list[str | None]) -> list[str | None]:
-    """The host kinds, each older 'MODEL (native bf16)' given the path the others of MODEL name where they name one
-    only (AMX or AVX512-BF16): older and newer runs of one host are one kind; where they name both, it stays apart."""
+    """The host kinds of one folder's runs, each older 'MODEL (native bf16, path not recorded)' given the path the
+    others of MODEL name where they name one only (AMX or AVX512-BF16): older and newer runs of one host are one
+    kind; where they name both or none, it stays apart. Only the runs' own kinds: never the reading host's."""
     suffix = f" ({NATIVE})"
     paths: dict[str, set] = {}
     for k in kinds:

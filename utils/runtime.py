@@ -269,39 +269,44 @@ def git_commit(repo: str | Path | None = None) -> str | None:
     return head.stdout.strip() + ("-dirty" if dirty else "")
 
 
-def provenance(device: torch.device) -> dict:
-    """Versions and hardware, recorded beside every run's results. git_commit is None where the code is not a
-    git checkout of qk-keys (an installed copy); qk_keys, the installed version, then says which code it was
-    (None where it is not installed either): readers print "no git commit (qk-keys 0.1.0)"."""
-    import numpy
-    import transformers
-
-    info = {
-        "git_commit": git_commit(),
-        "qk_keys": package_version(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "numpy": numpy.__version__,
-        "device": str(device),
-        "platform": platform.platform(),
-        "cpu": cpu_name(),
-        "cpu_native_bf16": cpu_has_native_bf16(),
-        "cpu_bf16": cpu_bf16_path(),
-        "cpu_threads": torch.get_num_threads(),
-    }
+def host_fields(device: torch.device) -> dict:
+    """The fields of a provenance that say which host a run on `device` trains on: device, cpu, cpu_native_bf16,
+    cpu_bf16, gpu (on CUDA) and host_kind (utils.hosts, read from the others; None where the CPU is not named). The
+    one source of both provenance() and this_host_kind(): the host check compares a folder's recorded kinds with
+    this host's, so they must be computed alike."""
+    info = {"device": str(device), "cpu": cpu_name(), "cpu_native_bf16": cpu_has_native_bf16(),
+            "cpu_bf16": cpu_bf16_path()}
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     info["host_kind"] = host_kind(info)
     return info
 
 
-def this_host_kind(device: torch.device) -> str:
-    """The host kind (utils.hosts) of runs trained here on `device`, as their provenance will record it."""
-    info = {"device": str(device), "cpu": cpu_name(), "cpu_bf16": cpu_bf16_path()}
-    if device.type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(device)
-    return str(host_kind(info))
+def provenance(device: torch.device) -> dict:
+    """Versions and hardware, recorded beside every run's results. git_commit is None where the code is not a
+    git checkout of qk-keys (an installed copy); qk_keys, the installed version, then says which code it was
+    (None where it is not installed either): readers print "no git commit (qk-keys 0.1.0)". The host's fields:
+    host_fields."""
+    import numpy
+    import transformers
+
+    return {
+        "git_commit": git_commit(),
+        "qk_keys": package_version(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "numpy": numpy.__version__,
+        "platform": platform.platform(),
+        "cpu_threads": torch.get_num_threads(),
+        **host_fields(device),
+    }
+
+
+def this_host_kind(device: torch.device) -> str | None:
+    """The host kind (utils.hosts) of runs trained here on `device`, as their provenance will record it (host_fields);
+    None where the CPU is not named, as in their provenance."""
+    return host_fields(device)["host_kind"]
 
 
 def peak_rss_mib() -> float:

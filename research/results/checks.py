@@ -17,8 +17,9 @@ from configs.config import ConfigError
 from research.results.vocabulary import (ABLATION_MODES, KV_CACHE, KV_ERRORS, KV_SCHEMES, KV_SITES,
                                          LEGACY_ABLATION_MODES, PAIR_SHARES, ROTARY_PAIRINGS, SCHEMA)
 from utils.errors import shown
-from utils.formats import (FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Req, Spec, Text, check,
-                           found, is_integer, is_number)
+from utils.formats import (Bool, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Req, Spec, Text,
+                           check, found, is_integer, is_number)
+from utils.hosts import BF16_PATHS
 
 ShapeError = FormatError  # the name readers and tests know; one field that does not fit its declaration
 
@@ -153,8 +154,21 @@ _CONFIG = Obj({
     "preset": Text("a preset name (text)"),
 }, nullable=True)
 # provenance: git_commit and qk_keys (the package version, recorded since files could lack a commit; older files
-# have no such field) are text or null.
-PROVENANCE = Obj({"git_commit": Text(), "qk_keys": Text()}, nullable=True)
+# have no such field) are text or null. The fields that decide which runs a study compares (research.analysis.identity,
+# research.studies.hosts): the training precision, and the host kind (utils.hosts) with the fields an older file's
+# is read from; each absent in files written before it was recorded.
+PROVENANCE = Obj({
+    "git_commit": Text(), "qk_keys": Text(),
+    "train_precision": Opt(OneOf(("bf16", "fp32"), kind="bf16 or fp32, the precision the run trained in")),
+    "host_kind": Opt(Text("the host kind the run trained on, text (utils.hosts: the CPU model and its native bf16 "
+                          "path, or the GPU; null where the CPU is not named)", nonempty=True)),
+    "cpu_bf16": Opt(OneOf(BF16_PATHS, kind=f"the CPU's native bf16 path, one of {', '.join(BF16_PATHS)}")),
+    "cpu_native_bf16": Opt(Bool("whether the CPU has native bf16, true or false (older files' host kind)",
+                                nullable=True)),
+    "cpu": Opt(Text("the CPU's model name (text)")),
+    "gpu": Opt(Text("the GPU's name (text), on CUDA")),
+    "device": Opt(Text("the device the run trained on (text)")),
+}, nullable=True)
 
 
 def _seeds_once(res: dict, where: str, ctx) -> None:

@@ -28,7 +28,7 @@ from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
 from research.probing.hf import HFKeyProbe, KeyProbeCallback, model_config
 from research.results import load_results
-from research.results.layout import condition_dir, read_study_index, write_study_index
+from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
@@ -302,8 +302,7 @@ def main(argv=None, description: str = "") -> int:
         until = check_until(args, KINDS["finetune"], list(args.seeds), STUDY)
         check_ray_options(args)
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
-        check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
-        mix_hosts = args.mix_hosts or read_study_index(out).get("mix_hosts", False)  # once made so, it stays so
+        mix_hosts = check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
         steps = args.tokens // (args.batch_size * args.seq_len)
         every = args.probe_every or max(1, steps // 4)
         with FolderLock(out, hint="pass another --out"):

@@ -1,13 +1,16 @@
-"""A study adds runs only in the precision and on the host kind of the runs its folder already holds (utils.hosts: a
-CPU model and its native bf16 path, or a GPU; bf16 numerics differ between them, and findings moved with them),
-unless it is made with --mix_hosts, which study.json then records and the analysis reads (its host kinds combined and
-counted in the report, research.analysis.identity). Both study runners ask before anything trains:
+"""A study adds runs only in the one precision and on the one host kind of the runs its folder already holds
+(utils.hosts: a CPU model and its native bf16 path, or a GPU; bf16 numerics differ between them, and findings moved
+with them; a folder that holds several is refused too), unless it is made with --mix_hosts, which study.json then
+records and the analysis reads (its host kinds combined and counted in the report, research.analysis.identity).
+Both study runners ask before anything trains:
 
     add_hosts_args(p)                                        --mix_hosts
-    check_hosts(out, here, precision, mix_hosts)             ConfigError in one line naming both and the fix
+    check_hosts(out, here, precision, mix_hosts) -> mixed    ConfigError in one line naming both and the fix; else
+                                                             whether the folder mixes host kinds (study.json's)
 
 `here` is the host kind of the process that trains (utils.runtime.this_host_kind); runs handed to a Ray cluster's
-other nodes record their own, and the analysis sets aside those of another kind.
+other nodes record their own: the analysis sets aside those of another kind, and the next command on the folder is
+refused until it passes --mix_hosts or the odd runs are moved out.
 """
 from __future__ import annotations
 
@@ -17,8 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 from configs.config import ConfigError
+from research.results.layout import read_study_index
 from research.results.vocabulary import RESULTS_FILE
-from utils.hosts import host_kind, same_paths
+from utils.hosts import host_kind, path_unknown, same_paths
 
 WHERE = "docs/decisions.md#which-runs-are-compared-identity-before-statistics"
 
@@ -47,38 +51,68 @@ def recorded(out: Path) -> list[tuple[Path, dict]]:
     return out_
 
 
+def _counted(runs: list[tuple[str, str | None]]) -> tuple[Counter, dict]:
+    """(how many runs have each value, the first file of each) of (file, value) pairs; a value of None (not recorded)
+    is not counted."""
+    counts: Counter = Counter()
+    first: dict = {}
+    for rel, value in runs:
+        if value:
+            counts[value] += 1
+            first.setdefault(value, rel)
+    return counts, first
+
+
 def _held(counts: Counter, first: dict) -> str:
     """'bf16 (6 runs, e.g. QK/seed_0/results.json)', each value with its count and first file."""
     return ", ".join(f"{v} ({n} run{'s' * (n > 1)}, e.g. {first[v]})" for v, n in counts.most_common())
 
 
-def check_hosts(out: Path, here: str, precision: str, mix_hosts: bool) -> None:
-    """Before anything trains: ConfigError naming both and the fix where the runs in `out` were trained in another
-    precision than `precision` (always), or on host kinds that do not include `here` (unless `mix_hosts`)."""
+def mixes_hosts(out: Path, asked: bool) -> bool:
+    """Whether the study in `out` mixes host kinds: asked now (--mix_hosts), or made so before (study.json's
+    `mix_hosts`): once made so, a folder stays so."""
+    return bool(asked or read_study_index(out).get("mix_hosts", False))
+
+
+def check_hosts(out: Path, here: str | None, precision: str, mix_hosts: bool) -> bool:
+    """Before anything trains: ConfigError in one line naming what the folder holds, this command's, and the fix,
+    where the precisions of the runs in `out` and `precision` are more than one (always: precision is never
+    mixed), or where their host kinds and `here` are more than one, unless the folder mixes host kinds (`mix_hosts`,
+    the option, or study.json's: mixes_hosts). A folder that holds several already is refused whichever of them this
+    command's is: adding to it would leave the analysis to set a group aside. `here` None (a CPU not named) and runs
+    that record none are not counted, as the analysis does not. An older run that records only native bf16 takes the
+    path that the folder's own newer runs of its CPU model record (utils.hosts.same_paths), never this host's: where
+    they do not say, it is 'MODEL (native bf16, path not recorded)', a kind no host is now (every run records its
+    path), and a study adds to it only with --mix_hosts (refused naming it otherwise): guessing it the same as this
+    host's would let an AMX host's runs be compared with an AVX512-BF16 host's of the same model name. Returns whether
+    the folder mixes host kinds, for study.json."""
+    mix_hosts = mixes_hosts(out, mix_hosts)
     runs = recorded(out)
-    rel = {path: path.relative_to(out).as_posix() for path, _ in runs}
-    precisions: Counter = Counter()
-    first: dict = {}
-    for path, prov in runs:
-        if (p := prov.get("train_precision")):
-            precisions[p] += 1
-            first.setdefault(p, rel[path])
-    if precisions and precision not in precisions:
+    rel = [path.relative_to(out).as_posix() for path, _ in runs]
+    precisions, first = _counted([(r, prov.get("train_precision")) for r, (_, prov) in zip(rel, runs)])
+    if precisions and set(precisions) != {precision}:
         top = precisions.most_common(1)[0][0]
+        fix = (f"--precision {top} (as they were trained)" if len(precisions) == 1 else
+               "move the runs of all but one precision out of the folder (and give --precision as the rest were "
+               "trained)")
         raise ConfigError(f"{out} holds runs trained in {_held(precisions, first)}, and this command trains in "
-                          f"{precision}: a study compares runs of one precision ({WHERE}). Fix: --precision {top} "
-                          f"(as they were trained), or another --out (nothing was trained)")
-    kinds = same_paths([host_kind(prov) for _, prov in runs] + [here])
-    here = kinds.pop() or here
-    held: Counter = Counter()
-    first = {}
-    for (path, _), kind in zip(runs, kinds):
-        if kind:
-            held[kind] += 1
-            first.setdefault(kind, rel[path])
-    if held and here not in held and not mix_hosts:
+                          f"{precision}: a study compares runs of one precision ({WHERE}). Fix: {fix}, or another "
+                          f"--out (nothing was trained)")
+    # the folder's runs alone say which bf16 path an older run had (utils.hosts.same_paths), never this host
+    held, first = _counted(list(zip(rel, same_paths([host_kind(prov) for _, prov in runs]))))
+    found = set(held) | ({here} if here else set())
+    if len(found) > 1 and not mix_hosts:
+        this = f"this host is {here}" if here else "this host's kind is not known (its CPU is not named)"
+        mix = f"pass --mix_hosts to combine them (the report then says they were trained on {len(found)} host kinds)"
         top = held.most_common(1)[0][0]
-        raise ConfigError(f"{out} holds runs trained on {_held(held, first)}, and this host is {here}: bf16 numerics "
-                          f"differ between host kinds, so a study compares the runs of one ({WHERE}). Fix: run it on a "
-                          f"{top} host, or another --out, or pass --mix_hosts to combine them (the report then says "
-                          f"they were trained on {len(held) + 1} host kinds) (nothing was trained)")
+        if len(held) > 1:
+            fix = f"{mix}, or move the runs of all but one host kind out of the folder, or another --out"
+        elif path_unknown(top):
+            fix = (f"{mix}, or another --out: they were recorded before a run's bf16 path (AMX or AVX512-BF16) was, "
+                   f"and nothing in the folder says which they had, so no host now is of their kind")
+        else:
+            fix = f"run it on a {top} host, or another --out, or {mix}"
+        raise ConfigError(f"{out} holds runs trained on {_held(held, first)}, and {this}: bf16 numerics differ "
+                          f"between host kinds, so a study compares the runs of one ({WHERE}). Fix: {fix} (nothing "
+                          f"was trained)")
+    return mix_hosts

@@ -314,9 +314,9 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
               f"{', '.join(own)} keep their own {name}", flush=True)
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
-        check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
+        mix_hosts = check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
         with FolderLock(out, hint="choose another --out"):
-            _train_and_render(study, args, base, seeds, out, runtime, until)
+            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
@@ -438,7 +438,7 @@ def rounds_plan(study: Study, base: RunConfig, seeds: list[int], out: Path, unti
 
 
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime,
-                      until: Until | None) -> None:
+                      until: Until | None, mix_hosts: bool) -> None:
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
 
@@ -448,8 +448,6 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                 gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
                 storage=args.storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
                 finished=lambda run: run.run_dir in done)
-
-    mix_hosts = args.mix_hosts or read_study_index(out).get("mix_hosts", False)  # once made so, a folder stays so
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,

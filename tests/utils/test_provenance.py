@@ -127,3 +127,14 @@ def test_provenance_records_the_host_kind_once_defined(monkeypatch):
         assert runtime.cpu_bf16_path() == "AMX" and runtime.this_host_kind(torch.device("cpu")).endswith(" (AMX)")
     finally:
         runtime.cpu_bf16_path.cache_clear()
+
+
+@pytest.mark.parametrize("cpu", ["", "Test CPU 9000"])
+def test_this_host_kind_is_what_the_provenance_records(monkeypatch, cpu):
+    """One source (runtime.host_fields): where the CPU is not named, the provenance records no host kind, and the
+    host check's own kind is none either (not the text 'None', which no run records)."""
+    monkeypatch.setattr(runtime, "cpu_name", lambda: cpu)
+    prov = runtime.provenance(torch.device("cpu"))
+    assert runtime.this_host_kind(torch.device("cpu")) == prov["host_kind"] == runtime.host_fields(
+        torch.device("cpu"))["host_kind"]
+    assert (prov["host_kind"] is None) == (cpu == "")

@@ -177,7 +177,10 @@ def test_older_files_read_their_host_kind_from_cpu_and_native_bf16_as_before():
     bare = {c: [run(c, s, [60.0, 40.0 + s]) for s in (0, 1)] for c in ("QK", "NoQK")}  # no host recorded
     assert compare(bare).set_aside == () and "host kind" not in compare(bare).compared
     assert host_kind({"gpu": "NVIDIA H200", "device": "cuda:0", "cpu": "AMD EPYC"}) == "NVIDIA H200"
-    assert same_paths(["X (native bf16)", "X (AMX)", "X (AVX512-BF16)"])[0] == "X (native bf16)"  # which: unknown
+    old = host_kind({"cpu": "X", "cpu_native_bf16": True})
+    assert old == "X (native bf16, path not recorded)"
+    assert same_paths([old, "X (AMX)", "X (AVX512-BF16)"])[0] == old  # which: unknown
+    assert same_paths([old, "Y (AMX)"]) == [old, "Y (AMX)"]  # another model's path says nothing of X's
 
 
 def test_runs_that_share_no_probe_after_the_first_are_refused():

@@ -136,6 +136,13 @@ RESULTS_MUTATIONS = {  # name -> (mutation of a stored results.json, the field t
     "a gain statistic as text": (lambda r: _set(r, ["probes", 0, "layers", 1, "gamma_k", "note"], "hi"),
                                  "probes[0].layers[1].gamma_k.note"),
     "a site that is no map": (lambda r: _set(r, ["probes", 2, "layers", 0, "extra"], 3), "probes[2].layers[0].extra"),
+    # the fields that decide which runs a study compares (research.analysis.identity)
+    "a host kind that is no text": (lambda r: _set(r, ["provenance", "host_kind"], 3), "provenance.host_kind"),
+    "a bf16 path of no CPU": (lambda r: _set(r, ["provenance", "cpu_bf16"], "AVX2"), "provenance.cpu_bf16"),
+    "a precision no run trains in": (lambda r: _set(r, ["provenance", "train_precision"], "fp16"),
+                                     "provenance.train_precision"),
+    "native bf16 as text": (lambda r: _set(r, ["provenance", "cpu_native_bf16"], "yes"),
+                            "provenance.cpu_native_bf16"),
 }
 
 

@@ -8,7 +8,7 @@ import torch
 
 from configs.config import ConfigError
 from research import qk_norm_25m_study
-from research.results.layout import read_study_index
+from research.results.layout import read_study_index, write_study_index
 from research.studies import QK_NORM
 from research.studies.hosts import check_hosts
 from research.studies.runner import run_study
@@ -18,12 +18,14 @@ from utils.runtime import this_host_kind
 
 HERE = this_host_kind(torch.device("cpu"))
 OTHER = "Other CPU 9000 (AMX)"
+THIRD = "Third CPU 9000 (AVX512-BF16)"
 
 
-def held(out, provenance: dict) -> dict:
-    """A folder holding one run of QK, seed 0, with `provenance`: {file: bytes} of everything in it."""
-    (out / "QK").mkdir(parents=True)
-    (out / "QK" / "results.json").write_text(json.dumps({"tag": "QK", "seed": 0, "provenance": provenance}))
+def held(out, provenance: dict, cond: str = "QK") -> dict:
+    """A folder holding one run of `cond`, seed 0, with `provenance` (and what it held): {file: bytes} of everything
+    in it."""
+    (out / cond).mkdir(parents=True)
+    (out / cond / "results.json").write_text(json.dumps({"tag": cond, "seed": 0, "provenance": provenance}))
     return {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
 
@@ -72,21 +74,92 @@ def test_mix_hosts_lets_another_host_kind_in_but_never_another_precision(tmp_pat
     out = tmp_path / "study"
     held(out, {"train_precision": "bf16", "host_kind": OTHER})
     check_hosts(out, HERE, "bf16", mix_hosts=True)  # passes
-    check_hosts(out, OTHER, "bf16", mix_hosts=False)  # the folder's own kind
+    assert check_hosts(out, OTHER, "bf16", mix_hosts=False) is False  # the folder's own kind: not mixed
     with pytest.raises(ConfigError, match="Fix: --precision bf16"):
         check_hosts(out, HERE, "fp32", mix_hosts=True)
     check_hosts(tmp_path / "new", HERE, "fp32", mix_hosts=False)  # nothing held: nothing to match
 
 
-def test_an_older_run_of_this_cpu_model_is_this_host_kind(tmp_path):
-    """Files written before the host kind was recorded name the CPU and whether it has native bf16: a run of this
-    CPU model with native bf16 is of this host's kind, one without it of another."""
-    old, avx2 = tmp_path / "old", tmp_path / "avx2"
-    held(old, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": True})
-    check_hosts(old, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+def test_a_folder_holding_two_host_kinds_or_precisions_is_refused_whichever_this_is(tmp_path):
+    """Adding to a folder that mixes host kinds (without --mix_hosts) or precisions (ever) would leave the analysis
+    to set a group aside, perhaps the runs just trained: refused even where this command's is one of them."""
+    out = tmp_path / "kinds"
+    held(out, {"train_precision": "bf16", "host_kind": OTHER})
+    held(out, {"train_precision": "bf16", "host_kind": THIRD}, "NoQK")
+    for here in (OTHER, THIRD, HERE):
+        with pytest.raises(ConfigError) as e:
+            check_hosts(out, here, "bf16", mix_hosts=False)
+        n = 2 if here != HERE else 3
+        assert str(e.value) == (
+            f"{out} holds runs trained on {THIRD} (1 run, e.g. NoQK/results.json), {OTHER} (1 run, e.g. "
+            f"QK/results.json), and this host is {here}: bf16 numerics differ between host kinds, so a study compares "
+            f"the runs of one (docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: pass "
+            f"--mix_hosts to combine them (the report then says they were trained on {n} host kinds), or move the "
+            f"runs of all but one host kind out of the folder, or another --out (nothing was trained)")
+    with pytest.raises(ConfigError, match=r"and this host's kind is not known \(its CPU is not named\)"):
+        check_hosts(out, None, "bf16", mix_hosts=False)
+    assert check_hosts(out, OTHER, "bf16", mix_hosts=True) is True
+    held(tmp_path / "one", {"train_precision": "bf16", "host_kind": OTHER})
+    check_hosts(tmp_path / "one", None, "bf16", mix_hosts=False)  # a kind not known is not counted
+    out = tmp_path / "precisions"
+    held(out, {"train_precision": "bf16", "host_kind": HERE})
+    held(out, {"train_precision": "fp32", "host_kind": HERE}, "NoQK")
+    for precision in ("bf16", "fp32"):
+        with pytest.raises(ConfigError) as e:
+            check_hosts(out, HERE, precision, mix_hosts=True)
+        assert str(e.value) == (
+            f"{out} holds runs trained in fp32 (1 run, e.g. NoQK/results.json), bf16 (1 run, e.g. QK/results.json), "
+            f"and this command trains in {precision}: a study compares runs of one precision "
+            f"(docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: move the runs of all but "
+            f"one precision out of the folder (and give --precision as the rest were trained), or another --out "
+            f"(nothing was trained)")
+
+
+def test_an_older_run_takes_its_bf16_path_from_its_folder_never_from_this_host(tmp_path):
+    """Files written before the host kind was recorded name the CPU and whether it has native bf16, not which path
+    (AMX or AVX512-BF16; one model name can have either): a newer run of that CPU model in the same folder says
+    which; this host never does, so an older native run alone is of a kind no host is now, added to only with
+    --mix_hosts. One without native bf16 is of that kind, as a newer run records it."""
+    old = {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": True}
+    alone = tmp_path / "alone"
+    held(alone, old)  # trained, say, on an AMX box named "AMD EPYC"
+    with pytest.raises(ConfigError) as e:
+        check_hosts(alone, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+    assert str(e.value) == (
+        f"{alone} holds runs trained on AMD EPYC (native bf16, path not recorded) (1 run, e.g. QK/results.json), and "
+        f"this host is AMD EPYC (AVX512-BF16): bf16 numerics differ between host kinds, so a study compares the runs "
+        f"of one (docs/decisions.md#which-runs-are-compared-identity-before-statistics). Fix: pass --mix_hosts to "
+        f"combine them (the report then says they were trained on 2 host kinds), or another --out: they were "
+        f"recorded before a run's bf16 path (AMX or AVX512-BF16) was, and nothing in the folder says which they "
+        f"had, so no host now is of their kind (nothing was trained)")
+    assert check_hosts(alone, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=True) is True
+    for path in ("AVX512-BF16", "AMX"):  # the folder's newer run of the model says which
+        folder = tmp_path / path
+        held(folder, old)
+        held(folder, {"train_precision": "bf16", "host_kind": f"AMD EPYC ({path})"}, "NoQK")
+        if path == "AVX512-BF16":
+            check_hosts(folder, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+        else:
+            with pytest.raises(ConfigError, match=r"holds runs trained on AMD EPYC \(AMX\) \(2 runs, "):
+                check_hosts(folder, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+    avx2 = tmp_path / "avx2"
     held(avx2, {"train_precision": "bf16", "cpu": "AMD EPYC", "cpu_native_bf16": False})
+    check_hosts(avx2, "AMD EPYC (no native bf16)", "bf16", mix_hosts=False)
     with pytest.raises(ConfigError, match=r"holds runs trained on AMD EPYC \(no native bf16\)"):
         check_hosts(avx2, "AMD EPYC (AVX512-BF16)", "bf16", mix_hosts=False)
+
+
+def test_a_folder_made_with_mix_hosts_takes_another_host_kind_without_the_option(tmp_path):
+    """study.json's mix_hosts is read before the check, not only when study.json is written again: a folder made
+    with --mix_hosts and resumed without it on a host kind it does not hold yet is not refused, and stays so."""
+    out = tmp_path / "study"
+    held(out, {"train_precision": "bf16", "host_kind": OTHER})
+    with pytest.raises(ConfigError, match="pass --mix_hosts"):  # study.json does not say so yet
+        check_hosts(out, THIRD, "bf16", mix_hosts=False)
+    write_study_index(out, name="qk_norm", kind="qk_norm", seeds=[0], preset="debug",
+                      conditions={"QK": ["QK/results.json"]}, margin=0.05, loss_margin=0.01, mix_hosts=True)
+    mixed = check_hosts(out, THIRD, "bf16", mix_hosts=False)
+    assert mixed is True  # what study.json is written with again
 
 
 @pytest.mark.slow
@@ -96,15 +169,17 @@ def test_a_study_made_with_mix_hosts_records_it_and_its_report_counts_the_host_k
     run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--mix_hosts"))
     assert read_study_index(out)["mix_hosts"] is True
     assert f"host kind {HERE}." in (out / "report.md").read_text()  # one kind so far: named as the recipe's
-    for cond in ("QK", "QK_frozen", "NoQK"):  # seed 1 as if trained elsewhere
-        path = out / cond / "seed_1" / "results.json"
-        res = json.loads(path.read_text())
-        res["provenance"]["host_kind"] = OTHER
-        path.write_text(json.dumps(res))
-    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1"))  # no option
+    for cond in ("QK", "QK_frozen", "NoQK"):  # seeds 0 and 1 as if trained elsewhere, on two kinds but this one
+        for seed, kind in ((0, THIRD), (1, OTHER)):
+            path = out / cond / f"seed_{seed}" / "results.json"
+            res = json.loads(path.read_text())
+            res["provenance"]["host_kind"] = kind
+            path.write_text(json.dumps(res))
+    # resumed without the option on a host kind the folder does not hold: seed 2 trains here
+    run_study(QK_NORM, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "2"))
     assert read_study_index(out)["mix_hosts"] is True  # a folder made so stays so
     report = (out / "report.md").read_text()
-    groups = sorted([(HERE, 0), (OTHER, 1)])
-    assert ("trained on 2 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
+    groups = sorted([(HERE, 2), (THIRD, 0), (OTHER, 1)])
+    assert ("trained on 3 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
                                                     for k, s in groups)
             + "), combined: the study was made with --mix_hosts.") in report
