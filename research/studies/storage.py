@@ -16,7 +16,9 @@ pyarrow has no filesystem for, missing credentials and unreachable storage are o
 A storage serves one study (`Storage`): its storage.json (utils.owners.STORAGE_FORMAT) names the study's name, kind
 and --out, written by the driver before the first upload (`claim`). `check_storage` refuses, before anything is
 written, a storage that serves another study, and a file:// folder that another tool owns (utils.owners: another
-study's folder, a run's) or that is --out itself, inside it or around it.
+study's folder, a run's) or that is --out itself, inside it or around it. Nothing read from the storage is written
+outside its run folder: every path stored.json names is checked (`check_manifest`) before any file is downloaded,
+by a worker (`RunStore.download`) and by the driver (`fetch`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import functools
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -33,8 +36,8 @@ from pathlib import Path, PurePosixPath
 from configs import ConfigError
 from training.checkpoint import latest_checkpoint
 from utils.cache import user_cache_root
-from utils.errors import UserError, cut
-from utils.formats import FormatError, check
+from utils.errors import UserError, cut, shown
+from utils.formats import FormatError, ListOf, Obj, Text, check
 from utils.io import atomic_dir, atomic_write_bytes
 from utils.owners import STORAGE_FORMAT, STORAGE_INDEX, STORAGE_KIND, refuse_foreign
 from utils.run_names import CHECKPOINTS
@@ -45,6 +48,10 @@ _MARKER = ".qk-keys-write-check"
 _FORMS = "give file:///ABSOLUTE/PATH, s3://BUCKET/PATH or gs://BUCKET/PATH (nothing was started)"
 _CHUNK = 1 << 20
 _OTHER = "give this study another --storage location"
+_DRIVE = re.compile(r"^[A-Za-z]:")  # a Windows drive letter (C:, c:foo)
+STORED_FORMAT = Obj({"files": ListOf(Text("a path (text)", nullable=False)),
+                     "checkpoints": ListOf(Text("a step folder (text)", nullable=False))},
+                    "a JSON object (a run's stored files)")
 
 
 class StorageError(UserError):
@@ -188,6 +195,53 @@ def _local_files(folder: Path) -> list[str]:
     return found
 
 
+def _bad_path(rel: str) -> str | None:
+    """Why a path read from a storage cannot be a file inside its run folder (None where it can): only plain
+    relative POSIX paths of visible names, as RunSync stores them."""
+    if not rel:
+        return "an empty path"
+    if rel.startswith("/"):
+        return "an absolute path"
+    if "\\" in rel or _DRIVE.match(rel):
+        return "a Windows path (a backslash or a drive letter)"
+    if "\0" in rel:
+        return "a NUL character"
+    parts = rel.split("/")
+    if ".." in parts:
+        return "a '..' part"
+    if any(part in ("", ".") for part in parts):
+        return "an empty or '.' part"
+    if any(part.startswith(".") for part in parts):
+        return "a hidden name, which no run stores"
+    return None
+
+
+def check_manifest(manifest, store: RunStore, folder: Path | None = None) -> dict:
+    """A stored.json read from the storage (or returned by a run's task) as a file list RunSync writes: its form,
+    every file a plain relative path that stays inside the run folder (resolved in `folder`, where given: a link
+    there counts), and every checkpoint one step folder's name. StorageError in one line naming the storage, the
+    run, the entry and the fix otherwise, before anything of the run is downloaded."""
+    where = f"--storage {cut(store.uri, 100)}: the run {store.rel}'s {STORED}"
+    fix = f"correct or delete that {STORED} in the storage, or {_OTHER} (nothing was downloaded)"
+    try:
+        check(STORED_FORMAT, manifest)
+    except FormatError as e:
+        raise StorageError(f"{where} is not a list of stored files ({e}): {fix}") from None
+    inside = folder.resolve() if folder is not None else None
+    entries = [(rel, "") for rel in manifest["files"]] + [(step, " (a checkpoint)") for step in
+                                                           manifest["checkpoints"]]
+    for rel, what in entries:
+        why = _bad_path(rel) or ("not one folder name" if what and "/" in rel else None)
+        if why is None and inside is not None:
+            target = (inside / CHECKPOINTS / rel) if what else (inside / rel)
+            if not target.resolve().is_relative_to(inside):
+                why = "a path that leads out through a link in the run folder"
+        if why:
+            raise StorageError(f"{where} lists {shown(rel, 120)}{what}, {why}: it would be written outside the run "
+                               f"folder; {fix}")
+    return manifest
+
+
 def _checkpoint_of(rel: str) -> str | None:
     """The step folder a run file belongs to (checkpoints/step-N/...), None for the other files."""
     parts = PurePosixPath(rel).parts
@@ -212,11 +266,18 @@ class RunStore:
         return f"{self._fs[1]}/{rel}"
 
     def manifest(self) -> dict | None:
-        """stored.json: {"files": [...], "checkpoints": [step folders, oldest first]}, None where nothing is stored."""
+        """stored.json: {"files": [...], "checkpoints": [step folders, oldest first]}, None where nothing is stored;
+        StorageError where it is not one (check_manifest)."""
         try:
-            return json.loads(self.read(STORED))
+            data = self.read(STORED)
         except FileNotFoundError:
             return None
+        try:
+            manifest = json.loads(data)
+        except ValueError as e:  # not JSON, or not UTF-8
+            raise StorageError(f"--storage {cut(self.uri, 100)}: the run {self.rel}'s {STORED} cannot be read "
+                               f"({_first_line(e)}): correct or delete it in the storage, or {_OTHER}") from None
+        return check_manifest(manifest, self)
 
     def put(self, local: Path, rel: str) -> None:
         """Upload one file; a local storage's file is written beside and renamed (an object store's put is whole)."""
@@ -258,10 +319,12 @@ class RunStore:
 
     def download(self, folder: Path) -> int | None:
         """A new run folder filled with what a resume needs: every stored file but the checkpoints, and the newest
-        checkpoint. Returns the number of files, None where the storage holds nothing of this run."""
+        checkpoint. Returns the number of files, None where the storage holds nothing of this run. Every path of
+        stored.json is checked before the first file is written (check_manifest)."""
         manifest = self.manifest()
         if manifest is None:
             return None
+        check_manifest(manifest, self, folder)
         newest = manifest["checkpoints"][-1:]
         wanted = [f for f in manifest["files"] if _checkpoint_of(f) in (None, *newest)]
         for rel in wanted:
@@ -370,6 +433,7 @@ def fetch(store: RunStore | None, manifest: dict | None, run_dir: Path) -> None:
 
 
 def _fetch(store: RunStore, manifest: dict, run_dir: Path) -> None:
+    check_manifest(manifest, store, run_dir)  # the task's list: every path, before the first file is written
     for step in manifest["checkpoints"]:
         final = run_dir / CHECKPOINTS / step
         if final.is_dir():
