@@ -12,10 +12,12 @@ A config.json marks a run's folder only where it is a run's config (utils.run_na
 model folder, an export among them, has one too; one that no owner's file explains marks a model folder
 (MODEL_KIND), which only the export may write into. Two files say whose folder it is in more words: a study.json
 names the study and its kind, and a redraw.json, written by split_panels.py --out, names the study folder it is a
-redraw of and that study's kind.
+redraw of and that study's kind. A storage.json marks a study's --storage folder (research.studies.storage) and
+names the one study it serves: its name, kind and --out (STORAGE_FORMAT).
 
 Every writer (train_llm.py and every run of a study through training.run.train_run, each study, the drawing of any
-study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py) calls
+study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py, a study's --storage
+on a local disk) calls
 `refuse_foreign(folder, kind, tool)` before it writes anything: a folder of its own (its kind, and for a redraw the
 same source folder), or of no owner, is written; one holding another owner's file is refused, naming that owner,
 the file and the fix, and nothing is written. So a run never lands in a study's or a report's folder, one tool's
@@ -41,6 +43,7 @@ INSPECT_FILE = "inspect.json"  # research/inspect_pretrained.py's results
 PRETRAINED_KEYS = "pretrained_keys.json"  # research/pretrained_keys_study.py's results
 CHECKPOINT_KEYS = "checkpoint_keys.json"  # research/checkpoint_keys_study.py's results
 EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exported
+STORAGE_INDEX = "storage.json"  # a --storage folder's record of the study it serves (research.studies.storage)
 
 
 class OwnerError(UserError):
@@ -52,7 +55,7 @@ class Owner:
     """One kind of folder: who writes it, the files whose presence makes a folder its, and for a study kind how its
     folder is recognised and whether its runs are a grid."""
 
-    kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'redraw'
+    kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'redraw', 'storage'
     tool: str  # who writes it, for people
     marks: tuple[str, ...] = ()  # names directly in the folder that make it this owner's (none: a study.json)
     writes: tuple[str, ...] = ()  # other owners' marks it writes beside its own (then they are its)
@@ -74,10 +77,12 @@ def _one_file(kind: str, tool: str, file: str) -> Owner:
 
 
 REDRAW_KIND = "redraw"
+STORAGE_KIND = "storage"
 OWNERS: dict[str, Owner] = {o.kind: o for o in (
     Owner("run", "a training run (train_llm.py, or a study's condition)", RUN_FILES),
     Owner("inspect", "research/inspect_pretrained.py", (INSPECT_FILE,)),
     Owner("export", "research/export_hf.py", (EXPORT_INFO,)),
+    Owner(STORAGE_KIND, "a study's --storage (research.studies.storage)", (STORAGE_INDEX,)),
     _one_file("pretrained_keys", "research/pretrained_keys_study.py", PRETRAINED_KEYS),
     _one_file("checkpoint_keys", "research/checkpoint_keys_study.py", CHECKPOINT_KEYS),
     _study("qk_norm", "the QK-norm study", (QK_COMBINED,)),
@@ -102,6 +107,11 @@ STUDY_OWNER = Obj({"kind": OneOf(STUDY_KINDS), "study": Opt(Text("a name (text)"
                   "a JSON object (the study index)")
 REDRAW_FORMAT = Obj({"redraw_of": Text("a folder (text)", nullable=False, nonempty=True),
                      "kind": Text("a study kind (text)", nullable=False, nonempty=True)}, "a JSON object")
+# A storage.json (all of it): the study a --storage serves; research.studies.storage writes and compares it.
+STORAGE_FORMAT = Obj({"study": Text("a study name (text)", nullable=False, nonempty=True),
+                      "kind": Text("a study kind (text)", nullable=False, nonempty=True),
+                      "out": Text("the study's --out, an absolute folder (text)", nullable=False, nonempty=True)},
+                     "a JSON object (the study a storage serves)")
 
 
 def owned_file(kind: str) -> str:
@@ -157,6 +167,14 @@ def _named(folder: Path) -> list[Held]:
     return held
 
 
+def _storage_of(folder: Path) -> str:
+    """Who a storage folder is, in words: the study its storage.json names, where it can be read."""
+    record = _read(folder / STORAGE_INDEX, STORAGE_FORMAT)
+    if record is None:
+        return f"a study's --storage whose {STORAGE_INDEX} cannot be read"
+    return f"the --storage of the study {record['study']!r} (kind {record['kind']}, --out {record['out']})"
+
+
 def _holds(folder: Path, name: str) -> bool:
     return (folder / name).exists() and (name != CONFIG or is_own_run(folder))  # a model folder's config.json too
 
@@ -165,7 +183,8 @@ def owners_of(folder: str | Path) -> list[Held]:
     """Every owner whose files `folder` holds, in OWNERS' order, then the study its study.json names and the study
     folder its redraw.json names. Files an owner found writes beside its own (Owner.writes) count as its."""
     folder = Path(folder)
-    held = [Held(o.kind, o.tool, found, o.kind) for o in OWNERS.values() if o.kind != REDRAW_KIND
+    held = [Held(o.kind, _storage_of(folder) if o.kind == STORAGE_KIND else o.tool, found, o.kind)
+            for o in OWNERS.values() if o.kind != REDRAW_KIND
             if (found := tuple(name for name in o.marks if _holds(folder, name)))]
     if not held and (folder / CONFIG).exists():  # a config.json no tool of ours wrote: a model folder, or anyone's
         held.append(Held(MODEL_KIND, f"a model folder or another program's files (its {CONFIG} is no run's config)",

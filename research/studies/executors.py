@@ -40,7 +40,7 @@ from configs import ConfigError
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.cores import own_cores
 from research.studies.pinned import Event, run_pinned
-from research.studies.storage import check_storage, fetch, run_stores, train_stored
+from research.studies.storage import Storage, check_storage, fetch, run_stores, train_stored
 from training.errors import RunInterrupted
 from utils.cli import positive_int
 from utils.errors import Interrupted, UserError, cut, explain
@@ -129,10 +129,13 @@ def add_ray_args(p: argparse.ArgumentParser) -> None:
                         "node, and this process writes --out (docs/studies.md, On Ray). Default: every node sees --out")
 
 
-def check_ray_options(args: argparse.Namespace) -> None:
+def check_ray_options(args: argparse.Namespace, study: str = "", kind: str = "",
+                      out: Path | None = None) -> Storage | None:
     """--gpus_per_run and --cpus_per_run only with --ray; with --ray, Ray is installed, the address is one Ray connects
     to, and the resources asked for can be asked of Ray (finite numbers: Ray takes NaN and infinity), before anything
-    is written and before Ray starts; --parallel without --ray, and at most one run a core. Imports no ray."""
+    is written and before Ray starts; --parallel without --ray, and at most one run a core. Imports no ray. With
+    --storage: the storage for the study named `study` of `kind` writing `out` (research.studies.storage
+    .check_storage: it serves no other study and no other tool owns it), for `execute`; None without."""
     parallel = getattr(args, "parallel", 1)
     if parallel > 1 and args.ray is not None:
         raise ConfigError(f"--parallel {parallel} trains the runs in worker processes on this machine, --ray as Ray "
@@ -151,7 +154,7 @@ def check_ray_options(args: argparse.Namespace) -> None:
         if given:
             raise ConfigError(f"--{given} sets the resources of each run's Ray task: add --ray, or leave --{given} "
                               f"out to train the runs one after another in this process")
-        return
+        return None
     if importlib.util.find_spec("ray") is None:
         raise ConfigError("--ray needs Ray, which is not installed: pip install '.[ray]' (or pip install -r "
                           "requirements.txt), or leave --ray out to train the runs one after another")
@@ -166,8 +169,13 @@ def check_ray_options(args: argparse.Namespace) -> None:
     if gpus_per_run is not None and (gpus_per_run < 0 or (gpus_per_run > 1 and gpus_per_run != int(gpus_per_run))):
         raise ConfigError(f"--gpus_per_run {gpus_per_run:g}: give a fraction up to 1 (runs sharing a GPU, e.g. 0.25), "
                           f"a whole number of GPUs, or 0")
-    if storage is not None:
-        check_storage(storage)  # last: it writes a marker file there, over the network
+    if storage is None:
+        return None
+    if out is None:
+        raise ValueError("check_ray_options: --storage needs the study and its --out")
+    serves = Storage.of(storage, study, kind, out)
+    check_storage(serves)  # last: it writes a marker file there, over the network
+    return serves
 
 
 def check_address(address: str) -> None:
@@ -184,7 +192,7 @@ def check_address(address: str) -> None:
 def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, progress: bool,
             ray: str | None = None, gpus_per_run: float | None = None, cpus_per_run: float | None = None,
             on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None, parallel: int = 1,
-            storage: str | None = None) -> None:
+            storage: Storage | None = None) -> None:
     """Train `runs` with `train`, in their order in this process (`ray` None, `parallel` 1), `parallel` at a time in
     worker processes pinned to their cores (train_side_by_side), or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto
     or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps its finished runs
@@ -380,11 +388,12 @@ def _resources(gpus_per_run: float | None, cpus_per_run: float | None, on_cpu: b
 
 def train_on_ray(runs: list[StudyRun], out: Path, address: str, *, train: Train, on_cpu: bool,
                  gpus_per_run: float | None, cpus_per_run: float | None, progress: bool = False,
-                 storage: str | None = None) -> None:
+                 storage: Storage | None = None) -> None:
     """Train every run as a Ray task calling `train(run, None)` (picklable: see Train), on a Ray started here
     (address LOCAL_RAY; a process already connected to Ray keeps its connection) or on the cluster at `address`;
     `on_cpu`: the runs ask for no GPU by default. One line per run as it starts, is retried, finishes or fails, and
-    (`progress`) a bar over the runs, then the wall time and each run's time. `storage`: the --storage URI."""
+    (`progress`) a bar over the runs, then the wall time and each run's time. `storage`: the --storage
+    (check_ray_options), claimed for the study before anything is uploaded."""
     import ray
     owns = not ray.is_initialized()
     auth_mode = os.environ.get(_AUTH_MODE)

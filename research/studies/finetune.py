@@ -300,7 +300,7 @@ def main(argv=None, description: str = "") -> int:
     try:
         refuse_foreign(out, "finetune", "finetune_keys_study.py")  # its own study.json is no other's
         until = check_until(args, KINDS["finetune"], list(args.seeds), STUDY)
-        check_ray_options(args)
+        storage = check_ray_options(args, STUDY, "finetune", out)
         runtime = resolve_runtime(args.device, args.precision)  # once for the process: every run uses it
         mix_hosts = check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
         steps = args.tokens // (args.batch_size * args.seq_len)
@@ -312,7 +312,7 @@ def main(argv=None, description: str = "") -> int:
             def train_runs(runs: list[StudyRun[dict]], done: set) -> None:  # a round's new runs, together
                 execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                         gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                        storage=args.storage, on_cpu=runtime.device.type == "cpu",
+                        storage=storage, on_cpu=runtime.device.type == "cpu",
                         # kept: asked of all before any trains
                         finished=lambda run: run.run_dir in done or kept(run.run_dir / RESULTS_FILE, run.cfg, steps))
 

@@ -43,7 +43,7 @@ from research.results.layout import condition_dir, read_study_index, write_study
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import plan
-from research.studies.executors import StudyError, StudyRun, add_ray_args, check_ray_options, execute
+from research.studies.executors import Storage, StudyError, StudyRun, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
@@ -298,7 +298,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         return out
     runtime = resolve_runtime(base.train.device, base.train.precision)  # once for every run of the study
     check_logger(args.logger)
-    check_ray_options(args)
+    storage = check_ray_options(args, study.name, study.kind, out)
     check_runs(study, base, seeds[0], runtime)
     print(f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
           f"{runtime.precision_choice()}; "
@@ -316,7 +316,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         check_study_folder(out, study)  # before the lock, which would create the folder
         mix_hosts = check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
         with FolderLock(out, hint="choose another --out"):
-            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts)
+            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts, storage)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
@@ -438,7 +438,7 @@ def rounds_plan(study: Study, base: RunConfig, seeds: list[int], out: Path, unti
 
 
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime,
-                      until: Until | None, mix_hosts: bool) -> None:
+                      until: Until | None, mix_hosts: bool, storage: Storage | None) -> None:
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
 
@@ -446,7 +446,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         check_recorded_runs(runs, args.replan_schedule)
         execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
                 gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                storage=args.storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
+                storage=storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
                 finished=lambda run: run.run_dir in done)
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:

@@ -1,5 +1,5 @@
 """--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors alone imports this
-module; it imports no ray).
+module, and hands its Storage to the studies; it imports no ray).
 
 The storage is a folder on any filesystem pyarrow opens from a URI (file:///path, s3://bucket/path,
 gs://bucket/path; each node's own credentials, as pyarrow finds them). Each run keeps there, under its path in
@@ -12,14 +12,23 @@ stored (a retry, on any node, resumes from it), uploads the run folder after eac
 folder and returns stored.json; the driver then downloads the run's files into the study folder (`fetch`).
 Before any run trains, `check_storage` opens the URI and writes and deletes a marker file: a bad URI, a scheme
 pyarrow has no filesystem for, missing credentials and unreachable storage are one line (ConfigError).
+
+A storage serves one study (`Storage`): its storage.json (utils.owners.STORAGE_FORMAT) names the study's name, kind
+and --out, written by the driver before the first upload (`claim`). `check_storage` refuses, before anything is
+written, a storage that serves another study, and a file:// folder that another tool owns (utils.owners: another
+study's folder, a run's) or that is --out itself, inside it or around it. Nothing read from the storage is written
+outside its run folder: every path stored.json names is checked (`check_manifest`) before any file is downloaded,
+by a worker (`RunStore.download`) and by the driver (`fetch`).
 """
 from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
 import functools
+import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -27,8 +36,10 @@ from pathlib import Path, PurePosixPath
 from configs import ConfigError
 from training.checkpoint import latest_checkpoint
 from utils.cache import user_cache_root
-from utils.errors import UserError, cut
+from utils.errors import UserError, cut, shown
+from utils.formats import FormatError, ListOf, Obj, Text, check
 from utils.io import atomic_dir, atomic_write_bytes
+from utils.owners import STORAGE_FORMAT, STORAGE_INDEX, STORAGE_KIND, refuse_foreign
 from utils.run_names import CHECKPOINTS
 
 STORED = "stored.json"  # a run's list of its stored files, written after them
@@ -36,10 +47,71 @@ CHECK_S = 60  # how long the check of a --storage may take before it is called u
 _MARKER = ".qk-keys-write-check"
 _FORMS = "give file:///ABSOLUTE/PATH, s3://BUCKET/PATH or gs://BUCKET/PATH (nothing was started)"
 _CHUNK = 1 << 20
+_OTHER = "give this study another --storage location"
+_DRIVE = re.compile(r"^[A-Za-z]:")  # a Windows drive letter (C:, c:foo)
+STORED_FORMAT = Obj({"files": ListOf(Text("a path (text)", nullable=False)),
+                     "checkpoints": ListOf(Text("a step folder (text)", nullable=False))},
+                    "a JSON object (a run's stored files)")
 
 
 class StorageError(UserError):
-    """A run's copy could not be written to or read from the storage; the message names the URI and the run."""
+    """A run's copy could not be written to or read from the storage, or the storage cannot serve this study; the
+    message names the URI (and the run, the entry) and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """A study's --storage: its URI and the study it serves, as its storage.json records it (STORAGE_FORMAT)."""
+    uri: str
+    study: str  # the study's name
+    kind: str  # its kind (utils.owners)
+    out: str  # its --out, resolved
+
+    @classmethod
+    def of(cls, uri: str, study: str, kind: str, out: str | Path) -> Storage:
+        return cls(uri, study, kind, str(Path(out).resolve()))
+
+    def record(self) -> dict:
+        return {"study": self.study, "kind": self.kind, "out": self.out}
+
+    @functools.cached_property
+    def root(self) -> RunStore:
+        """The storage's own folder, through the runs' API (storage.json is read and written as a run's files are)."""
+        return RunStore(self.uri, "")
+
+    def served(self) -> dict | None:
+        """The study its storage.json names; None where it has none (a new storage); StorageError where that file
+        cannot be read."""
+        try:
+            record = json.loads(self.root.read(STORAGE_INDEX))
+            check(STORAGE_FORMAT, record)
+        except FileNotFoundError:
+            return None
+        except (ValueError, FormatError) as e:  # ValueError: not JSON, or not UTF-8
+            raise StorageError(f"--storage {cut(self.uri, 100)}: its {STORAGE_INDEX}, the study it serves, cannot "
+                               f"be read ({_first_line(e)}): restore it, or {_OTHER} (nothing was written)") from None
+        return record
+
+    def refuse_other(self, record: dict | None) -> None:
+        """StorageError where the storage serves a study other than this one (another name, kind or --out)."""
+        if record is None or record == self.record():
+            return
+        raise StorageError(f"--storage {cut(self.uri, 100)} serves the study {record['study']!r} (kind "
+                           f"{record['kind']}, --out {record['out']}: its {STORAGE_INDEX}), not {self.study!r} "
+                           f"(kind {self.kind}, --out {self.out}): one storage keeps one study's runs, which another "
+                           f"study would overwrite or extend; {_OTHER} (nothing was written)")
+
+    def claim(self) -> None:
+        """The driver, before the first upload: storage.json written where there is none, then read back; the one
+        there must name this study."""
+        try:
+            if self.served() is None:
+                self.root.put_bytes((json.dumps(self.record(), indent=1) + "\n").encode(), STORAGE_INDEX)
+            record = self.served()
+        except OSError as e:
+            raise StorageError(f"--storage {cut(self.uri, 100)}: cannot write its {STORAGE_INDEX} "
+                               f"({_first_line(e)}); nothing was trained") from None
+        self.refuse_other(record)
 
 
 def _first_line(e: BaseException) -> str:
@@ -66,12 +138,19 @@ def open_storage(uri: str):
                           f"network and the credentials (nothing was started)") from None
 
 
-def check_storage(uri: str, timeout_s: float = CHECK_S) -> None:
-    """The storage opens and takes a file: a marker written under it and deleted, within `timeout_s`; ConfigError in
-    one line otherwise (missing credentials, a bucket that does not exist, a network that does not reach it)."""
+def check_storage(storage: Storage, timeout_s: float = CHECK_S) -> None:
+    """The storage can serve this study: a file:// folder owned by no other tool and apart from --out
+    (`_check_local`), one that serves no other study (its storage.json), and one that takes a file: a marker written
+    under it and deleted, within `timeout_s`. One line otherwise (ConfigError: missing credentials, a bucket that
+    does not exist, a network that does not reach it; StorageError, OwnerError), before anything is written."""
+    uri = storage.uri
     fs, base = open_storage(uri)
+    import pyarrow.fs
+    if isinstance(fs, pyarrow.fs.LocalFileSystem):
+        _check_local(storage, Path(base))
 
     def write_and_delete() -> None:
+        storage.refuse_other(storage.served())
         fs.create_dir(base, recursive=True)
         marker = f"{base.rstrip('/')}/{_MARKER}"
         with fs.open_output_stream(marker) as f:
@@ -91,6 +170,17 @@ def check_storage(uri: str, timeout_s: float = CHECK_S) -> None:
         pool.shutdown(wait=False)
 
 
+def _check_local(storage: Storage, folder: Path) -> None:
+    """A file:// storage's folder: not --out, not inside it nor around it (the runs' copies and the study's own
+    folders would be one), and no other tool's (utils.owners: another study's folder, a run's, a report's)."""
+    here, out = folder.resolve(), Path(storage.out)
+    if here == out or out in here.parents or here in out.parents:
+        where = "is --out itself" if here == out else "is inside --out" if out in here.parents else "holds --out"
+        raise StorageError(f"--storage {cut(storage.uri, 100)} {where} ({out}): the runs' stored copies and the "
+                           f"study's folder must be apart; {_OTHER}, outside --out (nothing was written)")
+    refuse_foreign(folder, STORAGE_KIND, f"--storage {cut(storage.uri, 100)}", fix=_OTHER)
+
+
 def _copy(src, dst) -> None:
     shutil.copyfileobj(src, dst, _CHUNK)
 
@@ -103,6 +193,53 @@ def _local_files(folder: Path) -> list[str]:
         rel = Path(root).relative_to(folder)
         found += [(rel / f).as_posix() for f in sorted(files) if not f.startswith(".")]
     return found
+
+
+def _bad_path(rel: str) -> str | None:
+    """Why a path read from a storage cannot be a file inside its run folder (None where it can): only plain
+    relative POSIX paths of visible names, as RunSync stores them."""
+    if not rel:
+        return "an empty path"
+    if rel.startswith("/"):
+        return "an absolute path"
+    if "\\" in rel or _DRIVE.match(rel):
+        return "a Windows path (a backslash or a drive letter)"
+    if "\0" in rel:
+        return "a NUL character"
+    parts = rel.split("/")
+    if ".." in parts:
+        return "a '..' part"
+    if any(part in ("", ".") for part in parts):
+        return "an empty or '.' part"
+    if any(part.startswith(".") for part in parts):
+        return "a hidden name, which no run stores"
+    return None
+
+
+def check_manifest(manifest, store: RunStore, folder: Path | None = None) -> dict:
+    """A stored.json read from the storage (or returned by a run's task) as a file list RunSync writes: its form,
+    every file a plain relative path that stays inside the run folder (resolved in `folder`, where given: a link
+    there counts), and every checkpoint one step folder's name. StorageError in one line naming the storage, the
+    run, the entry and the fix otherwise, before anything of the run is downloaded."""
+    where = f"--storage {cut(store.uri, 100)}: the run {store.rel}'s {STORED}"
+    fix = f"correct or delete that {STORED} in the storage, or {_OTHER} (nothing was downloaded)"
+    try:
+        check(STORED_FORMAT, manifest)
+    except FormatError as e:
+        raise StorageError(f"{where} is not a list of stored files ({e}): {fix}") from None
+    inside = folder.resolve() if folder is not None else None
+    entries = [(rel, "") for rel in manifest["files"]] + [(step, " (a checkpoint)") for step in
+                                                           manifest["checkpoints"]]
+    for rel, what in entries:
+        why = _bad_path(rel) or ("not one folder name" if what and "/" in rel else None)
+        if why is None and inside is not None:
+            target = (inside / CHECKPOINTS / rel) if what else (inside / rel)
+            if not target.resolve().is_relative_to(inside):
+                why = "a path that leads out through a link in the run folder"
+        if why:
+            raise StorageError(f"{where} lists {shown(rel, 120)}{what}, {why}: it would be written outside the run "
+                               f"folder; {fix}")
+    return manifest
 
 
 def _checkpoint_of(rel: str) -> str | None:
@@ -120,7 +257,7 @@ class RunStore:
     @functools.cached_property
     def _fs(self):
         fs, base = open_storage(self.uri)
-        return fs, f"{base.rstrip('/')}/{self.rel}"
+        return fs, base.rstrip("/") + (f"/{self.rel}" if self.rel else "")
 
     def __reduce__(self):  # without the opened filesystem: each node opens the URI with its own credentials
         return RunStore, (self.uri, self.rel)
@@ -129,29 +266,41 @@ class RunStore:
         return f"{self._fs[1]}/{rel}"
 
     def manifest(self) -> dict | None:
-        """stored.json: {"files": [...], "checkpoints": [step folders, oldest first]}, None where nothing is stored."""
+        """stored.json: {"files": [...], "checkpoints": [step folders, oldest first]}, None where nothing is stored;
+        StorageError where it is not one (check_manifest)."""
         try:
-            return json.loads(self.read(STORED))
+            data = self.read(STORED)
         except FileNotFoundError:
             return None
+        try:
+            manifest = json.loads(data)
+        except ValueError as e:  # not JSON, or not UTF-8
+            raise StorageError(f"--storage {cut(self.uri, 100)}: the run {self.rel}'s {STORED} cannot be read "
+                               f"({_first_line(e)}): correct or delete it in the storage, or {_OTHER}") from None
+        return check_manifest(manifest, self)
 
     def put(self, local: Path, rel: str) -> None:
         """Upload one file; a local storage's file is written beside and renamed (an object store's put is whole)."""
+        with open(local, "rb") as src:
+            self._put(src, rel)
+
+    def put_bytes(self, data: bytes, rel: str) -> None:
+        """Upload a small file from memory, as `put` does a file."""
+        self._put(io.BytesIO(data), rel)
+
+    def _put(self, src, rel: str) -> None:
         import pyarrow.fs
         fs, _ = self._fs
         target = self._path(rel)
         fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
         atomic = isinstance(fs, pyarrow.fs.LocalFileSystem)
-        with open(local, "rb") as src, fs.open_output_stream(target + ".part" if atomic else target) as dst:
+        with fs.open_output_stream(target + ".part" if atomic else target) as dst:
             _copy(src, dst)
         if atomic:
             fs.move(target + ".part", target)
 
-    def put_manifest(self, manifest: dict, scratch: Path) -> None:
-        path = scratch / f".{STORED}"
-        path.write_text(json.dumps(manifest, indent=1) + "\n")
-        self.put(path, STORED)
-        path.unlink()
+    def put_manifest(self, manifest: dict) -> None:
+        self.put_bytes((json.dumps(manifest, indent=1) + "\n").encode(), STORED)
 
     def delete_checkpoint(self, step: str) -> None:
         fs, _ = self._fs
@@ -170,10 +319,12 @@ class RunStore:
 
     def download(self, folder: Path) -> int | None:
         """A new run folder filled with what a resume needs: every stored file but the checkpoints, and the newest
-        checkpoint. Returns the number of files, None where the storage holds nothing of this run."""
+        checkpoint. Returns the number of files, None where the storage holds nothing of this run. Every path of
+        stored.json is checked before the first file is written (check_manifest)."""
         manifest = self.manifest()
         if manifest is None:
             return None
+        check_manifest(manifest, self, folder)
         newest = manifest["checkpoints"][-1:]
         wanted = [f for f in manifest["files"] if _checkpoint_of(f) in (None, *newest)]
         for rel in wanted:
@@ -213,18 +364,20 @@ class RunSync:
                     self.store.put(self.folder / rel, rel)
                     self.sent[rel] = (stat.st_size, stat.st_mtime_ns)
         manifest = {"files": files, "checkpoints": steps}
-        self.store.put_manifest(manifest, self.folder)
+        self.store.put_manifest(manifest)
         for step in sorted(self.stored - set(steps)):
             self.store.delete_checkpoint(step)
         self.stored = set(steps)
         return manifest
 
 
-def run_stores(uri: str | None, runs: list, out: Path) -> list[RunStore | None]:
-    """The driver, before the tasks start: each run's copy in the storage (None each without --storage), seeded
-    from --out where the study folder holds the run further on (`seed`)."""
-    if uri is None:
+def run_stores(storage: Storage | None, runs: list, out: Path) -> list[RunStore | None]:
+    """The driver, before the tasks start: the storage claimed for this study (Storage.claim), each run's copy in it
+    (None each without --storage), seeded from --out where the study folder holds the run further on (`seed`)."""
+    if storage is None:
         return [None] * len(runs)
+    storage.claim()
+    uri = storage.uri
     stores = [RunStore(uri, run.run_dir.relative_to(out).as_posix()) for run in runs]
     for run, store in zip(runs, stores):
         try:
@@ -280,6 +433,7 @@ def fetch(store: RunStore | None, manifest: dict | None, run_dir: Path) -> None:
 
 
 def _fetch(store: RunStore, manifest: dict, run_dir: Path) -> None:
+    check_manifest(manifest, store, run_dir)  # the task's list: every path, before the first file is written
     for step in manifest["checkpoints"]:
         final = run_dir / CHECKPOINTS / step
         if final.is_dir():

@@ -132,16 +132,20 @@ def test_a_storage_that_cannot_be_used_is_one_line_before_anything_starts(corpus
 
 
 def test_the_write_check_leaves_no_file_and_a_storage_that_does_not_answer_is_one_line(tmp_path, monkeypatch):
-    storage_module.check_storage((tmp_path / "s").as_uri())
+    storage_module.check_storage(storage_module.Storage.of((tmp_path / "s").as_uri(), "pilot", "pilot",
+                                                           tmp_path / "out"))
     assert list((tmp_path / "s").iterdir()) == []  # the marker written and deleted
 
     class Hanging:  # a filesystem that never answers (an unreachable endpoint)
-        def create_dir(self, *args, **kwargs):
-            import time
-            time.sleep(5)
+        def __getattr__(self, name):
+            def hang(*args, **kwargs):
+                import time
+                time.sleep(5)
+            return hang
     monkeypatch.setattr(storage_module, "open_storage", lambda uri: (Hanging(), "bucket/runs"))
     with pytest.raises(storage_module.ConfigError) as e:
-        storage_module.check_storage("s3://bucket/runs", timeout_s=0.2)
+        storage_module.check_storage(storage_module.Storage.of("s3://bucket/runs", "pilot", "pilot", tmp_path / "out"),
+                                     timeout_s=0.2)
     assert str(e.value) == ("--storage s3://bucket/runs: no answer within 0.2 s while writing a test file there: check "
                             "the network and the address (nothing was started)")
 
@@ -161,7 +165,7 @@ def _run_folder(folder, steps, metrics):
 
 
 def test_a_run_copy_mirrors_the_folder_and_a_retry_gets_the_newest_checkpoint(tmp_path):
-    from research.studies.storage import RunStore, RunSync, fetch, run_stores
+    from research.studies.storage import RunStore, RunSync, Storage, fetch, run_stores
     storage, local = tmp_path / "storage", tmp_path / "node" / "QK"
     store = RunStore(storage.as_uri(), "QK")
     _run_folder(local, ["step-000002"], "2\n")
@@ -184,9 +188,12 @@ def test_a_run_copy_mirrors_the_folder_and_a_retry_gets_the_newest_checkpoint(tm
     # a run --out holds further on than its stored copy is uploaded before its task starts; one behind is not
     _run_folder(out / "QK", ["step-000006"], "2\n4\n6\n")
     run = type("Run", (), {"run_dir": out / "QK"})
-    run_stores(storage.as_uri(), [run], out)
+    study = Storage.of(storage.as_uri(), "qk_norm", "qk_norm", out)
+    run_stores(study, [run], out)
+    assert json.loads((storage / "storage.json").read_text()) == {"study": "qk_norm", "kind": "qk_norm",
+                                                                  "out": str(out.resolve())}
     assert json.loads((storage / "QK" / "stored.json").read_text())["checkpoints"] == ["step-000004", "step-000006"]
     shutil.rmtree(out / "QK" / "checkpoints" / "step-000006")
     (out / "QK" / "metrics.jsonl").write_text("old\n")
-    run_stores(storage.as_uri(), [run], out)
+    run_stores(study, [run], out)
     assert (storage / "QK" / "metrics.jsonl").read_text() == "2\n4\n6\n"
