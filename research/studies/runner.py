@@ -42,7 +42,7 @@ from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
-from research.analysis.sequential import plan
+from research.analysis.sequential import family_record, plan
 from research.studies.executors import StudyError, StudyRun, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.kinds import KINDS
@@ -455,7 +455,10 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                           baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
                           kv_loss_margin=study.kv_loss_margin, looks=looks, design=design, mix_hosts=mix_hosts)
     try:
-        run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index))
+        family = family_record([name for name, _ in study.runs()], margin=args.margin, loss_margin=args.loss_margin,
+                               baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
+                               kv_loss_margin=study.kv_loss_margin)
+        run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index, family))
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
     except OSError as e:
