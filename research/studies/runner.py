@@ -36,6 +36,8 @@ import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import help_flag, parse_once, shown_value, start_from_args, start_in
+from configs.measured import check_measured
+from research.analysis.conditions import primary_needs
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
@@ -337,14 +339,17 @@ def check_run_count(study: Study, n_seeds: int, max_runs: int) -> None:
 
 
 def check_runs(study: Study, base: RunConfig, seed: int, runtime: Runtime) -> None:
-    """Every run's config is built and fits this machine (training.memory_fit.check_fits), and every run trains the
-    same tokens (a condition may set grad_accum, and steps = tokens // tokens_per_step rounds down), before the first
-    run trains: ConfigError names the condition (and the study file) and the field. The seed changes none of it."""
+    """Every run's config is built, measures what the study decides (configs.measured: its primary quantities, a
+    key-cache one with the key cache's measurement on) and fits this machine (training.memory_fit.check_fits), and
+    every run trains the same tokens (a condition may set grad_accum, and steps = tokens // tokens_per_step rounds
+    down), before the first run trains: ConfigError names the condition (and the study file) and the field. The seed
+    changes none of it."""
     where = f"{study.source}: " if study.source else ""
     first: tuple[str, RunConfig] | None = None
     for cond, overrides in study.runs():
         try:
             cfg = run_config(base, overrides, seed)
+            check_measured(cfg, primary_needs(study.primary))
             check_fits(cfg, runtime)
         except ConfigError as e:
             raise ConfigError(f"{where}condition {cond}: {e} (nothing was trained)") from None
