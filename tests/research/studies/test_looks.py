@@ -339,6 +339,14 @@ def test_the_pilot_adds_seeds_until_decided_through_its_script(corpus_file, cach
     assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.0025): undecided: " in log
     assert "the next round trains seed(s) 2" in log and "== qk_norm (seed 2) -> " in log
     assert "Stopped at look 2 of at most 2 (3 seeds)" in (out / "report.md").read_text()
+    family = index(out)["design"]["family"]
+    assert (family["conditions"], family["margin"], family["loss_margin"]) == (["qk_norm", "no_qk_norm"], 1e-6, 1e-6)
+    before = (out / "study.json").read_bytes()  # the finished study run again with a wider loss margin: refused
+    with pytest.raises(ConfigError, match="holds a study whose design fixed loss_margin 1e-06 at its first command, "
+                                          "not 0.01"):
+        run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--margin",
+                                    "1e-6", "--loss_margin", "0.01", "--until_decided", "3", "--round", "1"))
+    assert (out / "study.json").read_bytes() == before
 
 
 @pytest.mark.slow
