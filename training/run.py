@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Callable
 
 from configs.config import RunConfig
+from configs.measured import check_measured
 from data import data_usage, prepare_data, resolve_offline
 from training.callbacks import CallbackFactory
 from training.checkpoint import latest_checkpoint
@@ -50,6 +51,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     finished = False
     trainer, stage = None, "checking the run"
     try:
+        check_measured(cfg)  # a key-cache field with no probe: nothing would measure it
         check_fits(cfg, runtime)  # before any allocation
         with FolderLock(out_dir, hint="choose another --out") if runtime.is_main else nullcontext():
             stage = "preparing the data"

@@ -26,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from configs.config import ConfigError
+from configs.measured import KEY_CACHE, PROBE
 from research.analysis.rules import (DIFFERENT, EQUAL, INCONCLUSIVE, UNRESOLVED, WITHIN, Decision, Margin, Paired,
                                      by_seed, compared_on, decide, k_of, runs_of)
 from research.analysis.series import nanmean
@@ -53,6 +54,11 @@ class Quantity:
     decimals: int = 3
     unit: str = ""  # of its values and differences, where it has one
     kv: tuple[str, ...] = ()  # where in results.json's kv_cache section it is read (research.results.read.kv_value)
+
+    @property
+    def needs(self) -> str:
+        """What measures it (configs.measured): the key cache's section, or the probe."""
+        return KEY_CACHE if self.kv else PROBE
 
     @property
     def layered(self) -> bool:
@@ -111,6 +117,12 @@ KV_QUANTITIES = (
 )
 ALL_QUANTITIES = QUANTITIES + KV_QUANTITIES
 KEYS = tuple(q.key for q in ALL_QUANTITIES)
+
+
+def primary_needs(primary) -> dict[str, str]:
+    """{'primary quantity <key>': what measures it} of a study's primary quantities: what its runs' configs must
+    measure (configs.measured.check_measured)."""
+    return {f"primary quantity {q.key}": q.needs for q in ALL_QUANTITIES if q.key in primary}
 
 
 def check_primary(value) -> tuple[str, ...]:

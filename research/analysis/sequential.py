@@ -42,10 +42,12 @@ from typing import Iterator
 import numpy as np
 from scipy import stats
 
-from research.analysis.rules import (ALPHA, INCONCLUSIVE, MARGIN, UNRESOLVED, Margin, Paired, decide_once,
+from research.analysis.rules import (ALPHA, INCONCLUSIVE, MARGIN, NO_DATA, UNRESOLVED, Margin, Paired, decide_once,
                                      deciding_with, k_of, no_spread, outcome_of)
 from research.analysis.wording import Reading, reading_with, settle_text
 from research.analysis.stats import t_critical
+from research.results.schema import ResultsError
+from utils.errors import shown
 
 FIRST_SHARE = 0.05  # the share of alpha a design's first look spends
 RHO = 0.7  # the power of the spending over the seeds added after the first look: most of it early
@@ -255,17 +257,119 @@ def looks_of(index: dict) -> list[Look]:
     return [Look(tuple(index["seeds"]), ALPHA)] if index.get("seeds") else []
 
 
+# What study.json's top level gives that defines a study's families and their outcomes: which runs are compared with
+# which, the quantities read as one family, every margin an outcome is read against. A design records them at the
+# study's first command (its `family`), so that none can be chosen after the data are seen (docs/decisions.md).
+FAMILY = ("conditions", "baseline", "primary", "margin", "loss_margin", "logit_margin", "kv_loss_margin")
+# The fix of a study.json whose looks or design do not agree with each other or with its runs
+EDITED_FIX = ("restore study.json from a copy, or run the study again into another --out (its runs stay in their "
+              "folders)")
+
+
+def family_in(index: dict) -> dict:
+    """The FAMILY fields of a checked study.json's top level (its conditions by name; none, unset): what it is decided
+    with now."""
+    out = {key: index.get(key) for key in FAMILY}
+    return {**out, "conditions": list(index.get("conditions") or []), "primary": list(index.get("primary") or [])}
+
+
+def family_record(conditions, *, margin: float, loss_margin: float, baseline: str | None = None, primary=(),
+                  logit_margin: float | None = None, kv_loss_margin: float | None = None) -> dict:
+    """The FAMILY a study gives its study.json (None: the project's default margin), as its design records it."""
+    return {"conditions": list(conditions), "baseline": baseline, "primary": list(primary), "margin": margin,
+            "loss_margin": loss_margin, "logit_margin": logit_margin, "kv_loss_margin": kv_loss_margin}
+
+
+def family_changes(fixed: dict, given: dict) -> list[tuple[str, object, object]]:
+    """(field, fixed value, given value) of every FAMILY field where `given` differs from what `fixed` recorded."""
+    return [(key, fixed.get(key), given.get(key)) for key in FAMILY
+            if (fixed.get(key) or None) != (given.get(key) or None)]
+
+
+def value_text(value) -> str:
+    """A FAMILY field's value as a message shows it: a list joined, none where unset (the project's default)."""
+    if value is None or value == []:
+        return "none"
+    return " ".join(map(str, value)) if isinstance(value, list) else shown(value)
+
+
+def fixed_family(index: dict) -> dict:
+    """The FAMILY a checked study.json's design fixed at the study's first command: its own record, or for a design
+    recorded before it held one, the top level's."""
+    return (index.get("design") or {}).get("family") or family_in(index)
+
+
 def design_of(index: dict) -> Design | None:
     """The design a study.json records (planned at the study's first command with --until_decided), or None; one
-    recorded before calibration (no `first`) as it was planned."""
+    recorded before calibration (no `first`) as it was planned. ResultsError, one line, where no plan has its options
+    (a MAX below its seeds: the file was edited)."""
     d = index.get("design")
     if not d:
         return None
-    return plan(len(d["seeds"]), d["max_seeds"], d["round"], d["alpha"], d["rho"], d.get("first"),
-                bool(d.get("calibrated", False)))
+    try:
+        return plan(len(d["seeds"]), d["max_seeds"], d["round"], d["alpha"], d["rho"], d.get("first"),
+                    bool(d.get("calibrated", False)))
+    except ValueError:
+        raise ResultsError(f"{index.get('path', 'study.json')}: design: --until_decided {d['max_seeds']} --round "
+                           f"{d['round']} over {len(d['seeds'])} first seeds plans no looks (a MAX of at least the "
+                           f"seeds, a first look of 2 or more): the file was edited or damaged; fix: "
+                           f"{EDITED_FIX}") from None
+
+
+def _seeds_listed(paths: list, seeds: list) -> set:
+    """The seeds a condition's results files are for: their seed_<s> folders (one file of one seed: the study's)."""
+    named = {int(p.parent.name[5:]) for p in paths if p.parent.name.startswith("seed_")
+             and p.parent.name[5:].lstrip("-").isdigit()}
+    return named or (set(seeds) if len(paths) == 1 and len(seeds) == 1 else set())
+
+
+def recorded(index: dict) -> tuple[list[Look], Design | None]:
+    """(looks_of, design_of) of a checked study.json, checked against each other and its runs, every reader's: where
+    a design was planned, its FAMILY is the top level's, and its looks are the plan's, in order: each planned, at the
+    seeds the design adds and the alpha it spends there; without one, a first look at the full level and any later
+    one at the full level too, unplanned; the study's seeds are its last look's, and every condition lists a results
+    file of each (existing, once the look is taken). ResultsError in one line names the first disagreement, as a
+    study.json edited or damaged."""
+    path, design, looks = index.get("path", "study.json"), design_of(index), looks_of(index)
+    seeds = list(index.get("seeds") or [])
+
+    def edited(what: str):
+        return ResultsError(f"{path}: {what}: the file was edited or damaged; fix: {EDITED_FIX}")
+    if design is not None:
+        changes = family_changes(fixed_family(index), family_in(index))
+        if changes:
+            key, fixed, now = changes[0]
+            raise edited(f"{key} is {value_text(now)}, not the {value_text(fixed)} its design fixed at the study's "
+                         f"first command")
+        first = list(index["design"]["seeds"])
+        if len(looks) > len(design.looks):
+            raise edited(f"{len(looks)} looks recorded, more than the {len(design.looks)} its design plans")
+        for j, look in enumerate(looks):
+            want = [*first, *range(max(first) + 1, max(first) + 1 + design.looks[j] - len(first))]
+            if not look.planned or sorted(look.seeds) != sorted(want) or \
+                    not math.isclose(look.alpha, design.level(j), rel_tol=1e-9, abs_tol=1e-15):
+                raise edited(f"look {j + 1} (seeds {value_text(list(look.seeds))}, alpha {look.alpha:.5g}, planned "
+                             f"{str(look.planned).lower()}) is not its design's (seeds {value_text(want)}, alpha "
+                             f"{design.level(j):.5g}, planned)")
+    else:
+        for j, look in enumerate(looks):
+            if not math.isclose(look.alpha, ALPHA, rel_tol=1e-9) or look.planned != (j == 0):
+                raise edited(f"look {j + 1} (alpha {look.alpha:.5g}, planned {str(look.planned).lower()}) is not a "
+                             f"look of a study without a design (the first planned, every look at alpha {ALPHA:g})")
+    last = list(looks[-1].seeds) if looks else list(index["design"]["seeds"]) if design else seeds
+    if sorted(seeds) != sorted(last):
+        raise edited(f"seeds {value_text(seeds)} are not its last look's ({value_text(last)})")
+    for cond, paths in (index.get("conditions") or {}).items():
+        missing = sorted(set(last) - _seeds_listed(paths, seeds))
+        if not missing and looks and index.get("looks") is not None:
+            missing = sorted(seed for p in paths if not p.is_file() for seed in _seeds_listed([p], seeds))
+        if missing:
+            raise edited(f"condition {cond} has no results file of seed(s) {value_text(missing)} of its last look")
+    return looks, design
 
 
 def undecided(primary: dict) -> list[str]:
-    """The labels of the primary comparisons {label: Decision} whose size is not settled: inconclusive, or real with
-    its size unresolved (a comparison with no interval, one seed or no spread, waits on no seed)."""
-    return [label for label, d in primary.items() if d.outcome in (INCONCLUSIVE, UNRESOLVED)]
+    """The labels of the primary comparisons {label: Decision} whose size is not settled: inconclusive, real with its
+    size unresolved, or with no paired values at all (what was never measured is never decided). A comparison of one
+    seed or no spread waits on no seed."""
+    return [label for label, d in primary.items() if d.outcome in (INCONCLUSIVE, UNRESOLVED, NO_DATA)]

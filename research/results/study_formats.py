@@ -83,7 +83,18 @@ _DESIGN = Obj({"seeds": _SEEDS, "max_seeds": Integer(nullable=False, lo=2), "rou
                "rho": Number("a positive number", nullable=False, gt=0), "alpha": _ALPHA,
                # written since the designs were calibrated (research.analysis.sequential.Design); absent before
                "first": Opt(Number("a share in [0, 1)", nullable=False, ge=0, lt=1)),
-               "calibrated": Opt(Bool())})
+               "calibrated": Opt(Bool()),
+               # written since issue 65: what defines the study's families and outcomes, fixed with the design
+               # (research.analysis.sequential.FAMILY; null: the project's default margin); absent before
+               "family": Opt(Obj({
+                   "conditions": ListOf(Text("a condition name (text)", nullable=False, nonempty=True),
+                                        "a non-empty list of condition names", nonempty=True, show=found),
+                   "baseline": Text("a condition name (text) or null", nonempty=True),
+                   "primary": ListOf(Text("a quantity key (text)", nullable=False, nonempty=True),
+                                     "a list of quantity keys", show=found),
+                   "margin": _margin("margin"), "loss_margin": _margin("loss_margin"),
+                   "logit_margin": Opt(Number("a margin in logits or null", gt=0)),
+                   "kv_loss_margin": Opt(Number("a margin or null", gt=0, lt=1))}))})
 # study.json, as write_study_index writes it (study and preset may be absent: a study of a pretrained model has no
 # preset of this project); the paths of conditions are checked against the folder by _check_paths.
 STUDY = Obj({

@@ -23,6 +23,7 @@ import torch
 
 from research.analysis.finetune import CONDITIONS, FROZEN
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
+from research.analysis.sequential import family_record
 from research.access import InspectError
 from research.access.loading import CACHE_HELP, DEFAULT_CACHE, is_own_run, load_model
 from research.inspection.text import ENGLISH, Documents, starts_with_bos, text_documents, text_windows
@@ -320,7 +321,8 @@ def main(argv=None, description: str = "") -> int:
                 write_study_index(out, name=STUDY, kind="finetune", seeds=seeds, preset=None, conditions=conditions,
                                   margin=args.margin, loss_margin=args.loss_margin, looks=looks, design=design,
                                   mix_hosts=mix_hosts)
-            run_looks(out, list(args.seeds), until, Rounds(runs_of, train_runs, write_index))
+            family = family_record(CONDITIONS, margin=args.margin, loss_margin=args.loss_margin)
+            run_looks(out, list(args.seeds), until, Rounds(runs_of, train_runs, write_index, family))
         written = render_study(out)
         print(f"wrote {', '.join(p.name for p in written)} into {out} ({time.perf_counter() - t0:.0f} s in all)")
     except KeyboardInterrupt:

@@ -4,12 +4,16 @@ their record in study.json (research.analysis.sequential decides them; research.
 A study trains its --seeds and decides; with --until_decided, while a primary comparison of its kind (Kind.primary)
 is undecided and fewer than MAX seeds have trained, it adds R new seeds (the integers after the largest seed), trains
 that round's runs together through the study's executor (--ray runs them at once) and decides again. Its design, the
-looks sequential.plan(len(seeds), MAX, R) gives and the alpha each spends, is fixed at the study's first command and
-stored in study.json, which records every look as it is taken (the seeds analysed, the alpha spent, planned or not),
-once. A study of fixed --seeds is one look at the full level; run again with other --seeds, its new look is recorded
-as unplanned and decided at the full level, and its report states the bound that then holds (the levels add up).
+looks sequential.plan(len(seeds), MAX, R) gives and the alpha each spends, with everything that defines its families
+and their outcomes (its conditions, baseline, primary quantities and every margin: sequential.FAMILY), is fixed at the
+study's first command and stored in study.json, which records every look as it is taken (the seeds analysed, the
+alpha spent, planned or not), once; a later command that changes any of it is refused, and so is a study.json whose
+looks are not its design's. A study of fixed --seeds is one look at the full level; run again with other --seeds,
+its new look is recorded as unplanned and decided at the full level, and its report states the bound that then holds
+(the levels add up).
 
-    rounds = Rounds(runs, train, write_index)      # the study's own: its runs of some seeds, their training, its index
+    rounds = Rounds(runs, train, write_index, family)  # the study's own: its runs of some seeds, their training, its
+                                                       # index, what defines its families (family_record)
     run_looks(out, seeds, until, rounds)           # the looks, from what study.json already records (a resume)
 """
 from __future__ import annotations
@@ -21,7 +25,8 @@ from typing import Callable
 
 from configs.config import ConfigError
 from research.analysis.rules import ALPHA
-from research.analysis.sequential import FIRST_SHARE, RHO, Design, Look, design_of, looks_of, plan, undecided
+from research.analysis.sequential import (FIRST_SHARE, RHO, Design, Look, family_changes, fixed_family, plan, recorded,
+                                          undecided, value_text)
 from research.plots.looks import bound_text, options_text, seeds_text
 from research.results.layout import read_study_index
 from research.studies.executors import StudyRun, results_paths
@@ -86,18 +91,29 @@ def check_until(args: argparse.Namespace, kind: Kind, seeds: list[int], study: s
     return Until(args.until_decided, r)
 
 
-def start(index: dict, seeds: list[int], until: Until | None, out: Path) -> tuple[list[Look], Design | None, list]:
+def start(index: dict, seeds: list[int], until: Until | None, out: Path,
+          family: dict) -> tuple[list[Look], Design | None, list]:
     """(the looks study.json records, the design, the seeds of this command's first look), or ConfigError in one line
-    where the command does not continue the study in `out`: another design, a design where none was fixed at the
-    study's first command, or none where one was."""
-    looks, design = looks_of(index), design_of(index)
+    where the command does not continue the study in `out`: another design, one whose `family` (what defines the
+    study's families and outcomes: sequential.FAMILY) differs from what the design fixed, a design where none was
+    fixed at the study's first command, or none where one was. A study.json whose looks disagree with its design or
+    its runs is refused as edited (sequential.recorded)."""
+    looks, design = recorded(index)
     fix = "choose another --out (nothing was trained)"
     if design is not None:
-        if until is None or until.record(seeds) != index["design"]:
+        options = {k: v for k, v in index["design"].items() if k != "family"}
+        if until is None or until.record(seeds) != options:
             given = "" if until is None else f", not {options_text(until.record(seeds))}"
             raise ConfigError(f"{out} holds a study planned with {options_text(index['design'])} at its first "
                               f"command{given}: give those "
                               f"options to continue it (python research/split_panels.py {out} redraws it), or {fix}")
+        changes = family_changes(fixed_family(index), family)
+        if changes:
+            key, fixed, now = changes[0]
+            raise ConfigError(f"{out} holds a study whose design fixed {key} {value_text(fixed)} at its first "
+                              f"command, not {value_text(now)}: its outcomes are read as planned before any data "
+                              f"were seen; give {key} {value_text(fixed)} again (the study file or the command line) "
+                              f"to continue it (python research/split_panels.py {out} redraws it), or {fix}")
         return looks, design, list(looks[-1].seeds) if looks else list(seeds)
     if until is not None and index:
         raise ConfigError(f"--until_decided: {out} holds a study of fixed seeds ({seeds_text(index['seeds'] or [])}): "
@@ -132,6 +148,9 @@ class Rounds:
     # kept as they are (the executor's `finished`), so that a round hands its executor only its new runs
     train: Callable[[list[StudyRun], set], None]
     write_index: Callable[[list[int], dict, list[dict], dict | None], None]
+    # what defines its families and their outcomes, as its study.json gives them (sequential.family_record: its
+    # conditions, baseline, primary quantities and margins): a design fixes it at the study's first command
+    family: dict
 
 
 def primary_of(out: Path) -> dict:
@@ -145,8 +164,8 @@ def run_looks(out: Path, seeds: list[int], until: Until | None, rounds: Rounds, 
     returns the looks. Every look is recorded once, after its runs trained: a study killed inside or between looks
     continues with the same command, its finished runs kept."""
     index = read_study_index(out)
-    looks, design, seeds = start(index, seeds, until, out)
-    record = index.get("design") or (until.record(seeds) if until else None)
+    looks, design, seeds = start(index, seeds, until, out, rounds.family)
+    record = index.get("design") or ({**until.record(seeds), "family": rounds.family} if until else None)
     if design is not None and not index:  # the design is fixed at the study's first command, before anything trains
         rounds.write_index(seeds, results_paths(rounds.runs(seeds), out), [], record)
     done: set = set()  # the run folders trained (or found finished) at this command's earlier looks

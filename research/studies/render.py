@@ -22,9 +22,10 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from configs.config import ConfigError
 from research.analysis.identity import hosts_mixed
 from research.analysis.rules import check_margin
-from research.analysis.sequential import at_looks, design_of, looks_of
+from research.analysis.sequential import at_looks, family_changes, fixed_family, recorded, value_text
 from research.plots.common import write_outputs
 from research.plots.looks import open_questions, section as looks_section
 from research.results.layout import read_study_index
@@ -64,10 +65,11 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     loss_margin = None if loss_margin is None else check_margin("loss_margin", loss_margin)
     index = read_study_index(folder)  # read once; checked: its margins are shares of the mean in (0, 1), or None
     kind, inputs, comparison, analysis = decide_study(folder, index, margin, loss_margin)
-    with at_looks(looks_of(index), design_of(index)):  # the report's words on its intervals follow its looks
+    looks, design = recorded(index)
+    with at_looks(looks, design):  # the report's words on its intervals follow its looks
         outputs = kind.draw(analysis, comparison)
     primary = kind.primary(analysis) if kind.primary else {}
-    looks = looks_section(looks_of(index), design_of(index), primary, index.get("design"))
+    looks = looks_section(looks, design, primary, index.get("design"))
     if looks:
         outputs[REPORT] = with_section(outputs[REPORT], looks)
     questions = open_questions(kind.name, index, primary)
@@ -81,9 +83,19 @@ def decide_study(folder: str | Path, index: dict, margin: float | None = None,
     """(kind, inputs, comparison, analysis) of the study in `folder` whose checked study.json is `index`: decided at
     the looks it records (research.analysis.sequential.at_looks; one look at the full level where it records none),
     its runs' host kinds combined where it was made with --mix_hosts (research.analysis.identity.hosts_mixed),
-    nothing drawn."""
+    nothing drawn. A study planned with --until_decided is decided on the margins its design fixed: another `margin`
+    or `loss_margin` is refused (ConfigError, one line)."""
+    looks, design = recorded(index)
+    if design is not None:
+        given = {k: v for k, v in (("margin", margin), ("loss_margin", loss_margin)) if v is not None}
+        changes = family_changes(fixed_family(index), {**fixed_family(index), **given})
+        if changes:
+            key, fixed, now = changes[0]
+            raise ConfigError(f"--{key} {value_text(now)}: {folder} holds a study whose design fixed {key} "
+                              f"{value_text(fixed)} at its first command, and its outcomes are read against that "
+                              f"alone: leave --{key} out to draw it (nothing was written)")
     kind, inputs = read(Path(folder), index)
-    with at_looks(looks_of(index), design_of(index)), hosts_mixed(bool(index.get("mix_hosts"))):
+    with at_looks(looks, design), hosts_mixed(bool(index.get("mix_hosts"))):
         analysis, comparison = kind.decide(inputs, margin or index.get("margin"),
                                            loss_margin or index.get("loss_margin"))
     return kind, inputs, comparison, analysis

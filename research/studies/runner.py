@@ -36,13 +36,15 @@ import torch
 
 from configs import PRESETS, ConfigError, RunConfig, add_config_args, apply_overrides, get_preset
 from configs.cli import help_flag, parse_once, shown_value, start_from_args, start_in
+from configs.measured import check_measured
+from research.analysis.conditions import primary_needs
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
 from research.results.layout import condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
-from research.analysis.sequential import plan
+from research.analysis.sequential import family_record, plan
 from research.studies.executors import Storage, StudyError, StudyRun, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.kinds import KINDS
@@ -337,14 +339,17 @@ def check_run_count(study: Study, n_seeds: int, max_runs: int) -> None:
 
 
 def check_runs(study: Study, base: RunConfig, seed: int, runtime: Runtime) -> None:
-    """Every run's config is built and fits this machine (training.memory_fit.check_fits), and every run trains the
-    same tokens (a condition may set grad_accum, and steps = tokens // tokens_per_step rounds down), before the first
-    run trains: ConfigError names the condition (and the study file) and the field. The seed changes none of it."""
+    """Every run's config is built, measures what the study decides (configs.measured: its primary quantities, a
+    key-cache one with the key cache's measurement on) and fits this machine (training.memory_fit.check_fits), and
+    every run trains the same tokens (a condition may set grad_accum, and steps = tokens // tokens_per_step rounds
+    down), before the first run trains: ConfigError names the condition (and the study file) and the field. The seed
+    changes none of it."""
     where = f"{study.source}: " if study.source else ""
     first: tuple[str, RunConfig] | None = None
     for cond, overrides in study.runs():
         try:
             cfg = run_config(base, overrides, seed)
+            check_measured(cfg, primary_needs(study.primary))
             check_fits(cfg, runtime)
         except ConfigError as e:
             raise ConfigError(f"{where}condition {cond}: {e} (nothing was trained)") from None
@@ -455,7 +460,10 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                           baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
                           kv_loss_margin=study.kv_loss_margin, looks=looks, design=design, mix_hosts=mix_hosts)
     try:
-        run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index))
+        family = family_record([name for name, _ in study.runs()], margin=args.margin, loss_margin=args.loss_margin,
+                               baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
+                               kv_loss_margin=study.kv_loss_margin)
+        run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index, family))
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
     except OSError as e:

@@ -3,13 +3,17 @@ look, and every refusal. The looks' loop runs on hand-built QK-norm results (tes
 stand-in trainer, so a study of several looks takes a second; one slow test trains the pilot through its script."""
 import argparse
 import json
+import math
 
+import numpy as np
 import pytest
 
 from configs import ConfigError
-from research import finetune_keys_study, head_specialization_study, qk_norm_25m_study, spike_warning_study
-from research.analysis.rules import LOSS_MARGIN, MARGIN
-from research.analysis.sequential import FIRST_SHARE, RHO, plan
+from research import (finetune_keys_study, head_specialization_study, qk_norm_25m_study, spike_warning_study,
+                      split_panels)
+from research.analysis.rules import DIFFERENT, LOSS_MARGIN, MARGIN, NO_DATA, Margin, Paired, decide_once
+from research.analysis.sequential import FIRST_SHARE, RHO, family_record, plan, undecided
+from research.results import ResultsError
 from research.results.layout import condition_dir, write_study_index
 from research.studies import PILOT
 from research.studies.executors import StudyRun
@@ -27,7 +31,7 @@ OPEN = {"QK": (50.0, 3.5, 3.0), "QK_frozen": (50.0, 3.5, 3.0), "NoQK": (50.0, 3.
 CLEAR = {"QK": (40.0, 3.0, 0.0), "QK_frozen": (50.0, 3.5, 0.0), "NoQK": (60.0, 4.0, 0.0)}
 
 
-def rounds(out, finals, trained, stop_at=None, handed=None):
+def rounds(out, finals, trained, stop_at=None, handed=None, **family):
     """A stand-in for a study: its runs of some seeds, a trainer that writes each run's results (keeping a finished
     run, as the trainer's resume does, and stopping as Ctrl-C would at seed `stop_at`), and its study.json. `handed`
     collects the seeds of each round's runs the loop did not call done."""
@@ -48,10 +52,12 @@ def rounds(out, finals, trained, stop_at=None, handed=None):
             path.write_text(json.dumps(qk_run(r.cond, r.seed, pr, loss, own_noise=noise)))
             trained.append((r.cond, r.seed))
 
+    given = {"margin": MARGIN, "loss_margin": LOSS_MARGIN, **family}  # `family`: a study file's settings changed
+
     def write_index(seeds, conditions, looks, design):
         write_study_index(out, name="qk_norm_50m_study", kind="qk_norm", seeds=seeds, preset="debug",
-                          conditions=conditions, margin=MARGIN, loss_margin=LOSS_MARGIN, looks=looks, design=design)
-    return Rounds(runs, train, write_index)
+                          conditions=conditions, looks=looks, design=design, **given)
+    return Rounds(runs, train, write_index, family_record(list(finals), **given))
 
 
 def index(out):
@@ -71,7 +77,10 @@ def test_an_open_question_adds_a_seed_per_round_to_max_each_look_at_its_planned_
     recorded = index(out)
     assert recorded["looks"] == [{"seeds": list(look.seeds), "alpha": look.alpha, "planned": True} for look in looks]
     assert recorded["design"] == {"seeds": [0, 1], "max_seeds": 4, "round": 1, "alpha": 0.05, "first": FIRST_SHARE,
-                                  "rho": RHO, "calibrated": True}
+                                  "rho": RHO, "calibrated": True,
+                                  "family": {"conditions": ["QK", "QK_frozen", "NoQK"], "baseline": None, "primary": [],
+                                             "margin": MARGIN, "loss_margin": LOSS_MARGIN, "logit_margin": None,
+                                             "kv_loss_margin": None}}
     assert recorded["seeds"] == [0, 1, 2, 3] and sorted(s for _, s in trained) == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
     assert "the next round trains seed(s) 2" in lines[0] and "--until_decided 4 reached" in lines[-1]
     report = load_and_analyze(out).report
@@ -140,6 +149,132 @@ def test_a_command_that_does_not_continue_the_design_is_refused_before_anything_
     assert len(trained) == n + 9
 
 
+# What defines the families and their outcomes, changed after look 1 (issue 65): each refused as a changed MAX is
+@pytest.mark.parametrize("finals,family,said", [
+    (OPEN, {"loss_margin": 0.05}, "fixed loss_margin 0.005 at its first command, not 0.05"),
+    (OPEN, {"margin": 0.5}, "fixed margin 0.03 at its first command, not 0.5"),
+    (OPEN, {"primary": ("val_loss",)}, "fixed primary none at its first command, not val_loss"),
+    (OPEN, {"baseline": "QK"}, "fixed baseline none at its first command, not 'QK'"),
+    (OPEN, {"kv_loss_margin": 0.01}, "fixed kv_loss_margin none at its first command, not 0.01"),
+    ({"QK": OPEN["QK"], "NoQK": OPEN["NoQK"]}, {}, "fixed conditions QK QK_frozen NoQK at its first command, not QK "
+                                                   "NoQK"),
+])
+@pytest.mark.parametrize("finished", [False, True])  # continued after look 1, or a finished study run again
+def test_a_change_of_what_defines_the_families_after_look_1_is_refused(tmp_path, finals, family, said, finished):
+    out, trained = tmp_path / "study", []
+    with pytest.raises(KeyboardInterrupt):  # killed in round 2: look 1 recorded, undecided
+        run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained, stop_at=2), log=lambda *a, **k: None)
+    if finished:
+        run_looks(out, [0, 1], Until(4, 1), rounds(out, OPEN, trained), log=lambda *a, **k: None)
+    before, n = (out / "study.json").read_bytes(), len(trained)
+    with pytest.raises(ConfigError) as e:
+        run_looks(out, [0, 1], Until(4, 1), rounds(out, finals, trained, **family), log=lambda *a, **k: None)
+    assert f"holds a study whose design {said}" in str(e.value) and "\n" not in str(e.value)
+    assert "again (the study file or the command line) to continue it" in str(e.value)
+    assert (out / "study.json").read_bytes() == before and len(trained) == n
+
+
+def test_a_redraw_at_other_margins_of_a_planned_study_is_refused_and_writes_nothing(tmp_path, capsys):
+    out, trained = tmp_path / "study", []
+    run_looks(out, [0, 1], Until(3, 1), rounds(out, OPEN, trained), log=lambda *a, **k: None)
+    assert load_and_analyze(out, margin=MARGIN).report  # the design's own margin: drawn
+    line = stops(capsys, split_panels.main, [str(out), "--loss_margin", "0.05", "--out", str(tmp_path / "redraw")])
+    assert line == (f"error: --loss_margin 0.05: {out} holds a study whose design fixed loss_margin 0.005 at its "
+                    f"first command, and its outcomes are read against that alone: leave --loss_margin out to draw it "
+                    f"(nothing was written)")
+    assert not (tmp_path / "redraw").exists()
+
+
+def test_a_comparison_with_no_paired_values_is_undecided():
+    family = {"x": Paired(np.zeros(0), math.nan, math.nan, math.nan, ()),
+              "y": Paired(np.array([1.0, 1.1, 0.9]), 1.0, 0.0, 1.0, (0, 1, 2))}
+    decisions = decide_once(family, Margin(0.1, absolute=True))
+    assert decisions["x"].outcome == NO_DATA and decisions["y"].outcome == DIFFERENT
+    assert undecided(decisions) == ["x"]
+
+
+def _edit(out, change):
+    """study.json with `change(index)` applied, as a hand edit would leave it; returns the text written."""
+    index = json.loads((out / "study.json").read_text())
+    change(index)
+    text = json.dumps(index, indent=2)
+    (out / "study.json").write_text(text)
+    return text
+
+
+def _set_alpha(i):
+    i["looks"][0]["alpha"] = 0.5
+
+
+def _drop_last_look(i):
+    i["looks"].pop()
+
+
+def _drop_first_look(i):
+    i["looks"].pop(0)
+
+
+def _wider_margin(i):
+    i["loss_margin"] = 0.05
+
+
+def _extra_look(i):
+    i["looks"].append({"seeds": [0, 1, 2, 3], "alpha": 0.05, "planned": True})
+
+
+def _unplanned(i):
+    i["looks"][1]["planned"] = False
+
+
+# study.json's looks against its design's plan and its runs: every edit refused on a redraw and on a rerun
+@pytest.mark.parametrize("change,said", [
+    (_set_alpha, "look 1 (seeds 0 1, alpha 0.5, planned true) is not its design's (seeds 0 1, alpha 0.0025, "
+                 "planned)"),
+    (_drop_last_look, "seeds 0 1 2 are not its last look's (0 1)"),
+    (_drop_first_look, "look 1 (seeds 0 1 2, alpha 0.0475, planned true) is not its design's (seeds 0 1, alpha "
+                       "0.0025, planned)"),
+    (_unplanned, "look 2 (seeds 0 1 2, alpha 0.0475, planned false) is not its design's"),
+    (_extra_look, "3 looks recorded, more than the 2 its design plans"),
+    (_wider_margin, "loss_margin is 0.05, not the 0.005 its design fixed at the study's first command"),
+])
+def test_an_edited_study_json_is_refused_as_edited_on_a_redraw_and_a_rerun(tmp_path, capsys, change, said):
+    out, trained = tmp_path / "study", []
+    run_looks(out, [0, 1], Until(3, 1), rounds(out, OPEN, trained), log=lambda *a, **k: None)
+    text, n = _edit(out, change), len(trained)
+    fix = ("the file was edited or damaged; fix: restore study.json from a copy, or run the study again into another "
+           "--out (its runs stay in their folders)")
+    line = stops(capsys, split_panels.main, [str(out)])
+    assert said in line and line.endswith(fix), line
+    with pytest.raises(ResultsError) as e:
+        run_looks(out, [0, 1], Until(3, 1), rounds(out, OPEN, trained), log=lambda *a, **k: None)
+    assert said in str(e.value) and "\n" not in str(e.value)
+    assert (out / "study.json").read_text() == text and len(trained) == n
+
+
+def test_a_look_of_a_fixed_study_at_another_alpha_or_a_missing_run_is_refused(tmp_path, capsys):
+    out, trained = tmp_path / "fixed", []
+    run_looks(out, [0, 1, 2], None, rounds(out, CLEAR, trained))
+    _edit(out, lambda i: i["looks"][0].update(alpha=0.5))
+    assert "look 1 (alpha 0.5, planned true) is not a look of a study without a design (the first planned, every " \
+           "look at alpha 0.05)" in stops(capsys, split_panels.main, [str(out)])
+    _edit(out, lambda i: i["looks"][0].update(alpha=0.05))
+    (out / "NoQK" / "seed_2" / "results.json").unlink()
+    assert "condition NoQK has no results file of seed(s) 2 of its last look" in \
+        stops(capsys, split_panels.main, [str(out)])
+
+
+def test_a_design_whose_max_is_below_its_seeds_is_one_line(tmp_path, capsys):
+    out, trained = tmp_path / "study", []
+    run_looks(out, [0, 1, 2], Until(4, 1), rounds(out, CLEAR, trained), log=lambda *a, **k: None)
+    text = _edit(out, lambda i: i["design"].update(max_seeds=2))
+    said = ("design: --until_decided 2 --round 1 over 3 first seeds plans no looks (a MAX of at least the seeds, a "
+            "first look of 2 or more): the file was edited or damaged")
+    assert said in stops(capsys, split_panels.main, [str(out)])
+    with pytest.raises(ResultsError, match="plans no looks"):
+        run_looks(out, [0, 1, 2], Until(4, 1), rounds(out, CLEAR, trained))
+    assert (out / "study.json").read_text() == text
+
+
 def _args(until=None, round_=None):
     return argparse.Namespace(until_decided=until, round=round_)
 
@@ -204,6 +339,14 @@ def test_the_pilot_adds_seeds_until_decided_through_its_script(corpus_file, cach
     assert "look 1 of at most 2 (2 seeds: 0 1, alpha 0.0025): undecided: " in log
     assert "the next round trains seed(s) 2" in log and "== qk_norm (seed 2) -> " in log
     assert "Stopped at look 2 of at most 2 (3 seeds)" in (out / "report.md").read_text()
+    family = index(out)["design"]["family"]
+    assert (family["conditions"], family["margin"], family["loss_margin"]) == (["qk_norm", "no_qk_norm"], 1e-6, 1e-6)
+    before = (out / "study.json").read_bytes()  # the finished study run again with a wider loss margin: refused
+    with pytest.raises(ConfigError, match="holds a study whose design fixed loss_margin 1e-06 at its first command, "
+                                          "not 0.01"):
+        run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--margin",
+                                    "1e-6", "--loss_margin", "0.01", "--until_decided", "3", "--round", "1"))
+    assert (out / "study.json").read_bytes() == before
 
 
 @pytest.mark.slow
