@@ -41,9 +41,8 @@ def _check(cond: bool, msg: str) -> None:
 # in the field's sentence) rather than against a fixed set.
 FIELD_PARSERS = {"spike_alarm": parse_alarm}
 
-# Options refused when given twice on one command line (argparse keeps the last silently): those whose second use
-# more likely means "also" than "instead". Any other option given twice keeps the last, as every command line does,
-# so that a command can be repeated with an option changed at its end.
+# The reasons of options whose second use on one command line more likely means "also" than "instead"; every other
+# option given twice is refused as one that takes one value (utils.cli.ArgumentParser).
 GIVEN_ONCE = {"spike_alarm": "a run has one alarm; give the one to watch",
               "paths": "every file goes in one --paths, comma-separated (a.txt,b.jsonl,folder)"}
 

@@ -31,22 +31,55 @@ def test_no_prefix_matching(capsys):
     assert "unrecognized arguments: --out" in capsys.readouterr().err
 
 
-def test_an_option_given_once_refuses_a_second_use_and_others_keep_the_last():
+def test_an_option_given_once_refuses_a_second_use_with_its_reason():
     """argparse keeps the last of an option given twice, silently: an option made with `once` is refused in one line
-    naming both values (a list as it was written); any other option keeps the last (issue 50)."""
+    naming both values (a list as it was written) and its own reason (issue 50)."""
     from utils.cli import once
     from utils.errors import ConfigError
     p = parser()
     p.add_argument("--alarm", action=once("a run has one alarm"))
     p.add_argument("--seeds", type=int, nargs="+", action=once("every seed goes after one --seeds"))
-    assert vars(p.parse_args(["--alarm", "a", "--seeds", "0", "1", "--output", "x", "--output", "y"])) == \
-        {"loss_margin": None, "output": "y", "alarm": "a", "seeds": [0, 1]}
+    assert vars(p.parse_args(["--alarm", "a", "--seeds", "0", "1", "--output", "x"])) == \
+        {"loss_margin": None, "output": "x", "alarm": "a", "seeds": [0, 1]}
     with pytest.raises(ConfigError) as e:
         p.parse_args(["--alarm", "grad_norm:5", "--alarm", "logit_max:30"])
     assert str(e.value) == ("--alarm given twice (grad_norm:5, then logit_max:30): a run has one alarm. Fix: give "
                             "--alarm once")
     with pytest.raises(ConfigError, match=r"^--seeds given twice \(0 1, then 2\): every seed goes after one --seeds"):
         p.parse_args(["--seeds", "0", "1", "--seeds", "2"])
+
+
+@pytest.mark.parametrize("added, argv, message", [
+    ({}, ["--output", "x", "--output", "y"], "--output given twice (x, then y): it takes one value. Fix: give --output "
+                                             "once"),
+    # the default given again is a second use too (a small int is the default object itself)
+    ({"type": int, "default": 5}, ["--n", "5", "--n", "5"], "--n given twice (5, then 5): it takes one value. Fix: "
+                                                             "give --n once"),
+    ({"type": int, "nargs": "+"}, ["--n", "1", "2", "--n", "3"], "--n given twice (1 2, then 3): its values go after "
+                                                                 "one --n. Fix: give --n once"),
+    ({"action": "store_true"}, ["--n", "--n"], "--n given twice: it is a switch. Fix: give --n once"),
+    ({"choices": ["a", "b"]}, ["--n", "a", "--n", "b"], "--n given twice (a, then b): it takes one value. Fix: give "
+                                                        "--n once"),
+])
+def test_every_storing_option_is_refused_when_given_twice(added, argv, message):
+    """Every option of ArgumentParser that stores (a value, a list, a switch), in an argument group too, is refused
+    the second time in one line: argparse would keep the last without a word (issue 65)."""
+    from utils.errors import ConfigError
+    for grouped in (False, True):
+        p = parser()
+        (p.add_argument_group("g") if grouped else p).add_argument("--n", **added)
+        with pytest.raises(ConfigError) as e:
+            p.parse_args(argv)
+        assert str(e.value) == message
+        p.parse_args(argv[:len(argv) // 2])  # once is fine, and a parser parses again from scratch
+        p.parse_args(argv[:len(argv) // 2])
+
+
+def test_an_appending_option_may_be_given_again():
+    p = parser()
+    p.add_argument("--tag", action="append")
+    p.add_argument("-v", action="count")
+    assert p.parse_args(["--tag", "a", "--tag", "b", "-v", "-v"]).tag == ["a", "b"]
 
 
 def test_a_usage_error_shows_at_most_500_characters_of_what_was_given(capsys):
