@@ -87,3 +87,27 @@ def test_a_usage_error_shows_at_most_500_characters_of_what_was_given(capsys):
         parser().parse_args(["--loss_margin", "x" * 100_000])  # argparse's message quotes the value whole
     line = capsys.readouterr().err.splitlines()[-1]
     assert line.startswith("tool: error: argument --loss_margin: invalid float value: 'xxx") and len(line) <= 520
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf", "1e999", "0", "-0.0", "-1", "x", ""])
+def test_a_positive_number_is_finite_and_above_zero(value, capsys):
+    """The one type of a budget, a rate or a share given on the command line: float() reads nan and inf, and nan
+    passes every comparison a later check would make (issue 65)."""
+    from utils.cli import positive_number
+    p = parser()
+    p.add_argument("--budget_s", type=positive_number)
+    assert p.parse_args(["--budget_s", "0.5"]).budget_s == 0.5
+    with pytest.raises(SystemExit) as stop:
+        p.parse_args([f"--budget_s={value}"])
+    assert stop.value.code == 2
+    assert "argument --budget_s: expected a " in capsys.readouterr().err
+
+
+def test_the_study_and_simulation_rates_refuse_nan():
+    from research.simulations.sequential import build_parser as simulation
+    from research.studies import LR_SENSITIVITY
+    from research.studies.runner import build_parser as study
+    for parser, argv in ((study(LR_SENSITIVITY, argv=["--device", "cpu"]), ["--lr_multipliers", "1", "nan"]),
+                         (simulation(), ["--rho", "nan"])):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
