@@ -29,6 +29,7 @@ LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay
 # forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
 # overflow") at the first step. bf16 has float32's exponent range, so no rate that passes fails there either.
 FLOAT32_MAX = 3.4028234663852886e38
+SEED_LIMIT = 2 ** 63  # a seed is in [0, SEED_LIMIT): a signed 64-bit number, as every RNG and JSON reader takes it
 MAX_THREADS = 1024  # --threads: more than any CPU a run meets; a typo's 10,000 threads would each take a stack
 
 
@@ -235,7 +236,7 @@ class TrainConfig:
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
         _check(0 <= self.threads <= MAX_THREADS, f"threads={self.threads} must be in [0, {MAX_THREADS}] (0: the "
                                                  f"cores this process may use)")
-        _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
+        _check(0 <= self.seed < SEED_LIMIT, f"seed={self.seed} must be in [0, 2**63)")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
         alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)
