@@ -29,6 +29,7 @@ LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay
 # forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
 # overflow") at the first step. bf16 has float32's exponent range, so no rate that passes fails there either.
 FLOAT32_MAX = 3.4028234663852886e38
+SEED_LIMIT = 2 ** 63  # a seed is in [0, SEED_LIMIT): a signed 64-bit number, as every RNG and JSON reader takes it
 MAX_THREADS = 1024  # --threads: more than any CPU a run meets; a typo's 10,000 threads would each take a stack
 
 
@@ -41,9 +42,8 @@ def _check(cond: bool, msg: str) -> None:
 # in the field's sentence) rather than against a fixed set.
 FIELD_PARSERS = {"spike_alarm": parse_alarm}
 
-# Options refused when given twice on one command line (argparse keeps the last silently): those whose second use
-# more likely means "also" than "instead". Any other option given twice keeps the last, as every command line does,
-# so that a command can be repeated with an option changed at its end.
+# The reasons of options whose second use on one command line more likely means "also" than "instead"; every other
+# option given twice is refused as one that takes one value (utils.cli.ArgumentParser).
 GIVEN_ONCE = {"spike_alarm": "a run has one alarm; give the one to watch",
               "paths": "every file goes in one --paths, comma-separated (a.txt,b.jsonl,folder)"}
 
@@ -236,7 +236,7 @@ class TrainConfig:
         _check(self.eval_every >= 0 and self.ckpt_every >= 0, "eval_every and ckpt_every must be >= 0")
         _check(0 <= self.threads <= MAX_THREADS, f"threads={self.threads} must be in [0, {MAX_THREADS}] (0: the "
                                                  f"cores this process may use)")
-        _check(0 <= self.seed < 2 ** 63, f"seed={self.seed} must be in [0, 2**63)")
+        _check(0 <= self.seed < SEED_LIMIT, f"seed={self.seed} must be in [0, 2**63)")
         _check(not (self.qk_clip and self.shard == "fsdp"), "--qk_clip does not work with --shard fsdp yet: drop one "
                                                              "of them")
         alarm = FIELD_PARSERS["spike_alarm"](self.spike_alarm)

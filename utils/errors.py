@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import itertools
 import math
+import re
 import reprlib
 import shutil
 from pathlib import Path
@@ -97,9 +98,25 @@ def free_space(path: str | Path) -> str:
     return f"{free} bytes free on its disk"
 
 
+def _first_cause(e: OSError) -> OSError:
+    """The OSError of the first file shutil.copytree could not copy: its Error gathers them as text, [(source,
+    destination, "[Errno 28] No space left on device: ...")], without an errno, so a full disk would be told as
+    "Error". Named by the folder the copy was made into (not its hidden temporary folder, utils.io.atomic_dir's
+    .tmp-*); any other OSError as it is."""
+    entries = e.args[0] if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list) else []
+    for entry in entries[:1]:
+        m = re.match(r"\[Errno (\d+)\] ([^:]+)", str(entry[-1])) if isinstance(entry, tuple) and entry else None
+        if m:
+            path = Path(str(entry[1])) if len(entry) == 3 else None
+            hidden = next((p for p in (path, *path.parents) if p.name.startswith(".tmp-")), None) if path else None
+            return OSError(int(m[1]), m[2], str(hidden.parent if hidden else path) if path else None)
+    return e
+
+
 def os_problem(e: OSError, where: str | Path | None = None) -> str:
     """'<what happened> (<path>)' for an OSError, in words; for a full disk also the free space there. `where`: the
     file or folder being written, for an error of the system that names none (a write to an open file)."""
+    e = _first_cause(e)
     what = _PROBLEMS.get(e.errno, e.strerror or type(e).__name__)
     path = e.filename if e.filename is not None else where
     if path is None:
@@ -124,13 +141,14 @@ _READ_FIXES = {  # for a read: the file is the user's, no other folder would do
 
 def os_fix(e: OSError, reading: bool = False) -> str:
     """What the user can do about an OSError of a write, or (`reading`) of a read."""
+    e = _first_cause(e)
     return (_READ_FIXES if reading else _FIXES).get(e.errno, "check the path and its disk")
 
 
 def is_disk_full(e: BaseException) -> bool:
     """An OSError for a full disk, or a library error whose text says so (safetensors wraps the OS error)."""
     if isinstance(e, OSError):
-        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+        return _first_cause(e).errno in (errno.ENOSPC, errno.EDQUOT)
     text = str(e)
     return "No space left" in text or "StorageFull" in text or "os error 28" in text
 
@@ -175,6 +193,6 @@ def explain(e: UserError | OSError, fix_also: str = "") -> str:
     """The one line a command prints for a user error or an OSError: the message, or for an error of the operating
     system the problem and the fix (`fix_also`: another way out, e.g. "pass --out DIR"). An OSError the project
     raised with a message of its own (no errno, e.g. "--out holds a run: pass --resume") is its message."""
-    if isinstance(e, OSError) and not isinstance(e, UserError) and e.errno is not None:
+    if isinstance(e, OSError) and not isinstance(e, UserError) and _first_cause(e).errno is not None:
         return f"{os_problem(e)}. Fix: {os_fix(e)}" + (f", or {fix_also}" if fix_also else "")
     return str(e)

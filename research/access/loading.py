@@ -87,6 +87,11 @@ def _hf_config(name: str, path: Path, local: bool, revision: str | None = None):
                            f"folder.") from cached_error
 
 
+def looks_like_hub_id(name: str) -> bool:
+    """`name` is spelled as a hub id (owner/name, or name) and not as a path (./, /, ~, two folders deep)."""
+    return not name.startswith((".", "/", "~")) and name.count("/") <= 1 and "\\" not in name
+
+
 def local_kind(name: str) -> str | None:
     """What `name` is when it is no hub id: "folder", "file" or "packaged model" (None: a hub id, or nothing)."""
     path = Path(name).expanduser()
@@ -170,9 +175,7 @@ def _load_not_gguf(name: str, dtype: torch.dtype, gguf: dict | None = None,
     if path.is_dir() and is_own_run(path):
         return _load_own(path, dtype)
     local = path.exists()
-    looks_like_hub_id = (not local and not name.startswith((".", "/", "~")) and name.count("/") <= 1
-                         and "\\" not in name)
-    if not local and not looks_like_hub_id:
+    if not local and not looks_like_hub_id(name):
         raise InspectError(f"model {shown(name)} not found: no such folder or file, and it is not a hub id "
                            f"(owner/name) or a packaged model ({', '.join(PACKAGED)})")
     if path.is_file():

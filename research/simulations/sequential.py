@@ -57,7 +57,7 @@ import time
 from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass
 
-from utils.cli import ArgumentParser, command
+from utils.cli import ArgumentParser, command, positive_number
 
 import numpy as np
 
@@ -243,7 +243,7 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--first", type=float, default=FIRST_SHARE,
                    help=f"The share of alpha the first look spends. Default: {FIRST_SHARE:g}, "
                         f"research.analysis.sequential's")
-    p.add_argument("--rho", type=float, default=RHO,
+    p.add_argument("--rho", type=positive_number, default=RHO,
                    help=f"The power of the spending over the seeds added after the first look. Default: {RHO:g}")
     p.add_argument("--noises", nargs="+", choices=NOISES, default=list(NOISES),
                    help="Which noise kinds to simulate, of " + ", ".join(NOISES) + ". Default: all of them")

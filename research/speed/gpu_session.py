@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from utils.cli import ArgumentParser, command
+from research.results.values import json_safe
+from utils.cli import ArgumentParser, command, positive_number
 
 import torch
 
@@ -129,7 +130,7 @@ def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None
         rec = run_step(step, out, budget_s - (time.perf_counter() - start), cuda)
         session["steps"][step.name] = rec
         print(f"{step.name}: {rec['status']}" + (f", {rec['seconds']} s" if "seconds" in rec else ""), flush=True)
-        (out / "gpu_session.json").write_text(json.dumps(session, indent=1))
+        (out / "gpu_session.json").write_text(json.dumps(json_safe(session), indent=1, allow_nan=False))
     return session
 
 
@@ -137,7 +138,7 @@ def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_session")),
                    help="Folder for gpu_session.json and the steps' logs. Default: $OUT, else ./gpu_session")
-    p.add_argument("--budget_s", type=float, default=480.0,
+    p.add_argument("--budget_s", type=positive_number, default=480.0,
                    help="Seconds for all steps together; a step gets what is left of it at most. Default: 480")
     p.add_argument("--seed_script", default=None,
                    help="The write-ups' step (../shared/bench/gpu_seed.py, copied into the tree), run when $REPO "

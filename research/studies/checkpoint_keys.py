@@ -19,7 +19,7 @@ import torch
 
 from research.access import InspectError
 from research.access.checkpoints import RECORDED, read_step, weights_sha256
-from research.access.loading import is_own_run, load_model, local_kind
+from research.access.loading import is_own_run, load_model, local_kind, looks_like_hub_id
 from research.analysis.heads import SINK_MASS
 from research.analysis.trajectory_seeds import missing_lines
 from research.inspection.options import add_measure_options, check_measure_options
@@ -30,6 +30,7 @@ from research.studies.checkpoint_seeds import across_seeds, check_seed_options, 
 from research.studies.kinds import KINDS
 from research.studies.measured import run_measured
 from utils.cli import ArgumentParser
+from utils.errors import shown
 
 DEFAULT_OUT = "research_results/checkpoint_keys_study"
 
@@ -125,6 +126,10 @@ def plan(args) -> list[dict]:
     """The checkpoints in step order: {label, name, revision, step, step_from}, across seeds with seed and tokens (what
     the checkpoint records, else None); InspectError where a step is unknown."""
     entries = _entries(args)
+    missing = [e["name"] for e in entries if e["revision"] is None and local_kind(e["name"]) is None
+               and not looks_like_hub_id(e["name"])]
+    if missing:  # before any step is read: "pass --steps" would be no fix
+        raise InspectError(f"checkpoint {shown(missing[0])} not found: no such folder or file. Fix: check the path")
     contradicted = []
     for i, e in enumerate(entries):
         i = e.pop("index", i)
@@ -137,6 +142,10 @@ def plan(args) -> list[dict]:
                 contradicted.append(f"{e['label']}: --steps gives {args.steps[i]}, its {found[1]} records "
                                     f"{found[0]}")
             continue
+        if found is None and e["revision"] is None and local_kind(e["name"]) is None:  # a path that is not here
+            raise InspectError(f"no training step found for {e['label']}: {shown(e['name'])} is no folder or file "
+                               f"here, and a hub id at its main revision names no step. Fix: check the path, or for a "
+                               f"hub model give --revisions (e.g. step1000) or --steps")
         if found is None:
             raise InspectError(f"no training step found for {e['label']} (no export.json, trainer_state.json, "
                                f"checkpoint-N folder name or number in a revision's name): pass --steps, one per "

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from configs.config import ConfigError
+from configs.config import SEED_LIMIT, ConfigError
 from research.analysis.rules import ALPHA
 from research.analysis.sequential import (FIRST_SHARE, RHO, Design, Look, family_changes, fixed_family, plan, recorded,
                                           undecided, value_text)
@@ -87,6 +87,12 @@ def check_until(args: argparse.Namespace, kind: Kind, seeds: list[int], study: s
     if args.until_decided < len(seeds):
         raise ConfigError(f"--until_decided {args.until_decided} is below the {len(seeds)} seeds given (--seeds "
                           f"{' '.join(map(str, seeds))}): give a MAX of at least {len(seeds)}, or fewer --seeds "
+                          f"(nothing was trained)")
+    last = max(seeds) + args.until_decided - len(seeds)  # the seeds added after the largest given (next_seeds)
+    if last >= SEED_LIMIT:
+        below = SEED_LIMIT - (last - max(seeds))
+        raise ConfigError(f"--until_decided {args.until_decided} would add seeds up to {last}, past the largest a run "
+                          f"takes ({SEED_LIMIT - 1}, 2**63 - 1): give --seeds below {below}, or a smaller MAX "
                           f"(nothing was trained)")
     return Until(args.until_decided, r)
 

@@ -59,7 +59,7 @@ from training.resume import check_resume_length, config_differences
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
-from utils.cli import ArgumentParser, once, positive_int
+from utils.cli import ArgumentParser, once, positive_int, positive_number
 from utils.errors import Interrupted, explain, shown
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
@@ -171,7 +171,8 @@ def study_parser(study: Study, description: str, start: tuple | None) -> argpars
     p.add_argument("--out", help=f"Study folder: the runs, study.json, figures and report. Default: "
                                  f"research_results/{study.name}")
     if study.lr_multipliers:
-        p.add_argument("--lr_multipliers", type=float, nargs="+", default=list(study.lr_multipliers), metavar="M",
+        p.add_argument("--lr_multipliers", type=positive_number, nargs="+", default=list(study.lr_multipliers),
+                       metavar="M",
                        action=once("every rate goes after one --lr_multipliers"),
                        help="Multiples of the preset's Muon and AdamW learning rates (scaled together) to train "
                             f"every condition at. Default: {' '.join(f'{m:g}' for m in study.lr_multipliers)}")

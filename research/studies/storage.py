@@ -22,15 +22,17 @@ by a worker (`RunStore.download`) and by the driver (`fetch`).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import functools
 import io
 import json
+import multiprocessing
 import os
 import re
 import shutil
 import tempfile
+import threading
+import urllib.parse
 from pathlib import Path, PurePosixPath
 
 from configs import ConfigError
@@ -52,6 +54,14 @@ _DRIVE = re.compile(r"^[A-Za-z]:")  # a Windows drive letter (C:, c:foo)
 STORED_FORMAT = Obj({"files": ListOf(Text("a path (text)", nullable=False)),
                      "checkpoints": ListOf(Text("a step folder (text)", nullable=False))},
                     "a JSON object (a run's stored files)")
+# What to check where a storage cannot be written, by its kind: a local folder has no credentials
+_WRITE_FIXES = {"file": "check that the path is a folder or can be made one, that you may write there and that its "
+                        "disk has room",
+                "s3": "check the credentials (AWS_ACCESS_KEY_ID or ~/.aws), that the bucket exists and that this "
+                      "machine reaches it",
+                "gs": "check the credentials (GOOGLE_APPLICATION_CREDENTIALS), that the bucket exists and that this "
+                      "machine reaches it"}
+_SILENT_FIXES = {"file": "check that its disk answers (a network mount that hangs)"}
 
 
 class StorageError(UserError):
@@ -124,6 +134,10 @@ def open_storage(uri: str):
     scheme = uri.partition("://")[0]
     if "://" not in uri or not scheme:
         raise ConfigError(f"--storage {cut(uri, 100)}: not a URI: {_FORMS}")
+    encoded = urllib.parse.quote(uri, safe=":/?#[]@!$&'()*+,;=%~")
+    if encoded != uri:  # a space, a letter outside ASCII: a URI writes them percent-encoded, which pyarrow decodes
+        raise ConfigError(f"--storage {cut(uri, 100)}: a URI writes a space or a letter outside ASCII "
+                          f"percent-encoded: give {cut(encoded, 200)} (nothing was started)")
     import pyarrow.fs
     try:
         return pyarrow.fs.FileSystem.from_uri(uri)
@@ -141,33 +155,84 @@ def open_storage(uri: str):
 def check_storage(storage: Storage, timeout_s: float = CHECK_S) -> None:
     """The storage can serve this study: a file:// folder owned by no other tool and apart from --out
     (`_check_local`), one that serves no other study (its storage.json), and one that takes a file: a marker written
-    under it and deleted, within `timeout_s`. One line otherwise (ConfigError: missing credentials, a bucket that
-    does not exist, a network that does not reach it; StorageError, OwnerError), before anything is written."""
+    under it and deleted, all within `timeout_s` (the URI's opening included: pyarrow asks s3 for a bucket's region).
+    One line otherwise (ConfigError: missing credentials, a bucket that does not exist, a network that does not reach
+    it, each with the fix of its kind of storage; StorageError, OwnerError), before anything is written."""
     uri = storage.uri
-    fs, base = open_storage(uri)
-    import pyarrow.fs
-    if isinstance(fs, pyarrow.fs.LocalFileSystem):
-        _check_local(storage, Path(base))
+    scheme = uri.partition("://")[0].lower()
 
     def write_and_delete() -> None:
+        fs, base = open_storage(uri)
+        import pyarrow.fs
+        if isinstance(fs, pyarrow.fs.LocalFileSystem):
+            _check_local(storage, Path(base))
         storage.refuse_other(storage.served())
         fs.create_dir(base, recursive=True)
         marker = f"{base.rstrip('/')}/{_MARKER}"
         with fs.open_output_stream(marker) as f:
             f.write(b"qk-keys: --storage write check\n")
         fs.delete_file(marker)
-    pool = concurrent.futures.ThreadPoolExecutor(1)
     try:
-        pool.submit(write_and_delete).result(timeout=timeout_s)
-    except concurrent.futures.TimeoutError:
+        _within(timeout_s, write_and_delete)
+    except UserError:  # told as raised: the URI, another study's storage, another tool's folder
+        raise
+    except TimeoutError:
+        fix = _SILENT_FIXES.get(scheme, "check the network and the address")
         raise ConfigError(f"--storage {cut(uri, 100)}: no answer within {timeout_s:g} s while writing a test file "
-                          f"there: check the network and the address (nothing was started)") from None
+                          f"there: {fix} (nothing was started)") from None
     except OSError as e:
-        raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({_first_line(e)}): check the "
-                          f"credentials (for s3 AWS_ACCESS_KEY_ID or ~/.aws, for gs GOOGLE_APPLICATION_CREDENTIALS), "
-                          f"that the bucket exists and that this machine reaches it (nothing was started)") from None
-    finally:
-        pool.shutdown(wait=False)
+        fix = _WRITE_FIXES.get(scheme, "check the URI, the credentials and that this machine reaches it")
+        raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({_first_line(e)}): {fix} (nothing was "
+                          f"started)") from None
+
+
+def _within(seconds: float, work) -> None:
+    """work() under a deadline that holds: a UserError as work raised it, an OSError's first line as an OSError, or
+    TimeoutError after `seconds`. It runs in a forked process, killed at the deadline: pyarrow retries a storage that
+    never answers for minutes and waits for those requests when the process exits, so a thread left behind would
+    hold the command past its message (203 s after "no answer within 60 s"). Without fork (Windows), a daemon
+    thread."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return _within_thread(seconds, work)
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def child() -> None:
+        try:
+            work()
+            send.send(None)
+        except UserError as e:  # pickles whole (utils.errors.PicklesWhole)
+            send.send(("user", e))
+        except OSError as e:
+            send.send(("os", _first_line(e)))
+    process = ctx.Process(target=child, name="storage-check", daemon=True)
+    process.start()
+    process.join(seconds)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        raise TimeoutError
+    outcome = receive.recv() if receive.poll() else ("os", f"the check ended with exit code {process.exitcode}")
+    if outcome is not None:
+        kind, error = outcome
+        raise error if kind == "user" else OSError(error)
+
+
+def _within_thread(seconds: float, work) -> None:
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as e:  # handed to the caller's thread
+            failed.append(e)
+    thread = threading.Thread(target=run, name="storage-check", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise TimeoutError
+    if failed:
+        raise failed[0]
 
 
 def _check_local(storage: Storage, folder: Path) -> None:

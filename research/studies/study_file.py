@@ -13,7 +13,7 @@ import dataclasses
 import re
 from pathlib import Path
 
-from configs.config import ConfigError, DataConfig, ProbeConfig
+from configs.config import SEED_LIMIT, ConfigError, DataConfig, ProbeConfig
 from configs.files import field_values, parse_file, read_text
 from configs.presets import PRESETS
 from research.analysis.conditions import check_primary
@@ -88,7 +88,7 @@ def _not_an_owners_file(name: str, where: str) -> None:
 
 def _seeds(value, where: str) -> tuple[int, ...]:
     ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) and
-                                                   0 <= s < 2 ** 63 for s in value)
+                                                   0 <= s < SEED_LIMIT for s in value)
     if not ok:
         raise ConfigError(f"{where}: seeds: expected a non-empty list of whole numbers >= 0, found {shown(value)}. "
                           f"Fix: e.g. seeds: [0, 1, 2, 3]")

@@ -174,8 +174,8 @@ def test_what_python_refuses_to_read_is_one_line(tmp_path, capsys, text, name, p
 
 
 def test_a_spike_alarm_or_paths_given_twice_is_refused_in_one_line(tmp_path, capsys):
-    """Both would keep the last silently, where the second more likely means 'also' (issue 50); a field given twice
-    on the command line otherwise keeps the last (a command repeated with an option changed at its end)."""
+    """Both would keep the last silently, where the second more likely means 'also' (issue 50), and say so; every
+    other field given twice is refused too, with the reason of an option that takes one value (issue 65)."""
     out = str(tmp_path / "run")
     assert stops(capsys, train_llm.main, ["--preset", "debug", "--spike_alarm", "grad_norm:5", "--spike_alarm",
                                           "logit_max:30", "--out", out]) == (
@@ -185,7 +185,11 @@ def test_a_spike_alarm_or_paths_given_twice_is_refused_in_one_line(tmp_path, cap
                                           out]) == (
         "error: --paths given twice (a.txt,b.txt, then c.txt): every file goes in one --paths, comma-separated "
         "(a.txt,b.jsonl,folder). Fix: give --paths once")
-    assert _cfg(["--preset", "debug", "--tokens", "512", "--tokens", "1024", "--out", out]).train.tokens == 1024
+    assert stops(capsys, train_llm.main, ["--preset", "debug", "--tokens", "512", "--kv_cache", "true", "--tokens",
+                                          "1024", "--out", out]) == (
+        "error: --tokens given twice (512, then 1024): it takes one value. Fix: give --tokens once")
+    assert stops(capsys, train_llm.main, ["--kv_cache", "true", "--kv_cache", "false", "--out", out]) == (
+        "error: --kv_cache given twice (true, then false): it takes one value. Fix: give --kv_cache once")
     assert not (tmp_path / "run").exists()
 
 

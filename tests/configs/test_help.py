@@ -316,3 +316,37 @@ def test_train_llm_out_help_names_every_file_a_run_writes():
     from utils.run_names import RUN_FILES
     out = next(a for a in train_llm.build_parser([])._actions if "--out" in a.option_strings)
     assert all(name in out.help for name in RUN_FILES), out.help
+
+
+@pytest.mark.parametrize("module", list(ENTRY_POINTS))
+def test_every_option_of_every_command_is_refused_when_given_twice(module):
+    """Each option that stores a value, a list or a switch refuses a second use on one command line (argparse keeps
+    the last without a word); only an appending option may repeat (issue 65)."""
+    from utils.errors import ConfigError
+    parser = ENTRY_POINTS[module]()
+    checked = 0
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._AppendAction,
+                                                             argparse._CountAction)):
+            continue
+        option, namespace = action.option_strings[0], argparse.Namespace()
+        parser.given_options = {}  # a parse begins (ArgumentParser.parse_known_args)
+        action(parser, namespace, "1", option)
+        with pytest.raises(ConfigError, match=rf"^{re.escape(option)} given twice\b.*\. Fix: give {option} once$"):
+            action(parser, namespace, "2", option)
+        checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--logger", "tensorboard", "--logger", "wandb"], "--logger given twice (tensorboard, then wandb)"),
+    (["--until_decided", "8", "--until_decided", "6"], "--until_decided given twice (8, then 6)"),
+    (["--kv_cache", "true", "--kv_cache", "false"], "--kv_cache given twice (true, then false)"),
+])
+def test_a_study_refuses_an_option_given_twice_before_anything_is_written(argv, message, tmp_path, capsys):
+    from research import qk_norm_500k_study
+    from tests.helpers import stops
+    out = tmp_path / "study"
+    line = stops(capsys, qk_norm_500k_study.main, ["--device", "cpu", "--out", str(out), *argv])
+    assert line == f"error: {message}: it takes one value. Fix: give {argv[0]} once"
+    assert not out.exists()

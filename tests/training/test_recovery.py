@@ -163,6 +163,23 @@ def test_a_full_disk_stops_with_one_message_and_loses_nothing(point, args, tmp_p
     assert_same_run(straight_run, tmp_path / "run", 6)
 
 
+def test_a_full_disk_while_the_tokenizer_is_copied_is_told_as_one(args, tmp_path, monkeypatch, fails):
+    """shutil.copytree gathers its files' errors as text, without an errno: with 20 kB free a run said "Error"
+    (issue 65). The first file's error is told, naming the run folder, not the hidden folder of the copy."""
+    import shutil
+    real = shutil.copyfile
+
+    def filling(src, dst, *a, **k):
+        if ".tmp-tokenizer" in str(dst):
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real(src, dst, *a, **k)
+    monkeypatch.setattr(shutil, "copyfile", filling)
+    msg = fails(args(2))
+    assert msg.startswith(f"error: cannot write to {tmp_path / 'run'}: the disk is full ({tmp_path / 'run'}; "), msg
+    assert "free on its disk). Fix: free space on that disk (or point the output elsewhere). " in msg, msg
+    assert not [h for h in hidden_files(tmp_path / "run") if ".tmp" in h]
+
+
 @pytest.mark.slow
 def test_leftovers_of_killed_runs_are_removed_and_nothing_else(args, tmp_path, cache_dir, debug_cfg, capsys):
     out = tmp_path / "run"

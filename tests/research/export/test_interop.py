@@ -150,8 +150,9 @@ def trained(tmp_path_factory, corpus_file, cache_dir):
     import train_llm
     from research.export import export_run
     root = tmp_path_factory.mktemp("interop")
-    train_llm.main(cli_args(corpus_file, cache_dir, root / "run", 6, "--n_heads", "4", "--n_kv_heads", "2",
-                            "--probe_every", "0", "--ckpt_every", "6"))
+    args = cli_args(corpus_file, cache_dir, root / "run", 6, "--n_heads", "4", "--n_kv_heads", "2")
+    args[args.index("--probe_every") + 1], args[args.index("--ckpt_every") + 1] = "0", "6"  # an option is given once
+    train_llm.main(args)
     export_run(root / "run", root / "hf")
     return load_native(root / "run"), root / "hf"
 

@@ -83,6 +83,23 @@ def test_steps_given_override_and_checkpoints_are_sorted_by_step(tmp_path):
         checkpoint_keys.plan(args)
 
 
+def test_a_checkpoint_that_is_not_there_is_told_to_check_its_path(tmp_path):
+    """A missing folder was told to "pass --steps" (issue 65): its fix is the path."""
+    (tmp_path / "checkpoint-100").mkdir()
+    missing = str(tmp_path / "runs" / "step-200")
+    args = checkpoint_keys.parse_args(["--checkpoints", missing, str(tmp_path / "checkpoint-100")])
+    with pytest.raises(InspectError) as e:
+        checkpoint_keys.plan(args)
+    assert str(e.value) == f"checkpoint {missing!r} not found: no such folder or file. Fix: check the path"
+    # a name spelled as a hub id may be one
+    args = checkpoint_keys.parse_args(["--checkpoints", str(tmp_path / "checkpoint-100"), "runs/step-200"])
+    with pytest.raises(InspectError) as e:
+        checkpoint_keys.plan(args)
+    assert str(e.value) == ("no training step found for step-200: 'runs/step-200' is no folder or file here, and a "
+                            "hub id at its main revision names no step. Fix: check the path, or for a hub model give "
+                            "--revisions (e.g. step1000) or --steps")
+
+
 def test_options_that_cannot_work_are_refused(tmp_path, capsys):
     for argv, msg in ((["--checkpoints", "a"], "2 or more checkpoints"),
                       (["--checkpoints", "a", "b", "--steps", "1"], "--steps gives 1 steps for 2 checkpoints"),

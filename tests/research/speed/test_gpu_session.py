@@ -56,3 +56,27 @@ def test_the_cuda_test_files_are_every_file_with_a_gpu_mark():
     marked = {str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
               if "pytest.mark.gpu" in p.read_text() and p != Path(__file__).resolve()}
     assert marked == set(CUDA_TEST_FILES)
+
+
+def test_a_budget_that_is_not_a_positive_number_is_refused_before_anything_is_written(tmp_path, capsys):
+    """nan, inf, 0 and -1 were accepted, and nan and inf written into gpu_session.json, which strict JSON parsers
+    refuse (issue 65): argparse's usage error, exit 2, no folder."""
+    import pytest
+
+    from research.speed.gpu_session import main
+    for value in ("nan", "inf", "-inf", "0", "-1", "1e999"):
+        with pytest.raises(SystemExit) as stop:
+            main(["--out", str(tmp_path / "s"), f"--budget_s={value}"])
+        assert stop.value.code == 2
+        assert capsys.readouterr().err.splitlines()[-1].endswith(
+            f"error: argument --budget_s: expected a finite number above 0, got '{value}'")
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_session_file_is_strict_json_whatever_a_step_printed(tmp_path):
+    """A step that prints NaN in its result line: recorded as null, never as NaN (json.loads reads both)."""
+    step = Step("nan", (sys.executable, "-c", 'print(\'{"tokens_per_s": NaN, "ok": 1}\')'), 30, needs_cuda=False)
+    run_session([step], tmp_path, budget_s=30, cuda=False)
+    text = (tmp_path / "gpu_session.json").read_text()
+    strict = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert strict["steps"]["nan"]["result"] == {"tokens_per_s": None, "ok": 1}

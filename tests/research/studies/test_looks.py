@@ -292,6 +292,10 @@ def _args(until=None, round_=None):
     (_args(8), "spikes", [0, 1], (), "--until_decided: s: its seeds are split into calibration"),
     (_args(8), "conditions", [0, 1], (), "--until_decided: s names no primary quantities to decide: add `primary: "
                                          "[...]` to the study file"),
+    # the seeds a later look adds follow the largest given: one past 2**63 - 1 failed after look 1 (issue 65)
+    (_args(8), "qk_norm", [0, 2 ** 63 - 5], (), f"--until_decided 8 would add seeds up to {2 ** 63 + 1}, past the "
+                                                f"largest a run takes ({2 ** 63 - 1}, 2**63 - 1): give --seeds below "
+                                                f"{2 ** 63 - 6}, or a smaller MAX (nothing was trained)"),
 ])
 def test_each_refusal_is_one_line_naming_the_fix(args, kind, seeds, primary, said):
     with pytest.raises(ConfigError) as e:
@@ -303,6 +307,7 @@ def test_the_options_pass_where_they_fit():
     assert check_until(_args(), KINDS["qk_norm"], [0], "s") is None
     assert check_until(_args(8), KINDS["qk_norm"], [0, 1, 2, 3], "s") == Until(8, 2)
     assert check_until(_args(4, 1), KINDS["conditions"], [0, 1], "s", ("val_loss",)) == Until(4, 1)
+    assert check_until(_args(8), KINDS["qk_norm"], [0, 2 ** 63 - 7], "s") == Until(8, 2)  # its last seed: 2**63 - 1
 
 
 @pytest.mark.parametrize("main,argv,said", [
@@ -311,6 +316,8 @@ def test_the_options_pass_where_they_fit():
     (head_specialization_study.main, ["--until_decided", "8"], "a study of kind heads names no primary comparison"),
     (spike_warning_study.main, ["--until_decided", "14"], "its seeds are split into calibration"),
     (finetune_keys_study.main, ["--until_decided", "2"], "--until_decided 2 is below the 3 seeds given"),
+    (qk_norm_25m_study.main, ["--seeds", "0", str(2 ** 63 - 2), "--until_decided", "4"],
+     f"--until_decided 4 would add seeds up to {2 ** 63}, past the largest a run takes"),
 ])
 def test_the_study_scripts_refuse_before_anything_is_written(capsys, tmp_path, main, argv, said):
     line = stops(capsys, main, [*argv, "--out", str(tmp_path / "out")])

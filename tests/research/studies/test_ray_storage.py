@@ -116,6 +116,12 @@ def test_a_storage_that_cannot_be_used_is_one_line_before_anything_starts(corpus
             (["--ray", "--storage", str(tmp_path)], f"error: --storage {tmp_path}: not a URI: {forms}"),
             (["--ray", "--storage", "foo://bar/x"], "error: --storage foo://bar/x: pyarrow cannot read this URI "
                                                     f"(Unrecognized filesystem type in URI: foo://bar/x): {forms}"),
+            (["--ray", "--storage", (tmp_path / "a b").as_uri().replace("%20", " ")],
+             f"error: --storage {tmp_path.as_uri()}/a b: a URI writes a space or a letter outside ASCII "
+             f"percent-encoded: give {(tmp_path / 'a b').as_uri()} (nothing was started)"),
+            (["--ray", "--storage", "s3://bucket/r\u00e9sultats"],
+             "error: --storage s3://bucket/r\u00e9sultats: a URI writes a space or a letter outside ASCII "
+             "percent-encoded: give s3://bucket/r%C3%A9sultats (nothing was started)"),
             (["--ray", "--storage", "file://relative/x"],
              "error: --storage file://relative/x: pyarrow cannot read this URI (Unsupported hostname in non-Windows "
              f"local URI: 'file://relative/x'): {forms}")):
@@ -126,8 +132,8 @@ def test_a_storage_that_cannot_be_used_is_one_line_before_anything_starts(corpus
     line = stops(capsys, qk_norm_500k_study.main, study_args(corpus_file, cache_dir, out, STEP_TOKENS, "--ray",
                                                              "--storage", (blocked / "runs").as_uri()))
     assert line.startswith(f"error: --storage {(blocked / 'runs').as_uri()}: cannot write there (") and line.endswith(
-        "): check the credentials (for s3 AWS_ACCESS_KEY_ID or ~/.aws, for gs GOOGLE_APPLICATION_CREDENTIALS), that "
-        "the bucket exists and that this machine reaches it (nothing was started)"), line
+        "): check that the path is a folder or can be made one, that you may write there and that its disk has room "
+        "(nothing was started)"), line  # a local folder's fix: no cloud credentials (issue 65)
     assert not out.exists() and blocked.read_text() == "not a folder\n"
 
 
@@ -148,6 +154,36 @@ def test_the_write_check_leaves_no_file_and_a_storage_that_does_not_answer_is_on
                                      timeout_s=0.2)
     assert str(e.value) == ("--storage s3://bucket/runs: no answer within 0.2 s while writing a test file there: check "
                             "the network and the address (nothing was started)")
+
+
+def test_an_s3_endpoint_that_never_answers_ends_the_check_at_the_time_it_names(tmp_path, monkeypatch):
+    """A local endpoint that accepts and never answers: pyarrow retried it for minutes, and the command exited 203 s
+    after saying "no answer within 60 s" (issue 65). The check is over at its deadline, nothing of it left running."""
+    import multiprocessing
+    import socket
+    import time
+    pytest.importorskip("pyarrow._s3fs")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections are accepted by the kernel and never read
+        uri = f"s3://bucket/runs?endpoint_override=127.0.0.1:{silent.getsockname()[1]}&scheme=http"
+        start = time.monotonic()
+        with pytest.raises(storage_module.ConfigError) as e:
+            storage_module.check_storage(storage_module.Storage.of(uri, "pilot", "pilot", tmp_path / "out"),
+                                         timeout_s=1)
+        took = time.monotonic() - start
+    assert str(e.value) == (f"--storage {uri}: no answer within 1 s while writing a test file there: check the network "
+                            f"and the address (nothing was started)")
+    assert took < 2.5 and multiprocessing.active_children() == []
+
+
+def test_a_percent_encoded_path_is_the_folder_it_spells(tmp_path):
+    folder = tmp_path / "a b \u00e9"
+    storage_module.check_storage(storage_module.Storage.of(folder.as_uri(), "pilot", "pilot", tmp_path / "out"))
+    # file:///.../a%20b%20%C3%A9: the folder made, the marker written and deleted, storage.json not yet written
+    assert folder.is_dir() and list(folder.iterdir()) == []
 
 
 def _run_folder(folder, steps, metrics):
