@@ -49,7 +49,8 @@ SCHEMA_FILES = ("results.schema.json", "study.schema.json", "combined.qk_norm.sc
                 "combined.conditions.schema.json", "combined_results.schema.json", "pretrained_keys.schema.json",
                 "checkpoint_keys.schema.json", "inspect.schema.json", "export.schema.json", "redraw.schema.json",
                 "config.schema.json", "metrics.schema.json", "summary.schema.json", "stored.schema.json",
-                "gpu_session.schema.json")
+                "gpu_session.schema.json", "state.schema.json", "meta.schema.json", "data_tokenizer.schema.json",
+                "gguf_source.schema.json", "lock.schema.json")
 
 
 class OwnerError(UserError):

@@ -2,7 +2,12 @@
 JSON Schema (draft 2020-12) in docs/schema/ by `python -m research.results.schema --json_schema DIR`, one schema
 per kind of file: where two kinds write files of one name (combined.json: the QK-norm study's and a study file's),
 each has its own schema, and `schema_for` picks it by the folder's owner (utils.owners: its study.json's kind, or
-the study kind a redraw.json names). A JSON-lines file's schema validates each of its lines. No torch.
+the study kind a redraw.json names). A JSON-lines file's schema validates each of its lines. The files written
+below research/results (a checkpoint's state.json, the data cache's meta.json and data_tokenizer.json, a converted
+model's gguf_source.json, a folder's .lock) are declared in utils.file_specs, which their readers check too. What
+transformers or tokenizers write themselves (an export's or a converted model's config.json and
+generation_config.json, a tokenizer folder's tokenizer.json and tokenizer_config.json) is theirs, not published
+here. No torch.
 """
 from __future__ import annotations
 
@@ -16,7 +21,9 @@ from research.results.pretrained import PRETRAINED_KEYS
 from research.results.study_formats import CONDITIONS_COMBINED_FORMAT, QK_COMBINED_FORMAT, STUDY
 from research.results.trajectory import TRAJECTORY
 from research.results.vocabulary import METRICS_FILE
+from utils import file_specs as fs
 from utils.formats import Spec, check, json_schema
+from utils.lock import LOCK_NAME
 from utils.owners import (CHECKPOINT_KEYS, EXPORT_INFO, GPU_SESSION, INSPECT_FILE, PILOT_COMBINED, QK_COMBINED,
                           REDRAW, REDRAW_FORMAT, SCHEMA_FILES, STUDY_INDEX, owners_of)
 from utils.owners import PRETRAINED_KEYS as PRETRAINED_FILE
@@ -38,6 +45,7 @@ class Published:
 
 
 _F = "research/results/file_formats.py:"
+_U = "utils/file_specs.py:"
 JSON_SCHEMAS: dict[str, Published] = {  # schema file -> the kind of file it validates
     "results.schema.json": Published(RESULTS_FILE, RESULTS, "research/results/checks.py:RESULTS",
                                      "One run's key probe: one value per probe in every per-probe list."),
@@ -72,6 +80,16 @@ JSON_SCHEMAS: dict[str, Published] = {  # schema file -> the kind of file it val
                                     "A run's stored files in its storage (--storage)."),
     "gpu_session.schema.json": Published(GPU_SESSION, ff.GPU_SESSION, _F + "GPU_SESSION",
                                          "One GPU session's record (research/speed/gpu_session.py)."),
+    "state.schema.json": Published(fs.STATE_FILE, fs.CHECKPOINT_STATE, _U + "CHECKPOINT_STATE",
+                                   "A checkpoint's state (training/checkpoint.py), in each step folder."),
+    "meta.schema.json": Published(fs.BLOCKS_META, fs.BLOCKS_META_FORMAT, _U + "BLOCKS_META_FORMAT",
+                                  "A data cache folder's record of its token blocks (data/blocks.py)."),
+    "data_tokenizer.schema.json": Published(fs.DATA_TOKENIZER, fs.DATA_TOKENIZER_FORMAT, _U + "DATA_TOKENIZER_FORMAT",
+                                            "A cached tokenizer's record (data/tokenizer.py)."),
+    "gguf_source.schema.json": Published(fs.GGUF_SOURCE, fs.GGUF_SOURCE_FORMAT, _U + "GGUF_SOURCE_FORMAT",
+                                         "A converted GGUF model's record (research/access/gguf.py)."),
+    "lock.schema.json": Published(LOCK_NAME, fs.LOCK_HOLDER, _U + "LOCK_HOLDER",
+                                  "Who holds a folder's lock: the contents of its .lock (utils/lock.py)."),
 }
 assert tuple(JSON_SCHEMAS) == SCHEMA_FILES, "utils.owners.SCHEMA_FILES names the schema tool's files"
 

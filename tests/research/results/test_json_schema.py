@@ -17,6 +17,9 @@ import pytest
 from research.results.layout import check_study_index
 from research.results.published import JSON_SCHEMAS, check_file, json_schemas, schema_for
 from research.results.schema import ResultsError, main, validate
+from utils import file_specs
+from utils.formats import FormatError
+from utils.lock import LOCK_NAME, FolderLock
 from utils.owners import OWNERS, REDRAW, SCHEMA_FILES, STUDY_INDEX, redraw_record
 from tests.helpers import REPO
 
@@ -25,6 +28,9 @@ jsonschema = pytest.importorskip("jsonschema")
 SHIPPED = REPO / "docs" / "schema"
 STORED = REPO / "tests" / "research" / "studies" / "stored"
 FIXTURES = REPO / "tests" / "fixtures"
+# the files written below research/results (utils.file_specs): a checkpoint's, the caches', a folder's lock
+BELOW_RESULTS = (file_specs.STATE_FILE, file_specs.BLOCKS_META, file_specs.DATA_TOKENIZER, file_specs.GGUF_SOURCE,
+                 LOCK_NAME)
 
 
 def _validator(name: str):
@@ -71,8 +77,8 @@ def test_every_json_file_a_tool_marks_its_folder_with_is_published():
     from research.studies.storage import STORED as MANIFEST
     from utils.run_names import ATOMIC_FILES
     written = {n for o in OWNERS.values() for n in (*o.marks, *o.writes)} | {*ATOMIC_FILES, STUDY_INDEX, REDRAW,
-                                                                              MANIFEST}
-    assert {n for n in written if n.endswith((".json", ".jsonl"))} - set(SCHEMA_FILES) == \
+                                                                              MANIFEST, *BELOW_RESULTS}
+    assert {n for n in written if n.endswith((".json", ".jsonl")) or n == LOCK_NAME} - set(SCHEMA_FILES) == \
         {p.file for p in JSON_SCHEMAS.values()}
 
 
@@ -187,11 +193,89 @@ def test_files_written_today_validate(tmp_path):
         check_file(schema, value)
 
 
+def _valid(schema: str, value) -> None:
+    """`value` (a JSON-lines file: its list of lines) validates with jsonschema and with the project's checker."""
+    for item in value if JSON_SCHEMAS[schema].lines else [value]:
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in _validator(schema).iter_errors(item)]
+        assert not errors, f"{schema}: {errors[:3]}"
+    check_file(schema, value)
+
+
+def test_a_lock_written_today_validates(tmp_path):
+    with FolderLock(tmp_path / "folder"):
+        text = (tmp_path / "folder" / LOCK_NAME).read_text()
+    assert schema_for(tmp_path / "folder", LOCK_NAME) == "lock.schema.json" and text.endswith("}\n")
+    _valid("lock.schema.json", json.loads(text))
+
+
+def test_a_lock_whose_record_does_not_fit_names_no_holder(tmp_path):
+    """The reader of a .lock (who holds the folder) checks it: a record that does not fit is not read."""
+    from utils.lock import _holder_text
+    path = tmp_path / LOCK_NAME
+    path.write_text(json.dumps({"pid": "12", "host": "h", "started": "now", "command": "x"}))
+    assert list(_validator("lock.schema.json").iter_errors(json.loads(path.read_text())))
+    with open(path) as f:
+        assert _holder_text(f.fileno()) == "another process (its details are not readable)"
+
+
+def test_a_gguf_source_record_written_today_validates(tmp_path):
+    """gguf_source.json as the conversion writes it (research.access.gguf.source_record) from a real GGUF file's
+    header; the reader (read_meta) takes it, and takes no record that does not fit."""
+    gguf = pytest.importorskip("gguf")
+    np = pytest.importorskip("numpy")
+    from research.access.gguf import _gguf_summary, read_meta, source_record
+    path = tmp_path / "tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.attention.head_count", 2)
+    w.add_tensor("token_embd.weight", np.zeros((4, 2), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    record = source_record(path, "ab" * 32, _gguf_summary(path), "llama", 1.25, 97, 3.5)
+    assert record["tensor_types"] == {"F32": 8} and "settings" not in record
+    _valid("gguf_source.schema.json", record)
+    (tmp_path / file_specs.GGUF_SOURCE).write_text(json.dumps(record))
+    assert read_meta(tmp_path) == record
+    (tmp_path / file_specs.GGUF_SOURCE).write_text(json.dumps({**record, "gguf_sha256": "ab"}))
+    assert read_meta(tmp_path) is None
+
+
+def test_a_checkpoint_state_that_does_not_fit_fails_where_the_checker_says():
+    """The spec moved to utils.file_specs: training.checkpoint checks it; jsonschema names the same field."""
+    from training.checkpoint import STATE, check_state
+    assert STATE is file_specs.CHECKPOINT_STATE
+    state = {"step": 4, "tokens": 256, "loader": {}, "callbacks": {"probe": 3}}
+    with pytest.raises(FormatError) as refused:
+        check_state(copy.deepcopy(state))
+    assert _path(refused.value.where) == ["callbacks", "probe"]
+    assert [list(e.absolute_path) for e in _validator("state.schema.json").iter_errors(state)] == \
+        [["callbacks", "probe"]]
+
+
+def _written(folder) -> list:
+    """Every file the project may have written in `folder` (JSON, JSON lines, .lock), with its schema or None."""
+    return [(p, schema_for(p.parent, p.name)) for p in sorted(folder.rglob("*"))
+            if p.suffix in (".json", ".jsonl") or p.name == LOCK_NAME]
+
+
 @pytest.mark.slow
-def test_a_results_file_written_today_validates(straight_run):
-    errors = list(_validator("results.schema.json").iter_errors(json.loads((straight_run / "results.json")
-                                                                           .read_text())))
-    assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
+def test_every_file_of_a_run_and_of_its_data_cache_validates(straight_run, cache_dir):
+    """A real run (train_llm.py, 6 steps of the debug preset) and the data cache it prepared: its config, metrics,
+    summary, results, each checkpoint's state.json, its folder's .lock, the token blocks' meta.json and the
+    tokenizer's data_tokenizer.json. What the tokenizers library writes into a tokenizer folder is not ours."""
+    seen, theirs = {}, set()
+    for path, schema in _written(straight_run) + _written(cache_dir):
+        if schema is None:
+            theirs.add(path.name)
+            continue
+        text = path.read_text()
+        _valid(schema, [json.loads(ln) for ln in text.splitlines() if ln.strip()] if JSON_SCHEMAS[schema].lines
+               else json.loads(text))
+        seen[schema] = seen.get(schema, 0) + 1
+    assert {"config.schema.json", "metrics.schema.json", "summary.schema.json", "results.schema.json",
+            "state.schema.json", "lock.schema.json", "meta.schema.json", "data_tokenizer.schema.json"} <= set(seen)
+    assert theirs <= {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"}, theirs
 
 
 def _path(where: str) -> list:
