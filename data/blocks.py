@@ -22,6 +22,8 @@ import numpy as np
 
 from data.source import DataError
 from utils.errors import is_disk_full, os_problem
+from utils.file_specs import BLOCKS_META, BLOCKS_META_FORMAT
+from utils.formats import FormatError, check
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 FORMAT = 1
@@ -269,7 +271,7 @@ def load_blocks(folder: Path, key: BlockKey) -> tuple[np.ndarray, np.ndarray, di
     against meta.json."""
     folder = Path(folder)
     try:
-        meta = json.loads((folder / "meta.json").read_text())
+        meta = json.loads((folder / BLOCKS_META).read_text())
         if not isinstance(meta, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as e:
@@ -277,13 +279,15 @@ def load_blocks(folder: Path, key: BlockKey) -> tuple[np.ndarray, np.ndarray, di
     bad = key.mismatches(meta)
     if bad:
         raise _cache_error(folder, "meta.json does not match the requested settings: " + "; ".join(bad))
+    try:
+        check(BLOCKS_META_FORMAT, meta)  # published as docs/schema/meta.schema.json
+    except FormatError as e:
+        raise _cache_error(folder, f"meta.json: {e}") from e
     arrays = []
     L = key.seq_len + 1
     for name in ("train", "val"):
         path = folder / f"{name}.npy"
-        n = meta.get(f"n_{name}")
-        if not isinstance(n, int) or n < 1:
-            raise _cache_error(folder, f"meta.json has n_{name}={n!r}")
+        n = meta[f"n_{name}"]
         if _sha256_file_safe(path) != meta.get(f"{name}_sha256"):
             raise _cache_error(folder, f"{name}.npy is missing or its contents changed (sha256 differs from meta.json)")
         try:

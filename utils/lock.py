@@ -3,7 +3,7 @@
     with FolderLock(out, hint="choose another --out"):
         ...  # write into out
 
-The lock file holds who took it (pid, host, start time, command), so a second process is
+The lock file holds who took it (pid, host, start time, command; utils.file_specs.LOCK_HOLDER), so a second process is
 told whom it is waiting for. flock is released by the kernel when its holder exits, however
 it exits (kill -9 included), so a stale .lock file never blocks anyone: its contents are only
 read when the lock is actually held. The file is left in place (deleting it would let two
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Callable
 
 from utils.errors import UserError, os_problem
+from utils.file_specs import LOCK_HOLDER
+from utils.formats import check
 from utils.io import check_links, open_no_follow
 
 try:
@@ -108,6 +110,7 @@ def _write_start(fd: int, data: bytes) -> None:
 def _holder_text(fd: int) -> str:
     try:
         info = json.loads(_read_start(fd, 4096).decode() or "{}")
+        check(LOCK_HOLDER, info)  # published as docs/schema/lock.schema.json
         return (f"pid {info['pid']} on {info['host']}, started {info['started']}, running: "
                 f"{info['command']}")
     except (OSError, ValueError, KeyError, TypeError):

@@ -17,7 +17,8 @@ names the one study it serves: its name, kind and --out (STORAGE_FORMAT).
 
 Every writer (train_llm.py and every run of a study through training.run.train_run, each study, the drawing of any
 study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py, a study's --storage
-on a local disk) calls
+on a local disk, the JSON Schema files' writer research.results.schema, the GPU session
+research.speed.gpu_session) calls
 `refuse_foreign(folder, kind, tool)` before it writes anything: a folder of its own (its kind, and for a redraw the
 same source folder), or of no owner, is written; one holding another owner's file is refused, naming that owner,
 the file and the fix, and nothing is written. So a run never lands in a study's or a report's folder, one tool's
@@ -44,6 +45,15 @@ PRETRAINED_KEYS = "pretrained_keys.json"  # research/pretrained_keys_study.py's 
 CHECKPOINT_KEYS = "checkpoint_keys.json"  # research/checkpoint_keys_study.py's results
 EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exported
 STORAGE_INDEX = "storage.json"  # a --storage folder's record of the study it serves (research.studies.storage)
+GPU_SESSION = "gpu_session.json"  # research/speed/gpu_session.py's record of a session
+# python -m research.results.schema --json_schema DIR: the JSON Schema files it writes (research.results.schema
+# publishes these names, a test checks them against its table)
+SCHEMA_FILES = ("results.schema.json", "study.schema.json", "combined.qk_norm.schema.json",
+                "combined.conditions.schema.json", "combined_results.schema.json", "pretrained_keys.schema.json",
+                "checkpoint_keys.schema.json", "inspect.schema.json", "export.schema.json", "redraw.schema.json",
+                "config.schema.json", "metrics.schema.json", "summary.schema.json", "stored.schema.json",
+                "storage.schema.json", "gpu_session.schema.json", "state.schema.json", "meta.schema.json",
+                "data_tokenizer.schema.json", "gguf_source.schema.json", "lock.schema.json")
 
 
 class OwnerError(UserError):
@@ -55,7 +65,7 @@ class Owner:
     """One kind of folder: who writes it, the files whose presence makes a folder its, and for a study kind how its
     folder is recognised and whether its runs are a grid."""
 
-    kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'redraw', 'storage'
+    kind: str  # a study kind of research.studies.kinds, or 'run', 'inspect', 'export', 'storage', 'schema', ...
     tool: str  # who writes it, for people
     marks: tuple[str, ...] = ()  # names directly in the folder that make it this owner's (none: a study.json)
     writes: tuple[str, ...] = ()  # other owners' marks it writes beside its own (then they are its)
@@ -83,6 +93,8 @@ OWNERS: dict[str, Owner] = {o.kind: o for o in (
     Owner("inspect", "research/inspect_pretrained.py", (INSPECT_FILE,)),
     Owner("export", "research/export_hf.py", (EXPORT_INFO,)),
     Owner(STORAGE_KIND, "a study's --storage (research.studies.storage)", (STORAGE_INDEX,)),
+    Owner("schema", "python -m research.results.schema --json_schema", SCHEMA_FILES),
+    Owner("gpu_session", "research/speed/gpu_session.py", (GPU_SESSION,)),
     _one_file("pretrained_keys", "research/pretrained_keys_study.py", PRETRAINED_KEYS),
     _one_file("checkpoint_keys", "research/checkpoint_keys_study.py", CHECKPOINT_KEYS),
     _study("qk_norm", "the QK-norm study", (QK_COMBINED,)),

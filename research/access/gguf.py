@@ -39,9 +39,11 @@ from typing import Callable
 
 from research.access.adapters import ADAPTERS, InspectError
 from utils.errors import shown
+from utils.file_specs import GGUF_SOURCE, GGUF_SOURCE_FORMAT
+from utils.formats import check
 from utils.io import atomic_dir, atomic_write_bytes, atomic_write_text, check_links, sha256_file
 
-META_NAME = "gguf_source.json"
+META_NAME = GGUF_SOURCE
 CONVERT_RECIPE = "gguf-to-hf-v1"  # bump when the conversion changes: old folders are then rebuilt
 CACHE_FOLDER = "hf-from-gguf"
 # The opening of A Tale of Two Cities (Dickens, 1859; public domain): the fixed text of the check.
@@ -221,6 +223,17 @@ def _check_loss(model, ids) -> float:
         return model(input_ids=ids, labels=ids, use_cache=False).loss.item()
 
 
+def source_record(path: Path, sha: str, summary: dict, model_type: str, loss: float, tokens: int,
+                  seconds: float) -> dict:
+    """gguf_source.json of the conversion of the GGUF file at `path` (sha256 `sha`, its _gguf_summary): the file,
+    its architecture and tensor types, the check it passed (`loss` on `tokens` tokens of CHECK_TEXT) and how long
+    it took; utils.file_specs.GGUF_SOURCE_FORMAT declares it."""
+    return {"recipe": CONVERT_RECIPE, "gguf_file": path.name, "gguf_sha256": sha, "gguf_bytes": path.stat().st_size,
+            **{k: v for k, v in summary.items() if k != "settings"}, "model_type": model_type,
+            "check_text": CHECK_TEXT, "check_loss": loss, "check_tokens": int(tokens),
+            "transformers": __import__("transformers").__version__, "convert_s": seconds}
+
+
 def _convert(path: Path, sha: str, folder: Path, log) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -255,10 +268,7 @@ def _convert(path: Path, sha: str, folder: Path, log) -> dict:
         raise InspectError(f"{path.name}: the converted model scores {loss:.3f} nats/token on the check text (the "
                            f"GGUF-loaded model {loss_gguf:.3f}; a language model stays below {CHECK_MAX_LOSS}): the "
                            f"conversion is wrong, nothing was cached")
-    meta = {"recipe": CONVERT_RECIPE, "gguf_file": path.name, "gguf_sha256": sha, "gguf_bytes": path.stat().st_size,
-            **summary, "model_type": loaded.config.model_type, "check_text": CHECK_TEXT,
-            "check_loss": loss, "check_tokens": ids.shape[1],
-            "transformers": __import__("transformers").__version__, "convert_s": time.perf_counter() - t0}
+    meta = source_record(path, sha, summary, loaded.config.model_type, loss, ids.shape[1], time.perf_counter() - t0)
     with atomic_dir(folder) as tmp:
         rebuilt.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
@@ -268,12 +278,14 @@ def _convert(path: Path, sha: str, folder: Path, log) -> dict:
 
 
 def read_meta(folder: Path) -> dict | None:
-    """gguf_source.json of a converted folder, or None when the folder is not one (or it is unreadable)."""
+    """gguf_source.json of a converted folder, or None when the folder is not one (or the file is unreadable, or
+    does not fit GGUF_SOURCE_FORMAT: the folder is then rebuilt after the user deletes it)."""
     try:
         meta = json.loads((Path(folder) / META_NAME).read_text())
-    except (OSError, ValueError):
+        check(GGUF_SOURCE_FORMAT, meta)  # published as docs/schema/gguf_source.schema.json
+    except (OSError, ValueError):  # ValueError: not JSON, or a FormatError
         return None
-    return meta if isinstance(meta, dict) else None
+    return meta
 
 
 def resolve_gguf(spec: str, cache_root: Path, log: Callable[[str], None] = print) -> tuple[Path, dict] | None:

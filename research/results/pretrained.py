@@ -6,7 +6,7 @@ from pathlib import Path
 
 from research.results.checks import KV_SECTION, PAIRS, PROVENANCE
 from research.results.vocabulary import PAIR_SHARES, QUERY_ROTARY
-from research.results.schema import ResultsError, check_version
+from research.results.file_errors import ResultsError, check_version
 from research.results.values import parse_json
 from utils.errors import shown
 from utils.formats import FormatError, Integer, ListOf, MapOf, Number, Obj, Opt, Req, Rule, Text, check, found

@@ -18,9 +18,9 @@ full per-layer, per-head records of research/probing/probe.py; after the last st
 (gain_ablation) and what a key cache costs (kv_cache, research/probing/kv_cache.py). The file is rewritten
 atomically after every probe. No torch here.
 
-`python -m research.results.schema --json_schema DIR` writes the declared formats of results.json, study.json and
-the QK-norm study's combined.json as JSON Schema files (docs/schema/ holds them, kept current by a test), for tools
-in other languages.
+`python -m research.results.schema --json_schema DIR` writes the declared formats of every JSON and JSON-lines file
+the project writes (research.results.published) as JSON Schema files (docs/schema/ holds them, kept current by a
+test), for tools in other languages; `--schema_of FILE` names the one that validates FILE.
 """
 from __future__ import annotations
 
@@ -30,18 +30,14 @@ from pathlib import Path
 
 from utils.cli import ArgumentParser, command  # first: this module is a command too (--json_schema)
 
-from research.results.checks import RESULTS, ShapeError, check_types, is_integer
-from research.results.study_formats import QK_COMBINED_FORMAT, STUDY
+from research.results.checks import ShapeError, check_types
+from research.results.file_errors import ResultsError, check_version  # here too: every reader's import of them
 from research.results.values import json_safe, parse_json
 from research.results.vocabulary import (KV_CACHE, LEGACY_ABLATION_MODES, PER_PROBE, PR, SCHEMA, SCHEMA_VERSION,
                                          WRITEUP_FIELDS)
 from utils.errors import UserError, os_fix, os_problem, shown
-from utils.formats import json_schema
 from utils.io import atomic_write_text
-
-
-class ResultsError(UserError, ValueError):
-    """A results file that cannot be used; the message names the file, the problem and the fix."""
+from utils.owners import refuse_foreign
 
 
 def new_results(tag: str, *, config: dict | None = None, preset: str | None = None, seed: int | None = None,
@@ -134,16 +130,6 @@ def diverged_at(path: str | Path) -> int | None:
 DAMAGED = "The file was damaged or edited: restore it from a copy, or train that condition again"
 
 
-def check_version(res: dict, path: str | Path, version: int = SCHEMA_VERSION, key: str = "schema_version") -> None:
-    """Refuse a file written by a newer version of this project (older versions and none at all are read): the one
-    answer for every versioned file (results.json's `schema_version`, the studies' `version`), never "run again",
-    which would overwrite it. `key`: the field holding the file's version."""
-    found = res.get(key)
-    if is_integer(found) and found > version:
-        raise ResultsError(f"{path}: {key}: written by a newer version of this project ({key} {found} > {version}, "
-                           f"the newest this code reads): update the code (git pull) to read it")
-
-
 def validate(res, path: str | Path = "<results>", fix: str = DAMAGED) -> dict:
     """Check a loaded results dict; fill optional fields; raise ResultsError naming the problem. `path` starts
     every message (the file, and where in it when the dict is one entry of a larger file), `fix` ends a
@@ -193,40 +179,70 @@ def load_results(path: str | Path) -> dict:
 
 # ----------------------------------------------------------------------------- the formats as JSON Schema
 
-_GENERATED = ("Generated from {source} by `python -m research.results.schema --json_schema DIR`: do not edit. "
-              "{what} What JSON Schema cannot say (lengths given by other fields, checks across fields) is named in "
-              "'$comment's and checked by the project's reader only.")
-JSON_SCHEMAS = {  # file -> (declaration, title, where it is declared, what the file is)
-    "results.schema.json": (RESULTS, "results.json", "research/results/checks.py:RESULTS",
-                            "One run's key probe: one value per probe in every per-probe list."),
-    "study.schema.json": (STUDY, "study.json", "research/results/study_formats.py:STUDY",
-                          "A study folder's index: its kind, seeds, margins and each condition's results files."),
-    "combined.schema.json": (QK_COMBINED_FORMAT, "combined.json", "research/results/study_formats.py:"
-                             "QK_COMBINED_FORMAT", "The numbers of the QK-norm study's report."),
-}
+SCHEMA_FIX = "pass --json_schema a folder of its own, e.g. --json_schema docs/schema"
 
 
-def json_schemas() -> dict[str, str]:
-    """Each JSON Schema file's text, by file name, generated from the declarations."""
-    return {name: json.dumps(json_schema(spec, title, _GENERATED.format(source=source, what=what)), indent=1) + "\n"
-            for name, (spec, title, source, what) in JSON_SCHEMAS.items()}
+class SchemaFolderError(UserError):
+    """--json_schema names no folder the JSON Schema files may be written into."""
 
 
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description="Write the declared formats of this project's results files as JSON Schema "
-                                   "(draft 2020-12), for tools in other languages.")
-    p.add_argument("--json_schema", metavar="DIR", required=True,
-                   help=f"Folder to write {', '.join(JSON_SCHEMAS)} into (made if missing; files replaced). Required")
+    p = ArgumentParser(description="Write the declared formats of this project's JSON and JSON-lines files as JSON "
+                                   "Schema (draft 2020-12), for tools in other languages; or name the schema of one "
+                                   "file.")
+    way = p.add_mutually_exclusive_group(required=True)
+    way.add_argument("--json_schema", metavar="DIR",
+                     help="Folder of its own to write every schema file into (research.results.published: "
+                          "results.schema.json, study.schema.json, one combined.<kind>.schema.json per kind of "
+                          "combined.json, ...; made if missing, its schema files replaced); never a run's or a "
+                          "study's folder")
+    way.add_argument("--schema_of", metavar="FILE",
+                     help="Print the name of the schema file that validates FILE (a study's combined.json: by "
+                          "its folder's kind)")
     return p
+
+
+def write_schemas(folder: str | Path) -> list[Path]:
+    """Every schema file into `folder`, each atomically: refused (nothing written) when `folder` is empty text or
+    another owner's (utils.owners); an error of the system names the schema file, never its temporary file."""
+    from research.results.published import json_schemas  # declarations that import this module
+    if not str(folder).strip():
+        raise SchemaFolderError(f"--json_schema {str(folder)!r}: an empty folder name would write into the current "
+                                f"folder; {SCHEMA_FIX} (nothing was written)")
+    folder = Path(folder)
+    refuse_foreign(folder, "schema", "python -m research.results.schema --json_schema", fix=SCHEMA_FIX)
+    written = []
+    for name, text in json_schemas().items():
+        try:
+            atomic_write_text(folder / name, text)
+        except OSError as e:
+            if e.filename is not None and Path(e.filename).name.startswith(f".{name}."):  # its temporary file's
+                e.filename, e.filename2 = str(folder / name), None
+            raise SchemaFolderError(f"cannot write {folder / name}: {os_problem(e)}; fix: {os_fix(e)}, or "
+                                    f"{SCHEMA_FIX}") from None
+        written.append(folder / name)
+    return written
+
+
+def schema_of(path: Path) -> str:
+    """The schema file of the file at `path` (research.results.published.schema_for), or SchemaFolderError naming
+    why there is none."""
+    from research.results.published import schema_for
+    name = schema_for(path.parent, path.name)
+    if name is None:
+        raise SchemaFolderError(f"{path}: no published schema for a file of this name in this folder (a "
+                                f"combined.json is told by its folder's study.json); name a file this project writes")
+    return name
 
 
 @command
 def main(argv: list[str] | None = None) -> None:
-    folder = Path(build_parser().parse_args(argv).json_schema)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in json_schemas().items():
-        atomic_write_text(folder / name, text)
-        print(folder / name)
+    args = build_parser().parse_args(argv)
+    if args.schema_of is not None:
+        print(schema_of(Path(args.schema_of)))
+        return
+    for path in write_schemas(args.json_schema):
+        print(path)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The studies' own files declared (utils.formats specs): study.json (`STUDY`) and the QK-norm study's combined.json
-(`QK_COMBINED_FORMAT`). layout.py reads and writes them; research.results.schema publishes them as JSON Schema. No
-torch.
+"""The studies' own files declared (utils.formats specs): study.json (`STUDY`), and the combined.json of the two kinds
+that write one under that name: the QK-norm study's (`QK_COMBINED_FORMAT`) and a study file's
+(`CONDITIONS_COMBINED_FORMAT`). layout.py reads and writes study.json; research.results.schema publishes them all
+as JSON Schema, one per kind. No torch.
 """
 from __future__ import annotations
 
@@ -130,19 +131,21 @@ STUDY = Obj({
 _NUMBERS = ListOf(Number(), "a list of numbers or null")
 _FINALS = {f"{name}{part}": spec for name in ("final_pr", "final_pr_var", "final_loss", "final_val_loss")
            for part, spec in (("", Number()), ("_ci95", Number()), ("_per_seed", _NUMBERS))}
-_DECISION = Obj({"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p", "p_bonferroni",
-                                                           "margin")},
-                 "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
-                 "seeds_needed": Opt(Integer()),  # written until issue 52: a plug-in count that did not hold
-                 # written since issue 64 (docs/decisions.md#ratio-quantities): how it was decided, per-seed log
-                 # ratios ("ratio": ci, margin and log_ratio are log ratios, relative and relative_ci the ratio minus 1)
-                 # or differences; each seed's value as the report shows it and the seeds marked as outliers
-                 "on": Opt(OneOf(("difference", "ratio"))), "log_ratio": Opt(Number()),
-                 "relative_ci": Opt(ListOf(Number(), "a list of 2 numbers", n=2)),
-                 "seeds": Opt(ListOf(Integer(), "a list of integers or null", nullable=True)),
-                 "per_seed": Opt(_NUMBERS),
-                 "outliers": Opt(ListOf(Integer(), "positions in per_seed marked as outliers")),
-                 "note": Opt(Text())})
+_DECISION_FIELDS = {"n": Integer(), **{k: Number() for k in ("difference", "relative", "ci_level", "p",
+                                                               "p_bonferroni", "margin")},
+                     "ci": ListOf(Number(), "a list of 2 numbers", n=2), "outcome": Text(nullable=False),
+                     "seeds_needed": Opt(Integer()),  # written until issue 52: a plug-in count that did not hold
+                     # written since issue 64 (docs/decisions.md#ratio-quantities): how it was decided, per-seed
+                     # log ratios ("ratio": ci, margin and log_ratio are log ratios, relative and relative_ci the
+                     # ratio minus 1) or differences; each seed's value as the report shows it and the seeds marked
+                     # as outliers
+                     "on": Opt(OneOf(("difference", "ratio"))), "log_ratio": Opt(Number()),
+                     "relative_ci": Opt(ListOf(Number(), "a list of 2 numbers", n=2)),
+                     "seeds": Opt(ListOf(Integer(), "a list of integers or null", nullable=True)),
+                     "per_seed": Opt(_NUMBERS),
+                     "outliers": Opt(ListOf(Integer(), "positions in per_seed marked as outliers")),
+                     "note": Opt(Text())}
+_DECISION = Obj(_DECISION_FIELDS)
 # combined.json, the numbers of the QK-norm study's report (research.studies.render): written for people and
 # notebooks, read back by no tool of the project; declared so that what it holds is said once (a test checks a
 # rendered file against it).
@@ -156,4 +159,25 @@ QK_COMBINED_FORMAT = Obj({
     "decisions": MapOf(MapOf(_DECISION, path="dot"), path="dot"),  # field -> "x-y" -> decision
     **{k: Text(nullable=False) for k in ("verdict", "verdict_pr_var", "loss_verdict", "train_loss_verdict")},
     "claims": MapOf(Obj({"claim": Text(nullable=False), "status": Text(nullable=False)}), path="dot"),
+})
+
+
+# ----------------------------------------------------------------------------- combined.json (a study file's study)
+
+_SHARE_OR_NULL = Number("a margin (a share) or null", gt=0)
+# combined.json of a study file (research/study.py, kind 'conditions'; research.studies.kinds): the study file's
+# settings, each quantity's family size (Bonferroni), the token budget compared, each condition's mean per quantity,
+# and each comparison's decision with its margin as a share, the condition it is relative to and its change of it.
+CONDITIONS_COMBINED_FORMAT = Obj({
+    "study": OneOf(("conditions",)),
+    "conditions": ListOf(Text(nullable=False), "a non-empty list of condition names", nonempty=True),
+    "baseline": Text("a condition name or null"),
+    "primary": ListOf(Text("a quantity key (text)", nullable=False, nonempty=True), "a list of quantity keys"),
+    "margin": _SHARE_OR_NULL, "loss_margin": _SHARE_OR_NULL,
+    "logit_margin": Number("a margin in logits or null", gt=0), "kv_loss_margin": _SHARE_OR_NULL,
+    "family_k": MapOf(Integer("a number of comparisons", nullable=False, lo=0), path="dot"),
+    "tokens": Number("the training tokens every run compared reached, or null"),
+    "summary": MapOf(MapOf(Obj({"mean": Number(), "ci95": Number(), "n": Integer(lo=0)}), path="dot"), path="dot"),
+    "decisions": MapOf(MapOf(Obj({**_DECISION_FIELDS, "margin_share": Number(), "reference": Text(),
+                                  "of_reference": Number()}), path="dot"), path="dot"),  # quantity -> "x-y" -> it
 })

@@ -15,7 +15,12 @@ Steps, in order (each a subprocess with its own time limit, cut to what is left 
                    else --parallel P): their aggregate tokens/s, against P = 1
 Without CUDA every step that needs it is recorded as skipped (the CPU check of this script). Writes
 <out>/gpu_session.json (each step: status ran / failed / timeout / skipped, seconds, and the last JSON object or
-RESULT line it printed) and <out>/<step>.log; prints one line per step.
+RESULT line it printed; docs/schema/gpu_session.schema.json) and <out>/<step>.log; prints one line per step.
+
+An earlier session's record is never replaced: a session into a folder that holds one (or any file of one: a step's
+log, a shared-GPU study) writes <out>/session_<n>/ instead, the first n from 2 whose folder does not exist, and says
+so; its record holds its number. --out is the GPU session's own folder (utils.owners): a run's, a study's or another
+tool's folder is refused before anything is written.
 """
 from __future__ import annotations
 
@@ -30,10 +35,14 @@ from pathlib import Path
 
 from research.results.values import json_safe
 from utils.cli import ArgumentParser, command, positive_number
+from utils.errors import UserError
+from utils.io import atomic_write_text
+from utils.owners import GPU_SESSION, refuse_foreign
 
 import torch
 
 PY = sys.executable
+TOOL = "research/speed/gpu_session.py"
 # The files holding the tests marked for CUDA (tests/research/speed/test_gpu_session.py checks the list is
 # whole): collecting only these keeps the session off packages the GPU image lacks (Ray, gguf) that other tests import.
 CUDA_TEST_FILES = ("tests/training/test_cuda.py", "tests/research/probing/test_hf.py")
@@ -118,26 +127,56 @@ def run_step(step: Step, out: Path, left_s: float, cuda: bool) -> dict:
     return rec
 
 
-def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None = None) -> dict:
+class SessionError(UserError):
+    """A session asked to write where an earlier session's record is."""
+
+
+def _holds_a_session(folder: Path) -> bool:
+    """Whether `folder` holds any file a session writes: its record, a step's log, a shared-GPU study."""
+    return folder.is_dir() and any(p.name == GPU_SESSION or p.suffix == ".log" or p.name.startswith("shared_")
+                                   for p in folder.iterdir())
+
+
+def session_folder(out: Path) -> tuple[Path, int]:
+    """(the folder this session writes, its number): `out` itself for the first session into it; after that
+    <out>/session_<n>, the first n from 2 whose folder does not exist, so that no earlier record or log is
+    replaced. `out` must be the session's own folder or a new one (utils.owners; SessionError otherwise)."""
+    refuse_foreign(out, "gpu_session", TOOL)
+    if not _holds_a_session(out):
+        return out, 1
+    n = 2
+    while (out / f"session_{n}").exists():
+        n += 1
+    return out / f"session_{n}", n
+
+
+def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None = None, session: int = 1) -> dict:
     """Every step in order inside budget_s; writes <out>/gpu_session.json after each step (a session cut off
-    keeps what it measured)."""
+    keeps what it measured). A folder holding an earlier session's record is refused before anything runs (main
+    chooses a new folder for it: session_folder). `session`: its number in --out, kept in its record."""
+    refuse_foreign(out, "gpu_session", TOOL)
+    if (out / GPU_SESSION).exists():
+        raise SessionError(f"{out / GPU_SESSION} is an earlier session's record, never replaced: write this session "
+                           f"into a new folder (research.speed.gpu_session.session_folder chooses one)")
     cuda = torch.cuda.is_available() if cuda is None else cuda
     out.mkdir(parents=True, exist_ok=True)
-    session = {"device": torch.cuda.get_device_name(0) if cuda else "no CUDA", "torch": torch.__version__,
+    session = {**({"session": session} if session > 1 else {}),
+               "device": torch.cuda.get_device_name(0) if cuda else "no CUDA", "torch": torch.__version__,
                "budget_s": budget_s, "steps": {}}
     start = time.perf_counter()
     for step in steps:
         rec = run_step(step, out, budget_s - (time.perf_counter() - start), cuda)
         session["steps"][step.name] = rec
         print(f"{step.name}: {rec['status']}" + (f", {rec['seconds']} s" if "seconds" in rec else ""), flush=True)
-        (out / "gpu_session.json").write_text(json.dumps(json_safe(session), indent=1, allow_nan=False))
+        atomic_write_text(out / GPU_SESSION, json.dumps(json_safe(session), indent=1, allow_nan=False) + "\n")
     return session
 
 
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_session")),
-                   help="Folder for gpu_session.json and the steps' logs. Default: $OUT, else ./gpu_session")
+                   help="Folder for gpu_session.json and the steps' logs (one holding an earlier session: its "
+                        "session_<n>/). Default: $OUT, else ./gpu_session")
     p.add_argument("--budget_s", type=positive_number, default=480.0,
                    help="Seconds for all steps together; a step gets what is left of it at most. Default: 480")
     p.add_argument("--seed_script", default=None,
@@ -149,7 +188,11 @@ def build_parser() -> ArgumentParser:
 @command
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
-    run_session(session_steps(args.out, args.seed_script), args.out, args.budget_s)
+    folder, n = session_folder(args.out)
+    if n > 1:
+        print(f"{args.out} holds an earlier session, kept as it is: this one (session {n}) writes {folder}",
+              flush=True)
+    run_session(session_steps(folder, args.seed_script), folder, args.budget_s, session=n)
 
 
 if __name__ == "__main__":

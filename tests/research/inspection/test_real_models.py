@@ -13,6 +13,8 @@ from data.corpus import _package_dir
 from research.access import load_model
 from research.inspection import inspect_model
 from research.access.gguf import CHECK_MAX_LOSS, CHECK_TEXT, PACKAGED
+from utils.file_specs import GGUF_SOURCE_FORMAT
+from utils.formats import check
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +42,7 @@ def test_smollm2_tally_sinks_and_conversion(model_cache):
     # the conversion reproduces the model's own behaviour on the fixed text, and it is a language model's
     assert adapter.gguf["check_loss"] == pytest.approx(_loss(model, tok), abs=1e-4)
     assert adapter.gguf["check_loss"] < CHECK_MAX_LOSS
+    check(GGUF_SOURCE_FORMAT, adapter.gguf)  # gguf_source.json as published (docs/schema/gguf_source.schema.json)
     r = inspect_model(adapter, tok, "The history of science is the study of how people came to understand the "
                                     "natural world. Early astronomers watched the sky and built calendars.")
     assert r["params"]["total"] == 134_515_008 and r["params"]["matches"]

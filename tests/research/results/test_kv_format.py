@@ -8,7 +8,7 @@ import json
 import pytest
 
 from research.results import ResultsError, load_results, validate
-from research.results.schema import json_schemas
+from research.results.published import json_schemas
 from tests.helpers import REFERENCE
 from tests.research.analysis.test_kv_quantities import kv_run
 

@@ -7,6 +7,8 @@ import os
 
 import pytest
 
+from research.results.published import check_file
+
 from research import qk_norm_500k_study
 from research.studies.storage import RunStore, RunSync, Storage, StorageError, check_storage, fetch
 from tests.helpers import STEP_TOKENS, stops
@@ -83,6 +85,7 @@ def test_a_storage_is_claimed_by_its_study_which_resumes_on_it(tmp_path):
     study.claim()
     record = (tmp_path / "storage" / "storage.json").read_bytes()
     assert json.loads(record) == {"study": "pilot", "kind": "pilot", "out": str(out.resolve())}
+    check_file("storage.schema.json", json.loads(record))  # its published schema (docs/schema) holds it
     assert [(h.kind, h.who) for h in owners_of(tmp_path / "storage")] == [
         ("storage", f"the --storage of the study 'pilot' (kind pilot, --out {out.resolve()})")]
     for again in (study, Storage.of(uri, "pilot", "pilot", tmp_path / "x" / ".." / "out")):  # the same --out

@@ -1,0 +1,94 @@
+"""The declared formats (utils.formats specs) of the project's JSON and JSON-lines files that no reader of
+research/results declares beside its own reading: a run's config.json, metrics.jsonl (one object per line) and
+summary.json, the pilot's combined_results.json, the tour's inspect.json, the export's export.json, a storage's
+stored.json and the GPU session's gpu_session.json. research.results.schema publishes them as JSON Schema with the
+others (docs/schema/), and a test checks every stored folder's files against them. No torch.
+"""
+from __future__ import annotations
+
+from research.results.checks import _CONFIG, PROVENANCE
+from utils.formats import Bool, Integer, ListOf, MapOf, Number, Obj, Opt, Text
+
+_NAME = Text(nullable=False, nonempty=True)
+_NUMBERS = ListOf(Number(), "a list of numbers or null")
+_SECTION = Obj({})  # an object whose fields its own reader checks
+
+# config.json of a run (configs.RunConfig.to_dict): the sections and values readers look into, as results.json's
+# config holds them (research.results.checks); RunConfig.from_dict checks the rest when a run is resumed.
+RUN_CONFIG = Obj({**_CONFIG.fields, **{k: Obj(spec.fields, rules=spec.rules) for k, spec in _CONFIG.fields.items()
+                                       if isinstance(spec, Obj)}}, "a JSON object (a run's config)")
+
+# metrics.jsonl: one JSON object per logged step (training.trainer): a training line holds the loss and the step's
+# telemetry (utils.telemetry), an evaluation line the validation loss, an alarm line the alarm (training.alarm).
+METRICS_LINE = Obj({
+    "step": Integer("a step (an integer >= 0)", nullable=False, lo=0),
+    "tokens": Opt(Integer("a number of tokens (an integer >= 0)", nullable=False, lo=0)),
+    **{k: Opt(Number()) for k in ("loss", "val_loss", "grad_norm", "lr_factor", "tokens_per_s", "wall_time",
+                                  "z_loss")},
+    "logit_max": Opt(ListOf(Number(), "one number per layer", nullable=True)),
+    "key_norm": Opt(ListOf(Number(), "one number per layer", nullable=True)),
+    "update_rms": Opt(MapOf(Number(), "an object of numbers per optimizer group", nullable=True)),
+    "alarm": Opt(Obj({"signal": _NAME, "value": Number(), "threshold": Number()})),
+}, "a JSON object (one line of metrics.jsonl)")
+
+# summary.json of a run (training.trainer._summarize), with the provenance's fields (utils.runtime.provenance)
+SUMMARY = Obj({
+    "steps": Integer("a step (an integer >= 0)", nullable=False, lo=0),
+    "tokens": Integer("a number of tokens", lo=0),
+    **{k: Number() for k in ("final_loss", "final_val_loss", "wall_time_s", "tokens_per_s")},
+    "precision": Text(), "world_size": Integer(lo=1),
+    "alarms": Opt(ListOf(Obj({}), "a list of alarms (--spike_alarm)")),
+    **{k: Opt(spec) for k, spec in PROVENANCE.fields.items()},
+}, "a JSON object (a run's summary)")
+
+# combined_results.json of the pilot (research.analysis.pilot.combined_from_runs): per condition, the seeds' means
+# per probe (research.results.layout.runs_from_combined reads each entry as a results.json)
+PILOT_COMBINED_FORMAT = MapOf(Obj({
+    "tag": _NAME, "n_seeds": Integer(lo=1), "seeds": Opt(ListOf(Integer(), "a list of integers or null")),
+    "tokens": ListOf(Number(nullable=False), "a list of numbers"),
+    **{k: _NUMBERS for k in ("train_loss", "val_loss", "mean_pr")},
+    **{k: Opt(MapOf(_NUMBERS, key_pattern=r"0|[1-9][0-9]*", key_kind="layer indices", nullable=True))
+       for k in ("layer_pr", "gamma_cv")},
+}), "an object mapping each condition to its seed means", path="dot", nonempty=True)
+
+# inspect.json of research/inspect_pretrained.py (research.inspection.tour.inspect_model): the model and the
+# sections of its tour, each read by the report that draws it.
+INSPECT = Obj({
+    "model": _NAME, "family": Text(), "model_type": Text(), "dtype": Text(),
+    **{k: Integer("a positive integer", lo=1) for k in ("n_layers", "n_heads", "n_kv_heads", "head_dim", "d_model")},
+    "prompt": Text(), "n_tokens": Opt(Integer(lo=0)), "token_ids": Opt(ListOf(Integer(), "a list of token ids")),
+    **{k: Opt(_SECTION) for k in ("params", "weights", "attention", "hidden", "amplitude", "logit_lens", "keys",
+                                  "dictionaries", "input_lens", "head_words", "memory", "context")},
+    "time_s": Number("a number of seconds", ge=0),
+}, "a JSON object (a pretrained model's tour)")
+
+# export.json of research/export_hf.py (research.export.hf): what was exported, from which run and checkpoint
+EXPORT = Obj({
+    "source": _NAME, "checkpoint": _NAME, "step": Integer("a step (an integer >= 0)", nullable=False, lo=0),
+    "tokens": Integer(lo=0), "qk_norm": _NAME, "architecture": _NAME,
+    "embedding_scale_folded": Number(nullable=False, gt=0), "tie_word_embeddings": Bool(),
+}, "a JSON object (an export's record)")
+
+STORED_FILE = "stored.json"  # research.studies.storage.STORED
+# stored.json of a run's storage (research.studies.storage): the run's files stored, relative to its folder, and its
+# checkpoints' step folders, oldest first
+STORED = Obj({
+    "files": ListOf(Text("a path relative to the run folder (text)", nullable=False, nonempty=True),
+                    "a list of relative paths"),
+    "checkpoints": ListOf(Text("a step folder (text)", nullable=False, nonempty=True), "a list of step folders"),
+}, "a JSON object (a storage's manifest)")
+
+# gpu_session.json of research/speed/gpu_session.py: the device, the budget, each step's status, seconds and the
+# last JSON object it printed; `session`: its number in the folder (absent: the first)
+_STATUS = r"^(ran|skipped|failed \(exit -?[0-9]+\)|timeout \([0-9]+ s\))$"
+_GPU_STEP = Obj({
+    "status": Text("ran, skipped, failed (exit N) or timeout (N s)", nullable=False, pattern=_STATUS),
+    "why": Opt(Text(nullable=False)), "seconds": Opt(Number("a number of seconds", nullable=False, ge=0)),
+    "result": Opt(Obj({}, "the last JSON object the step printed, or null", nullable=True)),
+    "aggregate_tokens_per_s": Opt(Integer("tokens per second (an integer)", nullable=False, lo=0)),
+})
+GPU_SESSION = Obj({
+    "session": Opt(Integer("the session's number in its folder (1, 2, ...)", nullable=False, lo=1)),
+    "device": _NAME, "torch": _NAME, "budget_s": Number("a positive number of seconds", nullable=False, gt=0),
+    "steps": MapOf(_GPU_STEP, "an object mapping each step to its record", path="dot"),
+}, "a JSON object (a GPU session's record)")
