@@ -112,3 +112,9 @@ def thread_choice(asked: int, local_world_size: int) -> ThreadChoice:
     one_each = len(ids) // max(1, local_world_size) <= 1  # one thread whatever the load: nothing to sample
     busy = busy_at_start(ids) if asked <= 0 and budget is None and not one_each else None
     return choose_threads(asked, len(ids), local_world_size, budget, busy)
+
+
+def cpu_threads(provenance: dict) -> int | None:
+    """The CPU threads a run computed with, where it trained on CPU (on a GPU they move no value); None otherwise."""
+    on_cpu = str(provenance.get("device") or "").startswith("cpu")
+    return provenance.get("cpu_threads") if on_cpu and isinstance(provenance.get("cpu_threads"), int) else None
