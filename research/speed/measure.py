@@ -22,7 +22,7 @@ from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
 from research.speed.variants import measure_variants, timed_fields
-from utils.runtime import autocast, peak_rss_mib, resolve_compile
+from utils.runtime import autocast, cpu_has_native_bf16, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
@@ -98,10 +98,48 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
         step()
     times = sorted(step() for _ in range(steps))
     step_s, muon_s = times[len(times) // 2]
+    ceiling = ceiling_here(precision)
+    tokens_per_s = B * T / step_s
     return {"config": name, "impl": impl, "precision": precision, "compiled": compiled, "batch": [B, T],
             "params": sum(p.numel() for p in model.parameters()), "flops_per_token": flops_per_token(mc, T),
-            "tokens_per_s": B * T / step_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
-            "first_step_s": first, "peak_rss_mib": peak_rss_mib()}
+            "tokens_per_s": tokens_per_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
+            "first_step_s": first, "peak_rss_mib": peak_rss_mib(),
+            "ceiling_tflops": ceiling and ceiling / 1e12,
+            "mfu": ceiling and tokens_per_s * flops_per_token(mc, T) / ceiling}
+
+
+def ceiling_here(precision: str) -> float | None:
+    """The matmul ceiling of `precision` in this process, with its threads, right after the step was timed (a shared
+    host's speed drifts between processes); None for bf16 on a CPU that emulates it, whose step runs far below its
+    own ceiling (no meaningful share)."""
+    if precision == "bf16" and not cpu_has_native_bf16():
+        return None
+    return matmul_ceiling(torch.bfloat16 if precision == "bf16" else torch.float32)
+
+
+def measure_compile(name: str, precision: str, steps: int, compile_setting: str) -> dict:
+    """`steps` training steps of `name` from seed 0 on seeded random tokens, compiled or not: each step's loss (as
+    float.hex, compared bit for bit between processes), the first step's seconds (compilation included where
+    compiled) and the median of the others."""
+    mc, B, T = configs()[name]
+    model, opts, compiled = _build("project", mc, precision, compile_setting)
+    gen = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, mc.vocab_size, (B, T + 1), generator=gen) for _ in range(steps)]
+    device, losses, times = torch.device("cpu"), [], []
+    for x in batches:
+        t = time.perf_counter()
+        with autocast(device, precision):
+            loss = model(x[:, :-1], x[:, 1:])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for o in opts:
+            o.step()
+            o.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t)
+        losses.append(float(loss.detach()).hex())
+    rest = sorted(times[1:])
+    return {"config": name, "precision": precision, "compiled": compiled, "steps": steps, "losses": losses,
+            "first_step_s": times[0], "step_s": rest[len(rest) // 2] if rest else None}
 
 
 def measure_pair(name: str, precision: str, steps: int, compile_setting: str = "auto") -> dict:
@@ -199,6 +237,8 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
         return measure_training(config, precision, steps, impl, compile_setting)
     if kind == "pair":
         return measure_pair(config, precision, steps, compile_setting)
+    if kind == "compile":
+        return measure_compile(config, precision, steps, compile_setting)
     if kind == "probe":
         return measure_probe(config, precision)
     if kind == "probe-memory":
@@ -233,6 +273,8 @@ def child_json(module: str, argv: list[str]) -> dict:
 MEASUREMENTS = {
     "training": "median training step of --config (tokens/s, Muon's share, peak RSS), of --impl",
     "pair": "the project's step against the reference's, alternating in one process: the median speed-up",
+    "compile": "--steps training steps from seed 0 on seeded tokens, compiled or not (--compile): each loss bit for "
+               "bit, the first step's seconds and the others' median",
     "probe": "the full key probe against a plain no-grad forward on the same batch, at --precision",
     "probe-memory": "peak RSS of probing --layers layers of the 1b preset's layer shape",
     "logit-tracking": "QK-clip's max-logit tracking as a share of the training step (no QK-norm)",
