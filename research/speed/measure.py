@@ -61,8 +61,9 @@ def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
     return model, opts, compiled
 
 
-def _stepper(name: str, impl: str, precision: str, compile_setting: str):
-    """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation."""
+def _stepper(name: str, impl: str, precision: str, compile_setting: str, losses: list | None = None):
+    """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation; each step's
+    loss appended to `losses` as float.hex where given."""
     mc, B, T = configs()[name]
     model, opts, compiled = _build(impl, mc, precision, compile_setting)
     muon = [o for o in opts if "Muon" in type(o).__name__]
@@ -84,6 +85,8 @@ def _stepper(name: str, impl: str, precision: str, compile_setting: str):
         t2 = time.perf_counter()
         for o in opts:
             o.zero_grad(set_to_none=True)
+        if losses is not None:
+            losses.append(float(loss.detach()).hex())
         return t2 - t0, t2 - t1
     return step, model, compiled
 
@@ -118,25 +121,12 @@ def ceiling_here(precision: str) -> float | None:
 
 
 def measure_compile(name: str, precision: str, steps: int, compile_setting: str) -> dict:
-    """`steps` training steps of `name` from seed 0 on seeded random tokens, compiled or not: each step's loss (as
-    float.hex, compared bit for bit between processes), the first step's seconds (compilation included where
-    compiled) and the median of the others."""
-    mc, B, T = configs()[name]
-    model, opts, compiled = _build("project", mc, precision, compile_setting)
-    gen = torch.Generator().manual_seed(0)
-    batches = [torch.randint(0, mc.vocab_size, (B, T + 1), generator=gen) for _ in range(steps)]
-    device, losses, times = torch.device("cpu"), [], []
-    for x in batches:
-        t = time.perf_counter()
-        with autocast(device, precision):
-            loss = model(x[:, :-1], x[:, 1:])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        for o in opts:
-            o.step()
-            o.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t)
-        losses.append(float(loss.detach()).hex())
+    """`steps` training steps of `name` from seed 0 (the benchmark's step, its one batch), compiled or not: each
+    step's loss (as float.hex, compared bit for bit between processes), the first step's seconds (compilation
+    included where compiled) and the median of the others."""
+    losses: list[str] = []
+    step, _, compiled = _stepper(name, "project", precision, compile_setting, losses)
+    times = [step()[0] for _ in range(steps)]
     rest = sorted(times[1:])
     return {"config": name, "precision": precision, "compiled": compiled, "steps": steps, "losses": losses,
             "first_step_s": times[0], "step_s": rest[len(rest) // 2] if rest else None}
