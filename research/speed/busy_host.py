@@ -19,7 +19,6 @@ numbers to read, never a verdict. The settings:
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -133,7 +132,9 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"],
                    help="Precision of the training step (auto: as a study picks it here). Default: %(default)s")
     p.add_argument("--json", action="store_true", help="Print one JSON object instead of the table")
-    p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)  # --child N: one measurement on N threads
+    p.add_argument("--child", type=int, default=None, metavar="N",
+                   help="Measure once in this process on N threads (-1: every core, 0: the default's rule) and print "
+                        "one JSON object: what the driver runs in each fresh process. Default: the driver")
     return p
 
 
