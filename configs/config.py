@@ -187,10 +187,13 @@ class TrainConfig:
     seed: int = knob(0, "Seed of the initial weights and the order of the training data.")
     device: str = knob("auto", "Device to train on: auto (CUDA, else Apple MPS, else CPU), cpu, cuda (under torchrun "
                        "each process takes cuda:LOCAL_RANK), cuda:N or mps.", results=False)
-    threads: int = knob(0, "CPU threads torch computes with (torch.set_num_threads); 0: the cores this process may "
-                        "use (its CPU affinity, e.g. taskset's), shared among torchrun's processes on one machine, and "
-                        "at most OMP_NUM_THREADS where that is set. A runtime setting, never compared on resume or "
-                        "across a study; a run on 1 thread and one on 2 may differ in the last bits of the loss.",
+    threads: int = knob(0, "CPU threads torch computes with (torch.set_num_threads); 0: at most OMP_NUM_THREADS "
+                        "where that is set, else the cores this process may use (its CPU affinity, e.g. taskset's) "
+                        "that other processes left free when its first run started, shared among torchrun's "
+                        "processes on one machine (utils.threads). The run's first line and its provenance say the "
+                        "count and why; a run on 1 thread and one on 2 may differ in the last bits of the loss, so "
+                        "--threads N with the recorded N repeats a run bit for bit. Never compared on resume; a "
+                        "study keeps to the count its runs record unless asked, and says where they mix.",
                         results=False)
     precision: Literal["auto", "fp32", "bf16"] = knob("auto", "Precision of the forward and backward passes: auto "
                                                       "(bf16 where the GPU or CPU supports it natively, else fp32), "

@@ -9,7 +9,10 @@ tokens/s, MFU against the measured bf16 ceiling, Muon's share, peak memory and t
 FLOPs per token (configs.flops_per_token): 6 x (matmul weights incl. the LM head)
 + 6 x n_layers x seq_len x d_model for causal attention (QK^T and AV, forward 2 x 2 x T x d
 halved by the mask, backward twice the forward). MFU = tokens/s x FLOPs per token / ceiling,
-against the measured matmul ceiling of the precision the step runs in.
+against the matmul ceiling of the precision the step runs in, measured in the step's own process
+right after it. On CPU it also trains the tiny config compiled and eager, twice each in fresh
+processes: whether compiled runs repeat bit for bit, and whether compiling pays back within
+the README's first command.
 """
 from __future__ import annotations
 
@@ -43,6 +46,10 @@ def build_parser() -> ArgumentParser:
     p.add_argument("--probe_memory_layers", type=count, default=2,
                    help="Layers of the 1b-shaped model whose probe memory the CPU suite measures; 0 skips it. "
                         "Default: %(default)s")
+    p.add_argument("--compile_steps", type=count, default=20,
+                   help="Training steps of each of the CPU suite's torch.compile runs (two compiled, two eager, each "
+                        "a fresh process: bit for bit? pays back within the first command?); 0 skips them. "
+                        "Default: %(default)s")
     p.add_argument("--cpu", action="store_true",
                    help=f"Measure the CPU suite even where CUDA is available (there the benchmark otherwise "
                         f"measures the {' and '.join(GPU_PRESETS)} presets)")
@@ -56,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         result = gpu_suite(GPU_PRESETS, args.steps)
         print(json.dumps(result, indent=2) if args.json else gpu_table(result))
         return
-    result = run_suite(args.configs, args.steps, args.probe_every, not args.no_probe, args.probe_memory_layers)
+    result = run_suite(args.configs, args.steps, args.probe_every, not args.no_probe, args.probe_memory_layers,
+                       args.compile_steps)
     print(json.dumps(result, indent=2) if args.json else table(result))
 
 

@@ -74,8 +74,9 @@ class Trainer:
         self.cfg, self.data, self.out, self.name = cfg, data, Path(out_dir), name
         self.runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
         self.device, self.precision, self.is_main = self.runtime.device, self.runtime.precision, self.runtime.is_main
+        self.threads = None  # how many CPU threads and why (utils.threads), on CPU or where --threads asks
         if self.device.type == "cpu" or cfg.train.threads:  # --threads: a runtime setting (not compared on resume)
-            set_cpu_threads(cfg.train.threads, self.runtime.local_world_size)
+            self.threads = set_cpu_threads(cfg.train.threads, self.runtime.local_world_size)
         if self.device.type == "cpu":
             keep_freed_memory()
         self._log = log if self.is_main else (lambda *a, **k: None)
@@ -165,7 +166,8 @@ class Trainer:
         cfg, tc = self.cfg, self.cfg.train
         self._log(f"run: preset={cfg.preset} device={self.runtime.device_choice()} "
                   f"precision={self.runtime.precision_choice()} "
-                  f"processes={self.runtime.world_size} threads={torch.get_num_threads()} shard={tc.shard} "
+                  f"processes={self.runtime.world_size} threads={torch.get_num_threads()}"
+                  f"{f' ({self.threads.why})' if self.threads else ''} shard={tc.shard} "
                   f"compile={self.compiled} ({compile_why}) fused_loss={tc.fused_loss}")
         self._log(f"model: {self.model.num_params():,} parameters, {cfg.model.n_layers} layers, d_model "
                   f"{cfg.model.d_model}, heads {cfg.model.n_heads}/{cfg.model.n_kv_heads} (q/kv), d_head "

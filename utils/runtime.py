@@ -17,6 +17,7 @@ import torch.distributed as tdist
 
 from utils.errors import ConfigError
 from utils.hosts import host_kind
+from utils.threads import ThreadChoice, omp_budget, thread_choice, usable_core_ids
 
 
 def mps_available() -> bool:
@@ -299,6 +300,7 @@ def provenance(device: torch.device) -> dict:
         "numpy": numpy.__version__,
         "platform": platform.platform(),
         "cpu_threads": torch.get_num_threads(),
+        **({"cpu_threads_why": _thread_choice.why} if _thread_choice else {}),
         **host_fields(device),
     }
 
@@ -321,14 +323,6 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def usable_core_ids() -> list[int]:
-    """The cores this process may run on (its affinity), in order; every core of the machine where the OS keeps no
-    affinity (macOS, Windows)."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
-
-
 def usable_cores() -> int:
     """How many CPU cores this process may run on (usable_core_ids)."""
     return len(usable_core_ids())
@@ -337,10 +331,11 @@ def usable_cores() -> int:
 def local_cpu_threads(local_world_size: int) -> int:
     """Threads per process so that processes on one machine do not oversubscribe its cores: the cores this process
     may use, shared among the machine's `local_world_size` processes, and never more than OMP_NUM_THREADS where it is
-    set (a budget given from outside: a Ray task's CPUs, torchrun's 1, the user's own)."""
+    set (a budget given from outside: a Ray task's CPUs, torchrun's 1, the user's own). The load is not looked at
+    (set_cpu_threads's default does: utils.threads)."""
     threads = max(1, usable_cores() // max(1, local_world_size))
-    budget = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()  # OpenMP's nested form "4,2": the outer
-    return min(threads, int(budget)) if budget.isdigit() and int(budget) > 0 else threads
+    budget = omp_budget()
+    return min(threads, budget) if budget else threads
 
 
 # glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD, M_MMAP_THRESHOLD
@@ -364,15 +359,20 @@ def keep_freed_memory() -> bool:
         return False
 
 
-def set_cpu_threads(asked: int, local_world_size: int) -> int:
-    """Set torch's threads for this process and return how many: `asked` (--threads) where it is positive, else
-    local_cpu_threads's rule. Inter-op threads follow where torch still allows it (once per process, before any
-    parallel work: a second run in one process keeps the first's, which eager training does not use)."""
-    threads = asked if asked > 0 else local_cpu_threads(local_world_size)
-    torch.set_num_threads(threads)
-    if torch.get_num_interop_threads() != threads:
+_thread_choice: ThreadChoice | None = None  # set_cpu_threads's last choice: the provenance's cpu_threads_why
+
+
+def set_cpu_threads(asked: int, local_world_size: int) -> ThreadChoice:
+    """Set torch's threads for this process and return how many and why: `asked` (--threads) where it is positive,
+    else utils.threads's rule (OMP_NUM_THREADS, else the cores free at the process's first run). Inter-op threads
+    follow where torch still allows it (once per process, before any parallel work: a second run in one process
+    keeps the first's, which eager training does not use)."""
+    global _thread_choice
+    choice = _thread_choice = thread_choice(asked, local_world_size)
+    torch.set_num_threads(choice.threads)
+    if torch.get_num_interop_threads() != choice.threads:
         try:
-            torch.set_num_interop_threads(threads)
+            torch.set_num_interop_threads(choice.threads)
         except RuntimeError:  # already set, or parallel work has started in this process
             pass
-    return threads
+    return choice

@@ -15,7 +15,9 @@ Every study kind of trained runs goes through `compare(runs)` before it is decid
   between them) are set aside, each attribute in turn: the value most runs share is kept, and the report names
   the runs set aside and why. When two values are equally common the study is refused (ResultsError): no
   rule could say which runs are the study. A study made with --mix_hosts (study.json's `mix_hosts`; within
-  `hosts_mixed(True)`) combines its host kinds instead, and the report says how many.
+  `hosts_mixed(True)`) combines its host kinds instead, and the report says how many. Runs trained on CPU with
+  different thread counts (provenance's `cpu_threads`: bf16 values move with it in the last bits) are compared, and
+  the report says which count each had.
 - One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
   that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
   the runs share no probe after their first, the study is refused. A run that diverged where that is a result
@@ -35,6 +37,7 @@ from research.analysis.series import left_out, shared_tokens
 from research.results.read import pair_key
 from research.results.schema import ResultsError, cut_at_tokens
 from utils.hosts import host_kind, same_paths
+from utils.threads import cpu_threads
 
 HOST = "host kind"
 # (what it is, how a run records it): the attributes every compared run must share
@@ -175,6 +178,20 @@ def _mixed_hosts(runs: dict) -> str:
     return f"; trained on {len(kinds)} host kinds ({groups}), combined: the study was made with --mix_hosts"
 
 
+def _mixed_threads(runs: dict) -> str:
+    """'; trained on CPU threads 1 (QK (seed 0)) and 2 (QK (seed 1), NoQK (seed 0, 1)), compared together: ...'
+    where the runs kept trained on CPU with several thread counts; '' otherwise."""
+    def get(r: dict) -> int | None:
+        return cpu_threads(r.get("provenance") or {})
+    counts = sorted({n for rl in runs.values() for r in rl if (n := get(r)) is not None})
+    if len(counts) < 2:
+        return ""
+    groups = " and ".join(f"{n} (" + ", ".join(_named(c, [r for r in rl if get(r) == n]) for c, rl in runs.items()
+                                               if any(get(r) == n for r in rl)) + ")" for n in counts)
+    return (f"; trained on CPU threads {groups}, compared together: bf16 values move with the thread count in the "
+            f"last bits (about 7e-5 relative)")
+
+
 def _one_recipe(runs: dict, notes: list[str]) -> dict:
     """The runs that share each RECIPE attribute's most common value (the host kind's only where hosts are not
     mixed: hosts_mixed); the others named in `notes`."""
@@ -293,5 +310,5 @@ def compare(runs: dict, divergence_is_a_result: bool = False) -> Comparison:
     compared = ("Runs: " + "; ".join(_named(c, rl) for c, rl in kept.items())
                 + ("; paired by seed" if paired else "; none has a seed, so none is paired")
                 + (f"; final values at {_tokens(budget)}" if budget is not None else "")
-                + (f"; {', '.join(recipe)}" if recipe else "") + _mixed_hosts(kept) + ".")
+                + (f"; {', '.join(recipe)}" if recipe else "") + _mixed_hosts(kept) + _mixed_threads(kept) + ".")
     return Comparison(kept, budget, compared, tuple(notes))

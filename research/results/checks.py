@@ -155,8 +155,8 @@ _CONFIG = Obj({
 }, nullable=True)
 # provenance: git_commit and qk_keys (the package version, recorded since files could lack a commit; older files
 # have no such field) are text or null. The fields that decide which runs a study compares (research.analysis.identity,
-# research.studies.hosts): the training precision, and the host kind (utils.hosts) with the fields an older file's
-# is read from; each absent in files written before it was recorded.
+# research.studies.hosts): the training precision, the host kind (utils.hosts) with the fields an older file's
+# is read from, and the CPU threads; each absent in files written before it was recorded.
 PROVENANCE = Obj({
     "git_commit": Text(), "qk_keys": Text(),
     "train_precision": Opt(OneOf(("bf16", "fp32"), kind="bf16 or fp32, the precision the run trained in")),
@@ -168,6 +168,10 @@ PROVENANCE = Obj({
     "cpu": Opt(Text("the CPU's model name (text)")),
     "gpu": Opt(Text("the GPU's name (text), on CUDA")),
     "device": Opt(Text("the device the run trained on (text)")),
+    # the CPU threads the run computed with and why (utils.threads): bf16 values move with the count, so a study
+    # says where its runs differ in it (research.analysis.identity, research.studies.hosts)
+    "cpu_threads": Opt(Integer("a positive integer, the CPU threads torch computed with", lo=1)),
+    "cpu_threads_why": Opt(Text("why that many threads, text (utils.threads: asked, OMP_NUM_THREADS, free cores)")),
 }, nullable=True)
 
 

@@ -22,7 +22,7 @@ from models import MinimalLLM
 from optimizers import build_optimizers
 from research.speed.reference import ReferenceLM, reference_optimizers
 from research.speed.variants import measure_variants, timed_fields
-from utils.runtime import autocast, peak_rss_mib, resolve_compile
+from utils.runtime import autocast, cpu_has_native_bf16, peak_rss_mib, resolve_compile
 
 # The write-ups' small reference config: 8 layers, d_model 256, 4 heads (2 KV), d_ff 1024, vocab 8192, 8 x 256.
 REFERENCE = (ModelConfig(vocab_size=8192, n_layers=8, d_model=256, n_heads=4, n_kv_heads=2, d_ff=1024,
@@ -61,8 +61,9 @@ def _build(impl: str, mc: ModelConfig, precision: str, compile_setting: str):
     return model, opts, compiled
 
 
-def _stepper(name: str, impl: str, precision: str, compile_setting: str):
-    """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation."""
+def _stepper(name: str, impl: str, precision: str, compile_setting: str, losses: list | None = None):
+    """(step() -> (step seconds, Muon seconds), the model, compiled?) for one config and implementation; each step's
+    loss appended to `losses` as float.hex where given."""
     mc, B, T = configs()[name]
     model, opts, compiled = _build(impl, mc, precision, compile_setting)
     muon = [o for o in opts if "Muon" in type(o).__name__]
@@ -84,6 +85,8 @@ def _stepper(name: str, impl: str, precision: str, compile_setting: str):
         t2 = time.perf_counter()
         for o in opts:
             o.zero_grad(set_to_none=True)
+        if losses is not None:
+            losses.append(float(loss.detach()).hex())
         return t2 - t0, t2 - t1
     return step, model, compiled
 
@@ -98,10 +101,35 @@ def measure_training(name: str, precision: str, steps: int, impl: str = "project
         step()
     times = sorted(step() for _ in range(steps))
     step_s, muon_s = times[len(times) // 2]
+    ceiling = ceiling_here(precision)
+    tokens_per_s = B * T / step_s
     return {"config": name, "impl": impl, "precision": precision, "compiled": compiled, "batch": [B, T],
             "params": sum(p.numel() for p in model.parameters()), "flops_per_token": flops_per_token(mc, T),
-            "tokens_per_s": B * T / step_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
-            "first_step_s": first, "peak_rss_mib": peak_rss_mib()}
+            "tokens_per_s": tokens_per_s, "step_ms": 1e3 * step_s, "muon_share": muon_s / step_s,
+            "first_step_s": first, "peak_rss_mib": peak_rss_mib(),
+            "ceiling_tflops": ceiling and ceiling / 1e12,
+            "mfu": ceiling and tokens_per_s * flops_per_token(mc, T) / ceiling}
+
+
+def ceiling_here(precision: str) -> float | None:
+    """The matmul ceiling of `precision` in this process, with its threads, right after the step was timed (a shared
+    host's speed drifts between processes); None for bf16 on a CPU that emulates it, whose step runs far below its
+    own ceiling (no meaningful share)."""
+    if precision == "bf16" and not cpu_has_native_bf16():
+        return None
+    return matmul_ceiling(torch.bfloat16 if precision == "bf16" else torch.float32)
+
+
+def measure_compile(name: str, precision: str, steps: int, compile_setting: str) -> dict:
+    """`steps` training steps of `name` from seed 0 (the benchmark's step, its one batch), compiled or not: each
+    step's loss (as float.hex, compared bit for bit between processes), the first step's seconds (compilation
+    included where compiled) and the median of the others."""
+    losses: list[str] = []
+    step, _, compiled = _stepper(name, "project", precision, compile_setting, losses)
+    times = [step()[0] for _ in range(steps)]
+    rest = sorted(times[1:])
+    return {"config": name, "precision": precision, "compiled": compiled, "steps": steps, "losses": losses,
+            "first_step_s": times[0], "step_s": rest[len(rest) // 2] if rest else None}
 
 
 def measure_pair(name: str, precision: str, steps: int, compile_setting: str = "auto") -> dict:
@@ -199,6 +227,8 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
         return measure_training(config, precision, steps, impl, compile_setting)
     if kind == "pair":
         return measure_pair(config, precision, steps, compile_setting)
+    if kind == "compile":
+        return measure_compile(config, precision, steps, compile_setting)
     if kind == "probe":
         return measure_probe(config, precision)
     if kind == "probe-memory":
@@ -233,6 +263,8 @@ def child_json(module: str, argv: list[str]) -> dict:
 MEASUREMENTS = {
     "training": "median training step of --config (tokens/s, Muon's share, peak RSS), of --impl",
     "pair": "the project's step against the reference's, alternating in one process: the median speed-up",
+    "compile": "--steps training steps from seed 0 on seeded tokens, compiled or not (--compile): each loss bit for "
+               "bit, the first step's seconds and the others' median",
     "probe": "the full key probe against a plain no-grad forward on the same batch, at --precision",
     "probe-memory": "peak RSS of probing --layers layers of the 1b preset's layer shape",
     "logit-tracking": "QK-clip's max-logit tracking as a share of the training step (no QK-norm)",

@@ -8,6 +8,9 @@ Both study runners ask before anything trains:
     check_hosts(out, here, precision, mix_hosts) -> mixed    ConfigError in one line naming both and the fix; else
                                                              whether the folder mixes host kinds (study.json's)
 
+    study_threads(out, here, asked) -> (threads, line)       the --threads every run of this command gets: a folder's
+                                                             one recorded count where none is asked; a line to print
+
 `here` is the host kind of the process that trains (utils.runtime.this_host_kind); runs handed to a Ray cluster's
 other nodes record their own: the analysis sets aside those of another kind, and the next command on the folder is
 refused until it passes --mix_hosts or the odd runs are moved out.
@@ -23,6 +26,7 @@ from configs.config import ConfigError
 from research.results.layout import read_study_index
 from research.results.vocabulary import RESULTS_FILE
 from utils.hosts import host_kind, path_unknown, same_paths
+from utils.threads import ThreadChoice, cpu_threads
 
 WHERE = "docs/decisions.md#which-runs-are-compared-identity-before-statistics"
 
@@ -116,3 +120,24 @@ def check_hosts(out: Path, here: str | None, precision: str, mix_hosts: bool) ->
                           f"between host kinds, so a study compares the runs of one ({WHERE}). Fix: {fix} (nothing "
                           f"was trained)")
     return mix_hosts
+
+
+def study_threads(out: Path, here: ThreadChoice, asked: int) -> tuple[int, str | None]:
+    """The --threads of every run this command trains in its own process on CPU, and a line to print where the folder
+    says something: bf16 values move with the thread count (utils.threads), so a study continues on the one count its
+    folder's runs record where the user asks none (`asked` 0), though `here` (this host's choice now) differs; asked
+    otherwise, or where the folder holds several already, its runs mix counts, which the line says, as the report
+    does (research.analysis.identity)."""
+    runs = recorded(out)
+    rel = [path.relative_to(out).as_posix() for path, _ in runs]
+    held, first = _counted([(r, cpu_threads(prov)) for r, (_, prov) in zip(rel, runs)])
+    if not held or set(held) == {here.threads}:
+        return asked, None
+    if len(held) == 1 and asked <= 0:
+        (count,) = held
+        return count, (f"threads: {count}, as the runs in {out} were trained (CPU threads {_held(held, first)}), not "
+                       f"the {here.threads} of this host now ({here.why}): one count keeps a study's bf16 values "
+                       f"comparable; --threads N chooses")
+    return asked, (f"note: {out} holds runs trained on CPU threads {_held(held, first)}, and this command's runs "
+                   f"train on {here.threads} ({here.why}): bf16 values move with the count (about 7e-5 relative), "
+                   f"and the report says the study mixes them; --threads {held.most_common(1)[0][0]} keeps to one")

@@ -46,7 +46,7 @@ from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import family_record, plan
 from research.studies.executors import Storage, StudyError, StudyRun, add_ray_args, check_ray_options, execute
-from research.studies.hosts import add_hosts_args, check_hosts
+from research.studies.hosts import add_hosts_args, check_hosts, study_threads
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.render import render_study
@@ -64,6 +64,7 @@ from utils.errors import Interrupted, explain, shown
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime, this_host_kind
+from utils.threads import thread_choice
 
 
 def resolve_preset(name: str, device: str, gpu_preset: str, fixed: str | None = None) -> str:
@@ -318,6 +319,12 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     try:
         check_study_folder(out, study)  # before the lock, which would create the folder
         mix_hosts = check_hosts(out, this_host_kind(runtime.device), runtime.precision, args.mix_hosts)
+        if runtime.device.type == "cpu" and args.parallel == 1 and args.ray is None:  # the runs train here
+            threads, line = study_threads(out, thread_choice(base.train.threads, runtime.local_world_size),
+                                          base.train.threads)
+            base = apply_overrides(base, {"threads": threads}) if threads != base.train.threads else base
+            if line:
+                print(line, flush=True)
         with FolderLock(out, hint="choose another --out"):
             _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts, storage)
     except KeyboardInterrupt:

@@ -150,6 +150,7 @@ ENTRY_POINTS = {
     "research.speed.probe_share": _module_parser("research.speed.probe_share"),
     "research.speed.gpu_session": _module_parser("research.speed.gpu_session"),
     "research.speed.side_by_side": _module_parser("research.speed.side_by_side"),
+    "research.speed.busy_host": _module_parser("research.speed.busy_host"),
     "research.simulations.conditions": _module_parser("research.simulations.conditions"),
     "research.simulations.spikes": _module_parser("research.simulations.spikes"),
     "research.simulations.sequential": _module_parser("research.simulations.sequential"),

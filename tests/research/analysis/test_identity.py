@@ -321,3 +321,19 @@ def test_cut_at_tokens_keeps_the_probes_up_to_the_budget():
     assert "gain_ablation" not in cut  # measured at step 3, after the budget
     assert res["tokens"] == [0, 10, 20, 30]  # the run read is not changed
     assert cut_at_tokens(res, 30) is res
+
+
+def test_runs_on_several_cpu_thread_counts_are_compared_and_the_report_says_which_had_which():
+    def on(threads: int, device: str = "cpu") -> dict:
+        return {"train_precision": "bf16", "device": device, "cpu_threads": threads}
+    runs = {"QK": [run("QK", 0, [5, 6], provenance=on(2)), run("QK", 1, [5, 6], provenance=on(1))],
+            "NoQK": [run("NoQK", 0, [5, 7], provenance=on(2)), run("NoQK", 1, [5, 7], provenance=on(2))]}
+    c = compare(runs)
+    assert [len(rl) for rl in c.runs.values()] == [2, 2]  # none set aside
+    assert c.compared.endswith("; trained on CPU threads 1 (QK (seed 1)) and 2 (QK (seed 0), NoQK (seeds 0, 1)), "
+                               "compared together: bf16 values move with the thread count in the last bits (about "
+                               "7e-5 relative).")
+    runs["QK"][1]["provenance"] = on(2)
+    assert "CPU threads" not in compare(runs).compared  # one count: nothing to say
+    runs["QK"][1]["provenance"] = on(8, "cuda:0")
+    assert "CPU threads" not in compare(runs).compared  # a GPU's threads move no value

@@ -10,11 +10,12 @@ from configs.config import ConfigError
 from research import qk_norm_25m_study
 from research.results.layout import read_study_index, write_study_index
 from research.studies import QK_NORM
-from research.studies.hosts import check_hosts
+from research.studies.hosts import check_hosts, study_threads
 from research.studies.runner import run_study
 from tests.helpers import STEP_TOKENS, stops
 from tests.research.studies.test_runner import study_args
 from utils.runtime import this_host_kind
+from utils.threads import ThreadChoice
 
 HERE = this_host_kind(torch.device("cpu"))
 OTHER = "Other CPU 9000 (AMX)"
@@ -183,3 +184,26 @@ def test_a_study_made_with_mix_hosts_records_it_and_its_report_counts_the_host_k
     assert ("trained on 3 host kinds (" + "; ".join(f"{k}: QK (seed {s}), QK_frozen (seed {s}), NoQK (seed {s})"
                                                     for k, s in groups)
             + "), combined: the study was made with --mix_hosts.") in report
+
+
+def test_a_study_keeps_to_the_thread_count_its_runs_record_or_says_it_mixes(tmp_path):
+    """bf16 values move with the thread count: unasked, a study takes its folder's one recorded count; asked another,
+    or where the folder holds several, it trains as asked and says the study mixes them."""
+    busy = ThreadChoice(1, "free cores: 1 of 2 (others kept 1.0 busy)")
+    assert study_threads(tmp_path / "new", busy, 0) == (0, None)  # nothing held: the host's choice
+    out = tmp_path / "study"
+    held(out, {"device": "cpu", "cpu_threads": 2})
+    held(out, {"device": "cuda:0", "cpu_threads": 1}, cond="NoQK")  # a GPU run's threads are not counted
+    assert study_threads(out, ThreadChoice(2, "free cores: 2 of 2"), 0) == (0, None)  # the same count
+    threads, line = study_threads(out, busy, 0)
+    assert threads == 2 and line == (f"threads: 2, as the runs in {out} were trained (CPU threads 2 (1 run, e.g. "
+                                     f"QK/results.json)), not the 1 of this host now (free cores: 1 of 2 (others "
+                                     f"kept 1.0 busy)): one count keeps a study's bf16 values comparable; --threads N "
+                                     f"chooses")
+    threads, line = study_threads(out, ThreadChoice(1, "asked (--threads)"), 1)
+    assert threads == 1 and line.startswith(f"note: {out} holds runs trained on CPU threads 2 (1 run, e.g. "
+                                            f"QK/results.json), and this command's runs train on 1 (asked "
+                                            f"(--threads)): bf16 values move with the count")
+    held(out, {"device": "cpu", "cpu_threads": 1}, cond="QK_frozen")
+    threads, line = study_threads(out, busy, 0)  # several held already: no one count to keep to
+    assert threads == 0 and line.startswith("note: ") and line.endswith("--threads 2 keeps to one")
