@@ -19,6 +19,18 @@ from tests.helpers import stops
 ARGS = ["--tokens", "256", "--batch_size", "2", "--seq_len", "16", "--seeds", "0", "1", "--no_progress"]
 
 
+def replaced(args: list[str], change: list[str]) -> list[str]:
+    """`args` with each option `change` names given its values there instead (an option is refused when repeated)."""
+    named = {a for a in change if a.startswith("--")}
+    out, skip = [], False
+    for a in args:
+        if a.startswith("--"):
+            skip = a in named
+        if not skip:
+            out.append(a)
+    return out + change
+
+
 @pytest.fixture(scope="module")
 def done(tmp_path_factory):
     root = tmp_path_factory.mktemp("finetune")
@@ -97,7 +109,7 @@ def test_a_rerun_with_other_settings_is_refused_naming_each_field(done, capsys, 
     model, out = done
     results = lambda: {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}  # noqa: E731
     before = results()
-    err = stops(capsys, study.main, ["--model", str(model), "--out", str(out), *ARGS, *change])  # the last wins
+    err = stops(capsys, study.main, ["--model", str(model), "--out", str(out), *replaced(ARGS, change)])
     assert err.startswith(f"error: {out / A.TRAINED / 'seed_0'} holds a run of other settings (") and fields in err
     assert err.endswith("Pass the options it ran with, or another --out (or move "
                         f"{out / A.TRAINED / 'seed_0'} away to train it again); nothing was written")
