@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import torch.nn as nn
 
+from utils.time_split import TimeSplit
+
 if TYPE_CHECKING:
     from configs.config import RunConfig
     from data import TokenData
@@ -51,6 +53,8 @@ class StepInfo:
     # the spike alarm's alarms so far, this step's included ({"step", "tokens", "alarm"}; training/alarm.py), or
     # None where --spike_alarm is off
     alarms: Sequence[dict] | None = None
+    # the run's wall time by phase: a callback counts its own work in it (`with info.times.phase("probes"):`)
+    times: TimeSplit = field(default_factory=TimeSplit)
 
 
 class Callback(Protocol):

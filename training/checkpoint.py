@@ -33,6 +33,7 @@ from utils.errors import UserError, is_disk_full
 from utils.formats import Integer, MapOf, Number, Obj, Opt, check, found
 from utils.io import atomic_dir, remove_matching, temp_dir_pattern
 from utils.testhook import hook
+from utils.time_split import TIME_SPLIT
 
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 FILES = ("model.safetensors", "optim.pt", "state.json")
@@ -201,6 +202,7 @@ STATE = Obj({
     "loader": Obj({}, show=found),
     **{k: Opt(Obj({}, show=found)) for k in ("config", "data")},  # data: training.resume.data_identity
     "callbacks": Opt(MapOf(Obj({}, show=found), show=found)),  # {callback name: its state}
+    "time_split": Opt(TIME_SPLIT),  # the run's wall time by phase up to this checkpoint (utils.time_split)
 }, show=found)
 
 

@@ -99,13 +99,16 @@ class ProbeCallback:
         model = info.full_model() if info.full_model else info.model  # every rank: a collective under FSDP
         if not info.is_main:
             return
+        times = info.times
         if self.results is None:
-            self.results = self._open(info.start_step)
-        record, own_loss = self.probe.measure(model, shared)
+            with times.phase("writing"):
+                self.results = self._open(info.start_step)
+        final = info.step == info.total_steps
+        with times.phase("probes"):
+            record, own_loss = self.probe.measure(model, shared)
+            kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
         if shared:
             val_loss = own_loss
-        final = info.step == info.total_steps
-        kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
         if kv is not None and self.kv_every_probe:
             record[KV_CACHE] = kv
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
@@ -116,12 +119,14 @@ class ProbeCallback:
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
         if final and self.ablation_batches:
-            ablation = gain_ablation(model, self.probe, self.ablation_batches)
+            with times.phase("gain_ablation"):
+                ablation = gain_ablation(model, self.probe, self.ablation_batches)
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         if final and kv is not None:
             self.results[KV_CACHE] = {"step": info.step, **kv}
-        save_results(self.path, self.results)
+        with times.phase("writing"):
+            save_results(self.path, self.results)
         self.last_probe_step = info.step
         if self.on_probe is not None:
             self.on_probe(info.step, tracked_scalars(record))
