@@ -71,9 +71,9 @@ def study_run_config(condition: str, steps: int | None, device: str):
 
 
 # The probe's metric functions, by the names research.probing.probe calls them (those it has are timed).
-METRIC_FUNCTIONS = ("key_moments", "divided_moments", "key_metrics", "key_rank", "rotary_use", "logit_pair_shares",
-                    "pre_gain_keys", "attention_metrics", "attention_record", "gate_metrics", "gamma_stats", "as_lists",
-                    "layer_means")
+METRIC_FUNCTIONS = ("key_moments", "divided_moments", "key_eigvals", "key_metrics", "key_rank", "rotary_use",
+                    "logit_pair_shares", "pre_gain_keys", "attention_metrics", "attention_record", "gate_metrics",
+                    "gamma_stats", "lists_and_means", "layer_means")
 REST = "forward and the rest"  # the hooked forward, the hooks and the glue: the probe's time less its metrics
 
 

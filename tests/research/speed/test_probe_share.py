@@ -24,7 +24,7 @@ def test_the_output_ends_with_the_probes_forward_passes_and_share(debug_cfg, mon
     assert last.groups() == (f"{cost['forward_passes']:.2f}", f"{100 * share:.1f}")
     assert len(cost["times_s"]["forward"]) == len(cost["times_s"]["probe"]) == 5
     # the breakdown names each metric function the probe called, and the rest (the hooked forward, the glue)
-    assert {"key_metrics", "key_moments", "attention_metrics", "attention_record", "as_lists",
+    assert {"key_metrics", "key_moments", "attention_metrics", "attention_record", "lists_and_means",
             probe_share.REST} <= set(cost["by_metric_s"])
     assert sum(cost["by_metric_s"].values()) > 0
     assert [line.split()[0] for line in lines[-len(cost["by_metric_s"]) - 1:-1]] == [
