@@ -10,7 +10,7 @@ import torch
 
 from configs.config import ConfigError
 from data import data_usage, val_batches
-from research.probing.ablation import gain_ablation
+from research.probing.ablation import gain_ablation, learned_entry
 from research.probing.kv_cache import kv_cache_record
 from research.probing.probe import KeyProbe
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
@@ -62,6 +62,8 @@ class ProbeCallback:
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
+        # > 0: the gain ablation's batches are the probe batch's first sequences (its losses come from its probes')
+        self.ablation_rows = self.probe.covers(self.ablation_batches) if self.ablation_batches else 0
         self.on_probe = on_probe
         self.results: dict | None = None
         self.step = 0  # the latest step seen (saved in checkpoints)
@@ -104,11 +106,12 @@ class ProbeCallback:
             with times.phase("writing"):
                 self.results = self._open(info.start_step)
         final = info.step == info.total_steps
-        with times.phase("probes"):
-            record, own_loss = self.probe.measure(model, shared)
+        ablate = final and bool(self.ablation_batches)
+        with times.phase("probes"):  # at the end also the loss the gain ablation's learned mode records
+            record, own_loss = self.probe.measure(model, shared or (self.ablation_rows if ablate else 0))
             kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
         if shared:
-            val_loss = own_loss
+            val_loss = own_loss  # the probe's rows are the validation's
         if kv is not None and self.kv_every_probe:
             record[KV_CACHE] = kv
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
@@ -118,9 +121,10 @@ class ProbeCallback:
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
-        if final and self.ablation_batches:
+        if ablate:
             with times.phase("gain_ablation"):
-                ablation = gain_ablation(model, self.probe, self.ablation_batches)
+                ablation = gain_ablation(model, self.probe, self.ablation_batches,
+                                         learned=learned_entry(record, own_loss))
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         if final and kv is not None:
