@@ -30,3 +30,8 @@ def test_the_output_ends_with_the_probes_forward_passes_and_share(debug_cfg, mon
     assert [line.split()[0] for line in lines[-len(cost["by_metric_s"]) - 1:-1]] == [
         name.split()[0] for name in cost["by_metric_s"]]
     assert report["runs"]["probe"][0]["probes"] == 3 and "cost" not in report["runs"]["probe"][0]
+    # the probe's cost in plain forwards at 1 and at 2 threads, said in one line before the breakdown
+    assert set(cost["by_threads"]) == {"1", "2"}
+    assert all(c["forward_passes"] > 0 and c["forward_passes_cpu"] > 0 for c in cost["by_threads"].values())
+    assert re.fullmatch(r"probe cost: 1 thread \d+\.\d\d forward passes \(CPU time \d+\.\d\d\); 2 threads .*\)",
+                        lines[-len(cost["by_metric_s"]) - 3])
