@@ -44,7 +44,7 @@ from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from training.alarm import SpikeAlarm
-from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint
+from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint, before_stop
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
 from training.errors import NonFiniteLossError, RunError, non_finite_fix
@@ -381,6 +381,10 @@ class Trainer:
         self.step += 1
         return loss_value, grad_norm
 
+    def _checkpoints(self, step: int) -> bool:
+        """Whether a checkpoint is written after `step` (after the step's callbacks)."""
+        return bool(self.cfg.train.ckpt_every and step % self.cfg.train.ckpt_every == 0) or step == self.steps
+
     def _logs(self, step: int) -> bool:
         """Whether the step that ends at `step` writes a metrics.jsonl line."""
         return step % self.cfg.train.log_every == 0 or step == self.steps
@@ -389,6 +393,8 @@ class Trainer:
         ckpt = latest_checkpoint(self.folder.checkpoints)
         kept = (f"its last good checkpoint {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint yet")
         fix = non_finite_fix(self.cfg.train, self.cfg.model.vocab_size, self.precision)
+        if self.is_main:
+            before_stop(self.callbacks)  # the run ends here: callbacks write what they hold
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
             f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
@@ -405,7 +411,7 @@ class Trainer:
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
                         is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
                         world_size=self.runtime.world_size, alarms=self.alarm.alarms if self.alarm else None,
-                        times=self.times)
+                        times=self.times, checkpoint=self.step > 0 and self._checkpoints(self.step))
         for callback in self.callbacks:
             callback(info)
 
@@ -494,7 +500,7 @@ class Trainer:
                     bar.write(msg) if self.progress else self._log(msg)
                 self._run_callbacks(logged)
                 hook("step")
-                if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
+                if self._checkpoints(self.step):
                     self._save()
         finally:
             bar.close()
