@@ -197,6 +197,13 @@ def _comparable(value):
     return value
 
 
+def comparable_index(out: Path) -> dict:
+    """A study folder's study.json without its time split (seconds measured, not results: utils.time_split)."""
+    index = json.loads((out / "study.json").read_text())
+    index.pop("time_split", None)
+    return index
+
+
 def comparable_results(out: Path) -> dict:
     """{path in the study folder: its results.json, what two trainings of the same runs share (_comparable)}."""
     return {p.relative_to(out).as_posix(): _comparable(json.loads(p.read_text()))

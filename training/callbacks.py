@@ -9,7 +9,9 @@ change nothing, and the checkpoint is then set aside like a damaged one (an olde
 A callback that continues files of its own checks them in the optional `after_resume()`, called
 once the checkpoint is chosen; its errors stop the resume as they are. The optional
 `after_checkpoint(path)` is called on rank 0 after each checkpoint is written, with its folder
-(`AfterCheckpoint`: a function called so, e.g. a copy of the run to a study's storage).
+(`AfterCheckpoint`: a function called so, e.g. a copy of the run to a study's storage), and the optional
+`before_stop()` on rank 0 when training stops for good before its last step (a non-finite loss): a callback that
+writes its files at checkpoints only (StepInfo.checkpoint) writes what it holds.
 
 Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
 change the model or any RNG, and should write files only where `is_main` is true. They run in
@@ -22,6 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import torch.nn as nn
+
+from utils.time_split import TimeSplit
 
 if TYPE_CHECKING:
     from configs.config import RunConfig
@@ -51,6 +55,9 @@ class StepInfo:
     # the spike alarm's alarms so far, this step's included ({"step", "tokens", "alarm"}; training/alarm.py), or
     # None where --spike_alarm is off
     alarms: Sequence[dict] | None = None
+    # the run's wall time by phase: a callback counts its own work in it (`with info.times.phase("probes"):`)
+    times: TimeSplit = field(default_factory=TimeSplit)
+    checkpoint: bool = False  # a checkpoint is written right after this step's callbacks (never at step 0)
 
 
 class Callback(Protocol):
@@ -95,3 +102,11 @@ def after_checkpoint(callbacks: Sequence[Callback], path: Path) -> None:
         told = getattr(callback, "after_checkpoint", None)
         if told is not None:
             told(path)
+
+
+def before_stop(callbacks: Sequence[Callback]) -> None:
+    """Tell every callback with a `before_stop` that training stops for good before its last step."""
+    for callback in callbacks:
+        told = getattr(callback, "before_stop", None)
+        if told is not None:
+            told()

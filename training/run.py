@@ -18,6 +18,7 @@ from training.trainer import Trainer
 from utils.lock import FolderLock
 from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime
+from utils.time_split import TimeSplit
 
 __all__ = ["train_run", "CallbackFactory"]
 
@@ -46,6 +47,7 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
     """
     # every rank, before the process group's rendezvous: no rank has written yet, and none waits on one that stopped
     refuse_foreign(out_dir, "run", "a training run")
+    times = TimeSplit()  # the run's wall time by phase from here, its data and setup included (summary.json)
     runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
     init_distributed(runtime)
     finished = False
@@ -63,7 +65,8 @@ def train_run(cfg: RunConfig, out_dir: str | Path, *, resume: bool = False, repl
                 data = prepare_data(cfg, log=lambda *a, **k: None, progress=False)  # the bars are rank 0's
             stage = "starting the run" + (" (loading its checkpoint)" if resume else "")
             trainer = Trainer(cfg, data, out_dir, resume=resume, replan_schedule=replan_schedule,
-                              progress=progress, name=name, log=log, callbacks=callbacks, runtime=runtime)
+                              progress=progress, name=name, log=log, callbacks=callbacks, runtime=runtime,
+                              times=times)
             if runtime.is_main:  # after the trainer's own data line, once its callbacks accepted the data
                 for note in data_usage(cfg, data)[1]:
                     log(f"data: note: {note}")

@@ -10,7 +10,7 @@ One Trainer trains one model described by a RunConfig into an output folder:
                            ({"step", "tokens", "alarm"}: training/alarm.py)
     DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
     DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
-    DIR/summary.json       final losses, steps, timings, provenance
+    DIR/summary.json       final losses, steps, timings (time_split: the wall time by phase), provenance
 
 The trainer receives prepared data (data.prepare_data) and a utils.runtime.Runtime (the device, precision and
 process group, which training.distributed starts); `training.run.train_run` does both for one config and holds the
@@ -44,7 +44,7 @@ from data import BlockLoader, TokenData, data_usage, val_batches
 from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from training.alarm import SpikeAlarm
-from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint
+from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint, before_stop
 from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
                                  load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
 from training.errors import NonFiniteLossError, RunError, non_finite_fix
@@ -59,6 +59,7 @@ from utils.errors import os_fix, os_problem
 from utils.runtime import (Runtime, autocast, keep_freed_memory, provenance, resolve_compile, resolve_runtime,
                            set_cpu_threads)
 from utils.testhook import hook
+from utils.time_split import TimeSplit, is_record, split_line
 
 __all__ = ["Trainer", "NonFiniteLossError"]
 
@@ -66,12 +67,16 @@ __all__ = ["Trainer", "NonFiniteLossError"]
 class Trainer:
     def __init__(self, cfg: RunConfig, data: TokenData, out_dir: str | Path, *, resume: bool = False,
                  replan_schedule: bool = False, log: Callable = print, progress: bool = True, name: str = "train",
-                 callbacks: CallbackFactory | None = None, runtime: Runtime | None = None):
-        """`runtime`: where this process computes and in which process group (training.run.train_run's, which
-        started the group; resolved here from cfg.train when None). `callbacks(cfg, data, runtime)` builds the
-        run's callbacks before a resume chooses its checkpoint (their saved states are checked with it);
-        add_callback registers more later."""
+                 callbacks: CallbackFactory | None = None, runtime: Runtime | None = None,
+                 times: TimeSplit | None = None):
+        """`times`: the run's wall time by phase, from its start (training.run.train_run's; a new one when None),
+        summed over resumed sessions through the checkpoints. `runtime`: where this process computes and in which
+        process group (training.run.train_run's, which started the group; resolved here from cfg.train when None).
+        `callbacks(cfg, data, runtime)` builds the run's callbacks before a resume chooses its checkpoint (their
+        saved states are checked with it); add_callback registers more later."""
         self.cfg, self.data, self.out, self.name = cfg, data, Path(out_dir), name
+        self.times = times or TimeSplit()
+        self._earlier_times: dict | None = None  # the time split the checkpoint resumed from recorded
         self.runtime = runtime or resolve_runtime(cfg.train.device, cfg.train.precision)
         self.device, self.precision, self.is_main = self.runtime.device, self.runtime.precision, self.runtime.is_main
         self.threads = None  # how many CPU threads and why (utils.threads), on CPU or where --threads asks
@@ -197,6 +202,7 @@ class Trainer:
         self.step = self.start_step = state["step"]
         self.resume_state, self.resumed_from = state, ckpt
         self.wall_time = float(state.get("wall_time", 0.0))
+        self._earlier_times = state.get("time_split")  # added to self.times once this checkpoint is the one
 
     @staticmethod
     def _restore(callback: Callback, state: dict) -> None:
@@ -222,6 +228,8 @@ class Trainer:
             raise CheckpointError(f"no checkpoint under {root} can be loaded (see above). Restore them from a copy, "
                                   f"or move {root} away to train {self.out} again from step 0")
         self._unreadable = [c for c, _ in failed]
+        if ckpt is not None:
+            self.times.restore(self._earlier_times)
         if ckpt is None:
             self._log(f"resume: no checkpoint yet in {root} (the run stopped before its first one): starting again "
                       f"from step 0; metrics.jsonl and results.json are cut back to step 0")
@@ -279,16 +287,22 @@ class Trainer:
     # --------------------------------------------------------------- logging
     def _write_metrics(self, record: dict) -> None:
         if self.is_main:
-            self.folder.append_metrics(record)
+            with self.times.phase("writing"):
+                self.folder.append_metrics(record)
 
     def _save(self) -> None:
+        with self.times.phase("writing"):
+            self._save_checkpoint()
+
+    def _save_checkpoint(self) -> None:
         # FSDP: every rank takes part in gathering the whole tensors, rank 0 writes them
         tensors = (full_model_state(self.model, keep=self.is_main),
                    full_optimizer_states(self.optimizers, keep=self.is_main)) if self.fsdp else None
         if self.is_main:
             path = save_checkpoint(self.folder.checkpoints, self.step, self.model, self.optimizers,
                             {"tokens": self.tokens_seen, "loader": self.loader.state_dict(),
-                             "wall_time": self.wall_time, "config": self.cfg.to_dict(), "data": self.data_id,
+                             "wall_time": self.wall_time, "time_split": self.times.record(),
+                             "config": self.cfg.to_dict(), "data": self.data_id,
                              "callbacks": {c.name: c.state_dict() for c in self.callbacks}},
                             keep_last=self.cfg.train.keep_last, tensors=tensors)
             after_checkpoint(self.callbacks, path)
@@ -304,6 +318,10 @@ class Trainer:
         """
         if self._val_cache is not None and self._val_cache[0] == self.step:
             return self._val_cache[1]
+        with self.times.phase("validation"):
+            return self._validate()
+
+    def _validate(self) -> float:
         was_training = self.model.training
         self.model.eval()
         total = 0.0
@@ -365,6 +383,10 @@ class Trainer:
         self.step += 1
         return loss_value, grad_norm
 
+    def _checkpoints(self, step: int) -> bool:
+        """Whether a checkpoint is written after `step` (after the step's callbacks)."""
+        return bool(self.cfg.train.ckpt_every and step % self.cfg.train.ckpt_every == 0) or step == self.steps
+
     def _logs(self, step: int) -> bool:
         """Whether the step that ends at `step` writes a metrics.jsonl line."""
         return step % self.cfg.train.log_every == 0 or step == self.steps
@@ -373,6 +395,8 @@ class Trainer:
         ckpt = latest_checkpoint(self.folder.checkpoints)
         kept = (f"its last good checkpoint {ckpt.path} (step {ckpt.step})" if ckpt else "no checkpoint yet")
         fix = non_finite_fix(self.cfg.train, self.cfg.model.vocab_size, self.precision)
+        if self.is_main:
+            before_stop(self.callbacks)  # the run ends here: callbacks write what they hold
         raise NonFiniteLossError(
             f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
             f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
@@ -388,7 +412,8 @@ class Trainer:
                         tokens=self.tokens_seen, loss=self.last_loss if self.step > 0 else None,
                         wall_time_s=self.wall_time, model=self.model, evaluate=self.evaluate,
                         is_main=self.is_main, metrics=logged or {}, lrs=lrs, full_model=self.full_model,
-                        world_size=self.runtime.world_size, alarms=self.alarm.alarms if self.alarm else None)
+                        world_size=self.runtime.world_size, alarms=self.alarm.alarms if self.alarm else None,
+                        times=self.times, checkpoint=self.step > 0 and self._checkpoints(self.step))
         for callback in self.callbacks:
             callback(info)
 
@@ -435,6 +460,8 @@ class Trainer:
         existing = self.folder.read_summary()
         if existing is not None and existing.get("steps") == self.step:
             self._log(f"nothing to train: {self.out} finished at step {self.step}; summary.json kept as it is")
+            if is_record(existing.get("time_split")):
+                self._log(f"time (as recorded): {split_line(existing['time_split'])}")
             return existing
         self.last_loss = self.folder.metric_at(self.step, "loss")
         return None
@@ -451,6 +478,7 @@ class Trainer:
                 self.last_loss, grad_norm = self.train_step()
                 dt = time.perf_counter() - t0
                 self.wall_time += dt
+                self.times.add("train_steps", dt)
                 window_tokens, window_time = window_tokens + self.cfg.tokens_per_step, window_time + dt
                 bar.update(1)
                 logged: dict = {}  # this step's metrics.jsonl rows, merged: what callbacks see as info.metrics
@@ -474,7 +502,7 @@ class Trainer:
                     bar.write(msg) if self.progress else self._log(msg)
                 self._run_callbacks(logged)
                 hook("step")
-                if (tc.ckpt_every and self.step % tc.ckpt_every == 0) or self.step == self.steps:
+                if self._checkpoints(self.step):
                     self._save()
         finally:
             bar.close()
@@ -491,6 +519,9 @@ class Trainer:
                    **({"alarms": self.alarm.alarms} if self.alarm else {}),
                    "data": data_usage(self.cfg, self.data)[0],
                    **provenance(self.device)}
+        summary["time_split"] = self.times.record()
         if self.is_main:
-            self.folder.write_summary(summary)
+            with self.times.phase("writing"):
+                self.folder.write_summary(summary)
+            self._log(f"time: {split_line(summary['time_split'])}")
         return summary

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from utils.formats import Integer, MapOf, Number, Obj, OneOf, Opt, Text, found
+from utils.time_split import TIME_SPLIT
 
 STATE_FILE = "state.json"  # a checkpoint's (training.checkpoint)
 BLOCKS_META = "meta.json"  # a data cache's token blocks (data.blocks)
@@ -31,6 +32,7 @@ CHECKPOINT_STATE = Obj({
     "loader": Obj({}, show=found),
     **{k: Opt(Obj({}, show=found)) for k in ("config", "data")},  # data: training.resume.data_identity
     "callbacks": Opt(MapOf(Obj({}, show=found), show=found)),  # {callback name: its state}
+    "time_split": Opt(TIME_SPLIT),  # the run's wall time by phase up to this checkpoint (utils.time_split)
 }, "a JSON object (a checkpoint's state)", show=found)
 
 # meta.json of a data cache folder (data.blocks): the key the blocks were built for (BlockKey.meta), what they were

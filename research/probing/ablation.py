@@ -1,8 +1,10 @@
 """Gain ablations: the trained learned-gain model evaluated with its q_norm / k_norm gains replaced.
 
 For each mode the named gains of every layer are set, the validation loss is measured on fixed
-batches and the keys are probed (in one forward where the batches are the probe's first sequences,
-KeyProbe.covers); the trained gains are put back exactly afterwards.
+batches and the keys' PR is read by a light probe (KeyProbe.measure_pr: the full probe's mean_pr and layer PRs, bit
+for bit, from a forward that reads k_norm alone; the loss from the same forward where the batches are the probe's
+first sequences, KeyProbe.covers); the trained gains are put back exactly afterwards. The learned mode is the
+trained model itself: its entry can be taken from the final probe (`learned`), which measured that model already.
 
     learned    the gains as trained
     k_ones     every k_norm gain replaced by 1
@@ -36,8 +38,11 @@ def validation_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Te
 
 
 @torch.no_grad()
-def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
-    """{mode: {"val_loss", "mean_pr", "layer_pr"}} for MODES; {} when no layer has learned q/k gains."""
+def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.Tensor, torch.Tensor]],
+                  learned: dict | None = None) -> dict:
+    """{mode: {"val_loss", "mean_pr", "layer_pr"}} for MODES; {} when no layer has learned q/k gains. `learned`:
+    the learned mode's entry where the caller measured the trained model already (the final probe's mean_pr and
+    layer PRs, and its loss of the probe.covers(batches) rows, or None where they are not covered): one probe fewer."""
     model = unwrap(model)
     gains = {"q": [learned_gain(b.attn.q_norm) for b in model.blocks],
              "k": [learned_gain(b.attn.k_norm) for b in model.blocks]}
@@ -57,16 +62,25 @@ def gain_ablation(model: nn.Module, probe: KeyProbe, batches: list[tuple[torch.T
     try:
         for mode in MODES:
             restore()
+            if mode == "learned" and learned is not None:
+                loss = learned["val_loss"] if shared else validation_loss(model, batches, probe.precision)
+                out[mode] = {"val_loss": loss, "mean_pr": learned["mean_pr"], "layer_pr": list(learned["layer_pr"])}
+                continue
             if mode != "learned":
                 sides, how = mode.split("_")
                 for side in sides:
                     for g, t in zip(gains[side], trained[side]):
                         g.copy_(torch.ones_like(t) if how == "ones" else t.mean().expand_as(t))
-            rec, loss = probe.measure(model, shared)
+            layer_pr, mean_pr, loss = probe.measure_pr(model, shared)
             out[mode] = {"val_loss": loss if shared else validation_loss(model, batches, probe.precision),
-                         "mean_pr": rec["mean_pr"],
-                         "layer_pr": [layer["means"][PR] for layer in rec["layers"]]}
+                         "mean_pr": mean_pr, "layer_pr": layer_pr}
     finally:
         restore()
         model.train(was_training)
     return out
+
+
+def learned_entry(record: dict, loss: float | None) -> dict:
+    """gain_ablation's `learned`: the final probe's record (KeyProbe.measure) of the trained model and its loss."""
+    return {"val_loss": loss, "mean_pr": record["mean_pr"],
+            "layer_pr": [layer["means"][PR] for layer in record["layers"]]}

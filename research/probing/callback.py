@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -10,7 +11,7 @@ import torch
 
 from configs.config import ConfigError
 from data import data_usage, val_batches
-from research.probing.ablation import gain_ablation
+from research.probing.ablation import gain_ablation, learned_entry
 from research.probing.kv_cache import kv_cache_record
 from research.probing.probe import KeyProbe
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
@@ -20,15 +21,19 @@ from training.callbacks import StepInfo
 from training.tracking import tracker_for
 from utils.errors import shown
 from utils.runtime import Runtime, provenance
+from utils.time_split import TimeSplit
 
 
 class ProbeCallback:
     """Probe at step 0, every `every` optimizer steps and at the last step.
 
     At each probe: the validation loss (all ranks take part), then on rank 0 the key probe on
-    the fixed batch and an atomic rewrite of results.json. Where the trainer's validation batches are the
-    probe batch's first `val_rows` sequences, in the probe's precision, on one process, and the trainer has
-    not validated at this step already, the validation loss comes from the probe's own forward
+    the fixed batch, kept in memory. results.json is rewritten whole (atomically) at step 0, before each checkpoint
+    (StepInfo.checkpoint: the checkpoint's step then has its probes on disk, what a resume needs), at the last step,
+    and when training stops on a non-finite loss (`before_stop`): not at every probe, which rewrote a file growing
+    by a probe's record each time; a crash leaves the file of the last checkpoint, whole. Where the trainer's
+    validation batches are the probe batch's first `val_rows` sequences, in the probe's precision, on one process,
+    and the trainer has not validated at this step already, the validation loss comes from the probe's own forward
     (KeyProbe.measure): the same tokens' mean loss, one forward instead of two (probe_callback decides).
     The validation loss of the initial model is kept as `init_val_loss` (the write-ups' `val_loss` has no value
     at step 0). `loss` at a probe is the mean training loss of the last `every` steps: the steps since the
@@ -62,10 +67,14 @@ class ProbeCallback:
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
         self.ablation_batches = ablation_batches or []
+        # > 0: the gain ablation's batches are the probe batch's first sequences (its losses come from its probes')
+        self.ablation_rows = self.probe.covers(self.ablation_batches) if self.ablation_batches else 0
         self.on_probe = on_probe
         self.results: dict | None = None
         self.step = 0  # the latest step seen (saved in checkpoints)
-        self.last_probe_step: int | None = None  # the step of the latest probe written to results.json
+        self.last_probe_step: int | None = None  # the step of the latest probe taken (on disk by the next checkpoint)
+        self._unsaved = False  # self.results holds probes results.json does not have yet
+        self._times: TimeSplit | None = None  # the run's time split, where before_stop counts its write
 
     def _resumed_results(self, step: int, last_probe: int | None) -> dict:
         """results.json cut back to `step`, checked to hold the probe at `last_probe` (if known)."""
@@ -91,7 +100,10 @@ class ProbeCallback:
         self.step = info.step
         if info.step > 0:
             self.recent_losses.append(info.loss)
+        self._times = info.times
         if info.step % self.every and info.step != info.total_steps:
+            if info.checkpoint and info.is_main:
+                self._write()
             return
         # one process only: under DDP every rank must take part in the trainer's validation
         shared = self.val_rows if info.world_size == 1 and "val_loss" not in info.metrics else 0
@@ -99,13 +111,17 @@ class ProbeCallback:
         model = info.full_model() if info.full_model else info.model  # every rank: a collective under FSDP
         if not info.is_main:
             return
+        times = info.times
         if self.results is None:
-            self.results = self._open(info.start_step)
-        record, own_loss = self.probe.measure(model, shared)
-        if shared:
-            val_loss = own_loss
+            with times.phase("writing"):
+                self.results = self._open(info.start_step)
         final = info.step == info.total_steps
-        kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
+        ablate = final and bool(self.ablation_batches)
+        with times.phase("probes"):  # at the end also the loss the gain ablation's learned mode records
+            record, own_loss = self.probe.measure(model, shared or (self.ablation_rows if ablate else 0))
+            kv = self._kv_cache(model) if (final and self.kv_cache) or self.kv_every_probe else None
+        if shared:
+            val_loss = own_loss  # the probe's rows are the validation's
         if kv is not None and self.kv_every_probe:
             record[KV_CACHE] = kv
         if info.step == 0:  # the model at initialization: the write-ups' val_loss starts at the first interval
@@ -115,16 +131,31 @@ class ProbeCallback:
         add_probe(self.results, record, step=info.step, tokens=info.tokens,
                   loss=sum(self.recent_losses) / len(self.recent_losses) if self.recent_losses else None,
                   val_loss=val_loss, wall_time_s=info.wall_time_s, qk_norm=self.qk_norm)
-        if final and self.ablation_batches:
-            ablation = gain_ablation(model, self.probe, self.ablation_batches)
+        if ablate:
+            with times.phase("gain_ablation"):
+                ablation = gain_ablation(model, self.probe, self.ablation_batches,
+                                         learned=learned_entry(record, own_loss))
             if ablation:
                 self.results["gain_ablation"] = {"step": info.step, "precision": self.probe.precision, **ablation}
         if final and kv is not None:
             self.results[KV_CACHE] = {"step": info.step, **kv}
-        save_results(self.path, self.results)
-        self.last_probe_step = info.step
+        self._unsaved, self.last_probe_step = True, info.step
+        if info.step == 0 or info.checkpoint or final:
+            self._write()
         if self.on_probe is not None:
             self.on_probe(info.step, tracked_scalars(record))
+
+    def _write(self) -> None:
+        """results.json rewritten whole, atomically, where it lacks probes taken."""
+        if not self._unsaved or self.results is None:
+            return
+        with self._times.phase("writing") if self._times else nullcontext():
+            save_results(self.path, self.results)
+        self._unsaved = False
+
+    def before_stop(self) -> None:
+        """Training stops for good before its last step (a non-finite loss): results.json gets every probe taken."""
+        self._write()
 
     def _kv_cache(self, model) -> dict | None:
         """research.probing.kv_cache's section on the probe batch's first sequences (None without targets)."""
@@ -153,7 +184,7 @@ class ProbeCallback:
             raise ValueError(f"probe state: last_probe_step {last} is after step {step}")
         self.recent_losses = deque((float(v) for v in losses), maxlen=self.every)
         self.step, self.last_probe_step = (step, last) if step else (0, None)
-        self.results = None
+        self.results, self._unsaved = None, False
 
     def after_resume(self) -> None:
         """The checkpoint is chosen: check results.json now, before any training (older checkpoints carry no step;

@@ -13,8 +13,8 @@ from research.probing.hf_model import ProbeError, adapter_for, base_model
 from research.probing.hf_kv import next_token_loss
 from research.probing.hf_rotary import AdapterRope, layer_ropes, rope_context, rotary_fields
 from research.probing.key_rank import ranked_key_metrics
-from research.probing.metrics import attention_metrics, gamma_stats, key_metrics, layer_means
-from research.probing.probe import as_lists, attention_record, measuring
+from research.probing.metrics import attention_metrics, gamma_stats, key_metrics
+from research.probing.probe import attention_record, lists_and_means, measuring
 from research.results.vocabulary import PR, PRE_GAIN_SITES
 from utils.errors import shown
 
@@ -57,7 +57,6 @@ class _Sink:
                 sites[PRE_GAIN_SITES["k_norm"]] = torch.where(gain != 0, pre_k.float() / gain, 0.0)
             both = g_q is not None and g_k is not None and "q_norm" in t and "k_norm" in t
             rec: dict = {"layer": i}
-            means: dict[str, float] = {}
             records = {s: ranked_key_metrics(x) if s in RANKED_SITES else key_metrics(x) for s, x in sites.items()}
             records["attn"] = attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
                                                g_k if both else None)
@@ -66,9 +65,8 @@ class _Sink:
                                                                 rope_context(self.adapter, self.context, window))
                 records["k_norm"].update(k_use)
                 records["attn"].update(q_use)
-            for name, m in records.items():
-                rec[name] = as_lists(m)
-                means.update({f"{name}.{key}": v for key, v in layer_means(m).items()})
+            lists, means = lists_and_means(records)
+            rec.update(lists)
         rec["gamma_k"], rec["gamma_q"], rec["means"] = gamma_stats(g_k), gamma_stats(g_q), means
         self.layers.append(rec)
         return None

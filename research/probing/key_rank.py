@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from research.probing.attention_error import attention_errors
-from research.probing.metrics import key_metrics, key_moments
+from research.probing.metrics import key_eigvals, key_metrics, key_moments
 
 ENERGY_SHARES = {"rank90": 0.90, "rank99": 0.99}
 UNCENTERED = "_uncentered"  # the suffix of the ranks of K^T K / N (without it: of the covariance, Loki's)
@@ -32,25 +32,25 @@ def energy_rank(eigvals: torch.Tensor, share: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def key_rank(keys: torch.Tensor | None = None, *,
-             moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def key_rank(keys: torch.Tensor | None = None, *, moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+             eigvals: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """rank90, rank99 of each head's keys from their (population) covariance (Loki's definition), and
     rank90_uncentered, rank99_uncentered from the uncentered second moment K^T K / N: int64 [H] each.
 
     keys: [H, B, T, D], or their key_moments (M [H, D, D], mu [H, D], float64) where the caller has them: one
-    batched eigvalsh of the 2H D x D matrices, no pass over the keys."""
-    if moments is None:
-        if keys is None:
-            raise ValueError("key_rank needs keys [H, B, T, D] or their moments (M, mu)")
-        moments = key_moments(keys)
-    M, mu = moments
-    H = M.shape[0]
-    C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                     # [H, D, D] covariance
-    eig = torch.linalg.eigvalsh(torch.cat([C, M]))                                # [2H, D] ascending
+    batched eigvalsh of the 2H D x D matrices, no pass over the keys; or those eigenvalues themselves where the
+    caller has them (key_eigvals' [2H, D]: M's rows first, C's after), no eigendecomposition."""
+    if eigvals is None:
+        if moments is None:
+            if keys is None:
+                raise ValueError("key_rank needs keys [H, B, T, D], their moments (M, mu) or their eigenvalues")
+            moments = key_moments(keys)
+        eigvals = key_eigvals(moments)
+    H = eigvals.shape[0] // 2
     out = {}
     for name, share in ENERGY_SHARES.items():
-        ranks = energy_rank(eig, share)
-        out[name], out[name + UNCENTERED] = ranks[:H], ranks[H:]
+        ranks = energy_rank(eigvals, share)
+        out[name], out[name + UNCENTERED] = ranks[H:], ranks[:H]
     return out
 
 
@@ -58,7 +58,8 @@ def key_rank(keys: torch.Tensor | None = None, *,
 def ranked_key_metrics(keys: torch.Tensor) -> dict[str, torch.Tensor]:
     """key_metrics and key_rank of each head's keys [H, B, T, D] from one set of float64 moments, [H] each."""
     moments = key_moments(keys.float())
-    return {**key_metrics(keys, moments), **key_rank(moments=moments)}
+    eigvals = key_eigvals(moments)
+    return {**key_metrics(keys, moments, eigvals), **key_rank(eigvals=eigvals)}
 
 
 @torch.no_grad()

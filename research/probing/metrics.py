@@ -44,6 +44,16 @@ def key_moments(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @torch.no_grad()
+def key_eigvals(moments: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """The eigenvalues of each head's M = K^T K / N (rows :H) and of its covariance C = M - mu mu^T (rows H:), from
+    key_moments' (M [H, D, D], mu [H, D]): float64 [2H, D], ascending, as eigvalsh gives them (no threshold), in one
+    batched call; key_metrics' spectra and key_rank's ranks both read them."""
+    M, mu = moments
+    C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                  # [H, D, D]
+    return torch.linalg.eigvalsh(torch.cat([M, C]))                           # [2H, D] ascending
+
+
+@torch.no_grad()
 def divided_moments(moments: tuple[torch.Tensor, torch.Tensor], gain: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """key_moments of the keys divided by a gain (0 where the gain is 0), from the keys' own: M_ij / (g_i g_j) and
     mu_i / g_i, in float64 from the exact quotients (the keys divided in float32 differ by its rounding alone).
@@ -55,12 +65,13 @@ def divided_moments(moments: tuple[torch.Tensor, torch.Tensor], gain: torch.Tens
 
 
 @torch.no_grad()
-def key_metrics(keys: torch.Tensor,
-                moments: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def key_metrics(keys: torch.Tensor, moments: tuple[torch.Tensor, torch.Tensor] | None = None,
+                eigvals: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """All key metrics of each head, batched over heads.
 
     keys: [H, B, T, D] (any float dtype); moments: their key_moments where the caller has them (else computed
-    here). Returns name -> float64 tensor [H] for the names in KEY_METRICS. Units: norm_mean, norm_std, max_abs,
+    here); eigvals: key_eigvals of those moments where the caller has them. Returns name -> float64 tensor [H] for
+    the names in KEY_METRICS. Units: norm_mean, norm_std, max_abs,
     mean_max_abs, std are in the units of the keys; cos_mean is a cosine in [-1, 1]; peak_frac is a fraction in
     [1/D, 1]; pr_sv, pr_var, erank, pr_vec are numbers of dimensions in [1, D] (or 0, see below).
 
@@ -99,7 +110,8 @@ def key_metrics(keys: torch.Tensor,
     norm = energy.sqrt()                                                       # [H, B, T]  |k|_2
     per_token = (lambda t: t.reshape(H, N))                                    # [H, B, T] -> [H, N]
     # the input values: float32 holds bf16/fp16/fp32 input exactly (and is contiguous here), float64 stays
-    s, lam, erank, std = _spectra(moments or key_moments(keys if keys.dtype == torch.float64 else k), N)
+    moments = moments or key_moments(keys if keys.dtype == torch.float64 else k)
+    s, lam, erank, std = _spectra(moments, key_eigvals(moments) if eigvals is None else eigvals, N)
     return {
         "norm_mean": per_token(norm).mean(1),
         "norm_std": _pop_std(per_token(norm)),
@@ -137,15 +149,29 @@ def _cos_mean(k: torch.Tensor, inv_norm: torch.Tensor, nonzero: torch.Tensor) ->
     return pair_sum / (B * T * (T - 1)) if T > 1 else u_sum.new_full((H,), math.nan)
 
 
-def _spectra(moments: tuple[torch.Tensor, torch.Tensor], N: int) -> tuple[torch.Tensor, ...]:
+def _rounding_noise(eig_M: torch.Tensor) -> torch.Tensor:
+    """[H, 1]: the eigenvalues of M below which they are rounding noise (key_metrics' docstring)."""
+    return eig_M[:, -1:].clamp_min(0) * eig_M.shape[-1] * torch.finfo(torch.float64).eps
+
+
+@torch.no_grad()
+def key_pr_sv(keys: torch.Tensor) -> torch.Tensor:
+    """key_metrics' pr_sv alone, float64 [H], of keys [H, B, T, D] (float32, or bf16/fp16 read as float32): the same
+    values from the same moments and eigenvalues (eigvalsh of each head's M alone, which a batch does not change),
+    without the other metrics' passes."""
+    H, B, T, D = keys.shape
+    M, _ = key_moments(keys.detach().float().contiguous())
+    eig = torch.linalg.eigvalsh(M)                                             # [H, D] ascending
+    return _participation((torch.where(eig > _rounding_noise(eig), eig, 0) * (B * T)).sqrt())
+
+
+def _spectra(moments: tuple[torch.Tensor, torch.Tensor], eig: torch.Tensor, N: int) -> tuple[torch.Tensor, ...]:
     """Singular values s and covariance eigenvalues lam of each head's N keys [H, D], the effective rank [H] and
-    the population std of all components [H], in float64 from their key_moments (M [H, D, D], mu [H, D]): from
-    M and the covariance C, one eigvalsh call."""
+    the population std of all components [H], in float64 from their key_moments (M [H, D, D], mu [H, D]) and
+    key_eigvals of them (eig [2H, D])."""
     M, mu = moments
     H, D = mu.shape
-    C = M - mu.unsqueeze(2) * mu.unsqueeze(1)                                  # [H, D, D]
-    eig = torch.linalg.eigvalsh(torch.cat([M, C]))                             # [2H, D] ascending
-    tol = eig[:H, -1:].clamp_min(0) * D * torch.finfo(torch.float64).eps       # [H, 1]
+    tol = _rounding_noise(eig[:H])                                             # [H, 1]
     eig = torch.where(eig > tol.repeat(2, 1), eig, 0)
     s, lam = (eig[:H] * N).sqrt(), eig[H:]                                     # [H, D] each
     p = _ratio_or_zero(s, s.sum(-1, keepdim=True))                             # [H, D]
@@ -222,6 +248,15 @@ def _track_max(s: torch.Tensor, sums: _Sums, best: str, at: str, start: int, lo:
     return row_max
 
 
+def _logit_sums(seen: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sum and the sum of squares over dims 1 and 3 of float32 logits [HB, n, G, L], float64 [HB, G] each,
+    converted as they are read (no float64 copy of the block): the sum of squares as the squared float64 2-norm,
+    the sum of the float64 squares up to float64 rounding (~1e-15 relative), far below the float32 that the
+    logits' mean and std are recorded in."""
+    return seen.sum((1, 3), dtype=torch.float64), \
+        torch.linalg.vector_norm(seen, 2, (1, 3), dtype=torch.float64).square_()
+
+
 def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *, window, softcap) -> None:
     """Queries start..end-1 against the keys they may see: accumulate into `sums`, write `out`."""
     HB, n = qg.shape[0], end - start
@@ -231,9 +266,9 @@ def _attend_block(qg, kg, vg, out, sums: _Sums, start: int, end: int, G: int, *,
     if softcap:
         _track_max(s + _masked(allowed, -math.inf), sums, "raw_max", "raw_at", start, lo)
         s.div_(softcap).tanh_().mul_(softcap)
-    seen = (s * allowed.float()).double()
-    sums.logit += seen.sum((1, 3))
-    sums.logit_sq += seen.square_().sum((1, 3))
+    logit, logit_sq = _logit_sums(s * allowed.float())
+    sums.logit += logit
+    sums.logit_sq += logit_sq
     # keys each query sees, counted on the host (reading `allowed` back would wait for the GPU every block)
     sums.pairs += sum(t + 1 if window is None else min(t + 1, window) for t in range(start, end))
     # Masked keys get -1e30 rather than -inf (exp gives exactly 0 either way), so that p_j s'_j =

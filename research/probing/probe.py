@@ -30,8 +30,8 @@ import torch.nn as nn
 
 from research.access.adapters import heads_first
 from research.probing.key_rank import key_rank
-from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_metrics,
-                                      key_moments, layer_means)
+from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_eigvals,
+                                      key_metrics, key_moments, key_pr_sv, layer_means)
 from research.probing.rotary_use import logit_pair_shares, rotary_use
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
@@ -93,6 +93,30 @@ def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
     return {k: v.double().tolist() for k, v in metrics.items()}
 
 
+def lists_and_means(records: dict[str, dict[str, torch.Tensor]]) -> tuple[dict[str, dict[str, list]], dict[str, float]]:
+    """as_lists of each record and layer_means of all of them ("record.metric": mean), the same values: the [H]
+    metrics of one length stacked into one float64 tensor, read out with one tolist() and their means with one more
+    (a row's mean is the vector's own: the same reduction), the others (sink_by_position [Hq, T]) one by one."""
+    rows: dict[int, list[tuple[str, str, torch.Tensor]]] = {}
+    for name, metrics in records.items():
+        for k, v in metrics.items():
+            if v.dim() == 1:
+                rows.setdefault(v.shape[0], []).append((name, k, v))
+    read: dict[tuple[str, str], tuple[list, float]] = {}
+    for group in rows.values():
+        stacked = torch.stack([v.double() for _, _, v in group])               # [metrics, H] float64
+        read.update(((name, k), (values, mean)) for (name, k, _), values, mean
+                    in zip(group, stacked.tolist(), stacked.mean(1).tolist()))
+    lists: dict[str, dict[str, list]] = {}
+    means: dict[str, float] = {}
+    for name, metrics in records.items():  # in the records' own order, as as_lists and layer_means give them
+        lists[name] = {}
+        for k, v in metrics.items():
+            lists[name][k], means[f"{name}.{k}"] = read[name, k] if v.dim() == 1 else \
+                (v.double().tolist(), layer_means({k: v})[k])
+    return lists, means
+
+
 def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre: torch.Tensor,
                      gain_q: torch.Tensor | None, gain_k: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """The recorded attention metrics of a layer (ATTENTION_METRICS and LOGIT_SPLIT, [Hq] each) from
@@ -141,19 +165,22 @@ def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) ->
 def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor],
                  rotary: nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
     """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
-    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments; k_hat's come from k_norm's
-    (divided_moments: one Gram fewer). Also k_norm's energy per head and dim [H, D] (the second moment's diagonal,
-    a multiple of sum_t k_j^2), what its rotary use reads."""
+    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments and one eigendecomposition of them (the
+    ranks read the spectra's eigenvalues); k_hat's moments come from k_norm's (divided_moments: one Gram fewer).
+    Also k_norm's energy per head and dim [H, D] (the second moment's diagonal, a multiple of sum_t k_j^2), what its
+    rotary use reads."""
     stack, names = site_keys(attn, t, rotary)
     H, pre = stack.shape[1], len(names) // 2
     own = key_moments(stack[0])
     firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
     moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
-    m = key_metrics(stack.flatten(0, 1), moments)
+    eig = key_eigvals(moments)                                 # [2 * sites * H, D]: every site's M, then its C
+    m = key_metrics(stack.flatten(0, 1), moments, eig)
     per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
-    ranks = key_rank(moments=tuple(torch.cat([z[:H], z[pre * H:(pre + 1) * H]]) for z in moments))
-    for i, name in enumerate(("k_norm", "k_rope")):
-        per_site[name].update({k: v[i * H:(i + 1) * H] for k, v in ranks.items()})
+    SH = len(names) * H
+    for i, name in ((0, "k_norm"), (pre, "k_rope")):
+        ranks = key_rank(eigvals=torch.cat([eig[i * H:(i + 1) * H], eig[SH + i * H:SH + (i + 1) * H]]))
+        per_site[name].update(ranks)
     records = {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
     return records, own[0].diagonal(dim1=1, dim2=2)
 
@@ -236,6 +263,35 @@ class KeyProbe:
         return n if same else 0
 
     @torch.no_grad()
+    def measure_pr(self, model: nn.Module, loss_rows: int = 0) -> tuple[list[float], float, float | None]:
+        """A light probe: (each layer's mean PR, their mean, the loss of the first `loss_rows` sequences) as measure
+        gives them (its layers' means[PR], mean_pr, loss), bit for bit, from the same forward reading only the
+        k_norm keys and only their pr_sv (key_pr_sv): what the gain ablation records of each mode."""
+        if loss_rows and (self.targets is None or loss_rows > self.ids.shape[0]):
+            raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
+        model = unwrap(model)
+        device = next(model.parameters()).device
+        prs: dict[int, float] = {}
+
+        def reader(i: int):
+            def hook(module, inputs, output):
+                with torch.autocast(device.type, enabled=False):
+                    prs[i] = key_pr_sv(heads_first(output)).mean().item()
+            return hook
+        handles = [block.attn.hook_k_norm.register_forward_hook(reader(i)) for i, block in enumerate(model.blocks)]
+        loss = None
+        try:
+            with measuring(model, device, self.precision):
+                h_BTd = model.hidden(self.ids.to(device))
+                if loss_rows:
+                    loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
+        finally:
+            for h in handles:
+                h.remove()
+        layer_pr = [prs[i] for i in sorted(prs)]
+        return layer_pr, sum(layer_pr) / len(layer_pr), loss
+
+    @torch.no_grad()
     def measure(self, model: nn.Module, loss_rows: int = 0) -> tuple[dict, float | None]:
         """(the probe's record, the mean next-token loss of the batch's first `loss_rows` sequences, or None for
         loss_rows=0). The loss comes from the probe's own hidden states through the model's LM head and loss
@@ -251,7 +307,6 @@ class KeyProbe:
         def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
             attn = model.blocks[i].attn
             rec: dict = {"layer": i}
-            means: dict[str, float] = {}
             with torch.autocast(device.type, enabled=False):  # metrics in full precision
                 attn_m = attention_metrics(t["q_rope"], t["k_rope"], softcap=model.cfg.attn_softcap or None)
                 attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
@@ -262,9 +317,8 @@ class KeyProbe:
                                                     attn_m["logit_at"], self.context)
                 sites["k_norm"].update(k_use)
                 attn_rec.update(q_use)
-                for name, m in (*sites.items(), ("attn", attn_rec)):
-                    rec[name] = as_lists(m)
-                    means.update({f"{name}.{k}": v for k, v in layer_means(m).items()})
+                lists, means = lists_and_means({**sites, "attn": attn_rec})
+                rec.update(lists)
             rec["pair_share"] = pairs
             rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
             rec["gamma_q"] = gamma_stats(_gain(attn.q_norm))

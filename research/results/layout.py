@@ -174,6 +174,16 @@ def write_study_index(study: Path, *, name: str, kind: str, seeds: list[int], pr
     return path
 
 
+def add_study_times(study: Path, record: dict) -> Path:
+    """study.json with its time split (utils.time_split's record, summed over the study's runs) set, checked as
+    write_study_index checks the whole."""
+    path = study / STUDY_INDEX
+    meta = {**_read_json(path, "study index", INDEX_FIX), "time_split": record}
+    check_study_index(json.loads(json.dumps(meta)), path, study)
+    atomic_write_text(path, json.dumps(meta, indent=2) + "\n")
+    return path
+
+
 # ----------------------------------------------------------------------------- combined_results.json
 
 def _combined_entry(e: dict, cond: str, where: str) -> dict:

@@ -16,7 +16,7 @@ Beside them: schema/schema_version, config, preset, seed, provenance (git commit
 versions, device), data hashes, steps, wall times, probe times, and `probes`: the
 full per-layer, per-head records of research/probing/probe.py; after the last step the gain ablation
 (gain_ablation) and what a key cache costs (kv_cache, research/probing/kv_cache.py). The file is rewritten
-atomically after every probe. No torch here.
+whole, atomically, at step 0, before each checkpoint and at the end (research.probing.callback). No torch here.
 
 `python -m research.results.schema --json_schema DIR` writes the declared formats of every JSON and JSON-lines file
 the project writes (research.results.published) as JSON Schema files (docs/schema/ holds them, kept current by a

@@ -11,6 +11,7 @@ from pathlib import Path
 from research.results.checks import check_absolute_margin, check_margin, found
 from research.results.vocabulary import GRID_KINDS, GRID_SEP, STUDY_KINDS, base_condition, split_grid_key
 from utils.formats import Bool, Custom, FormatError, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Rule, Text
+from utils.time_split import TIME_SPLIT
 
 
 def grid_run(name: str) -> tuple[str, float] | None:
@@ -118,6 +119,9 @@ STUDY = Obj({
     "design": Opt(_DESIGN),
     # made with --mix_hosts: its runs' host kinds (utils.hosts) are combined, not set aside (research.studies.hosts)
     "mix_hosts": Opt(Bool()),
+    # the study's wall time by phase (utils.time_split): its runs' summary.json time splits summed ("runs": how
+    # many), with the figures and the driver's own time (in "rest") of the command that drew it
+    "time_split": Opt(TIME_SPLIT),
     "conditions": MapOf(ListOf(Text("a path (text)", nullable=False, pattern=r"\S"),
                                "a non-empty list of results files (paths relative to the study folder)", nonempty=True,
                                show=found),

@@ -14,7 +14,8 @@ prepares them (cached after the first time), outside the timings.
 After the first run with the probe, on its trained model in the same process and threads: the probe of its batch
 (KeyProbe.measure, no loss) against the model's plain forward of that batch (no hooks, eval mode, the probe's
 precision), alternated, median of 5 each; then 5 more probes with the probe's metric functions timed one by one
-(the rest is the hooked forward and the glue). Prints one JSON object, the probe's time by metric, and last the
+(the rest is the hooked forward and the glue); then the probe against the plain forward at 1 and at 2 threads, in
+wall and CPU time. Prints one JSON object, the probe's cost at 1 and 2 threads, its time by metric, and last the
 line `probe: X forward passes, Y% of the run` (X the probe over the plain forward, Y the callback's median share
 of the run).
 """
@@ -71,9 +72,9 @@ def study_run_config(condition: str, steps: int | None, device: str):
 
 
 # The probe's metric functions, by the names research.probing.probe calls them (those it has are timed).
-METRIC_FUNCTIONS = ("key_moments", "divided_moments", "key_metrics", "key_rank", "rotary_use", "logit_pair_shares",
-                    "pre_gain_keys", "attention_metrics", "attention_record", "gate_metrics", "gamma_stats", "as_lists",
-                    "layer_means")
+METRIC_FUNCTIONS = ("key_moments", "divided_moments", "key_eigvals", "key_metrics", "key_rank", "rotary_use",
+                    "logit_pair_shares", "pre_gain_keys", "attention_metrics", "attention_record", "gate_metrics",
+                    "gamma_stats", "lists_and_means", "layer_means")
 REST = "forward and the rest"  # the hooked forward, the hooks and the glue: the probe's time less its metrics
 
 
@@ -99,12 +100,49 @@ def timing_metrics(spent: dict[str, float]) -> Iterator[None]:
             setattr(probe_module, name, fn)
 
 
-def _seconds(fn: Callable[[], object], device: torch.device) -> float:
-    t = time.perf_counter()
+def _seconds(fn: Callable[[], object], device: torch.device, clock: Callable[[], float] = time.perf_counter) -> float:
+    t = clock()
     fn()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return time.perf_counter() - t
+    return clock() - t
+
+
+THREADS = (1, 2)  # the thread counts the probe's cost is printed at
+
+
+def cost_by_threads(model: torch.nn.Module, probe: KeyProbe, repeats: int = 5) -> dict[str, dict[str, float]]:
+    """{threads: {"forward_passes", "forward_passes_cpu"}} for each of THREADS: the probe of its batch over the
+    plain forward, in wall time and in this process's CPU time (steadier on a busy host; at 2 threads it counts
+    both threads' work, their waiting included), median of `repeats` each, alternated; the threads put back."""
+    device, ids = next(model.parameters()).device, probe.ids.to(next(model.parameters()).device)
+
+    def forward() -> None:
+        with torch.no_grad(), measuring(model, device, probe.precision):
+            model.hidden(ids)
+    probing = lambda: probe.measure(model)  # noqa: E731
+    before, out = torch.get_num_threads(), {}
+    try:
+        for n in THREADS:
+            torch.set_num_threads(n)
+            forward(), probing()
+            times: dict[str, list[float]] = {"wall_f": [], "wall_p": [], "cpu_f": [], "cpu_p": []}
+            for _ in range(repeats):
+                for kind, clock in (("wall", time.perf_counter), ("cpu", time.process_time)):
+                    times[f"{kind}_f"].append(_seconds(forward, device, clock))
+                    times[f"{kind}_p"].append(_seconds(probing, device, clock))
+            med = {k: statistics.median(v) for k, v in times.items()}
+            out[str(n)] = {"forward_passes": med["wall_p"] / med["wall_f"],
+                           "forward_passes_cpu": med["cpu_p"] / med["cpu_f"], "forward_s": med["wall_f"]}
+    finally:
+        torch.set_num_threads(before)
+    return out
+
+
+def threads_line(by_threads: dict[str, dict[str, float]]) -> str:
+    """The probe's cost in plain forwards at each thread count, wall and CPU time."""
+    return "probe cost: " + "; ".join(f"{n} thread{'s' * (n != '1')} {c['forward_passes']:.2f} forward passes (CPU "
+                                      f"time {c['forward_passes_cpu']:.2f})" for n, c in by_threads.items())
 
 
 def probe_cost(model: torch.nn.Module, probe: KeyProbe, repeats: int = 5) -> dict:
@@ -151,7 +189,9 @@ def timed_run(cfg, data, probe: bool, cost: bool = False) -> dict:
     result = {"total_s": total, "train_s": summary["wall_time_s"], "probe_s": sum(c.spent for c in timed),
               "probes": probes}
     if probe and cost:
-        result["cost"] = probe_cost(trainer.model, next(c.inner.probe for c in timed if hasattr(c.inner, "probe")))
+        key_probe = next(c.inner.probe for c in timed if hasattr(c.inner, "probe"))
+        result["cost"] = probe_cost(trainer.model, key_probe)
+        result["cost"]["by_threads"] = cost_by_threads(trainer.model, key_probe)
     return result
 
 
@@ -194,6 +234,7 @@ def main(argv: list[str] | None = None) -> None:
         "without_probe_s": stats([r["total_s"] for r in runs["no_probe"]]),
         "per_probe_s": stats([r["probe_s"] / r["probes"] for r in runs["probe"]]),
         "probe_share": stats(shares), "probe_cost": cost, "runs": runs}, indent=1))
+    print(threads_line(cost["by_threads"]))
     print(f"the probe by metric, a probe (plain forward {1e3 * cost['forward_s']:.1f} ms, probe "
           f"{1e3 * cost['probe_s']:.1f} ms):")
     for name, s in cost["by_metric_s"].items():

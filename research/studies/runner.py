@@ -30,6 +30,7 @@ import functools
 import math
 import os
 import textwrap
+import time
 from pathlib import Path
 
 import torch
@@ -41,7 +42,7 @@ from research.analysis.conditions import primary_needs
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
 from research.results import ResultsError, diverged_at, mark_diverged
-from research.results.layout import condition_dir, read_study_index, write_study_index
+from research.results.layout import add_study_times, condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import family_record, plan
@@ -65,6 +66,7 @@ from utils.lock import FolderLock
 from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime, this_host_kind
 from utils.threads import thread_choice
+from utils.time_split import add_records, is_record, split_line
 
 
 def resolve_preset(name: str, device: str, gpu_preset: str, fixed: str | None = None) -> str:
@@ -272,6 +274,7 @@ def train_study_run(run: StudyRun[RunConfig], runtime: Runtime | None, *, progre
 def run_study(study: Study, argv: list[str] | None = None, description: str = "") -> Path:
     """Train the study's runs and draw its figures and report; the command's errors end as utils.cli.command
     ends them (the study scripts' `main` is wrapped in it)."""
+    started = time.perf_counter()
     args = parse_study_args(study, description, argv)
     for name, value in (("--margin", args.margin), ("--loss_margin", args.loss_margin)):
         check_margin(name, value)
@@ -326,7 +329,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             if line:
                 print(line, flush=True)
         with FolderLock(out, hint="choose another --out"):
-            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts, storage)
+            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts, storage, started)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
@@ -450,17 +453,38 @@ def rounds_plan(study: Study, base: RunConfig, seeds: list[int], out: Path, unti
     return rounds_text(design, len(study.runs()), [s["wall_time_s"] for s in summaries if s and s.get("wall_time_s")])
 
 
+def study_times(out: Path, trained_s: float, figures_s: float, command_s: float) -> dict:
+    """The study's time split: the time splits its runs' summary.json record (utils.time_split, each over all its
+    sessions), summed, with this command's figures and its driver's own time (the command's wall time less the time
+    in the runs, `trained_s`, and the figures) in `rest`. Runs without one (trained before time splits) are left
+    out of the sum; "runs" says how many are in it."""
+    index = read_study_index(out)
+    folders = dict.fromkeys(Path(p).parent for paths in index.get("conditions", {}).values() for p in paths)
+    records = [s["time_split"] for s in (RunFolder(f, log=lambda *_: None).read_summary() for f in folders)
+               if s and is_record(s.get("time_split"))]
+    total = add_records(records)
+    driver = max(0.0, command_s - trained_s - figures_s)
+    total.update(wall_s=total["wall_s"] + figures_s + driver, figures=total["figures"] + figures_s,
+                 rest=total["rest"] + driver, runs=len(records))
+    return total
+
+
 def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime,
-                      until: Until | None, mix_hosts: bool, storage: Storage | None) -> None:
+                      until: Until | None, mix_hosts: bool, storage: Storage | None, started: float) -> None:
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
+    trained_s = [0.0]  # seconds this command spent in the executor (the runs' own time splits say where)
 
     def train_runs(runs: list[StudyRun[RunConfig]], done: set) -> None:  # a round's new runs, together
         check_recorded_runs(runs, args.replan_schedule)
-        execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-                gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                storage=storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
-                finished=lambda run: run.run_dir in done)
+        t = time.perf_counter()
+        try:
+            execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
+                    gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
+                    storage=storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
+                    finished=lambda run: run.run_dir in done)
+        finally:
+            trained_s[0] += time.perf_counter() - t
 
     def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:
         write_study_index(out, name=study.name, kind=study.kind, seeds=seeds, preset=base.preset,
@@ -472,8 +496,13 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
                                baseline=study.baseline, primary=study.primary, logit_margin=study.logit_margin,
                                kv_loss_margin=study.kv_loss_margin)
         run_looks(out, seeds, until, Rounds(lambda s: study_runs(study, base, s, out), train_runs, write_index, family))
+        t = time.perf_counter()
         for path in render_study(out, margin=args.margin, loss_margin=args.loss_margin):
             print(f"wrote {path}")
+        figures_s = time.perf_counter() - t
+        record = study_times(out, trained_s[0], figures_s, time.perf_counter() - started)
+        add_study_times(out, record)
+        print(f"{study.name} time ({record['runs']} runs summed): {split_line(record)}", flush=True)
     except OSError as e:
         raise StudyError(f"cannot write the figures and report into {out}: {explain(e)}; the trained conditions are "
                          f"kept (python research/split_panels.py {out} --out DIR draws them elsewhere)") from None

@@ -24,9 +24,14 @@ def test_the_output_ends_with_the_probes_forward_passes_and_share(debug_cfg, mon
     assert last.groups() == (f"{cost['forward_passes']:.2f}", f"{100 * share:.1f}")
     assert len(cost["times_s"]["forward"]) == len(cost["times_s"]["probe"]) == 5
     # the breakdown names each metric function the probe called, and the rest (the hooked forward, the glue)
-    assert {"key_metrics", "key_moments", "attention_metrics", "attention_record", "as_lists",
+    assert {"key_metrics", "key_moments", "attention_metrics", "attention_record", "lists_and_means",
             probe_share.REST} <= set(cost["by_metric_s"])
     assert sum(cost["by_metric_s"].values()) > 0
     assert [line.split()[0] for line in lines[-len(cost["by_metric_s"]) - 1:-1]] == [
         name.split()[0] for name in cost["by_metric_s"]]
     assert report["runs"]["probe"][0]["probes"] == 3 and "cost" not in report["runs"]["probe"][0]
+    # the probe's cost in plain forwards at 1 and at 2 threads, said in one line before the breakdown
+    assert set(cost["by_threads"]) == {"1", "2"}
+    assert all(c["forward_passes"] > 0 and c["forward_passes_cpu"] > 0 for c in cost["by_threads"].values())
+    assert re.fullmatch(r"probe cost: 1 thread \d+\.\d\d forward passes \(CPU time \d+\.\d\d\); 2 threads .*\)",
+                        lines[-len(cost["by_metric_s"]) - 3])
