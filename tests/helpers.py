@@ -90,11 +90,24 @@ def labelled_lines(ax) -> dict:
             if not ln.get_label().startswith("_")}
 
 
+def replaced(args: list[str], change: list[str]) -> list[str]:
+    """`args` with each option `change` names given its values there instead (an option given twice is refused)."""
+    named = {a for a in change if a.startswith("--")}
+    out, skip = [], False
+    for a in args:
+        if a.startswith("--"):
+            skip = a in named
+        if not skip:
+            out.append(a)
+    return out + list(change)
+
+
 def cli_args(corpus_file, cache_dir, out, steps: int, *extra) -> list[str]:
-    """train_llm.py arguments of a debug run of `steps` steps: probes and checkpoints every 2 steps."""
-    return ["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir", str(cache_dir),
-            "--precision", "fp32", "--no_progress", "--eval_batches", "2", "--probe_every", "2", "--ckpt_every", "2",
-            "--tokens", str(steps * STEP_TOKENS), "--out", str(out), *extra]
+    """train_llm.py arguments of a debug run of `steps` steps: probes and checkpoints every 2 steps; an option in
+    `extra` replaces its default here."""
+    return replaced(["--preset", "debug", "--source", "files", "--paths", str(corpus_file), "--cache_dir",
+                     str(cache_dir), "--precision", "fp32", "--no_progress", "--eval_batches", "2", "--probe_every",
+                     "2", "--ckpt_every", "2", "--tokens", str(steps * STEP_TOKENS), "--out", str(out)], list(extra))
 
 
 def train_lines(out: Path) -> list[dict]:

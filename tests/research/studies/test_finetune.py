@@ -14,21 +14,9 @@ from research.results import load_results
 from research.results.read import final_site_mean
 from research.studies.render import load_and_analyze
 from tests.research.inspection.builders import make_hf_model
-from tests.helpers import stops
+from tests.helpers import replaced, stops
 
 ARGS = ["--tokens", "256", "--batch_size", "2", "--seq_len", "16", "--seeds", "0", "1", "--no_progress"]
-
-
-def replaced(args: list[str], change: list[str]) -> list[str]:
-    """`args` with each option `change` names given its values there instead (an option is refused when repeated)."""
-    named = {a for a in change if a.startswith("--")}
-    out, skip = [], False
-    for a in args:
-        if a.startswith("--"):
-            skip = a in named
-        if not skip:
-            out.append(a)
-    return out + change
 
 
 @pytest.fixture(scope="module")
