@@ -33,8 +33,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from utils.cli import ArgumentParser, command, positive_number  # first: Ctrl-C while libraries load is one line
+
 from research.results.values import json_safe
-from utils.cli import ArgumentParser, command, positive_number
 from utils.errors import UserError
 from utils.io import atomic_write_text
 from utils.owners import GPU_SESSION, refuse_foreign
