@@ -273,3 +273,24 @@ def load_newest_weights(root: str | Path, model: torch.nn.Module) -> tuple[Check
     """Load into `model` the weights of the newest checkpoint under `root` that reads back (export, inspection);
     returns it (None where none does) and [(checkpoint, reason)] of the newer ones that failed."""
     return load_newest(root, lambda c: load_model_weights(c.path, model))
+
+
+def restore_callback(callback, state: dict) -> None:
+    """Hand a callback (training.callbacks) its state saved in `state` (a checkpoint's state.json); CheckpointError
+    if it cannot use it."""
+    saved = state.get("callbacks", {}).get(callback.name)
+    if saved is None:
+        return
+    try:
+        callback.load_state_dict(saved)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"state.json holds a state of callback {callback.name!r} it cannot use "
+                              f"({type(e).__name__}: {str(e)[:200]})") from e
+
+
+def after_resume(callback) -> None:
+    """A callback's own check of its files once its checkpoint is the one (the probe's results.json): its errors
+    stop the resume as they are."""
+    check = getattr(callback, "after_resume", None)
+    if check is not None:
+        check()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +22,7 @@ from configs.config import ConfigError, RunConfig
 from training import checkpoint
 from training.errors import RunError
 from training.resume import check_same_run
+from utils.errors import os_fix, os_problem
 from utils.io import (append_line, atomic_dir, atomic_write_text, remove_matching, temp_dir_pattern,
                       temp_file_pattern)
 from utils.run_names import ATOMIC_FILES, CHECKPOINTS, CONFIG, METRICS, RUN_DIRS, SUMMARY, TOKENIZER
@@ -60,6 +62,25 @@ class RunFolder:
             names += [f"checkpoints/{p.name}" for p in sorted(self.checkpoints.iterdir())
                       if _CHECKPOINT_ENTRY.match(p.name)]
         return names
+
+    def kept(self) -> str:
+        """What a run stopped by a write error keeps, and how to go on (for its message)."""
+        ckpt = checkpoint.latest_checkpoint(self.checkpoints)
+        where = (f"the newest checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
+                 else "no checkpoint was written yet (a resume starts again from step 0)")
+        return f"The files written before are intact and {where}; continue with --resume (a study: run it again)"
+
+    @contextmanager
+    def write_errors(self):
+        """A full disk, a read-only folder or a checkpoint that cannot be written: one RunError, what is kept."""
+        try:
+            yield
+        except OSError as e:
+            raise RunError(f"cannot write to {self.path}: {os_problem(e, self.path)}. Fix: {os_fix(e)}. "
+                           f"{self.kept()}") from e
+        except checkpoint.CheckpointError as e:
+            fix = "free space on that disk (or point --out elsewhere)" if e.disk_full else "check its disk"
+            raise RunError(f"{e}. Fix: {fix}. {self.kept()}") from e
 
     def holds_run(self) -> bool:
         """Any file a run writes is there: starting a new run would overwrite it."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable
 
@@ -45,9 +45,10 @@ from models import MinimalLLM
 from optimizers import build_optimizers, format_split
 from training.alarm import SpikeAlarm
 from training.callbacks import Callback, CallbackFactory, StepInfo, after_checkpoint, before_stop
-from training.checkpoint import (Checkpoint, CheckpointError, apply_checkpoint, latest_checkpoint, list_checkpoints,
-                                 load_newest, read_checkpoint, read_state, save_checkpoint, set_aside)
-from training.errors import NonFiniteLossError, RunError, non_finite_fix
+from training.checkpoint import (Checkpoint, CheckpointError, after_resume, apply_checkpoint, latest_checkpoint,
+                                 list_checkpoints, load_newest, read_checkpoint, read_state, restore_callback,
+                                 save_checkpoint, set_aside)
+from training.errors import NonFiniteLossError, non_finite_fix
 from training.observers import QKClip
 from training.resume import check_resume_length, check_same_data, data_differences, data_identity, saved_identity
 from training.run_files import RunFolder
@@ -55,7 +56,6 @@ from training.schedule import lr_factor
 from training.sharding import (ProbeCopy, check_sharding, full_model_state, full_optimizer_states, no_grad_sync,
                                shard_checkpoint, shard_model, whole_tensor)
 from training.step_telemetry import StepTelemetry
-from utils.errors import os_fix, os_problem
 from utils.runtime import (Runtime, autocast, keep_freed_memory, provenance, resolve_compile, resolve_runtime,
                            set_cpu_threads)
 from utils.testhook import hook
@@ -198,23 +198,11 @@ class Trainer:
         except (KeyError, TypeError, ValueError) as e:
             raise CheckpointError(f"state.json holds no usable data position ({e})") from e
         for callback in self.callbacks:
-            self._restore(callback, state)
+            restore_callback(callback, state)
         self.step = self.start_step = state["step"]
         self.resume_state, self.resumed_from = state, ckpt
         self.wall_time = float(state.get("wall_time", 0.0))
         self._earlier_times = state.get("time_split")  # added to self.times once this checkpoint is the one
-
-    @staticmethod
-    def _restore(callback: Callback, state: dict) -> None:
-        """Hand a callback its state saved in `state` (a checkpoint's state.json); CheckpointError if unusable."""
-        saved = state.get("callbacks", {}).get(callback.name)
-        if saved is None:
-            return
-        try:
-            callback.load_state_dict(saved)
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"state.json holds a state of callback {callback.name!r} it cannot use "
-                                  f"({type(e).__name__}: {str(e)[:200]})") from e
 
     def _resume(self, saved: RunConfig, replan: bool) -> None:
         root = self.folder.checkpoints
@@ -241,14 +229,8 @@ class Trainer:
         if replanned:
             self._log(replanned)
         for callback in self.callbacks:
-            self._after_resume(callback)
+            after_resume(callback)
         self._log(f"resume: continuing from {ckpt.path} (step {self.step})")
-
-    @staticmethod
-    def _after_resume(callback: Callback) -> None:
-        check = getattr(callback, "after_resume", None)
-        if check is not None:
-            check()  # its own files (the probe's results.json): its errors stop the resume as they are
 
     def _begin(self) -> None:
         """Rank 0, before the first step: config.json first, then clear what an interrupted run left."""
@@ -273,12 +255,12 @@ class Trainer:
         if self.resumed_from is None:
             return
         try:
-            self._restore(callback, self.resume_state)
+            restore_callback(callback, self.resume_state)
         except CheckpointError as e:
             self.callbacks.remove(callback)
             raise CheckpointError(f"checkpoint {self.resumed_from.path}: {e}. Move it away to resume from the one "
                                   f"before, or restore it from a copy") from e
-        self._after_resume(callback)
+        after_resume(callback)
 
     @property
     def tokens_seen(self) -> int:
@@ -417,29 +399,11 @@ class Trainer:
         for callback in self.callbacks:
             callback(info)
 
-    def _kept(self) -> str:
-        ckpt = latest_checkpoint(self.folder.checkpoints)
-        where = (f"the newest checkpoint is {ckpt.path} (step {ckpt.step})" if ckpt
-                 else "no checkpoint was written yet (a resume starts again from step 0)")
-        return f"The files written before are intact and {where}; continue with --resume (a study: run it again)"
-
-    @contextmanager
-    def _file_errors(self):
-        """A full disk, a read-only folder or a checkpoint that cannot be written: one message, what is kept."""
-        try:
-            yield
-        except OSError as e:
-            raise RunError(f"cannot write to {self.out}: {os_problem(e, self.out)}. Fix: {os_fix(e)}. "
-                           f"{self._kept()}") from e
-        except CheckpointError as e:
-            fix = "free space on that disk (or point --out elsewhere)" if e.disk_full else "check its disk"
-            raise RunError(f"{e}. Fix: {fix}. {self._kept()}") from e
-
     def fit(self) -> dict:
         """Train to the last step; the hooks of QK-clip and the telemetry come off the model when it ends."""
         self.runtime.barrier()  # every rank has read its checkpoint before rank 0 tidies the folder
         try:
-            with self._file_errors():
+            with self.folder.write_errors():
                 if self.is_main:
                     self._begin()
                 self.model.train()
