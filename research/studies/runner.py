@@ -10,7 +10,7 @@ probe attached, then draws the figures and the report from the results files
 An interrupted study started again resumes: finished conditions are kept (their folder is
 resumed, which trains nothing and rewrites nothing), the running one continues from its newest
 checkpoint; before the first run trains, every run the folder holds is compared with the config the
-study gives it now (`check_recorded_runs`). The study folder is locked for the whole run (utils.lock)
+study gives it now (research.studies.recorded). The study folder is locked for the whole run (utils.lock)
 and each condition folder while it trains, so a second run of the same study stops at once and names
 the first.
 
@@ -41,7 +41,7 @@ from configs.measured import check_measured
 from research.analysis.conditions import primary_needs
 from research.analysis.rules import LOSS_MARGIN, MARGIN, check_margin
 from research.probing.callback import run_callbacks
-from research.results import ResultsError, diverged_at, mark_diverged
+from research.results import diverged_at, mark_diverged
 from research.results.layout import add_study_times, condition_dir, read_study_index, write_study_index
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
@@ -50,20 +50,18 @@ from research.studies.executors import Storage, StudyError, StudyRun, add_ray_ar
 from research.studies.hosts import add_hosts_args, check_hosts, study_threads
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
+from research.studies.recorded import check_recorded_runs, check_study_folder
 from research.studies.render import render_study
 from training.callbacks import AfterCheckpoint
-from training.checkpoint import latest_checkpoint
-from training.errors import NonFiniteLossError, RunError
+from training.errors import NonFiniteLossError
 from training.memory import needed_bytes, plan_memory
 from training.memory_fit import check_fits, plan_target, plan_text
-from training.resume import check_resume_length, config_differences
 from training.run import train_run
 from training.run_files import RunFolder
 from training.tracking import LOGGERS, check_logger
 from utils.cli import ArgumentParser, once, positive_int, positive_number
-from utils.errors import Interrupted, explain, shown
+from utils.errors import Interrupted, explain
 from utils.lock import FolderLock
-from utils.owners import refuse_foreign
 from utils.runtime import Runtime, resolve_runtime, this_host_kind
 from utils.threads import thread_choice
 from utils.time_split import add_records, is_record, split_line
@@ -307,14 +305,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     check_logger(args.logger)
     storage = check_ray_options(args, study.name, study.kind, out)
     check_runs(study, base, seeds[0], runtime)
-    print(f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
-          f"{runtime.precision_choice()}; "
-          f"{len(study.conditions)} conditions x "
-          + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
-          + f"{len(seeds)} seed(s)"
-          + (f" (up to {until.max_seeds}, {until.round} more a round while undecided)" if until else "")
-          + f" x {base.steps * base.tokens_per_step:,} "
-          f"tokens; probe every {base.probe.probe_every} steps; writing {out}", flush=True)
+    print(start_line(study, base, runtime, seeds, until, out), flush=True)
     for name in dict.fromkeys(k for o in study.conditions.values() for k in o if k in overrides):
         own = [c for c, o in study.conditions.items() if name in o]
         print(f"note: {name}={shown_value(overrides[name])} (the options) is the shared config's: condition(s) "
@@ -334,6 +325,18 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
     return out
+
+
+def start_line(study: Study, base: RunConfig, runtime: Runtime, seeds: list[int], until: Until | None,
+               out: Path) -> str:
+    """The study's first line: where and in what precision it trains, how many runs of how many tokens, where to."""
+    return (f"{study.name}: preset {base.preset} on {runtime.device_choice()}, precision "
+            f"{runtime.precision_choice()}; {len(study.conditions)} conditions x "
+            + (f"{len(study.lr_multipliers)} learning rates x " if study.lr_multipliers else "")
+            + f"{len(seeds)} seed(s)"
+            + (f" (up to {until.max_seeds}, {until.round} more a round while undecided)" if until else "")
+            + f" x {base.steps * base.tokens_per_step:,} tokens; probe every {base.probe.probe_every} steps; "
+            f"writing {out}")
 
 
 def check_run_count(study: Study, n_seeds: int, max_runs: int) -> None:
@@ -380,61 +383,6 @@ def budget_mismatch(first: tuple[str, RunConfig], other: tuple[str, RunConfig], 
     return (f"{fields or 'its config'} trains {trained(b)}, condition {name} {trained(a)}: every condition must "
             f"train the same tokens, or all are compared at the shortest run's budget, the others mid-schedule. Fix: "
             f"give tokens as a multiple of {step:,} (e.g. {max(step, b.train.tokens // step * step):,})")
-
-
-# The data fields data.resolve_offline replaces where the Hub cannot be reached; the run's config.json records the
-# ones it used, and its offline_note why
-OFFLINE_FIELDS = ("source", "tokenizer")
-
-
-def check_recorded_runs(runs: list[StudyRun[RunConfig]], replan_schedule: bool) -> None:
-    """Before the first run trains: every run the study folder already holds (its config.json, or a checkpoint's
-    copy) was trained with the config the study gives it now, on every field a resume may not change (training.resume,
-    the one comparison of a recorded run with what is asked: logging, checkpointing, compile and the like may
-    differ), and the --tokens asked can continue it (training.resume.check_resume_length). Otherwise one line names
-    the run's folder and the fields, and nothing is trained: a study whose file changed would else train its new
-    runs with the new config before its first old run was reached, one folder of two configs."""
-    for run in runs:
-        folder = RunFolder(run.run_dir, log=lambda *_: None)  # the trainer warns of an unreadable config.json
-        if not folder.resumable():
-            continue  # a new run, or files the trainer refuses to continue, with its own message
-        try:
-            saved = folder.saved_config()
-        except ConfigError as e:
-            raise ConfigError(f"{e} (nothing was trained)") from None
-        if saved is None:
-            continue  # no config to compare: the trainer refuses it, naming the folder
-        asked = run.cfg
-        if saved.data.offline_note and asked.data.offline == "english" and not asked.data.offline_note:
-            # the run fell back to local data (data/offline.py); whether it still must, the trainer asks the Hub
-            data = dataclasses.replace(asked.data, **{f: getattr(saved.data, f) for f in OFFLINE_FIELDS})
-            asked = dataclasses.replace(asked, data=data)
-        diffs = config_differences(saved, asked)
-        if diffs:
-            raise ConfigError(f"{run.run_dir} (condition {run.cond}, seed {run.seed}) was trained with another config "
-                              f"than the study gives it now: {'; '.join(diffs)} (recorded -> now). Fix: restore the "
-                              f"values it was trained with (in the study file or on the command line), or choose "
-                              f"another --out for the new config (nothing was trained)")
-        ckpt = latest_checkpoint(folder.checkpoints)
-        try:
-            check_resume_length(saved, run.cfg, ckpt.step if ckpt else 0, replan_schedule, run.run_dir)
-        except RunError as e:
-            raise RunError(f"{e} (nothing was trained)") from None
-
-
-def check_study_folder(out: Path, study: Study) -> None:
-    """Refuse an --out that holds something other than this study: another tool's results (a run, another kind's
-    study.json or results file: utils.owners), or another study of its kind (its index, figures and
-    report would be replaced)."""
-    try:
-        index = read_study_index(out)
-    except ResultsError as e:
-        raise ResultsError(f"{e}. This study would replace it: correct or delete it, or choose another --out "
-                           f"(nothing was written)") from None
-    refuse_foreign(out, study.kind, f"the study {study.name}")
-    if index and index["study"] not in (None, study.name):
-        raise ResultsError(f"--out {out} holds the study {shown(index['study'])} (its study.json), not {study.name}: "
-                           f"choose another --out (nothing was written)")
 
 
 def study_plan(study: Study, base: RunConfig, world_size: int) -> str:

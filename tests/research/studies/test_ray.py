@@ -76,7 +76,7 @@ def test_a_user_error_in_a_task_reaches_the_driver_as_one_line_and_is_not_retrie
     out = tmp_path / "study"
     (out / "no_qk_norm").mkdir(parents=True)
     # a run's file and nothing to continue from: refused inside the task (an unreadable config.json would be
-    # refused by the driver, before any task: research.studies.runner.check_recorded_runs)
+    # refused by the driver, before any task: research.studies.recorded.check_recorded_runs)
     (out / "no_qk_norm" / "metrics.jsonl").write_text('{"step": 1, "loss": 5.0}\n')
     capsys.readouterr()
     with pytest.raises(SystemExit) as stop:

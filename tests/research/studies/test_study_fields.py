@@ -9,7 +9,8 @@ from configs import get_preset
 from data.tokenizer import SMOLLM2_GGUF
 from research import study
 from research.studies import LR_SENSITIVITY, runner
-from research.studies.runner import StudyRun, base_config, check_recorded_runs, run_config
+from research.studies.recorded import check_recorded_runs
+from research.studies.runner import StudyRun, base_config, run_config
 from research.studies.study_file import read_study_file
 from tests.helpers import STEP_TOKENS, md_table, stops
 from training.errors import RunError
