@@ -26,18 +26,17 @@ import dataclasses
 import functools
 import io
 import json
-import multiprocessing
 import os
 import re
 import shutil
 import tempfile
-import threading
 import urllib.parse
 from pathlib import Path, PurePosixPath
 
 from configs import ConfigError
 from training.checkpoint import latest_checkpoint
 from utils.cache import user_cache_root
+from utils.deadline import within
 from utils.errors import UserError, cut, shown
 from utils.formats import FormatError, ListOf, Obj, Text, check
 from utils.io import atomic_dir, atomic_write_bytes
@@ -173,7 +172,7 @@ def check_storage(storage: Storage, timeout_s: float = CHECK_S) -> None:
             f.write(b"qk-keys: --storage write check\n")
         fs.delete_file(marker)
     try:
-        _within(timeout_s, write_and_delete)
+        within(timeout_s, write_and_delete)
     except UserError:  # told as raised: the URI, another study's storage, another tool's folder
         raise
     except TimeoutError:
@@ -184,55 +183,6 @@ def check_storage(storage: Storage, timeout_s: float = CHECK_S) -> None:
         fix = _WRITE_FIXES.get(scheme, "check the URI, the credentials and that this machine reaches it")
         raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({_first_line(e)}): {fix} (nothing was "
                           f"started)") from None
-
-
-def _within(seconds: float, work) -> None:
-    """work() under a deadline that holds: a UserError as work raised it, an OSError's first line as an OSError, or
-    TimeoutError after `seconds`. It runs in a forked process, killed at the deadline: pyarrow retries a storage that
-    never answers for minutes and waits for those requests when the process exits, so a thread left behind would
-    hold the command past its message (203 s after "no answer within 60 s"). Without fork (Windows), a daemon
-    thread."""
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return _within_thread(seconds, work)
-    ctx = multiprocessing.get_context("fork")
-    receive, send = ctx.Pipe(duplex=False)
-
-    def child() -> None:
-        try:
-            work()
-            send.send(None)
-        except UserError as e:  # pickles whole (utils.errors.PicklesWhole)
-            send.send(("user", e))
-        except OSError as e:
-            send.send(("os", _first_line(e)))
-    process = ctx.Process(target=child, name="storage-check", daemon=True)
-    process.start()
-    process.join(seconds)
-    if process.is_alive():
-        process.kill()
-        process.join()
-        raise TimeoutError
-    outcome = receive.recv() if receive.poll() else ("os", f"the check ended with exit code {process.exitcode}")
-    if outcome is not None:
-        kind, error = outcome
-        raise error if kind == "user" else OSError(error)
-
-
-def _within_thread(seconds: float, work) -> None:
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            work()
-        except BaseException as e:  # handed to the caller's thread
-            failed.append(e)
-    thread = threading.Thread(target=run, name="storage-check", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError
-    if failed:
-        raise failed[0]
 
 
 def _check_local(storage: Storage, folder: Path) -> None:
