@@ -42,6 +42,7 @@ from research.studies.cores import own_cores
 from research.studies.pinned import Event, run_pinned
 from research.studies.storage import Storage, check_storage, fetch, run_stores, train_stored
 from training.errors import RunInterrupted
+from utils.deadline import first_line
 from utils.cli import positive_int
 from utils.errors import Interrupted, UserError, cut, explain
 from utils.runtime import Runtime, usable_cores
@@ -338,7 +339,7 @@ def _connect(address: str) -> None:
                           f"also needs RAY_AUTH_MODE=token here and its token: docs/studies.md, On Ray), or give --ray "
                           f"alone to start one here") from None
     except (ValueError, RuntimeError) as e:  # an address Ray refuses its own way (RAY_ADDRESS for auto, say)
-        raise ConfigError(f"--ray {address}: Ray cannot connect there ({_first_line(e)}): {ADDRESS_FORMS}") from None
+        raise ConfigError(f"--ray {address}: Ray cannot connect there ({first_line(e)}): {ADDRESS_FORMS}") from None
 
 
 def _reachable(address: str) -> None:
@@ -352,19 +353,13 @@ def _reachable(address: str) -> None:
         raise ConnectionError(f"nothing listens at {address}: {e.strerror or e}") from None
 
 
-def _first_line(e: BaseException) -> str:
-    """An exception's message in one line of at most 200 characters (Ray's run over many lines)."""
-    text = str(e).strip()
-    return cut(text.splitlines()[0] if text else type(e).__name__, 200)
-
-
 def ray_failed(e: BaseException, out: Path, run: str = "") -> StudyError:
     """The one line of any error of Ray's own (ray.exceptions.RayError that is not a run's: a node taken for dead
     after missed health checks, an actor or worker lost, a task lost more often than Ray retries it, Ray's system
     error): what failed, and that the same command continues the study from what is kept. `run`: the run it befell,
     where one did."""
     where = f"in condition {run}: " if run else ""
-    return StudyError(f"{where}Ray failed ({type(e).__name__}: {_first_line(e)}); the finished conditions and every "
+    return StudyError(f"{where}Ray failed ({type(e).__name__}: {first_line(e)}); the finished conditions and every "
                       f"run's checkpoints in {out} are kept: the same command continues the study (with --ray or "
                       f"without; a node taken for dead on a busy machine is one cause: fewer runs at once, with a "
                       f"larger --cpus_per_run, load it less)")

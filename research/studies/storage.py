@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from configs import ConfigError
 from training.checkpoint import latest_checkpoint
 from utils.cache import user_cache_root
-from utils.deadline import within
+from utils.deadline import first_line, within
 from utils.errors import UserError, cut, shown
 from utils.formats import FormatError, ListOf, Obj, Text, check
 from utils.io import atomic_dir, atomic_write_bytes
@@ -98,7 +98,7 @@ class Storage:
             return None
         except (ValueError, FormatError) as e:  # ValueError: not JSON, or not UTF-8
             raise StorageError(f"--storage {cut(self.uri, 100)}: its {STORAGE_INDEX}, the study it serves, cannot "
-                               f"be read ({_first_line(e)}): restore it, or {_OTHER} (nothing was written)") from None
+                               f"be read ({first_line(e)}): restore it, or {_OTHER} (nothing was written)") from None
         return record
 
     def refuse_other(self, record: dict | None) -> None:
@@ -119,13 +119,8 @@ class Storage:
             record = self.served()
         except OSError as e:
             raise StorageError(f"--storage {cut(self.uri, 100)}: cannot write its {STORAGE_INDEX} "
-                               f"({_first_line(e)}); nothing was trained") from None
+                               f"({first_line(e)}); nothing was trained") from None
         self.refuse_other(record)
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return cut(text.splitlines()[0] if text else type(e).__name__, 200)
 
 
 def open_storage(uri: str):
@@ -142,12 +137,12 @@ def open_storage(uri: str):
         return pyarrow.fs.FileSystem.from_uri(uri)
     except NotImplementedError as e:
         raise ConfigError(f"--storage {cut(uri, 100)}: this pyarrow has no {scheme}:// filesystem "
-                          f"({_first_line(e)}): {_FORMS}") from None
+                          f"({first_line(e)}): {_FORMS}") from None
     except ValueError as e:  # ArrowInvalid: an unknown scheme, a relative file:// path
-        raise ConfigError(f"--storage {cut(uri, 100)}: pyarrow cannot read this URI ({_first_line(e)}): "
+        raise ConfigError(f"--storage {cut(uri, 100)}: pyarrow cannot read this URI ({first_line(e)}): "
                           f"{_FORMS}") from None
     except OSError as e:  # a library it cannot load (hdfs), a region it cannot resolve (s3)
-        raise ConfigError(f"--storage {cut(uri, 100)}: cannot be opened ({_first_line(e)}): check the URI, the "
+        raise ConfigError(f"--storage {cut(uri, 100)}: cannot be opened ({first_line(e)}): check the URI, the "
                           f"network and the credentials (nothing was started)") from None
 
 
@@ -181,7 +176,7 @@ def check_storage(storage: Storage, timeout_s: float = CHECK_S) -> None:
                           f"there: {fix} (nothing was started)") from None
     except OSError as e:
         fix = _WRITE_FIXES.get(scheme, "check the URI, the credentials and that this machine reaches it")
-        raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({_first_line(e)}): {fix} (nothing was "
+        raise ConfigError(f"--storage {cut(uri, 100)}: cannot write there ({first_line(e)}): {fix} (nothing was "
                           f"started)") from None
 
 
@@ -291,7 +286,7 @@ class RunStore:
             manifest = json.loads(data)
         except ValueError as e:  # not JSON, or not UTF-8
             raise StorageError(f"--storage {cut(self.uri, 100)}: the run {self.rel}'s {STORED} cannot be read "
-                               f"({_first_line(e)}): correct or delete it in the storage, or {_OTHER}") from None
+                               f"({first_line(e)}): correct or delete it in the storage, or {_OTHER}") from None
         return check_manifest(manifest, self)
 
     def put(self, local: Path, rel: str) -> None:
@@ -363,7 +358,7 @@ class RunSync:
             return self._sync()
         except OSError as e:  # a UserError: the trainer would blame its own disk for an OSError
             raise StorageError(f"--storage {cut(self.store.uri, 100)}: cannot upload the run {self.store.rel} "
-                               f"({_first_line(e)}); its copy there is the one before (its {STORED})") from None
+                               f"({first_line(e)}); its copy there is the one before (its {STORED})") from None
 
     def _sync(self) -> dict:
         files = _local_files(self.folder)
@@ -399,7 +394,7 @@ def run_stores(storage: Storage | None, runs: list, out: Path) -> list[RunStore 
             seed(store, run.run_dir)
         except OSError as e:
             raise StorageError(f"--storage {cut(uri, 100)}: cannot upload {run.run_dir}, further on than its copy "
-                               f"there ({_first_line(e)}); nothing was trained") from None
+                               f"there ({first_line(e)}); nothing was trained") from None
     return stores
 
 
@@ -427,7 +422,7 @@ def train_stored(run, train, store: RunStore):
             store.download(local)
         except OSError as e:
             raise StorageError(f"--storage {cut(store.uri, 100)}: cannot download the run {store.rel} "
-                               f"({_first_line(e)})") from None
+                               f"({first_line(e)})") from None
         sync = RunSync(store, local)
         summary = train(dataclasses.replace(run, run_dir=local, after_checkpoint=sync), None)
         return summary, sync()
@@ -444,7 +439,7 @@ def fetch(store: RunStore | None, manifest: dict | None, run_dir: Path) -> None:
         _fetch(store, manifest, run_dir)
     except OSError as e:
         raise StorageError(f"--storage {cut(store.uri, 100)}: cannot copy the run {store.rel} into {run_dir} "
-                           f"({_first_line(e)}); it is kept there: the same command copies it") from None
+                           f"({first_line(e)}); it is kept there: the same command copies it") from None
 
 
 def _fetch(store: RunStore, manifest: dict, run_dir: Path) -> None:
