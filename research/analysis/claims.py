@@ -38,8 +38,7 @@ def fmt_decision(d: Decision, decimals: int = 1, share: str | None = None) -> st
     words, where they are not of the compared values' mean ('+50.0% [...] of the start')."""
     if not d.tested:
         return f"{d.diff:+.{decimals}f} ({d.outcome})" if d.n else d.outcome
-    more = needed_text(d)
-    return f"{d.diff:+.{decimals}f} ({share or effect_text(d)}, {d.outcome}{'; ' + more if more else ''})"
+    return f"{d.diff:+.{decimals}f} ({share or effect_text(d)}, {d.outcome}{needed_text(d)})"
 
 
 def _driver(claim: str, verdict, dec: dict, want: str) -> Claim:

@@ -101,8 +101,8 @@ def describe(pair: tuple, d: Decision) -> str:
     return what + {EQUAL: " lies within the margin",
                    WITHIN: " is real but lies within the margin",
                    DIFFERENT: " lies beyond the margin",
-                   UNRESOLVED: f" is real, but whether it exceeds the margin is unresolved ({needed_text(d)})",
-                   INCONCLUSIVE: f" is inconclusive ({needed_text(d)})"}.get(d.outcome, "")
+                   UNRESOLVED: f" is real, but whether it exceeds the margin is unresolved{needed_text(d)}",
+                   INCONCLUSIVE: f" is inconclusive{needed_text(d)}"}.get(d.outcome, "")
 
 
 def _confirms(ac: Decision, step: Decision) -> bool:

@@ -131,10 +131,10 @@ def verdict(title: str, group: str, first: str, last: str, d: Decision, margin: 
     if d.outcome == DIFFERENT:
         return f"{what}: {values} ({eff}): {way}, by more than {pm}."
     if d.outcome == UNRESOLVED:
-        return (f"{what}: {values} ({eff}): {way}; whether by more than {pm} is unresolved "
-                f"({needed_text(d, unit)}).")
+        return (f"{what}: {values} ({eff}): {way}; whether by more than {pm} is unresolved"
+                f"{needed_text(d, unit)}.")
     assert d.outcome == INCONCLUSIVE
-    return f"{what}: {values} ({eff}): inconclusive, no change shown ({needed_text(d, unit)})."
+    return f"{what}: {values} ({eff}): inconclusive, no change shown{needed_text(d, unit)}."
 
 
 def analyze(res: dict, margin: float | None = None, loss_margin: float = LOSS_MARGIN) -> Trajectory:

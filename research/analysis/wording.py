@@ -24,7 +24,7 @@ from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENT, EQUAL, INCON
 class Reading:
     """How a study that looked at its seeds more than once reads its decisions in words
     (research.analysis.sequential.reading): its intervals in the procedure's paragraph (rule_text), and what would
-    settle an open question (needed_text)."""
+    settle an open question (needed_text, settle_line)."""
 
     settle: str
     intervals: str | None = None  # None: one Bonferroni interval per comparison, as rule_text says without looks
@@ -213,14 +213,23 @@ def settle_text(unit: str = "seed", bound: float = ALPHA) -> str:
     return f"{route}; {both_text(bound)}"
 
 
+OPEN = "\u2021"  # \u2021 marks an outcome left open; its report says once, in "In short", what would settle it
+
+
 def needed_text(d: Decision, unit: str = "seed") -> str:
-    """What would settle an undecided outcome ('' otherwise), with no number: more seeds added to this study would be
-    a look nobody planned, so the route named is a new study on new seeds, with the error a reader of both reports
-    then faces (settle_text; a study read at several looks says it as its Reading does)."""
-    if d.outcome not in (INCONCLUSIVE, UNRESOLVED):
-        return ""
+    """OPEN for an undecided outcome (inconclusive, or real with its size unresolved), '' otherwise: the footnote
+    mark of the one line on what would settle it (settle_line), which a report says once, under its "In short"."""
+    return OPEN if d.outcome in (INCONCLUSIVE, UNRESOLVED) else ""
+
+
+def settle_line(unit: str = "seed") -> str:
+    """The one line of a report on what would settle its open outcomes (those marked OPEN), with no number: more
+    seeds added to this study would be a look nobody planned, so the route named is a new study on new seeds, with
+    the error a reader of both reports then faces (settle_text; a study read at several looks says it as its Reading
+    does)."""
     reading = _READING.get() if unit == "seed" else None
-    return f"to settle it: {reading.settle if reading is not None else settle_text(unit)} ({SEQUENTIAL})"
+    return (f"{OPEN} open at these {plural(unit)}; to settle it: "
+            f"{reading.settle if reading is not None else settle_text(unit)} ({SEQUENTIAL}).")
 
 
 def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed", family: str | None = None,

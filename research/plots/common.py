@@ -276,8 +276,7 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
         return f"not decided (one {unit}, no test): {d.diff:+.{decimals}f}"
     if not d.tested:
         return f"not decided ({untested_text(d, decimals, unit)})"
-    more = needed_text(d, unit)
-    return f"not decided ({d.outcome}): {_compared_text(d, decimals)}" + (f"; {more}" if more else "")
+    return f"not decided ({d.outcome}{needed_text(d, unit)}): {_compared_text(d, decimals)}"
 
 
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
@@ -307,8 +306,8 @@ def _decision_cells(d, decimals: int, unit: str, ratio_columns: bool) -> list[st
         what = {NO_DATA: NO_DATA, DESCRIPTIVE: f"descriptive (one {unit})"}.get(d.outcome) or untested_text(
             d, decimals, unit)
     else:
-        more = "; ".join(x for x in (needed_text(d, unit), unmissable_text(d, decimals)) if x)
-        what = d.outcome + (f" ({more})" if more else "")
+        unmissable = unmissable_text(d, decimals)
+        what = d.outcome + needed_text(d, unit) + (f" ({unmissable})" if unmissable else "")
     diff = fmt_diff(d, decimals)
     rel = "n/a" if d.outcome == NO_DATA else f"{d.rel:+.1%}"
     p = fmt_p(d.p_adj) if d.tested else "n/a"

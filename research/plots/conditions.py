@@ -323,8 +323,7 @@ def _outcome(a: ConditionsAnalysis, p: tuple, q: Quantity, d: Decision) -> str:
         return "not compared: the baseline's runs were set aside"
     if not d.tested:
         return untested_text(d, q.decimals)
-    more = needed_text(d)
-    return d.outcome + (f" ({more})" if more else "")
+    return d.outcome + needed_text(d)
 
 
 def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:

@@ -160,7 +160,7 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
     if not d.tested:
         return f"{d.diff:+.2f} against {what} ({'one batch: descriptive' if d.outcome == DESCRIPTIVE else _ci(d)})"
     if d.outcome == INCONCLUSIVE:
-        return f"inconclusive against {what} ({d.diff:+.2f}, {_ci(d)}; {needed_text(d, 'batch')})"
+        return f"inconclusive{needed_text(d, 'batch')} against {what} ({d.diff:+.2f}, {_ci(d)})"
     if d.same:
         return f"equal to {what} within \u00b1{margin:.0%} ({d.diff:+.2f}, {_ci(d)}; {d.outcome})"
     side = above if d.est > 0 else below
@@ -170,7 +170,7 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
     rel = "" if d.ratio else f"{d.rel:+.0%}; "
     if d.outcome == UNRESOLVED:
         return (f"{side} {what}{size} ({rel}{_ci(d)}), but whether by more than "
-                f"\u00b1{margin:.0%} is unresolved ({needed_text(d, 'batch')})")
+                f"\u00b1{margin:.0%} is unresolved{needed_text(d, 'batch')}")
     return f"{side} {what}{size}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
 
 

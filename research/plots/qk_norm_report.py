@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 
-from research.analysis.qk_norm import SUMMARY_NAME, QkNormAnalysis
+from research.analysis.qk_norm import STEP, STEP_RATIO, STEPS, SUMMARY_NAME, QkNormAnalysis
 from research.analysis.rules import runs_of
 from research.analysis.wording import conflict, effect_text, ratio_text, rule_text, settles_text
 from research.plots.common import (decision_table, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci, per_seed_text,
                                    table_notes)
+from research.plots.in_short import short_line
 from research.plots.qk_norm import SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -224,3 +225,45 @@ def report(analysis: QkNormAnalysis) -> str:
     for c in conds:
         lines.append(f"- {c}: {provenance_text(runs, c)}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# In short: the write-ups' two questions answered first (research.plots.in_short)
+
+_ANSWER = {"gain": "the learned gain does", "normalization": "the normalization does",
+           "both": "both do, in the same direction", "contribute": "both contribute, in the same direction",
+           "opposite": "both do, in opposite directions", "small": "QK-norm as a whole does, neither step alone",
+           "cancel": "the two change it a little, in opposite directions, and cancel",
+           "neither": "neither: QK-norm changes it by less than the margin"}
+
+
+def _answer(question: str, verdict, n: int) -> str:
+    """The plain-words answer to one of the write-ups' questions, from its verdict; "not decided at these seeds"
+    where the verdict is inconclusive (what is unsettled, in its own words)."""
+    head = verdict.text.split("; margin ")[0]
+    if verdict.key == "inconclusive":
+        why = head.removeprefix("inconclusive: ").removeprefix("inconclusive")
+        said = f"not decided at these {n} seeds" + (f" ({why})" if why else "")
+    else:
+        said = _ANSWER.get(verdict.key) or head
+    return f"- **{question}** {said[0].upper()}{said[1:]}."
+
+
+def in_short(a: QkNormAnalysis) -> list[str]:
+    """The write-ups' questions (does the gain or the normalization drive key rank, and the validation loss?) in
+    plain words, each pair and the difference of the steps with its outcome, effect and interval, and the claims'
+    outcomes."""
+    n = min((len(runs_of(a.runs, c)) for c in a.conditions), default=0)
+    lines = [_answer("Which drives key rank (final key PR), the gain or the normalization?", a.verdict, n),
+             _answer("Which drives the validation loss?", a.loss_verdict, n)]
+    for field, what in (("mean_pr", "key PR"), ("val_loss", "validation loss")):
+        decided = {**a.decisions[field], **({STEPS: a.steps[field]} if a.steps.get(field) is not None else {})}
+        k = sum(1 for d in decided.values() if d.tested)
+        for pair, d in decided.items():
+            level = f", {d.ci_level:.1%} each" if d.tested else ""
+            lines.append(short_line(f"{what}, {(STEP_RATIO if d.ratio else STEP)[pair]}", d,
+                                    f"{what} family, k = {k}{level}"))
+    if a.claims:
+        lines.append("- The write-ups' claims at this scale: " + "; ".join(
+            f"({k}) **{c.status}**" for k, c in a.claims.items()) + " (The write-ups' claims, below).")
+    return lines

@@ -34,6 +34,7 @@ from research.analysis import trajectory as trajectory_analysis
 from research.analysis import trajectory_seeds as seeds_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
+from research.analysis.wording import settle_line
 from research.plots import conditions as conditions_plots
 from research.plots import finetune as finetune_plots
 from research.plots import heads as heads_plots
@@ -58,6 +59,14 @@ from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
 
 def _no_combined(analysis) -> dict:
     return {}
+
+
+def _no_short(analysis) -> list[str]:
+    return []
+
+
+def _seeds_settle(analysis) -> str:
+    return settle_line("seed")
 
 
 def nothing_to_pair(inputs) -> None:
@@ -91,6 +100,11 @@ class Kind:
     primary: Callable[[Any], dict] | None = None
     no_primary: str = ""  # why a kind without primary comparisons cannot add seeds by looks (else: nothing to decide)
     named_primary: bool = False  # its primary comparisons are the study's own (a study file's `primary:`), if any
+    # (analysis) -> the lines of its report's "In short" (research.plots.in_short): each primary question with its
+    # outcome, effect, interval and family, or, for a kind that decides nothing, its main measured numbers
+    in_short: Callable[[Any], list[str]] = _no_short
+    # (analysis) -> the one line on what would settle an outcome its report leaves open (wording.settle_line)
+    settle: Callable[[Any], str] = _seeds_settle
 
     @property
     def owner(self) -> Owner:
@@ -295,7 +309,8 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
 PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # utils.owners.OWNERS
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
-         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined, primary=_qk_norm_primary),
+         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined, primary=_qk_norm_primary,
+         in_short=qk_norm_report.in_short),
     Kind("pilot", _runs, _margins(pilot_analysis.analyze), pilot_plots.figures, pilot_plots.report,
          _named(pilot_plots.FIGURES, PILOT_COMBINED), _pilot_combined, primary=_pilot_primary),
     Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), keys_plots.figures, keys_plots.report,

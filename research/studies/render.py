@@ -27,6 +27,7 @@ from research.analysis.identity import hosts_mixed
 from research.analysis.rules import check_margin
 from research.analysis.sequential import at_looks, family_changes, fixed_family, recorded, value_text
 from research.plots.common import write_outputs
+from research.plots.in_short import with_in_short
 from research.plots.looks import open_questions, section as looks_section
 from research.results.layout import read_study_index
 from research.results.vocabulary import REPORT
@@ -68,6 +69,7 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     looks, design = recorded(index)
     with at_looks(looks, design):  # the report's words on its intervals follow its looks
         outputs = kind.draw(analysis, comparison)
+        short, settle = kind.in_short(analysis), kind.settle(analysis)
     primary = kind.primary(analysis) if kind.primary else {}
     looks = looks_section(looks, design, primary, index.get("design"))
     if looks:
@@ -75,6 +77,7 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     questions = open_questions(kind.name, index, primary)
     if questions:
         outputs[REPORT] = outputs[REPORT].rstrip("\n") + "\n\n" + questions
+    outputs[REPORT] = with_in_short(outputs[REPORT], short, settle)  # first: the answer before the tables
     return StudyView(Path(folder), kind.name, inputs, comparison, analysis, outputs, index)
 
 

@@ -1,0 +1,48 @@
+"""A report's "In short": the section every study kind's report opens with, the answer before the tables.
+
+At most MOST lines, each one primary question of the kind with its outcome word, the effect and its interval in units
+a reader uses, and the family it was decided in (short_line); a kind that decides nothing gives its main measured
+numbers instead. Then, where the report leaves an outcome open (marked wording.OPEN in its tables and sentences), the
+one line on what would settle it (wording.settle_line): said there once, so that no table or verdict repeats it.
+research.studies.render places the section under the report's title, for every kind alike (Kind.in_short).
+"""
+from __future__ import annotations
+
+from research.analysis.rules import Decision
+from research.analysis.wording import OPEN, effect_text, needed_text, untested_text
+
+TITLE = "In short"
+MOST = 12  # lines of "In short" at most: one screen
+
+
+def outcome_words(d: Decision, unit: str = "seed") -> str:
+    """The outcome word in bold, OPEN-marked where left open; why not tested, where not."""
+    if not d.tested:
+        return f"**{d.outcome}** ({untested_text(d, unit=unit) or d.outcome})" if d.outcome else "**not tested**"
+    return f"**{d.outcome}**{needed_text(d, unit)}"
+
+
+def short_line(question: str, d: Decision, family: str, unit: str = "seed", of: float | None = None,
+               first: bool = False) -> str:
+    """'- question: **different, size unresolved**‡ -4.8% [-7.2%, -2.3%] (family)': one primary comparison, its
+    effect as effect_text prints it (shares of the compared values' mean, or the ratio minus 1 of one decided on log
+    ratios; `of`/`first` as effect_text takes them)."""
+    effect = effect_text(d, unit, of, first) if d.tested else ""
+    return f"- {question}: {outcome_words(d, unit)}" + (f" {effect}" if effect else "") + f" ({family})"
+
+
+def section(lines: list[str], report: str, settle: str) -> str:
+    """The "In short" section of `report`: its lines (at most MOST), then `settle` where the report or the lines mark
+    an outcome open."""
+    lines = [line for line in lines if line.strip()]
+    if len(lines) > MOST:
+        raise ValueError(f"In short holds {len(lines)} lines, at most {MOST}: {lines}")
+    text = "\n".join(lines)
+    marked = OPEN in report or OPEN in text
+    return f"## {TITLE}\n\n{text}" + (f"\n\n{settle}" if marked else "")
+
+
+def with_in_short(report: str, lines: list[str], settle: str) -> str:
+    """`report` with its "In short" (section) right under its title."""
+    title, _, rest = report.partition("\n\n")
+    return f"{title}\n\n{section(lines, report, settle)}\n\n{rest}" if rest else f"{title}\n\n{section(lines, report, settle)}\n"
