@@ -45,4 +45,5 @@ def section(lines: list[str], report: str, settle: str) -> str:
 def with_in_short(report: str, lines: list[str], settle: str) -> str:
     """`report` with its "In short" (section) right under its title."""
     title, _, rest = report.partition("\n\n")
-    return f"{title}\n\n{section(lines, report, settle)}\n\n{rest}" if rest else f"{title}\n\n{section(lines, report, settle)}\n"
+    short = section(lines, report, settle)
+    return f"{title}\n\n{short}\n\n{rest}" if rest else f"{title}\n\n{short}\n"
