@@ -142,6 +142,12 @@ def save_figures(folder: str | Path, figures: dict[str, Figure]) -> list[Path]:
     return write_outputs(folder, figures)
 
 
+def figure_line(name: str, what: str) -> str:
+    """A figure placed in a report, in Markdown: '![what](name)', put right after the table or paragraph it explains;
+    report.html (research.plots.page) embeds the figure there, beside that table."""
+    return f"![{what}]({name})"
+
+
 def fmt_num(v, nd: int = 3) -> str:
     """A number for a report table; None and NaN read as n/a."""
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
