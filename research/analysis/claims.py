@@ -108,14 +108,15 @@ def _u_shape(runs: dict, conds: list[str], margin: float) -> Claim:
     trajectory lowest at its end shows a rise inside the margin or negative there), open else; fewer than two
     seeds to test: not tested."""
     claim = "the PR trajectory is U-shaped (falls, then recovers)"
-    ys, xs, parts, shapes = {}, {}, [], []
+    ys, xs, parts, shapes, untested = {}, {}, [], [], {}
     for c in conds:
         xs[c], y = aligned(in_seed_order(runs_of(runs, c)), lambda r: r["mean_pr"])
         if why := dips.enough(y):
-            parts.append(f"{LETTERS[c]}: {why}")
+            untested.setdefault(why, []).append(LETTERS[c])  # one reason said once, for every condition it holds for
             shapes.append(UNTESTED)
         else:
             ys[c] = y
+    parts += [f"{', '.join(letters)}: {why}" for why, letters in untested.items()]
     dec, where = dip_decisions(ys, margin, compared_on("mean_pr"), "key PR")
     courses = {c: f"{c} not tested" for c in conds}  # each condition's own outcome, in the claim's first sentence
     for c, y in ys.items():

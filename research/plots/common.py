@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from research.analysis.rules import DESCRIPTIVE, NO_DATA, OUTLIER_LEVEL, OUTLIERS, RATIOS
 from research.analysis.wording import interval_text, margin_bounds, needed_text, plural, unmissable_text, untested_text
 from research.results.values import json_safe
-from research.results.vocabulary import label  # noqa: F401 (re-exported for the figure modules)
+from research.results.vocabulary import REPORT, REPORT_PAGE, label  # noqa: F401 (label: re-exported for the figures)
 from utils.io import atomic_write_bytes, remove_matching, temp_file_pattern
 
 # Conditions keep their colour in every figure of every study.
@@ -124,10 +124,26 @@ def _serialize(name: str, item) -> bytes:
     return str(item).encode("utf-8")
 
 
+def with_page(blobs: dict[str, bytes]) -> dict[str, bytes]:
+    """{file name: bytes} with report.html right after report.md where there is one: the same text and the same
+    figure bytes as one page (research.plots.page)."""
+    if REPORT not in blobs:
+        return blobs
+    from research.plots.page import page  # markdown-it-py is needed only where a report is written
+    images = {name: data for name, data in blobs.items() if name.endswith(".png")}
+    html = page(blobs[REPORT].decode("utf-8"), images).encode("utf-8")
+    out: dict[str, bytes] = {}
+    for name, data in blobs.items():
+        out[name] = data
+        if name == REPORT:
+            out[REPORT_PAGE] = html
+    return out
+
+
 def write_outputs(folder: str | Path, outputs: dict) -> list[Path]:
-    """Write {file name: Figure, dict or text} into folder: everything is rendered in memory first, then each
-    file is written atomically; returns the paths in order."""
-    blobs = {name: _serialize(name, item) for name, item in outputs.items()}
+    """Write {file name: Figure, dict or text} into folder: everything is rendered in memory first (report.md's page,
+    report.html, beside it: with_page), then each file is written atomically; returns the paths in order."""
+    blobs = with_page({name: _serialize(name, item) for name, item in outputs.items()})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     for name in blobs:  # temporary files a killed writer left
@@ -285,18 +301,22 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
     return f"not decided ({d.outcome}{needed_text(d, unit)}): {_compared_text(d, decimals)}"
 
 
-def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed") -> list[str]:
+def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed",
+                   what: str = "") -> list[str]:
     """Markdown rows of research.analysis.rules Decisions: the difference and its interval, both also as shares
     of the compared values' mean, Bonferroni's p, the outcome read off the interval, and each seed's value (outliers
     marked). `unit`: what the n compared values are (seeds; text batches for one model). A comparison decided on log
     ratios (Decision.ratio) gives its mean difference in units and its ratio with the ratio's interval; a table of
-    them alone has columns for that, a mixed one says per row. A note under the table explains marks and ratios."""
+    them alone has columns for that, a mixed one says per row. A note under the table explains marks and ratios.
+    `what`: the quantity compared, naming the header's first cell ('Final key PR, pr_sv'), so that no two tables of
+    a report repeat one header row."""
     ratios = [d.ratio for d in decisions.values()]
+    first = what or "comparison"
     if ratios and all(ratios):
-        rows = [f"| comparison | n | mean difference | ratio \u2212 1 | CI of ratio \u2212 1 (level) | "
+        rows = [f"| {first} | n | mean difference | ratio \u2212 1 | CI of ratio \u2212 1 (level) | "
                 f"p (Bonferroni) | outcome | per {unit} (ratio \u2212 1) |", "|---|---|---|---|---|---|---|---|"]
     else:
-        rows = [f"| comparison | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome | "
+        rows = [f"| {first} | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome | "
                 f"per {unit} |", "|---|---|---|---|---|---|---|---|---|"]
     for key, d in decisions.items():
         cells = _decision_cells(d, decimals, unit, all(ratios))

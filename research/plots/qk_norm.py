@@ -10,7 +10,6 @@ per condition the figures show plain lines; with several, the mean over seeds an
 from __future__ import annotations
 
 import math
-import textwrap
 
 import matplotlib.transforms as mtransforms
 from matplotlib.lines import Line2D
@@ -154,14 +153,21 @@ def fig_mean_pr(runs: dict, analysis: QkNormAnalysis):
     ax.set_title(f"{title}\n({SITE_TEXT}; {seed_note(runs, conds)})")
     _end_labels(ax, ends)
     ax.legend(loc="best")
-    rule = (f"paired by seed, one Bonferroni interval per pair of conditions (95% for the three together); "
-            f"\u2248 inside \u00b1{analysis.margin:.0%} of the mean, \u2260 wholly beyond it"
-            if not analysis.descriptive else "one seed per condition: no test")
-    note = "\n".join(textwrap.wrap(f"Verdict at the last probe: {analysis.verdict.text}.", 175)
-                     + textwrap.wrap(f"Rule: {rule}.", 175))
+    note = "\n".join(_figure_note(analysis))
     fig.text(0.01, 0.01, note, fontsize=8, color="0.2", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.015 + 0.027 * (note.count("\n") + 1), 1, 1))
     return fig
+
+
+def _figure_note(analysis: QkNormAnalysis) -> list[str]:
+    """The two lines under the key-PR figure: the rule, and each pair's outcome words at the last probe (the verdict
+    and its estimates are in report.md)."""
+    if analysis.descriptive:
+        return ["Rule: one seed per condition, described only: no test, no verdict."]
+    rule = (f"Rule: paired by seed, one Bonferroni interval per comparison of key PR's family (95% for all at once), "
+            f"read against \u00b1{analysis.margin:.0%} of the pair's mean (docs/decisions.md).")
+    words = "; ".join(f"{x}/{y} {d.outcome}" for (x, y), d in analysis.decisions["mean_pr"].items())
+    return [rule, f"At the last probe: {words or 'no pair compared'} (report.md: the estimates and the verdict)."]
 
 
 def _layer_ticks(ax, layers: list[str]) -> np.ndarray:

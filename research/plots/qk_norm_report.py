@@ -8,10 +8,10 @@ import math
 from research.analysis.qk_norm import STEP, STEP_RATIO, STEPS, SUMMARY_NAME, QkNormAnalysis
 from research.analysis.rules import runs_of
 from research.analysis.wording import conflict, effect_text, ratio_text, rule_text, settles_text
-from research.plots.common import (decision_table, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci, per_seed_text,
-                                   table_notes)
+from research.plots.common import (decision_table, figure_line, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci,
+                                   per_seed_text, table_notes)
 from research.plots.in_short import short_line
-from research.plots.qk_norm import SITE_TEXT, name
+from research.plots.qk_norm import FIGURES, SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
 from research.results.vocabulary import ABLATION_TEXT, LETTERS, MAIN_SITE
@@ -74,6 +74,17 @@ TABLES = (("mean_pr", "Final key PR, pr_sv (the write-ups' uncentered PR)", 2),
           ("mean_pr_var", "Final key PR, pr_var (centered)", 2),
           ("val_loss", "Final validation loss (the loss verdict and claims use it)", 4),
           ("loss", "Final training loss (shown beside the validation loss)", 4))
+# figure -> what it shows, placed after the table it explains (common.figure_line; report.html lays it beside)
+FIGURE_TEXT = dict(zip(FIGURES, (
+    "train (solid) and validation (dashed) loss over tokens", "mean key PR over tokens, each condition's seeds",
+    "key PR per layer at the last probe", "the gain's (A\u2212B) and the normalization's (B\u2212C) effect per layer",
+    "the gains' coefficient of variation over training",
+    "the A\u2212B difference split into the gain's arithmetic and the keys' geometry")))
+AFTER_TABLE = {"mean_pr": FIGURES[1], "mean_pr_var": FIGURES[2], "val_loss": FIGURES[0]}
+
+
+def _figure(name: str) -> list[str]:
+    return [figure_line(name, FIGURE_TEXT[name]), ""]
 
 
 def _pr_agreement(a: QkNormAnalysis) -> str:
@@ -112,8 +123,9 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
     for field, title, dec in TABLES:
         ds = a.decisions[field]
         recorded = any(e[SUMMARY_NAME[field]] is not None for e in a.summary.values())
-        lines += [f"### {title}", ""] + (decision_table(ds, dec, _pair) if recorded else
+        lines += [f"### {title}", ""] + (decision_table(ds, dec, _pair, what=title.split(" (")[0]) if recorded else
                                          ["Not recorded in these results."]) + [""]
+        lines += _figure(AFTER_TABLE[field]) if field in AFTER_TABLE else []
     lines += ["## Verdicts", "",
               f"- Key PR, pr_sv (the write-ups' measure): **{a.verdict.text}**.",
               f"- Key PR, pr_var (centered): **{a.verdict_pr_var.text}**.",
@@ -129,7 +141,7 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
               "inconclusive. With all three conditions each table's family also holds the difference of the steps "
               "(k = 4); for key PR, decided on log ratios, the steps are the ratios A/B and B/C and their difference "
               "is (A/B)/(B/C). docs/decisions.md has a worked example of each.", ""]
-    return lines
+    return lines + _figure(FIGURES[3])
 
 
 def _decomposition(a: QkNormAnalysis) -> list[str]:
@@ -156,7 +168,8 @@ def _decomposition(a: QkNormAnalysis) -> list[str]:
             name = f"{part} (headline)" if part == "total" and site == MAIN_SITE else part
             lines.append(f"| {site} | {metric} | {name} | {d.n} | {fmt_diff(d, 2)} | {rel} | {ci} | {d.outcome} "
                          f"| {per_seed_text(d, 2)} |")
-    return lines + table_notes([d for parts in a.decomposition.values() for d in parts.values()], ratios=False) + [""]
+    return lines + table_notes([d for parts in a.decomposition.values() for d in parts.values()], ratios=False) + [
+        ""] + _figure(FIGURES[5])
 
 
 def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:
@@ -174,8 +187,9 @@ def _ablation(a: QkNormAnalysis, runs: dict) -> list[str]:
               f"model relies on the gains it learned, not whether learning a gain matters: that is A vs B above, "
               f"whose other weights adapted to gains held at 1. Differences are ablated minus trained:", ""]
     for quantity, title, dec in (("val_loss", "validation loss", 4), ("mean_pr", "mean key PR (pr_sv)", 2)):
-        lines += [f"**{title}**", ""] + decision_table(a.ablation[quantity], dec, ABLATION_TEXT.get) + [""]
-    return lines
+        lines += [f"**{title}**", ""] + decision_table(a.ablation[quantity], dec, ABLATION_TEXT.get,
+                                                      what=f"ablation, {title}") + [""]
+    return lines + _figure(FIGURES[4])
 
 
 def _probe_bias(a: QkNormAnalysis) -> list[str]:
@@ -216,12 +230,7 @@ def report(analysis: QkNormAnalysis) -> str:
     lines += ["## The write-ups' claims at this scale", ""]
     for k, cl in analysis.claims.items():
         lines.append(f"- ({k}) {cl.claim}: **{cl.status}**. {cl.text}")
-    lines += ["", "## Figures", "",
-          "1_loss.png (train solid, validation dashed), 2_key_pr_causal.png (mean PR over tokens), "
-          "3_per_layer.png (PR per layer at the last probe), 4_causal_decomposition.png (A\u2212B gain effect, "
-          "B\u2212C normalization effect per layer), 5_gamma_cv.png (gain CV over training), 6_gain_vs_geometry.png "
-          "(the A\u2212B difference split into the gain's arithmetic and the keys' geometry).", "",
-          "## Provenance", ""]
+    lines += ["", "## Provenance", ""]
     for c in conds:
         lines.append(f"- {c}: {provenance_text(runs, c)}")
     return "\n".join(lines) + "\n"

@@ -115,6 +115,7 @@ RUN_FILES = run_names.RUN_FILES
 QK_COMBINED = owners.QK_COMBINED
 PILOT_COMBINED = owners.PILOT_COMBINED
 REPORT = "report.md"
+REPORT_PAGE = "report.html"  # report.md as one page to share, written beside it (research.plots.page)
 INSPECT_FILE = owners.INSPECT_FILE  # research/inspect_pretrained.py's results
 
 
