@@ -41,19 +41,21 @@ def fmt_decision(d: Decision, decimals: int = 1, share: str | None = None) -> st
     return f"{d.diff:+.{decimals}f} ({share or effect_text(d)}, {d.outcome}{needed_text(d)})"
 
 
-def _driver(claim: str, verdict, dec: dict, want: str) -> Claim:
+def _driver(claim: str, verdict, dec: dict, want: str, named: str) -> Claim:
     """Holds when the verdict names `want` as the single driver (its step larger than the other's by the margin);
     fails when a step's settled size contradicts the claim (A ~ B for the gain, B ~ C for the normalization, or
     the other step beyond the margin) or the two steps are shown to differ by less than the margin (verdict
-    "contribute"); else inconclusive."""
+    "contribute"); else inconclusive. Its evidence is the verdict `named` (e.g. 'the key-PR verdict'), which the
+    report states with its estimates once, under Verdicts: the claim names it and its head, not its estimates."""
+    said = f"as {named} says (Verdicts)."
     if verdict.key in ("none", "descriptive", "qknorm"):  # qknorm: without B the gain cannot be separated
-        return Claim(claim, UNTESTED, verdict.text + ".")
+        return Claim(claim, UNTESTED, said)
     if verdict.key == want:
-        return Claim(claim, HOLDS, f"verdict: {verdict.text}.")
+        return Claim(claim, HOLDS, said)
     ab, bc = dec[QK_PAIRS[0]], dec[QK_PAIRS[1]]
     contrary = verdict.key == "contribute" or ((ab.same or bc.differs) if want == "gain" else
                                                 (ab.differs or bc.same))
-    return Claim(claim, FAILS if contrary else OPEN, f"verdict: {verdict.text}.")
+    return Claim(claim, FAILS if contrary else OPEN, said)
 
 
 def _pr_and_loss(decisions: dict) -> Claim:
@@ -158,7 +160,8 @@ def claims(runs: dict, decisions: dict, pr_verdict, loss_verdict, margin: float 
     the validation loss's)."""
     conds = [c for c in QK_CONDITIONS if runs.get(c)]
     pr, val = decisions["mean_pr"], decisions["val_loss"]
-    return {"a": _driver("the learned gain drives key PR (A\u2260B, B\u2248C)", pr_verdict, pr, "gain"),
+    return {"a": _driver("the learned gain drives key PR (A\u2260B, B\u2248C)", pr_verdict, pr, "gain",
+                         "the key-PR verdict"),
             "b": _driver("the normalization drives the validation loss (A\u2248B, B\u2260C)", loss_verdict, val,
-                         "normalization"),
+                         "normalization", "the validation-loss verdict"),
             "c": _pr_and_loss(decisions), "d": _u_shape(runs, conds, margin), "e": _frozen_rank(decisions)}

@@ -248,11 +248,10 @@ _ANSWER = {"gain": "the learned gain does", "normalization": "the normalization 
 
 def _answer(question: str, verdict, n: int) -> str:
     """The plain-words answer to one of the write-ups' questions, from its verdict; "not decided at these seeds"
-    where the verdict is inconclusive (what is unsettled, in its own words)."""
+    where the verdict is inconclusive."""
     head = verdict.text.split("; margin ")[0]
-    if verdict.key == "inconclusive":
-        why = head.removeprefix("inconclusive: ").removeprefix("inconclusive")
-        said = f"not decided at these {n} seeds" + (f" ({why})" if why else "")
+    if verdict.key == "inconclusive":  # why: the lines below, pair by pair, and the verdict under Verdicts
+        said = f"not decided at these {n} seeds: the lines below say which step is open"
     else:
         said = _ANSWER.get(verdict.key) or head
     return f"- **{question}** {said[0].upper()}{said[1:]}."
