@@ -18,12 +18,12 @@ from research.access import load_model
 from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, inspect_model
 from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
-from research.plots.common import save_figures
+from research.plots.common import write_outputs
+from research.plots.page import with_figures
 from research.results import save_results
 from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted
-from utils.io import atomic_write_text
 from utils.owners import refuse_foreign
 
 def build_parser(description: str = "") -> ArgumentParser:
@@ -111,8 +111,8 @@ def _inspect(args, out: Path, written: list[Path]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     save_results(out / INSPECT_FILE, result)  # atomic; NaN (e.g. a 2-token prompt) written as null
     written.append(out / INSPECT_FILE)
-    save_figures(out, figures.figures(result))
-    atomic_write_text(report, figures.report(result))
+    drawn = figures.figures(result)  # the figures, report.md placing them, and report.html beside it (one write)
+    write_outputs(out, {**drawn, REPORT_FILE: with_figures(figures.report(result), drawn)})
     print(f"sink rate {result['attention']['sink_rate']:.3f}; params {result['params']['total']:,}; "
           f"wrote {out / INSPECT_FILE}, {report} and figures in {result['time_s']:.1f} s")
     return 0

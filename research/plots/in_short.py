@@ -42,8 +42,14 @@ def section(lines: list[str], report: str, settle: str) -> str:
     return f"## {TITLE}\n\n{text}" + (f"\n\n{settle}" if marked else "")
 
 
+ABOUT = "## About this study"  # the heading of a report's opening paragraph, once "In short" stands above it
+
+
 def with_in_short(report: str, lines: list[str], settle: str) -> str:
-    """`report` with its "In short" (section) right under its title."""
+    """`report` with its "In short" (section) right under its title; an opening paragraph that followed the title
+    gets a heading of its own (ABOUT), so that "In short" ends where the answer does."""
     title, _, rest = report.partition("\n\n")
     short = section(lines, report, settle)
+    if rest and not rest.startswith("#"):
+        rest = f"{ABOUT}\n\n{rest}"
     return f"{title}\n\n{short}\n\n{rest}" if rest else f"{title}\n\n{short}\n"

@@ -60,7 +60,8 @@ figcaption{font-size:13px;color:#555}.missing{color:#8a1c1c}
 .o-equal{background:#e2f0d9;color:#1e4620}.o-unresolved{background:#fde9c9;color:#6b4200}
 .o-open{background:#ececec;color:#333}.o-untested{background:#fff;color:#555;border:1px dashed #999}
 .o-fails{background:#f4cccc;color:#6b1010}
-.legend{font-size:13px;margin:6px 0 0}.legend span.o{margin-right:4px}.legend li{display:inline-block;margin-right:14px}
+ul.legend{font-size:13px;margin:8px 0 0;padding:0}ul.legend span.o{margin-right:4px}
+section.short ul.legend li{display:inline-block;margin:0 16px 2px 0}
 pre,code{font-size:13px;background:#f6f8fa}pre{padding:6px;overflow-x:auto}
 """
 
@@ -155,7 +156,7 @@ def legend(used: set[str]) -> str:
     """The marks this page uses, each with its meaning, in OUTCOMES' order."""
     if not used:
         return ""
-    items = "".join(f'<li><span class="o o-{OUTCOMES[w][0]}">{html.escape(w)}</span>{html.escape(OUTCOMES[w][1])}'
+    items = "".join(f'<li><span class="o o-{OUTCOMES[w][0]}">{html.escape(w)}</span> {html.escape(OUTCOMES[w][1])}'
                     f"</li>" for w in OUTCOMES if w in used)
     return f'<ul class="legend" aria-label="outcome marks">{items}</ul>\n'
 
@@ -165,7 +166,7 @@ def page(report: str, images: dict[str, bytes]) -> str:
     places them."""
     md = MarkdownIt("commonmark", {"html": False, "typographer": False}).enable("table")
 
-    def image(tokens, idx, options, env):
+    def image(renderer, tokens, idx, options, env):
         tok = tokens[idx]
         name, alt = tok.attrGet("src") or "", html.escape(tok.content or "")
         data = images.get(name)
@@ -189,3 +190,13 @@ def page(report: str, images: dict[str, bytes]) -> str:
 def placed(report: str) -> set[str]:
     """The figure files `report` places (common.figure_line: '![what](name)')."""
     return set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))
+
+
+def with_figures(report: str, outputs: dict) -> str:
+    """`report` with a closing "Figures" section placing every figure of `outputs` (names ending .png) that it does
+    not place itself, so that report.html shows each figure drawn, once."""
+    missing = [name for name in outputs if name.endswith(".png") and name not in placed(report)]
+    if not missing:
+        return report
+    return report.rstrip("\n") + "\n\n## Figures\n\n" + "\n\n".join(
+        f"![{name.removesuffix('.png').replace('_', ' ')}]({name})" for name in missing) + "\n"

@@ -53,7 +53,7 @@ from research.results.pretrained import load_pretrained_keys
 from research.results.steps import load_steps
 from research.results.trajectory import across_seeds, load_trajectory
 from research.results.values import json_safe
-from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT
+from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT, REPORT_PAGE
 from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
 
 
@@ -272,13 +272,14 @@ def _per_condition(bases: tuple[str, ...]) -> Callable[[list[str]], list[str]]:
     """One set of figures per condition, named after it when there are several (keys_plots.figure_name), then
     the report."""
     def outputs(conditions: list[str]) -> list[str]:
-        return [keys_plots.figure_name(b, c, len(conditions)) for c in conditions for b in bases] + [REPORT]
+        figures = [keys_plots.figure_name(b, c, len(conditions)) for c in conditions for b in bases]
+        return [*figures, REPORT, REPORT_PAGE]
     return outputs
 
 
 def _named(figures: tuple[str, ...], *extra: str) -> Callable[[list[str]], list[str]]:
     """A kind's fixed figures, then the report and its combined file(s)."""
-    return lambda conditions: [*figures, REPORT, *extra]
+    return lambda conditions: [*figures, REPORT, REPORT_PAGE, *extra]
 
 
 # ---------------------------------------------------------------------------------- kinds of measured models

@@ -28,6 +28,7 @@ from research.analysis.rules import check_margin
 from research.analysis.sequential import at_looks, family_changes, fixed_family, recorded, value_text
 from research.plots.common import write_outputs
 from research.plots.in_short import with_in_short
+from research.plots.page import with_figures
 from research.plots.looks import open_questions, section as looks_section
 from research.results.layout import read_study_index
 from research.results.vocabulary import REPORT
@@ -77,7 +78,7 @@ def load_and_analyze(folder: str | Path, margin: float | None = None,
     questions = open_questions(kind.name, index, primary)
     if questions:
         outputs[REPORT] = outputs[REPORT].rstrip("\n") + "\n\n" + questions
-    outputs[REPORT] = with_in_short(outputs[REPORT], short, settle)  # first: the answer before the tables
+    outputs[REPORT] = with_figures(with_in_short(outputs[REPORT], short, settle), outputs)  # the answer first
     return StudyView(Path(folder), kind.name, inputs, comparison, analysis, outputs, index)
 
 
