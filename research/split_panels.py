@@ -1,7 +1,11 @@
 """Redraw every figure and the report of a study folder from its JSON files alone.
 
     python research/split_panels.py research_results/qk_norm_50m_study
-    python research/split_panels.py ../shared/reference/qk_norm_50m_study --out /tmp/writeups
+    python research/split_panels.py tests/fixtures/reference/qk_norm_50m_study --out /tmp/writeups
+
+The second line redraws the write-ups' own 1.5B results, from the copy this repository ships (their three
+runs' results.json, byte for byte). Beside report.md it writes report.html: the same report as one page to share,
+its figures embedded (research/plots/page.py).
 
 The study is recognised from the files, as the registry of study kinds says (research/studies/kinds.py):
 its study.json, or a study's own results file (pretrained_keys.json, checkpoint_keys.json). Every results

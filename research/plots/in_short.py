@@ -17,8 +17,9 @@ MOST = 12  # lines of "In short" at most: one screen
 
 def outcome_words(d: Decision, unit: str = "seed") -> str:
     """The outcome word in bold, OPEN-marked where left open; why not tested, where not."""
-    if not d.tested:
-        return f"**{d.outcome}** ({untested_text(d, unit=unit) or d.outcome})" if d.outcome else "**not tested**"
+    if not d.tested:  # why, in its own words: 'one seed (descriptive, no test)', 'no spread: every seed ...'
+        why = untested_text(d, unit=unit) or d.outcome
+        return f"**not tested**: {why}" if why else "**not tested**"
     return f"**{d.outcome}**{needed_text(d, unit)}"
 
 

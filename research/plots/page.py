@@ -35,7 +35,7 @@ OUTCOMES = {
     claims.HOLDS: ("beyond", "the claim holds"),
     claims.FAILS: ("fails", "the claim fails"),
     claims.MIXED: ("unresolved", "the claim holds for some conditions, fails for others"),
-    claims.UNTESTED: ("untested", "the claim is not tested here"),
+    claims.UNTESTED: ("untested", "not tested: no interval here, or nothing to test"),
     spikes.WARNS: ("beyond", "the signal warns before spikes, above both nulls"),
     spikes.NO_WARNING: ("equal", "the signal is shown not to warn"),
     spikes.NO_THRESHOLD: ("untested", "no usable threshold: not tested"),

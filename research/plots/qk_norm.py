@@ -159,6 +159,13 @@ def fig_mean_pr(runs: dict, analysis: QkNormAnalysis):
     return fig
 
 
+def _mean_text(values, percent: bool) -> str:
+    """The mean of the finite values, '+1.2' or '+1.2%'; 'n/a' where none is finite (no layer decided)."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    return f"{finite.mean():+.1f}" + ("%" if percent else "") if finite.size else "n/a"
+
+
 def _figure_note(analysis: QkNormAnalysis) -> list[str]:
     """The two lines under the key-PR figure: the rule, and each pair's outcome words at the last probe (the verdict
     and its estimates are in report.md)."""
@@ -225,14 +232,14 @@ def fig_decomposition(analysis: QkNormAnalysis):
         height, err, ratio = effect_bars(e.decisions)
         ax.bar(xs + (k - (len(eff.effects) - 1) / 2) * width, height, width, color=col, alpha=0.85,
                yerr=err, capsize=2 if err is not None else 0, error_kw={"lw": 0.8},
-               label=f"{text}; mean over layers {np.nanmean(height):+.1f}" + ("%" if ratio else ""))
+               label=f"{text}; mean over layers {_mean_text(height, ratio)}")
     if len(eff.effects) == 2:
         heights = [effect_bars(e.decisions)[0] for e in eff.effects]
         # ratios multiply: A/C = (A/B)(B/C); differences add
         total = (100 * ((1 + heights[0] / 100) * (1 + heights[1] / 100) - 1) if ratio else heights[0] + heights[1])
         ax.plot(xs, total, "D", color="black", ms=4, label=("total A/C (product); mean " if ratio else
                                                             "total A\u2212C (sum); mean ")
-                + f"{np.nanmean(total):+.1f}" + ("%" if ratio else ""))
+                + _mean_text(total, ratio))
     ax.axhline(0, color="black", lw=0.8)
     lo, hi = ax.get_ylim()
     ax.set_ylim(lo, hi + 0.22 * (hi - lo))  # headroom so the legend covers no bar

@@ -264,6 +264,10 @@ def in_short(a: QkNormAnalysis) -> list[str]:
     n = min((len(runs_of(a.runs, c)) for c in a.conditions), default=0)
     lines = [_answer("Which drives key rank (final key PR), the gain or the normalization?", a.verdict, n),
              _answer("Which drives the validation loss?", a.loss_verdict, n)]
+    if not any(d.tested for field in ("mean_pr", "val_loss") for d in a.decisions[field].values()):
+        return lines + [f"- {what}, final (nothing tested, the values described): " + "; ".join(
+            f"{c} {_fmt(a.summary[c], key, dec)}" for c in a.conditions) for what, key, dec in (
+            ("Key PR (pr_sv)", "final_pr", 1), ("Validation loss", "final_val_loss", 3))]
     for field, what in (("mean_pr", "key PR"), ("val_loss", "validation loss")):
         decided = {**a.decisions[field], **({STEPS: a.steps[field]} if a.steps.get(field) is not None else {})}
         k = sum(1 for d in decided.values() if d.tested)

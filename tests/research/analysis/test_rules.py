@@ -8,7 +8,7 @@ import pytest
 
 from research.analysis.rules import (DESCRIPTIVE, DIFFERENT, EQUAL, INCONCLUSIVE, NO_DATA, NO_SPREAD, UNRESOLVED,
                                      WITHIN, Margin, Paired, decide, finals, outcome_of, k_of)
-from research.analysis.wording import needed_text, untested_text
+from research.analysis.wording import OPEN, needed_text, settle_line, untested_text
 from research.analysis.stats import t_critical
 from tests.research.synthetic import qk_run
 
@@ -149,15 +149,17 @@ def test_finals_are_keyed_by_seed():
 
 
 def test_an_undecided_outcome_names_what_would_settle_it_with_no_number():
-    """More seeds added to a finished study are a look nobody planned: the sentence names a new study on new seeds
-    only, and the error a reader of both reports then faces (the two levels added)."""
+    """More seeds added to a finished study are a look nobody planned: the one line a report gives under In short names
+    a new study on new seeds only, and the error a reader of both reports then faces (the two levels added); every
+    open outcome carries its mark."""
     open_ = one({0: 20.0, 1: 40.0}, {0: 29.0, 1: 31.0})
-    assert needed_text(open_) == ("to settle it: a new study on new seeds (no run of this one trained again), decided "
-                                  "on its own or planned with --until_decided from its start; read with this one, some "
-                                  "outcome of the two is wrong with probability at most 10%, their levels added "
-                                  "(docs/decisions.md#sequential-studies)")
-    assert needed_text(open_, "batch") == ("to settle it: a replication on new batches decided on its own; read with "
-                                           "this one, some outcome of the two is wrong with probability at most 10%, "
-                                           "their levels added (docs/decisions.md#sequential-studies)")
+    assert needed_text(open_) == OPEN == "\u2021"
+    assert settle_line() == ("\u2021 open at these seeds; to settle it: a new study on new seeds (no run of this one "
+                             "trained again), decided on its own or planned with --until_decided from its start; read "
+                             "with this one, some outcome of the two is wrong with probability at most 10%, their "
+                             "levels added (docs/decisions.md#sequential-studies).")
+    assert settle_line("batch") == ("\u2021 open at these batches; to settle it: a replication on new batches decided on "
+                                    "its own; read with this one, some outcome of the two is wrong with probability at "
+                                    "most 10%, their levels added (docs/decisions.md#sequential-studies).")
     settled = one({s: 110.0 + 0.01 * s for s in range(4)}, {s: 100.0 for s in range(4)})
     assert settled.outcome == DIFFERENT and needed_text(settled) == ""

@@ -22,7 +22,7 @@ def test_figures_draw_each_condition_from_its_results():
     for c in ("QK", "QK_frozen", "NoQK"):
         np.testing.assert_allclose(lines[qk_norm.name(c)], runs[c][0]["mean_pr"])
     texts = [t.get_text() for t in figs["2_key_pr_causal.png"].texts]
-    assert any(t.startswith("Verdict at the last probe: no verdict, one seed per condition") for t in texts)
+    assert texts == ["Rule: one seed per condition, described only: no test, no verdict."]  # the verdict: report.md
     # 1: train loss per condition, probes 1.. (step 0 has none)
     loss = labelled_lines(figs["1_loss.png"].axes[0])
     np.testing.assert_allclose(loss[qk_norm.name("QK")][1:], runs["QK"][0]["loss"][1:])
@@ -49,8 +49,11 @@ def test_seed_bands_and_missing_data():
     assert len(ax.collections) == 3  # one shaded 95% band per condition
     np.testing.assert_allclose(labelled_lines(ax)[qk_norm.name("QK") + ", n=3"],
                                np.mean([r["mean_pr"] for r in runs["QK"]], axis=0))
-    assert any("both the gain and the normalization change key PR, in opposite directions" in t.get_text()
-               for t in figs["2_key_pr_causal.png"].texts)
+    (note,) = [t.get_text() for t in figs["2_key_pr_causal.png"].texts]  # two lines: the rule, the outcome words
+    assert note.splitlines()[1] == ("At the last probe: QK/QK_frozen different, beyond the margin; QK_frozen/NoQK "
+                                    "different, beyond the margin; QK/NoQK different, beyond the margin (report.md: "
+                                    "the estimates and the verdict).")
+    assert note.splitlines()[0].startswith("Rule: paired by seed") and len(note.splitlines()) == 2
     no_gain = {"QK": [qk_run("QK", 0, 50, 3.6, learned=False)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]}
     figs = qk_norm.figures(analysis.analyze(no_gain))
     assert "No QK-norm gain" in figs["5_gamma_cv.png"].axes[0].texts[0].get_text()
@@ -60,6 +63,7 @@ def test_seed_bands_and_missing_data():
 
 
 PR_SV = "Final key PR, pr_sv (the write-ups' uncentered PR)"
+PR_HEAD = "Final key PR, pr_sv"  # its table's first header cell: each table of a report names its quantity
 
 
 def _report(runs) -> str:
@@ -82,7 +86,7 @@ def test_report_states_finals_decisions_verdicts_and_claims_with_seeds():
     assert qk["final PR (pr_sv)"].startswith("50.0 \u00b1 ") and qk["n"] == "3"
     assert qk["final PR (pr_var)"] == "n/a"  # these files hold no probe records
     assert rows[qk_norm.name("QK_frozen")]["final train loss"].startswith("3.700 \u00b1 ")
-    pr = {r["comparison"]: r for r in md_table(_section(report, PR_SV), "comparison")}
+    pr = {r[PR_HEAD]: r for r in md_table(_section(report, PR_SV), PR_HEAD)}
     assert pr["A \u2212 B"]["mean difference"] == "+10.00"
     assert pr["A \u2212 B"]["outcome"] == "different, beyond the margin"
     # key PR is decided on log ratios: A = 49.8, 50, 50.2 and B = 39.8, 40.01, 40.19 over seeds 0, 1, 2; the family
@@ -111,7 +115,7 @@ def test_report_single_runs_and_missing_conditions():
     assert [r["condition"] for r in md_table(report, "condition")] == [qk_norm.name("QK"), qk_norm.name("NoQK")]
     assert ("Key PR, pr_sv (the write-ups' measure): **no verdict, one seed per condition (descriptive only): "
             "QK-norm's whole effect (A/C) +25.1% (one seed); without the frozen-gain run (B)") in report  # 49.8/39.8
-    assert md_table(_section(report, PR_SV), "comparison")[0]["outcome"] == "descriptive (one seed)"
+    assert md_table(_section(report, PR_SV), PR_HEAD)[0]["outcome"] == "descriptive (one seed)"
     assert _claim_status(report, "a") == "not tested"
     assert "preset" not in report.split("## Provenance")[1] and "seed 0" in report
 
@@ -143,7 +147,7 @@ def test_report_of_the_gain_decomposition_and_ablation():
     assert gain["%"] == f"{np.expm1(np.log(a / a_hat).mean()):+.1%}" == "-13.0%"
     ablation = report.split("## The gain ablation")[1]
     assert "3.5100 nats" in ablation
-    loss_rows = {r["comparison"]: r for r in md_table(ablation, "comparison")}
+    loss_rows = {r["ablation, validation loss"]: r for r in md_table(ablation, "ablation, validation loss")}
     assert loss_rows["k gain \u2192 1"]["difference"] == "+0.1000"
     assert "Isotropic keys of size 64 would read pr_var = 63.50" in report
     figs = qk_norm.figures(analysis.analyze(runs))
@@ -187,3 +191,21 @@ def test_report_provenance_names_the_corpus_its_hash_and_where_it_trained():
         r["provenance"]["cpu_native_bf16"] = False
     lines = dict(line[2:].split(": ", 1) for line in _report(runs).split("## Provenance")[1].strip().splitlines())
     assert lines["NoQK"].endswith("trained in bf16 on Test CPU 9000 (no native bf16)")
+
+
+def test_in_short_answers_the_writeups_questions_with_each_pairs_outcome_and_interval():
+    a = analysis.analyze(qk_runs((50, 40, 42), (3.60, 3.70, 3.65)))
+    lines = qk_norm_report.in_short(a)
+    assert len(lines) == 11
+    assert lines[0] == ("- **Which drives key rank (final key PR), the gain or the normalization?** Both do, in opposite "
+                        "directions.")
+    # A/B on log ratios, as the table above: +25.0% [+24.4%, +25.6%], in the key-PR family of four at 98.8% each
+    assert lines[2] == ("- key PR, the gain's effect (A/B): **different, beyond the margin** +25.0% [+24.4%, +25.6%] "
+                        "(key PR family, k = 4, 98.8% each)")
+    assert lines[-1] == ("- The write-ups' claims at this scale: (a) **fails**; (b) **fails**; (c) **fails**; (d) "
+                         "**holds**; (e) **holds** (The write-ups' claims, below).")
+    one = analysis.analyze({"QK": [qk_run("QK", 0, 50, 3.6)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]})
+    # seed 0's shared noise is -0.2: key PR 49.8 and 39.8; validation loss final_loss - 0.1 - 0.002
+    assert qk_norm_report.in_short(one)[2:] == [
+        "- Key PR (pr_sv), final (nothing tested, the values described): QK 49.8; NoQK 39.8",
+        "- Validation loss, final (nothing tested, the values described): QK 3.498; NoQK 3.598"]

@@ -33,9 +33,10 @@ def _analyze(inputs: dict, margin: float | None, loss_margin: float | None) -> T
 
 TOY = Kind("toy", _load, _analyze, figures=lambda analysis: {"toy.png": message_figure("toy", f"{analysis.total}")},
            report=lambda analysis: f"# Toy\n\ntotal {analysis.total:g} at margin {analysis.margin:g}\n",
-           outputs=lambda conditions: ["toy.png", "report.md", "toy_combined.json"],
+           outputs=lambda conditions: ["toy.png", "report.md", "report.html", "toy_combined.json"],
            combined=lambda analysis: {"toy_combined.json": {"total": analysis.total}},
-           compare=kinds.nothing_to_pair)  # one file, no runs to pair
+           compare=kinds.nothing_to_pair,  # one file, no runs to pair
+           in_short=lambda analysis: [f"- total: {analysis.total:g}"])
 TOY_RECORD = Owner("toy", "the toy study (toy.py)", ("toy.json",), found_by="toy.json")  # recognised by its file
 
 
@@ -44,6 +45,12 @@ def toy_kind(monkeypatch):
     monkeypatch.setitem(OWNERS, "toy", TOY_RECORD)
     monkeypatch.setitem(KINDS, "toy", TOY)
     return TOY
+
+
+def toy_report(text: str, short: str) -> str:
+    """The toy's report as render writes it: In short first, the opening paragraph under a heading of its own, and the
+    figure its report does not place, placed at its end."""
+    return f"# Toy\n\n## In short\n\n{short}\n\n## About this study\n\n{text}\n\n## Figures\n\n![toy](toy.png)\n"
 
 
 def toy_folder(folder: Path, values: list[float]) -> Path:
@@ -58,7 +65,8 @@ def test_a_kind_registered_once_is_redrawn_by_split_panels(toy_kind, tmp_path, c
     split_panels.main([str(folder), "--margin", "0.1"])
     written = capsys.readouterr().out.split()
     assert [Path(w).name for w in written if w != "wrote"] == toy_kind.outputs([])
-    assert (folder / "report.md").read_text() == "# Toy\n\ntotal 4 at margin 0.1\n"
+    assert (folder / "report.md").read_text() == toy_report("total 4 at margin 0.1", "- total: 4")
+    assert '<h2 id="in-short">In short</h2>' in (folder / "report.html").read_text()
     assert json.loads((folder / "toy_combined.json").read_text()) == {"total": 4.0}
     assert (folder / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -75,10 +83,10 @@ def test_a_kind_registered_once_owns_its_folders_and_is_redrawn_into_another(toy
     capsys.readouterr()
     split_panels.main([str(folder), "--out", str(tmp_path / "redraw")])  # a redraw, into a new folder
     assert capsys.readouterr().out == "".join(f"wrote {tmp_path / 'redraw' / name}\n" for name in (
-        "redraw.json", "toy.png", "report.md", "toy_combined.json"))
+        "redraw.json", "toy.png", "report.md", "report.html", "toy_combined.json"))
     assert json.loads((tmp_path / "redraw" / "redraw.json").read_text()) == {"redraw_of": str(folder.resolve()),
                                                                              "kind": "toy"}
-    assert (tmp_path / "redraw" / "report.md").read_text() == "# Toy\n\ntotal 3 at margin 0.25\n"
+    assert (tmp_path / "redraw" / "report.md").read_text() == toy_report("total 3 at margin 0.25", "- total: 3")
     other = toy_folder(tmp_path / "other", [5.0])  # another toy study is no redraw's to draw into
     err = stops(capsys, split_panels.main, [str(folder), "--out", str(other)])
     assert err == (f"error: {other} belongs to the toy study (toy.py), by its toy.json: the drawing of a toy study "
@@ -99,3 +107,8 @@ def test_a_folder_of_no_kind_is_named_as_such(tmp_path):
     from research.results import ResultsError
     with pytest.raises(ResultsError, match="no study found"):
         kinds.read(tmp_path, {})
+
+
+def test_every_kind_says_its_report_in_short():
+    assert all(kind.in_short is not kinds._no_short for kind in KINDS.values()), [
+        name for name, kind in KINDS.items() if kind.in_short is kinds._no_short]
