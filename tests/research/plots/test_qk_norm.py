@@ -197,8 +197,8 @@ def test_in_short_answers_the_writeups_questions_with_each_pairs_outcome_and_int
     a = analysis.analyze(qk_runs((50, 40, 42), (3.60, 3.70, 3.65)))
     lines = qk_norm_report.in_short(a)
     assert len(lines) == 11
-    assert lines[0] == ("- **Which drives key rank (final key PR), the gain or the normalization?** Both do, in opposite "
-                        "directions.")
+    assert lines[0] == ("- **Which drives key rank (final key PR), the gain or the normalization?** Both do, in "
+                        "opposite directions.")
     # A/B on log ratios, as the table above: +25.0% [+24.4%, +25.6%], in the key-PR family of four at 98.8% each
     assert lines[2] == ("- key PR, the gain's effect (A/B): **different, beyond the margin** +25.0% [+24.4%, +25.6%] "
                         "(key PR family, k = 4, 98.8% each)")
