@@ -160,6 +160,7 @@ def test_an_undecided_outcome_names_what_would_settle_it_with_no_number():
                              "levels added (docs/decisions.md#sequential-studies).")
     assert settle_line("batch") == ("\u2021 open at these batches; to settle it: a replication on new batches "
                                     "decided on its own; read with this one, some outcome of the two is wrong with "
-                                    "probability at most 10%, their levels added (docs/decisions.md#sequential-studies).")
+                                    "probability at most 10%, their levels added "
+                                    "(docs/decisions.md#sequential-studies).")
     settled = one({s: 110.0 + 0.01 * s for s in range(4)}, {s: 100.0 for s in range(4)})
     assert settled.outcome == DIFFERENT and needed_text(settled) == ""
