@@ -317,7 +317,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), keys_plots.figures, keys_plots.report,
          _per_condition(keys_plots.FIGURE_BASES), primary=_keys_primary, in_short=keys_plots.in_short),
     Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
-         _per_condition(heads_plots.FIGURE_BASES)),
+         _per_condition(heads_plots.FIGURE_BASES), in_short=heads_plots.in_short),
     Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
          compare=_grid_compare, primary=_lr_primary),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,

@@ -173,15 +173,16 @@ def with_sink_norm(res: dict, shift: float) -> dict:
 
 
 @pytest.mark.parametrize("shifts, said, claim", [
-    ([3.0, -6.0, 2.0], "not decided (inconclusive): +6.667 mean difference; ratio ", "inconclusive"),
+    ([3.0, -6.0, 2.0], f"not decided (inconclusive{OPEN}): +6.667 mean difference; ratio ", "inconclusive"),
     ([0.0, 0.1, -0.1], "+7.000 mean difference; ratio ", "holds")])
 def test_heads_gap_is_a_decision_or_said_to_be_open(shifts, said, claim):
     a = heads_analysis.analyze({"QK": [with_sink_norm(make_results(seed=s), x) for s, x in enumerate(shifts)]})
     # key norms are decided on log ratios: the sink's norm (12 + shift) over the gatherer's (5), per seed
     rel, lo, hi = ratio_interval([12.0 + x for x in shifts], [5.0] * 3)
     text = heads.report(a)
-    assert f"per seed that has both (3), decided on log ratios: {said}{rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)" in text
-    assert f"key norms: **{claim}**" in text
+    assert f"Sinks' key norm against gatherers' (3 seeds with both): {said}{rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)" \
+        in text
+    assert f"The claim: **{claim}**." in text
 
 
 def test_qk_norm_report_names_the_probe_of_its_final_values():

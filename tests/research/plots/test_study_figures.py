@@ -97,12 +97,13 @@ def test_head_report_states_sinks_gatherers_and_thresholds():
     assert bullet(text, "Gatherers (1)") == f"layer {GATHERER[0]} KV head {GATHERER[1]}"
     assert bullet(text, "Thresholds") == ("sink if sink mass > 0.3 and entropy < 1.800; "
                                           "gatherer if sink mass \u2264 0.3 and entropy > 2.200")
-    assert "sinks have high and gatherers low key norms: **not tested**" in text  # one seed
+    assert "No seed has both a sink and a gatherer: the claim is not tested." not in text  # the one seed has both
+    assert "(1 seed with both)" in text and "The claim: **not tested**." in text  # one seed: no test
     assert "margin m = 0.1" in text and bullet(text, "Neither") == f"{2 * L - 2} heads"
-    rows = md_table(text, "layer")
-    classes = {(r["layer"], r["KV head"]): r["class"] for r in rows}
+    rows = md_table(text, "layer (QK)")
+    classes = {(r["layer (QK)"], r["KV head"]): r["class"] for r in rows}
     assert classes[("4", "0")] == "sink" and classes[("1", "1")] == "gatherer"
-    assert next(r for r in rows if (r["layer"], r["KV head"]) == ("4", "0"))["norm"] == "12.000"
+    assert next(r for r in rows if (r["layer (QK)"], r["KV head"]) == ("4", "0"))["norm"] == "12.000"
     assert "No per-probe head records" in heads.report(heads_analysis.analyze({"QK": [writeups_only(make_results())]}))
 
 
