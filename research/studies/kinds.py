@@ -319,7 +319,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
          _per_condition(heads_plots.FIGURE_BASES), in_short=heads_plots.in_short),
     Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
-         compare=_grid_compare, primary=_lr_primary),
+         compare=_grid_compare, primary=_lr_primary, in_short=lr_plots.in_short),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
          _named(finetune_plots.FIGURES), primary=_finetune_primary),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
