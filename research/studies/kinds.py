@@ -321,7 +321,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
          compare=_grid_compare, primary=_lr_primary, in_short=lr_plots.in_short),
     Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
-         _named(finetune_plots.FIGURES), primary=_finetune_primary),
+         _named(finetune_plots.FIGURES), primary=_finetune_primary, in_short=finetune_plots.in_short),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
          conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
          compare=_conditions_compare, primary=_conditions_primary, named_primary=True),
