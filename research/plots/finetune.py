@@ -8,11 +8,13 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from research.analysis import finetune as A
+from research.analysis.dips import OPEN as RECOVERY_OPEN
 from research.analysis.dips import RISES, course_text, fall_rise_text
-from research.analysis.wording import effect_text, ratio_text, rule_text
+from research.analysis.wording import OPEN, effect_text, ratio_text, rule_text
 from research.analysis.series import mean_band
-from research.plots.common import (color, decided_text, decision_table, fmt_code, fmt_final, fmt_num, fmt_tokens,
-                                   message_figure, styled, subplots, tokens_axis)
+from research.plots.common import (color, decided_text, decision_table, figure_line, fmt_code, fmt_final, fmt_num,
+                                   fmt_tokens, message_figure, styled, subplots, tokens_axis)
+from research.plots.in_short import family_text, short_line
 from research.results.read import last
 from research.results.vocabulary import label
 
@@ -122,7 +124,7 @@ def _loss_change(analysis: A.FinetuneAnalysis) -> list[str]:
         said = f"{way}: {effect_text(d)}, {d.outcome}" if d.decided else decided_text(d, 4)
         lines.append(f"- {label(c)}, held-out loss: {fmt_num(start)} at the first probe, {fmt_num(end)} "
                      f"{fmt_final(_last_tokens({c: runs}, analysis))} (means over seeds); {said}.")
-    return lines
+    return lines + ["", figure_line("2_loss.png", "Training and held-out loss while fine-tuning")]
 
 
 def _recovery(analysis: A.FinetuneAnalysis) -> list[str]:
@@ -180,6 +182,7 @@ def report(analysis: A.FinetuneAnalysis) -> str:
     lines += ["", "## Change over fine-tuning within each condition (last probe minus first)", ""]
     names = {n: t for n, t, *_ in A.KEY_FIELDS}
     lines += decision_table(analysis.change, 3, name_of=lambda k: f"{label(k[0])}: {names[k[1]]}")
+    lines += ["", figure_line("1_keys.png", "Key PR, PR before the gain and key norm while fine-tuning")]
     lines += _loss_change(analysis) + _recovery(analysis)
     lines += ["", "## How far the k gains moved, and the largest logit taken apart", "",
               "Mean over seeds \u00b1 95% CI half width. Gain drift: |g_end - g_start| / |g_start| of the k_norm gain "
@@ -192,7 +195,37 @@ def report(analysis: A.FinetuneAnalysis) -> str:
         lines.append(f"| {label(c)} | {_ci_text(*analysis.drift_mean.get(c, (math.nan, math.nan)), 4)} | "
                      + " | ".join(_ci_text(*analysis.logit_split.get(c, {}).get(t, (math.nan, math.nan)))
                                   for t in A.LOGIT_TERMS) + " |")
+    lines += ["", figure_line("3_gains_and_logits.png", "How far the k gains moved, and the largest logit taken apart")]
     lines += ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin) + ". "
               + ratio_text("key PR, key norms: against the other condition, or a last value against the first") + ".",
               ""]
     return "\n".join(lines)
+
+
+def in_short(analysis: A.FinetuneAnalysis) -> list[str]:
+    """The study's question (trained against frozen q/k norm gains, in the final key metrics and the validation loss),
+    each with its outcome, effect and interval; then each condition's held-out loss over fine-tuning and whether its
+    key PR rises again after its lowest point."""
+    lines = []
+    if analysis.final:
+        keys = {name: analysis.final[name] for name, *_ in A.KEY_FIELDS}
+        family = family_text("key family", keys.values())
+        lines += [short_line(f"{text}, trained / frozen gains" if keys[name].ratio else
+                             f"{text}, trained \u2212 frozen gains", keys[name], family)
+                  for name, text, *_ in A.KEY_FIELDS]
+        d = analysis.final["val_loss"]
+        lines.append(short_line(f"{A.LOSS_LABEL}, trained \u2212 frozen gains", d, family_text("its own family", [d])))
+    else:
+        lines.append("- Trained against frozen gains: not compared (the study needs both conditions with a common "
+                     "seed)")
+    family = family_text("loss-change family", analysis.loss_change.values())
+    lines += [short_line(f"held-out loss over fine-tuning, {label(c)} (last \u2212 first probe, share of the first)",
+                         d, family) for c, d in analysis.loss_change.items()]
+    said = {c: f"**{r.status}**" + (OPEN if r.status == RECOVERY_OPEN else "")
+            + (f" ({r.why_not})" if r.why_not else "") for c, r in analysis.recovery.items()}
+    if len(set(said.values())) == 1 and len(said) > 1:
+        lines.append(f"- Key PR rises again after its lowest point: {next(iter(said.values()))} in every condition")
+    elif said:
+        lines.append("- Key PR rises again after its lowest point: "
+                     + "; ".join(f"{label(c)} {text}" for c, text in said.items()))
+    return lines

@@ -22,11 +22,16 @@ from matplotlib.colors import Normalize
 
 from research.analysis.heads import (SINK_MASS, TAXONOMY_MARGIN, HeadsAnalysis, HeadsCondition, HeadSeries,
                                     LayerChoice, Taxonomy)
-from research.plots.common import (decided_text, fmt_num, fmt_p, fmt_tokens, label, message_figure, styled, subplots,
-                                   tokens_axis)
+from research.plots.common import (decided_text, figure_line, fmt_num, fmt_p, fmt_tokens, label, message_figure, styled,
+                                   subplots, tokens_axis)
+from research.plots.in_short import MOST, family_text, short_line
 from research.plots.keys import figure_name
 
 FIGURE_BASES = ("norm_divergence", "entropy_norm_scatter", "effective_rank", "gamma_heatmap")
+FIGURE_WHAT = {"norm_divergence": "Key norm and entropy of each KV head of one layer over training",
+               "entropy_norm_scatter": "Key norm against entropy of every head at every probe",
+               "effective_rank": "Effective rank of the keys per layer over training",
+               "gamma_heatmap": "k_norm gain per dimension over training"}
 NO_RECORDS = ("This results file has no per-probe head records ('probes'),\n"
               "only the write-ups' summary fields; per-head figures cannot be drawn.")
 
@@ -179,9 +184,9 @@ def _heads_text(pairs) -> str:
     return "; ".join(f"layer {i} KV head {k}" for i, k in pairs) if pairs else "none"
 
 
-def _table(h: HeadSeries, cls: Taxonomy) -> list[str]:
+def _table(cond: str, h: HeadSeries, cls: Taxonomy) -> list[str]:
     s = h.series
-    lines = ["", "| layer | KV head | norm | max_abs | pr_vec | entropy | sink_mass | qk_ratio | class |",
+    lines = ["", f"| layer ({cond}) | KV head | norm | max_abs | pr_vec | entropy | sink_mass | qk_ratio | class |",
              "|---|---|---|---|---|---|---|---|---|"]
     for i in range(h.n_layers):
         for k in range(h.n_kv):
@@ -194,13 +199,23 @@ def _table(h: HeadSeries, cls: Taxonomy) -> list[str]:
 
 def _norm_gap(c: HeadsCondition) -> list[str]:
     if c.norm_gap is None:
-        return ["No seed has both a sink and a gatherer: the write-ups' claim that sinks have higher key norms "
-                "than gatherers cannot be tested here.", ""]
+        return ["No seed has both a sink and a gatherer: the claim is not tested.", ""]
     d = c.norm_gap
     p = f" (p = {fmt_p(d.p_adj)})" if d.tested else ""
-    return [f"Sinks' mean key norm against gatherers', per seed that has both ({d.n}), decided on log ratios: "
-            f"{decided_text(d, 3)}{p}. The "
-            f"write-ups' claim that sinks have high and gatherers low key norms: **{c.norm_gap_claim}**.", ""]
+    return [f"Sinks' key norm against gatherers' ({d.n} seed{'' if d.n == 1 else 's'} with both): "
+            f"{decided_text(d, 3)}{p}. The claim: "
+            f"**{c.norm_gap_claim}**.", ""]
+
+
+def _erank_text(c: HeadsCondition) -> str:
+    """The keys' effective rank per layer at the last probe every seed shares (mean over the layer's KV heads and the
+    seeds)."""
+    if not c.erank.size:
+        return "No effective rank of the keys in these runs."
+    final = c.erank[-1]
+    return (f"Effective rank of the keys at the last probe ({fmt_tokens(c.erank_tokens[-1])} tokens; mean over the "
+            f"layer's KV heads, {c.erank_seeds}): " + ", ".join(f"layer {i} {fmt_num(v, 1)}" for i, v in
+                                                                  enumerate(final)) + ".")
 
 
 def report(analysis: HeadsAnalysis) -> str:
@@ -217,12 +232,18 @@ def report(analysis: HeadsAnalysis) -> str:
              f"\u00d7 {1 - TAXONOMY_MARGIN:g}",
              f"- **gatherer**: sink mass \u2264 {SINK_MASS:g} and entropy > median entropy "
              f"\u00d7 {1 + TAXONOMY_MARGIN:g}",
-             "- **neither**: every other head", ""]
+             "- **neither**: every other head", "",
+             "The write-ups' claim that sinks have high and gatherers low key norms is tested in each condition on its "
+             "seeds that have both: per seed the sinks' mean key norm against the gatherers', decided on log ratios "
+             "(docs/decisions.md#ratio-quantities).", ""]
     for cond, c in analysis.conditions.items():
         lines += [f"## {label(cond)} (`{cond}`)", ""]
+        names = dict(zip(FIGURE_BASES, (figure_name(b, cond, len(analysis.conditions)) for b in FIGURE_BASES)))
         if c is None:
             lines += ["No per-probe head records ('probes') in the results file(s): nothing to classify.", ""]
+            lines += [line for b, what in FIGURE_WHAT.items() for line in (figure_line(names[b], what), "")]
             continue
+        lines += [_erank_text(c), "", figure_line(names["effective_rank"], FIGURE_WHAT["effective_rank"]), ""]
         lines += _norm_gap(c)
         for idx, run in enumerate(c.runs):
             h, cls, widest = run.heads, run.taxonomy, run.divergence
@@ -236,13 +257,55 @@ def report(analysis: HeadsAnalysis) -> str:
                       f"- Sinks ({len(sinks)}): {_heads_text(sinks)}",
                       f"- Gatherers ({len(gath)}): {_heads_text(gath)}",
                       f"- Neither: {int((cls.classes == 'neither').sum())} heads",
-                      f"- Layer with the largest head divergence: layer {widest.layer} ({widest.why})"]
+                      f"- Largest head divergence in layer {widest.layer}: {widest.why}"]
             g_last = h.gains[-1][widest.layer]
             if g_last is not None:
                 lines.append(f"- k_norm gain of layer {widest.layer} at the last probe: mean {np.mean(g_last):.3f}, "
                              f"min {np.min(g_last):.3f}, max {np.max(g_last):.3f}, "
                              f"cv {np.std(g_last, ddof=1) / abs(np.mean(g_last)):.4f}")
-            if idx == 0:
-                lines += _table(h, cls)
+            if idx == 0:  # the per-head figures show this run
+                lines += _table(cond, h, cls)
+                lines += [line for b in ("entropy_norm_scatter", "norm_divergence", "gamma_heatmap")
+                          for line in ("", figure_line(names[b], FIGURE_WHAT[b]))]
             lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _found_text(counts: dict, several: bool) -> str:
+    """The sinks and gatherers of a condition's seeds: 'no sink and no gatherer in any seed', '1 sink and 2 gatherers
+    in every seed', or by seed: 'sinks 0, 1, 1 and gatherers 1, 1, 1 by seed'."""
+    sinks, gatherers = counts["sink"], counts["gatherer"]
+    if not any(sinks + gatherers):
+        return "no sink and no gatherer" + (" in any seed" if several else "")
+    if len(set(sinks)) == 1 and len(set(gatherers)) == 1:
+        return (f"{sinks[0]} sink{'' if sinks[0] == 1 else 's'} and {gatherers[0]} "
+                f"gatherer{'' if gatherers[0] == 1 else 's'}" + (" in every seed" if several else ""))
+    return f"sinks {', '.join(map(str, sinks))} and gatherers {', '.join(map(str, gatherers))} by seed"
+
+
+def in_short(analysis: HeadsAnalysis) -> list[str]:
+    """What the study measured (it decides no primary question): per condition the sinks and gatherers at the last
+    probe and the keys' effective rank, then the sinks' key norm against the gatherers' where a seed has both."""
+    lines = []
+    for cond, c in analysis.conditions.items():
+        if c is None:
+            lines.append(f"- {label(cond)}: no per-probe head records, nothing measured")
+            continue
+        heads = c.runs[0].heads.n_layers * c.runs[0].heads.n_kv
+        counts = {name: [len(r.taxonomy.heads(name)) for r in c.runs] for name in ("sink", "gatherer")}
+        rank = ""
+        final = c.erank[-1] if c.erank.size else np.zeros(0)
+        if np.isfinite(final).any():
+            lo, hi = int(np.nanargmin(final)), int(np.nanargmax(final))
+            d_head = c.runs[0].heads.d_head
+            rank = (f"; key effective rank {fmt_num(final[lo], 1)} (layer {lo}) to {fmt_num(final[hi], 1)} "
+                    f"(layer {hi})" + (f", at most d_head = {d_head}" if d_head else "") + f", {c.erank_seeds}")
+        lines.append(f"- {label(cond)}, last probe: {_found_text(counts, len(c.runs) > 1)} (of {heads} KV heads)"
+                     + rank)
+        if c.norm_gap is not None:
+            lines.append(short_line(f"{label(cond)}, sinks' mean key norm / gatherers'", c.norm_gap,
+                                    family_text("its own family", [c.norm_gap]))
+                         + f"; the write-ups' claim that sinks have higher key norms: **{c.norm_gap_claim}**")
+    if len(lines) > MOST:
+        lines = lines[:MOST - 1] + ["- more conditions: in their sections below"]
+    return lines

@@ -8,18 +8,25 @@ research.studies.render places the section under the report's title, for every k
 """
 from __future__ import annotations
 
-from research.analysis.rules import Decision
-from research.analysis.wording import OPEN, effect_text, needed_text, untested_text
+from research.analysis.rules import DESCRIPTIVE, Decision
+from research.analysis.wording import OPEN, effect_text, needed_text, plural, untested_text
 
 TITLE = "In short"
 MOST = 12  # lines of "In short" at most: one screen
 
 
 def outcome_words(d: Decision, unit: str = "seed") -> str:
-    """The outcome word in bold, OPEN-marked where left open; why not tested, where not."""
-    if not d.tested:  # why, in its own words: 'one seed (descriptive, no test)', 'no spread: every seed ...'
-        why = untested_text(d, unit=unit) or d.outcome
-        return f"**not tested**: {why}" if why else "**not tested**"
+    """The outcome word in bold, OPEN-marked where left open; why not tested, where not ('**no spread**: every seed
+    differs by exactly +0.000', '**no paired values** (no seed with both values)'); one `unit`'s value, descriptive,
+    has its reason in its effect (short_line)."""
+    if not d.tested:
+        if not d.outcome:
+            return "**not tested**"
+        why = untested_text(d, unit=unit)
+        if d.outcome == DESCRIPTIVE or not why:
+            return f"**{d.outcome}**"
+        return f"**{d.outcome}**{why.removeprefix(d.outcome)}" if why.startswith(d.outcome) else \
+            f"**{d.outcome}** ({why})"
     return f"**{d.outcome}**{needed_text(d, unit)}"
 
 
@@ -28,8 +35,21 @@ def short_line(question: str, d: Decision, family: str, unit: str = "seed", of: 
     """'- question: **different, size unresolved**‡ -4.8% [-7.2%, -2.3%] (family)': one primary comparison, its
     effect as effect_text prints it (shares of the compared values' mean, or the ratio minus 1 of one decided on log
     ratios; `of`/`first` as effect_text takes them)."""
-    effect = effect_text(d, unit, of, first) if d.tested else ""
+    effect = effect_text(d, unit, of, first) if d.tested or d.outcome == DESCRIPTIVE else ""
     return f"- {question}: {outcome_words(d, unit)}" + (f" {effect}" if effect else "") + f" ({family})"
+
+
+def family_text(name: str, decisions, unit: str = "seed") -> str:
+    """'key PR family, k = 3, 98.3% each, 2 seeds': the family a line's comparisons were decided in, its k tested
+    comparisons at their Bonferroni level, and how many of `unit` they rest on ('not tested' where none was)."""
+    decisions = list(decisions)
+    tested = [d for d in decisions if d.tested]
+    ns = sorted({d.n for d in tested or decisions})
+    n = "" if not ns else f", {ns[0]} {unit if ns[-1] == 1 else plural(unit)}" if len(ns) == 1 else \
+        f", {ns[0]} to {ns[-1]} {plural(unit)}"
+    if not tested:
+        return f"{name}, not tested{n}"
+    return f"{name}, k = {len(tested)}, {tested[0].ci_level:.1%}" + (" each" if len(tested) > 1 else "") + n
 
 
 def section(lines: list[str], report: str, settle: str) -> str:

@@ -17,9 +17,11 @@ from matplotlib.patches import Patch
 
 from research.analysis.keys import WITH_WD, WITHOUT_WD, KeyDynamics, KeysAnalysis, group_mean, group_of
 from research.analysis.rules import Decision, log_margin
-from research.analysis.wording import ratio_text, rule_text
-from research.plots.common import (GROUP_COLORS, decided_text, decision_table, fmt_diff_ci, fmt_num, fmt_tokens, label,
-                                   message_figure, smooth, styled, subplots, tokens_axis, undecided_text)
+from research.analysis.wording import effect_text, ratio_text, rule_text
+from research.plots.common import (GROUP_COLORS, decided_text, decision_table, figure_line, fmt_diff_ci, fmt_num,
+                                   fmt_tokens, label, message_figure, smooth, styled, subplots, tokens_axis,
+                                   undecided_text)
+from research.plots.in_short import MOST, family_text, outcome_words, short_line
 
 GROUP_NAMES = {"early": "early layers", "middle": "middle layers", "final": "final layers"}
 NO_RECORDS = ("This results file has no per-probe key records ('probes'),\n"
@@ -163,24 +165,29 @@ def _layers_text(layers: list[int]) -> str:
     return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
 
 
-def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
+def _figures(cond: str, n_conditions: int) -> tuple[str, str]:
+    """The Markdown lines of a condition's two figures: the four panels, then the norm over training."""
+    a_name, e_name = (figure_name(b, cond, n_conditions) for b in FIGURE_BASES)
+    return (figure_line(a_name, f"Key norm, outliers and redundancy by layer group and final norm per layer of {cond}"),
+            figure_line(e_name, f"Key norm of each layer group of {cond} over training"))
+
+
+def _condition(cond: str, data: KeyDynamics, margin: float, n_conditions: int = 1) -> list[str]:
     s, L, d_head, groups, t = data.series, data.n_layers, data.d_head, data.groups, data.tokens
     ref = math.sqrt(d_head)
     where = {i: data.ended_where(i) for i in range(L)}
-    rule = ("one seed: descriptive, by the sign of the log ratio beyond the margin" if data.n_seeds < 2 else
-            "decided per seed on log ratios, ln(norm / sqrt(d_head)), Bonferroni over the layers")
-    lines = [f"- Runs: {data.seeds}" + (" (every number below is the mean over seeds, probe by probe)"
-                                        if data.n_seeds > 1 else ""),
+    lines = [f"- Runs: {data.seeds}" + ("; every number below is their mean, probe by probe" if data.n_seeds > 1
+                                       else ""),
              f"- Probes: {len(t)}, from {fmt_tokens(t[0])} to {fmt_tokens(t[-1])} training tokens",
-             f"- d_head = {d_head} ({data.d_source}), so sqrt(d_head) = {ref:.2f}; margin \u00b1{margin:.0%} of the "
-             f"mean of the norm and sqrt(d_head) ({ref / math.exp(log_margin(margin)):.2f} to "
-             f"{ref * math.exp(log_margin(margin)):.2f}); {rule}"]
+             f"- sqrt(d_head) = {ref:.2f} (d_head = {d_head}, {data.d_source}); at it within "
+             f"{ref / math.exp(log_margin(margin)):.2f} to {ref * math.exp(log_margin(margin)):.2f}"
+             + ("; one seed, so descriptive" if data.n_seeds < 2 else "")]
     for side in ("above", "below", "at", "undecided"):
         lines.append(f"- Ended {side if side == 'undecided' else side + ' sqrt(d_head)'}: "
                      f"{_layers_text([i for i in range(L) if where[i] == side])}")
     lines += ["", f"### Per layer (initial = first probe, at {fmt_tokens(t[0])} tokens; final = last probe, at "
               f"{fmt_tokens(t[-1])} tokens)", "",
-              "| layer | group | initial norm | final norm | change | vs sqrt(d_head) | initial max_abs | "
+              f"| layer ({cond}) | group | initial norm | final norm | change | vs sqrt(d_head) | initial max_abs | "
               "final max_abs | initial cos_mean | final cos_mean | final peak_frac |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i in range(L):
@@ -189,8 +196,9 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
                      f"{where[i]} | {fmt_num(s['max_abs'][0, i])} | {fmt_num(s['max_abs'][-1, i])} | "
                      f"{fmt_num(s['cos_mean'][0, i], 4)} | {fmt_num(s['cos_mean'][-1, i], 4)} | "
                      f"{fmt_num(s['peak_frac'][-1, i], 4)} |")
-    lines += ["", "### Layer groups (mean over the group's layers)", "",
-              "| group | layers | initial norm | final norm | initial max_abs | final max_abs | "
+    panels, evolution = _figures(cond, n_conditions)
+    lines += ["", panels, "", "### Layer groups (mean over the group's layers)", "",
+              f"| group ({cond}) | layers | initial norm | final norm | initial max_abs | final max_abs | "
               "initial cos_mean | final cos_mean |", "|---|---|---|---|---|---|---|---|"]
     for g, layers in groups.items():
         def gm(m, p):
@@ -202,7 +210,7 @@ def _condition(cond: str, data: KeyDynamics, margin: float) -> list[str]:
     if data.final_norm_std is not None:
         lines += ["", "Final norm per layer, spread over seeds (std): "
                   + ", ".join(f"layer {i}: {data.final_norm_std[i]:.3f}" for i in range(L))]
-    return lines + [""]
+    return lines + ["", evolution, ""]
 
 
 def _wd_share(group: str, wd: Decision, with_wd: Decision | None, margin: float) -> str:
@@ -217,8 +225,7 @@ def _wd_share(group: str, wd: Decision, with_wd: Decision | None, margin: float)
         return (f"- {group} layers: change {fmt_diff_ci(with_wd, 3)} with weight decay, of which {fmt_diff_ci(wd, 3)} "
                 f"({wd.est / with_wd.est:.0%} of the log change) is weight decay's (both beyond the margin).")
     if wd.same:
-        return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%}, so no share of the change is "
-                f"put on weight decay.")
+        return f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}: inside \u00b1{margin:.0%}, no share."
     if not wd.decided:
         return f"{part}: {undecided_text(wd, 3)}. No share is given."
     return (f"{part}: {fmt_diff_ci(wd, 3)}, {wd.outcome}; the change with weight decay: {decided_text(with_wd, 3)}. "
@@ -233,36 +240,88 @@ def _changes(analysis: KeysAnalysis) -> list[str]:
              f"{ratio_text('key norms: a final norm against the initial one, or against sqrt(d_head)')}:", ""]
     lines += decision_table(analysis.group_changes, 3, lambda k: f"{k[0]}: {k[1]} layers")
     lines.append("")
-    for cond in dict.fromkeys(c for c, _ in analysis.group_changes):
-        lines.append(f"- {cond}: the write-ups' claim that early layers' keys shrink and final layers' keys grow "
-                     f"**{analysis.early_shrink_late_grow(cond)}**.")
-    for cond, f in analysis.shrink.items():
-        if f is not None and f < 1:
-            lines.append(f"- {cond}: AdamW's weight decay alone would multiply every norm gain by {f:.3f} over the "
-                         f"run ((1 \u2212 lr \u00d7 wd)^steps at the peak rate), and with it the keys' norm.")
+    lines.append(_claim_line(analysis, str) + ".")
+    shrink = {cond: f for cond, f in analysis.shrink.items() if f is not None and f < 1}
+    if shrink:
+        lines.append("- AdamW's weight decay alone would multiply every norm gain, and with it the keys' norm, over "
+                     "the run ((1 \u2212 lr \u00d7 wd)^steps at the peak rate) by: "
+                     + "; ".join(f"{cond} {f:.3f}" for cond, f in shrink.items()) + ".")
     if analysis.weight_decay:
         lines += ["", f"## What weight decay on the gains explains ({WITH_WD} minus {WITHOUT_WD})", "",
                   "Per group, the norm's growth (final over initial) with weight decay on the gains against its growth "
                   "without it, paired by seed, as a ratio: the part of the change weight decay alone explains. Log "
-                  "changes add up, so a share of the change is a share of the log change.", ""]
+                  "changes add up, so a share of the change is a share of the log change. A share is given only "
+                  "where that part and the change with weight decay both lie beyond the margin; a part inside the "
+                  "margin puts no share of the change on weight decay.", ""]
         lines += decision_table(analysis.weight_decay, 3, lambda g: f"{g} layers")
         lines += [_wd_share(g, d, analysis.group_changes.get((WITH_WD, g)), analysis.margin)
                   for g, d in analysis.weight_decay.items()]
     return lines + [""]
 
 
+def _claim_line(analysis: KeysAnalysis, name) -> str:
+    """The write-ups' claim in every condition whose group changes were decided, in one line."""
+    return ("- The write-ups' claim that early layers' keys shrink and final layers' keys grow: " + "; ".join(
+        f"{name(c)} **{analysis.early_shrink_late_grow(c)}**" for c in dict.fromkeys(c for c, _ in
+                                                                                     analysis.group_changes)))
+
+
 def report(analysis: KeysAnalysis) -> str:
+    one = any(data is not None and data.n_seeds < 2 for data in analysis.conditions.values())
     lines = ["# Key dynamics: what happens with attention keys as the LLM trains", "",
              "Keys measured at the k_norm output (pre-RoPE) on the fixed evaluation batch; every per-layer "
              "number is the mean over the layer's KV heads. norm = mean L2 norm of a key; max_abs = largest "
              "absolute key component (outlier magnitude); cos_mean = mean pairwise cosine similarity of keys "
-             "within a sequence (redundancy); peak_frac = share of a key's energy in its top dimension.", ""]
+             "within a sequence (redundancy); peak_frac = share of a key's energy in its top dimension. Where a "
+             f"layer ended: its final norm against sqrt(d_head), at it within \u00b1{analysis.margin:.0%} of the mean "
+             "of the two (the band each condition's section gives), decided per seed on log ratios, ln(norm / "
+             "sqrt(d_head)), Bonferroni over the layers"
+             + (" (with one seed: descriptive, by the sign of the log ratio beyond the margin)" if one else "")
+             + ".", ""]
     for cond, data in analysis.conditions.items():
         lines += [f"## {label(cond)} (`{cond}`)", ""]
+        n = len(analysis.conditions)
         if data is None:
             lines += ["No per-probe key records ('probes') in the results file(s): only the write-ups' summary "
-                      "fields, so there is nothing to report on keys.", ""]
+                      "fields, so there is nothing to report on keys.", "", *_figures(cond, n), ""]
             continue
-        lines += _condition(cond, data, analysis.margin)
+        lines += _condition(cond, data, analysis.margin, n)
     lines += _changes(analysis)
     return "\n".join(lines) + "\n"
+
+
+def _ended_text(data: KeyDynamics) -> str:
+    """Where the layers' final norms ended against sqrt(d_head): the layers on each side, those undecided."""
+    where = {i: data.ended_where(i) for i in range(data.n_layers)}
+    sides = [(side if side == "undecided" else f"{side} it", [i for i in where if where[i] == side])
+             for side in ("above", "below", "at", "undecided")]
+    return ", ".join(f"{_layers_text(ix)} {name}" for name, ix in sides if ix)
+
+
+def in_short(analysis: KeysAnalysis) -> list[str]:
+    """The study's question (what weight decay on the gains explains of each layer group's key-norm change), each
+    group with its outcome, effect and interval; then per condition each group's change and where its layers ended
+    against sqrt(d_head), and the write-ups' claim."""
+    lines = []
+    if analysis.weight_decay:
+        family = family_text("weight-decay family", analysis.weight_decay.values())
+        lines += [short_line(f"weight decay on the gains, {g} layers' key-norm growth ({WITH_WD} / {WITHOUT_WD})", d,
+                             family) for g, d in analysis.weight_decay.items()]
+    family = family_text("group-change family", analysis.group_changes.values())
+    conds = []
+    for cond, data in analysis.conditions.items():
+        if data is None:
+            conds.append(f"- {label(cond)}: no per-probe key records, nothing measured")
+            continue
+        changes = [(g, analysis.group_changes[(cond, g)]) for g in data.groups if (cond, g) in analysis.group_changes]
+        conds.append(f"- {label(cond)}, key norm final / initial: "
+                     + ", ".join(f"{g} {outcome_words(d)} {effect_text(d)}" for g, d in changes)
+                     + f" ({family}); final norm against sqrt(d_head) = {math.sqrt(data.d_head):.2f}: "
+                     + _ended_text(data))
+    room = MOST - len(lines) - 1
+    if len(conds) > room:
+        conds = conds[:room - 1] + [f"- {len(conds) - room + 1} more conditions: in their sections below"]
+    lines += conds
+    if analysis.group_changes:
+        lines.append(_claim_line(analysis, label))
+    return lines

@@ -16,7 +16,8 @@ from research.analysis.lr import REFERENCE, LRAnalysis
 from research.analysis.wording import effect_text, rule_text
 from research.analysis.series import nanmean, on_shared_tokens
 from research.analysis.stats import mean_ci95
-from research.plots.common import color, decision_table, fmt_num, label, styled, subplots, tokens_axis
+from research.plots.common import color, decision_table, figure_line, fmt_num, label, styled, subplots, tokens_axis
+from research.plots.in_short import family_text, short_line
 
 
 FIGURES = ("lr_final_loss.png", "lr_max_logit.png", "lr_sensitivity.png", "lr_keys.png")
@@ -141,34 +142,35 @@ def _grid_table(analysis: LRAnalysis) -> list[str]:
     return rows
 
 
-def _onset_text(analysis: LRAnalysis, decisions: dict, what: str) -> str:
+def _onset_text(analysis: LRAnalysis, decisions: dict) -> str:
     """Where a difference first lies beyond the margin, from the decided multipliers only; the others are named with
     their intervals, and an undecided one below the first decided hit means the onset may lie lower."""
     if not decisions:
-        return f"{what}: nothing to compare"
+        return "nothing to compare"
     first, open_ = analysis.first(decisions, +1), analysis.undecided(decisions)
     opened = ", ".join(f"{m:g}x ({effect_text(decisions[m])})" for m in open_)
     if len(open_) == len(decisions):
-        return f"{what}: not decided at any multiplier ({opened})"
+        return f"not decided at any multiplier ({opened})"
     if first is None:
-        text = f"{what} at no multiplier whose comparison is decided"
+        text = "at no multiplier whose comparison is decided"
     else:
-        text = f"{what} beyond the margin first at {first:g}x" + (
+        text = f"beyond the margin first at {first:g}x" + (
             " of the decided multipliers (an undecided lower one may be the onset)" if any(m < first for m in open_)
             else "")
     return text + (f" (not decided at {opened})" if open_ else "")
 
 
 def _onsets(analysis: LRAnalysis) -> list[str]:
-    lines = []
+    """One row per condition: its highest stable rate, where its final max logit rises above its own at 1x, and
+    where its final loss becomes worse than the reference condition's."""
+    lines = [f"| condition (onsets) | highest rate with no diverged seed | final max logit above its own at 1x | "
+             f"final loss worse than {label(REFERENCE)}'s |", "|---|---|---|---|"]
     for cond in analysis.grid:
         stable = analysis.highest_stable[cond]
-        parts = [f"highest rate with no diverged seed: {f'{stable:g}x' if stable else 'none'}",
-                 _onset_text(analysis, analysis.logit_onset.get(cond, {}), "final max logit above its 1x value")]
-        if cond != REFERENCE:
-            parts.append(_onset_text(analysis, analysis.loss_onset.get(cond, {}),
-                                     f"final loss worse than {label(REFERENCE)}'s"))
-        lines.append(f"- {label(cond)}: " + "; ".join(parts) + ".")
+        loss = ("(the reference)" if cond == REFERENCE else
+                _onset_text(analysis, analysis.loss_onset.get(cond, {})))
+        lines.append(f"| {label(cond)} | {f'{stable:g}x' if stable else 'none'} | "
+                     f"{_onset_text(analysis, analysis.logit_onset.get(cond, {}))} | {loss} |")
     return lines
 
 
@@ -180,12 +182,33 @@ def report(analysis: LRAnalysis) -> str:
              "together). A run whose loss became non-finite is recorded as diverged at its step and counts at "
              "the initial loss. Sensitivity (Wortsman et al. 2023): mean over the grid of min(final loss, initial "
              "loss) minus the best final loss of the grid, per seed.", "", "## Grid", ""] + _grid_table(analysis)
+    lines += ["", figure_line("lr_final_loss.png", "Final validation loss against the learning rate"), "",
+              figure_line("lr_keys.png", "Final max logit, key PR and key norm against the learning rate")]
     lines += ["", "## Sensitivity", "", "| condition | mean (nats) | 95% CI half width | seeds |", "|---|---|---|---|",
-              *sens, "", f"Procedure: {rule_text(analysis.margin, analysis.loss_margin)}. Here the margin is a share "
+              *sens, "", figure_line("lr_sensitivity.png", "Learning-rate sensitivity per condition"), "",
+              f"Procedure: {rule_text(analysis.margin, analysis.loss_margin)}. Here the margin is a share "
               f"of the mean "
               f"best loss ({analysis.loss_margin:.1%}), and % is of the best loss.", ""]
     lines += decision_table(analysis.decisions, 3, lambda k: f"{label(k[0])} \u2212 {label(k[1])}")
     lines += ["", "## Where loss and logits start to move", "",
               "Per multiplier, a condition's final loss against QK-norm's (paired by seed, Bonferroni over the "
               "multipliers), and its final max logit against its own at 1x (same procedure):", ""] + _onsets(analysis)
+    lines += ["", figure_line("lr_max_logit.png", "Largest attention logit over training at each highest stable rate")]
     return "\n".join(lines) + "\n"
+
+
+def in_short(analysis: LRAnalysis) -> list[str]:
+    """The study's question (does a condition's final loss depend less on the learning rate than another's?): each
+    pair's sensitivity with its outcome, effect (a share of the best loss) and interval; then each condition's
+    sensitivity in nats and its highest stable rate."""
+    family = family_text("sensitivity family", analysis.decisions.values())
+    lines = [short_line(f"LR sensitivity, {label(x)} \u2212 {label(y)} (share of the best loss)", d, family)
+             for (x, y), d in analysis.decisions.items()]
+    if analysis.sensitivity_ci:
+        lines.append("- LR sensitivity in nats (mean \u00b1 95% CI over seeds): " + "; ".join(
+            f"{label(c)} {fmt_num(m)}" + (f" \u00b1 {h:.3f}" if math.isfinite(h) else "")
+            for c, (m, h) in analysis.sensitivity_ci.items()))
+    if analysis.highest_stable:
+        lines.append("- Highest rate with no diverged seed: " + "; ".join(
+            f"{label(c)} {f'{m:g}x' if m else 'none'}" for c, m in analysis.highest_stable.items()))
+    return lines

@@ -15,8 +15,9 @@ from matplotlib.patches import Patch
 
 from research.analysis.pilot import PilotAnalysis
 from research.analysis.wording import ratio_text, rule_text
-from research.plots.common import (color, decided_text, decision_table, effect_bars, fmt_num, label, styled, subplots,
-                                   tokens_axis)
+from research.plots.common import (color, decided_text, decision_table, effect_bars, figure_line, fmt_num, label,
+                                   styled, subplots, tokens_axis)
+from research.plots.in_short import family_text, short_line
 from research.results.values import as_array
 
 FIGURES = ("panel_a_loss.png", "panel_b_pr_trajectory.png", "panel_c_per_layer.png", "panel_d_delta.png",
@@ -185,10 +186,14 @@ def report(analysis: PilotAnalysis, top: int = 3) -> str:
     for cond, c in analysis.conditions.items():
         lines.append(f"| {label(cond)} (`{cond}`) | {c.combined.get('n_seeds', 1)} | {c.tokens:,.0f} | "
                      f"{fmt_num(c.final_pr, 2)} | {fmt_num(c.final_loss)} | {fmt_num(c.final_val)} |")
-    lines.append("")
+    lines += ["", figure_line("panel_a_loss.png", "Train and validation loss over training"), "",
+              figure_line("panel_b_pr_trajectory.png", "Mean key PR over training"), ""]
+    per_layer = [figure_line("panel_c_per_layer.png", "Final key PR per layer"), "",
+                 figure_line("panel_d_delta.png", "Per-layer difference of final key PR"), "",
+                 figure_line("layer_pr_heatmap_500k.png", "Key PR per layer and probe"), ""]
     a, b = analysis.a, analysis.b
     if a is None or b is None:
-        lines += ["Only one condition: the QK-norm minus no-QK-norm difference needs both.", ""]
+        lines += ["Only one condition: the QK-norm minus no-QK-norm difference needs both.", "", *per_layer]
         return "\n".join(lines) + "\n"
     outcomes = [d.outcome for d in analysis.layer_decisions.values()]
     ds = analysis.decisions
@@ -207,5 +212,29 @@ def report(analysis: PilotAnalysis, top: int = 3) -> str:
     lines += decision_table(analysis.decisions, 3, names.get) + [""]
     lines += [f"Per layer (final PR, {label(a)} − {label(b)}; Bonferroni over the {len(analysis.layers)} layers):",
               ""]
-    lines += decision_table(analysis.layer_decisions, 2, lambda i: f"layer {i}") + [""]
+    lines += decision_table(analysis.layer_decisions, 2, lambda i: f"layer {i}") + ["", *per_layer]
     return "\n".join(lines) + "\n"
+
+
+def in_short(analysis: PilotAnalysis) -> list[str]:
+    """The pilot's question (does QK-norm change the final key PR and the validation loss?), each with its outcome,
+    effect and interval, and the per-layer outcomes counted; with one condition, its final values."""
+    a, b = analysis.a, analysis.b
+    if a is None or b is None:
+        return [f"- {label(c)}: final mean key PR {fmt_num(pc.final_pr, 2)}, final validation loss "
+                f"{fmt_num(pc.final_val)} ({pc.combined.get('n_seeds', 1)} seed(s)); the QK-norm minus no-QK-norm "
+                f"difference needs both conditions" for c, pc in analysis.conditions.items()]
+    lines = []
+    for field, what in (("mean_pr", "final key PR"), ("val_loss", "final validation loss")):
+        d = analysis.decisions[field]
+        sign = "/" if d.ratio else "\u2212"
+        lines.append(short_line(f"{what}, {label(a)} {sign} {label(b)}", d, family_text("its own family", [d])))
+    ds = analysis.layer_decisions
+    if ds:
+        beyond = [d for d in ds.values() if d.differs]
+        higher, lower = sum(d.est > 0 for d in beyond), sum(d.est < 0 for d in beyond)
+        lines.append(f"- final key PR per layer, {label(a)} against {label(b)}: higher beyond the margin in {higher} "
+                     f"of {len(ds)} layers, lower in {lower}, the same within the margin in "
+                     f"{sum(d.same for d in ds.values())}, not decided in {sum(not d.decided for d in ds.values())} "
+                     f"({family_text('per-layer family', ds.values())})")
+    return lines

@@ -10,7 +10,7 @@ from research.analysis.rules import runs_of
 from research.analysis.wording import conflict, effect_text, ratio_text, rule_text, settles_text
 from research.plots.common import (decision_table, figure_line, fmt_at, fmt_ci, fmt_code, fmt_diff, fmt_rel_ci,
                                    per_seed_text, table_notes)
-from research.plots.in_short import short_line
+from research.plots.in_short import family_text, short_line
 from research.plots.qk_norm import FIGURES, SITE_TEXT, name
 from research.results.read import seed_of
 from research.results.values import present
@@ -270,11 +270,9 @@ def in_short(a: QkNormAnalysis) -> list[str]:
             ("Key PR (pr_sv)", "final_pr", 1), ("Validation loss", "final_val_loss", 3))]
     for field, what in (("mean_pr", "key PR"), ("val_loss", "validation loss")):
         decided = {**a.decisions[field], **({STEPS: a.steps[field]} if a.steps.get(field) is not None else {})}
-        k = sum(1 for d in decided.values() if d.tested)
+        family = family_text(f"{what} family", decided.values())
         for pair, d in decided.items():
-            level = f", {d.ci_level:.1%} each" if d.tested else ""
-            lines.append(short_line(f"{what}, {(STEP_RATIO if d.ratio else STEP)[pair]}", d,
-                                    f"{what} family, k = {k}{level}"))
+            lines.append(short_line(f"{what}, {(STEP_RATIO if d.ratio else STEP)[pair]}", d, family))
     if a.claims:
         lines.append("- The write-ups' claims at this scale: " + "; ".join(
             f"({k}) **{c.status}**" for k, c in a.claims.items()) + " (The write-ups' claims, below).")

@@ -8,6 +8,7 @@ from research.analysis.rules import DIFFERENT, INCONCLUSIVE
 from research.plots import lr as lr_plots
 from research.results import validate
 from research.results.vocabulary import grid_key
+from tests.helpers import md_table
 
 L0 = 8.0  # initial loss of every run
 MULTS = (0.25, 1, 4, 16)
@@ -83,8 +84,10 @@ def test_figures_and_report_carry_the_analysis():
     assert [b.get_height() for b in bars] == pytest.approx([0.0, 1.3725])
     text = lr_plots.report(a)
     assert "| no QK-norm | 16x | n/a | 3/3 |" in text
-    assert "- no QK-norm: highest rate with no diverged seed: 4x" in text
-    assert "final loss worse than QK-norm, learned gain's beyond the margin first at 4x." in text
+    onsets = {r["condition (onsets)"]: r for r in md_table(text, "condition (onsets)")}
+    assert onsets["no QK-norm"]["highest rate with no diverged seed"] == "4x"
+    assert onsets["no QK-norm"]["final loss worse than QK-norm, learned gain's"] == "beyond the margin first at 4x"
+    assert onsets["QK-norm, learned gain"]["final loss worse than QK-norm, learned gain's"] == "(the reference)"
 
 
 def test_an_onset_is_named_from_decided_multipliers_only():
@@ -94,15 +97,18 @@ def test_an_onset_is_named_from_decided_multipliers_only():
         runs[grid_key("QK", m)] = [run(s, 3.0 + 0.01 * s) for s in range(3)]
         off = {0.25: [0, 0.001, -0.001], 1: [0.2, -0.2, 0.05], 4: [0.3, -0.1, 0.0], 16: [0.5, 0.51, 0.49]}[m]
         runs[grid_key("NoQK", m)] = [run(s, 3.0 + 0.01 * s + off[s]) for s in range(3)]
-    text = lr_plots.report(analyze(runs))
-    line = next(ln for ln in text.splitlines() if ln.startswith("- no QK-norm:"))
-    assert ("final loss worse than QK-norm, learned gain's beyond the margin first at 16x of the decided multipliers "
-            "(an undecided lower one may be the onset) (not decided at 1x (+0.6% [") in line
-    assert "from 16x" not in line and "4x (+2.2% [" in line
+    loss = "final loss worse than QK-norm, learned gain's"
+
+    def onset(text: str) -> str:
+        return next(r for r in md_table(text, "condition (onsets)") if r["condition (onsets)"] == "no QK-norm")[loss]
+    cell = onset(lr_plots.report(analyze(runs)))
+    assert cell.startswith("beyond the margin first at 16x of the decided multipliers (an undecided lower one may be "
+                           "the onset) (not decided at 1x (+0.6% [")
+    assert "from 16x" not in cell and "4x (+2.2% [" in cell
     one = {k: v[:1] for k, v in runs.items()}  # one seed: nothing is decided, and nothing is named as the onset
-    line = next(ln for ln in lr_plots.report(analyze(one)).splitlines() if ln.startswith("- no QK-norm:"))
-    assert "final loss worse than QK-norm, learned gain's: not decided at any multiplier (0.25x (+0.0% (one seed)), " \
-        "1x (+6.5% (one seed))" in line and "first at" not in line
+    cell = onset(lr_plots.report(analyze(one)))
+    assert cell.startswith("not decided at any multiplier (0.25x (+0.0% (one seed)), 1x (+6.5% (one seed))")
+    assert "first at" not in cell
 
 
 def test_the_logit_curve_averages_seeds_at_the_same_token_count():

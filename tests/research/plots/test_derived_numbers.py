@@ -12,6 +12,7 @@ from research.analysis import heads as heads_analysis
 from research.analysis import keys as keys_analysis
 from research.analysis import pilot as pilot_analysis
 from research.analysis import qk_norm
+from research.analysis.wording import OPEN
 from research.plots import heads, keys, pilot, qk_norm_report
 from tests.helpers import bullet, md_table
 from tests.research.synthetic import SINK, L, make_results, qk_runs
@@ -58,9 +59,8 @@ def test_pilot_prints_no_ranking_count_or_loss_difference_that_was_not_decided()
         f"not decided in any of the {L} layers (their intervals are in the per-layer table below)"
     # key PR is decided on log ratios: the mean difference +0.67, then the ratio and its interval
     rel, lo, hi = ratio_interval(*([r["mean_pr"][-1] for r in runs[c]] for c in ("qk_norm", "no_qk_norm")))
-    assert bullet(text, "Final mean PR").startswith(
-        f"not decided (inconclusive): +0.67 mean difference; ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%); to "
-        f"settle it")
+    assert bullet(text, "Final mean PR") == \
+        f"not decided (inconclusive{OPEN}): +0.67 mean difference; ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)"
     # the last probe of no QK-norm has no validation loss: no difference from an earlier probe beside it
     assert bullet(text, "Final val loss") == "not decided (no paired values)"
     rows = {r["condition"]: r for r in md_table(text, "condition")}
@@ -121,7 +121,7 @@ def test_key_dynamics_gives_no_share_of_an_undecided_weight_decay_part():
     growth = {c: [end / start for start, end in map(group_ends, rl)] for c, rl in runs.items()}
     rel, lo, hi = ratio_interval(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD], k=3)
     line = bullet(text, "early layers: weight decay's part of the change")
-    assert line.startswith(f"not decided (inconclusive): -0.067 mean difference; ratio {rel:+.1%} [{lo:+.1%}, "
+    assert line.startswith(f"not decided (inconclusive{OPEN}): -0.067 mean difference; ratio {rel:+.1%} [{lo:+.1%}, "
                            f"{hi:+.1%}] (98.3%)")
     assert line.endswith("No share is given.")
 
@@ -160,7 +160,8 @@ def test_key_dynamics_says_a_part_inside_the_margin_is_no_share():
     growth = {c: [end / start for start, end in map(group_ends, rl)] for c, rl in runs.items()}
     rel, lo, hi = ratio_interval(growth[keys_analysis.WITH_WD], growth[keys_analysis.WITHOUT_WD], k=3)
     assert line.startswith(f"ratio {rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (98.3%), different, within the margin")
-    assert "inside \u00b13%, so no share" in line
+    assert line.endswith("different, within the margin: inside \u00b13%, no share.")
+    assert "a part inside the margin puts no share of the change on weight decay" in text  # said once
 
 
 # ----------------------------------------------------------------------------- heads, QK-norm
@@ -172,15 +173,16 @@ def with_sink_norm(res: dict, shift: float) -> dict:
 
 
 @pytest.mark.parametrize("shifts, said, claim", [
-    ([3.0, -6.0, 2.0], "not decided (inconclusive): +6.667 mean difference; ratio ", "inconclusive"),
+    ([3.0, -6.0, 2.0], f"not decided (inconclusive{OPEN}): +6.667 mean difference; ratio ", "inconclusive"),
     ([0.0, 0.1, -0.1], "+7.000 mean difference; ratio ", "holds")])
 def test_heads_gap_is_a_decision_or_said_to_be_open(shifts, said, claim):
     a = heads_analysis.analyze({"QK": [with_sink_norm(make_results(seed=s), x) for s, x in enumerate(shifts)]})
     # key norms are decided on log ratios: the sink's norm (12 + shift) over the gatherer's (5), per seed
     rel, lo, hi = ratio_interval([12.0 + x for x in shifts], [5.0] * 3)
     text = heads.report(a)
-    assert f"per seed that has both (3), decided on log ratios: {said}{rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)" in text
-    assert f"key norms: **{claim}**" in text
+    assert f"Sinks' key norm against gatherers' (3 seeds with both): {said}{rel:+.1%} [{lo:+.1%}, {hi:+.1%}] (95.0%)" \
+        in text
+    assert f"The claim: **{claim}**." in text
 
 
 def test_qk_norm_report_names_the_probe_of_its_final_values():

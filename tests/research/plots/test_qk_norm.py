@@ -201,7 +201,7 @@ def test_in_short_answers_the_writeups_questions_with_each_pairs_outcome_and_int
                         "opposite directions.")
     # A/B on log ratios, as the table above: +25.0% [+24.4%, +25.6%], in the key-PR family of four at 98.8% each
     assert lines[2] == ("- key PR, the gain's effect (A/B): **different, beyond the margin** +25.0% [+24.4%, +25.6%] "
-                        "(key PR family, k = 4, 98.8% each)")
+                        "(key PR family, k = 4, 98.8% each, 3 seeds)")
     assert lines[-1] == ("- The write-ups' claims at this scale: (a) **fails**; (b) **fails**; (c) **fails**; (d) "
                          "**holds**; (e) **holds** (The write-ups' claims, below).")
     one = analysis.analyze({"QK": [qk_run("QK", 0, 50, 3.6)], "NoQK": [qk_run("NoQK", 0, 40, 3.7)]})

@@ -43,13 +43,15 @@ def test_key_report_states_where_layers_ended():
     assert bullet(text, "Ended below sqrt(d_head)") == "layers 4, 5"
     assert bullet(text, "Ended at sqrt(d_head)") == "layers 2, 3"
     # on log ratios the band is 8 x 0.985/1.015 to 8 x 1.015/0.985 (|N - 8| <= 3% of (N + 8)/2)
-    assert ("margin ±3% of the mean of the norm and sqrt(d_head) (7.76 to 8.24); one seed: descriptive, by the sign "
-            "of the log ratio beyond the margin") in text
-    assert "d_head = 64 (config d_model / n_heads), so sqrt(d_head) = 8.00" in text
-    rows = {r["layer"]: r for r in md_table(text, "layer")}
+    assert ("at it within \u00b13% of the mean of the two (the band each condition's section gives), decided per "
+            "seed on log ratios, ln(norm / sqrt(d_head)), Bonferroni over the layers (with one seed: descriptive, by "
+            "the sign of the log ratio beyond the margin).") in text
+    assert "- sqrt(d_head) = 8.00 (d_head = 64, config d_model / n_heads); at it within 7.76 to 8.24; one seed, so " \
+        "descriptive\n" in text
+    rows = {r["layer (QK)"]: r for r in md_table(text, "layer (QK)")}
     assert (rows["0"]["group"], rows["0"]["final norm"], rows["0"]["vs sqrt(d_head)"]) == ("early", "9.000", "above")
     assert (rows["5"]["change"], rows["5"]["vs sqrt(d_head)"]) == ("-1.000", "below")
-    groups = {r["group"]: r for r in md_table(text, "group")}
+    groups = {r["group (QK)"]: r for r in md_table(text, "group (QK)")}
     assert (groups["middle"]["layers"], groups["middle"]["final norm"]) == ("2, 3", "8.000")
     two = keys.report(keys_analysis.analyze({"QK": [make_results(seed=0, norm_drift=-0.01),  # changes 1 -/+ 0.01
                                                     make_results(seed=1, norm_offset=0.01, norm_drift=0.01)]}))
@@ -57,7 +59,7 @@ def test_key_report_states_where_layers_ended():
     changes = {r["comparison"]: r for r in md_table(two.split("## How each layer group")[1], "comparison")}
     assert changes["QK: early layers"]["mean difference"] == "+1.000" and changes["QK: early layers"]["n"] == "2"
     assert changes["QK: early layers"]["ratio \u2212 1"] == "+12.5%"  # decided on log ratios: 8 -> 9
-    assert "early layers' keys shrink and final layers' keys grow **fails**" in two
+    assert "- The write-ups' claim that early layers' keys shrink and final layers' keys grow: QK **fails**." in two
     assert "No per-probe key records" in keys.report(keys_analysis.analyze({"QK": [writeups_only(make_results())]}))
 
 
@@ -95,12 +97,13 @@ def test_head_report_states_sinks_gatherers_and_thresholds():
     assert bullet(text, "Gatherers (1)") == f"layer {GATHERER[0]} KV head {GATHERER[1]}"
     assert bullet(text, "Thresholds") == ("sink if sink mass > 0.3 and entropy < 1.800; "
                                           "gatherer if sink mass \u2264 0.3 and entropy > 2.200")
-    assert "sinks have high and gatherers low key norms: **not tested**" in text  # one seed
+    assert "No seed has both a sink and a gatherer: the claim is not tested." not in text  # the one seed has both
+    assert "(1 seed with both)" in text and "The claim: **not tested**." in text  # one seed: no test
     assert "margin m = 0.1" in text and bullet(text, "Neither") == f"{2 * L - 2} heads"
-    rows = md_table(text, "layer")
-    classes = {(r["layer"], r["KV head"]): r["class"] for r in rows}
+    rows = md_table(text, "layer (QK)")
+    classes = {(r["layer (QK)"], r["KV head"]): r["class"] for r in rows}
     assert classes[("4", "0")] == "sink" and classes[("1", "1")] == "gatherer"
-    assert next(r for r in rows if (r["layer"], r["KV head"]) == ("4", "0"))["norm"] == "12.000"
+    assert next(r for r in rows if (r["layer (QK)"], r["KV head"]) == ("4", "0"))["norm"] == "12.000"
     assert "No per-probe head records" in heads.report(heads_analysis.analyze({"QK": [writeups_only(make_results())]}))
 
 

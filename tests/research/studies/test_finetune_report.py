@@ -7,6 +7,7 @@ import pytest
 from scipy import stats
 
 from research.analysis import finetune as A
+from research.analysis.wording import OPEN
 from research.plots import finetune
 from research.results.vocabulary import label
 from tests.helpers import bullet, md_table
@@ -50,7 +51,7 @@ def test_an_open_loss_change_is_said_to_be_open():
     text = finetune.report(a)
     line = bullet(text, f"{label(A.TRAINED)}, held-out loss")
     assert line.startswith("4.000 at the first probe, 4.007 final (at 256 tokens) (means over seeds); not decided "
-                           f"(inconclusive): +0.0067 [{lo:+.4f}, {hi:+.4f}] (97.5%)")
+                           f"(inconclusive{OPEN}): +0.0067 [{lo:+.4f}, {hi:+.4f}] (97.5%)")
     assert "rose" not in line and "fell" not in line
     assert "Final validation loss per condition" not in text  # the old line: end values with no decision
 
