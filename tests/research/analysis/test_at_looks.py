@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from research.analysis.rules import DIFFERENT, INCONCLUSIVE, Margin, Paired, decide, decide_once
-from research.analysis.wording import needed_text, rule_text
+from research.analysis.wording import needed_text, rule_text, settle_line
 from research.analysis.sequential import (Design, Look, at_looks, boundaries, decide_at, design_of, error_bound,
                                           looks_of, plan)
 
@@ -76,18 +76,19 @@ def test_a_calibrated_design_decides_each_look_at_the_level_its_boundaries_set()
 
 
 def test_a_report_of_looks_words_its_intervals_and_what_would_settle_an_open_question_by_its_design():
-    d = decide_once(family(), MARGIN, 0.025)["x"]  # inconclusive
-    assert "1 \u2212 0.05/k (Bonferroni" in rule_text() and "--until_decided from its start" in needed_text(d)
-    assert "new study on new seeds" in needed_text(d) and "at most 10%, their levels added" in needed_text(d)
+    d = decide_once(family(), MARGIN, 0.025)["x"]  # inconclusive: marked, and the report's one line says the route
+    assert needed_text(d) == "\u2021"
+    assert "1 \u2212 0.05/k (Bonferroni" in rule_text() and "--until_decided from its start" in settle_line()
+    assert "new study on new seeds" in settle_line() and "at most 10%, their levels added" in settle_line()
     design = Design((4, 6, 8))
     with at_looks([Look((0, 1, 2, 3), 0.0025)], design):  # not finished: the same command goes on
         assert "intersection of the comparison's t intervals" in rule_text() and "0.05/k" not in rule_text()
-        assert "the same command continues this study" in needed_text(d) and "up to 8 seeds" in needed_text(d)
+        assert "the same command continues this study" in settle_line() and "up to 8 seeds" in settle_line()
     finished = [Look((0, 1, 2, 3), 0.0025), Look(tuple(range(6)), 0.0292), Look(tuple(range(8)), 0.0183)]
     with at_looks(finished, design):  # stopped at its most seeds: a new study on new seeds, its design's 5% added
-        assert "a new study on new seeds" in needed_text(d) and "at most 10%, their levels added" in needed_text(d)
-        assert "continues this study" not in needed_text(d)
+        assert "a new study on new seeds" in settle_line() and "at most 10%, their levels added" in settle_line()
+        assert "continues this study" not in settle_line()
     by_hand = [Look((0, 1, 2, 3), 0.05), Look((0, 1, 2, 3, 4, 5), 0.05, planned=False)]
     with at_looks(by_hand):  # grown by hand: no design; its looks' levels added (10%), then the new study's
-        assert "looks nobody planned" in rule_text() and "--until_decided from its start" in needed_text(d)
-        assert "at most 15%, their levels added" in needed_text(d)
+        assert "looks nobody planned" in rule_text() and "--until_decided from its start" in settle_line()
+        assert "at most 15%, their levels added" in settle_line()
