@@ -323,7 +323,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _named(finetune_plots.FIGURES), primary=_finetune_primary),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
          conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
-         compare=_conditions_compare, primary=_conditions_primary, named_primary=True),
+         compare=_conditions_compare, primary=_conditions_primary, named_primary=True,
+         in_short=conditions_plots.in_short),
     Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
          _named(spikes_plots.FIGURES), compare=_spikes_compare,
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
