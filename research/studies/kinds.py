@@ -326,7 +326,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          compare=_conditions_compare, primary=_conditions_primary, named_primary=True,
          in_short=conditions_plots.in_short),
     Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
-         _named(spikes_plots.FIGURES), compare=_spikes_compare,
+         _named(spikes_plots.FIGURES), compare=_spikes_compare, in_short=spikes_plots.in_short,
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
