@@ -13,11 +13,11 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import pretrained as A
 from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED
-from research.analysis.wording import effect_text, interval_text, needed_text, ratio_text, untested_text
+from research.analysis.wording import interval_text, needed_text, ratio_text, untested_text
 from research.analysis.stats import mean_ci
 from research.plots.common import (GROUP_COLORS, decision_table, figure_line, fmt_code, fmt_num, message_figure,
                                    styled, subplots)
-from research.plots.in_short import MOST, outcome_words
+from research.plots.in_short import MOST, decided_part
 
 CLASS_COLORS = {"sink": "#c44e52", "gatherer": "#4c72b0", "neither": "#999999", "n/a": "#dddddd"}
 
@@ -426,15 +426,6 @@ def report(analysis: A.PretrainedAnalysis) -> str:
 
 # ---------------------------------------------------------------------------------------------- In short
 
-def _decided(d, what: str) -> str:
-    """'early 0.64: **different, beyond the margin** -84.0% [-84.8%, -83.2%]': one comparison, its effect the ratio
-    minus 1 (or the share of the mean) with its interval over text batches (wording.effect_text)."""
-    if not d.tested:  # why, in untested_text's words without the outcome said twice
-        why = untested_text(d, unit="batch").removeprefix(f"{d.outcome}: ")
-        return f"{what}: **{d.outcome}**" + (f" ({why})" if why and why != d.outcome else "")
-    return f"{what}: {outcome_words(d, 'batch')} {effect_text(d, 'batch')}"
-
-
 def _family(decisions: dict, n: int) -> str:
     """'one family of 3, 98.3% each, over 3 text batches' ('' where none has an interval)."""
     tested = [d for d in decisions.values() if d.tested]
@@ -447,20 +438,20 @@ def _family(decisions: dict, n: int) -> str:
 def _answers(model: A.ModelKeys) -> list[str]:
     """The four answers of one model, each in one line without its leading '- '."""
     n, nm = model.n_batches, model.norm
-    vs = "; ".join(_decided(d, f"{g} {nm['group_mean'][g]:.2f}") for g, d in nm["vs_sqrt_d"].items())
-    depth = "; ".join(_decided(d, k.replace(" - ", " \u2212 ")) for k, d in nm["depth"].items())
+    vs = "; ".join(decided_part(f"{g} {nm['group_mean'][g]:.2f}", d, "batch") for g, d in nm["vs_sqrt_d"].items())
+    depth = "; ".join(decided_part(k.replace(" - ", " \u2212 "), d, "batch") for k, d in nm["depth"].items())
     out = [f"Key norm against sqrt(d_head) = {nm['sqrt_d_head']:.2f} at {nm['site']}: {vs} "
            f"({_family(nm['vs_sqrt_d'], n)}); by depth: {depth} ({_family(nm['depth'], n)})"]
     s = model.sinks
     sinks = (f"Sinks: sink rate {s['sink_rate']:.3f} (query heads with mean first-token attention > 0.3); KV heads "
              + ", ".join(f"{c} {k}" for c, k in s["counts"].items()))
     if "top_sink" in s:
-        sinks += "; " + _decided(s["top_sink"]["top-sink KV head - the others"],
-                                 "the top-sink KV head's keys against its layer's others'") + \
+        sinks += "; " + decided_part("the top-sink KV head's keys against its layer's others'",
+                                     s["top_sink"]["top-sink KV head - the others"], "batch") + \
             f" ({_family(s['top_sink'], n)})"
     if "within_layer" in s:
-        sinks += "; " + _decided(s["within_layer"]["sink - gatherer key norm"], "sinks' keys against gatherers'") + \
-            f" ({_family(s['within_layer'], n)})"
+        sinks += "; " + decided_part("sinks' keys against gatherers'", s["within_layer"]["sink - gatherer key norm"],
+                                     "batch") + f" ({_family(s['within_layer'], n)})"
     else:
         sinks += "; sinks against gatherers within a layer: not testable (section 2 says why)"
     out.append(sinks)
@@ -476,7 +467,8 @@ def _answers(model: A.ModelKeys) -> list[str]:
     if r is None:
         out.append("Key rank: no untrained reference was measured")
     else:
-        ranks = "; ".join(_decided(d, f"{g} {d.mean_a:.1f} against {d.mean_b:.1f}") for g, d in r["groups"].items())
+        ranks = "; ".join(decided_part(f"{g} {d.mean_a:.1f} against {d.mean_b:.1f}", d, "batch")
+                          for g, d in r["groups"].items())
         out.append(f"Key rank (pr_sv at {r['site']}), trained against untrained: {ranks} "
                    f"({_family(r['groups'], n)})")
     return out
