@@ -294,6 +294,8 @@ def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | No
 
 
 def _trajectory_draw(one, seeds):
+    """What one model's checkpoints (`one`) or several seeds' (`seeds`) draw, by the analysis's type: its figures,
+    report, "In short" and settle line."""
     return lambda analysis: (seeds if isinstance(analysis, seeds_analysis.SeedTrajectory) else one)(analysis)
 
 
@@ -335,7 +337,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
          _trajectory_draw(trajectory_plots.figures, seeds_plots.figures),
          _trajectory_draw(trajectory_plots.report, seeds_plots.report), _named(trajectory_plots.FIGURES),
-         compare=nothing_to_pair),
+         compare=nothing_to_pair, in_short=_trajectory_draw(trajectory_plots.in_short, seeds_plots.in_short),
+         settle=_trajectory_draw(lambda a: settle_line("batch"), seeds_plots.settle)),
 )}
 
 
