@@ -61,6 +61,7 @@ MIN_SPIKES = 4  # held-out spikes any verdict needs
 EXACT_UP_TO = 8  # runs at one rate whose permutations are all enumerated (8! = 40,320); above, MONTE_CARLO (seeded)
 MONTE_CARLO = 20_000
 WARNS, NO_WARNING, INCONCLUSIVE, NO_THRESHOLD = "warns", "does not warn", "inconclusive", "no usable threshold"
+NOT_RECORDED = "not recorded in its runs"  # why a signal no run of its condition logged is inconclusive
 ALIGN = (-2 * HORIZON, HORIZON)  # steps around the onset the figures show
 
 
@@ -223,7 +224,7 @@ class SignalResult:
     chance: Interval | None  # per seed: the hits the runs-paired null expects, as a share of its spikes
     excess: Interval | None  # hit rate - chance, per seed
     verdict: str
-    text: str  # the verdict sentence with the estimates it rests on
+    text: str  # the verdict and why, with what its report's table row lacks: hits, hits expected, the excess
     permutation: Null | None = None  # runs paired within a rate
     excess_bound: float = math.nan  # the exact upper bound on the pooled hit rate minus the pooled chance
     quiet_false_alarms: float = math.nan  # alarms per 1,000 judged steps in held-out runs without a spike
@@ -330,7 +331,7 @@ def evaluate(runs: list[RunSteps], signal: str, threshold: float, seeds: list) -
 
 
 def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation | None, n_spikes: dict,
-            level: float, k: int, cal_seeds: list, eval_seeds: list) -> SignalResult:
+            level: float, k: int, eval_seeds: list) -> SignalResult:
     """The verdict on one signal (or check) of one condition; `n_spikes`: held-out spikes per evaluation seed."""
     alpha = (1 - level) / 2  # one-sided, per signal: ALPHA / 2 / k
     seeds_with = sum(1 for s in eval_seeds if n_spikes.get(s))
@@ -372,20 +373,14 @@ def _decide(signal: str, cond: str, threshold, cal: Score | None, ev: Evaluation
                  if not v < MIN_EXCESS]
         open_.append(f"a hit rate {MIN_EXCESS:g} above chance is not ruled out ({', '.join(reach)})")
         if spikes < need:
-            open_.append(f"even with no hit, ruling it out at this chance needs at least {need} held-out spikes, "
-                         f"{spikes} here")
+            open_.append(f"ruling it out needs {need} held-out spikes even with no hit, {spikes} here")
         verdict, why = INCONCLUSIVE, "; ".join(open_)
-    if ev is None:
-        text = f"{signal} in {cond}: {verdict} ({why})."
-    else:
-        text = (f"{named} in {cond}: {verdict} ({why}). Held-out hit rate {ci_text(hit)} ({perm.observed} of "
-                f"{spikes} spikes) against {ci_text(chance)} by chance ({perm.expected:.1f} hits expected when each "
-                f"run's alarms are set against the spikes of the runs at its rate, {shifts.expected:.1f} when they "
-                f"are shifted in time against its own), excess {ci_text(excess, near=True)}, exact bound on the pooled "
-                f"excess {near_bound(bound)}; {ci_text(fa, '.1f')} false alarms per 1,000 steps, "
-                f"{'n/a' if not math.isfinite(quiet) else f'{quiet:.1f}'} in runs without a spike; lead "
-                f"{ci_text(lead, '.1f')} steps; chosen on seeds {', '.join(map(str, cal_seeds))}, evaluated on "
-                f"seeds {', '.join(map(str, eval_seeds))}.")
+    text = f"{named} in {cond}: {verdict} ({why})"
+    if ev is not None:  # the hit rate, chance, false alarms and lead are its table row's: here what the row lacks
+        text += (f"; {perm.observed} of {spikes} held-out spikes hit, {perm.expected:.1f} expected with the runs "
+                 f"paired and {shifts.expected:.1f} shifted; excess over chance {ci_text(excess, near=True)}, exact "
+                 f"bound {near_bound(bound)}")
+    text += "."
     return SignalResult(signal, cond, threshold, cal, per_seed, hit, fa, lead, chance, excess, verdict, text, perm,
                         bound, quiet, shifts)
 
@@ -434,12 +429,12 @@ def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
         levels[cond] = 1 - ALPHA / k
         cal_spikes = sum(int(r.warnable.sum()) for r in cal_runs)
         for sig, (t, cal) in chosen.items():
-            res = _decide(sig, cond, t, cal, evals[sig], n_spikes, levels[cond], k, cal_seeds, eval_seeds)
+            res = _decide(sig, cond, t, cal, evals[sig], n_spikes, levels[cond], k, eval_seeds)
             if not candidates(of, sig).size:
-                res = _undecided(res, "not recorded in its runs")
+                res = _undecided(res, NOT_RECORDED)
             elif t is None and not cal_spikes:
-                res = _undecided(res, f"the calibration seeds ({', '.join(map(str, cal_seeds))}) had no spike, so "
-                                      f"no threshold was chosen")
+                res = _undecided(res, f"no spike in {cond}'s calibration seeds ({', '.join(map(str, cal_seeds))}), "
+                                      f"so no threshold was chosen")
             (results if sig in SIGNALS else checks)[(sig, cond)] = res
         summary[cond] = _summary(cond, [results[(sig, cond)] for sig in SIGNALS])
         for name in ("loss", *SIGNALS):

@@ -164,6 +164,11 @@ def figure_line(name: str, what: str) -> str:
     return f"![{what}]({name})"
 
 
+def cell_text(text: str) -> str:
+    """`text` as one cell of a Markdown table: its pipes escaped (a quantity named '|k_i|' would split the row)."""
+    return str(text).replace("|", "\\|")
+
+
 def fmt_num(v, nd: int = 3) -> str:
     """A number for a report table; None and NaN read as n/a."""
     return "n/a" if v is None or not np.isfinite(v) else f"{v:.{nd}f}"
@@ -302,21 +307,21 @@ def undecided_text(d, decimals: int, unit: str = "seed") -> str:
 
 
 def decision_table(decisions: dict, decimals: int, name_of=str, unit: str = "seed",
-                   what: str = "") -> list[str]:
+                   what: str = "comparison") -> list[str]:
     """Markdown rows of research.analysis.rules Decisions: the difference and its interval, both also as shares
     of the compared values' mean, Bonferroni's p, the outcome read off the interval, and each seed's value (outliers
-    marked). `unit`: what the n compared values are (seeds; text batches for one model). A comparison decided on log
-    ratios (Decision.ratio) gives its mean difference in units and its ratio with the ratio's interval; a table of
-    them alone has columns for that, a mixed one says per row. A note under the table explains marks and ratios.
-    `what`: the quantity compared, naming the header's first cell ('Final key PR, pr_sv'), so that no two tables of
-    a report repeat one header row."""
+    marked). `unit`: what the n compared values are (seeds; text batches for one model). `what`: the first column's
+    header, what its rows compare (a report of several such tables names the quantity there, so that no two headers
+    are the same line). A comparison decided on log ratios (Decision.ratio) gives its mean difference in units and its
+    ratio with the ratio's interval; a table of them alone has columns for that, a mixed one says per row. A note
+    under the table explains marks and points to the ratio rule."""
     ratios = [d.ratio for d in decisions.values()]
-    first = what or "comparison"
+    what = cell_text(what)
     if ratios and all(ratios):
-        rows = [f"| {first} | n | mean difference | ratio \u2212 1 | CI of ratio \u2212 1 (level) | "
+        rows = [f"| {what} | n | mean difference | ratio \u2212 1 | CI of ratio \u2212 1 (level) | "
                 f"p (Bonferroni) | outcome | per {unit} (ratio \u2212 1) |", "|---|---|---|---|---|---|---|---|"]
     else:
-        rows = [f"| {first} | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome | "
+        rows = [f"| {what} | n | difference | CI (level) | % of mean | CI, % of mean | p (Bonferroni) | outcome | "
                 f"per {unit} |", "|---|---|---|---|---|---|---|---|---|"]
     for key, d in decisions.items():
         cells = _decision_cells(d, decimals, unit, all(ratios))
@@ -371,14 +376,18 @@ def _seed_order(seeds, n: int) -> list[int]:
     return sorted(range(n), key=lambda i: (not isinstance(seeds[i], int), str(seeds[i]).zfill(12)))
 
 
+# Under a table with ratios: a pointer, the rule itself being said once per report, in its procedure's paragraph
+# (wording.ratio_text); every sentence of it shorter than a line, so that a report of many tables repeats no long one
+RATIO_NOTE = "Ratios: from per-{unit} log ratios (the ratio rule: " + RATIOS + ")."
+
+
 def table_notes(decisions, unit: str = "seed", ratios: bool = True) -> list[str]:
-    """The lines under a decision table that explain its ratios (unless `ratios` is False: the table says it), its
-    fall-backs to differences and its outlier marks; [] where it has none."""
+    """The lines under a decision table that point to the ratio rule where it has ratios (RATIO_NOTE; unless `ratios`
+    is False: the table says it), its fall-backs to differences and its outlier marks; [] where it has none. The rule
+    itself, ratio_text, is the report's procedure paragraph's."""
     notes, decisions = [], list(decisions)
     if ratios and any(d.ratio for d in decisions):
-        notes.append(f"Decided on per-{unit} log ratios ({RATIOS}): the ratio minus 1 is exp(mean ln(A/B)) \u2212 1, "
-                     f"its interval exp(lo) \u2212 1 to exp(hi) \u2212 1; the mean difference is in units and has no "
-                     f"interval.")
+        notes.append(RATIO_NOTE.format(unit=unit))
     if any(d.note for d in decisions):
         notes += [d.note + "." for d in decisions if d.note]
     if any(any(d.outliers) for d in decisions):

@@ -7,9 +7,10 @@
 
 The report states each difference in the quantity's units and as a share of one named condition (the baseline, or
 the first condition of the comparison), and each margin in the same units, saying what it is a share of where it is
-one. Its "In short" states findings only about the study's primary quantities, read as one family, or, without
-primary quantities, about all of them (the nine, and the key cache's where the runs measured it) with the family-wise
-error bound of reading that many families together.
+one. Its "In short" (in_short, which research.studies.render places under the title) states findings only about the
+study's primary quantities, read as one family, or, without primary quantities, about all of them (the nine, and the
+key cache's where the runs measured it) with the family-wise error bound of reading that many families together. Each
+figure stands right after the paragraph that says what it shows.
 """
 from __future__ import annotations
 
@@ -23,11 +24,14 @@ from configs.config import variant_fields
 from research.analysis.conditions import BEYOND, INSIDE, OPEN, REAL, ConditionsAnalysis, Quantity, reading
 from research.analysis.rules import (ALPHA, DESCRIPTIVE, DIFFERENCE, DIFFERENT, EQUAL, NO_DATA, NO_SPREAD,
                                      RATIO_WHERE_POSITIVE, WITHIN, Decision, compared_on)
+from research.analysis.wording import OPEN as MARK
 from research.analysis.wording import (interval_digits, interval_text, margin_bounds, needed_text, ratio_text,
                                        rule_text, unmissable, unmissable_text, untested_text)
 from research.analysis.series import aligned, mean_band
-from research.plots.common import (CONDITION_COLORS, fmt_at, fmt_ci, fmt_diff, fmt_p, message_figure, per_seed_text,
-                                   shown_effect, shown_margin, styled, subplots, table_notes, tokens_axis)
+from research.plots.common import (CONDITION_COLORS, cell_text, figure_line, fmt_at, fmt_ci, fmt_diff, fmt_p,
+                                   message_figure, per_seed_text, shown_effect, shown_margin, styled, subplots,
+                                   table_notes, tokens_axis)
+from research.plots.in_short import MOST
 from research.plots.qk_norm_report import provenance_text
 from research.results.read import seed_of
 
@@ -248,38 +252,39 @@ def _exact(q: Quantity, p: tuple, d: Decision) -> str:
     return f"{q.text} {d.diff:+.{q.decimals}f}{_units(q)}"
 
 
-# The parts of a comparison's line, in order: (reading, its words, how each quantity is named in it, the joint)
+# The parts of a comparison's line, in order: (reading, its words, how each quantity is named in it, the joint); the
+# reading's words in bold, marked open (wording.OPEN) where the outcome is left open
 PARTS = (
-    (BEYOND, BEYOND + " in {}", _entry, "; "),
-    (INSIDE, INSIDE + " in {}", _entry, "; "),
-    (REAL, REAL + ", in {}", _entry, "; "),
-    (OPEN, "is not decided (inconclusive: the interval holds 0 and reaches past the margin) in {}",
+    (BEYOND, f"**{BEYOND}** in {{}}", _entry, "; "),
+    (INSIDE, f"**{INSIDE}** in {{}}", _entry, "; "),
+    (REAL, f"**{REAL}**{MARK}, in {{}}", _entry, "; "),
+    (OPEN, f"**{OPEN}**{MARK} (inconclusive: the interval holds 0 and reaches past the margin) in {{}}",
      lambda a, q, p, d: q.text, ", "),
-    (NO_SPREAD, "shows no spread in {}: every seed differs by exactly that, so there is no interval and it is not "
+    (NO_SPREAD, "**shows no spread** in {}: every seed differs by exactly that, so there is no interval and it is not "
      "decided", lambda a, q, p, d: _exact(q, p, d), "; "),
-    (DESCRIPTIVE, "has one paired seed in {}: described, not tested", lambda a, q, p, d: _exact(q, p, d), "; "),
-    (NO_DATA, "has no paired values in {}", lambda a, q, p, d: q.text, ", "),
+    (DESCRIPTIVE, "**has one paired seed** in {}: described, not tested", lambda a, q, p, d: _exact(q, p, d), "; "),
+    (NO_DATA, "**has no paired values** in {}", lambda a, q, p, d: q.text, ", "),
 )
 
 
 def _line(a: ConditionsAnalysis, p: tuple, items: list) -> str:
     """One comparison's line of "In short": what it decided about each stated quantity, each reason for not deciding
-    said in its own words."""
+    said in its own words, the outcome's words in bold."""
     if a.baseline_set_aside and p[1] == a.baseline:
-        return (f"- **{_pair(p)}** is not compared: every run of the baseline {a.baseline} was set aside (What was "
+        return (f"- {_pair(p)}: **not compared**: every run of the baseline {a.baseline} was set aside (What was "
                 f"compared says why).")
     groups: dict = {}
     for q, d in items:
         groups.setdefault(reading(d), []).append((q, d))
     if set(groups) == {DESCRIPTIVE}:
-        return (f"- **{_pair(p)}** has one paired seed: nothing is tested; the differences are described in the "
-                f"tables below.")
+        return (f"- {_pair(p)}: **one paired seed**: nothing is tested; the differences are described in the tables "
+                f"under Decisions.")
     if set(groups) == {NO_DATA}:
-        return (f"- **{_pair(p)}** has no paired values: no seed has a value in both conditions (What was compared "
-                f"names the runs without a seed).")
+        return (f"- {_pair(p)}: **no paired values**: no seed has a value in both conditions (What was compared names "
+                f"the runs without a seed).")
     parts = [words.format(joint.join(name(a, q, p, d) for q, d in groups[key]))
              for key, words, name, joint in PARTS if key in groups]
-    return f"- **{_pair(p)}** " + ", and ".join(parts) + "."
+    return f"- {_pair(p)}: " + ", and ".join(parts) + "."
 
 
 def _family_note(a: ConditionsAnalysis) -> str:
@@ -301,21 +306,27 @@ def _family_note(a: ConditionsAnalysis) -> str:
             f"family (docs/study_files.md).")
 
 
-def _in_short(a: ConditionsAnalysis) -> list[str]:
+def in_short(a: ConditionsAnalysis) -> list[str]:
+    """The report's "In short" (research.plots.in_short, placed first by research.studies.render): how far its lines may
+    be read at once and in what units, in one line; one line per comparison (the stated quantities' outcomes, in bold);
+    the exploratory quantities named. At most in_short.MOST lines: past that, the last comparison line counts the rest,
+    which the tables under Decisions give."""
     rows = a.in_short()
     if not rows:
-        return ["One condition: nothing is compared."]
+        return ["- One condition: nothing is compared."]
     ref = f"the baseline {a.baseline}" if a.baseline is not None else "the first condition of each comparison"
-    lines = [" ".join(x for x in (_family_note(a), (
+    note = " ".join(x for x in (_family_note(a), (
         f"Each difference is in the quantity's units with its interval, then a share of {ref}'s value; each margin "
         f"is in the same units (where it is a share, of the pair's mean). A positive ratio quantity is decided on "
         f"per-seed log ratios instead: its ratio minus 1 with the ratio's interval, then its mean difference in "
-        f"units, which has no interval.")) if x), ""]
-    lines += [_line(a, p, items) for p, items in rows.items()]
-    if a.exploratory:
-        lines += ["", f"Exploratory, not read here (each its own family at {1 - ALPHA:.0%}, in its table under "
-                      f"Decisions): {', '.join(q.text for q in a.exploratory)}."]
-    return lines
+        f"units, which has no interval.")) if x)
+    tail = ([f"Exploratory, not read here (each its own family at {1 - ALPHA:.0%}, in its table under Decisions): "
+             f"{', '.join(q.text for q in a.exploratory)}."] if a.exploratory else [])
+    lines = [_line(a, p, items) for p, items in rows.items()]
+    room = MOST - 1 - len(tail)
+    if len(lines) > room:
+        lines = lines[:room - 1] + [f"- {len(lines) - room + 1} more comparisons: in the tables under Decisions."]
+    return [note, *lines, *tail]
 
 
 def _outcome(a: ConditionsAnalysis, p: tuple, q: Quantity, d: Decision) -> str:
@@ -330,12 +341,13 @@ def _table(a: ConditionsAnalysis, q: Quantity) -> list[str]:
     """A quantity's comparisons: the difference and its interval in its units, the share of the reference, the
     margin, Bonferroni's p, the outcome and each seed's value (outliers marked). Decided on log ratios: the mean
     difference, the ratio's interval and the ratio minus 1 (docs/decisions.md#ratio-quantities). Intervals and
-    estimates with the digits the interval needs against 0 and the margin (wording.interval_text)."""
+    estimates with the digits the interval needs against 0 and the margin (wording.interval_text). The header's first
+    cell names the quantity: a report of many tables repeats no header row."""
     decisions = a.decisions[q.key]
     ratio = any(d.ratio for d in decisions.values())
     per = "per seed (ratio \u2212 1)" if ratio else "per seed"
-    rows = [f"| comparison | n | {'mean difference' if ratio else 'difference'} | CI (level) | as a share | margin | "
-            f"p (Bonferroni) | outcome | {per} |",
+    rows = [f"| {cell_text(q.text)}, comparison | n | {'mean difference' if ratio else 'difference'} | CI (level) | "
+            f"as a share | margin | p (Bonferroni) | outcome | {per} |",
             "|---|---|---|---|---|---|---|---|---|"]
     for p, d in decisions.items():
         diff = fmt_diff(d, q.decimals)
@@ -386,7 +398,14 @@ def report(a: ConditionsAnalysis) -> str:
                       f"row the fields where its value is not {a.baseline}'s."]
     if shared:
         lines += ["", f"Every run: {shared}."]
-    lines += ["", "## In short", ""] + _in_short(a)
+    at = fmt_at([a.budget_tokens])
+    lines += ["", "## Over training and per layer", "",
+              f"Each quantity's mean over layers at every probe, mean over seeds with its 95% band; its last point, "
+              f"{at}, is the final value the tables under Decisions compare.", "",
+              figure_line("trajectories.png", "each quantity over training, per condition"), "",
+              f"Each probed quantity per layer {at}, mean over seeds with its 95% band: its mean over layers is that "
+              f"final value.", "",
+              figure_line("per_layer.png", f"each probed quantity per layer {at}, per condition")]
     family = ("The primary quantities' tables are one family of k comparisons together; every other table is one "
               "family of its own" if a.primary else None)
     absolute = (f"\u00b1{a.logit_margin:g} logits for the largest attention logit (an absolute margin: it can sit "
@@ -396,7 +415,10 @@ def report(a: ConditionsAnalysis) -> str:
                      f"(docs/decisions.md says why)")
     lines += ["", "## Decisions", "",
               f"Procedure (docs/decisions.md): {rule_text(a.margin, a.loss_margin, family=family, absolute=absolute)}."
-              + _ratios(a), ""]
+              + _ratios(a), "",
+              "Every comparison's estimate and interval against its margin (grey), in the quantity's units or as a "
+              "ratio minus 1: red beyond the margin, blue inside it, dark grey not decided.", "",
+              figure_line("comparisons.png", "every comparison's interval against its margin"), ""]
     for q in a.quantities:
         lines += [f"### {q.text}", ""] + ([_family(a, q), ""] if _family(a, q) else [])
         lines += ["| condition | final | n |", "|---|---|---|"]
@@ -404,8 +426,6 @@ def report(a: ConditionsAnalysis) -> str:
         if a.decisions[q.key]:
             lines += [""] + _table(a, q)
         lines.append("")
-    lines += ["## Figures", "", "trajectories.png (each quantity over training), per_layer.png (per layer at the last "
-              "probe), comparisons.png (every comparison's interval against its margin, in the quantity's units).", "",
-              "## Provenance", ""]
+    lines += ["## Provenance", ""]
     lines += [f"- {c}: {provenance_text(a.runs, c)}" for c in conds]
     return "\n".join(lines) + "\n"

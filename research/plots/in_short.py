@@ -74,3 +74,13 @@ def with_in_short(report: str, lines: list[str], settle: str) -> str:
     if rest and not rest.startswith("#"):
         rest = f"{ABOUT}\n\n{rest}"
     return f"{title}\n\n{short}\n\n{rest}" if rest else f"{title}\n\n{short}\n"
+
+
+def decided_part(what: str, d: Decision, unit: str = "seed") -> str:
+    """'early 11.1 -> 9.05: **different, beyond the margin** -18.7% [-30.3%, -5.1%]': one comparison as a part of a line
+    that states several (a layer group's, a metric's), its effect as effect_text prints it; untested, why, in
+    untested_text's words without the outcome said twice ('**no spread** (every batch has the same ratio, +0.0%)')."""
+    if not d.tested:
+        why = untested_text(d, unit=unit).removeprefix(f"{d.outcome}: ")
+        return f"{what}: **{d.outcome}**" + (f" ({why})" if why and why != d.outcome else "")
+    return f"{what}: {outcome_words(d, unit)} {effect_text(d, unit)}"

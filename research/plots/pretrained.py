@@ -1,5 +1,12 @@
-"""Figures and report.md of research/pretrained_keys_study.py, from pretrained_keys.json alone (no torch)."""
+"""Figures and report.md of research/pretrained_keys_study.py, from pretrained_keys.json alone (no torch).
+
+The report opens with "In short" (in_short, placed by research.studies.render): each model's four answers, their open
+outcomes settled, as Kind.settle says, by a replication on new text batches. Each figure (one panel per model) is
+placed once, after the table or paragraph of the first model it shows."""
 from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -8,8 +15,9 @@ from research.analysis import pretrained as A
 from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED
 from research.analysis.wording import interval_text, needed_text, ratio_text, untested_text
 from research.analysis.stats import mean_ci
-from research.plots.common import (GROUP_COLORS, decision_table, fmt_code, fmt_num, message_figure, styled,
-                                   subplots)
+from research.plots.common import (GROUP_COLORS, decision_table, figure_line, fmt_code, fmt_num, message_figure,
+                                   styled, subplots)
+from research.plots.in_short import MOST, decided_part
 
 CLASS_COLORS = {"sink": "#c44e52", "gatherer": "#4c72b0", "neither": "#999999", "n/a": "#dddddd"}
 
@@ -148,6 +156,21 @@ def figures(analysis: A.PretrainedAnalysis) -> dict:
 
 # ---------------------------------------------------------------------------------------------- report
 
+@dataclass(frozen=True)
+class Shown:
+    """What the report's model sections share: the models (each figure has a panel per model, and is placed once,
+    where first shown), and the model a section is of (named in its tables' headers where there are several)."""
+
+    models: tuple
+    gains: tuple = ()  # the models with a k_norm gain: the gain figure's panels
+    model: str = ""
+    placed: set = field(default_factory=set)  # the figures placed so far (one set for the whole report)
+
+    def named(self, what: str) -> str:
+        """A table's first header cell: what it compares, and of which model where there are several."""
+        return f"{what} ({self.model})" if len(self.models) > 1 else what
+
+
 def _ci(d) -> str:
     if not d.tested:
         return "one batch: no interval" if d.outcome == DESCRIPTIVE else f"{untested_text(d, 2, 'batch')}: no interval"
@@ -198,25 +221,36 @@ def _model_header(name: str, model: A.ModelKeys) -> list[str]:
     return lines
 
 
-def _norm_section(model: A.ModelKeys, margin: float) -> list[str]:
+def _figure(name: str, what: str, shown: Shown, panels: tuple | None = None) -> list[str]:
+    """The figure `name` placed once in a report, where it is first shown (else nothing): its panels show every
+    model, or those of `panels`, named where there are several."""
+    if name in shown.placed:
+        return []
+    shown.placed.add(name)
+    panels = shown.models if panels is None else panels
+    return [figure_line(name, what + (f" (one panel per model: {', '.join(panels)})" if len(panels) > 1 else "")), ""]
+
+
+def _norm_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     lines = []
     nm = model.norm
-    lines += ["### 1. Key norms against sqrt(d_head), by depth", "", "![](key_norms.png)", "",
+    lines += ["### 1. Key norms against sqrt(d_head), by depth", "",
               f"Site {nm['site']}; sqrt(d_head) = {nm['sqrt_d_head']:.2f}; groups "
               + ", ".join(f"{g} = layers {ix}" for g, ix in nm["groups"].items()) + ".", ""]
     for g, d in nm["vs_sqrt_d"].items():
         lines.append(f"- {g}: mean key norm {nm['group_mean'][g]:.2f}, "
                      + _against(d, "sqrt(d_head)", "longer than", "shorter than", margin) + ".")
-    lines += ["", "Depth (paired by batch):", ""] + decision_table(nm["depth"], 2, unit="batch") + [""]
-    return lines
+    lines += ["", "Depth (paired by batch):", ""] + decision_table(
+        nm["depth"], 2, unit="batch", what=shown.named("key norm by depth")) + [""]
+    return lines + _figure("key_norms.png", "key norm per layer and KV head against sqrt(d_head)", shown)
 
 
-def _sink_section(model: A.ModelKeys, margin: float) -> list[str]:
+def _sink_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     rec = model.record
     G = rec["n_heads"] // rec["n_kv_heads"]
     lines = []
     s = model.sinks
-    lines += ["### 2. Sinks and gatherers", "", "![](sinks.png)", "",
+    lines += ["### 2. Sinks and gatherers", "",
               f"Sink rate (query heads with mean first-token attention > 0.3): {s['sink_rate']:.3f} over query "
               f"positions 1..T-1, {s['sink_rate_with_q0']:.3f} with position 0 (Gu et al. 2024's mean, which counts "
               f"query 0's forced weight of 1).", ""]
@@ -227,7 +261,7 @@ def _sink_section(model: A.ModelKeys, margin: float) -> list[str]:
                  f"mean over batches, a KV head taking the mean of its {G} query head(s). KV heads: "
                  + ", ".join(f"{c} {k}" for c, k in s["counts"].items()) + "; query heads: "
                  + ", ".join(f"{c} {k}" for c, k in s["counts_query_heads"].items()) + ".")
-    lines.append("")
+    lines += ["", *_figure("sinks.png", "each head's first-token attention against its entropy, by class", shown)]
     if "top_sink" in s:
         d = s["top_sink"]["top-sink KV head - the others"]
         lines += ["Without the taxonomy: in each layer, the KV head with the most first-token attention against the "
@@ -250,7 +284,7 @@ def _sink_section(model: A.ModelKeys, margin: float) -> list[str]:
     return lines
 
 
-def _gain_section(model: A.ModelKeys, margin: float) -> list[str]:
+def _gain_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     rec = model.record
     lines = []
     gc = model.gain
@@ -260,8 +294,7 @@ def _gain_section(model: A.ModelKeys, margin: float) -> list[str]:
     else:
         cvs = [x["cv"] for x in gc["layers"]]
         n_gold = sum(bool(x["golden"]) for x in gc["layers"])
-        lines += ["![](gains.png)", "",
-                  f"The gain as the model applies it{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; weights, so "
+        lines += [f"The gain as the model applies it{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; weights, so "
                   f"exact: descriptive, no test. CV ranges {min(cvs):.2f} to {max(cvs):.2f} over layers; "
                   f"{n_gold} of {len(cvs)} layers have golden dimensions (gain above median + {gc['golden_k']:g} "
                   f"robust SD).", "",
@@ -273,11 +306,12 @@ def _gain_section(model: A.ModelKeys, margin: float) -> list[str]:
                          f"{x['max']:.3f} | {x['negative']} | {gold or '-'}"
                          + (f" ({x['golden_energy']:.0%})" if x["golden"] else "")
                          + " |")
-        lines.append("")
+        lines += ["", *_figure("gains.png", "the k_norm gain per layer and dimension, and its spread", shown,
+                               shown.gains)]
     return lines
 
 
-def _rank_section(model: A.ModelKeys, margin: float) -> list[str]:
+def _rank_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     rec = model.record
     lines = []
     r = model.rank
@@ -285,15 +319,16 @@ def _rank_section(model: A.ModelKeys, margin: float) -> list[str]:
     if r is None:
         lines += ["No untrained reference was measured.", ""]
     else:
-        lines += ["![](key_rank.png)", "",
-                  f"pr_sv of the keys at {r['site']} (of d_head = {r['d_head']}), trained against an untrained model "
+        lines += [f"pr_sv of the keys at {r['site']} (of d_head = {r['d_head']}), trained against an untrained model "
                   f"of the same architecture (seeded initialization) on the same batches, paired by batch:", ""]
         for g, d in r["groups"].items():
             lines.append(f"- {g}: trained {d.mean_a:.1f}, untrained {d.mean_b:.1f}: "
                          + _against(d, "the untrained keys", "more dimensions than", "fewer dimensions than",
                                     margin).replace("equal to the untrained keys", "as many as the untrained keys")
                          + ".")
-        lines += ["", "Per group:", ""] + decision_table(r["groups"], 2, unit="batch") + [""]
+        lines += ["", "Per group:", ""] + decision_table(r["groups"], 2, unit="batch",
+                                                         what=shown.named("pr_sv, trained against untrained")) + [""]
+        lines += _figure("key_rank.png", "pr_sv per layer, trained and untrained", shown)
         groups = A.layer_groups(rec["n_layers"])
         lines += ["Other rank measures (means over batches and KV heads; descriptive): "
                   + "; ".join(f"{m} trained / untrained: " + ", ".join(
@@ -364,10 +399,11 @@ def _kv_error_lines(kv: dict) -> list[str]:
                                 f"after" for r in kv["ranks_measured"]) + ".", ""]
 
 
-def _model_lines(name: str, model: A.ModelKeys, margin: float) -> list[str]:
+def _model_lines(name: str, model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     """One model's part of report.md: what it is, its four answers and what a key cache holds."""
-    return (_model_header(name, model) + _norm_section(model, margin) + _sink_section(model, margin)
-            + _gain_section(model, margin) + _rank_section(model, margin) + _kv_section(model))
+    shown = dataclasses.replace(shown, model=name)
+    return (_model_header(name, model) + _norm_section(model, margin, shown) + _sink_section(model, margin, shown)
+            + _gain_section(model, margin, shown) + _rank_section(model, margin, shown) + _kv_section(model))
 
 
 def report(analysis: A.PretrainedAnalysis) -> str:
@@ -382,6 +418,72 @@ def report(analysis: A.PretrainedAnalysis) -> str:
              f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]
+    shown = Shown(tuple(analysis.models), tuple(n for n, m in analysis.models.items() if m.gain is not None))
     for name, model in analysis.models.items():
-        lines += _model_lines(name, model, margin)
+        lines += _model_lines(name, model, margin, shown)
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- In short
+
+def _family(decisions: dict, n: int) -> str:
+    """'one family of 3, 98.3% each, over 3 text batches' ('' where none has an interval)."""
+    tested = [d for d in decisions.values() if d.tested]
+    if not tested:
+        return f"none tested, {n} text batch(es)"
+    family = "its own family" if len(tested) == 1 else f"one family of {len(tested)}"
+    return f"{family}, {tested[0].ci_level:.1%}{' each' if len(tested) > 1 else ''}, over {n} text batches"
+
+
+def _answers(model: A.ModelKeys) -> list[str]:
+    """The four answers of one model, each in one line without its leading '- '."""
+    n, nm = model.n_batches, model.norm
+    vs = "; ".join(decided_part(f"{g} {nm['group_mean'][g]:.2f}", d, "batch") for g, d in nm["vs_sqrt_d"].items())
+    depth = "; ".join(decided_part(k.replace(" - ", " \u2212 "), d, "batch") for k, d in nm["depth"].items())
+    out = [f"Key norm against sqrt(d_head) = {nm['sqrt_d_head']:.2f} at {nm['site']}: {vs} "
+           f"({_family(nm['vs_sqrt_d'], n)}); by depth: {depth} ({_family(nm['depth'], n)})"]
+    s = model.sinks
+    sinks = (f"Sinks: sink rate {s['sink_rate']:.3f} (query heads with mean first-token attention > 0.3); KV heads "
+             + ", ".join(f"{c} {k}" for c, k in s["counts"].items()))
+    if "top_sink" in s:
+        sinks += "; " + decided_part("the top-sink KV head's keys against its layer's others'",
+                                     s["top_sink"]["top-sink KV head - the others"], "batch") + \
+            f" ({_family(s['top_sink'], n)})"
+    if "within_layer" in s:
+        sinks += "; " + decided_part("sinks' keys against gatherers'", s["within_layer"]["sink - gatherer key norm"],
+                                     "batch") + f" ({_family(s['within_layer'], n)})"
+    else:
+        sinks += "; sinks against gatherers within a layer: not testable (section 2 says why)"
+    out.append(sinks)
+    gc = model.gain
+    if gc is None:
+        out.append("k_norm gain: the model has none")
+    else:
+        cvs = [x["cv"] for x in gc["layers"]]
+        gold = sum(bool(x["golden"]) for x in gc["layers"])
+        out.append(f"k_norm gain: CV {min(cvs):.2f} to {max(cvs):.2f} over layers; golden dimensions in {gold} of "
+                   f"{len(cvs)} layers (weights, exact: described, not tested)")
+    r = model.rank
+    if r is None:
+        out.append("Key rank: no untrained reference was measured")
+    else:
+        ranks = "; ".join(decided_part(f"{g} {d.mean_a:.1f} against {d.mean_b:.1f}", d, "batch")
+                          for g, d in r["groups"].items())
+        out.append(f"Key rank (pr_sv at {r['site']}), trained against untrained: {ranks} "
+                   f"({_family(r['groups'], n)})")
+    return out
+
+
+def in_short(analysis: A.PretrainedAnalysis) -> list[str]:
+    """The report's "In short" (research.plots.in_short, placed first by research.studies.render): each model's four
+    answers, one line each (named by model where there are several); past in_short.MOST lines, one line per answer
+    with every model in it. Each comparison with its outcome, its ratio (or share) and interval over text batches, and
+    the family it was decided in; an open one marked wording.OPEN (its route: Kind.settle, a replication on new
+    batches)."""
+    answers = {name: _answers(model) for name, model in analysis.models.items()}
+    if len(answers) == 1:
+        return [f"- {line}." for line in next(iter(answers.values()))]
+    if 4 * len(answers) <= MOST:
+        return [f"- {name}: {line[0].lower()}{line[1:]}." for name, lines in answers.items() for line in lines]
+    return [f"- {i + 1}. " + " | ".join(f"{name}: {lines[i]}" for name, lines in answers.items()) + "."
+            for i in range(4)]

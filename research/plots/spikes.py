@@ -4,6 +4,10 @@
                           condition (columns): the median over spikes and the band between the quartiles
 2_hit_vs_false_alarms.png per condition, each signal's held-out hit rate against its false alarms per 1,000 steps,
                           with their intervals over the evaluation seeds
+
+The report opens with "In short" (in_short, placed by research.studies.render): per condition, the signals that warn
+and that do not, with their rates and intervals. How a signal is judged is said once; each condition's table lists its
+signals, and one line per verdict and reason names the signals that share them. Each figure follows what it shows.
 """
 from __future__ import annotations
 
@@ -13,9 +17,11 @@ import textwrap
 import numpy as np
 
 from research.analysis.spike_rule import CHECKS, HORIZON, LATE_LOSS_RISE, LOSS_RISE, REACTION, K, M, REL_FLOOR, WINDOW
-from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, MIN_EXCESS, MIN_SPIKES, SpikeAnalysis, ci_text, p_text,
+from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, INCONCLUSIVE, MIN_EXCESS, MIN_SPIKES, NO_THRESHOLD,
+                                      NO_WARNING, NOT_RECORDED, WARNS, SpikeAnalysis, ci_text, near_bound, p_text,
                                       spikes_to_rule_out)
-from research.plots.common import color, label, message_figure, styled, subplots
+from research.plots.common import color, figure_line, label, message_figure, styled, subplots
+from research.plots.in_short import MOST
 from utils.telemetry import SIGNALS
 
 FIGURES = ("1_signals_at_spikes.png", "2_hit_vs_false_alarms.png")
@@ -156,6 +162,90 @@ def _row(r, name: str) -> str:
             f"{ci_text(r.false_alarms, '.1f')} | {quiet} | {ci_text(r.lead, '.1f')} | {r.verdict} |")
 
 
+def _answer(r) -> str:
+    """A signal's name with the numbers its verdict rests on, as its report's table and line state them."""
+    if r.verdict == WARNS:
+        return f"{r.signal} (hit rate {ci_text(r.hit_rate)} against {ci_text(r.chance)} by chance)"
+    if r.verdict == NO_WARNING:
+        return (f"{r.signal} (hit rate above chance {ci_text(r.excess, near=True)}, exact bound "
+                f"{near_bound(r.excess_bound)})")
+    return r.signal
+
+
+def _condition_line(analysis: SpikeAnalysis, c: str) -> str:
+    """One condition's answer: the signals that warn and that do not, with their rates and intervals, then those not
+    decided, and the family they were decided in."""
+    results = [analysis.results[(name, c)] for name in SIGNALS]
+    parts = [f"**{verdict}**: " + ", ".join(_answer(r) for r in results if r.verdict == verdict)
+             for verdict in (WARNS, NO_WARNING, NO_THRESHOLD) if any(r.verdict == verdict for r in results)]
+    absent = [r.signal for r in results if r.verdict == INCONCLUSIVE and r.text.endswith(f"({NOT_RECORDED}).")]
+    open_ = [r.signal for r in results if r.verdict == INCONCLUSIVE and r.signal not in absent]
+    n = len(analysis.calibration_seeds) + len(analysis.evaluation_seeds)
+    if open_ or absent:
+        parts.append(f"**{INCONCLUSIVE}**: " + "; ".join(
+            x for x in ((f"{', '.join(open_)} (not decided at these {n} seeds)" if open_ else ""),
+                        (f"{', '.join(absent)} ({NOT_RECORDED})" if absent else "")) if x))
+    tested = analysis.family[c]
+    family = (f"{tested} signal(s) tested, one family at one-sided p \u2264 {p_text((1 - analysis.level[c]) / 2)} each"
+              if tested else "no signal tested")
+    checks = ", ".join(f"{name} {analysis.checks[(name, c)].verdict}" for name in CHECKS
+                       if (name, c) in analysis.checks)
+    held = sum(int(r.warnable.sum()) for r in analysis.runs if r.condition == c and r.seed in analysis.evaluation_seeds)
+    return (f"- {label(c)} ({c}), {held} held-out spike(s): " + "; ".join(parts)
+            + f" ({family}" + (f"; checks: {checks}" if checks else "") + ").")
+
+
+def in_short(analysis: SpikeAnalysis) -> list[str]:
+    """The report's "In short" (research.plots.in_short, placed first by research.studies.render): per condition, which
+    signals warn and which do not, with their rates and intervals, those not decided and why, and the family; past
+    in_short.MOST conditions, the last line counts the rest, which Verdict gives."""
+    lines = [_condition_line(analysis, c) for c in analysis.conditions]
+    if len(lines) > MOST:
+        lines = lines[:MOST - 1] + [f"- {len(lines) - MOST + 1} more conditions: under Verdict."]
+    return lines or ["- No runs: nothing to judge."]
+
+
+def judged_text() -> str:
+    """How a signal is decided, said once for every condition."""
+    return (f"Within a condition the signals tested are one family (Bonferroni over the k tested); a signal is tested "
+            f"when it has a threshold and held-out spikes on 2 seeds or more. A signal warns when its held-out hits "
+            f"beat both nulls at one-sided p \u2264 0.025 / k. It does not warn, at its chosen threshold, when its hit "
+            f"rate above chance (runs paired) is shown below {MIN_EXCESS:g} both by the t bound over the evaluation "
+            f"seeds and by the exact (Clopper-Pearson) bound on the pooled held-out hits, each at that level. Any "
+            f"verdict needs {MIN_SPIKES} held-out spikes (with a warning window) on 2 seeds or more.")
+
+
+def checks_text() -> str:
+    """The two checks, said once for every condition."""
+    return (f"Checks, outside the family and tested the same way: {LOSS_RISE} is the loss's own rise over the median "
+            f"of its {WINDOW} steps before; {LATE_LOSS_RISE}, the negative control, is {LOSS_RISE} as it was "
+            f"{REACTION} steps before: its rise at an onset lands in that spike's reaction span, and it knows nothing "
+            f"of the loss inside a warning window, so it warns only if the loss rises {REACTION + 1} to "
+            f"{REACTION + HORIZON} steps before spikes, or if the design takes a reaction, a run's alarm rate or a "
+            f"time in training for a warning.")
+
+
+def _family_text(analysis: SpikeAnalysis, c: str) -> str:
+    """The condition's family: how many signals were tested, their level, and the spikes "does not warn" takes."""
+    tested = analysis.family[c]
+    if not tested:
+        return f"In {c}, no signal could be tested."
+    alpha = (1 - analysis.level[c]) / 2
+    return (f"In {c}, {tested} signal(s) tested, one family: each warns at one-sided p \u2264 {p_text(alpha)} (0.025 / "
+            f"{tested}), intervals at level {analysis.level[c]:.4g}; with no hit and no chance, \"does not warn\" "
+            f"takes {spikes_to_rule_out(tested)} held-out spikes.")
+
+
+def _bullets(results: list) -> list[str]:
+    """One line per verdict and its reason, the signals that share them named together ('key_norm, entropy in QK:
+    inconclusive (not recorded in its runs).')."""
+    grouped: dict = {}
+    for r in results:
+        named, _, rest = r.text.partition(f" in {r.condition}: ")
+        grouped.setdefault((r.condition, rest), []).append(named)
+    return [f"- {', '.join(names)} in {cond}: {rest}" for (cond, rest), names in grouped.items()]
+
+
 def report(analysis: SpikeAnalysis) -> str:
     lines = ["# Do the keys warn before the loss spikes?", "",
              rule_text(), "", "## How a signal is judged", "",
@@ -164,9 +254,13 @@ def report(analysis: SpikeAnalysis) -> str:
              f"{FALSE_ALARM_BOUND:g} false alarms per 1,000 steps) and evaluated only on the other seeds "
              f"({', '.join(map(str, analysis.evaluation_seeds)) or 'none'}).", "", null_text() +
              " Intervals are t intervals over the evaluation seeds (docs/spikes.md, docs/decisions.md).", "",
+             judged_text(), "", checks_text(), "",
              "## Verdict", ""]
     lines += [f"- {analysis.summary[c]}" for c in analysis.conditions]
-    lines += ["", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes | "
+    lines += ["", "Each signal's held-out hit rate against its false alarms, per condition, with the chance each null "
+                  "gives:", "",
+              figure_line(FIGURES[1], "held-out hit rate against false alarms per 1,000 steps, per condition"),
+              "", "## Spikes", "", "| condition | runs | spikes | diverged | calibration spikes | held-out spikes | "
               "held-out, with a warning window |", "|---|---|---|---|---|---|---|"]
     for c in analysis.conditions:
         runs = [r for r in analysis.runs if r.condition == c]
@@ -176,31 +270,17 @@ def report(analysis: SpikeAnalysis) -> str:
                      f"{analysis.spikes_of(c, analysis.calibration_seeds)} | "
                      f"{analysis.spikes_of(c, analysis.evaluation_seeds)} | "
                      f"{sum(int(r.warnable.sum()) for r in held)} |")
+    lines += ["", figure_line(FIGURES[0], "each signal and the loss around every spike, aligned at its onset")]
     for c in analysis.conditions:
-        level, tested = analysis.level[c], analysis.family[c]
-        k, alpha = max(tested, 1), (1 - level) / 2
-        family = (f"{tested} signal(s) tested: each is one of a family of {tested} (Bonferroni)." if tested else
-                  "No signal could be tested (each needs a threshold and held-out spikes on 2 seeds or more).")
-        lines += ["", f"## {label(c)}", "",
-                  f"{family} A signal warns when its held-out hits beat both nulls at one-sided p \u2264 "
-                  f"{p_text(alpha)} (0.025 / {k}). It does not warn, at its chosen threshold, when its hit rate above "
-                  f"chance (runs paired) is shown below {MIN_EXCESS:g} both by the t bound over the evaluation seeds "
-                  f"and by the exact (Clopper-Pearson) bound on the pooled held-out hits, each at that level: with no "
-                  f"hit and no chance that takes {spikes_to_rule_out(k)} held-out spikes. Any verdict needs "
-                  f"{MIN_SPIKES} held-out spikes (with a warning window) on 2 seeds or more. Intervals at level "
-                  f"{level:.4g}.", "",
-                  "| signal | threshold | hit rate (hits of spikes) | chance, runs paired | chance, shifted | "
+        lines += ["", f"## {label(c)}", "", _family_text(analysis, c), "",
+                  f"| signal ({c}) | threshold | hit rate (hits of spikes) | chance, runs paired | chance, shifted | "
                   "p: paired, shifted | false alarms / 1,000 steps | in runs without a spike | lead (steps) "
                   "| verdict |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         lines += [_row(analysis.results[(name, c)], name) for name in SIGNALS]
         lines += [_row(analysis.checks[(n, c)], f"{n} (check)") for n in CHECKS if (n, c) in analysis.checks]
-        lines += ["", *(f"- {analysis.results[(name, c)].text}" for name in SIGNALS), "",
-                  f"Checks, outside the family and tested the same way: {LOSS_RISE} is the loss's own rise over the "
-                  f"median of its {WINDOW} steps before; {LATE_LOSS_RISE}, the negative control, is {LOSS_RISE} as "
-                  f"it was {REACTION} steps before: its rise at an onset lands in that spike's reaction span, and it "
-                  f"knows nothing of the loss inside a warning window, so it warns only if the loss rises "
-                  f"{REACTION + 1} to {REACTION + HORIZON} steps before spikes, or if the design takes a reaction, a "
-                  f"run's alarm rate or a time in training for a warning.", "",
-                  *(f"- {analysis.checks[(name, c)].text}" for name in CHECKS if (name, c) in analysis.checks)]
+        lines += ["", *_bullets([analysis.results[(name, c)] for name in SIGNALS])]
+        checks = [analysis.checks[(name, c)] for name in CHECKS if (name, c) in analysis.checks]
+        if checks:
+            lines += ["", "Checks:", "", *_bullets(checks)]
     return "\n".join(lines) + "\n"

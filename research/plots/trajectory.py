@@ -13,8 +13,10 @@ import math
 import numpy as np
 
 from research.analysis import trajectory as A
-from research.analysis.wording import ratio_text, rule_text
-from research.plots.common import GROUP_COLORS, decision_table, drawable, fmt_code, fmt_num, styled, subplots
+from research.analysis.wording import plural, ratio_text, rule_text
+from research.plots.common import (GROUP_COLORS, decision_table, drawable, figure_line, fmt_code, fmt_num, styled,
+                                   subplots)
+from research.plots.in_short import MOST, decided_part
 
 FIGURES = ("key_trajectories.png", "attention_trajectories.png")
 DUP_COLOR = "#888888"
@@ -121,9 +123,22 @@ def _checkpoints(analysis: A.Trajectory) -> list[str]:
     return lines
 
 
+KEYS_FIGURE = "each key metric against the training step, one line per layer group with its 95% interval"
+ATTENTION_FIGURE = "attention entropy, first-token attention and the loss against the training step"
+
+
+def metric_figures(metrics: list, m, keys: str = KEYS_FIGURE, attention: str = ATTENTION_FIGURE) -> list[str]:
+    """The figure that follows metric m's table in "Metrics by step" (FIGURES: the keys' after the last key metric's,
+    the attention's after the loss's), or []."""
+    last_key = [x.key for x in metrics if x.kind in ("keys", "gain")][-1:]
+    if m.key in last_key:
+        return [figure_line(FIGURES[0], keys), ""]
+    return [figure_line(FIGURES[1], attention), ""] if m.key == A.LOSS else []
+
+
 def _metrics(analysis: A.Trajectory) -> list[str]:
     where = "after k_norm, before RoPE" if analysis.site == "k_norm" else "the model has no k_norm: the key projection"
-    lines = ["## Metrics by step", "", "![](key_trajectories.png)", "", "![](attention_trajectories.png)", "",
+    lines = ["## Metrics by step", "",
              f"Keys at {analysis.site} (where the write-ups measure them: {where}) and after RoPE; groups "
              + ", ".join(f"{g} = layers {ix}" for g, ix in analysis.groups.items())
              + ". Each cell: mean over text batches \u00b1 the half width of its 95% interval; the gain CV is exact.",
@@ -135,7 +150,7 @@ def _metrics(analysis: A.Trajectory) -> list[str]:
         for i, (lab, step) in enumerate(zip(analysis.labels, analysis.steps)):
             lines.append(f"| {lab} | {step} | " + " | ".join(_cell(mean[i], half[i]) for mean, half in series.values())
                          + " |")
-        lines.append("")
+        lines += ["", *metric_figures(analysis.metrics, m)]
     return lines
 
 
@@ -155,11 +170,60 @@ def _changes(analysis: A.Trajectory) -> list[str]:
     lines += ["", "Metrics (last against first, per batch: log ratios for pr_sv, norms and entropy, else "
                   "differences):", ""]
     lines += decision_table({(c.metric, c.group): c.decision for c in analysis.changes if c.metric != A.LOSS}, 3,
-                            name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="batch")
+                            name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="batch", what="metric, layer group")
     lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in analysis.changes if c.metric == A.LOSS},
-                                                4, unit="batch")
+                                                4, unit="batch", what="loss, whole model")
     return lines + ["", "How it is decided: " + rule_text(analysis.margin, analysis.loss_margin, unit="batch") + ". "
                     + ratio_text("key PR, key norms, attention entropy where positive", "batch") + "."]
+
+
+def short_lines(changes: list, titles: dict, first: str, last: str, n: int, unit: str) -> list[str]:
+    """"In short" of first-to-last changes (one model's over text batches, or across seeds): the family in one line,
+    then one line per metric, each layer group's values, outcome, effect and interval (in_short.decided_part), then the
+    loss; past in_short.MOST lines, the last counts the metrics left to the tables."""
+    key = [c for c in changes if c.metric != A.LOSS]
+    tested = [c.decision for c in key if c.decision.tested]
+    level = f", {tested[0].ci_level:.1%} each" if tested else ""
+    over = f"{n} text {plural(unit) if n != 1 else unit}" if unit == "batch" else f"{n} {plural(unit)}"
+    lines = [f"- From {first} to {last}, over {over}: the key and attention metrics are one family of "
+             f"{len(tested)}{level}, the loss its own."]
+    by_metric: dict = {}
+    for c in key:
+        by_metric.setdefault(c.metric, []).append(c)
+    for metric, cs in by_metric.items():
+        parts = "; ".join(decided_part(f"{c.group} {c.decision.mean_b:.3g} \u2192 {c.decision.mean_a:.3g}",
+                                       c.decision, unit) for c in cs)
+        lines.append(f"- {titles[metric]}: {parts} (key and attention family).")
+    for c in changes:
+        if c.metric == A.LOSS:
+            d = c.decision
+            level = f", {d.ci_level:.1%}" if d.tested else ""
+            values = f"{d.mean_b:.3g} \u2192 {d.mean_a:.3g}"
+            lines.append(f"- loss (nats/token): {decided_part(values, d, unit)} (its own family{level}).")
+    if len(lines) > MOST:
+        lines = lines[:MOST - 1] + [f"- {len(lines) - MOST + 1} more: in the tables of the changes."]
+    return lines
+
+
+def in_short(analysis: A.Trajectory) -> list[str]:
+    """The report's "In short" (research.plots.in_short, placed first by research.studies.render): the first-to-last
+    changes per metric over text batches (short_lines), and the gain CV described; with one checkpoint, what it
+    measured."""
+    titles = {m.key: m.title for m in analysis.metrics}
+    if not analysis.changes:
+        pr = analysis.series[analysis.metrics[0].key]
+        return [f"- Only one checkpoint was measured ({analysis.labels[0]}, step {analysis.steps[0]}): nothing to "
+                f"decide; loss {fmt_num(analysis.series[A.LOSS]['model'][0][0], 3)} nats/token, "
+                f"{analysis.metrics[0].title} " + ", ".join(f"{g} {fmt_num(m[0], 3)}" for g, (m, _) in pr.items())
+                + "."]
+    first = f"{analysis.labels[0]} (step {analysis.steps[0]})"
+    last = f"{analysis.labels[-1]} (step {analysis.steps[-1]})"
+    lines = short_lines(analysis.changes, titles, first, last, analysis.n_batches, "batch")
+    gain = A.gain_change(analysis)
+    if gain and len(lines) < MOST:
+        lines.append("- k_norm gain CV (weights, exact: described, not tested): "
+                     + "; ".join(f"{g} {a:.3f} \u2192 {b:.3f}" for g, (a, b) in gain.items()) + ".")
+    return lines
 
 
 def report(analysis: A.Trajectory) -> str:

@@ -16,9 +16,10 @@ from matplotlib.ticker import MaxNLocator
 
 from research.analysis import trajectory as A
 from research.analysis import trajectory_seeds as S
-from research.analysis.wording import ratio_text, reading_with, rule_text
+from research.analysis.wording import ratio_text, reading_with, rule_text, settle_line
 from research.plots.common import decision_table, drawable, fmt_num, fmt_tokens, styled, subplots
-from research.plots.trajectory import FIGURES, mark_duplicates, run_lines
+from research.plots.in_short import MOST
+from research.plots.trajectory import FIGURES, mark_duplicates, metric_figures, run_lines, short_lines
 
 SEED_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974",
                "#64b5cd")
@@ -137,8 +138,13 @@ def _compared(t: S.SeedTrajectory) -> list[str]:
     return lines + [""]
 
 
+KEYS_FIGURE = "each key metric against the training step, one panel per layer group, one line per seed"
+ATTENTION_FIGURE = ("attention entropy, first-token attention and the loss by seed, and the share of sink heads, per "
+                    "model and per layer")
+
+
 def _metrics(t: S.SeedTrajectory) -> list[str]:
-    lines = ["## Metrics by step", "", "![](key_trajectories.png)", "", "![](attention_trajectories.png)", "",
+    lines = ["## Metrics by step", "",
              f"Keys at {t.site} and after RoPE; groups " + ", ".join(f"{g} = layers {ix}" for g, ix in t.groups.items())
              + ". Each cell: the mean over the seeds measured at that step of each seed's mean over text batches "
                "(n seeds), with the lowest and highest seed.", ""]
@@ -151,7 +157,7 @@ def _metrics(t: S.SeedTrajectory) -> list[str]:
                 x = np.array([v[i] for v in seeds.values() if np.isfinite(v[i])])
                 cells.append(f"{x.mean():.3f} [{x.min():.3f}, {x.max():.3f}] (n {x.size})" if x.size else "n/a")
             lines.append(f"| {step} | " + " | ".join(cells) + " |")
-        lines.append("")
+        lines += ["", *metric_figures(t.metrics, m, KEYS_FIGURE, ATTENTION_FIGURE)]
     return lines
 
 
@@ -208,11 +214,32 @@ def _changes_read(t: S.SeedTrajectory) -> list[str]:
     lines += ["", "Metrics (last against first, per seed: log ratios for pr_sv, norms and entropy, else "
                   "differences):", ""]
     lines += decision_table({(c.metric, c.group): c.decision for c in t.changes if c.metric != A.LOSS}, 3,
-                            name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="seed")
+                            name_of=lambda k: f"{titles[k[0]]}, {k[1]}", unit="seed", what="metric, layer group")
     lines += ["", "Loss:", ""] + decision_table({"loss": c.decision for c in t.changes if c.metric == A.LOSS}, 4,
-                                                unit="seed")
+                                                unit="seed", what="loss, whole model")
     return lines + ["", "How it is decided: " + rule_text(t.margin, t.loss_margin, unit="seed") + ". "
                     + ratio_text("key PR, key norms, attention entropy where positive", "seed") + "."]
+
+
+def in_short(t: S.SeedTrajectory) -> list[str]:
+    """The report's "In short" (research.plots.in_short, placed first by research.studies.render): the first-to-last
+    changes per metric across seeds (trajectory.short_lines), and each seed's first sink head, described; with one
+    revision, what it measured."""
+    titles = {m.key: m.title for m in t.metrics}
+    onsets = "; ".join(f"seed {s} " + (f"by {_at(t, o)}" if (o := t.model_onset(s)) is not None else
+                                       "none at any revision") for s in t.seeds)
+    sinks = f"- First sink head of each seed (above {t.sink_threshold:g}; described, not tested): {onsets}."
+    if not t.changes:
+        return [f"- Only one revision was measured ({_at(t, t.first)}): nothing to decide.", sinks]
+    lines = short_lines(t.changes, titles, _at(t, t.first), _at(t, t.last), len(t.paired), "seed")
+    return lines + [sinks] if len(lines) < MOST else lines
+
+
+def settle(t: S.SeedTrajectory) -> str:
+    """The line on what would settle an open outcome, in the route of a suite's seeds (S.SUITE): a replication on other
+    seeds, not seeds added to these."""
+    with reading_with(S.SUITE):
+        return settle_line("seed")
 
 
 def report(t: S.SeedTrajectory) -> str:

@@ -295,6 +295,8 @@ def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | No
 
 
 def _trajectory_draw(one, seeds):
+    """What one model's checkpoints (`one`) or several seeds' (`seeds`) draw, by the analysis's type: its figures,
+    report, "In short" and settle line."""
     return lambda analysis: (seeds if isinstance(analysis, seeds_analysis.SeedTrajectory) else one)(analysis)
 
 
@@ -325,17 +327,20 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _named(finetune_plots.FIGURES), primary=_finetune_primary, in_short=finetune_plots.in_short),
     Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
          conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
-         compare=_conditions_compare, primary=_conditions_primary, named_primary=True),
+         compare=_conditions_compare, primary=_conditions_primary, named_primary=True,
+         in_short=conditions_plots.in_short),
     Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
-         _named(spikes_plots.FIGURES), compare=_spikes_compare,
+         _named(spikes_plots.FIGURES), compare=_spikes_compare, in_short=spikes_plots.in_short,
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair),
+         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair,
+         in_short=pretrained_plots.in_short, settle=lambda a: settle_line("batch")),
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
          _trajectory_draw(trajectory_plots.figures, seeds_plots.figures),
          _trajectory_draw(trajectory_plots.report, seeds_plots.report), _named(trajectory_plots.FIGURES),
-         compare=nothing_to_pair),
+         compare=nothing_to_pair, in_short=_trajectory_draw(trajectory_plots.in_short, seeds_plots.in_short),
+         settle=_trajectory_draw(lambda a: settle_line("batch"), seeds_plots.settle)),
 )}
 
 

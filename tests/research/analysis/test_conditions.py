@@ -10,7 +10,7 @@ import pytest
 from research.analysis.conditions import (INSIDE, LOGIT_MARGIN, QUANTITIES, ConditionRuns, analyze, check_primary,
                                           reading)
 from research.analysis.rules import DIFFERENT, EQUAL, NO_DATA, NO_SPREAD, UNRESOLVED, WITHIN
-from research.plots.conditions import report
+from research.plots.conditions import in_short, report
 from research.simulations.conditions import TRUTH, synthetic_run
 from configs.config import ConfigError
 
@@ -31,8 +31,13 @@ def runs_of(cond: str, own: float = 0.001, **per_seed) -> list[dict]:
     return out
 
 
+def short(a) -> str:
+    """The report's "In short", as research.studies.render places it under the title."""
+    return "\n".join(in_short(a))
+
+
 def line(text: str, pair: str) -> str:
-    return next(ln for ln in text.splitlines() if ln.startswith(f"- **{pair}**"))
+    return next(ln for ln in text.splitlines() if ln.startswith(f"- {pair}: "))
 
 
 def test_primary_quantities_are_one_family_and_the_others_exploratory():
@@ -54,13 +59,15 @@ def test_primary_quantities_are_one_family_and_the_others_exploratory():
     assert a.decisions["key_norm"][("up", "base")].ci_level == 1 - 0.05 / 2
     assert [q.key for q in a.stated] == ["pr_sv", "val_loss"] and len(a.exploratory) == 7
     assert {q.key for p, items in a.in_short().items() for q, _ in items} == {"pr_sv", "val_loss"}
-    text = report(a)
-    assert ("The study's primary quantities (key PR (pr_sv), validation loss) are read as one family of k = 4 "
-            "comparisons: every interval at 1 \u2212 0.05/4 (98.8%), so all the lines below are right at once with "
-            "probability at least 95%.") in text
-    short = text.split("## In short")[1].split("## Decisions")[0]
-    assert "key norm" not in line(short, "up \u2212 base") and "Exploratory, not read here (each its own family at " \
-        "95%, in its table under Decisions): centered key PR (pr_var), key norm," in short
+    text, lines = report(a), in_short(a)
+    assert lines[0].startswith("The study's primary quantities (key PR (pr_sv), validation loss) are read as one "
+                               "family of k = 4 comparisons: every interval at 1 \u2212 0.05/4 (98.8%), so all the "
+                               "lines below are right at once with probability at least 95%. Each difference is in")
+    assert len(lines) == 4 and lines[1].startswith("- up \u2212 base: ") and lines[2].startswith("- same \u2212 base: ")
+    assert "key norm" not in line(short(a), "up \u2212 base") and lines[3].startswith(
+        "Exploratory, not read here (each its own family at 95%, in its table under Decisions): centered key PR "
+        "(pr_var), key norm,")
+    assert "## In short" not in text  # research.studies.render places it, first
     assert "Primary: one family with the other primary quantities, k = 4." in text
     assert "Exploratory: its own family, k = 2." in text
 
@@ -81,9 +88,9 @@ def test_without_primary_quantities_the_report_bounds_reading_the_families_toget
     assert ("These are 2 families, one per quantity, each right at once with probability at least 95%. Read "
             "together, a false line can appear with probability up to 10% (Bonferroni's bound, 2 \u00d7 5%; 10% = "
             "1 \u2212 0.95^2 if the families were independent). Name `primary` quantities in the study file to read "
-            "them as one family") in report(a)
+            "them as one family") in in_short(a)[0]
     nine = analyze(ConditionRuns({"base": runs_of("base"), "up": runs_of("up", 0.003)}, "base"), 0.03, 0.005)
-    assert "up to 45% (Bonferroni's bound, 9 \u00d7 5%; 37% = 1 \u2212 0.95^9" in report(nine)
+    assert "up to 45% (Bonferroni's bound, 9 \u00d7 5%; 37% = 1 \u2212 0.95^9" in in_short(nine)[0]
 
 
 def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
@@ -97,20 +104,20 @@ def test_each_difference_in_units_and_as_a_share_of_a_named_condition():
             "NoQK": runs_of("NoQK", 0.003, logit_max=[18.0, 18.11, 18.22], key_norm=10.81),
             "NoQK_softcap": runs_of("NoQK_softcap", 0.002, logit_max=[11.87, 11.96, 12.05], key_norm=10.81)}
     a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
-    text = line(report(a), "NoQK \u2212 QK")
+    text = line(short(a), "NoQK \u2212 QK")
     assert "largest attention logit +9.91 [+9.87, +9.95] logits (+121% of QK; margin \u00b10.25 logits)" in text
     assert ("key norm ratio NoQK/QK +34.3% [+34.2%, +34.4%] (mean difference +2.760; margin \u00b13% of the pair's "
             "mean: a ratio from -2.96% to +3.05%)") in text
     soft = a.decisions["logit_max"][("NoQK_softcap", "QK")]
     assert a.of_reference(("NoQK_softcap", "QK"), soft) == pytest.approx(3.76 / 8.20)
-    assert "largest attention logit +3.76 [" in line(report(a), "NoQK_softcap \u2212 QK")
-    assert "(+46% of QK; margin" in line(report(a), "NoQK_softcap \u2212 QK")
-    assert "then a share of the baseline QK's value" in report(a)
+    assert "largest attention logit +3.76 [" in line(short(a), "NoQK_softcap \u2212 QK")
+    assert "(+46% of QK; margin" in line(short(a), "NoQK_softcap \u2212 QK")
+    assert "then a share of the baseline QK's value" in short(a)
     # Without a baseline, each pair in the study's order, first minus second, as a share of the first condition
     every = analyze(ConditionRuns(runs), 0.03, 0.005)
     assert "largest attention logit -9.91 [-9.95, -9.87] logits (-121% of QK; margin \u00b10.25 logits)" in line(
-        report(every), "QK \u2212 NoQK")
-    assert "then a share of the first condition of each comparison's value" in report(every)
+        short(every), "QK \u2212 NoQK")
+    assert "then a share of the first condition of each comparison's value" in short(every)
 
 
 def test_no_share_of_a_baseline_inside_an_absolute_margin():
@@ -119,7 +126,7 @@ def test_no_share_of_a_baseline_inside_an_absolute_margin():
     runs = {"QK": runs_of("QK", logit_max=[0.09, 0.10, 0.11], key_norm=8.05),
             "NoQK": runs_of("NoQK", 0.003, logit_max=[0.28, 0.30, 0.32], key_norm=10.81)}
     a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
-    text = line(report(a), "NoQK \u2212 QK")
+    text = line(short(a), "NoQK \u2212 QK")
     assert "largest attention logit +0.20 [" in text and "] logits (margin \u00b10.25 logits)" in text
     assert "key norm ratio NoQK/QK +34.3% [" in text
     assert math.isnan(a.of_reference(("NoQK", "QK"), a.decisions["logit_max"][("NoQK", "QK")]))
@@ -139,8 +146,8 @@ def test_a_logit_near_zero_is_judged_in_logits():
     d = a.decisions["logit_max"][("up", "base")]
     assert (d.outcome, d.margin, d.share, a.logit_margin) == (WITHIN, LOGIT_MARGIN, None, 0.25)
     assert reading(d) == INSIDE
-    assert ("lies within the margin in largest attention logit +0.10 [+0.08, +0.12] logits (margin "
-            "\u00b10.25 logits)") in line(report(a), "up \u2212 base")
+    assert ("**lies within the margin** in largest attention logit +0.10 [+0.08, +0.12] logits (margin "
+            "\u00b10.25 logits)") in line(short(a), "up \u2212 base")
     tight = analyze(ConditionRuns(runs, "base", ("logit_max",), logit_margin=0.05), 0.03, 0.005)
     assert tight.decisions["logit_max"][("up", "base")].outcome == DIFFERENT
     assert "\u00b10.05 logits for the largest attention logit (an absolute margin" in report(tight)
@@ -150,17 +157,17 @@ def test_each_reason_for_not_deciding_is_said_in_its_own_words():
     """One seed, no paired values, a baseline whose runs were all set aside, a difference with no spread, and an
     inconclusive one: five different sentences, none of them a decision."""
     one = {c: runs_of(c)[:1] for c in ("base", "up")}
-    assert line(report(analyze(ConditionRuns(one, "base"), 0.03, 0.005)), "up \u2212 base") == (
-        "- **up \u2212 base** has one paired seed: nothing is tested; the differences are described in the tables "
-        "below.")
+    assert line(short(analyze(ConditionRuns(one, "base"), 0.03, 0.005)), "up \u2212 base") == (
+        "- up \u2212 base: **one paired seed**: nothing is tested; the differences are described in the tables "
+        "under Decisions.")
     apart = {"base": runs_of("base")[:2], "up": [dict(r, seed=r["seed"] + 10) for r in runs_of("up")]}
-    assert line(report(analyze(ConditionRuns(apart, "base"), 0.03, 0.005)), "up \u2212 base").startswith(
-        "- **up \u2212 base** has no paired values: no seed has a value in both conditions")
+    assert line(short(analyze(ConditionRuns(apart, "base"), 0.03, 0.005)), "up \u2212 base").startswith(
+        "- up \u2212 base: **no paired values**: no seed has a value in both conditions")
     gone = analyze(ConditionRuns({"up": runs_of("up"), "other": runs_of("other")}, "base"), 0.03, 0.005)
     assert gone.baseline_set_aside and gone.decisions["pr_sv"][("up", "base")].outcome == NO_DATA
     text = report(gone)
-    assert line(text, "up \u2212 base") == ("- **up \u2212 base** is not compared: every run of the baseline base "
-                                            "was set aside (What was compared says why).")
+    assert line(short(gone), "up \u2212 base") == ("- up \u2212 base: **not compared**: every run of the baseline "
+                                                   "base was set aside (What was compared says why).")
     assert "| base (baseline) | none left | every run set aside (What was compared) |" in text
     assert "| up \u2212 base | 0 | n/a | n/a | n/a | n/a | n/a | not compared: the baseline's runs were set aside |" \
         in text
@@ -172,10 +179,10 @@ def test_each_reason_for_not_deciding_is_said_in_its_own_words():
     flat = a.decisions["pr_sv"][("up", "base")]
     assert flat.outcome == NO_SPREAD and not flat.decided and a.family_k["pr_sv"] == 1  # only the sink mass counts
     text = report(a)
-    assert line(text, "up \u2212 base") == (
-        "- **up \u2212 base** is not decided (inconclusive: the interval holds 0 and reaches past the margin) in "
-        "attention sink mass, and shows no spread in key PR (pr_sv) ratio up/base +50.0% (mean difference +12.50): "
-        "every seed differs by exactly that, so there is no interval and it is not decided.")
+    assert line(short(a), "up \u2212 base") == (
+        "- up \u2212 base: **is not decided**\u2021 (inconclusive: the interval holds 0 and reaches past the margin) "
+        "in attention sink mass, and **shows no spread** in key PR (pr_sv) ratio up/base +50.0% (mean difference "
+        "+12.50): every seed differs by exactly that, so there is no interval and it is not decided.")
     assert "| n/a | no spread: every seed has the same ratio, +50.0% |" in text
     # a quantity decided on differences still says its exact difference: the largest logit, 0.5 above in every seed
     logits = {"base": runs_of("base", logit_max=[8.0, 8.5, 9.0]), "up": runs_of("up", 0.003, logit_max=[8.5, 9.0, 9.5])}
@@ -198,13 +205,13 @@ def test_every_outcome_reads_in_its_own_words():
     assert [a.decisions[k][("up", "base")].outcome for k in ("pr_sv", "key_norm", "entropy")] == [
         DIFFERENT, EQUAL, UNRESOLVED]
     assert a.decisions["entropy"][("up", "base")].ci == pytest.approx((0.023152, 0.058481), abs=1e-6)
-    text = line(report(a), "up \u2212 base")
-    assert text.startswith("- **up \u2212 base** differs beyond the margin in key PR (pr_sv) ratio up/base +41.7% [")
-    assert (", and lies within the margin in key norm ratio up/base +0.1% [-0.4%, +0.7%] (mean difference +0.010; "
+    text = line(short(a), "up \u2212 base")
+    assert text.startswith("- up \u2212 base: **differs beyond the margin** in key PR (pr_sv) ratio up/base +41.7% [")
+    assert (", and **lies within the margin** in key norm ratio up/base +0.1% [-0.4%, +0.7%] (mean difference +0.010; "
             "margin \u00b13% of the pair's mean: a ratio from -2.96% to +3.05%)") in text
-    assert (", and differs, by a size the margin does not settle, in attention entropy (nats) ratio up/base +4.2% "
-            "[+2.3%, +6.0%] (mean difference +0.100 nats; margin \u00b13% of the pair's mean: a ratio from -2.96% to "
-            "+3.05%).") in text
+    assert (", and **differs, by a size the margin does not settle**\u2021, in attention entropy (nats) ratio up/base "
+            "+4.2% [+2.3%, +6.0%] (mean difference +0.100 nats; margin \u00b13% of the pair's mean: a ratio from "
+            "-2.96% to +3.05%).") in text
 
 
 def test_primary_names_are_checked_with_the_closest_and_the_fix():

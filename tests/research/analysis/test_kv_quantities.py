@@ -9,7 +9,7 @@ import pytest
 
 from research.analysis.conditions import KV_QUANTITIES, QUANTITIES, ConditionRuns, analyze, check_primary
 from research.analysis.rules import DIFFERENT, NO_DATA, UNRESOLVED
-from research.plots.conditions import report
+from research.plots.conditions import in_short, report
 from research.results import validate
 from research.simulations.conditions import TRUTH, synthetic_run
 
@@ -68,10 +68,11 @@ def test_a_study_names_key_cache_quantities_primary():
     assert d.ci == pytest.approx((0.055 - 0.03583, 0.055 + 0.03583), abs=1e-4) and d.outcome == DIFFERENT
     text = report(a)
     assert "in 14 quantities" in text and "\u00b10.001 for a loss change with quantized keys" in text
+    short = in_short(a)[0]
     wide = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit", "rank90"), kv_loss_margin=0.03), 0.03, 0.005)
     assert (wide.decisions["kv_loss_4bit"][("NoQK", "QK")].outcome, wide.kv_loss_margin) == (UNRESOLVED, 0.03)
     assert "The study's primary quantities (key rank at 90% energy after RoPE (rank90), loss change with 4-bit keys " \
-           "(share of the loss)) are read as one family of k = 2" in text
+           "(share of the loss)) are read as one family of k = 2" in short
 
 
 def test_runs_without_them_are_decided_as_before_unless_named_primary():

@@ -127,7 +127,7 @@ def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot
     values), nothing is marked. A margin that is a share of the compared values' mean never is."""
     from research.analysis.conditions import ConditionRuns, analyze
     from research.analysis.wording import unmissable, unmissable_text
-    from research.plots.conditions import report
+    from research.plots.conditions import in_short, report
     from tests.research.analysis.test_kv_quantities import kv_run
     costs = {"QK": (0.0001, 0.00015, 0.0002), "NoQK": (0.0002, 0.00008, 0.00012)}
     runs = {c: [kv_run(c, s, loss_4bit=4.0 * (1 + x)) for s, x in enumerate(xs)] for c, xs in costs.items()}
@@ -136,8 +136,8 @@ def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot
     assert d.outcome == "equal" and unmissable(d)
     assert unmissable_text(d) == ("a margin that cannot be missed: \u00b10.0050 is over 10 times the larger value "
                                   "compared (0.0002)")
-    text = report(old)
-    line = next(x for x in text.splitlines() if x.startswith("- **NoQK \u2212 QK**"))
+    text = "\n".join([*in_short(old), report(old)])
+    line = next(x for x in text.splitlines() if x.startswith("- NoQK \u2212 QK: "))
     assert "margin \u00b10.0050; a margin that cannot be missed: \u00b10.0050 is over 10 times" in line
     assert text.count("a margin that cannot be missed") == 2  # the "In short" line and the table's margin cell
     new = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit",)), 0.03, 0.005)

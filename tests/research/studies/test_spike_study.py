@@ -44,11 +44,15 @@ def test_the_kind_redraws_a_synthetic_folder(tmp_path, capsys):
     assert SPIKE_WARNING.outputs() == ["study.json", *written]
     report = (folder / "report.md").read_text()
     assert "- In NoQK, logit_max, logit_growth warn; inconclusive:" in report
-    assert ("in NoQK: warns (p 0.0014 with the runs paired and 6.0e-14 with each run's alarms shifted in time, both "
-            "\u2264 0.0062). Held-out hit rate 1.00 [1.00, 1.00] (12 of") in report
-    assert "against 0.17 [0.17, 0.17] by chance (2.0 hits expected" in report  # 1 of the 6 runs' alarms hits a spike
+    assert ("- logit_max at threshold 17.2, logit_growth at threshold 90 in NoQK: warns (p 0.0014 with the runs paired "
+            "and 6.0e-14 with each run's alarms shifted in time, both \u2264 0.0062); 12 of 12 held-out spikes hit, "
+            "2.0 expected with the runs paired") in report  # 1 of the 6 runs' alarms hits a spike
+    assert report.startswith("# Do the keys warn before the loss spikes?\n\n## In short\n\n- no QK-norm (NoQK), 12 "
+                             "held-out spike(s): **warns**: logit_max (hit rate 1.00 [1.00, 1.00] against 0.17 [0.17, "
+                             "0.17] by chance), logit_growth (")
     assert "4 signal(s) tested" in report  # logit_max, its growth, grad_norm, entropy (the probes'): 0.025 / 4
-    assert "chosen on seeds 0, 1, 2, 3, 4, 5, evaluated on seeds 6, 7, 8, 9, 10, 11" in report
+    assert ("evaluated only on the other seeds (6, 7, 8, 9, 10, 11)") in report
+    assert "![each signal and the loss around every spike, aligned at its onset](1_signals_at_spikes.png)" in report
     assert "| loss_rise (check) |" in report and "| late_loss_rise (check) |" in report and "step_only" not in report
     assert "| logit_max | 17.2 | 1.00 [1.00, 1.00] (12 of 12) | 0.17 [0.17, 0.17] | 0.07 | 0.0014, 6.0e-14 |" in report
 

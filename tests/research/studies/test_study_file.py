@@ -267,18 +267,18 @@ def test_in_short_says_each_outcome_and_no_more():
     0.035985 +- t(3, 0.9875) 4.1765 x 0.008302 / 2 = [0.018647, 0.053322], a ratio of +3.7% [+1.9%, +5.5%], excludes
     0 but reaches inside the margin ln(1.015/0.985) = 0.0300: real, its size unresolved. The key norms are 8.0 in
     every run: no spread, not "within the margin"."""
-    from research.plots.conditions import report
+    from research.plots.conditions import in_short
     seeds = (0, 1, 2, 3)
     runs = {"base": [_run(s, 30.0, 4.0) for s in seeds],
             "up": [_run(s, 30.0 + d, 4.0) for s, d in zip(seeds, (1.0, 1.2, 1.4, 0.8))],
             "same": [_run(s, 30.0 + (0.0, 0.1, -0.1, 0.0)[s], 4.0) for s in seeds]}
-    text = report(analyze(ConditionRuns(runs, "base"), 0.03, 0.005))
-    up = next(line for line in text.splitlines() if line.startswith("- **up − base**"))
+    up = next(line for line in in_short(analyze(ConditionRuns(runs, "base"), 0.03, 0.005))
+              if line.startswith("- up − base: "))
     margin = "margin \u00b13% of the pair's mean: a ratio from -2.96% to +3.05%"
-    assert up.startswith("- **up − base** differs, by a size the margin does not settle, in key PR (pr_sv) ratio "
-                         f"up/base +3.7% [+1.9%, +5.5%] (mean difference +1.10; {margin}); centered key PR (pr_var) "
-                         f"ratio up/base +3.7% [+1.9%, +5.5%] (mean difference +0.55; {margin}), and shows no spread "
-                         "in key norm ratio up/base +0.0% (mean difference +0.000); ")  # pr_var is half of pr_sv
+    assert up.startswith("- up − base: **differs, by a size the margin does not settle**\u2021, in key PR (pr_sv) "
+                         f"ratio up/base +3.7% [+1.9%, +5.5%] (mean difference +1.10; {margin}); centered key PR "
+                         f"(pr_var) ratio up/base +3.7% [+1.9%, +5.5%] (mean difference +0.55; {margin}), and **shows "
+                         "no spread** in key norm ratio up/base +0.0% (mean difference +0.000); ")  # pr_var: pr_sv/2
     assert "lies within the margin" not in up and "differs beyond the margin" not in up
 
 
