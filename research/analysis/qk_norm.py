@@ -152,7 +152,7 @@ def triangulate(dec: dict, what: str = "it", steps: Decision | None = None) -> V
                                                         "no seed that A, B and C all ran"))
     if not (ab.decided and bc.decided):
         return verdict("inconclusive", "inconclusive: the size of " + " and of ".join(
-            STEP[p].split(" (")[0] for p, d in zip(PAIRS, (ab, bc)) if not d.decided) + f" on {what} is not settled")
+            STEP[p].split(" (")[0] for p, d in zip(PAIRS, (ab, bc)) if not d.decided) + " is not settled")
     single = _single_driver(dec, steps, what, verdict)
     if single is not None:
         return single

@@ -222,6 +222,14 @@ def needed_text(d: Decision, unit: str = "seed") -> str:
     return OPEN if d.outcome in (INCONCLUSIVE, UNRESOLVED) else ""
 
 
+def inline_open(text: str, unit: str = "seed") -> str:
+    """`text` with each OPEN mark replaced by what would settle it, in brackets: ' (to settle it: ...)', for a file
+    read without its report (a combined.json), which has no "In short" to point to."""
+    reading = _READING.get() if unit == "seed" else None
+    route = reading.settle if reading is not None else settle_text(unit)
+    return text.replace(OPEN, f" (to settle it: {route} ({SEQUENTIAL}))")
+
+
 def settle_line(unit: str = "seed") -> str:
     """The one line of a report on what would settle its open outcomes (those marked OPEN), with no number: more
     seeds added to this study would be a look nobody planned, so the route named is a new study on new seeds, with

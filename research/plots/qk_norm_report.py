@@ -117,6 +117,15 @@ def _pr_agreement(a: QkNormAnalysis) -> str:
     return lines + " ".join(parts)
 
 
+def _said(verdict, what: str) -> str:
+    """A verdict as the report says it: an inconclusive one names the quantity whose steps are unsettled, so that
+    four verdicts in a row do not repeat one sentence (combined.json keeps the analysis' own words)."""
+    head, sep, rest = verdict.text.partition("; margin ")
+    if verdict.key == "inconclusive" and head.endswith(" is not settled"):
+        head = f"{head.removesuffix(' is not settled')} on {what} is not settled"
+    return head + sep + rest
+
+
 def _decisions(a: QkNormAnalysis) -> list[str]:
     lines = ["", "## Pairwise decisions", "", f"Procedure: {rule_text(a.margin, a.loss_margin)}. "
              f"{ratio_text('key PR, pr_sv and pr_var; per layer too')}; losses by differences.", ""]
@@ -127,11 +136,12 @@ def _decisions(a: QkNormAnalysis) -> list[str]:
                                          ["Not recorded in these results."]) + [""]
         lines += _figure(AFTER_TABLE[field]) if field in AFTER_TABLE else []
     lines += ["## Verdicts", "",
-              f"- Key PR, pr_sv (the write-ups' measure): **{a.verdict.text}**.",
-              f"- Key PR, pr_var (centered): **{a.verdict_pr_var.text}**.",
+              f"- Key PR, pr_sv (the write-ups' measure): **{_said(a.verdict, 'key PR')}**.",
+              f"- Key PR, pr_var (centered): **{_said(a.verdict_pr_var, 'the centered key PR')}**.",
               f"- {_pr_agreement(a)}",
-              f"- Validation loss: **{a.loss_verdict.text}**.",
-              f"- Training loss, for comparison (the claims use the validation loss): {a.train_loss_verdict.text}.",
+              f"- Validation loss: **{_said(a.loss_verdict, 'the validation loss')}**.",
+              f"- Training loss, for comparison (the claims use the validation loss): "
+              f"{_said(a.train_loss_verdict, 'the training loss')}.",
               "", "Reading: a single driver is named only when its step's interval lies wholly beyond the margin, "
               "the other step's wholly inside it, and its step is shown larger than the other's by the margin (the "
               "difference of the steps, (A\u2212B)\u2212(B\u2212C), and A\u2212C both beyond it on the driver's "

@@ -34,7 +34,7 @@ from research.analysis import trajectory as trajectory_analysis
 from research.analysis import trajectory_seeds as seeds_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
-from research.analysis.wording import settle_line
+from research.analysis.wording import inline_open, settle_line
 from research.plots import conditions as conditions_plots
 from research.plots import finetune as finetune_plots
 from research.plots import heads as heads_plots
@@ -167,8 +167,9 @@ def _qk_norm_combined(analysis) -> dict:
         "loss_margin": analysis.loss_margin, "summary": analysis.summary,
         "decisions": {name: {f"{x}-{y}": _decision_json(d) for (x, y), d in decisions.items()}
                       for name, decisions in analysis.decisions.items()},
-        "verdict": analysis.verdict.text, "verdict_pr_var": analysis.verdict_pr_var.text,
-        "loss_verdict": analysis.loss_verdict.text, "train_loss_verdict": analysis.train_loss_verdict.text,
+        **{key: inline_open(v.text) for key, v in (  # a JSON reader has no In short: the route inline
+            ("verdict", analysis.verdict), ("verdict_pr_var", analysis.verdict_pr_var),
+            ("loss_verdict", analysis.loss_verdict), ("train_loss_verdict", analysis.train_loss_verdict))},
         "claims": {k: {"claim": c.claim, "status": c.status} for k, c in analysis.claims.items()}}}
 
 
