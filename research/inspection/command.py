@@ -21,13 +21,14 @@ from research.plots import inspection as figures
 from research.plots.common import write_outputs
 from research.plots.page import with_figures
 from research.results import save_results
-from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE
+from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE, REPORT_PAGE
 from utils.cli import ArgumentParser
 from utils.errors import Interrupted
 from utils.owners import refuse_foreign
 
+
 def build_parser(description: str = "") -> ArgumentParser:
-    outputs = ", ".join((INSPECT_FILE, *figures.FIGURES, REPORT_FILE))
+    outputs = ", ".join((INSPECT_FILE, *figures.FIGURES, REPORT_FILE, REPORT_PAGE))
     p = ArgumentParser(description=f"{description.rstrip()}\n\n"
                                    + textwrap.fill(f"Writes into --out: {outputs}.", 100, break_on_hyphens=False))
     p.add_argument("--model", required=True,

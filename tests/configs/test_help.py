@@ -229,7 +229,7 @@ def test_a_studys_listed_outputs_are_what_its_render_draws(name):
     kind draws from results of the study's own conditions."""
     from matplotlib.figure import Figure
 
-    from research.results.vocabulary import STUDY_INDEX
+    from research.results.vocabulary import REPORT, REPORT_PAGE, STUDY_INDEX
     from research.studies import STUDIES
     from research.studies.kinds import KINDS
     study = STUDIES[name]
@@ -239,7 +239,8 @@ def test_a_studys_listed_outputs_are_what_its_render_draws(name):
     for item in drawn.values():
         if isinstance(item, Figure):
             item.clear()
-    assert study.outputs() == [STUDY_INDEX, *drawn]
+    written = [x for name in drawn for x in ((name, REPORT_PAGE) if name == REPORT else (name,))]  # write_outputs
+    assert study.outputs() == [STUDY_INDEX, *written]
 
 
 def _listed(description: str, lead: str) -> list[str]:
@@ -281,12 +282,13 @@ def test_inspection_and_pretrained_keys_help_list_what_they_write():
     from research.plots import finetune, inspection, pretrained, trajectory
     from research.results import trajectory as trajectory_file
     from research.results.pretrained import FILE
-    for script, files, read in ((inspect_pretrained, ["inspect.json", *inspection.FIGURES, "report.md"], ()),
-                                (pretrained_keys_study, [FILE, *pretrained.FIGURES, "report.md"], ()),
-                                (checkpoint_keys_study, [trajectory_file.FILE, *trajectory.FIGURES, "report.md"],
+    report = ["report.md", "report.html"]
+    for script, files, read in ((inspect_pretrained, ["inspect.json", *inspection.FIGURES, *report], ()),
+                                (pretrained_keys_study, [FILE, *pretrained.FIGURES, *report], ()),
+                                (checkpoint_keys_study, [trajectory_file.FILE, *trajectory.FIGURES, *report],
                                  (EXPORT_INFO, TRAINER_STATE)),
                                 (finetune_keys_study, ["study.json", "<condition>/seed_<s>/results.json",
-                                                       *finetune.FIGURES, "report.md"], ())):
+                                                       *finetune.FIGURES, *report], ())):
         assert _listed(script.build_parser().description, "Writes into --out: ") == files
         named = set(re.findall(_FILE, script.__doc__)) - set(read)
         figures = {f for f in files if f.endswith(".png")}
