@@ -254,10 +254,21 @@ def _exact(q: Quantity, p: tuple, d: Decision) -> str:
 
 # The parts of a comparison's line, in order: (reading, its words, how each quantity is named in it, the joint); the
 # reading's words in bold, marked open (wording.OPEN) where the outcome is left open
+def _short_entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
+    """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK)'; decided on log ratios 'key PR (pr_sv)
+    ratio QK/base +4.1% [+2.0%, +6.3%]': the effect, its interval and its share of the reference (its margin and mean
+    difference: the tables, _entry)."""
+    est, ci = interval_text(d, q.decimals)
+    if d.ratio:
+        return f"{q.text} ratio {p[0]}/{p[1]} {est} {ci}"
+    of = _of(a, p, d)
+    return f"{q.text} {est} {ci}{_units(q)}" + (f" ({of})" if of else "")
+
+
 PARTS = (
-    (BEYOND, f"**{BEYOND}** in {{}}", _entry, "; "),
-    (INSIDE, f"**{INSIDE}** in {{}}", _entry, "; "),
-    (REAL, f"**{REAL}**{MARK}, in {{}}", _entry, "; "),
+    (BEYOND, f"**{BEYOND}** in {{}}", _short_entry, "; "),
+    (INSIDE, f"**{INSIDE}** in {{}}", _short_entry, "; "),
+    (REAL, f"**{REAL}**{MARK}, in {{}}", _short_entry, "; "),
     (OPEN, f"**{OPEN}**{MARK} (inconclusive: the interval holds 0 and reaches past the margin) in {{}}",
      lambda a, q, p, d: q.text, ", "),
     (NO_SPREAD, "**shows no spread** in {}: every seed differs by exactly that, so there is no interval and it is not "
@@ -299,11 +310,9 @@ def _family_note(a: ConditionsAnalysis) -> str:
     n = sum(1 for q in a.quantities if a.family_k[q.key])
     if n < 2:
         return ""
-    return (f"These are {n} families, one per quantity, each right at once with probability at least "
-            f"{1 - ALPHA:.0%}. Read together, a false line can appear with probability up to {min(1.0, n * ALPHA):.0%} "
-            f"(Bonferroni's bound, {n} \u00d7 {ALPHA:.0%}; {1 - (1 - ALPHA) ** n:.0%} = 1 \u2212 {1 - ALPHA:g}^{n} "
-            f"if the families were independent). Name `primary` quantities in the study file to read them as one "
-            f"family (docs/study_files.md).")
+    return (f"Read as {n} families, one per quantity, each right at once with probability at least {1 - ALPHA:.0%}; "
+            f"a false line among them up to {min(1.0, n * ALPHA):.0%} (Bonferroni, {n} \u00d7 {ALPHA:.0%}). Name "
+            f"`primary` quantities in the study file to read them as one family (docs/study_files.md).")
 
 
 def in_short(a: ConditionsAnalysis) -> list[str]:
@@ -315,11 +324,9 @@ def in_short(a: ConditionsAnalysis) -> list[str]:
     if not rows:
         return ["- One condition: nothing is compared."]
     ref = f"the baseline {a.baseline}" if a.baseline is not None else "the first condition of each comparison"
-    note = " ".join(x for x in (_family_note(a), (
-        f"Each difference is in the quantity's units with its interval, then a share of {ref}'s value; each margin "
-        f"is in the same units (where it is a share, of the pair's mean). A positive ratio quantity is decided on "
-        f"per-seed log ratios instead: its ratio minus 1 with the ratio's interval, then its mean difference in "
-        f"units, which has no interval.")) if x)
+    note = " ".join(x for x in (_family_note(a), f"Each effect: its difference and interval in the quantity's units, "
+                                f"then a share of {ref}'s value, or a ratio quantity's ratio minus 1 with the ratio's "
+                                f"interval; the margins: the tables under Decisions.") if x)
     tail = ([f"Exploratory, not read here (each its own family at {1 - ALPHA:.0%}, in its table under Decisions): "
              f"{', '.join(q.text for q in a.exploratory)}."] if a.exploratory else [])
     lines = [_line(a, p, items) for p, items in rows.items()]

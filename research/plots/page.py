@@ -19,7 +19,7 @@ import re
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from research.analysis import claims, rules, spikes
+from research.analysis import claims, conditions, rules, spikes
 from research.analysis.wording import OPEN
 
 # outcome word -> (mark class, what it means): one mark per kind of answer, the same on every page
@@ -36,6 +36,10 @@ OUTCOMES = {
     claims.FAILS: ("fails", "the claim fails"),
     claims.MIXED: ("unresolved", "the claim holds for some conditions, fails for others"),
     claims.UNTESTED: ("untested", "not tested: no interval here, or nothing to test"),
+    conditions.BEYOND: ("beyond", "differs, wholly beyond the margin"),
+    conditions.INSIDE: ("within", "lies wholly inside the margin"),
+    conditions.REAL: ("unresolved", "differs, its size against the margin not settled"),
+    conditions.OPEN: ("open", "not decided: the interval holds 0 and reaches past the margin"),
     spikes.WARNS: ("beyond", "the signal warns before spikes, above both nulls"),
     spikes.NO_WARNING: ("equal", "the signal is shown not to warn"),
     spikes.NO_THRESHOLD: ("untested", "no usable threshold: not tested"),

@@ -35,10 +35,10 @@ def test_conditions_states_the_family_once_then_one_line_per_comparison():
     assert len(lines) == 3
     assert lines[0].startswith("The study's primary quantities (largest attention logit) are read as one family of "
                                "k = 1 comparisons: every interval at 1 \u2212 0.05/1 (95.0%), so all the lines below "
-                               "are right at once with probability at least 95%. Each difference is in the quantity's "
-                               "units with its interval, then a share of the baseline base's value;")
+                               "are right at once with probability at least 95%. Each effect: its difference and "
+                               "interval in the quantity's units, then a share of the baseline base's value,")
     assert lines[1] == ("- up \u2212 base: **differs beyond the margin** in largest attention logit +2.00 [+1.75, "
-                        "+2.25] logits (+25% of base; margin \u00b10.25 logits).")
+                        "+2.25] logits (+25% of base).")
     assert lines[2].startswith("Exploratory, not read here (each its own family at 95%, in its table under Decisions): "
                                "key PR (pr_sv), centered key PR (pr_var), key norm,")
 
@@ -48,7 +48,7 @@ def test_conditions_past_twelve_lines_counts_the_comparisons_left_to_the_tables(
     the other 5."""
     runs = {c: runs_of(c, 0.001 * (i + 1)) for i, c in enumerate("ABCDEF")}
     lines = conditions.in_short(analyze_conditions(ConditionRuns(runs), 0.03, 0.005))
-    assert len(lines) == MOST and lines[0].startswith("These are 9 families, one per quantity")
+    assert len(lines) == MOST and lines[0].startswith("Read as 9 families, one per quantity")
     assert lines[1].startswith("- A \u2212 B: ") and lines[2].startswith("- A \u2212 C: ")
     assert lines[-1] == "- 5 more comparisons: in the tables under Decisions."
 
