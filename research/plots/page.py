@@ -56,7 +56,8 @@ section.short{background:#f6f8fa;border:1px solid #d8dee4;border-radius:6px;padd
 section.short h2{border:0;margin-top:8px}section.short li{margin:2px 0}
 table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{border:1px solid #d0d7de;padding:3px 6px;
 vertical-align:top}th{background:#f6f8fa;text-align:left}
-.beside{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.beside>table{flex:1 1 560px}
+.beside{display:flex;flex-wrap:wrap;gap:18px;align-items:flex-start}.beside>.col{flex:1 1 560px;min-width:0}
+.col table{max-width:100%}
 figure{margin:8px 0;flex:1 1 520px;max-width:900px}figure img{width:100%;height:auto;border:1px solid #eee}
 figcaption{font-size:13px;color:#555}.missing{color:#8a1c1c}
 .o{border-radius:3px;padding:0 3px;white-space:nowrap}
@@ -128,11 +129,15 @@ def _layout(tokens: list[Token]) -> list[Token]:
         tok = tokens[i]
         if tok.type == "heading_open":
             tok.attrSet("id", slug(tokens[i + 1].content, seen))
-        if tok.type == "table_open":
-            end = next(j for j in range(i, len(tokens)) if tokens[j].type == "table_close")
-            after = end + 1
+        if tok.type == "table_open":  # the table, the notes under it (two paragraphs at most), then its figure
+            after = next(j for j in range(i, len(tokens)) if tokens[j].type == "table_close") + 1
+            notes = 0
+            while notes < 2 and after + 2 < len(tokens) and tokens[after].type == "paragraph_open" and \
+                    not _image_only(tokens[after + 1]):
+                after, notes = after + 3, notes + 1
             if after + 2 < len(tokens) and tokens[after].type == "paragraph_open" and _image_only(tokens[after + 1]):
-                out += [_html_token('<div class="beside">\n'), *tokens[i:after + 3], _html_token("</div>\n")]
+                out += [_html_token('<div class="beside">\n<div class="col">\n'), *tokens[i:after],
+                        _html_token("</div>\n"), *tokens[after:after + 3], _html_token("</div>\n")]
                 i = after + 3
                 continue
         out.append(tok)

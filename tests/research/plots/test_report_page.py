@@ -89,8 +89,8 @@ def test_the_page_embeds_marks_and_lays_out_by_hand():
     html = page(REPORT, {"2_key_pr.png": PNG})
     assert "<script" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # raw HTML escaped, no script
     assert html.count("data:image/png;base64,") == 1 and 'src="2_key_pr.png"' not in html  # embedded, not linked
-    assert '<div class="beside">\n<table>' in html and html.index("</table>") < html.index("<figure>") < \
-        html.index("</div>")  # the figure beside the table it follows
+    assert '<div class="beside">\n<div class="col">\n<table>' in html and html.index("</table>") < \
+        html.index("<figure>") < html.index("</figure></div>")  # the figure beside the table it follows
     assert '<td class="o o-equal">equal</td>' in html and '<td class="o o-open">inconclusive‡</td>' in html
     assert '<td class="o o-unresolved">not decided (different, size unresolved‡): +1</td>' in html
     assert '<strong class="o o-beyond">different, beyond the margin</strong>' in html
