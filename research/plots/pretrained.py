@@ -342,18 +342,23 @@ def _by_group(d: dict, digits: int = 1) -> str:
     return " / ".join(f"{v:.{digits}f}" for v in d.values())
 
 
+NO_ROPE = "No RoPE: the measures after RoPE and of rotary use do not apply"  # a model without it (GPT-2)
+
+
 def _kv_section(model: A.ModelKeys) -> list[str]:
     """What a key cache holds: descriptive, each number a mean over batches (and layers and heads where said)."""
     kv = model.kv
     if kv is None:
         return []
     groups = " / ".join(A.layer_groups(model.record["n_layers"]))
+    rope = kv.get("rope", True)
     lines = ["### 5. What a key cache holds (descriptive)", "",
              f"On the {model.n_batches} batches ({kv['sequences']} windows of {kv['seq_len']} tokens), float32. "
              "The weights are those of the GGUF file, quantized to 4-8 bits, so the bits below describe this "
-             "file's model, not the original's (docs/probing.md defines every measure).", ""]
+             "file's model, not the original's (docs/probing.md defines every measure)."
+             + ("" if rope else f" {NO_ROPE}."), ""]
     ranks = kv["ranks"]
-    for site, where in ((kv["site"], "before RoPE"), ("k_rope", "after RoPE")):
+    for site, where in ((kv["site"], "before RoPE" if rope else "as they are"), ("k_rope", "after RoPE")):
         parts = []
         for metric in ("rank90", "rank99"):
             if (site, metric, "keys") in ranks:
@@ -366,17 +371,17 @@ def _kv_section(model: A.ModelKeys) -> list[str]:
     for name, d in kv["low_freq_share"].items():
         lines.append(f"- Share of the {name}' energy in rotary pairs slower than the context ({groups}): "
                      f"{_by_group(d, 3)}.")
-    lines += _kv_loss_lines(kv["loss"])
+    lines += _kv_loss_lines(kv["loss"], rope)
     if kv["layer_bits"] is not None:
         lines += ["Usable key bits of each layer's keys quantized alone (the first batch; layer 0 first; - where 8 "
                   "bits are outside the margin): " + ", ".join("-" if b is None else str(b) for b in kv["layer_bits"])
                   + ".", ""]
-    return lines + _kv_error_lines(kv)
+    return lines + _kv_error_lines(kv, rope)
 
 
-def _kv_loss_lines(loss: dict) -> list[str]:
-    lines = ["", f"Loss with every key quantized per token before RoPE (the unquantized: {loss['base']:.4f} "
-                 f"nats/token; change: mean over batches [95% interval, batches as the unit]):", "",
+def _kv_loss_lines(loss: dict, rope: bool = True) -> list[str]:
+    lines = ["", f"Loss with every key quantized per token{' before RoPE' if rope else ''} (the unquantized: "
+                 f"{loss['base']:.4f} nats/token; change: mean over batches [95% interval, batches as the unit]):", "",
              "| bits | loss change (nats) | share of the loss |", "|---|---|---|"]
     for b, (m, h) in loss["change"].items():
         lines.append(f"| {b} | {m:+.4f} [{m - h:+.4f}, {m + h:+.4f}] | {loss['share'][b][0]:+.2%} |")
@@ -385,18 +390,22 @@ def _kv_loss_lines(loss: dict) -> list[str]:
                         f"unquantized): {usable if usable is not None else 'none of those measured'}.", ""]
 
 
-def _kv_error_lines(kv: dict) -> list[str]:
+def _kv_error_lines(kv: dict, rope: bool = True) -> list[str]:
     errs, proj = kv["logit_error_4bit"], kv["projected"]
     if not errs:
         return ["The layers' attention errors were not measured.", ""]
+    sites = (("pre_rope", "before RoPE"), ("post_rope", "after RoPE")) if rope else \
+        (("pre_rope", "logit error"),)
     lines = [f"Relative logit error with 4-bit keys ({kv['error_sequences']} windows, the first batch's; mean over "
-             "layers and query heads):", "", "| scheme | before RoPE | after RoPE |", "|---|---|---|"]
+             "layers and query heads):", "", "| scheme | " + " | ".join(w for _, w in sites) + " |",
+             "|---" * (len(sites) + 1) + "|"]
     for scheme in kv["schemes"]:
-        lines.append(f"| {scheme} | {errs.get(('pre_rope', scheme), float('nan')):.4f} | "
-                     f"{errs.get(('post_rope', scheme), float('nan')):.4f} |")
+        lines.append(f"| {scheme} | " + " | ".join(f"{errs.get((s, scheme), float('nan')):.4f}" for s, _ in sites)
+                     + " |")
+    per_r = [f"r = {r}: " + (f"{proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} after" if rope
+                             else f"{proj[('pre_rope', r)]:.3f}") for r in kv["ranks_measured"]]
     return lines + ["", "Relative logit error with the keys projected on their top r directions (queries whole): "
-                    + "; ".join(f"r = {r}: {proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} "
-                                f"after" for r in kv["ranks_measured"]) + ".", ""]
+                    + "; ".join(per_r) + ".", ""]
 
 
 def _model_lines(name: str, model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
