@@ -67,7 +67,7 @@ def test_the_report_section_states_the_numbers():
     model = A.ModelKeys(_record(), {}, {}, None, None, (2.5, math.nan), 2, key_cache_summary(_record()))
     text = "\n".join(_kv_section(model))
     assert "| 4 | +0.0200 [-0.1071, +0.1471] | +0.75% |" in text
-    assert "Usable key bits (the fewest whose mean loss lies within \u00b11.0% of the unquantized): 4." in text
+    assert "Usable key bits (within \u00b11.0% of the unquantized): 4." in text
     assert "rank90 3.0 / 3.0 / 3.0" in text and "| per_token | 0.1000 | 0.1000 |" in text
     assert _kv_section(A.ModelKeys(_record(False), {}, {}, None, None, (2.5, math.nan), 2)) == []
 
@@ -84,7 +84,7 @@ def test_a_model_without_rope_has_its_keys_as_they_are():
     text = "\n".join(_kv_section(A.ModelKeys(_record(rope=False), {}, {}, None, None, (2.5, math.nan), 2, s)))
     assert text.count(NO_ROPE) == 1 and "RoPE" not in text.replace(NO_ROPE, "")
     assert "| scheme | logit error |" in text and "| per_token | 0.1000 |" in text
-    assert "(queries whole): r = 2: 0.250; r = 4: 0.125." in text and "Key rank as they are (k_proj" in text
+    assert "With the keys projected: r = 2: 0.250; r = 4: 0.125." in text and "Key rank (k_proj" in text
 
 
 def test_usable_k_bits_by_hand():
