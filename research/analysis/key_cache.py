@@ -31,6 +31,15 @@ def _site_before_rope(batch: dict) -> str:
     return "k_norm" if "k_norm" in batch["keys"] else "k_proj"
 
 
+def has_rope(rec: dict) -> bool:
+    """Whether the model rotates its queries and keys: the key study measures their rotary use (the keys'
+    low_freq_share at the site before RoPE, the queries' q_low_freq_share) exactly where the model has RoPE
+    (research.inspection.key_study), so a record without them is of a model without it (GPT-2's learned absolute
+    positions), whose keys are the same before and after where RoPE would act."""
+    return all("low_freq_share" in b["keys"][_site_before_rope(b)] or "q_low_freq_share" in b["attn"]
+               for b in rec["batches"])
+
+
 def _grid_means(rec: dict, key: str, site: str, metric: str) -> np.ndarray | None:
     """[batches, layers]: the mean over heads of batch[key][site][metric], or None where absent."""
     rows = [b.get(key, {}).get(site, {}).get(metric) for b in rec["batches"]]
@@ -75,31 +84,33 @@ def key_cache_summary(rec: dict) -> dict | None:
     """One model's key-cache numbers, or None where its batches hold no kv section (--no_kv_cache, older files):
     rank90/rank99 per layer group at the keys before RoPE and after (trained, and the untrained architecture's where
     measured), the keys' and queries' low_freq_share, the loss change by bits, the logit error with 4-bit keys per
-    scheme and site, and the projected keys' logit error by rank."""
+    scheme and site, and the projected keys' logit error by rank. rope: has_rope; without it (GPT-2) every number is
+    of the keys as they are, the site before RoPE, and none of rotary use: nothing after RoPE, no low_freq_share."""
     kvs = [b["kv"] for b in rec["batches"] if "kv" in b]
     if not kvs or len(kvs) != len(rec["batches"]):
         return None
-    L, pre = rec["n_layers"], _site_before_rope(rec["batches"][0])
+    L, pre, rope = rec["n_layers"], _site_before_rope(rec["batches"][0]), has_rope(rec)
     ranks = {}
-    for site in (pre, "k_rope"):
+    for site in (pre, "k_rope") if rope else (pre,):  # without RoPE, k_rope holds the keys of `pre` again
         for metric in RANKS:
             for key in ("keys", "init_keys"):
                 m = _grid_means(rec, key, site, metric)
                 if m is not None:
                     ranks[(site, metric, key)] = _groups(m.mean(0), L)
     low = {}
-    for name, (key, site, metric) in {"keys": ("keys", pre, "low_freq_share"),
-                                      "queries": ("attn", None, "q_low_freq_share")}.items():
-        rows = [b[key][metric] if site is None else b[key][site].get(metric) for b in rec["batches"]]
-        if all(r is not None for r in rows):
+    for name, key, site, metric in (("keys", "keys", pre, "low_freq_share"), ("queries", "attn", None,
+                                                                             "q_low_freq_share")):
+        rows = [(b[key] if site is None else b[key].get(site, {})).get(metric) for b in rec["batches"]]
+        if rope and all(r is not None for r in rows):
             low[name] = _groups(np.array(rows, float).mean((0, 2)), L)
     first = kvs[0]
     layers = next((kv["layers"] for kv in kvs if kv["layers"]), [{"quantized": {}, "projected": {}}])
+    sites = [s for s in layers[0]["quantized"] if rope or s == "pre_rope"]  # without RoPE, post_rope is pre_rope
     errors = {(site, scheme): _errors(kvs, ("quantized", site, scheme, "4"), "logit_error")
-              for site in layers[0]["quantized"] for scheme in first["schemes"]}
+              for site in sites for scheme in first["schemes"]}
     projected = {(site, r): _errors(kvs, ("projected", site, str(r)), "logit_error")
-                 for site in layers[0]["projected"] for r in first["ranks"]}
-    return {"site": pre, "d_head": rec["head_dim"], "ranks": ranks, "low_freq_share": low,
+                 for site in sites if site in layers[0]["projected"] for r in first["ranks"]}
+    return {"site": pre, "rope": rope, "d_head": rec["head_dim"], "ranks": ranks, "low_freq_share": low,
             "loss": _losses(kvs, first["loss_margin"]), "logit_error_4bit": errors, "projected": projected,
             "ranks_measured": first["ranks"], "schemes": first["schemes"],
             "sequences": sum(kv["sequences"] for kv in kvs), "seq_len": first["seq_len"],

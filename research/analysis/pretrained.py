@@ -10,7 +10,8 @@ seed-level effect: another training run of the same recipe could differ in ways 
 
 Claims:
 1. norm: the mean key norm of each layer group (research.analysis.keys.layer_groups: early, middle,
-   final) against sqrt(d_head) (one-sample, per batch), and the groups against each other (depth).
+   final) against sqrt(d_head) (one-sample, per batch), and the groups against each other (depth), two groups that
+   are the same layers (a model of 3 layers or fewer) not compared.
    Site: k_norm where the model has one (the write-ups' site), else k_proj (RoPE keeps norms).
 2. sinks: the head-specialization study's taxonomy (research.analysis.heads.classify) of the KV
    heads, on the mean over batches of sink mass WITHOUT query 0 and entropy, each KV head taking the
@@ -79,10 +80,13 @@ def norm_claims(rec: dict, margin: float = MARGIN) -> dict:
                                      (f"the {g} layers' key norm", "sqrt(d_head)")) for g, v in g_means.items()},
                     margin)
     names = list(groups)
+    pairs = ((names[0], names[1]), (names[1], names[2]), (names[0], names[2]))
+    # a group is not compared with itself: in a model of 3 layers or fewer, two groups are the same layers
+    same = [(a, b) for a, b in pairs if groups[a] == groups[b]]
     depth = decide({f"{b} - {a}": Paired.of(_by_batch(g_means[b]), _by_batch(g_means[a]), on,
                                             (f"the {b} layers' key norm", f"the {a} layers'"))
-                    for a, b in ((names[0], names[1]), (names[1], names[2]), (names[0], names[2]))}, margin)
-    return {"site": site, "sqrt_d_head": ref, "groups": groups,
+                    for a, b in pairs if (a, b) not in same}, margin)
+    return {"site": site, "sqrt_d_head": ref, "groups": groups, "same_layers": same,
             "group_mean": {g: float(v.mean()) for g, v in g_means.items()},
             "layer_mean": norms.mean(axis=(0, 2)).tolist(), "vs_sqrt_d": vs_ref, "depth": depth}
 
@@ -101,8 +105,7 @@ def sink_claims(rec: dict, margin: float = MARGIN) -> dict:
            "sink_rate": float((sink_q.mean(0) > 0.3).mean()),
            "sink_rate_with_q0": float((attn_per_batch(rec, "sink_mass").mean(0) > 0.3).mean())}
     if n_kv < 2:
-        out["why_not"] = ("one KV head per layer: the layer's query heads share their keys, so a within-layer "
-                          "comparison of sinks' and gatherers' keys does not exist")
+        out["why_not"] = "one KV head per layer, whose keys its query heads share"
         return out
     norms = per_batch(rec, "norm_mean", site)
     top = sink_kv.mean(0).argmax(axis=1)                           # [L]: the layer's most sink-like KV head

@@ -1,12 +1,16 @@
 """Figures and report.md of research/pretrained_keys_study.py, from pretrained_keys.json alone (no torch).
 
 The report opens with "In short" (in_short, placed by research.studies.render): each model's four answers, their open
-outcomes settled, as Kind.settle says, by a replication on new text batches. Each figure (one panel per model) is
-placed once, after the table or paragraph of the first model it shows."""
+outcomes settled, as Kind.settle says, by a replication on new text batches. Then what is measured, said once for
+every model (_how_read: the text, a table of the models, what each section's numbers are), and each model's section
+with its numbers alone, under its label (labels). Each figure (one panel per model) is placed once, after the table or
+paragraph of the first model it shows."""
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -15,8 +19,9 @@ from research.analysis import pretrained as A
 from research.analysis.rules import DESCRIPTIVE, INCONCLUSIVE, UNRESOLVED
 from research.analysis.wording import interval_text, needed_text, ratio_text, untested_text
 from research.analysis.stats import mean_ci
-from research.plots.common import (GROUP_COLORS, decision_table, figure_line, fmt_code, fmt_num, message_figure,
-                                   styled, subplots)
+from research.analysis.heads import SINK_MASS, TAXONOMY_MARGIN
+from research.plots.common import (GROUP_COLORS, cell_text, decision_table, figure_line, fmt_code, fmt_num,
+                                   message_figure, styled, subplots)
 from research.plots.in_short import MOST, decided_part
 
 CLASS_COLORS = {"sink": "#c44e52", "gatherer": "#4c72b0", "neither": "#999999", "n/a": "#dddddd"}
@@ -37,9 +42,20 @@ def _layer_band(ax, x_NL: np.ndarray, color: str, label: str) -> None:
         ax.fill_between(np.arange(len(m)), m - half, m + half, color=color, alpha=0.25, lw=0)
 
 
+def labels(names) -> dict[str, str]:
+    """Each model's name as the report and figures show it: the last part of a path or hub id ('llama' for
+    /tmp/x/llama, 'SmolLM2-135M' for HuggingFaceTB/SmolLM2-135M), or the whole name where that part is another
+    model's too. The models table gives where each came from."""
+    names = list(names)
+    short = {n: PurePosixPath(n.rstrip("/")).name or n for n in names}
+    counts = Counter(short.values())
+    return {n: short[n] if counts[short[n]] == 1 else n for n in names}
+
+
 def _records(analysis: A.PretrainedAnalysis) -> dict:
-    """model name -> its record in pretrained_keys.json."""
-    return {name: model.record for name, model in analysis.models.items()}
+    """model label (labels) -> its record in pretrained_keys.json."""
+    label = labels(analysis.models)
+    return {label[name]: model.record for name, model in analysis.models.items()}
 
 
 @styled
@@ -68,6 +84,7 @@ def plot_key_norms(analysis: A.PretrainedAnalysis):
 @styled
 def plot_sinks(analysis: A.PretrainedAnalysis):
     fig, axes = _panels(len(analysis.models), 4.2)
+    label = labels(analysis.models)
     for ax, (name, model) in zip(axes, analysis.models.items()):
         rec, s = model.record, model.sinks
         tax = s["taxonomy"] if rec["n_kv_heads"] > 1 else s["taxonomy_query_heads"]
@@ -87,7 +104,7 @@ def plot_sinks(analysis: A.PretrainedAnalysis):
         ax.axvline(tax.sink_mass, color="k", ls=":", lw=1)
         ax.axhline(tax.sink_entropy, color=CLASS_COLORS["sink"], ls="--", lw=0.8)
         ax.axhline(tax.gatherer_entropy, color=CLASS_COLORS["gatherer"], ls="--", lw=0.8)
-        ax.set_title(f"{name}: {unit}\n(marker size: key norm)")
+        ax.set_title(f"{label[name]}: {unit}\n(marker size: key norm)")
         ax.set_xlabel("first-token attention, query positions 1..T-1")
         ax.set_ylabel("attention entropy (nats)")
         ax.legend(fontsize=7)
@@ -97,7 +114,8 @@ def plot_sinks(analysis: A.PretrainedAnalysis):
 
 @styled
 def plot_gains(analysis: A.PretrainedAnalysis):
-    models = {n: m for n, m in analysis.models.items() if m.gain is not None}
+    label = labels(analysis.models)
+    models = {label[n]: m for n, m in analysis.models.items() if m.gain is not None}
     if not models:
         return message_figure("k_norm gains", "none of the models normalizes its keys (no k_norm)")
     fig, axes = subplots(len(models), 2, figsize=(13, 3.6 * len(models)), squeeze=False,
@@ -197,27 +215,101 @@ def _against(d, what: str, above: str, below: str, margin: float) -> str:
     return f"{side} {what}{size}, beyond \u00b1{margin:.0%} ({rel}{_ci(d)})"
 
 
-def _model_header(name: str, model: A.ModelKeys) -> list[str]:
-    rec = model.record
+def _text_of(rec: dict, n: int) -> str:
+    """The text a model was measured on: '3 batches of 2 windows of 16 tokens of english-v1 (sha256 ..., seed 0), one
+    window per document'."""
     t = {k: "?" if v is None else v for k, v in (rec.get("text") or {}).items()}  # a hand-made file may say less
     t = {"batch": "?", "seq_len": "?", "source": "?", "sha256": "?", "seed": "?", **t}
-    r = {"family": "?", "model_type": "?", "source": "?", **{k: v for k, v in rec.items() if v is not None}}
-    params = f"{rec['params']:,}" if rec.get("params") is not None else "?"
-    wall = f"{rec['wall_s']:.0f} s" if rec.get("wall_s") is not None else "? s"
-    n = model.n_batches
-    loss, loss_sd = model.loss
-    lines = [f"## {name}", "",
-             f"{r['family']} ({r['model_type']}), {params} parameters, {rec['n_layers']} layers, "
-             f"{rec['n_heads']} query / {rec['n_kv_heads']} KV heads of size {rec['head_dim']}; from {r['source']}. "
-             f"Text: {n} batches of {t['batch']} windows of {t['seq_len']} tokens of {t['source']} (sha256 "
-             f"{t['sha256'][:12]}, seed {t['seed']}), one window per document. Loss on them "
-             f"{loss:.3f} nats/token (sd over batches {fmt_num(loss_sd)}). Measured in {wall}.", ""]
+    return (f"{n} batches of {t['batch']} windows of {t['seq_len']} tokens of {t['source']} (sha256 "
+            f"{str(t['sha256'])[:12]}, seed {t['seed']}), one window per document")
+
+
+def _layers_cell(n_layers: int) -> str:
+    groups = A.layer_groups(n_layers)
+    return f"{n_layers} (" + "; ".join(f"{g} {', '.join(map(str, ix))}" for g, ix in groups.items()) + ")"
+
+
+def _models_table(analysis: A.PretrainedAnalysis) -> list[str]:
+    """One row per model (by its label): what it is, where from, its loss on the text and its time; the layer groups
+    the claims read (research.analysis.keys.layer_groups)."""
+    rows = ["| model | family (type) | parameters | layers (groups) | query / KV heads | head size | loss (nats/token; "
+            "sd over batches) | measured in | from |", "|---|---|---|---|---|---|---|---|---|"]
+    label = labels(analysis.models)
+    for name, model in analysis.models.items():
+        rec = model.record
+        r = {"family": "?", "model_type": "?", "source": "?", **{k: v for k, v in rec.items() if v is not None}}
+        params = f"{rec['params']:,}" if rec.get("params") is not None else "?"
+        wall = f"{rec['wall_s']:.0f} s" if rec.get("wall_s") is not None else "? s"
+        loss, loss_sd = model.loss
+        rows.append(f"| {cell_text(label[name])} | {cell_text(r['family'])} ({cell_text(r['model_type'])}) | "
+                    f"{params} | {_layers_cell(rec['n_layers'])} | {rec['n_heads']} / {rec['n_kv_heads']} | "
+                    f"{rec['head_dim']} | {loss:.3f} ({fmt_num(loss_sd)}) | {wall} | {cell_text(r['source'])} |")
+    return rows
+
+
+def _how_read(analysis: A.PretrainedAnalysis, texts: set) -> list[str]:
+    """What every model's sections measure, said once: the models, the text where they share it, and each part's
+    definitions; the model sections below give their numbers alone."""
+    models = list(analysis.models.values())
+    several = len(models) > 1
+    lines = [f"## {'The models and what their sections' if several else 'The model and what its section'} measure"
+             f"{'' if several else 's'}", ""]
+    if len(texts) == 1:
+        lines += [f"Text{', the same for every model' if several else ''}: {next(iter(texts))}.", ""]
+    lines += _models_table(analysis) + [""]
+    if any(m.record.get("gguf") for m in models):
+        lines += ["A model converted from GGUF (its section names the file) has the keys of its dequantized weights: "
+                  "its keys, ranks and bits describe that file's model, not the original's; its gains are exact "
+                  "(float32).", ""]
+    lines += [
+        f"{'Each model' if several else 'The model'}'s section gives, in this order:", "",
+        "1. Key norms against sqrt(d_head), by depth: the mean key norm of each layer group (in the table) at k_norm "
+        "where the model has one, else at k_proj (RoPE keeps norms), each group against sqrt(d_head), then the "
+        "groups against each other, paired by batch.",
+        f"2. Sinks and gatherers. Sink rate: the share of query heads with mean first-token attention > {SINK_MASS} "
+        "over query positions 1..T-1, and with position 0 (Gu et al. 2024's mean, which counts query 0's forced "
+        "weight of 1). Taxonomy (research/analysis/heads.py), on the mean over batches, a KV head taking the mean of "
+        f"its query heads: a sink has first-token attention > {SINK_MASS} and entropy below the model's median "
+        f"entropy by more than {TAXONOMY_MARGIN:.0%}, a gatherer first-token attention <= {SINK_MASS} and "
+        f"entropy above it by more than {TAXONOMY_MARGIN:.0%}. Then the top-sink KV head of each layer (the most "
+        "first-token attention) against the layer's other KV heads, key norm, mean over layers; and, in the layers "
+        "holding both, the sinks' keys against the gatherers'."
+        + (" With one KV head per layer (Gemma 3 270M) the query heads share their keys: no within-layer comparison "
+           "exists." if any(m.record["n_kv_heads"] < 2 for m in models) else ""),
+        "3. Spread of the k_norm gain, where the model has k_norm: the gain as the model applies it (1 + w for "
+        "Gemma), per layer; weights, so exact: described, no test. CV = std / |mean|; golden dimensions: those whose "
+        f"gain lies above the layer's median + {A.GOLDEN_K:g} robust SD ({A.MAD_TO_SD} MAD), with their share of the "
+        "squared gain.",
+        "4. Key rank: pr_sv of the keys at the site of question 1, trained against an untrained model of the same "
+        "architecture (seeded initialization) on the same batches, paired by batch; beside it pr_var and erank, "
+        "described (means over batches and KV heads)."]
+    if any(m.kv is not None for m in models):
+        lines.append(
+            "5. What a key cache holds, described (docs/probing.md defines every measure), float32, each number a "
+            "mean over batches, by layer group (early / middle / final) and over KV heads: the key rank holding 90% "
+            "and 99% of the energy (rank90, rank99) before and after RoPE; the share of the keys' and the queries' "
+            "energy in rotary pairs slower than the context; the loss with every key quantized per token before RoPE, "
+            "its change a mean over batches with a 95% interval (batches as the unit), and the usable key bits, the "
+            "fewest whose mean loss lies within the loss margin of the unquantized; the relative logit error with "
+            "4-bit keys (on the first batch's windows, mean over layers and query heads) and with the keys projected "
+            "on their top r directions (queries whole)."
+            + (" A model without RoPE (GPT-2) has its keys quantized and projected as they are, and nothing after "
+               "RoPE or of rotary use to show." if any(m.kv is not None and not m.kv["rope"] for m in models) else ""))
+    return lines + [""]
+
+
+def _model_notes(name: str, model: A.ModelKeys, texts: set) -> list[str]:
+    """A model section's head: its name, its GGUF file where converted, its text where the models' texts differ."""
+    rec = model.record
+    lines = [f"## {name}", ""]
+    if len(texts) > 1:
+        lines += [f"Text: {_text_of(rec, model.n_batches)}.", ""]
     if rec.get("gguf"):
         g = rec["gguf"]
         lines += [f"Weights dequantized from {g['gguf_file']} (sha256 {g['gguf_sha256'][:12]}; "
                   + ", ".join(f"{k} {v / sum(g['tensor_types'].values()):.0%}" for k, v in g["tensor_types"].items())
-                  + f" of the parameters): the keys are the quantized model's; the gains are exact (float32). The "
-                  f"conversion scored {g['check_loss']:.3f} nats/token on its check text.", ""]
+                  + f" of the parameters); the conversion scored {g['check_loss']:.3f} nats/token on its check "
+                  "text.", ""]
     return lines
 
 
@@ -232,109 +324,86 @@ def _figure(name: str, what: str, shown: Shown, panels: tuple | None = None) -> 
 
 
 def _norm_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
-    lines = []
     nm = model.norm
-    lines += ["### 1. Key norms against sqrt(d_head), by depth", "",
-              f"Site {nm['site']}; sqrt(d_head) = {nm['sqrt_d_head']:.2f}; groups "
-              + ", ".join(f"{g} = layers {ix}" for g, ix in nm["groups"].items()) + ".", ""]
+    lines = ["### 1. Key norms against sqrt(d_head), by depth", "",
+             f"Site {nm['site']}; sqrt(d_head) = {nm['sqrt_d_head']:.2f}.", ""]
     for g, d in nm["vs_sqrt_d"].items():
         lines.append(f"- {g}: mean key norm {nm['group_mean'][g]:.2f}, "
                      + _against(d, "sqrt(d_head)", "longer than", "shorter than", margin) + ".")
-    lines += ["", "Depth (paired by batch):", ""] + decision_table(
-        nm["depth"], 2, unit="batch", what=shown.named("key norm by depth")) + [""]
-    return lines + _figure("key_norms.png", "key norm per layer and KV head against sqrt(d_head)", shown)
+    same = ", ".join(f"{b} and {a}" for a, b in nm.get("same_layers", ()))
+    if nm["depth"]:
+        lines += ["", f"Depth (paired by batch{f'; {same} are the same layers, not compared' if same else ''}):", ""]
+        lines += decision_table(nm["depth"], 2, unit="batch", what=shown.named("key norm by depth"))
+    else:
+        lines += ["", f"Depth: not compared ({same} are the same layers)."]
+    return lines + [""] + _figure("key_norms.png", "key norm per layer and KV head against sqrt(d_head)", shown)
 
 
 def _sink_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
-    rec = model.record
-    G = rec["n_heads"] // rec["n_kv_heads"]
-    lines = []
-    s = model.sinks
-    lines += ["### 2. Sinks and gatherers", "",
-              f"Sink rate (query heads with mean first-token attention > 0.3): {s['sink_rate']:.3f} over query "
-              f"positions 1..T-1, {s['sink_rate_with_q0']:.3f} with position 0 (Gu et al. 2024's mean, which counts "
-              f"query 0's forced weight of 1).", ""]
+    rec, s = model.record, model.sinks
     tax = s["taxonomy"]
-    lines.append(f"Taxonomy (research/analysis/heads.py): sink = first-token attention > {tax.sink_mass} and entropy "
-                 f"< {tax.sink_entropy:.3f}; gatherer = first-token attention <= {tax.sink_mass} and entropy > "
-                 f"{tax.gatherer_entropy:.3f} (median entropy {tax.median_entropy:.3f} ± {tax.margin:.0%}); on the "
-                 f"mean over batches, a KV head taking the mean of its {G} query head(s). KV heads: "
-                 + ", ".join(f"{c} {k}" for c, k in s["counts"].items()) + "; query heads: "
-                 + ", ".join(f"{c} {k}" for c, k in s["counts_query_heads"].items()) + ".")
-    lines += ["", *_figure("sinks.png", "each head's first-token attention against its entropy, by class", shown)]
+    lines = ["### 2. Sinks and gatherers", "",
+             f"Sink rate {s['sink_rate']:.3f}, {s['sink_rate_with_q0']:.3f} with position 0. Taxonomy: a sink's "
+             f"entropy < {tax.sink_entropy:.3f}, a gatherer's > {tax.gatherer_entropy:.3f} (median "
+             f"{tax.median_entropy:.3f}). KV heads: " + ", ".join(f"{c} {k}" for c, k in s["counts"].items())
+             + "; query heads: " + ", ".join(f"{c} {k}" for c, k in s["counts_query_heads"].items()) + ".", ""]
+    lines += _figure("sinks.png", "each head's first-token attention against its entropy, by class", shown)
     if "top_sink" in s:
         d = s["top_sink"]["top-sink KV head - the others"]
-        lines += ["Without the taxonomy: in each layer, the KV head with the most first-token attention against the "
-                  "layer's other KV heads (key norm, mean over layers): "
+        lines += ["Top-sink KV head against its layer's others: "
                   + _against(d, "the others' keys", "longer than", "shorter than", margin).replace(
                       "equal to the others' keys", "as long as the others' keys") + ".", ""]
     if "within_layer" in s:
         d = s["within_layer"]["sink - gatherer key norm"]
         k = len(s["layers"])
-        lines += [f"Within a layer ({k} {'layer holds' if k == 1 else 'layers hold'} both a sink and a gatherer KV "
-                  f"head: {s['layers']}), "
-                  f"sinks' keys minus gatherers' keys, mean over those layers: "
+        lines += [f"Sinks' keys against gatherers', layers {s['layers']}: "
                   + _against(d, "gatherers' keys", "longer than", "shorter than", margin).replace(
                       "equal to gatherers' keys", "as long as gatherers' keys") + "."
-                  + (f" This rests on {k} of {rec['n_layers']} layers: it describes "
+                  + (f" This rests on {k} of {rec['n_layers']} layers; it describes "
                      f"{'that layer' if k == 1 else 'those layers'}, not the model's layers in general."
                      if k < 3 else ""), ""]
     else:
-        lines += [f"Do sinks (as classified) have longer keys within a layer? Not testable here: {s['why_not']}.", ""]
+        lines += [f"Sinks' keys against gatherers' within a layer: not testable; {s['why_not']}.", ""]
     return lines
 
 
 def _gain_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
-    rec = model.record
-    lines = []
     gc = model.gain
-    lines += ["### 3. Spread of the k_norm gain", ""]
+    lines = ["### 3. Spread of the k_norm gain", ""]
     if gc is None:
-        lines += ["The model has no k_norm: nothing to measure.", ""]
-    else:
-        cvs = [x["cv"] for x in gc["layers"]]
-        n_gold = sum(bool(x["golden"]) for x in gc["layers"])
-        lines += [f"The gain as the model applies it{' (1 + w)' if rec.get('family') == 'gemma3' else ''}; weights, so "
-                  f"exact: descriptive, no test. CV ranges {min(cvs):.2f} to {max(cvs):.2f} over layers; "
-                  f"{n_gold} of {len(cvs)} layers have golden dimensions (gain above median + {gc['golden_k']:g} "
-                  f"robust SD).", "",
-                  "| layer | mean | mean abs | CV | min | max | negative | golden dimensions (share of squared gain) |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for i, x in enumerate(gc["layers"]):
-            gold = ", ".join(map(str, x["golden"][:12])) + (" ..." if len(x["golden"]) > 12 else "")
-            lines.append(f"| {i} | {x['mean']:.3f} | {x['mean_abs']:.3f} | {x['cv']:.3f} | {x['min']:.3f} | "
-                         f"{x['max']:.3f} | {x['negative']} | {gold or '-'}"
-                         + (f" ({x['golden_energy']:.0%})" if x["golden"] else "")
-                         + " |")
-        lines += ["", *_figure("gains.png", "the k_norm gain per layer and dimension, and its spread", shown,
-                               shown.gains)]
-    return lines
+        return lines + ["The model has no k_norm: nothing to measure.", ""]
+    cvs = [x["cv"] for x in gc["layers"]]
+    n_gold = sum(bool(x["golden"]) for x in gc["layers"])
+    lines += [f"CV {min(cvs):.2f} to {max(cvs):.2f} over layers; golden dimensions in {n_gold} of {len(cvs)} "
+              "layers.", "", f"| {cell_text(shown.named('layer'))} | mean | mean abs | CV | min | max | negative | "
+              "golden dimensions (share of squared gain) |", "|---|---|---|---|---|---|---|---|"]
+    for i, x in enumerate(gc["layers"]):
+        gold = ", ".join(map(str, x["golden"][:12])) + (" ..." if len(x["golden"]) > 12 else "")
+        lines.append(f"| {i} | {x['mean']:.3f} | {x['mean_abs']:.3f} | {x['cv']:.3f} | {x['min']:.3f} | "
+                     f"{x['max']:.3f} | {x['negative']} | {gold or '-'}"
+                     + (f" ({x['golden_energy']:.0%})" if x["golden"] else "") + " |")
+    return lines + ["", *_figure("gains.png", "the k_norm gain per layer and dimension, and its spread", shown,
+                                 shown.gains)]
 
 
 def _rank_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
-    rec = model.record
-    lines = []
-    r = model.rank
-    lines += ["### 4. Key rank", ""]
+    rec, r = model.record, model.rank
+    lines = ["### 4. Key rank", ""]
     if r is None:
-        lines += ["No untrained reference was measured.", ""]
-    else:
-        lines += [f"pr_sv of the keys at {r['site']} (of d_head = {r['d_head']}), trained against an untrained model "
-                  f"of the same architecture (seeded initialization) on the same batches, paired by batch:", ""]
-        for g, d in r["groups"].items():
-            lines.append(f"- {g}: trained {d.mean_a:.1f}, untrained {d.mean_b:.1f}: "
-                         + _against(d, "the untrained keys", "more dimensions than", "fewer dimensions than",
-                                    margin).replace("equal to the untrained keys", "as many as the untrained keys")
-                         + ".")
-        lines += ["", "Per group:", ""] + decision_table(r["groups"], 2, unit="batch",
-                                                         what=shown.named("pr_sv, trained against untrained")) + [""]
-        lines += _figure("key_rank.png", "pr_sv per layer, trained and untrained", shown)
-        groups = A.layer_groups(rec["n_layers"])
-        lines += ["Other rank measures (means over batches and KV heads; descriptive): "
-                  + "; ".join(f"{m} trained / untrained: " + ", ".join(
-                      f"{g} {np.mean([r[m]['layer_trained'][i] for i in ix]):.1f} / "
-                      f"{np.mean([r[m]['layer_init'][i] for i in ix]):.1f}" for g, ix in groups.items())
-                      for m in ("pr_var", "erank")) + ".", ""]
+        return lines + ["No untrained reference was measured.", ""]
+    lines += [f"pr_sv at {r['site']} (of d_head = {r['d_head']}):", ""]
+    for g, d in r["groups"].items():
+        lines.append(f"- {g}: trained {d.mean_a:.1f}, untrained {d.mean_b:.1f}: "
+                     + _against(d, "the untrained keys", "more dimensions than", "fewer dimensions than",
+                                margin).replace("equal to the untrained keys", "as many as the untrained keys") + ".")
+    lines += [""] + decision_table(r["groups"], 2, unit="batch",
+                                   what=shown.named("pr_sv, trained against untrained")) + [""]
+    lines += _figure("key_rank.png", "pr_sv per layer, trained and untrained", shown)
+    groups = A.layer_groups(rec["n_layers"])
+    lines += ["; ".join(f"{m}, trained / untrained: " + ", ".join(
+        f"{g} {np.mean([r[m]['layer_trained'][i] for i in ix]):.1f} / "
+        f"{np.mean([r[m]['layer_init'][i] for i in ix]):.1f}" for g, ix in groups.items())
+        for m in ("pr_var", "erank")) + ".", ""]
     return lines
 
 
@@ -342,18 +411,20 @@ def _by_group(d: dict, digits: int = 1) -> str:
     return " / ".join(f"{v:.{digits}f}" for v in d.values())
 
 
-def _kv_section(model: A.ModelKeys) -> list[str]:
+NO_ROPE = "No RoPE: the measures after RoPE and of rotary use do not apply"  # a model without it (GPT-2)
+
+
+def _kv_section(model: A.ModelKeys, shown: Shown | None = None) -> list[str]:
     """What a key cache holds: descriptive, each number a mean over batches (and layers and heads where said)."""
     kv = model.kv
     if kv is None:
         return []
-    groups = " / ".join(A.layer_groups(model.record["n_layers"]))
+    shown = shown or Shown(())
+    rope = kv["rope"]
     lines = ["### 5. What a key cache holds (descriptive)", "",
-             f"On the {model.n_batches} batches ({kv['sequences']} windows of {kv['seq_len']} tokens), float32. "
-             "The weights are those of the GGUF file, quantized to 4-8 bits, so the bits below describe this "
-             "file's model, not the original's (docs/probing.md defines every measure).", ""]
+             f"On {kv['sequences']} windows of {kv['seq_len']} tokens" + ("." if rope else f". {NO_ROPE}."), ""]
     ranks = kv["ranks"]
-    for site, where in ((kv["site"], "before RoPE"), ("k_rope", "after RoPE")):
+    for site, where in ((kv["site"], " before RoPE" if rope else ""), ("k_rope", " after RoPE")):
         parts = []
         for metric in ("rank90", "rank99"):
             if (site, metric, "keys") in ranks:
@@ -361,49 +432,53 @@ def _kv_section(model: A.ModelKeys) -> list[str]:
                 parts.append(f"{metric} {_by_group(ranks[(site, metric, 'keys')])}"
                              + (f" (untrained: {_by_group(init)})" if init else ""))
         if parts:
-            lines.append(f"- Key rank {where} ({site}, of d_head = {kv['d_head']}; {groups}, mean over KV heads): "
-                         + "; ".join(parts) + ".")
-    for name, d in kv["low_freq_share"].items():
-        lines.append(f"- Share of the {name}' energy in rotary pairs slower than the context ({groups}): "
-                     f"{_by_group(d, 3)}.")
-    lines += _kv_loss_lines(kv["loss"])
+            lines.append(f"- Key rank{where} ({site}, of d_head = {kv['d_head']}): " + "; ".join(parts) + ".")
+    if kv["low_freq_share"]:
+        lines.append("- Energy in rotary pairs slower than the context: " + "; ".join(
+            f"{name} {_by_group(d, 3)}" for name, d in kv["low_freq_share"].items()) + ".")
+    lines += _kv_loss_lines(kv["loss"], shown, rope)
     if kv["layer_bits"] is not None:
         lines += ["Usable key bits of each layer's keys quantized alone (the first batch; layer 0 first; - where 8 "
                   "bits are outside the margin): " + ", ".join("-" if b is None else str(b) for b in kv["layer_bits"])
                   + ".", ""]
-    return lines + _kv_error_lines(kv)
+    return lines + _kv_error_lines(kv, shown, rope)
 
 
-def _kv_loss_lines(loss: dict) -> list[str]:
-    lines = ["", f"Loss with every key quantized per token before RoPE (the unquantized: {loss['base']:.4f} "
-                 f"nats/token; change: mean over batches [95% interval, batches as the unit]):", "",
-             "| bits | loss change (nats) | share of the loss |", "|---|---|---|"]
+def _kv_loss_lines(loss: dict, shown: Shown, rope: bool = True) -> list[str]:
+    lines = ["", f"Loss with every key quantized{' before RoPE' if rope else ''} (unquantized {loss['base']:.4f} "
+                 "nats/token):", "",
+             f"| {cell_text(shown.named('bits'))} | loss change (nats) | share of the loss |", "|---|---|---|"]
     for b, (m, h) in loss["change"].items():
         lines.append(f"| {b} | {m:+.4f} [{m - h:+.4f}, {m + h:+.4f}] | {loss['share'][b][0]:+.2%} |")
     usable = loss["usable_k_bits"]
-    return lines + ["", f"Usable key bits (the fewest whose mean loss lies within \u00b1{loss['margin']:.1%} of the "
-                        f"unquantized): {usable if usable is not None else 'none of those measured'}.", ""]
+    return lines + ["", f"Usable key bits (within \u00b1{loss['margin']:.1%} of the unquantized): "
+                        f"{usable if usable is not None else 'none of those measured'}.", ""]
 
 
-def _kv_error_lines(kv: dict) -> list[str]:
+def _kv_error_lines(kv: dict, shown: Shown, rope: bool = True) -> list[str]:
     errs, proj = kv["logit_error_4bit"], kv["projected"]
     if not errs:
         return ["The layers' attention errors were not measured.", ""]
-    lines = [f"Relative logit error with 4-bit keys ({kv['error_sequences']} windows, the first batch's; mean over "
-             "layers and query heads):", "", "| scheme | before RoPE | after RoPE |", "|---|---|---|"]
+    sites = (("pre_rope", "before RoPE"), ("post_rope", "after RoPE")) if rope else \
+        (("pre_rope", "logit error"),)
+    lines = [f"Relative logit error with 4-bit keys ({kv['error_sequences']} windows):", "",
+             f"| {cell_text(shown.named('scheme'))} | " + " | ".join(w for _, w in sites) + " |",
+             "|---" * (len(sites) + 1) + "|"]
     for scheme in kv["schemes"]:
-        lines.append(f"| {scheme} | {errs.get(('pre_rope', scheme), float('nan')):.4f} | "
-                     f"{errs.get(('post_rope', scheme), float('nan')):.4f} |")
-    return lines + ["", "Relative logit error with the keys projected on their top r directions (queries whole): "
-                    + "; ".join(f"r = {r}: {proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} "
-                                f"after" for r in kv["ranks_measured"]) + ".", ""]
+        lines.append(f"| {scheme} | " + " | ".join(f"{errs.get((s, scheme), float('nan')):.4f}" for s, _ in sites)
+                     + " |")
+    per_r = [f"r = {r}: " + (f"{proj[('pre_rope', r)]:.3f} before RoPE, {proj[('post_rope', r)]:.3f} after" if rope
+                             else f"{proj[('pre_rope', r)]:.3f}") for r in kv["ranks_measured"]]
+    return lines + ["", "With the keys projected: " + "; ".join(per_r) + ".", ""]
 
 
-def _model_lines(name: str, model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
-    """One model's part of report.md: what it is, its four answers and what a key cache holds."""
+def _model_lines(name: str, model: A.ModelKeys, margin: float, shown: Shown, texts: set) -> list[str]:
+    """One model's part of report.md, under its label `name` (labels): its numbers alone (what they are is said
+    once, in _how_read)."""
     shown = dataclasses.replace(shown, model=name)
-    return (_model_header(name, model) + _norm_section(model, margin, shown) + _sink_section(model, margin, shown)
-            + _gain_section(model, margin, shown) + _rank_section(model, margin, shown) + _kv_section(model))
+    return (_model_notes(name, model, texts) + _norm_section(model, margin, shown)
+            + _sink_section(model, margin, shown) + _gain_section(model, margin, shown)
+            + _rank_section(model, margin, shown) + _kv_section(model, shown))
 
 
 def report(analysis: A.PretrainedAnalysis) -> str:
@@ -418,9 +493,12 @@ def report(analysis: A.PretrainedAnalysis) -> str:
              f"Command: `{res.get('command', '?')}`; {fmt_code(prov)}, "
              f"{prov.get('cpu', '?')}, torch {prov.get('torch', '?')}, transformers {prov.get('transformers', '?')}, "
              f"float32; {fmt_num(res.get('wall_s'), 0)} s.", ""]
-    shown = Shown(tuple(analysis.models), tuple(n for n, m in analysis.models.items() if m.gain is not None))
+    texts = {_text_of(m.record, m.n_batches) for m in analysis.models.values()}
+    lines += _how_read(analysis, texts)
+    label = labels(analysis.models)
+    shown = Shown(tuple(label.values()), tuple(label[n] for n, m in analysis.models.items() if m.gain is not None))
     for name, model in analysis.models.items():
-        lines += _model_lines(name, model, margin, shown)
+        lines += _model_lines(label[name], model, margin, shown, texts)
     return "\n".join(lines)
 
 
@@ -435,15 +513,18 @@ def _family(decisions: dict, n: int) -> str:
     return f"{family}, {tested[0].ci_level:.1%}{' each' if len(tested) > 1 else ''}, over {n} text batches"
 
 
-def _answers(model: A.ModelKeys) -> list[str]:
-    """The four answers of one model, each in one line without its leading '- '."""
+def _answers(model: A.ModelKeys, first: bool = True) -> list[str]:
+    """The four answers of one model, each in one line without its leading '- '; the sink rate defined in the `first`
+    model's alone."""
     n, nm = model.n_batches, model.norm
     vs = "; ".join(decided_part(f"{g} {nm['group_mean'][g]:.2f}", d, "batch") for g, d in nm["vs_sqrt_d"].items())
     depth = "; ".join(decided_part(k.replace(" - ", " \u2212 "), d, "batch") for k, d in nm["depth"].items())
+    depth = f"{depth} ({_family(nm['depth'], n)})" if depth else "not compared (the groups are the same layers)"
     out = [f"Key norm against sqrt(d_head) = {nm['sqrt_d_head']:.2f} at {nm['site']}: {vs} "
-           f"({_family(nm['vs_sqrt_d'], n)}); by depth: {depth} ({_family(nm['depth'], n)})"]
+           f"({_family(nm['vs_sqrt_d'], n)}); by depth: {depth}"]
     s = model.sinks
-    sinks = (f"Sinks: sink rate {s['sink_rate']:.3f} (query heads with mean first-token attention > 0.3); KV heads "
+    sinks = (f"Sinks: sink rate {s['sink_rate']:.3f}"
+             + (f" (query heads with mean first-token attention > {SINK_MASS})" if first else "") + "; KV heads "
              + ", ".join(f"{c} {k}" for c, k in s["counts"].items()))
     if "top_sink" in s:
         sinks += "; " + decided_part("the top-sink KV head's keys against its layer's others'",
@@ -480,7 +561,8 @@ def in_short(analysis: A.PretrainedAnalysis) -> list[str]:
     with every model in it. Each comparison with its outcome, its ratio (or share) and interval over text batches, and
     the family it was decided in; an open one marked wording.OPEN (its route: Kind.settle, a replication on new
     batches)."""
-    answers = {name: _answers(model) for name, model in analysis.models.items()}
+    label = labels(analysis.models)
+    answers = {label[name]: _answers(model, i == 0) for i, (name, model) in enumerate(analysis.models.items())}
     if len(answers) == 1:
         return [f"- {line}." for line in next(iter(answers.values()))]
     if 4 * len(answers) <= MOST:

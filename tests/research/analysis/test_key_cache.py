@@ -6,7 +6,7 @@ import math
 import pytest
 
 from research.analysis.key_cache import key_cache_summary, usable_k_bits
-from research.plots.pretrained import _kv_section
+from research.plots.pretrained import NO_ROPE, _kv_section
 from research.analysis import pretrained as A
 
 L, HQ, HKV = 3, 2, 1
@@ -27,12 +27,16 @@ def _kv(base: float, change4: float) -> dict:
             "usable_k_bits": None, "layers": [{"layer": i, **layer} for i in range(L)]}
 
 
-def _record(kv=True):
+def _record(kv=True, rope=True):
+    """Two batches; without rope, no rotary use measured (the key study's record of a model without RoPE, GPT-2)."""
     batches = []
     for b, (base, change4) in enumerate(((2.0, 0.01), (3.0, 0.03))):
         keys = {"k_proj": {"rank90": [[3.0]] * L, "rank99": [[5.0]] * L, "low_freq_share": [[0.25]] * L},
                 "k_rope": {"rank90": [[4.0]] * L, "rank99": [[6.0]] * L}}
         batch = {"loss": base, "keys": keys, "attn": {"q_low_freq_share": [[0.5, 0.7]] * L}}
+        if not rope:
+            keys["k_proj"].pop("low_freq_share")
+            batch["attn"].pop("q_low_freq_share")
         if kv:  # the layers' errors in the first batch's section only, as the study measures them
             batch["kv"] = _kv(base, change4)
             if b:
@@ -63,9 +67,24 @@ def test_the_report_section_states_the_numbers():
     model = A.ModelKeys(_record(), {}, {}, None, None, (2.5, math.nan), 2, key_cache_summary(_record()))
     text = "\n".join(_kv_section(model))
     assert "| 4 | +0.0200 [-0.1071, +0.1471] | +0.75% |" in text
-    assert "Usable key bits (the fewest whose mean loss lies within \u00b11.0% of the unquantized): 4." in text
+    assert "Usable key bits (within \u00b11.0% of the unquantized): 4." in text
     assert "rank90 3.0 / 3.0 / 3.0" in text and "| per_token | 0.1000 | 0.1000 |" in text
     assert _kv_section(A.ModelKeys(_record(False), {}, {}, None, None, (2.5, math.nan), 2)) == []
+
+
+def test_a_model_without_rope_has_its_keys_as_they_are():
+    """No rotary use in the record (GPT-2): nothing after RoPE, no rotary shares, the errors of the keys as they are
+    (pre_rope: post_rope would be the same keys again); the report says so in one phrase, once."""
+    s = key_cache_summary(_record(rope=False))
+    assert s["rope"] is False and key_cache_summary(_record())["rope"] is True
+    assert {site for site, _, _ in s["ranks"]} == {"k_proj"} and s["low_freq_share"] == {}
+    assert set(s["logit_error_4bit"]) == {("pre_rope", "per_channel"), ("pre_rope", "per_token")}
+    assert s["projected"] == {("pre_rope", 2): pytest.approx(0.25), ("pre_rope", 4): pytest.approx(0.125)}
+    assert s["loss"]["usable_k_bits"] == 4
+    text = "\n".join(_kv_section(A.ModelKeys(_record(rope=False), {}, {}, None, None, (2.5, math.nan), 2, s)))
+    assert text.count(NO_ROPE) == 1 and "RoPE" not in text.replace(NO_ROPE, "")
+    assert "| scheme | logit error |" in text and "| per_token | 0.1000 |" in text
+    assert "With the keys projected: r = 2: 0.250; r = 4: 0.125." in text and "Key rank (k_proj" in text
 
 
 def test_usable_k_bits_by_hand():

@@ -47,6 +47,24 @@ def test_norms_against_sqrt_d_head_and_by_depth():
         assert d.diff == pytest.approx(0.0, abs=1e-12) and d.outcome == NO_SPREAD and not d.decided
 
 
+def test_groups_that_are_the_same_layers_are_not_compared_by_depth():
+    """3 layers: early and middle are layers 0 and 1 both (research.analysis.keys.layer_groups), so their comparison
+    would set a group against itself; final (layers 1, 2) is compared with each. 2 layers: every group is layers 0
+    and 1, and nothing is compared."""
+    def first_layers(n):
+        rec = _record()
+        rec["n_layers"] = n
+        for b in rec["batches"]:
+            for key in ("keys", "init_keys"):
+                b[key]["k_proj"] = {m: v[:n] for m, v in b[key]["k_proj"].items()}
+        return rec
+    three = A.norm_claims(first_layers(3))
+    assert three["same_layers"] == [("early", "middle")] and list(three["depth"]) == ["final - middle", "final - early"]
+    two = A.norm_claims(first_layers(2))
+    assert len(two["same_layers"]) == 3 and two["depth"] == {}
+    assert A.norm_claims(_record())["same_layers"] == [] and len(A.norm_claims(_record())["depth"]) == 3
+
+
 def test_sinks_have_longer_keys_within_a_layer():
     s = A.sink_claims(_record())
     assert s["counts"] == {"sink": L, "gatherer": L, "neither": 0} and s["layers"] == list(range(L))

@@ -492,7 +492,9 @@ def test_pretrained_report_of_a_file_without_the_description(tmp_path):
     res = load_pretrained_keys(path)
     assert res["wall_s"] is None
     report = figures.report(analyze_file(res))
-    assert "## m" in report and "? (?), ? parameters, 2 layers" in report and "n/a s." in report
+    assert "## m" in report and "| m | ? (?) | ? | 2 (early 0, 1; middle 0, 1; final 0, 1) |" in report
+    assert "n/a s." in report and "? s | ? |" in report and "Text: 2 batches of ? windows of ? tokens of ?" in report
+    assert "Depth: not compared (middle and early, final and middle, final and early are the same layers)." in report
 
 
 NaN_TEXT = "__nan__"
