@@ -370,8 +370,9 @@ def _sink_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
 def _gain_section(model: A.ModelKeys, margin: float, shown: Shown) -> list[str]:
     gc = model.gain
     lines = ["### 3. Spread of the k_norm gain", ""]
-    if gc is None:
-        return lines + ["The model has no k_norm: nothing to measure.", ""]
+    if gc is None:  # its figure says so too, placed here where no model of the study has a gain to draw
+        return lines + ["The model has no k_norm: nothing to measure.", "",
+                        *([] if shown.gains else _figure("gains.png", "no k_norm gain to draw", shown))]
     cvs = [x["cv"] for x in gc["layers"]]
     n_gold = sum(bool(x["golden"]) for x in gc["layers"])
     lines += [f"CV {min(cvs):.2f} to {max(cvs):.2f} over layers; golden dimensions in {n_gold} of {len(cvs)} "
