@@ -257,12 +257,12 @@ def _exact(q: Quantity, p: tuple, d: Decision) -> str:
 def _short_entry(a: ConditionsAnalysis, q: Quantity, p: tuple, d: Decision) -> str:
     """'largest attention logit +9.91 [+7.10, +12.72] logits (+121% of QK)'; decided on log ratios 'key PR (pr_sv)
     ratio QK/base +4.1% [+2.0%, +6.3%]': the effect, its interval and its share of the reference (its margin and mean
-    difference: the tables, _entry)."""
+    difference: the tables, _entry), and a margin that cannot be missed said so (wording.unmissable_text)."""
     est, ci = interval_text(d, q.decimals)
     if d.ratio:
         return f"{q.text} ratio {p[0]}/{p[1]} {est} {ci}"
-    of = _of(a, p, d)
-    return f"{q.text} {est} {ci}{_units(q)}" + (f" ({of})" if of else "")
+    said = "; ".join(x for x in (_of(a, p, d), unmissable_text(d, _digits(q, d))) if x)  # an "equal" that says little
+    return f"{q.text} {est} {ci}{_units(q)}" + (f" ({said})" if said else "")
 
 
 PARTS = (

@@ -42,6 +42,7 @@ from research.plots import keys as keys_plots
 from research.plots import lr as lr_plots
 from research.plots import pilot as pilot_plots
 from research.plots import pretrained as pretrained_plots
+from research.plots import pretrained_report
 from research.plots import qk_norm as qk_norm_plots
 from research.plots import qk_norm_report
 from research.plots import spikes as spikes_plots
@@ -335,8 +336,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
     Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         pretrained_plots.figures, pretrained_plots.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair,
-         in_short=pretrained_plots.in_short, settle=lambda a: settle_line("batch")),
+         pretrained_plots.figures, pretrained_report.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair,
+         in_short=pretrained_report.in_short, settle=lambda a: settle_line("batch")),
     Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
          _trajectory_draw(trajectory_plots.figures, seeds_plots.figures),
          _trajectory_draw(trajectory_plots.report, seeds_plots.report), _named(trajectory_plots.FIGURES),

@@ -108,7 +108,7 @@ def test_results_validation_takes_the_version_and_files_without_it():
 
 def test_a_report_prints_the_version_where_there_is_no_commit():
     from research.analysis.pretrained import analyze_file
-    from research.plots.pretrained import report
+    from research.plots.pretrained_report import report
     res = {"command": "qk-pretrained-keys", "provenance": {"git_commit": None, "qk_keys": "0.1.0", "cpu": "x"},
            "wall_s": 1.0, "models": {}}
     assert "`qk-pretrained-keys`; no git commit (qk-keys 0.1.0), x," in report(analyze_file(res))

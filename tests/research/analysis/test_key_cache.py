@@ -6,7 +6,7 @@ import math
 import pytest
 
 from research.analysis.key_cache import key_cache_summary, usable_k_bits
-from research.plots.pretrained import NO_ROPE, _kv_section
+from research.plots.pretrained_report import NO_ROPE, _kv_section
 from research.analysis import pretrained as A
 
 L, HQ, HKV = 3, 2, 1

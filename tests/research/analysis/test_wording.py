@@ -138,7 +138,7 @@ def test_a_margin_of_more_than_ten_times_the_values_is_marked_as_one_that_cannot
                                   "compared (0.0002)")
     text = "\n".join([*in_short(old), report(old)])
     line = next(x for x in text.splitlines() if x.startswith("- NoQK \u2212 QK: "))
-    assert "margin \u00b10.0050; a margin that cannot be missed: \u00b10.0050 is over 10 times" in line
+    assert "(a margin that cannot be missed: \u00b10.0050 is over 10 times" in line
     assert text.count("a margin that cannot be missed") == 2  # the "In short" line and the table's margin cell
     new = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit",)), 0.03, 0.005)
     assert not unmissable(new.decisions["kv_loss_4bit"][("NoQK", "QK")])
@@ -251,7 +251,7 @@ def test_a_pretrained_verdict_on_a_ratio_gives_no_size_in_units_against_its_side
     -0.56, beyond the margin), while the mean difference in units is +0.83. The phrase's side is the ratio's, so its
     size must be the ratio's too: 'shorter than ... by 0.83' would read a positive difference as a shortfall."""
     from research.analysis.rules import RATIO, Paired, decide
-    from research.plots.pretrained import _against
+    from research.plots.pretrained_report import _against
     a, b = {i: 1.0 for i in range(5)} | {5: 100.0}, {i: 2.0 for i in range(5)} | {5: 90.0}
     d = decide({"x": Paired.of(a, b, on=RATIO)}, 0.03)["x"]
     assert d.outcome == "different, beyond the margin" and d.est < 0 < d.diff

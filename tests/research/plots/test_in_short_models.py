@@ -12,7 +12,7 @@ from research.analysis.conditions import ConditionRuns
 from research.analysis.conditions import analyze as analyze_conditions
 from research.analysis.spikes import analyze as analyze_spikes
 from research.analysis.wording import OPEN, settle_line
-from research.plots import conditions, pretrained, spikes, trajectory, trajectory_seeds
+from research.plots import conditions, pretrained_report, spikes, trajectory, trajectory_seeds
 from research.plots.in_short import MOST
 from research.studies.kinds import KINDS
 from research.studies.render import load_and_analyze
@@ -103,7 +103,7 @@ def test_pretrained_gives_the_four_answers_over_text_batches():
     k_norm. Rank: pr_sv (1.5 + 0.01 b) / (3.0 - 0.01 b), log ratios mean -0.67324, sd 0.015709: -49.0% [-50.4%,
     -47.6%]."""
     a = pretrained_analysis.PretrainedAnalysis({}, {"toy": pretrained_analysis.analyze(_record())}, 0.03)
-    lines = pretrained.in_short(a)
+    lines = pretrained_report.in_short(a)
     assert len(lines) == 4
     assert lines[0].startswith("- Key norm against sqrt(d_head) = 2.00 at k_proj: early 2.52: **different, beyond the "
                                "margin** +26.0% [+24.5%, +27.5%]; middle 2.52: ")
@@ -122,7 +122,7 @@ def test_pretrained_gives_the_four_answers_over_text_batches():
         f"{g} 1.5 against 3.0: **different, beyond the margin** -49.0% [-50.4%, -47.6%]"
         for g in ("early", "middle", "final")) + " (one family of 3, 98.3% each, over 5 text batches).")
     several = pretrained_analysis.PretrainedAnalysis({}, {"a": a.models["toy"], "b": a.models["toy"]}, 0.03)
-    lines = pretrained.in_short(several)
+    lines = pretrained_report.in_short(several)
     assert len(lines) == 8 and lines[2] == "- a: k_norm gain: the model has none."
     assert lines[4].startswith("- b: key norm against sqrt(d_head) = 2.00")
 

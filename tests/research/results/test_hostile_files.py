@@ -484,7 +484,7 @@ def test_the_margin_a_pretrained_keys_file_redraws_with_is_checked(tmp_path):
 
 def test_pretrained_report_of_a_file_without_the_description(tmp_path):
     from research.analysis.pretrained import analyze_file
-    from research.plots import pretrained as figures
+    from research.plots import pretrained_report as figures
     from research.results.pretrained import SCHEMA, VERSION, load_pretrained_keys
     path = tmp_path / "pretrained_keys.json"
     path.write_text(json.dumps({"schema": SCHEMA, "version": VERSION, "models": {"m": _pretrained_record()},

@@ -7,7 +7,7 @@ import pytest
 
 from research import pretrained_keys_study
 from research.plots.in_short import MOST
-from research.plots.pretrained import NO_ROPE
+from research.plots.pretrained_report import NO_ROPE
 from research.results.vocabulary import REPORT
 from tests.research.inspection.builders import make_hf_model
 from tests.research.plots.test_report_page import repeated
