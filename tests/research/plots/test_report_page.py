@@ -176,3 +176,15 @@ def test_every_kinds_page_reads_clean_in_a_real_browser(drawn, kind):
     assert page_read.text_visible and page_read.text_top is not None and page_read.text_top < 800
     uri = (drawn[kind] / "report.html").resolve().as_uri()
     assert page_read.requests[0] == uri and all(r == uri or r.startswith("data:") for r in page_read.requests)
+
+
+def test_the_readme_gives_the_kept_main_report_in_short_and_links_to_its_sections():
+    report = (REPO / "docs" / "main_study" / "report.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    short = report.split("## In short\n\n", 1)[1].split("\n\n## ", 1)[0].strip()
+    assert short in readme.split("## What the main study found", 1)[1]
+    seen: dict = {}
+    anchors = {slug(h, seen) for h in re.findall(r"^#{1,3} (.+)$", report, re.M)}
+    linked = re.findall(r"docs/main_study/report\.md#([\w-]+)", readme)
+    assert linked and set(linked) <= anchors, set(linked) - anchors
+    assert (REPO / "docs" / "figures" / "report_first_screen.png").read_bytes()[:8] == PNG[:8]
