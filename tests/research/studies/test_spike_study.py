@@ -40,7 +40,7 @@ def test_the_kind_redraws_a_synthetic_folder(tmp_path, capsys):
     split_panels.main([str(folder)])
     written = [Path(w).name for w in capsys.readouterr().out.split() if w != "wrote"]
     assert written == KINDS["spikes"].outputs([NAME]) == ["1_signals_at_spikes.png", "2_hit_vs_false_alarms.png",
-                                                          "report.md"]
+                                                          "report.md", "report.html"]
     assert SPIKE_WARNING.outputs() == ["study.json", *written]
     report = (folder / "report.md").read_text()
     assert "- In NoQK, logit_max, logit_growth warn; inconclusive:" in report
