@@ -1,0 +1,54 @@
+"""Every path the README and docs/ name exists in the clone, and every file docs/layout.md's table of folders names
+lies in the folder its row is about: a doc that names a moved or deleted file fails here, not in a reader's hands."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.helpers import REPO
+
+TOPS = ("research/", "models/", "configs/", "data/", "training/", "optimizers/", "utils/", "tests/", "docs/", ".ci/")
+GENERATED = ("research_results/",)  # what the commands write: named in the docs, not kept in the clone
+
+
+def named_paths(text: str) -> set[str]:
+    """Repository paths a Markdown text names: in `code` or as a link target, from a top-level folder of the project;
+    'path:NAME' and 'path#anchor' name the path; placeholders (<x>, *, {x}) are not paths."""
+    found = re.findall(r"`([^`\s]+)`", text) + re.findall(r"\]\(([^)\s]+)\)", text)
+    out = set()
+    for item in found:
+        path = re.split(r"[#:]", item, maxsplit=1)[0].rstrip(".,;")
+        if path.startswith(TOPS) and not re.search(r"[<>*{}]", path):
+            out.add(path)
+    return out
+
+
+def table_files(text: str) -> dict[str, set[str]]:
+    """{folder: the file names its row of a '| folder | what |' table names in `code`} (names without a slash)."""
+    rows = {}
+    for folder, what in re.findall(r"^\| `([\w./*-]+/)` \| (.*) \|$", text, re.M):
+        rows[folder] = {name for name in re.findall(r"`([\w.-]+\.py)`", what)}
+    return rows
+
+
+def test_the_helpers_read_paths_and_rows_by_hand():
+    text = "see `research/plots/page.py:page`, [x](docs/decisions.md#margins), `research_results/x`, `<run>/a.py`\n" \
+           "| `utils/` | `io.py` (writes), `console.py` |"
+    assert named_paths(text) == {"research/plots/page.py", "docs/decisions.md", "utils/"}
+    assert table_files(text) == {"utils/": {"io.py", "console.py"}}
+
+
+def test_every_path_the_docs_name_exists():
+    docs = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+    missing = {str(doc.relative_to(REPO)): sorted(p for p in named_paths(doc.read_text())
+                                                   if not (REPO / p).exists() and not (doc.parent / p).exists())
+               for doc in docs}
+    assert {doc: paths for doc, paths in missing.items() if paths} == {}
+
+
+def test_every_file_the_layout_table_names_is_in_its_folder():
+    rows = table_files((REPO / "docs" / "layout.md").read_text())
+    assert rows, "docs/layout.md has no table of folders"
+    missing = {folder: sorted(name for name in names if not any((REPO / folder).rglob(name)))
+               for folder, names in rows.items() if "*" not in folder}
+    assert {folder: names for folder, names in missing.items() if names} == {}
