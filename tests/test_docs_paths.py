@@ -3,7 +3,6 @@ lies in the folder its row is about: a doc that names a moved or deleted file fa
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from tests.helpers import REPO
 
