@@ -29,9 +29,6 @@ from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.analysis.wording import inline_open, settle_line
 from research.results import ResultsError
 from research.results.layout import INDEX_FIX, load_study
-from research.results.pretrained import load_pretrained_keys
-from research.results.steps import load_steps
-from research.results.trajectory import across_seeds, load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT, REPORT_PAGE
 from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
@@ -64,8 +61,8 @@ def with_section(report: str, section: str) -> str:
 
 @dataclass(frozen=True)
 class OnDemand:
-    """The function `name` of the module at dotted path `module` (a kind's analysis or plots), imported at its first
-    call: importing the registry loads no kind's decisions or figures, a study loads those of its own kind."""
+    """The function `name` of the module at dotted path `module` (a kind's reader, analysis or plots), imported at
+    its first call: importing the registry loads no kind's decisions or figures, a study loads those of its own kind."""
 
     module: str
     name: str
@@ -216,6 +213,7 @@ def _spikes_load(folder: Path, index: dict):
     """The runs with each one's metrics.jsonl (beside its results.json) read by the one checked reader: a
     research.analysis.spikes.SpikeRuns."""
     from research.analysis import spikes as spikes_analysis
+    from research.results.steps import load_steps
 
     def steps(res: dict, path: Path) -> list[dict]:
         return load_steps(path.parent / METRICS_FILE, diverged=bool(res.get("diverged")))
@@ -301,6 +299,7 @@ def _pretrained_analyze(res: dict, margin: float | None, loss_margin: float | No
 
 def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | None):
     """One model's checkpoints, or several seeds' (research.analysis.trajectory_seeds)."""
+    from research.results.trajectory import across_seeds
     analyze = _analysis("trajectory_seeds" if across_seeds(res) else "trajectory")
     return analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
 
@@ -348,12 +347,12 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
          _plots("spikes", "report"), _named("spikes"), compare=_spikes_compare, in_short=_plots("spikes", "in_short"),
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
-    Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         _plots("pretrained", "figures"), _plots("pretrained_report", "report"), _named("pretrained"),
-         compare=nothing_to_pair, in_short=_plots("pretrained_report", "in_short"),
+    Kind("pretrained_keys", _file(PRETRAINED_FILE, OnDemand("research.results.pretrained", "load_pretrained_keys")),
+         _pretrained_analyze, _plots("pretrained", "figures"), _plots("pretrained_report", "report"),
+         _named("pretrained"), compare=nothing_to_pair, in_short=_plots("pretrained_report", "in_short"),
          settle=lambda a: settle_line("batch")),
-    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
-         _trajectory_draw(_plots("trajectory", "figures"), _plots("trajectory_seeds", "figures")),
+    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, OnDemand("research.results.trajectory", "load_trajectory")),
+         _trajectory_analyze, _trajectory_draw(_plots("trajectory", "figures"), _plots("trajectory_seeds", "figures")),
          _trajectory_draw(_plots("trajectory", "report"), _plots("trajectory_seeds", "report")), _named("trajectory"),
          compare=nothing_to_pair,
          in_short=_trajectory_draw(_plots("trajectory", "in_short"), _plots("trajectory_seeds", "in_short")),
