@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from data.local_files import files_source
 from data.source import OFFLINE_OPTIONS, DataError, Source, check_hub_reachable, in_memory
 from utils.errors import shown
 from utils.progress import quiet_imported
@@ -251,7 +250,8 @@ def open_source(data_cfg, log=print) -> Source:
         return english_source()
     if kind == "stdlib":
         return stdlib_source(data_cfg.stdlib_max_bytes)
-    if kind == "files":
+    if kind == "files":  # --source files: its readers and checks imported only here
+        from data.local_files import files_source
         return files_source(list(data_cfg.paths), data_cfg.text_field)
     if kind == "hub":
         return hub_source(data_cfg.hub_dataset, data_cfg.hub_subset, int(data_cfg.hub_docs), data_cfg.text_field, log)

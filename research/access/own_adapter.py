@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-from research.access.adapters import Adapter, heads_first
+from research.access.adapters import Adapter
+from utils.tensors import heads_first
 
 
 class OwnAdapter(Adapter):

@@ -28,13 +28,13 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
-from research.access.adapters import heads_first
 from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_eigvals,
                                       key_metrics, key_moments, key_pr_sv, layer_means)
 from research.probing.rotary_use import logit_pair_shares, rotary_use
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
+from utils.tensors import heads_first
 
 
 def unwrap(model: nn.Module) -> nn.Module:

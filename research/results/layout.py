@@ -34,6 +34,7 @@ from research.results.vocabulary import (GRID_SEP, PILOT_COMBINED, QK_CONDITIONS
 from utils.errors import os_problem, shown
 from utils.formats import FormatError, check
 from utils.io import atomic_write_text, remove_matching, temp_file_pattern
+from utils.owners import OWNERS
 
 INDEX_FIX = "rerun the study or correct/delete study.json"
 COMBINED_FIX = ("The file was damaged or edited: restore it from a copy, or run the pilot again "
@@ -293,6 +294,11 @@ def _folder_seed(res: dict, path: Path) -> dict:
     return {**res, "seed": int(m.group(1)), "seed_from": "folder"}
 
 
+def _marked_by(file: str) -> str:
+    """The study kind whose folders `file` marks, in the one table of kinds (utils.owners.OWNERS)."""
+    return next(o.kind for o in OWNERS.values() if o.found_by == STUDY_INDEX and file in o.marks)
+
+
 def load_study(folder: str | Path, index: dict | None = None) -> tuple[str, dict[str, list[dict]]]:
     """(kind, runs) of a study folder: runs maps condition -> results dicts, one per seed. `index`: the folder's
     study.json as read_study_index returned it, for a caller that has read it already (None: read it here)."""
@@ -309,7 +315,7 @@ def load_study(folder: str | Path, index: dict | None = None) -> tuple[str, dict
                                        f"does not exist; fix: {INDEX_FIX}")
         return index["kind"], {c: _load_condition(c, paths) for c, paths in index["conditions"].items()}
     if (folder / PILOT_COMBINED).is_file():
-        return "pilot", runs_from_combined(_inside(folder, folder / PILOT_COMBINED))
+        return _marked_by(PILOT_COMBINED), runs_from_combined(_inside(folder, folder / PILOT_COMBINED))
     runs = {c: _load_condition(c, paths, folder) for c in QK_CONDITIONS if (paths := condition_results(folder, c))}
     if runs:
         return "qk_norm", runs

@@ -8,7 +8,9 @@ steps for any folder; the study runner, every study script and research/split_pa
 found from the folder: its study.json names it, or its own results file does (`found_by`). What a kind's folder
 is, as against its drawing, lives in its record of the one table of kinds, utils.owners.OWNERS (`Kind.owner`): how
 its folder is recognised, the files that mark it, whether its runs are a grid; KINDS has one entry for each study
-kind of that table and no other.
+kind of that table and no other. Each entry names its analysis and plots functions by module (`OnDemand`), imported
+at their first call: importing the registry loads no kind's decisions or figures, and a study loads its own kind's
+alone (tests/test_import_closure.py).
 
 Adding a kind: its record in utils.owners.OWNERS, its analysis (research/analysis/<kind>.py), its figures and report
 (research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md gives the recipe).
@@ -16,43 +18,17 @@ Adding a kind: its record in utils.owners.OWNERS, its analysis (research/analysi
 from __future__ import annotations
 
 import dataclasses
+import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from configs.config import ConfigError
-from research.analysis import conditions as conditions_analysis
-from research.analysis import finetune as finetune_analysis
-from research.analysis import heads as heads_analysis
-from research.analysis import keys as keys_analysis
-from research.analysis import lr as lr_analysis
-from research.analysis import pilot as pilot_analysis
-from research.analysis import pretrained as pretrained_analysis
-from research.analysis import qk_norm as qk_norm_analysis
-from research.analysis import spikes as spikes_analysis
-from research.analysis import trajectory as trajectory_analysis
-from research.analysis import trajectory_seeds as seeds_analysis
 from research.analysis.identity import Comparison, compare
 from research.analysis.rules import LOSS_MARGIN, MARGIN
 from research.analysis.wording import inline_open, settle_line
-from research.plots import conditions as conditions_plots
-from research.plots import finetune as finetune_plots
-from research.plots import heads as heads_plots
-from research.plots import keys as keys_plots
-from research.plots import lr as lr_plots
-from research.plots import pilot as pilot_plots
-from research.plots import pretrained as pretrained_plots
-from research.plots import pretrained_report
-from research.plots import qk_norm as qk_norm_plots
-from research.plots import qk_norm_report
-from research.plots import spikes as spikes_plots
-from research.plots import trajectory as trajectory_plots
-from research.plots import trajectory_seeds as seeds_plots
 from research.results import ResultsError
 from research.results.layout import INDEX_FIX, load_study
-from research.results.pretrained import load_pretrained_keys
-from research.results.steps import load_steps
-from research.results.trajectory import across_seeds, load_trajectory
 from research.results.values import json_safe
 from research.results.vocabulary import METRICS_FILE, PILOT_COMBINED, QK_COMBINED, REPORT, REPORT_PAGE
 from utils.owners import OWNERS, STUDY_INDEX, Owner, owned_file
@@ -81,6 +57,31 @@ def with_section(report: str, section: str) -> str:
     blocks = report.split("\n\n")
     at = 2 if len(blocks) > 2 and not blocks[1].startswith("#") else 1
     return "\n\n".join([*blocks[:at], section.rstrip("\n"), *blocks[at:]])
+
+
+@dataclass(frozen=True)
+class OnDemand:
+    """The function `name` of the module at dotted path `module` (a kind's reader, analysis or plots), imported at
+    its first call: importing the registry loads no kind's decisions or figures, a study loads those of its own kind."""
+
+    module: str
+    name: str
+
+    def __call__(self, *args, **kwargs):
+        return getattr(importlib.import_module(self.module), self.name)(*args, **kwargs)
+
+
+def _analysis(module: str, name: str = "analyze") -> OnDemand:
+    return OnDemand(f"research.analysis.{module}", name)
+
+
+def _plots(module: str, name: str) -> OnDemand:
+    return OnDemand(f"research.plots.{module}", name)
+
+
+def _plots_value(module: str, name: str):
+    """A constant of a kind's plots module (its figures' names), imported where first asked."""
+    return getattr(importlib.import_module(f"research.plots.{module}"), name)
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,10 @@ def _conditions_combined(analysis) -> dict:
                       for q, decisions in analysis.decisions.items()}}}
 
 
-def _conditions_load(folder: Path, index: dict) -> conditions_analysis.ConditionRuns:
+def _conditions_load(folder: Path, index: dict):
     """The runs, with the study file's settings that study.json keeps (baseline, primary quantities, logit and
-    key-cache loss margins)."""
+    key-cache loss margins): a research.analysis.conditions.ConditionRuns."""
+    from research.analysis import conditions as conditions_analysis
     primary = ()
     if index.get("primary") is not None:
         try:
@@ -201,14 +203,18 @@ def _conditions_load(folder: Path, index: dict) -> conditions_analysis.Condition
                                              index.get("logit_margin"), index.get("kv_loss_margin"))
 
 
-def _conditions_compare(inputs: conditions_analysis.ConditionRuns) -> Comparison:
+def _conditions_compare(inputs) -> Comparison:
     """identity.compare on the runs, the study file's settings kept beside them."""
     c = compare(inputs.runs)
     return dataclasses.replace(c, runs=dataclasses.replace(inputs, runs=c.runs))
 
 
-def _spikes_load(folder: Path, index: dict) -> spikes_analysis.SpikeRuns:
-    """The runs with each one's metrics.jsonl (beside its results.json) read by the one checked reader."""
+def _spikes_load(folder: Path, index: dict):
+    """The runs with each one's metrics.jsonl (beside its results.json) read by the one checked reader: a
+    research.analysis.spikes.SpikeRuns."""
+    from research.analysis import spikes as spikes_analysis
+    from research.results.steps import load_steps
+
     def steps(res: dict, path: Path) -> list[dict]:
         return load_steps(path.parent / METRICS_FILE, diverged=bool(res.get("diverged")))
     runs = _runs(folder, index)
@@ -222,10 +228,10 @@ def _grid_compare(runs: dict) -> Comparison:
     return compare(runs, divergence_is_a_result=True)
 
 
-def _spikes_compare(inputs: spikes_analysis.SpikeRuns) -> Comparison:
+def _spikes_compare(inputs) -> Comparison:
     """identity.compare on the runs of the grid, the seeds' order kept beside them."""
     c = _grid_compare(inputs.runs)
-    return dataclasses.replace(c, runs=spikes_analysis.SpikeRuns(c.runs, inputs.seeds))
+    return dataclasses.replace(c, runs=dataclasses.replace(inputs, runs=c.runs))
 
 
 def _qk_norm_primary(analysis) -> dict:
@@ -270,36 +276,41 @@ def _pilot_combined(analysis) -> dict:
     return {PILOT_COMBINED: json_safe({c: pc.combined for c, pc in analysis.conditions.items()})}
 
 
-def _per_condition(bases: tuple[str, ...]) -> Callable[[list[str]], list[str]]:
-    """One set of figures per condition, named after it when there are several (keys_plots.figure_name), then
-    the report."""
+def _per_condition(plots: str) -> Callable[[list[str]], list[str]]:
+    """One set of figures per condition (the FIGURE_BASES of research.plots.<plots>), named after it when there are
+    several (research.plots.keys.figure_name), then the report."""
     def outputs(conditions: list[str]) -> list[str]:
-        figures = [keys_plots.figure_name(b, c, len(conditions)) for c in conditions for b in bases]
+        bases, name = _plots_value(plots, "FIGURE_BASES"), _plots_value("keys", "figure_name")
+        figures = [name(b, c, len(conditions)) for c in conditions for b in bases]
         return [*figures, REPORT, REPORT_PAGE]
     return outputs
 
 
-def _named(figures: tuple[str, ...], *extra: str) -> Callable[[list[str]], list[str]]:
-    """A kind's fixed figures, then the report and its combined file(s)."""
-    return lambda conditions: [*figures, REPORT, REPORT_PAGE, *extra]
+def _named(plots: str, *extra: str) -> Callable[[list[str]], list[str]]:
+    """A kind's fixed figures (the FIGURES of research.plots.<plots>), then the report and its combined file(s)."""
+    return lambda conditions: [*_plots_value(plots, "FIGURES"), REPORT, REPORT_PAGE, *extra]
 
 
 # ---------------------------------------------------------------------------------- kinds of measured models
 
 def _pretrained_analyze(res: dict, margin: float | None, loss_margin: float | None):
-    return pretrained_analysis.analyze_file(res, margin)
+    return _analysis("pretrained", "analyze_file")(res, margin)
 
 
 def _trajectory_analyze(res: dict, margin: float | None, loss_margin: float | None):
     """One model's checkpoints, or several seeds' (research.analysis.trajectory_seeds)."""
-    analysis = seeds_analysis if across_seeds(res) else trajectory_analysis
-    return analysis.analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
+    from research.results.trajectory import across_seeds
+    analyze = _analysis("trajectory_seeds" if across_seeds(res) else "trajectory")
+    return analyze(res, margin, LOSS_MARGIN if loss_margin is None else loss_margin)
 
 
 def _trajectory_draw(one, seeds):
     """What one model's checkpoints (`one`) or several seeds' (`seeds`) draw, by the analysis's type: its figures,
     report, "In short" and settle line."""
-    return lambda analysis: (seeds if isinstance(analysis, seeds_analysis.SeedTrajectory) else one)(analysis)
+    def draw(analysis):
+        from research.analysis.trajectory_seeds import SeedTrajectory
+        return (seeds if isinstance(analysis, SeedTrajectory) else one)(analysis)
+    return draw
 
 
 def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict], dict]:
@@ -313,36 +324,39 @@ def _file(name: str, load_file: Callable[[Path], dict]) -> Callable[[Path, dict]
 
 PRETRAINED_FILE, TRAJECTORY_FILE = owned_file("pretrained_keys"), owned_file("checkpoint_keys")  # utils.owners.OWNERS
 KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("qk_norm", _runs, _margins(qk_norm_analysis.analyze), qk_norm_plots.figures, qk_norm_report.report,
-         _named(qk_norm_plots.FIGURES, QK_COMBINED), _qk_norm_combined, primary=_qk_norm_primary,
-         in_short=qk_norm_report.in_short),
-    Kind("pilot", _runs, _margins(pilot_analysis.analyze), pilot_plots.figures, pilot_plots.report,
-         _named(pilot_plots.FIGURES, PILOT_COMBINED), _pilot_combined, primary=_pilot_primary,
-         in_short=pilot_plots.in_short),
-    Kind("keys", _runs, _margins(keys_analysis.analyze, with_loss=False), keys_plots.figures, keys_plots.report,
-         _per_condition(keys_plots.FIGURE_BASES), primary=_keys_primary, in_short=keys_plots.in_short),
-    Kind("heads", _runs, _margins(heads_analysis.analyze, with_loss=False), heads_plots.figures, heads_plots.report,
-         _per_condition(heads_plots.FIGURE_BASES), in_short=heads_plots.in_short),
-    Kind("lr", _runs, _margins(lr_analysis.analyze), lr_plots.figures, lr_plots.report, _named(lr_plots.FIGURES),
-         compare=_grid_compare, primary=_lr_primary, in_short=lr_plots.in_short),
-    Kind("finetune", _runs, _margins(finetune_analysis.analyze), finetune_plots.figures, finetune_plots.report,
-         _named(finetune_plots.FIGURES), primary=_finetune_primary, in_short=finetune_plots.in_short),
-    Kind("conditions", _conditions_load, _margins(conditions_analysis.analyze), conditions_plots.figures,
-         conditions_plots.report, _named(conditions_plots.FIGURES, QK_COMBINED), _conditions_combined,
+    Kind("qk_norm", _runs, _margins(_analysis("qk_norm")), _plots("qk_norm", "figures"),
+         _plots("qk_norm_report", "report"), _named("qk_norm", QK_COMBINED), _qk_norm_combined,
+         primary=_qk_norm_primary, in_short=_plots("qk_norm_report", "in_short")),
+    Kind("pilot", _runs, _margins(_analysis("pilot")), _plots("pilot", "figures"), _plots("pilot", "report"),
+         _named("pilot", PILOT_COMBINED), _pilot_combined, primary=_pilot_primary,
+         in_short=_plots("pilot", "in_short")),
+    Kind("keys", _runs, _margins(_analysis("keys"), with_loss=False), _plots("keys", "figures"),
+         _plots("keys", "report"), _per_condition("keys"), primary=_keys_primary, in_short=_plots("keys", "in_short")),
+    Kind("heads", _runs, _margins(_analysis("heads"), with_loss=False), _plots("heads", "figures"),
+         _plots("heads", "report"), _per_condition("heads"), in_short=_plots("heads", "in_short")),
+    Kind("lr", _runs, _margins(_analysis("lr")), _plots("lr", "figures"), _plots("lr", "report"), _named("lr"),
+         compare=_grid_compare, primary=_lr_primary, in_short=_plots("lr", "in_short")),
+    Kind("finetune", _runs, _margins(_analysis("finetune")), _plots("finetune", "figures"),
+         _plots("finetune", "report"), _named("finetune"), primary=_finetune_primary,
+         in_short=_plots("finetune", "in_short")),
+    Kind("conditions", _conditions_load, _margins(_analysis("conditions")), _plots("conditions", "figures"),
+         _plots("conditions", "report"), _named("conditions", QK_COMBINED), _conditions_combined,
          compare=_conditions_compare, primary=_conditions_primary, named_primary=True,
-         in_short=conditions_plots.in_short),
-    Kind("spikes", _spikes_load, spikes_analysis.analyze_runs, spikes_plots.figures, spikes_plots.report,
-         _named(spikes_plots.FIGURES), compare=_spikes_compare, in_short=spikes_plots.in_short,
+         in_short=_plots("conditions", "in_short")),
+    Kind("spikes", _spikes_load, _analysis("spikes", "analyze_runs"), _plots("spikes", "figures"),
+         _plots("spikes", "report"), _named("spikes"), compare=_spikes_compare, in_short=_plots("spikes", "in_short"),
          no_primary="its seeds are split into calibration (the first half chooses the alarm thresholds) and "
                     "evaluation (the second half tests them), and seeds added in rounds would move the split"),
-    Kind("pretrained_keys", _file(PRETRAINED_FILE, load_pretrained_keys), _pretrained_analyze,
-         pretrained_plots.figures, pretrained_report.report, _named(pretrained_plots.FIGURES), compare=nothing_to_pair,
-         in_short=pretrained_report.in_short, settle=lambda a: settle_line("batch")),
-    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, load_trajectory), _trajectory_analyze,
-         _trajectory_draw(trajectory_plots.figures, seeds_plots.figures),
-         _trajectory_draw(trajectory_plots.report, seeds_plots.report), _named(trajectory_plots.FIGURES),
-         compare=nothing_to_pair, in_short=_trajectory_draw(trajectory_plots.in_short, seeds_plots.in_short),
-         settle=_trajectory_draw(lambda a: settle_line("batch"), seeds_plots.settle)),
+    Kind("pretrained_keys", _file(PRETRAINED_FILE, OnDemand("research.results.pretrained", "load_pretrained_keys")),
+         _pretrained_analyze, _plots("pretrained", "figures"), _plots("pretrained_report", "report"),
+         _named("pretrained"), compare=nothing_to_pair, in_short=_plots("pretrained_report", "in_short"),
+         settle=lambda a: settle_line("batch")),
+    Kind("checkpoint_keys", _file(TRAJECTORY_FILE, OnDemand("research.results.trajectory", "load_trajectory")),
+         _trajectory_analyze, _trajectory_draw(_plots("trajectory", "figures"), _plots("trajectory_seeds", "figures")),
+         _trajectory_draw(_plots("trajectory", "report"), _plots("trajectory_seeds", "report")), _named("trajectory"),
+         compare=nothing_to_pair,
+         in_short=_trajectory_draw(_plots("trajectory", "in_short"), _plots("trajectory_seeds", "in_short")),
+         settle=_trajectory_draw(lambda a: settle_line("batch"), _plots("trajectory_seeds", "settle"))),
 )}
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from research.access.adapters.apertus import ApertusAdapter
 from research.access.adapters.arcee import ArceeAdapter
-from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError, heads_first
+from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError
 from research.access.adapters.gemma3 import Gemma3Adapter
 from research.access.adapters.gpt2 import GPT2Adapter
 from research.access.adapters.gpt_neox import GPTNeoXAdapter
@@ -50,7 +50,7 @@ from research.access.adapters.olmo2 import Olmo2Adapter
 from research.access.adapters.qwen3 import Qwen3Adapter
 
 __all__ = ["ADAPTERS", "DEFAULT_ATTN", "Adapter", "ApertusAdapter", "ArceeAdapter", "GPT2Adapter", "GPTNeoXAdapter",
-           "Gemma3Adapter", "HFAdapter", "InspectError", "Olmo2Adapter", "Qwen3Adapter", "heads_first"]
+           "Gemma3Adapter", "HFAdapter", "InspectError", "Olmo2Adapter", "Qwen3Adapter"]
 
 # model_type -> adapter. Tested: llama, qwen3, gemma3_text, gpt2, gpt_neox, and apertus and arcee
 # (tests/research/export); mistral, qwen2 and olmo2 share a tested layout and are accepted.

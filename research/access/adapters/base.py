@@ -18,11 +18,6 @@ class InspectError(UserError, RuntimeError):
     """A model that cannot be found, loaded or inspected; the message says why and what to do."""
 
 
-def heads_first(x_BTHD: torch.Tensor) -> torch.Tensor:
-    """[B, T, H, D] hook output -> [H, B, T, D] (detached view), the layout the sinks and the metrics take."""
-    return x_BTHD.detach().permute(2, 0, 1, 3)  # [H, B, T, D]
-
-
 def _first(out):
     return out[0] if isinstance(out, (tuple, list)) else out
 

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError, heads_first
+from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError
 from utils.errors import shown
+from utils.tensors import heads_first
 
 
 class HFAdapter(Adapter):

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from research.access.adapters.base import heads_first
 from research.access.adapters.hf import HFAdapter
+from utils.tensors import heads_first
 
 
 class Olmo2Adapter(HFAdapter):
