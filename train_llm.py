@@ -6,9 +6,6 @@
     python train_llm.py --config runs/tiny/config.json --out runs/again  # a saved config, run again
     python train_llm.py --preset 1b --device cuda --plan               # memory per device, then exit
     torchrun --nproc_per_node 2 train_llm.py --preset tiny --out runs/ddp
-
-Every config field is an option (`--n_layers 8`, `--qk_norm frozen`, ...); see --help. Later wins:
-the preset (--preset, else the --config file's, else tiny), the --config file, the options.
 """
 from __future__ import annotations
 
@@ -27,13 +24,20 @@ from utils.cli import command  # noqa: E402 (first: Ctrl-C while torch imports e
 from research.probing import command as train  # noqa: E402 (after the sys.path guard)
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Every config field is an option (`--n_layers 8`, `--qk_norm frozen`, ...); see --help. Later wins:
+the preset (--preset, else the --config file's, else tiny), the --config file, the options.
+"""
+
+
 def build_parser(argv: list[str] | None = None):
-    return train.build_parser(argv, __doc__)
+    return train.build_parser(argv, DESCRIPTION)
 
 
 @command
 def main(argv: list[str] | None = None) -> dict | None:
-    return train.main(argv, __doc__)
+    return train.main(argv, DESCRIPTION)
 
 
 def cli() -> NoReturn:

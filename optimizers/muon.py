@@ -1,14 +1,11 @@
 """Muon: momentum SGD whose update for each weight matrix is replaced by its orthogonal polar factor.
 
-Two orthogonalizers are provided, both pure functions of a matrix or a batch of matrices [..., m, n]:
-
-- `polar_express`: the Polar Express iteration (Amsel, Persson, Musco & Gower 2025, "The Polar
-  Express: Optimal Matrix Sign Methods and Their Application to the Muon Algorithm",
-  arXiv:2505.16932), a composition of per-iteration optimal odd quintics.
-- `newton_schulz`: the classic Muon quintic with fixed coefficients (3.4445, -4.7750, 2.0315).
-
-Both approximate polar(G) = U V^T for G = U S V^T. Neither converges exactly in 5 steps: the
+Two orthogonalizers (ORTHOGONALIZERS), both pure functions of a matrix or a batch of matrices [..., m, n] that
+approximate polar(G) = U V^T for G = U S V^T: `polar_express` (Amsel, Persson, Musco & Gower 2025,
+arXiv:2505.16932) and `newton_schulz` (the classic Muon quintic). Neither converges exactly in 5 steps: the
 singular values of the output are only near 1 (tests/optimizers/test_muon.py asserts the measured errors).
+The recipe, the orthogonalizers and the update scales: docs/training.md, "The write-ups' recipe, and where the
+defaults differ".
 """
 from __future__ import annotations
 

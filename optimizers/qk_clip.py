@@ -1,19 +1,11 @@
 """QK-clip (Kimi K2, 2025): after an optimizer step, bring every attention head's largest logit back to tau.
 
-Kimi K2 trains with Muon and no QK-norm, and bounds the attention logits this way instead:
-a head h whose largest logit S_h over the step's batch exceeded tau gets gamma_h = tau / S_h,
-and its query and key projections are each multiplied by sqrt(gamma_h), so its logits
-(bilinear in W_q and W_k, RoPE included) are multiplied by gamma_h and the largest one is tau.
-
-With grouped-query attention a key head serves G query heads, which may need different
-factors. Here the shared key projection takes sqrt(min_g gamma_g) (with gamma = 1 for heads
-at or below tau) and each query head takes gamma_h / sqrt(min_g gamma_g): every head's
-logits are then multiplied by exactly its own gamma_h, heads that did not exceed tau keep
-theirs unchanged, and for G = 1 this is Kimi's sqrt split. (A query head that did not exceed
-tau in a group where another did has its W_q scaled up by as much as its W_k was scaled down.)
-
-Under QK-norm the logits do not depend on the scale of W_q and W_k, so QK-clip applies to
-models without it (configs check this).
+A head h whose largest logit S_h over the step's batch exceeded tau gets gamma_h = tau / S_h, and its query and key
+projections are each multiplied by sqrt(gamma_h), so its logits (bilinear in W_q and W_k, RoPE included) are
+multiplied by gamma_h. With grouped-query attention the shared key projection takes sqrt(min_g gamma_g) and each
+query head gamma_h / sqrt(min_g gamma_g): every head's logits are multiplied by exactly its own gamma_h, and heads
+at or below tau keep theirs. Under QK-norm the logits do not depend on the scale of W_q and W_k, so QK-clip applies
+to models without it (configs check this). More: docs/probing.md, "Attention logits and QK-clip".
 """
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
 """Split a MinimalLLM's parameters between Muon and AdamW.
 
-Muon: every trainable 2-D parameter except the token embedding `embed.weight` (tied to the LM
-head), weight decay cfg.muon_weight_decay. AdamW: the embedding (weight decay cfg.adamw_weight_decay)
-and every 1-D parameter (norm gains; cfg.adamw_weight_decay if cfg.wd_on_gains else 0), in separate
-param groups.
-The attention query and key projections W_q and W_k (`blocks.{i}.attn.wq.weight`, `...wk.weight`) go to
-cfg.qk_optimizer, in a group of their own ("muon_qk" or "qk", peak lr cfg.qk_lr_multiplier times their
-optimizer's) unless they stay in Muon at multiplier 1, where they are in the "muon" group as always. In AdamW
-they keep the weight decay of the hidden matrices, cfg.muon_weight_decay (docs/training.md says why).
-Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer.
+Muon: every trainable 2-D parameter but the token embedding `embed.weight` (tied to the LM head). AdamW: the
+embedding and every 1-D parameter (norm gains; weight decay only with cfg.wd_on_gains), in separate param groups.
+W_q and W_k go to cfg.qk_optimizer, in a group of their own ("muon_qk" or "qk", peak lr cfg.qk_lr_multiplier times
+their optimizer's) unless they stay in Muon at multiplier 1; in AdamW they take the embedding's settings.
+Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer. The recipe and its variants:
+docs/training.md, "The write-ups' recipe, and where the defaults differ" and "Optimizer variants".
 """
 from __future__ import annotations
 

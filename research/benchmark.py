@@ -5,14 +5,6 @@
 
 On CUDA it measures the 88m and 1b presets' training step as the Trainer runs it (research/speed/gpu.py):
 tokens/s, MFU against the measured bf16 ceiling, Muon's share, peak memory and the probe's cost.
-
-FLOPs per token (configs.flops_per_token): 6 x (matmul weights incl. the LM head)
-+ 6 x n_layers x seq_len x d_model for causal attention (QK^T and AV, forward 2 x 2 x T x d
-halved by the mask, backward twice the forward). MFU = tokens/s x FLOPs per token / ceiling,
-against the matmul ceiling of the precision the step runs in, measured in the step's own process
-right after it. On CPU it also trains the tiny config compiled and eager, twice each in fresh
-processes: whether compiled runs repeat bit for bit, and whether compiling pays back within
-the README's first command.
 """
 from __future__ import annotations
 
@@ -29,8 +21,20 @@ from research.speed.suite import gpu_suite, gpu_table, run_suite, table
 GPU_PRESETS = ("88m", "1b")  # measured on CUDA, each as research/speed/gpu.py runs it
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+FLOPs per token (configs.flops_per_token): 6 x (matmul weights incl. the LM head)
++ 6 x n_layers x seq_len x d_model for causal attention (QK^T and AV, forward 2 x 2 x T x d
+halved by the mask, backward twice the forward). MFU = tokens/s x FLOPs per token / ceiling,
+against the matmul ceiling of the precision the step runs in, measured in the step's own process
+right after it. On CPU it also trains the tiny config compiled and eager, twice each in fresh
+processes: whether compiled runs repeat bit for bit, and whether compiling pays back within
+the README's first command.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--json", action="store_true", help="Print one JSON object instead of the table")
     p.add_argument("--steps", type=positive_int, default=10,
                    help="Timed training steps per config, after 3 warm-up steps (on CUDA: per preset). "

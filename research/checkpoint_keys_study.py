@@ -7,7 +7,14 @@
     python research/checkpoint_keys_study.py --checkpoints ORG/M-seed1 ORG/M-seed2 --revisions step1000 step8000
     python research/checkpoint_keys_study.py --checkpoints s1/a s1/b s2/a s2/b --seeds 1 1 2 2   # across seeds
     python research/checkpoint_keys_study.py --render_only      # redraw the figures and report from the JSON
+"""
+from utils.cli import command
 
+from research.studies import checkpoint_keys
+
+
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
 Each checkpoint (a Hugging Face folder, a GGUF file, or a revision of one hub id) is loaded in turn and the
 SAME --batches batches of --batch windows of --seq_len tokens of real text (--text) go through it: per
 batch the probe's key metrics (per layer and KV head at k_proj, k_norm where the model has one, and after
@@ -21,18 +28,15 @@ with text batches as the unit of uncertainty. All checkpoints must share one arc
 Across seeds (several hub ids with --revisions, each id's seed<N>, or --seeds), revisions are paired within a seed and
 research/analysis/trajectory_seeds.py decides the change across seeds, and follows sink heads (--sink_threshold).
 """
-from utils.cli import command
-
-from research.studies import checkpoint_keys
 
 
 def build_parser():
-    return checkpoint_keys.build_parser(__doc__)
+    return checkpoint_keys.build_parser(DESCRIPTION)
 
 
 @command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
-    return checkpoint_keys.main(argv, __doc__)
+    return checkpoint_keys.main(argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,6 @@
 """Export a run folder as a Hugging Face model folder that transformers loads with a built-in class.
 
     python research/export_hf.py RUN_DIR OUT_DIR [--force] [--step N]
-
-RUN_DIR: a folder written by train_llm.py or one run of a study (research_results/<study>/<condition>
-[/lr_<multiplier>][/seed_<s>]). Its newest checkpoint (the last step's, for a finished run; --step N: the
-checkpoint of step N, e.g. to follow keys over training with research/checkpoint_keys_study.py), its
-tokenizer and export.json (where the export came from: run, checkpoint step, mapping) are written to
-OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
-trust_remote_code: qk_norm learned or frozen as ApertusForCausalLM, none as ArceeForCausalLM
-(research/export/hf.py says why and what is folded).
 """
 from __future__ import annotations
 
@@ -20,8 +12,20 @@ from utils.cli import ArgumentParser, command
 from research.export import export_run
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+RUN_DIR: a folder written by train_llm.py or one run of a study (research_results/<study>/<condition>
+[/lr_<multiplier>][/seed_<s>]). Its newest checkpoint (the last step's, for a finished run; --step N: the
+checkpoint of step N, e.g. to follow keys over training with research/checkpoint_keys_study.py), its
+tokenizer and export.json (where the export came from: run, checkpoint step, mapping) are written to
+OUT_DIR, which AutoModelForCausalLM / AutoTokenizer.from_pretrained then load without
+trust_remote_code: qk_norm learned or frozen as ApertusForCausalLM, none as ArceeForCausalLM
+(research/export/hf.py says why and what is folded).
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("run_dir", help="Run folder to export: a train_llm.py output folder or one run folder of a "
                                    "study. Required")
     p.add_argument("out_dir", help="Folder to write the Hugging Face model into; it must be new or empty unless "

@@ -4,7 +4,14 @@
     python research/finetune_keys_study.py --model PATH --tokens 200000 --seeds 0 1 2 --device cuda
     python research/finetune_keys_study.py --ray --gpus_per_run 0.5  # the runs as Ray tasks, two per GPU
     python research/split_panels.py research_results/finetune_keys_study   # redraw from the results files
+"""
+from utils.cli import command
 
+from research.studies import finetune
+
+
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
 The write-ups ask whether QK-norm's learned gain or its normalization shapes the keys; for a model trained
 elsewhere the question becomes: does training its q/k norm gains while it fine-tunes change its keys or its
 loss, against freezing them at their pretrained values? Two conditions, the same in everything else:
@@ -21,18 +28,15 @@ research/analysis/finetune.py decides, paired by seed, by the project's procedur
 q/k norms (Gemma 3, Qwen3, OLMo 2, Apertus). A run already finished in --out is kept; an unfinished one is
 trained again from the start (no checkpoints of the model are saved).
 """
-from utils.cli import command
-
-from research.studies import finetune
 
 
 def build_parser():
-    return finetune.build_parser(__doc__)
+    return finetune.build_parser(DESCRIPTION)
 
 
 @command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
-    return finetune.main(argv, __doc__)
+    return finetune.main(argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

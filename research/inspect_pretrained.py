@@ -1,7 +1,14 @@
 """Inspect a pretrained causal LM the way the Llama 2 7B write-up does.
 
     python research/inspect_pretrained.py --model M [--prompt TEXT] [--out DIR]
+"""
+from utils.cli import command
 
+from research.inspection import command as inspection
+
+
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
 M: a local Hugging Face model folder, a hub id (needs a network or the local cache), a
 training folder written by train_llm.py, a GGUF file (or a folder holding one), or a
 packaged real model: smollm2-135m (SmolLM2-135M-Instruct) or gemma3-270m (Gemma 3 270M),
@@ -14,18 +21,15 @@ large models. A prompt or --seq_len beyond the model's context (a run's max_seq_
 Hugging Face model's max_position_embeddings) is cut to it, with a note. Ctrl-C stops with
 exit status 130, saying what was kept.
 """
-from utils.cli import command
-
-from research.inspection import command as inspection
 
 
 def build_parser():
-    return inspection.build_parser(__doc__)
+    return inspection.build_parser(DESCRIPTION)
 
 
 @command
 def main(argv: list[str] | None = None) -> int:
-    return inspection.main(argv, __doc__)
+    return inspection.main(argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,14 @@
     python research/pretrained_keys_study.py                      # SmolLM2-135M and Gemma 3 270M, offline
     python research/pretrained_keys_study.py --models smollm2-135m --batches 4
     python research/pretrained_keys_study.py --render_only        # redraw figures and report from the JSON
+"""
+from utils.cli import command
 
+from research.studies import pretrained_keys
+
+
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
 For each model (a packaged name, a GGUF file, a Hugging Face folder or a hub id; GGUF files are
 converted once into --cache_dir), --batches batches of --batch windows of --seq_len tokens of real text
 (--text: english-v1 by default, one window per document) go through the model; on each batch the
@@ -21,18 +28,15 @@ research/analysis/pretrained.py decides, per model, with text batches as the uni
 Writes into --out the results file (every per-batch number), one figure per question and report.md;
 --help lists the files.
 """
-from utils.cli import command
-
-from research.studies import pretrained_keys
 
 
 def build_parser():
-    return pretrained_keys.build_parser(__doc__)
+    return pretrained_keys.build_parser(DESCRIPTION)
 
 
 @command(fix_also="pass --out DIR")
 def main(argv: list[str] | None = None) -> int:
-    return pretrained_keys.main(argv, __doc__)
+    return pretrained_keys.main(argv, DESCRIPTION)
 
 
 if __name__ == "__main__":

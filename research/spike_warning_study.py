@@ -6,9 +6,6 @@ the key probe's attention entropy. A spike is defined once (research/analysis/sp
 every signal are chosen on the first half of --seeds and evaluated on the rest: hit rate, false alarms per 1,000
 steps and lead time, each with an interval over the evaluation seeds, and a verdict per signal and condition
 (docs/spikes.md). --help lists the files it writes.
-
-    python research/spike_warning_study.py                       # tiny on CPU, 88m on CUDA
-    python research/spike_warning_study.py --seeds 0 1 2 3 4 5 6 7
 """
 from utils.cli import command
 
@@ -16,9 +13,16 @@ from research.studies import SPIKE_WARNING
 from research.studies.runner import run_study
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+    python research/spike_warning_study.py                       # tiny on CPU, 88m on CUDA
+    python research/spike_warning_study.py --seeds 0 1 2 3 4 5 6 7
+"""
+
+
 @command
 def main(argv: list[str] | None = None) -> None:
-    run_study(SPIKE_WARNING, argv, description=__doc__)
+    run_study(SPIKE_WARNING, argv, description=DESCRIPTION)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,6 @@
 The second line redraws the write-ups' own 1.5B results, from the copy this repository ships (their three
 runs' results.json, byte for byte). Beside report.md it writes report.html: the same report as one page to share,
 its figures embedded (research/plots/page.py).
-
-The study is recognised from the files, as the registry of study kinds says (research/studies/kinds.py):
-its study.json, or a study's own results file (pretrained_keys.json, checkpoint_keys.json). Every results
-file is validated before anything is drawn; nothing is written unless all of them pass, and each
-output is replaced atomically. Needs numpy and matplotlib only: torch is never imported.
 """
 from __future__ import annotations
 
@@ -34,8 +29,17 @@ def drawn_files() -> str:
     return "\n".join(textwrap.fill(line, 100, subsequent_indent="    ", break_on_hyphens=False) for line in lines)
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+The study is recognised from the files, as the registry of study kinds says (research/studies/kinds.py):
+its study.json, or a study's own results file (pretrained_keys.json, checkpoint_keys.json). Every results
+file is validated before anything is drawn; nothing is written unless all of them pass, and each
+output is replaced atomically. Needs numpy and matplotlib only: torch is never imported.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=f"{__doc__.rstrip()}\n\nThe files drawn for each study of the catalog (the "
+    p = ArgumentParser(description=f"{DESCRIPTION.rstrip()}\n\nThe files drawn for each study of the catalog (the "
                                    f"key-dynamics and head-specialization\nfigures carry the condition's name when a "
                                    f"study has several):\n{drawn_files()}")
     p.add_argument("folder", nargs="?", default=DEFAULT_FOLDER,

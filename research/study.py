@@ -5,7 +5,19 @@ pr_var), key norm, the largest key component, the largest attention logit, atten
 validation and training loss: one family per quantity, or the file's `primary` quantities one family together (the
 report's findings; the others exploratory), decided as docs/decisions.md says. The study resumes as every study does
 (run the same command again) and research/split_panels.py redraws it.
+"""
+import sys
 
+from utils.cli import command
+
+from configs.config import ConfigError
+from research.studies.runner import run_study
+from research.studies.study_file import EXAMPLE, read_study_file
+
+USAGE = "python research/study.py STUDY_FILE [options]"
+STUDY_SUFFIXES = (".yaml", ".yml", ".json")
+# --help's description: the module docstring, then these details, with the example study file
+DESCRIPTION = (__doc__ + """
     python research/study.py my_study.yaml                        # tiny preset on CPU unless the file names one
     python research/study.py my_study.yaml --seeds 0 1 --tokens 100000 --out runs/quick
     python research/split_panels.py research_results/<name>       # redraw from the results
@@ -18,18 +30,7 @@ The config fields are train_llm.py's (python train_llm.py --help). Options given
 fields for every run (a condition's own fields stay its own). A condition sets training fields only: the budget and
 the measurement (tokens, the data and probe fields, and the others docs/study_files.md lists under "What a condition
 may set") are the study's, set at the top level.
-"""
-import sys
-
-from utils.cli import command
-
-from configs.config import ConfigError
-from research.studies.runner import run_study
-from research.studies.study_file import EXAMPLE, read_study_file
-
-USAGE = "python research/study.py STUDY_FILE [options]"
-STUDY_SUFFIXES = (".yaml", ".yml", ".json")
-DESCRIPTION = __doc__.format(example=EXAMPLE.rstrip())
+""").format(example=EXAMPLE.rstrip())
 
 
 def _split(argv: list[str]) -> tuple[str | None, list[str]]:

@@ -1,21 +1,11 @@
 """The one interface between the training loop and whatever watches it (the key probe, say).
 
-The trainer calls each callback with a `StepInfo` at step 0 of a fresh run and after every
-optimizer step. A callback gets everything it may use through that object and never reads
-the trainer's attributes; its `state_dict()` is saved in every checkpoint under its `name`
-and handed back to `load_state_dict()` when the run resumes, while the checkpoint is chosen: a
-state it cannot use (wrong types, out of range) must raise TypeError, ValueError or KeyError and
-change nothing, and the checkpoint is then set aside like a damaged one (an older one is tried).
-A callback that continues files of its own checks them in the optional `after_resume()`, called
-once the checkpoint is chosen; its errors stop the resume as they are. The optional
-`after_checkpoint(path)` is called on rank 0 after each checkpoint is written, with its folder
-(`AfterCheckpoint`: a function called so, e.g. a copy of the run to a study's storage), and the optional
-`before_stop()` on rank 0 when training stops for good before its last step (a non-finite loss): a callback that
-writes its files at checkpoints only (StepInfo.checkpoint) writes what it holds.
-
-Callbacks run on every rank (under DDP all ranks must call `evaluate` together), must not
-change the model or any RNG, and should write files only where `is_main` is true. They run in
-the order they were added, after the step's metrics and validation are written.
+The trainer calls each callback with a `StepInfo` at step 0 of a fresh run and after every optimizer step; a
+callback gets everything it may use through that object and never reads the trainer's attributes. Its
+`state_dict()` is saved in every checkpoint under its `name` and handed back to `load_state_dict()` on a resume;
+the optional `after_resume()`, `after_checkpoint(path)` (`AfterCheckpoint`) and `before_stop()` are called when
+their names say. Callbacks run on every rank in the order they were added, must not change the model or any RNG,
+and write files only where `is_main` is true. The contract in full: docs/training.md, "Callbacks".
 """
 from __future__ import annotations
 

@@ -2,17 +2,12 @@
 
     checkpoints/step-000120/
         model.safetensors   weights (safetensors: no code runs when loading)
-        optim.pt            optimizer state dicts + torch RNG state (tensors and numbers only,
-                            read back with torch.load(weights_only=True))
-        state.json          step, tokens, data-loader position, config, the callbacks' states and the
-                            data identity (training.resume.data_identity); STATE declares their types
+        optim.pt            optimizer state dicts + torch RNG state (tensors and numbers only, weights_only=True)
+        state.json          step, tokens, loader position, config, callbacks' states, data identity (STATE)
 
-A folder is first written under a hidden temporary name (.tmp-step-N-*) and renamed when
-complete (utils.io.atomic_dir), so a crash mid-write never leaves a folder that looks like a
-checkpoint. Old checkpoints are renamed to .pruning-step-N-* before they are removed, so a
-crash mid-removal never leaves a half-deleted step-N either. `remove_orphans` clears what
-a killed process left of both. A checkpoint that cannot be read is reported by name and
-the one before it is used (`load_newest`).
+A folder is written under a temporary name and renamed when complete (utils.io.atomic_dir), an old one renamed
+before it is removed (`remove_orphans` clears what a killed process left of both), and `load_newest` falls back to
+the one before a checkpoint that cannot be read: docs/training.md, "Interrupted runs and resumes".
 """
 from __future__ import annotations
 

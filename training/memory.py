@@ -1,30 +1,12 @@
 """The memory a run needs per device, computed from its config before anything is allocated.
 
 `plan_memory(cfg, device_type, precision, world_size, shard)` returns a `MemoryPlan`: bytes per device of the
-weights, gradients, optimizer states, bf16 weight copies, saved activations, the loss, the
-transients of backward and of the optimizer step, and the probe, then the peak of each phase of a
-step. No model is built; only shapes are used. training/memory_fit.py compares the plan with the
-device (`--plan` prints it; a CUDA run that cannot fit is refused, naming options that would fit).
-
-Activation model (eager; bytes per token and block; d model width, kv = n_kv_heads x d_head,
-F d_ff, Hq/Hkv heads, e = 2 under bf16 autocast and 4 in fp32; n = 1 where RMSNorm saves its
-normalized input for the gain's gradient: on CPU, whose rms_norm is decomposed; CUDA's fused kernel
-saves only input and 1/rms). Tensors autograd keeps for backward, counted with
-torch.autograd.graph.saved_tensors_hooks; tests/training/test_memory.py checks the whole plan against the
-peak measured on CPU (-0.4% to +13% in fp32):
-
-    attn_norm, ffn_norm   input 4d, 1/rms 4, normalized input n x 4d              (each)
-    wq/wk/wv input        4d in fp32 (one tensor); 3 x 2d in bf16 (each casts its own copy)
-    q_norm, k_norm        learned: q 4d + k 4kv (float32 inputs), 1/rms 4(Hq + Hkv), n x (4d + 4kv);
-                          frozen: the same without the n terms; none: nothing
-    attention (SDPA)      q, k, v after RoPE e(d + 2kv), output e x d (also wo's input), logsumexp 4Hq
-    up input, FFN hidden  e x d; relu output e x F (also square's input), squared e x F (down's input)
-
-Whole model: the token ids (8), the final norm (4d + 4 + n x 4d), and the fused loss keeps
-dL/dh (4d per token) and dL/dW (4 x vocab x d). With gradient checkpointing a block keeps only its
-input (4d) and one block is recomputed at a time during backward. Under bf16 autocast the bf16
-copies of the block matrices (2 bytes per weight) are cached for the whole forward and, without
-checkpointing, kept for backward. A compiled step (CUDA default) may save less than this count.
+weights, gradients, optimizer states, bf16 weight copies, saved activations, the loss, the transients of backward
+and of the optimizer step, and the probe, then the peak of each phase of a step. No model is built; only shapes are
+used. training/memory_fit.py compares the plan with the device (`--plan` prints it; a CUDA run that cannot fit is
+refused, naming options that would fit).
+The activation model (the tensors autograd keeps per token and block) and how close the plan comes to what a step
+holds (tests/training/test_memory.py): docs/memory.md.
 """
 from __future__ import annotations
 

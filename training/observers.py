@@ -1,16 +1,13 @@
-"""What training reads from the model's attention, through forward hooks attached here at its hook points
-(models/layers.py Attention: hook_k_norm, hook_q_rope, hook_k_rope): the model knows nothing of QK-clip or of the
-telemetry, as it knows nothing of the probe.
+"""What training reads from the model's attention, through forward hooks at its hook points (models/layers.py
+Attention: hook_k_norm, hook_q_rope, hook_k_rope): the model knows nothing of QK-clip or of the telemetry.
 
-    LogitMax   the largest logit q . k / sqrt(D) of each query head of each layer (models.layers.causal_max_logit)
-               over the training forwards since reset(): QK-clip's input, the telemetry's logit_max
+    LogitMax   the largest logit q . k / sqrt(D) of each query head of each layer over the training forwards since
+               reset(): QK-clip's input, the telemetry's logit_max
     KeyNorm    the mean L2 norm of each layer's keys over the training forwards since reset(): the telemetry's key_norm
-    QKClip     --qk_clip's part of the trainer's step: a LogitMax over every sequence, its maxima over ranks, the
-               clip (optimizers/qk_clip.py), and the heads clipped per layer for the log
+    QKClip     --qk_clip's part of the trainer's step: a LogitMax, its maxima over ranks, the clip, the heads clipped
 
-A hook reads only in training mode (validation and the probe pass through it) and only while its reader is `on`.
-The hooks stay attached until remove(): a compiled block (torch.compile) runs the hooks it was traced with, and
-dynamo does not guard on hooks, so one added later would be missed; a flag it reads recompiles once per value.
+A hook reads only in training mode, while its reader is `on`; hooks stay attached until remove(), since a compiled
+block runs the hooks it was traced with (docs/training.md, "Telemetry and the alarm").
 """
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
 """What a resume may change, as pure functions of the saved config, the new one and the step reached.
 
-A resume continues the same run: every config field must match config.json except those in
-RESUMABLE_CHANGES. `tokens` may grow (or shrink down to the steps already trained), but where
-the learning-rate schedule is planned over the total (cosine, or any warmup) a different
-number of steps would change the rate of every remaining step; that is refused unless the
-user asks to re-plan (`--replan_schedule`): the remaining steps then follow the schedule of
-the new total, `lr_factor(step, new_steps)`, exactly as a run planned with the new --tokens
-from the start would at those steps. The rate jumps once, at the resume step.
-
-A resume also continues the same data: every checkpoint records the data it was trained on
-(`data_identity`: the corpus and its hash, the tokenizer's hash, the block counts) and a resume
-whose data differ from them all is refused (`check_same_data`) before any checkpoint is loaded, so
-that an edited corpus is named as such and never blamed on the checkpoints. Checkpoints written
-before they recorded it are compared by their loader's train-block count only.
+A resume continues the same run: every config field must match config.json except those in RESUMABLE_CHANGES;
+where the learning-rate schedule is planned over the total steps, a changed step count is refused unless the user
+asks to re-plan (`--replan_schedule`: `lr_factor(step, new_steps)` from the resume step on). It also continues the
+same data: every checkpoint records the data it was trained on (`data_identity`), and a resume whose data differ
+from them all is refused (`check_same_data`) before any checkpoint is loaded.
+The rules as a user meets them: docs/training.md, "Interrupted runs and resumes".
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """The spike signals of one training step (utils/telemetry.py names them), measured only at steps that write a
-metrics.jsonl line, from the work the step does anyway:
+metrics.jsonl line, from the work the step does anyway: "logit_max" [L] (training.observers.LogitMax: QK-clip's own
+maxima with --qk_clip, else over the first sequence of each micro-batch on each rank), "key_norm" [L]
+(training.observers.KeyNorm) and "update_rms" {"muon", "adamw"} (the RMS of each optimizer's update, before
+QK-clip; under FSDP summed over the shards).
 
-    "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer (training.observers.LogitMax,
-                       QK-clip's tracking). With --qk_clip on, QK-clip's own maxima over the whole step (no extra
-                       cost); otherwise over a sample: the first sequence of each micro-batch on each rank, because
-                       the exact maximum recomputes every attention logit (research.speed.measure telemetry).
-    "key_norm"    [L]  the mean L2 norm of the keys of each layer over the step's forwards (after k_norm, before
-                       RoPE, which keeps norms), every token, under no_grad (training.observers.KeyNorm).
-    "update_rms"  {"muon": x, "adamw": y}  sqrt(sum (w_after - w_before)^2 / n) over the weights of each optimizer
-                       (Muon's groups, AdamW's groups, as optimizers/split.py makes them: with --qk_optimizer adamw
-                       W_q and W_k are AdamW's), the optimizers' update before QK-clip; null for an optimizer with no
-                       weights. Under FSDP each rank sums the squares of its local shards and one all-reduce adds them.
-
-Nothing here changes what the step computes: the extra work reads tensors under no_grad (through forward hooks at
-the model's hook points, training/observers.py) and writes only tensors of its own. Its memory: a copy of the
-weights during the optimizer step, at logged steps.
+Nothing here changes what the step computes: the extra work reads tensors under no_grad and writes only tensors of
+its own; its memory is a copy of the weights during the optimizer step, at logged steps. Each signal, and its cost:
+docs/training.md, "Telemetry and the alarm".
 """
 from __future__ import annotations
 

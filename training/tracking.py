@@ -1,19 +1,11 @@
 """Experiment tracking (`--logger none|tensorboard|wandb|trackio`) as one more training callback.
 
-`TrackerCallback` turns each step's StepInfo into scalars and writes them to a backend:
-
-    train/loss, train/grad_norm, train/lr_factor, train/tokens_per_s   at log steps (as metrics.jsonl)
-    lr/<group>                                                       learning rate per optimizer param group
-    val/loss                                                         at validations
-
-Other callbacks hand it their own scalars through `add(step, {tag: value})` (the key probe's headline
-metrics, research.results.read.tracked_scalars); they must be registered before the tracker, which
-writes what they added at the same step. The trainer knows nothing of TensorBoard or W&B. Only rank 0
-opens a backend. TensorBoard writes RUN_DIR/tensorboard/ (`tensorboard --logdir RUN_DIR`); a resumed run
-purges what an interrupted session logged after its checkpoint. W&B writes RUN_DIR/wandb/, offline when
-api.wandb.ai cannot be reached unless WANDB_MODE is set; each session is its own W&B run. trackio (local-first,
-W&B's API, no account) writes the same tags at the same steps into RUN_DIR/trackio/ (a SQLite database of the
-project; `TRACKIO_DIR=RUN_DIR/trackio trackio show` draws it); each session is its own trackio run.
+`TrackerCallback` turns each step's StepInfo into scalars (train/loss, train/grad_norm, train/lr_factor,
+train/tokens_per_s at log steps, lr/<group>, val/loss) and writes them to a backend; other callbacks hand it their
+own through `add(step, {tag: value})` (the key probe's headline metrics, research.results.read.tracked_scalars),
+registered before it. The trainer knows nothing of TensorBoard, W&B or trackio; only rank 0 opens a backend, under
+RUN_DIR (tensorboard/, wandb/, trackio/). Each backend, and what a resume does to it: docs/training.md,
+"Experiment tracking".
 """
 from __future__ import annotations
 

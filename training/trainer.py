@@ -1,30 +1,12 @@
 """The training loop: accumulation, clipping, schedule, precision, compile, DDP, checkpoints.
 
-One Trainer trains one model described by a RunConfig into an output folder:
-
-    DIR/config.json        the final config
-    DIR/metrics.jsonl      one JSON line per logged step ({"step", "tokens", "loss", ...}; with --z_loss also
-                           "z_loss", the z-loss term the objective added to the cross-entropy "loss"; with
-                           --telemetry "logit_max", "key_norm", "update_rms": training/step_telemetry.py),
-                           per validation ({"step", "tokens", "val_loss"}) and per --spike_alarm alarm
-                           ({"step", "tokens", "alarm"}: training/alarm.py)
-    DIR/tokenizer/         loadable with transformers.AutoTokenizer.from_pretrained
-    DIR/checkpoints/step-N model.safetensors + optim.pt + state.json (training/checkpoint.py)
-    DIR/summary.json       final losses, steps, timings (time_split: the wall time by phase), provenance
-
-The trainer receives prepared data (data.prepare_data) and a utils.runtime.Runtime (the device, precision and
-process group, which training.distributed starts); `training.run.train_run` does both for one config and holds the
-folder's lock. QK-clip and the telemetry read the model through hooks at its hook points (training.observers).
-Works alone or under torchrun (DDP, or FSDP2 with --shard fsdp: training/sharding.py); only rank 0 writes.
-Callbacks (training.callbacks) see each step through a StepInfo and keep their own state in checkpoints;
-those given as `callbacks=` are built before a resume chooses its checkpoint, so that a saved
-state they cannot use makes the checkpoint unreadable like a damaged file.
-
-Nothing is written until every check has passed (training.resume: what a resume may change, and
-that its data are those the checkpoints were trained on); then config.json first. A resume loads
-the newest checkpoint that reads back (an unreadable one is named and set aside), cuts
-metrics.jsonl back to its step, and clears what a killed process left (training.run_files). A full
-disk or an unwritable folder stops the run with a RunError that says what is kept.
+One Trainer trains one model described by a RunConfig into an output folder: config.json, metrics.jsonl (a line per
+logged step, validation and --spike_alarm alarm), tokenizer/, checkpoints/step-N (training/checkpoint.py) and
+summary.json. It receives prepared data (data.prepare_data) and a utils.runtime.Runtime; `training.run.train_run`
+does both for one config and holds the folder's lock. QK-clip and the telemetry read the model through hooks at its
+hook points (training.observers); callbacks (training.callbacks) see each step through a StepInfo. It works alone or
+under torchrun (DDP, or FSDP2 with --shard fsdp); only rank 0 writes, and nothing until every check has passed.
+What a run writes and how it resumes: docs/training.md, "What a run writes" and "Interrupted runs and resumes".
 """
 from __future__ import annotations
 

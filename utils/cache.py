@@ -6,12 +6,8 @@
     ~/Library/Caches/qk-keys    macOS
     %LOCALAPPDATA%\\qk-keys      Windows
 
-Under it, data/ holds the prepared corpora, tokenizers and token blocks (DataConfig.cache_dir) and models/ the
-converted GGUF models (research.inspection), runs/ the node-local folders a study's Ray tasks train in with --storage
-(research.studies.storage; each removed when its run ends), cores/ the locks of the cores Ray tasks pin to
-(research.studies.cores). A cache setting of "auto" (the default of --cache_dir) names that
-place; any other value is a folder, `~` expanded and relative to the working folder, for one run. Where a cache
-lives is no part of what it holds: its folders are keyed by content hashes, so a run may move it (resume included).
+A cache setting of "auto" (the default of --cache_dir) names that place; any other value is a folder, for one run.
+What lies under it (data/, models/, runs/, cores/), and why a run may move it: docs/data.md, "The cache".
 """
 from __future__ import annotations
 

@@ -1,32 +1,13 @@
 """Formats declared: what a JSON file read back must hold, written once as a tree of small specs, and the one
 checker that walks a loaded value along it. No torch, nothing of the project: every reader can use it.
 
-A declaration reads like the file:
-
     RESULTS = Obj({"tag": Text(kind="a condition name (text)", nullable=False, nonempty=True),
-                   "tokens": ListOf(Number(nullable=False), n="probes"),
-                   "seed": Integer(),                    # absent and null are the same: "an integer or null"
-                   "n_seeds": Opt(Integer(lo=1, nullable=False)),   # may be absent, never null
-                   ...})
+                   "tokens": ListOf(Number(nullable=False), n="probes"), ...})
     check(RESULTS, loaded_dict, ctx={"probes": 5})
 
-The first field that does not fit raises FormatError(where, expected, found): the field path ("probes[2].layers[0]
-.layer", "gamma_final['1'][1]"), what the declaration says it should be, and what was found. The reader of each
-file puts its file name before the message and its fix after (research.results.schema, layout, pretrained,
-trajectory; training.checkpoint for a checkpoint's state.json). Facts across fields (seeds named once, one
-architecture per checkpoint) are `rules` of an Obj: small functions that raise FormatError too.
-
-Why specs and a checker of our own, not pydantic: pydantic is not among the project's dependencies (torch,
-datasets, transformers, matplotlib, numpy), and research/results must import with nothing more than numpy so that
-figures can be redrawn anywhere; the formats need what a model library expresses only as hand-written validators
-anyway (one value per probe across several fields, lengths given by other fields, JSON object keys that are layer
-indices); and the messages keep the project's wording (field path, expected, found, the fix), which users and tests
-rely on. One checker of ~200 lines over these specs does all of it.
-
-Each spec also says itself as JSON Schema (draft 2020-12, `json_schema()`), so that tools in other languages can
-check the files too (research.results.schema --json_schema): what JSON Schema cannot say (a length given by
-another field, one length wherever a list sits, a Rule across fields, a Custom check with no JSON form) is left to
-the checker and named in a "$comment"; the schema never refuses what the checker accepts.
+The first field that does not fit raises FormatError(where, expected, found); facts across fields are `rules` of
+an Obj. Each spec also says itself as JSON Schema (`json_schema()`). Why specs of our own and not pydantic, and
+what JSON Schema cannot say: docs/layout.md, "Formats declared".
 """
 from __future__ import annotations
 

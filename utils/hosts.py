@@ -1,21 +1,13 @@
-"""The kind of host a run trained on, defined once. bf16 numerics differ between CPU kinds (oneDNN's AMX kernels do
-not round as its AVX512-BF16 ones do, and a CPU without either emulates bf16) and between GPUs, so findings can move
-with the host: a study compares runs of one host kind (research.analysis.identity) and adds runs only on the kind its
-folder holds, unless made with --mix_hosts (research.studies.hosts). No torch: utils.runtime records it in every
-run's provenance, and every reader of a provenance reads it here.
+"""The kind of host a run trained on, defined once. bf16 numerics differ between CPU kinds and between GPUs, so a study
+compares runs of one host kind (research.analysis.identity) and adds runs only on the kind its folder holds, unless
+made with --mix_hosts (research.studies.hosts). No torch: utils.runtime records it in every run's provenance.
 
     CPU     its model name and the native bf16 path it has: 'AMD EPYC (AVX512-BF16)', 'Intel Xeon ... (AMX)',
             'AMD EPYC (no native bf16)'
     CUDA    the GPU's name: 'NVIDIA H200'
     MPS     'Apple GPU (MPS)'
 
-A provenance recorded before the host kind was (no `host_kind`) is read from its `gpu`, `device`, `cpu` and
-`cpu_native_bf16`: its path is then 'native bf16, path not recorded' or 'no native bf16', and `same_paths` gives a
-native one the path that the other runs of its CPU model in the same folder record (where they record one only), so
-that runs of one host, older and newer, are one kind. Never the path of the host that reads them: one CPU model
-name can have AMX on one machine and AVX512-BF16 only on another, and nothing recorded says which an older run had.
-Where its folder does not say, it stays a kind of its own, which no host training now is (every run now records
-its path): a study adds runs to it only with --mix_hosts (research.studies.hosts).
+A provenance recorded before `host_kind` is read from its older fields (`same_paths`; docs/decisions.md, "One recipe").
 """
 from __future__ import annotations
 

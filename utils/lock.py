@@ -3,22 +3,11 @@
     with FolderLock(out, hint="choose another --out"):
         ...  # write into out
 
-The lock file holds who took it (pid, host, start time, command; utils.file_specs.LOCK_HOLDER), so a second process is
-told whom it is waiting for. flock is released by the kernel when its holder exits, however
-it exits (kill -9 included), so a stale .lock file never blocks anyone: its contents are only
-read when the lock is actually held. The file is left in place (deleting it would let two
-processes lock two different inodes of the same name), with one exception: a folder that taking the lock
-created, and into which nothing else was written by the time it is released (a refused or failed command),
-is removed with its .lock, so such a command leaves no new folder behind. Windows, which has no flock, locks one byte
-of the file far past the holder's description (a locked range cannot be read by others there), and
-Windows too releases it when its holder ends.
-
-Taking the lock also applies the rule for links (utils.io.check_links): a folder holding a link that leads
-outside it is refused, so no tool that locks (training, studies, split_panels, the data cache) reads or
-writes through one; the .lock file itself is opened without following a link.
-
-A process that holds a folder's lock may take it again (nested, counted), e.g. the study
-runner holds its study folder while rendering into it; another process may not.
+The lock file holds who took it (utils.file_specs.LOCK_HOLDER), so a second process is told whom it is waiting for.
+The kernel releases the lock when its holder exits, however it exits, so a stale .lock never blocks anyone. Taking
+the lock also applies the rule for links (utils.io.check_links). A process that holds a folder's lock may take it
+again (nested, counted); another process may not. Why the file stays, and Windows: docs/training.md, "Interrupted
+runs and resumes".
 """
 from __future__ import annotations
 

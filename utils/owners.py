@@ -2,28 +2,11 @@
 trainer included. No torch, nothing of the project above utils, so that training (below research) asks the same
 table as the studies and the drawing.
 
-OWNERS holds one record per kind of folder (`Owner`): its name, who writes it, the files whose presence makes a
-folder its (`marks`), the files it writes beside them that would mark another owner's folder elsewhere (`writes`: a
-study file's combined.json is no QK-norm study's), and for a study kind how its folder is recognised (`found_by`: a
-study.json naming it, or its own results file) and whether its runs are a learning-rate grid (`grid`). Every other
-list of kinds is derived from it: STUDY_KINDS (what a study.json may name), GRID_KINDS, and the registry of study
-kinds (research.studies.kinds.KINDS), whose records point here by name (Kind.owner) and must match it one to one.
-A config.json marks a run's folder only where it is a run's config (utils.run_names.is_own_run): a Hugging Face
-model folder, an export among them, has one too; one that no owner's file explains marks a model folder
-(MODEL_KIND), which only the export may write into. Two files say whose folder it is in more words: a study.json
-names the study and its kind, and a redraw.json, written by split_panels.py --out, names the study folder it is a
-redraw of and that study's kind. A storage.json marks a study's --storage folder (research.studies.storage) and
-names the one study it serves: its name, kind and --out (STORAGE_FORMAT).
-
-Every writer (train_llm.py and every run of a study through training.run.train_run, each study, the drawing of any
-study in research.studies.render, split_panels.py --out, inspect_pretrained.py, export_hf.py, a study's --storage
-on a local disk, the JSON Schema files' writer research.results.schema, the GPU session
-research.speed.gpu_session) calls
-`refuse_foreign(folder, kind, tool)` before it writes anything: a folder of its own (its kind, and for a redraw the
-same source folder), or of no owner, is written; one holding another owner's file is refused, naming that owner,
-the file and the fix, and nothing is written. So a run never lands in a study's or a report's folder, one tool's
-report.md never replaces another's, and no folder ends up mixing two owners' results. research.results.vocabulary
-takes the file names and the lists of kinds from here.
+OWNERS holds one record per kind of folder (`Owner`: who writes it, the files that mark its folders, the files it
+writes beside them, and for a study kind `found_by` and `grid`); every other list of kinds (STUDY_KINDS, GRID_KINDS,
+research.studies.kinds.KINDS) is derived from it. Every writer calls `refuse_foreign(folder, kind, tool)` before
+it writes anything: a folder of its own, or of no owner, is written; one holding another owner's file is refused.
+The table and the rule in full: docs/layout.md, "Study kinds".
 """
 from __future__ import annotations
 

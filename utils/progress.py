@@ -3,15 +3,9 @@
     with library_progress(progress):     # prepare_data and load_model take `progress` (train_run passes it on)
         ...
 
-Without it, datasets draws bars in load_dataset ("Generating train split"), map, filter and casts,
-huggingface_hub one per download, and transformers while loading weights or converting a GGUF file, all on
-stderr. `library_progress(False)` turns them off for the block and puts back each library's own setting after it
-(an environment variable such as HF_HUB_DISABLE_PROGRESS_BARS=0 still wins). Our own bars (the trainer's, the
-key study's) follow their `progress` argument.
-
-huggingface_hub and transformers are imported by the block (every run loads a tokenizer through them anyway);
-datasets is not (it takes 0.6 s and a run on a cached corpus never needs it): the code that imports it calls
-`quiet_imported()` after the import, which applies the switch to it.
+`library_progress(False)` turns off the bars of datasets, huggingface_hub and transformers for the block and puts
+back each library's own setting after it. datasets is not imported here: the code that imports it calls
+`quiet_imported()` after the import. Which bars, and what still wins: docs/training.md, "What a run writes".
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
 """Test-only fault injection: kill or pause this process at a named point.
 
-Nothing happens unless the environment variable QKKEYS_TEST_HOOK is set, which only the
-tests do (tests/training/test_kills.py):
+Nothing happens unless the environment variable QKKEYS_TEST_HOOK is set, which only the tests do
+(tests/training/test_kills.py):
 
     QKKEYS_TEST_HOOK=kill:checkpoint_write:2    SIGKILL itself the 2nd time the point is reached
     QKKEYS_TEST_HOOK=pause:step:1               at the 1st hit write $QKKEYS_TEST_HOOK_DIR/paused,
                                                 then wait until $QKKEYS_TEST_HOOK_DIR/go exists
 
-Points: "step" (after an optimizer step's logging and callbacks, before its checkpoint),
-"checkpoint_write" (model.safetensors written into a checkpoint's temporary folder),
-"prune" (an old checkpoint renamed for removal, not yet removed), "replace:<file name>"
-(an atomic write's temporary file complete, not yet renamed).
+The points ("step", "checkpoint_write", "prune", "replace:<file name>"): docs/layout.md, "Tests".
 """
 from __future__ import annotations
 

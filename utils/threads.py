@@ -1,19 +1,12 @@
 """How many CPU threads a run computes with, decided once per process (no torch: the rule is tested by hand).
 
-On a quiet 2-core host two threads train about 1.6x faster than one, but beside one busy process they keep about a
-quarter of their speed: OpenMP's threads wait for each other at every parallel region, and the one sharing its core
-comes late. One thread keeps more than half (docs/speed.md, "A busy host"). So, unless the user says:
-
-    --threads N (asked > 0)     N
-    OMP_NUM_THREADS set         the cores this process may use, shared among torchrun's processes, at most that
-                                budget (a Ray task's CPUs, torchrun's 1, the user's own); the load is not looked at
-    else                        the cores that other processes left free when this process first asked
-                                (/proc/stat over FREE_SAMPLE_S, each core counted busy from half of its time), shared
-                                among torchrun's processes, at least 1; all of them where /proc/stat cannot be read
-
-The count can change a bf16 run's values in the last bits (about 7e-5 relative), so the trainer prints the choice
-and its reason, the run's provenance records both (`cpu_threads`, `cpu_threads_why`), and `--threads N` with the
-recorded N reproduces the run bit for bit.
+Beside one busy process two threads keep about a quarter of their speed and one thread more than half, so, unless
+the user says: --threads N (asked > 0) gives N; with OMP_NUM_THREADS set, the cores this process may use, shared
+among torchrun's processes, at most that budget; else the cores that other processes left free when this process
+first asked (/proc/stat over FREE_SAMPLE_S), shared among torchrun's processes, at least 1. The count can change a
+bf16 run's values in the last bits, so the run's provenance records it and why (`cpu_threads`, `cpu_threads_why`),
+and `--threads N` with the recorded N repeats the run bit for bit. The rule as a user meets it: docs/training.md,
+"Devices and precision"; the measurements behind it: docs/speed.md, "A busy host".
 """
 from __future__ import annotations
 

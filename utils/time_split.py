@@ -1,14 +1,12 @@
 """Where a run's or a study's wall time goes: seconds per phase, measured with time.perf_counter. No torch.
 
-One `TimeSplit` per run: the trainer adds its steps, validations and writes to it and hands it to the callbacks
-(training.callbacks.StepInfo.times), which add the probe's own time, the gain ablation and their writes. Phases
-nest: time spent in an inner phase (the validation a probe asks for) counts there alone, never twice, so the phases
-and `rest` (what no phase claims: data, setup, logging) add up to the wall time.
-
     times = TimeSplit()
     with times.phase("probes"):
         ...
     times.record()   # {"wall_s": ..., "train_steps": ..., ..., "rest": ...}: summary.json's and study.json's
+
+One `TimeSplit` per run, which the trainer and the callbacks (StepInfo.times) add to. Phases nest and count once,
+so the phases and `rest` add up to the wall time: docs/speed.md, "Where a study's time goes (issue 66)".
 """
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
 """The write-ups' claims about the QK-norm study, each decided by research.analysis.rules.
 
-    (a) the learned gain drives key PR (A != B, B ~ C, and the gain's step larger than the other by the margin)
-    (b) the normalization drives the loss (A ~ B, B != C, ...), on the validation loss
-    (c) key PR does not predict loss (validation loss): PR ordering the loss, in either direction, fails it
-    (d) the PR trajectory is U-shaped (falls, then recovers): the minimum chosen on half of the seeds, tested
-        on the other half
+    (a) the learned gain drives key PR         (b) the normalization drives the loss (validation loss)
+    (c) key PR does not predict loss           (d) the PR trajectory is U-shaped (falls, then recovers)
     (e) a frozen gain lowers key rank below no QK-norm (final PR B < C)
 
-"!=" is a difference beyond the margin, "~" one inside it (research.analysis.rules). Each Claim has a
-status, "holds", "fails", "mixed" (the pairs disagree), "inconclusive" or "not tested" (missing
-conditions, or one seed per condition: descriptive only), and its evidence in words.
+Each Claim has a status ("holds", "fails", "mixed", "inconclusive" or "not tested") and its evidence in words.
+How each is decided, with worked examples: docs/decisions.md, "The write-ups' claims".
 """
 from __future__ import annotations
 

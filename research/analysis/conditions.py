@@ -1,19 +1,12 @@
 """Decisions of a study of any conditions (a study file, research/study.py): each condition against the baseline,
-or every pair of conditions when the study names none, in each quantity below.
+or every pair of conditions when the study names none, in each quantity of QUANTITIES and KV_QUANTITIES.
 
-Pure functions of results dicts (runs: condition -> one results dict per seed), decided by the procedure of
-research.analysis.rules: paired by seed, each comparison read off its interval against its quantity's margin (key
-metrics and attention statistics: a share of the pair's mean; losses: the loss margin, also a share; the largest
-attention logit, which can sit near zero: an absolute margin in logits). One family per quantity, except that the
-study's primary quantities (ConditionRuns.primary) form ONE family together: their comparisons share one Bonferroni
-level, so everything the report's "In short" states about them is right at once with probability at least 95%. The
-other quantities are exploratory: decided in their own families, shown in their tables, not stated as findings.
-
-A quantity's final value of a run is the mean over layers at its last probe record (the loss: the last probe's
-training and validation loss; what a key cache costs: its section of results.json, measured after the last step).
-research.analysis.identity has already cut every run at the budget they all reached. The key cache's quantities
-(KV_QUANTITIES) are decided where a study names them primary or a run holds them: files written before they were
-measured read as they always did.
+Pure functions of results dicts (runs: condition -> one results dict per seed), decided by research.analysis.rules,
+paired by seed, after research.analysis.identity has cut every run at the budget they all reached. The study's
+primary quantities form ONE family; every other quantity is an exploratory family of its own.
+A quantity's final value is its mean over layers at the last probe (a key cache's: its results.json section).
+The families, the margins (LOGIT_MARGIN, KV_LOSS_MARGIN) and their error rates: docs/decisions.md, "Studies of any
+conditions"; the quantities and what a study file may name primary: docs/study_files.md.
 """
 from __future__ import annotations
 

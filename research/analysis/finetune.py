@@ -1,21 +1,12 @@
-"""The fine-tuning study's decisions: does training a pretrained QK-norm model's q/k norm gains, against freezing
-them at their pretrained values, change its keys or its loss; and what happens to keys, gains and the largest
-logits as it fine-tunes. No torch.
+"""The fine-tuning study's decisions (research/finetune_keys_study.py): does training a pretrained QK-norm model's
+q/k norm gains, against freezing them at their pretrained values, change its keys or its loss? No torch.
 
-Conditions (research/finetune_keys_study.py): TRAINED (every weight but the embeddings trains) and FROZEN (the
-same, with the q_norm and k_norm gains frozen at their pretrained values). Runs of one seed share the data order,
-so the comparison is paired by seed (research.analysis.rules):
-
-- final values, TRAINED - FROZEN: mean key PR (pr_sv at k_norm, the gain's output), PR of the normalized keys
-  before the gain (k_hat), mean key norm, and the validation loss (the probe batch's, at the loss margin);
-- change over fine-tuning within each condition (last probe - first), one-sample over seeds, one family; the
-  held-out loss's change its own family, at the loss margin;
-- does key PR recover after its lowest point (Recovery, research.analysis.dips): the probe of the minimum is chosen
-  on half of the seeds and the fall to it and the rise after it are tested on the others, so the choice is not
-  tested on its own data;
-- descriptive, over seeds: how far the k gains moved (|g_end - g_start| / |g_start| per layer), and the largest
-  logit's change split into its log terms: log logit_max = log scale + log|q| + log|k| + log cos, with
-  log|q| = log|q_hat| + log(q gain factor) (research/probing/metrics.py, attention_metrics and gain_factor).
+Conditions TRAINED and FROZEN, paired by seed (research.analysis.rules): the final values TRAINED - FROZEN (key PR
+at k_norm and of k_hat, key norm, validation loss); each quantity's change over fine-tuning within a condition;
+whether key PR recovers after its lowest point (research.analysis.dips); and, described over seeds, how far the
+k gains moved and the largest logit's change split into its log terms.
+What the study runs and reports: docs/studies.md, "Fine-tuning a pretrained QK-norm model"; how each number is
+decided: docs/decisions.md.
 """
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
 """Head specialization: per-head series, the layer to show, and the sink / gatherer taxonomy.
 
-Per KV head over training, from the probe records: key norm (k_norm.norm_mean), max_abs,
-pr_vec, attention entropy, sink mass and q/k norm ratio, plus the layer's k_norm gains.
-Attention metrics are measured per query head; a KV head gets the MEAN over the query
-heads that share it (query head h belongs to KV head h // (n_heads // n_kv_heads)).
-Heads are not matched across seeds, so per-head series are never averaged over seeds.
-
-Taxonomy at the last probe, by attention alone (so it works when key norms cannot move, as with
-frozen gains), the entropy relative to its median over all (layer, KV head) of the run, m = 0.1:
-    sink      sink mass > 0.3 (Gu et al. 2024: a head attending mostly to the first token)
-              and entropy < median_entropy * (1 - m)
-    gatherer  sink mass <= 0.3 and entropy > median_entropy * (1 + m)
-    neither   otherwise
-The write-ups' claim that sinks have high key norms and gatherers low ones is then decided per seed:
-the mean key norm of a seed's sinks minus that of its gatherers (research.analysis.rules).
+Per KV head over training, from the probe records: key norm, max_abs, pr_vec, attention entropy, sink mass and q/k
+norm ratio, plus the layer's k_norm gains; attention metrics are the mean over the query heads a KV head serves.
+Heads are not matched across seeds, so per-head series are never averaged over seeds. `classify` sorts the heads
+at the last probe into sinks, gatherers and neither, by attention alone; whether sinks have longer keys than
+gatherers is then decided per seed (research.analysis.rules).
+The taxonomy's thresholds and why: docs/decisions.md, "Sinks and gatherers".
 """
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
 """Identity before statistics: which runs of a study are compared, and at what budget (docs/decisions.md).
 
 Every study kind of trained runs goes through `compare(runs)` before it is decided (research.studies.kinds):
-
-- Paired by seed. A run's seed is its file's, else that of the seed_<n> folder it sits in
-  (research.results.read.pair_key). A run with neither stays in the figures and tables but is paired with
-  nothing: research.analysis.rules.by_seed leaves it out, and the report says so. Never by position. Two runs of
-  one condition with one seed are refused (ResultsError): by_seed would keep one and drop the other unsaid.
-- Trained to the end. A run that diverged (results.json records `diverged`) never reached the budget the others
-  are compared at: it is set aside and named, unless its kind takes divergence as a result (the learning-rate
-  grid, `divergence_is_a_result`). A run kept whose last probe lacks a value its earlier probes had (NaN or
-  infinity, written as null) is named with those values: each is compared without that run.
-- One recipe. Runs that differ from the rest of the study in preset, corpus, tokenizer, training
-  precision or host kind (utils.hosts: the CPU model and its native bf16 path, or the GPU; bf16 numerics differ
-  between them) are set aside, each attribute in turn: the value most runs share is kept, and the report names
-  the runs set aside and why. When two values are equally common the study is refused (ResultsError): no
-  rule could say which runs are the study. A study made with --mix_hosts (study.json's `mix_hosts`; within
-  `hosts_mixed(True)`) combines its host kinds instead, and the report says how many. Runs trained on CPU with
-  different thread counts (provenance's `cpu_threads`: bf16 values move with it in the last bits) are compared, and
-  the report says which count each had.
-- One budget. Each run's "final" is taken at the last token count that every run reached and probed: runs
-  that trained further are cut there (research.results.schema.cut_at_tokens), and the report says so. When
-  the runs share no probe after their first, the study is refused. A run that diverged where that is a result
-  (the learning-rate grid) ends where it diverged: it neither sets nor meets the budget. A condition's
-  curves average its seeds at the token counts all of them were probed at (research.analysis.series), never
-  by position; where its runs' probe grids differ, the report names the token counts left out.
+runs are paired by seed, never by position; a run that diverged is set aside unless its kind takes divergence as
+a result; runs of another recipe (preset, corpus, tokenizer, precision, host kind: utils.hosts) are set aside,
+the value most runs share kept; every run is cut at the last token count all of them reached and probed. What is
+set aside, cut or refused (ResultsError) is named in the report's "What was compared".
+The rules in full, with worked examples: docs/decisions.md, "Which runs are compared: identity before statistics".
 """
 from __future__ import annotations
 

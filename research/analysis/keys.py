@@ -1,23 +1,12 @@
 """Key dynamics: the per-layer key series over training, where each layer ended, and how much of the
 change weight decay on the gains explains.
 
-Per layer, over training, at the k_norm hook (pre-RoPE keys, mean over the layer's KV heads):
-norm_mean, max_abs ("outlier magnitude"), peak_frac, cos_mean ("redundancy") and std, read from
-`probes[*].layers[*].means["k_norm.<metric>"]`. Series are averaged over seeds for the figures;
-every claim is decided per seed by research.analysis.rules:
-
-- where a layer ended: its final norm against sqrt(d_head) (Bonferroni over the layers);
-- how a layer group's norm changed: final against initial group norm (Bonferroni over groups and conditions);
-- what weight decay on the gains explains (when the study ran QK with and without it): the group's
-  change with weight decay against its change without, paired by seed.
-
-A key norm is a positive ratio quantity (rules.compared_on), so each is decided on per-seed log ratios: ln(final /
-sqrt(d_head)), ln(final / initial), and ln(growth with / growth without) for weight decay's part, the growth being
-final / initial. Log changes add up (ln growth with = weight decay's part + ln growth without), so weight decay's
-share of the change is a share of the log change.
-
-Under QK-norm a key's norm is about sqrt(d_head) x rms(gain), and AdamW's decoupled weight decay
-alone multiplies the gains by (1 - lr x wd) per step, about exp(-lr x wd x steps) in all.
+Per layer, over training, at the k_norm hook (mean over the layer's KV heads): norm_mean, max_abs, peak_frac,
+cos_mean and std. Series are averaged over seeds for the figures; every claim is decided per seed by
+research.analysis.rules, on per-seed log ratios (a key norm is a ratio quantity): where a layer ended against
+sqrt(d_head), how a layer group's norm changed, and weight decay's part of that change (when the study ran QK with
+and without weight decay on the gains).
+How the parts are decided and printed: docs/decisions.md, "Ratio quantities" and "Numbers derived from comparisons".
 """
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """Decisions of the learning-rate study: how each condition's final loss depends on the learning rate.
 
-Runs are keyed 'condition@multiplier' (research.results.vocabulary.grid_key): every condition trained
-at each multiple of the preset's Muon and AdamW learning rates, with several seeds. Per run:
-
-- final loss: the last validation loss; a run that diverged (non-finite loss, recorded as `diverged`)
-  has none;
-- the initial loss l0: the validation loss of the model at initialization (`init_val_loss`);
-- the largest attention logit at each probe: the max over layers and heads of the probe's logit_max.
-
-Learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
-training instabilities"): for one condition and seed, the mean over the grid of min(final loss, l0)
-minus the best final loss over the grid (a diverged run counts as l0). It is 0 for a condition
-whose loss does not depend on the learning rate over the grid, and grows as the rates away from the
-best one hurt. Conditions are compared by per-seed differences of their sensitivities (the seeds
-share initial weights and data order), with research.analysis.rules: Bonferroni over the pairs, the margin
-a share (the loss margin) of the mean best loss.
-
-Where a condition's loss and logits start to move: per multiplier, the condition's final loss
-against QK-norm's (paired by seed, Bonferroni over the multipliers), and its final max logit against its own
-at the preset's rate (1x).
+Runs are keyed 'condition@multiplier' (research.results.vocabulary.grid_key): every condition trained at each
+multiple of the preset's Muon and AdamW learning rates, with several seeds. Per condition and seed, the
+learning-rate sensitivity of Wortsman et al. 2023 (a diverged run counts at the initial loss); conditions are
+compared by per-seed differences of their sensitivities, and per multiplier each condition's final loss against
+QK-norm's and its largest attention logit against its own at 1x (research.analysis.rules).
+The sensitivity's definition and the study's design: docs/decisions.md, "Learning-rate sensitivity".
 """
 from __future__ import annotations
 

@@ -1,32 +1,13 @@
 """What one trained model can answer of the write-ups' claims about keys (research/pretrained_keys_study.py).
 
-Input: one model's record of research.inspection.key_study (per text batch: key metrics [L][Hkv] per site,
-attention metrics [L][Hq], loss; the same keys of an untrained model of the architecture; the exact
-k_norm gains). One model is one sample: the unit of uncertainty is the TEXT BATCH, and every comparison
-is paired by batch (the same text on both sides) and decided by research.analysis.rules (Bonferroni over a
-claim's comparisons, equivalence margin MARGIN of the compared values' mean); key norms and PR, positive ratio
-quantities, on per-batch log ratios (rules.compared_on). Nothing here is a
-seed-level effect: another training run of the same recipe could differ in ways no batch shows.
-
-Claims:
-1. norm: the mean key norm of each layer group (research.analysis.keys.layer_groups: early, middle,
-   final) against sqrt(d_head) (one-sample, per batch), and the groups against each other (depth), two groups that
-   are the same layers (a model of 3 layers or fewer) not compared.
-   Site: k_norm where the model has one (the write-ups' site), else k_proj (RoPE keeps norms).
-2. sinks: the head-specialization study's taxonomy (research.analysis.heads.classify) of the KV
-   heads, on the mean over batches of sink mass WITHOUT query 0 and entropy, each KV head taking the
-   mean over its query heads; then, per batch, the mean over layers holding both a sink and a gatherer
-   of (mean key norm of the layer's sinks - that of its gatherers): do sinks have longer keys WITHIN a
-   layer? Without the taxonomy, per batch: in each layer, the key norm of the KV head with the most
-   first-token attention minus the mean of the layer's other KV heads, averaged over layers (top_sink).
-   With one KV head per layer (Gemma 3 270M) the query heads share their keys: not testable.
-3. gain: the k_norm gain as the multiplier the model applies (1 + w for Gemma), per layer: mean,
-   mean |gain|, CV = std / |mean|, and "golden dimensions", those above median + GOLDEN_K robust SDs
-   (1.4826 MAD) of the layer's gains. Weights are exact: descriptive, no test.
-4. rank: pr_sv of the keys per layer group against the untrained model's on the same batches (paired
-   by batch): lower means the trained keys use fewer dimensions than its initialization does.
-And, described without a decision (research.analysis.key_cache): what a key cache holds, rank at 90%/99% energy,
-rotary use, the loss and logit errors with quantized or projected keys.
+Input: one model's record of research.inspection.key_study. One model is one sample: the unit of uncertainty is
+the TEXT BATCH, every comparison is paired by batch and decided by research.analysis.rules, and nothing here is a
+seed-level effect. Claims: 1. norm (each layer group's key norm against sqrt(d_head), and by depth); 2. sinks
+(the head-specialization taxonomy of the KV heads, and whether sinks have longer keys within a layer); 3. gain
+(the k_norm gain's spread and golden dimensions: exact, described); 4. rank (pr_sv against the untrained
+architecture's). What a key cache holds is described beside them (research.analysis.key_cache).
+How each claim is tested: docs/inspection.md, "The pretrained-key study"; the pairing by batch: docs/decisions.md,
+"One model: paired by text batch".
 """
 from __future__ import annotations
 

@@ -1,19 +1,12 @@
 """Decisions of the QK-norm study: learned gain (A), gain frozen at 1 (B), no QK-norm (C).
 
-Pure functions of results dicts (runs: condition -> one results dict per seed), decided by the
-procedure of research.analysis.rules (paired by seed, one Bonferroni interval per pair, read against a
-margin):
-
-    pair_decisions(runs, field)  the three pairs in one final quantity (and family_decisions: with the
-                                 difference of the steps, (A-B) - (B-C), decided in the same family)
-    triangulate(decisions)       A != B ~ C, the gain's step larger by the margin: the gain drives it; the mirror
-                                 image: the normalization does; steps of comparable size: both contribute
-    decomposition(runs)          the A - B PR difference split into the gain's arithmetic and geometry
-    ablation(runs)               the trained models with their gains replaced by 1 or by their mean
-    layer_effects(runs)          A - B and B - C per layer
-    analyze(runs)                all of it, and the write-ups' claims (research.analysis.claims)
-
+Pure functions of results dicts (runs: condition -> one results dict per seed), decided by research.analysis.rules:
+`pair_decisions` and `family_decisions` (the three pairs and the difference of the steps, one family),
+`triangulate` (the verdict: the gain drives it, the normalization does, both, ...), `decomposition` (A - B split
+into the gain's arithmetic and the keys' geometry), `ablation` (the gains replaced by 1 or by their mean),
+`layer_effects` (per layer), and `analyze`: all of it, and the write-ups' claims (research.analysis.claims).
 "Final" values are the last entry of a run's `mean_pr`, `loss` and `val_loss`.
+The verdict table and worked examples: docs/decisions.md, "Verdicts of the QK-norm study".
 """
 from __future__ import annotations
 

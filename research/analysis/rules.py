@@ -1,37 +1,12 @@
 """The decision procedure every claim of the studies goes through (docs/decisions.md).
 
-Conditions trained with the same seed share their initial hidden weights and their data order, so
-they are compared by per-seed (paired) differences d_s = a_s - b_s. A family of k comparisons (the
-three pairs of conditions, the layers of a model, ...) is decided from ONE interval per comparison:
-the Student-t confidence interval of mean(d) at level 1 - 0.05 / k (Bonferroni). With probability at
-least 95% every interval of the family covers its true difference at once, so every outcome below is
-right at once with that probability. With the margin m (a share of the compared values' mean):
-
-    equal                          the interval lies inside (-m, +m) and contains 0
-    different, within the margin   inside (-m, +m), excludes 0: real, and smaller than the margin
-    different, size unresolved     excludes 0 but reaches past +-m: real, size not pinned down
-    different, beyond the margin   lies wholly beyond +m or wholly below -m
-    inconclusive                   contains 0 and reaches past +-m
-
-Excluding 0 is the paired t-test at 0.05 / k (p times k below 0.05); lying inside the margin is two
-one-sided tests at 0.05 / (2k). One seed: "descriptive" (no test); no seed with a value on both sides:
-"no paired values"; every seed differing by the same amount (an integer quantity can): "no spread", since an
-interval of width 0 is not evidence of anything beyond those seeds. None of the three is decided or counts in k.
-Undecided outcomes say what would settle them, with no number (research.analysis.wording.needed_text): more seeds
-added to a finished study are a look nobody planned, so the route named is a new study on new seeds (no run of this
-one trained again), decided on its own or planned with --until_decided from its start, with the error a reader of
-both reports then faces: the two studies' levels added (wording.settle_text, docs/decisions.md#sequential-studies).
-
-The margin is a share of each comparison's scale (Margin(0.03)), or, for a quantity that can sit near zero (a
-logit), an absolute one in its units (Margin(0.25, absolute=True)): a share of a mean near zero is no margin.
-
-Positive ratio quantities (key PR, key norms, max_abs, ranks, attention entropy; compared_on says which) are compared
-on per-seed log ratios d_s = ln(a_s / b_s) instead (Paired.of(a, b, on=RATIO)): the same t interval of mean(d), read
-against the same relative margin, |a - b| <= m (a + b) / 2 being exactly |ln(a / b)| <= log_margin(m), and shown
-mapped back as a ratio, exp(lo) - 1 and exp(hi) - 1. A Decision records which (Decision.on): its interval and margin
-are then log ratios, its diff stays the mean difference in units (docs/decisions.md#ratio-quantities).
-
-Absence of evidence is never called equality.
+Comparisons are paired by seed (or by text batch for one model): a family of k comparisons is decided from ONE
+Student-t interval of the mean per-seed difference per comparison, at level 1 - 0.05 / k (Bonferroni), read against
+a margin (`Margin`: a share of the compared values' mean, or absolute for a quantity that can sit near zero). The
+outcome is equal, different within the margin, different beyond it, different of unresolved size, or inconclusive;
+"descriptive", "no paired values" and "no spread" are not decided. Positive ratio quantities (`compared_on`) are
+decided on per-seed log ratios. Absence of evidence is never called equality.
+The outcomes, margins and ratio quantities in full: docs/decisions.md, from "Paired by seed" to "Ratio quantities".
 """
 from __future__ import annotations
 

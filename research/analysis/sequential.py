@@ -1,34 +1,12 @@
 """Decisions over several looks at a growing set of seeds, with the error rate of one look (docs/decisions.md).
 
-A study that adds seeds while a question is open looks at its data more than once. Deciding every look at the full
-level lets each look err at that rate, so the chance that some look errs grows with the looks. Here the level is
-spent over the looks instead: a design fixed when the study starts plans its looks (the seeds analysed at each) and
-how much of the family's alpha the looks up to each may spend (`Design.spent`), adding up to alpha at the last.
-Each outcome is read off the running intersection of the comparison's t intervals over the looks so far, so when
-every interval of every look covers its true difference, every outcome read off an intersection is right, whatever
-rule chose when to stop.
-
-The spending: the first look spends FIRST_SHARE of alpha (at 3 or 4 seeds a t interval has few degrees of freedom
-and decides little, so alpha spent there buys little), the rest follows the seeds added after it, a share
-t ** RHO of the remainder by the share t of those seeds: from 4 seeds to 8 by 2, 0.25%, 2.92% and 1.83%. The choice
-was measured against the floors of issue 52 (research/simulations/sequential.py, docs/decisions.md).
-
-The intervals: a comparison's t statistics at its looks share seeds, so they are correlated, and the chance that
-some interval misses is less than the sum of the looks' shares. A calibrated design (the default) sets each look's
-interval level so that the chance that one of the intervals up to look j misses its truth is exactly what the
-design spent by look j, for normal per-seed differences (the t interval's own assumption), whatever their mean and
-spread: the t statistics' joint distribution at nested sample sizes depends on neither, so it is simulated once,
-seeded (`boundaries`). Across the family's k comparisons the share is divided by k (Bonferroni). A design
-recorded before calibration (study.json's design without `first`) is read as it was planned: the power function
-alpha (n / n_max) ** rho from zero seeds, each look at its own share (the union bound over looks).
-
-A look nobody planned (a study grown by hand with more --seeds) is decided at the full alpha, and its error bound
-is what the looks spent in all.
-
-A study folder records its looks (study.json's `looks`: the seeds each analysed, the alpha the design spent at it,
-planned or not); `at_looks(looks, design)` decides every family of a study's analysis at those looks: each
-comparison's differences restricted to a look's seeds, decided at that look's level, the outcome read off the
-intersection (decide_looks).
+A design fixed when the study starts (`plan`, `Design`) plans its looks (the seeds analysed at each) and spends
+the family's alpha over them; each look's intervals are calibrated (`boundaries`, simulated once per design) so
+that the chance that some interval up to a look misses is what the design has spent by then, and each outcome is
+read off the running intersection of the comparison's intervals, so any stopping rule keeps the bound. A look
+nobody planned is decided at the full alpha. `at_looks(looks, design)` decides a study's families at the looks
+its study.json records (`decide_looks`).
+The spending, the calibration and the simulations behind them: docs/decisions.md, "Sequential studies".
 """
 from __future__ import annotations
 

@@ -1,32 +1,12 @@
 """Loss spikes, defined once, and what an alarm on a per-step signal does around them (research/analysis/spikes.py
 decides whether it warns). No torch.
 
-The spike rule (`find_spikes`), on the training loss of every step (metrics.jsonl, --log_every 1):
-
-- the line at step t is median + K x dispersion of the WINDOW steps before t, the dispersion being 1.4826 x their
-  median absolute deviation (the standard deviation for normal noise, unmoved by one wild step), at least
-  REL_FLOOR of the median;
-- step t is a spike's onset when the loss of t and of the M - 1 steps after it all lie above the line of t;
-- warm-up: no onset before the window is full (the first WINDOW steps);
-- refractory: after an onset no other onset until the loss is back under the line (of its own window);
-- a non-finite loss is the extreme case, divergence: a spike at its step (unless one is under way), and the run's
-  end.
-
-Signals (utils.telemetry.SIGNALS, read with its `series`; entropy from results.json's probes) raise an alarm at
-each crossing of a threshold (utils.telemetry.Alarm.crossed), armed from the end of the warm-up on.
-
-A spike's WARNING WINDOW is the HORIZON steps before its onset, cut to armed steps and to the steps after the
-previous spike of its run is over: after its end plus REACTION steps (`RunSteps.windows`). An alarm from a spike's
-onset to REACTION steps after its end is a REACTION to it: it is neither a hit nor a false alarm, whatever follows
-(a second spike of a burst is not warned of by an alarm its first raised). An alarm HITS a spike when it falls in
-its warning window; the lead time is the onset minus the first alarm there. A spike whose window is empty (it
-started by the step after the previous one's reaction span, or at the first armed step) cannot be warned of and is
-not counted among the spikes to warn of. An alarm is FALSE when it falls in no warning window and in no
-reaction span; where the run ended (without diverging) less than HORIZON steps later it cannot be judged and is not
-counted, nor are those steps. False alarms are per 1,000 judged steps.
-
-Two checks are watched like the signals (CHECKS): LOSS_RISE and the negative control LATE_LOSS_RISE
-(research/analysis/spikes.py says why).
+`find_spikes`: the spike rule on the training loss of every step (metrics.jsonl, --log_every 1), with its
+constants WINDOW, K, REL_FLOOR and M; a non-finite loss is a spike that ends the run. Signals (utils.telemetry)
+raise an alarm at each crossing of a threshold, armed from the end of the warm-up on. `RunSteps` holds one run:
+its spikes' warning windows (HORIZON steps before an onset) and reaction spans (REACTION steps after an end), and
+the alarms that hit a spike, react to one, or are false. CHECKS are LOSS_RISE and LATE_LOSS_RISE.
+Each definition in words: docs/spikes.md, "The spike rule" and "Alarms, hits, false alarms, lead time".
 """
 from __future__ import annotations
 

@@ -1,39 +1,13 @@
 """Whether a per-step signal warns before loss spikes (the spike-warning study). No torch. The spike rule, one run's
-record, alarms, hits and false alarms are research/analysis/spike_rule.py (its module doc has the definitions).
+record, alarms, hits and false alarms are research/analysis/spike_rule.py.
 
-Thresholds are chosen on the calibration seeds (the first half of the study's seeds), per signal and condition:
-the candidate (a quantile of the signal over those runs) with the highest hit rate whose false alarms stay under
-FALSE_ALARM_BOUND per 1,000 steps, fewest false alarms among ties. They are evaluated only on the other seeds.
-
-Two nulls, and a warning must beat both. (1) Chance keeps time: spikes cluster in training (around the peak learning
-rate) and so do signals that follow the schedule, so an alarm that fires at the same step in every run hits spikes
-that have nothing to do with it. This null sets each held-out run's alarms against the spikes of the held-out runs
-at the same learning rate: if the runs are exchangeable within a rate, which run's alarms go with which run's spikes
-is too (`permutation_test`, exact: every permutation is enumerated). It fails where runs differ: a run that is both
-spikier and noisier has more alarms where it has more spikes, and its own pairing beats the others with no timing
-at all. (2) Chance keeps runs: each held-out run's alarms are moved in time against its own spikes, circularly, by
-every shift that leaves each alarm more than HORIZON steps from its place, and by none (`shift_test`, exact). It
-keeps each run's alarm and spike counts, and fails where alarms and spikes both crowd at the same time in training.
-Where either null holds, requiring both to reject keeps the level. Neither holds for a signal that follows the schedule
-AND fires more in the spikier runs: the design does not control that (research/simulations/spikes.py measures it).
-
-- WARNS: the observed hits are above both nulls at the one-sided level ALPHA / 2 / k (Bonferroni over the k signals
-  of the condition that were tested).
-- DOES NOT WARN (at the chosen threshold): the hit rate above chance (the runs-paired null's) is shown below
-  MIN_EXCESS twice, by the t bound over the evaluation seeds and by the exact (Clopper-Pearson) bound on the pooled
-  held-out hits, both at that level; with chance 0 this needs `spikes_to_rule_out(k)` held-out spikes (20 at 7
-  signals).
-- INCONCLUSIVE otherwise, or with fewer than MIN_SPIKES held-out spikes or 2 evaluation seeds with a spike.
-- NO_THRESHOLD: no threshold kept the calibration seeds' false alarms under the bound (no usable alarm).
-
-Spikes are those with a warning window (research/analysis/spike_rule.py): a reaction to a spike is no hit of the
-next. Two checks go through the same calibration and test in every report, outside the family: LOSS_RISE, the
-loss's own rise over its window's median (what watching the loss alone would give), and LATE_LOSS_RISE, the same
-REACTION steps late, a negative control: it keeps the loss's run-to-run differences and its timing in training, and
-its rises at onsets land in the spikes' reaction spans, but it knows nothing of the loss inside a warning window, so
-it warns only if the loss rises 11 to 20 steps before spikes or the design takes a reaction, a run's alarm rate or
-a time in training for a warning. docs/spikes.md says why these constants; research/simulations/spikes.py measures
-the error rates.
+Thresholds are chosen on the calibration seeds (the first half) and evaluated only on the others. A signal WARNS
+when its hits beat two nulls, runs paired within a learning rate (`permutation_test`) and each run's alarms
+shifted in time (`shift_test`), at ALPHA / 2 / k; DOES NOT WARN when its excess over chance is shown below
+MIN_EXCESS; else INCONCLUSIVE, or NO_THRESHOLD. LOSS_RISE and LATE_LOSS_RISE (a negative control) are tested
+beside the signals, outside the family.
+Why two nulls and these constants: docs/decisions.md, "Do the keys warn before the loss spikes?", and docs/spikes.md;
+the error rates: research/simulations/spikes.py.
 """
 from __future__ import annotations
 

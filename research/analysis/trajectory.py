@@ -1,21 +1,12 @@
 """Key metrics of one model over its saved checkpoints (research/checkpoint_keys_study.py). No torch.
 
-Input: checkpoint_keys.json (research.results.trajectory). Every measured checkpoint read the SAME text
-batches, so the text batch is the unit of uncertainty and the pairing unit: a checkpoint is one sample of
-that model at that step, and nothing here says how another training run would move.
-
-Per checkpoint and layer group (research.analysis.keys.layer_groups: early, middle, final), the mean over
-text batches and its 95% interval of the per-batch value (the mean over the group's layers and heads) of:
-pr_sv and norm_mean at the key site (k_norm where the model has one, else k_proj) and after RoPE (k_rope),
-peak_frac at the key site, attention entropy and first-token attention over query positions 1..T-1 (sink
-mass without query 0's forced weight of 1); the loss over the whole model. The k_norm gain's CV (std / |mean|
-per layer, the group's mean) is a property of the weights: exact, no interval.
-
-The change from the first to the last measured checkpoint is decided by research.analysis.rules: per-batch
-differences (last - first), or log ratios ln(last / first) of a positive ratio quantity (pr_sv, norms, attention
-entropy; rules.compared_on), one family over every metric and group with a text-batch interval, Bonferroni
-over that family; the loss is a family of its own at LOSS_MARGIN. Checkpoints whose weights equal an
-earlier one's (duplicate_of) are listed, never counted as a step of training.
+Input: checkpoint_keys.json (research.results.trajectory). Every measured checkpoint read the SAME text batches,
+so the text batch is the unit of uncertainty and the pairing unit. Per checkpoint and layer group, the mean over
+batches and its 95% interval of pr_sv, norm_mean, peak_frac, attention entropy, first-token attention and the
+loss; the k_norm gain's CV, exact. The change from the first to the last measured checkpoint is decided by
+research.analysis.rules (one family of key and attention metrics; the loss its own at LOSS_MARGIN). Duplicate
+checkpoints are listed, never counted as a step of training.
+What is measured and where: docs/inspection.md, "Keys across saved checkpoints".
 """
 from __future__ import annotations
 

@@ -1,21 +1,13 @@
 """Key metrics over the saved checkpoints of several seeds of one recipe (research/checkpoint_keys_study.py with
 --seeds, or several hub ids with --revisions). No torch.
 
-Input: checkpoint_keys.json whose checkpoints carry a `seed` (research.results.trajectory.across_seeds). Every
-checkpoint read the SAME text batches. Within a seed, a metric at a revision is its mean over the text batches (the
-per-batch values of research.analysis.trajectory, averaged); SEEDS are the unit of uncertainty: the change from the
-study's first revision (its smallest step) to its last is one number per seed (a log ratio ln(last / first) for a
-positive ratio quantity, rules.compared_on), and each metric and layer group is
-decided by research.analysis.rules on those per-seed changes (paired by seed, one family over the key and attention
-metrics and the gain CV, Bonferroni; the loss its own family at the loss margin), as the training studies decide
-conditions. A seed without a measured checkpoint at the first or the last revision (absent, or a duplicate of
-another checkpoint) is named and left out of the pairs.
-
-Sinks: a head is a sink at a revision when its first-token attention (queries 1..T-1, mean over the text) is above
-the file's sink_threshold. Heads do not correspond between seeds, so per head only within a seed (its onset: the
-first of the seed's revisions where it is a sink), and across seeds per layer (the share of its heads that are
-sinks) and per model (the revision of its first sink head). Onsets are read on the revisions analysed: an onset at
-step s lies after the seed's previous revision and at or before s. They are described, never tested.
+Input: checkpoint_keys.json whose checkpoints carry a `seed` (research.results.trajectory.across_seeds). SEEDS
+are the unit of uncertainty: within a seed a metric at a revision is its mean over the text batches, and the change
+from the first revision to the last is one number per seed, decided by research.analysis.rules as the training
+studies decide conditions. Sinks (first-token attention above the file's sink_threshold) are followed per head
+within a seed and per layer and model across seeds, described, never tested.
+The study across seeds: docs/inspection.md, "Across seeds: public checkpoint suites"; the pairing:
+docs/decisions.md, "Several seeds of a public suite: paired by seed".
 """
 from __future__ import annotations
 

@@ -4,29 +4,10 @@
     model = AutoModelForCausalLM.from_pretrained(out_dir)     # no trust_remote_code
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
 
-Which class, by qk_norm (checked against transformers 5.23's modeling_apertus.py and modeling_arcee.py):
-
-- learned, frozen -> ApertusForCausalLM. Apertus is this model op for op: pre-norm blocks with RMSNorm
-  (x * rsqrt(mean(x^2) + eps) * weight, one eps for every norm), per-head q_norm / k_norm RMSNorm over
-  head_dim with one gain per layer, applied after the head split and before RoPE, RoPE rotating pairs
-  (i, i + D/2) (rotate_half), GQA where query head h reads KV head h // (H / K), softmax scale
-  1/sqrt(head_dim), and a non-gated MLP down(act(up(x))) with hidden_act "relu2" = relu(u)^2.
-  frozen is learned with every q/k gain exactly 1 (the checkpoint stores those ones; they are copied).
-- none -> ArceeForCausalLM. Apertus applies its q/k norms always, so it cannot express their absence.
-  Arcee is the same decoder without q/k norms (Llama attention) and with the same non-gated relu2 MLP,
-  so it represents the model with the same parameters. LlamaForCausalLM would also be exact with
-  hidden_act "relu" and gate_proj = up_proj (relu(u) * u = relu(u)^2 in floating point too) but
-  stores the MLP's input matrix twice.
-- the attention variants attn_softcap, attn_gate, qk_norm_scope full and rope_fraction < 1 -> refused in one line before
-  anything is written (inexpressible says why); z_loss changes training only and exports as any run.
-
-What changes on the way: the input embedding is multiplied by sqrt(d_model) once (folded: this model
-scales the embedded tokens, the HF classes do not), while the LM head keeps the unscaled embedding, so
-the export is untied (tie_word_embeddings False; lm_head.weight is the original embedding). Everything
-the HF classes default differently is set explicitly: rope_parameters (default rope type, no scaling,
-the run's rope_theta; Apertus would otherwise use llama3 scaling at theta 1.2e7), rms_norm_eps,
-max_position_embeddings (the run's max_seq_len), and bos/eos/pad ids from the run's tokenizer (None
-where it has none; Apertus would otherwise claim 1/2/3).
+qk_norm learned or frozen exports as ApertusForCausalLM (this model op for op), none as ArceeForCausalLM (the same
+decoder without q/k norms); attn_softcap, attn_gate, qk_norm_scope full and rope_fraction < 1 are refused before
+anything is written (`inexpressible` says why). The input embedding is folded with sqrt(d_model) and the export is
+untied; whatever the classes default otherwise is set explicitly. Why each choice: docs/export.md.
 """
 from __future__ import annotations
 

@@ -1,40 +1,13 @@
-"""Sections 2A, 2B and 3 of the Llama 2 7B tour: the token dictionaries, the input lens, and
-the words the attention heads look for. Pure tensor functions plus three section builders
-that inspect_model (tour.py) calls.
+"""Sections 2A, 2B and 3 of the Llama 2 7B tour: the token dictionaries, the input lens, and the words the attention
+heads look for. Pure tensor functions plus three section builders that inspect_model (tour.py) calls.
 
-Definitions (the report and docs/inspection.md state the same):
-
-- Dictionaries. The input dictionary is the input embedding matrix [V, d], the output
-  dictionary the LM head [V, d] (the same tensor when tied). Similarity of two tokens is the
-  cosine of their vectors, so the sqrt(d) scale of Gemma and of this project's models is
-  irrelevant. positive_share is the share of distinct token pairs (i < j) with a positive
-  inner product; input_output_correlation is the Pearson correlation, over the same pairs,
-  of the cosines read in the input dictionary with those read in the output one (exactly 1
-  when the two are equal). Pairs are all pairs of a token sample: every token when
-  V <= sample, else `sample` tokens drawn without replacement (seeded).
-- Input lens. The residual state h_l at a position (l = 0: embeddings; l = L: leaving the
-  last layer, before the final norm) decoded by cosine with every input embedding: top
-  tokens and the rank of the position's own input token. No norm is applied: a norm's 1/RMS
-  only rescales h, and the final norm's gain belongs to the output path (the logit lens).
-- Head words. Per head, the query (key) weights as a map of the residual stream,
-  W_eff = diag(g_qk) W^h diag(g_in) ([D, d], the pre-attention norm gain g_in and the
-  q_norm/k_norm gain g_qk folded in, Adapter.read_weights; GQA: key heads are the KV heads).
-  Its top right-singular vector v is the residual direction the head reads most strongly;
-  a token's projection is |cos(v, e_t)| with its input embedding e_t (sign recorded: v's sign
-  is arbitrary), so a head whose weights read exactly one token's embedding gives that token
-  projection 1. energy_share = s_1^2 / sum s_i^2 says how much of the head that direction is.
-
-Memory beyond the weights, never a V x V matrix: pair statistics keep the sample's two
-normalized copies (2 x n x d x 4 bytes, 134 MB at n = d = 4096; while one is made, its rows
-gathered in the model's dtype and cast to float32 exist too) and one block of at most
-max(BLOCK_PAIRS, n) pairs, BLOCK_PAIRS = 2^21 (~33 bytes each: float32 cosines, a mask,
-float64 copies: ~70 MB): ~300 MB in all at n = d = 4096, whatever V. Measured on CPU for a
-random bf16 32,000 x 4,096 input and output dictionary and the default n = 4,096: the process's
-peak RSS grew 250-280 MB, in 6-7 s on 2 cores. (Asking for every pair of a 32,000-token
-vocabulary, n = V, holds 2 x V x d x 4 bytes = 1 GB of normalized rows at d = 4096, still no
-V x V matrix.) Vocabulary-wide cosines (words, lens, heads) cast VOCAB_BLOCK = 4096 rows of
-the dictionary to float32 at a time (4096 x d x 4 bytes, 67 MB at d = 4096) into a [k, V]
-result (k = states x positions for the lens, heads for the head words).
+- dictionaries: positive_share and input_output_correlation of the cosines of a sample's token pairs, in the input
+  embedding and in the LM head;
+- input lens: each residual state decoded by cosine with every input embedding, no norm applied;
+- head words: the top right-singular direction of each head's query (key) weights, norm gains folded in, against
+  the input embeddings.
+Never a V x V matrix: pairs come in blocks of BLOCK_PAIRS, vocabulary-wide cosines VOCAB_BLOCK rows at a time.
+The definitions, and the memory bound as measured: docs/inspection.md, "The tour" (Token dictionaries, Memory).
 """
 from __future__ import annotations
 

@@ -3,12 +3,10 @@
     docs = text_documents("english")              # or a path to a UTF-8 text file
     ids = text_windows(tokenizer, docs, n=32, seq_len=256, seed=0)    # [n, T] int64
 
-Windows are drawn so that they are as independent as the text allows: documents in a seeded random
-order, ONE window per document at a seeded random offset (documents shorter than a window are
-skipped). Only when the text has fewer long-enough documents than windows needed (a single file) is
-it cut into non-overlapping windows, drawn in seeded random order. A model whose tokenizer starts
-every text with BOS (Gemma) gets BOS as each window's first token, as in its training; one that does
-not (SmolLM2) starts at a plain token.
+Windows are as independent as the text allows: ONE window per document, at a seeded random offset, documents in a
+seeded random order; a text with too few long documents (a single file) is cut into non-overlapping windows. A
+model whose tokenizer starts every text with BOS (Gemma) gets BOS first. The rule in full: docs/inspection.md
+("The tour", Text).
 """
 from __future__ import annotations
 

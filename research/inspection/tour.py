@@ -3,26 +3,11 @@
     model, tokenizer, adapter = load_model("path")         # research.access.loading
     result = inspect_model(adapter, tokenizer, prompt)     # a JSON-ready dict (inspect.json)
 
-Sections of the result: params (tally by kind), weights (sigma/mean|w| of Wq/Wk/Wv/Wo per
-layer in two orientations), attention (first-token attention per layer and head, a
-heads x query positions heatmap for one layer, the sink rate), hidden (cosine similarity
-across 1/5/15-layer gaps with the product-of-one-layer prediction, neighbour-token
-similarity), amplitude (RMS of hidden states, mean norm gains), logit_lens, keys (the
-probe's key metrics (research.probing.metrics) at k_proj, k_norm and k_rope, attention
-metrics and k_norm/q_norm gain statistics), dictionaries, input_lens and head_words
-(research.inspection.dictionaries, which states their definitions and memory bound),
-memory (the bound below).
-
-Memory bound beyond the weights. Every statistic is reduced inside the forward, layer
-by layer: attention weights exist only for one layer and one block of queries at a
-time, and of the hidden states only the last 15 layers' are kept (for the 15-layer
-gap) plus the current one: 16 x B x T x d x 4 bytes (float32), e.g. 134 MB for a 7B
-model (d = 4096) at B = 1, T = 512. Attention (the probe's attention_metrics) keeps scores
-and probabilities of one block of Q = 64 queries: 2 x B x Hq x Q x T x 4 bytes (17 MB at
-Hq = 32, T = 512) plus float32 copies of one layer's q, k, v; key metrics hold one layer's
-keys and a few D x D matrices per head; the logit lens holds positions x vocab logits and
-the input lens (L + 1) x positions x d states until the forward ends. The
-model's own activations for one layer (no KV cache) come on top, as in any forward.
+Sections of the result: params, weights, attention, hidden, amplitude, logit_lens, keys (the probe's key and
+attention metrics, research.probing.metrics), dictionaries, input_lens and head_words
+(research.inspection.dictionaries), memory. Every statistic is reduced inside the forward, layer by layer, so that
+memory beyond the weights stays bounded (the last 15 layers' hidden states, one block of queries' attention).
+What each section holds, and the memory bound: docs/inspection.md, "The tour".
 """
 from __future__ import annotations
 

@@ -5,12 +5,9 @@
     comparisons.png    every comparison of every quantity: its estimate and interval in the quantity's units,
                        against its margin (the outcome the report names is read off these)
 
-The report states each difference in the quantity's units and as a share of one named condition (the baseline, or
-the first condition of the comparison), and each margin in the same units, saying what it is a share of where it is
-one. Its "In short" (in_short, which research.studies.render places under the title) states findings only about the
-study's primary quantities, read as one family, or, without primary quantities, about all of them (the nine, and the
-key cache's where the runs measured it) with the family-wise error bound of reading that many families together. Each
-figure stands right after the paragraph that says what it shows.
+Each figure stands right after the paragraph that says what it shows. What the report and its "In short" (in_short,
+placed under the title by research.studies.render) state, and how each difference and margin is printed:
+docs/study_files.md, "What is compared".
 """
 from __future__ import annotations
 

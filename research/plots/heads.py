@@ -1,11 +1,9 @@
 """Figures and report of the head-specialization study (research.analysis.heads).
 
-Figures (one set per condition; with several conditions the names get the condition as a
-suffix, e.g. norm_divergence_QK.png). Per-head figures use one run (the first seed): heads
-are not matched across seeds, so averaging them would mix unrelated heads.
+One set of figures per condition (with several conditions the names get the condition as a suffix, e.g.
+norm_divergence_QK.png); per-head figures draw the first seed's run: heads are not matched across seeds.
 
-    norm_divergence.png      key norm and entropy of every KV head of one layer over training
-                             (default layer: the one whose KV-head norms spread most at the last probe)
+    norm_divergence.png      key norm and entropy of each KV head over training (the layer whose norms end most spread)
     entropy_norm_scatter.png every (layer, KV head) at every probe as a dot, key norm vs entropy,
                              coloured by training tokens, with the taxonomy thresholds
     effective_rank.png       erank of the keys (layer mean over KV heads) per layer over training

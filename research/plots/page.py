@@ -4,11 +4,10 @@
 
 One self-contained file: the figures embedded as data: URIs, the style inline, no script, no request to any other file
 or host (a figure the report names but that was not drawn is said in words, never linked). The Markdown is parsed by
-markdown-it-py (CommonMark with tables; raw HTML in the text is escaped, not passed through). The report's own order is
-kept, "In short" first; a figure placed right after a table (common.figure_line) is laid out beside it; every outcome
-word (research.analysis.rules, claims, spikes) is marked the same way, in the tables and in bold text, and the legend
-under "In short" names the marks the page uses. Headings carry the ids GitHub gives them, so a link to a section of
-report.md works on report.html too. research.plots.common.write_outputs writes it beside every report.md.
+markdown-it-py (CommonMark with tables; raw HTML in the text is escaped). The report's own order is kept; a figure
+placed right after a table is laid out beside it; every outcome word is marked the same way (the legend under "In
+short" names the marks); headings carry GitHub's ids, so a link to a section of report.md works on report.html too.
+research.plots.common.write_outputs writes it beside every report.md.
 """
 from __future__ import annotations
 

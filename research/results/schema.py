@@ -1,26 +1,13 @@
 """results.json: one file per condition, a superset of the write-ups' schema.
 
-The write-ups' fields keep their names and meanings, one entry per probe:
+The write-ups' fields keep their names and meanings, one entry per probe: tag, tokens, loss, val_loss, mean_pr,
+layer_pr, gamma_cv and gamma_final. Beside them: schema/schema_version, config, preset, seed, provenance, data
+hashes, steps, wall and probe times, `probes` (the per-layer, per-head records of research/probing/probe.py), and
+after the last step gain_ablation and kv_cache. The file is rewritten whole, atomically, at step 0, before each
+checkpoint and at the end (research.probing.callback). No torch here. Each field: docs/probing.md, "results.json".
 
-    tag          condition name ("QK", "QK_frozen", "NoQK", ...)
-    tokens       [training tokens seen at each probe]
-    loss         [mean training loss over the last probe_every steps, i.e. since the previous
-                  probe; a short final window reaches back to the same length] (None at step 0)
-    val_loss     [validation loss at the probe] (None at step 0)
-    mean_pr      [mean over layers of pr_sv of the k_norm keys]
-    layer_pr     {layer: [pr_sv of the layer (mean over KV heads) per probe]}
-    gamma_cv     {layer: [coefficient of variation of the k_norm gain per probe]}  (QK-norm conditions)
-    gamma_final  {layer: [D gain values at the last probe]}                        (learned gain only)
-
-Beside them: schema/schema_version, config, preset, seed, provenance (git commit,
-versions, device), data hashes, steps, wall times, probe times, and `probes`: the
-full per-layer, per-head records of research/probing/probe.py; after the last step the gain ablation
-(gain_ablation) and what a key cache costs (kv_cache, research/probing/kv_cache.py). The file is rewritten
-whole, atomically, at step 0, before each checkpoint and at the end (research.probing.callback). No torch here.
-
-`python -m research.results.schema --json_schema DIR` writes the declared formats of every JSON and JSON-lines file
-the project writes (research.results.published) as JSON Schema files (docs/schema/ holds them, kept current by a
-test), for tools in other languages; `--schema_of FILE` names the one that validates FILE.
+`python -m research.results.schema --json_schema DIR` writes every declared format as JSON Schema (docs/schema/ holds
+them) and `--schema_of FILE` names the one that validates FILE: docs/layout.md, "As JSON Schema".
 """
 from __future__ import annotations
 

@@ -1,21 +1,13 @@
 """checkpoint_keys.json (research/checkpoint_keys_study.py): the one check every read goes through. No torch.
 
-    {"schema": "qk-keys/checkpoint-keys", "version": 1, "command": ..., "provenance": {...}, "wall_s": ...,
-     "margin": 0.03,
+    {"schema": "qk-keys/checkpoint-keys", "version": 1, "command", "provenance", "wall_s", "margin",
      "model": {"model_type", "family", "n_layers", "n_heads", "n_kv_heads", "head_dim", "d_model", "vocab"},
      "text": {"source", "sha256", "description", "documents", "batches", "batch", "seq_len", "seed", "bos"},
-     "checkpoints": [                                   # sorted by step
-        {"label", "source", "step", "step_from", "sha256", "duplicate_of": null,
-         ... the measured record: what research.results.pretrained.check_model reads of a model (dimensions,
-         family, params, gguf, wall_s, batches [per text batch: loss, keys[site][metric] [L][Hkv],
-         attn[metric] [L][Hq]], gains)},
-        {"label", "source", "step", "step_from", "sha256", "duplicate_of": "<an earlier measured label>"}]}
+     "checkpoints": [{"label", "source", "step", "step_from", "sha256", "duplicate_of", ...}, ...]}  # by step
 
-A checkpoint whose weights hash equals an earlier one's carries duplicate_of and no measurement.
-
-A study across seeds (research/studies/checkpoint_seeds.py) adds "sink_threshold" (a share of attention) to the file
-and "seed" (an integer >= 0) and "tokens" (what the checkpoint records, or null) to every checkpoint; a seed has at
-most one checkpoint per step. A file without sink_threshold is one model's, and its checkpoints hold no seed.
+A measured checkpoint holds what research.results.pretrained.check_model reads of a model; a duplicate (weights equal
+to an earlier one's) holds duplicate_of instead. A study across seeds adds "sink_threshold", and "seed" and "tokens"
+to every checkpoint. The fields in words: docs/inspection.md, "Keys across saved checkpoints".
 """
 from __future__ import annotations
 

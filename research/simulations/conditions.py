@@ -2,29 +2,6 @@
 conditions").
 
     python -m research.simulations.conditions --studies 4000 --seed 0
-
-Each simulated study is drawn from a known truth: per-seed final values of the nine quantities for 4 conditions (the
-first the baseline) and 4 seeds, each run's value its condition's true value plus noise. It is decided by
-research.analysis.conditions.analyze, the function the report uses, and read through ConditionsAnalysis.in_short,
-what the report's "In short" states; nothing of the procedure is written again here. The primary quantities
-(PRIMARY: key PR, the largest attention logit, the validation loss) cover the three kinds of margin (a share of the
-pair's mean, logits, the loss margin), and are one family of 9 comparisons.
-
-Scenarios, each with the noise independent across the quantities of a run and shared by all of them (real studies
-lie between):
-
-    null    no true difference anywhere; the rate of studies whose "In short" has a false "differs" line (beyond the
-            margin, or real with its size unresolved) about a primary quantity: at most 5%. Beside it, the same
-            studies read without primary quantities (nine families stated together, as every study file without
-            `primary` is), which the bound does not cover.
-    edge    every condition's truth lies 2% of the margin beyond the baseline's margin, in every primary quantity,
-            with a run's noise a tenth of the margin; the rate of studies with a false "lies within the margin" line
-            about a primary quantity: at most 5%.
-    power   one condition 10% above the baseline in key PR, nothing else different, 1% noise per run; the rate at
-            which that line reads "differs beyond the margin": at least 80%.
-
-Each rate is printed with its Monte Carlo standard error sqrt(r (1 - r) / studies) and the bound it must meet (a
-rate meets an upper bound when it is at most bound + 2 standard errors, a lower bound when at least bound - 2).
 """
 from __future__ import annotations
 
@@ -190,8 +167,35 @@ def table(rates: list[Rate]) -> str:
     return "\n".join(rows)
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Each simulated study is drawn from a known truth: per-seed final values of the nine quantities for 4 conditions (the
+first the baseline) and 4 seeds, each run's value its condition's true value plus noise. It is decided by
+research.analysis.conditions.analyze, the function the report uses, and read through ConditionsAnalysis.in_short,
+what the report's "In short" states; nothing of the procedure is written again here. The primary quantities
+(PRIMARY: key PR, the largest attention logit, the validation loss) cover the three kinds of margin (a share of the
+pair's mean, logits, the loss margin), and are one family of 9 comparisons.
+
+Scenarios, each with the noise independent across the quantities of a run and shared by all of them (real studies
+lie between):
+
+    null    no true difference anywhere; the rate of studies whose "In short" has a false "differs" line (beyond the
+            margin, or real with its size unresolved) about a primary quantity: at most 5%. Beside it, the same
+            studies read without primary quantities (nine families stated together, as every study file without
+            `primary` is), which the bound does not cover.
+    edge    every condition's truth lies 2% of the margin beyond the baseline's margin, in every primary quantity,
+            with a run's noise a tenth of the margin; the rate of studies with a false "lies within the margin" line
+            about a primary quantity: at most 5%.
+    power   one condition 10% above the baseline in key PR, nothing else different, 1% noise per run; the rate at
+            which that line reads "differs beyond the margin": at least 80%.
+
+Each rate is printed with its Monte Carlo standard error sqrt(r (1 - r) / studies) and the bound it must meet (a
+rate meets an upper bound when it is at most bound + 2 standard errors, a lower bound when at least bound - 2).
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--studies", type=int, default=4000, help="Simulated studies per scenario and noise kind. "
                                                              "Default: 4000")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random draws. Default: 0")

@@ -2,37 +2,6 @@
 simulation (docs/decisions.md, "Ratio quantities").
 
     python -m research.simulations.ratios --studies 20000 --seed 0
-
-Each simulated study is one family of K = 4 comparisons (the QK-norm study's family of one quantity: three pairs and
-the difference of the steps), each of two conditions A and B over n seeds (4 or 8: the fixed designs), decided at one
-look at 1 - 0.05/K, with the 3% margin of the pair's mean. Every comparison is decided twice on the same draws:
-
-    raw t       the t interval of the per-seed differences A_s - B_s against 3% of the pair's mean (the rule before
-                issue 64)
-    log ratio   the t interval of the per-seed log ratios ln(A_s / B_s) against ln((1 + m/2) / (1 - m/2)), the same
-                margin (research.analysis.rules.log_margin)
-
-A value of B is mu = 1 times a seed's part and a run's own part; A is r times the same. Noise:
-
-    gaussian        additive: A = r + SEED_SD z_s + RUN_SD u_A, B = 1 + SEED_SD z_s + RUN_SD u_B, z and u standard
-                    normal (a seed moves both conditions by the same amount); the raw t is exact here
-    multiplicative  log-normal per run: A = r exp(SEED_SD z_s + RUN_SD u_A), B = exp(SEED_SD z_s + RUN_SD u_B) (a
-                    seed scales both conditions); the log ratio is exact here
-    multiplicative_0.5  the same with a seed part of sd 0.5 (exp(0.5 z) has skewness 1.75, the sequential table's
-                    log-normal): the per-seed differences of a real effect are skewed
-    outlier         gaussian, but one seed of each comparison (the last) has its A run's own noise OUTLIER times as
-                    large: one run that went wrong
-
-RUN_SD sets the sd of one seed's log ratio, SD = sqrt(2) RUN_SD, to half the margin (the margin is 2 SD). Truths, as
-ln r: 0; 2% inside and 2% outside the margin; the margin plus 2 SD and plus 4 SD. The truth's category is the same in
-both scales (|A - B| <= m (A + B) / 2 exactly when |ln(A / B)| <= the log margin), so a decision is wrong in either
-when the truth contradicts it: a real difference at truth 0, beyond the margin for a truth inside it, inside for a truth
-outside it, or the wrong sign (research.simulations.sequential.wrong's rule).
-
-Per noise, seeds, truth and method: the rate of studies with any wrong decision in the family (bound: 5%), the rate
-of wrong comparisons (bound: 0.05 / K = 1.25% each), and the rate of comparisons decided beyond the margin with the
-truth's sign (power), each with its Monte Carlo standard error. Pure numpy; the outcome of every comparison is the one
-research.analysis.rules.decide reads off the same interval (a test checks the two agree).
 """
 from __future__ import annotations
 
@@ -164,8 +133,43 @@ def checks(cells: list[Cell]) -> list[tuple[str, bool]]:
             for c in cells if c.method == METHODS[1] and c.noise.startswith("multiplicative")]
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Each simulated study is one family of K = 4 comparisons (the QK-norm study's family of one quantity: three pairs and
+the difference of the steps), each of two conditions A and B over n seeds (4 or 8: the fixed designs), decided at one
+look at 1 - 0.05/K, with the 3% margin of the pair's mean. Every comparison is decided twice on the same draws:
+
+    raw t       the t interval of the per-seed differences A_s - B_s against 3% of the pair's mean (the rule before
+                issue 64)
+    log ratio   the t interval of the per-seed log ratios ln(A_s / B_s) against ln((1 + m/2) / (1 - m/2)), the same
+                margin (research.analysis.rules.log_margin)
+
+A value of B is mu = 1 times a seed's part and a run's own part; A is r times the same. Noise:
+
+    gaussian        additive: A = r + SEED_SD z_s + RUN_SD u_A, B = 1 + SEED_SD z_s + RUN_SD u_B, z and u standard
+                    normal (a seed moves both conditions by the same amount); the raw t is exact here
+    multiplicative  log-normal per run: A = r exp(SEED_SD z_s + RUN_SD u_A), B = exp(SEED_SD z_s + RUN_SD u_B) (a
+                    seed scales both conditions); the log ratio is exact here
+    multiplicative_0.5  the same with a seed part of sd 0.5 (exp(0.5 z) has skewness 1.75, the sequential table's
+                    log-normal): the per-seed differences of a real effect are skewed
+    outlier         gaussian, but one seed of each comparison (the last) has its A run's own noise OUTLIER times as
+                    large: one run that went wrong
+
+RUN_SD sets the sd of one seed's log ratio, SD = sqrt(2) RUN_SD, to half the margin (the margin is 2 SD). Truths, as
+ln r: 0; 2% inside and 2% outside the margin; the margin plus 2 SD and plus 4 SD. The truth's category is the same in
+both scales (|A - B| <= m (A + B) / 2 exactly when |ln(A / B)| <= the log margin), so a decision is wrong in either
+when the truth contradicts it: a real difference at truth 0, beyond the margin for a truth inside it, inside for a truth
+outside it, or the wrong sign (research.simulations.sequential.wrong's rule).
+
+Per noise, seeds, truth and method: the rate of studies with any wrong decision in the family (bound: 5%), the rate
+of wrong comparisons (bound: 0.05 / K = 1.25% each), and the rate of comparisons decided beyond the margin with the
+truth's sign (power), each with its Monte Carlo standard error. Pure numpy; the outcome of every comparison is the one
+research.analysis.rules.decide reads off the same interval (a test checks the two agree).
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m research.simulations.ratios", description=__doc__,
+    p = ArgumentParser(prog="python -m research.simulations.ratios", description=DESCRIPTION,
                        formatter_class=RawDescriptionHelpFormatter)
     p.add_argument("--studies", type=int, default=20000, help="Simulated studies (families of 4) per noise, seeds "
                                                               "and truth. Default: 20000")

@@ -2,51 +2,6 @@
 "Sequential studies").
 
     python -m research.simulations.sequential --studies 2000 --workers 2
-
-Each simulated study is one family of K = 4 comparisons, the QK-norm study's family of one quantity (its three pairs
-and the difference of the steps, research.analysis.qk_norm.family_decisions), each comparison's per-seed differences
-drawn with one truth and noise of standard deviation 1 (the sd of one seed's paired difference), either independent
-across the four comparisons (where Bonferroni's bound is nearly tight and every comparison must be decided on its own
-luck) or shared by them (one draw per seed for all four: the family acts as one comparison at the family's level);
-the real family's comparisons, which share seeds and conditions (A - C = (A - B) + (B - C)), lie between. Four
-designs read the same draws:
-
-    until decided   looks at 4, 6 and 8 seeds (plan(4, 8, 2), research.analysis.sequential's design), each look
-                    decided by decide_looks with the intervals calibrated to the alpha spent by each look, outcomes
-                    read off the running intersection; the study stops at the first look where every comparison is
-                    decided (equal, different within the margin, or different beyond it: Decision.decided), else at 8
-    union bound     the same looks, spending and stopping rule, each look's intervals at its own share of alpha
-                    (the union bound over the looks, uncalibrated): what calibration buys
-    each look at 5% the same looks and stopping rule, every look decided at the full level: a study grown by hand,
-                    whose error bound is the sum of the levels spent (15%)
-    fixed 4, fixed 8 one look at 4 or at 8 seeds at the full level: research.analysis.rules.decide, today's study
-
-and two readers of two reports: a fixed study at 4 seeds (fixed 4) and, where it left a comparison open, the follow-up
-its report proposes (research.plots.looks.open_questions), until decided up to 8 seeds:
-
-    both, seeds again   the follow-up trains the first study's 4 seeds again (the same draws) and then 4 to 7 (the
-                        route reports proposed until issue 64): its first look sees the first study's data
-    both, new seeds     the follow-up starts on 4 new seeds and adds 8 to 11 (--seeds 4 5 6 7 --until_decided 8,
-                        today's route): its draws share nothing with the first study's
-
-A reader of both reports errs when either holds a wrong outcome: both stay published, and any outcome of either may be
-quoted. A reader who takes the follow-up's outcome where it decides and the first report's elsewhere reads some of
-those outcomes, so errs no more often. The bound of the new route is the two studies' levels added (10%; Bonferroni
-over the two reports, with no assumption about how their errors are related).
-
-Truths, in sd of one seed's paired difference, the margin MARGIN_SD: 0; the margin, 2% inside it and 2% outside it;
-and 1, 2 and 3 sd beyond the margin (what decides "beyond the margin" is the distance from the margin, the null of
-that decision). Noise: Gaussian; Student's t with 3 degrees of freedom (heavy tails); log-normal with sigma 1 and 0.5
-(skewness 6.2 and 1.75, the long tail on the truth's side); each scaled to mean 0 and sd 1.
-
-Per design and scenario: the rate of studies with any wrong decision at any look (an outcome the truth contradicts:
-"equal" or "within the margin" for a truth outside it, "beyond the margin" for one inside it, a real difference for
-a truth of 0, or one of the wrong sign), the share of studies that stopped with every comparison decided, and the
-mean seeds used (a reader's: the seeds trained for both reports, a seed trained again counted again). The bounds
-(docs/decisions.md): until decided's wrong rate at most 5% (+ 2 Monte Carlo standard errors) with Gaussian and t(3)
-noise at every truth, and that of a reader of both reports on new seeds at most 10% (+ 2 s.e.); at 2 sd beyond the
-margin, until decided's decided share at least 85% of fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4).
---first and --rho change the spending, to measure other schedules.
 """
 from __future__ import annotations
 
@@ -232,8 +187,57 @@ def table(rates: dict) -> str:
     return "\n".join(rows)
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Each simulated study is one family of K = 4 comparisons, the QK-norm study's family of one quantity (its three pairs
+and the difference of the steps, research.analysis.qk_norm.family_decisions), each comparison's per-seed differences
+drawn with one truth and noise of standard deviation 1 (the sd of one seed's paired difference), either independent
+across the four comparisons (where Bonferroni's bound is nearly tight and every comparison must be decided on its own
+luck) or shared by them (one draw per seed for all four: the family acts as one comparison at the family's level);
+the real family's comparisons, which share seeds and conditions (A - C = (A - B) + (B - C)), lie between. Four
+designs read the same draws:
+
+    until decided   looks at 4, 6 and 8 seeds (plan(4, 8, 2), research.analysis.sequential's design), each look
+                    decided by decide_looks with the intervals calibrated to the alpha spent by each look, outcomes
+                    read off the running intersection; the study stops at the first look where every comparison is
+                    decided (equal, different within the margin, or different beyond it: Decision.decided), else at 8
+    union bound     the same looks, spending and stopping rule, each look's intervals at its own share of alpha
+                    (the union bound over the looks, uncalibrated): what calibration buys
+    each look at 5% the same looks and stopping rule, every look decided at the full level: a study grown by hand,
+                    whose error bound is the sum of the levels spent (15%)
+    fixed 4, fixed 8 one look at 4 or at 8 seeds at the full level: research.analysis.rules.decide, today's study
+
+and two readers of two reports: a fixed study at 4 seeds (fixed 4) and, where it left a comparison open, the follow-up
+its report proposes (research.plots.looks.open_questions), until decided up to 8 seeds:
+
+    both, seeds again   the follow-up trains the first study's 4 seeds again (the same draws) and then 4 to 7 (the
+                        route reports proposed until issue 64): its first look sees the first study's data
+    both, new seeds     the follow-up starts on 4 new seeds and adds 8 to 11 (--seeds 4 5 6 7 --until_decided 8,
+                        today's route): its draws share nothing with the first study's
+
+A reader of both reports errs when either holds a wrong outcome: both stay published, and any outcome of either may be
+quoted. A reader who takes the follow-up's outcome where it decides and the first report's elsewhere reads some of
+those outcomes, so errs no more often. The bound of the new route is the two studies' levels added (10%; Bonferroni
+over the two reports, with no assumption about how their errors are related).
+
+Truths, in sd of one seed's paired difference, the margin MARGIN_SD: 0; the margin, 2% inside it and 2% outside it;
+and 1, 2 and 3 sd beyond the margin (what decides "beyond the margin" is the distance from the margin, the null of
+that decision). Noise: Gaussian; Student's t with 3 degrees of freedom (heavy tails); log-normal with sigma 1 and 0.5
+(skewness 6.2 and 1.75, the long tail on the truth's side); each scaled to mean 0 and sd 1.
+
+Per design and scenario: the rate of studies with any wrong decision at any look (an outcome the truth contradicts:
+"equal" or "within the margin" for a truth outside it, "beyond the margin" for one inside it, a real difference for
+a truth of 0, or one of the wrong sign), the share of studies that stopped with every comparison decided, and the
+mean seeds used (a reader's: the seeds trained for both reports, a seed trained again counted again). The bounds
+(docs/decisions.md): until decided's wrong rate at most 5% (+ 2 Monte Carlo standard errors) with Gaussian and t(3)
+noise at every truth, and that of a reader of both reports on new seeds at most 10% (+ 2 s.e.); at 2 sd beyond the
+margin, until decided's decided share at least 85% of fixed 8's; at 3 sd, its mean seeds at most 80% of 8 (6.4).
+--first and --rho change the spending, to measure other schedules.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m research.simulations.sequential", description=__doc__,
+    p = ArgumentParser(prog="python -m research.simulations.sequential", description=DESCRIPTION,
                        formatter_class=RawDescriptionHelpFormatter)
     p.add_argument("--studies", type=int, default=2000, help="Simulated studies per noise kind (each read at every "
                                                              "truth). Default: 2000")

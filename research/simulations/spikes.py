@@ -3,46 +3,6 @@
     python -m research.simulations.spikes                      # every scenario of the real design, 2,000 each
     python -m research.simulations.spikes --studies 200 --scenarios uniform warned
     python -m research.simulations.spikes --studies 500 --scenarios prone24    # 24 seeds: about 3 times the time
-
-Each simulated study is one condition of the real study's design: 12 seeds (6 calibrate, 6 evaluate) at two learning
-rates, 400 steps a run, alarms armed after the 20-step warm-up. Spikes: Poisson, 0.5 a run at the low rate and 2.8
-at the high one (the first 48-run study, fp32 at de69712, had 40 spikes in QK's 24 runs, 64 of its 76 at the high
-rate; the rerun of issue 64, bf16 at 5a7b978, 40 in QK, 59 of 71 at the high rate), at least 11 steps apart, 3
-steps long; each drawn with probability `clustered` at steps 34-47, around the peak learning rate, the rest
-anywhere from step 21 to 390 (a run holds about two spikes in 34-47, so the share that lands there is lower than
-the share drawn there; the output gives both). Seven signals stand for the study's seven, none of which knows a
-spike before it starts:
-
-    logit_max         follows the learning-rate schedule (warm-up to step 40, cosine decay) with a slow drift (AR(1),
-                      0.995), doubles during a spike
-    logit_growth      autocorrelated noise (AR(1), 0.9)
-    key_norm          a rising trend with a slow drift (AR(1), 0.995)
-    grad_norm         heavy-tailed noise (log-normal), triples during a spike: a reaction
-    update_rms_muon   follows the schedule, with little noise
-    update_rms_adamw  rises at step 36 in every run, spike or not, for 10 steps: the step-36 confound
-    entropy           at probe steps only (every 20), falling with the schedule
-
-The loss is a decaying curve with normal noise, 2 nats higher during a spike; the two checks are computed from it as
-in the study (loss_rise reacts to every spike and knows none before it; late_loss_rise is the negative control), so
-both are null signals here.
-
-In the scenarios with a warning (`warned` > 0) logit_max also rises, to 4 times its level, in the 5 steps before that
-share of the spikes. Two departures from the plain design, each in scenarios of its own and together:
-
-- BURSTS: with probability `bursts` a spike is followed by a second, 2 to 15 steps after its end (BURST). A signal
-  that reacts to the first (grad_norm, logit_max) raises its alarm within 10 steps before the second.
-- INSTABILITY: each run is unstable with probability 1/2; an unstable run has 4 times the spikes of a stable one
-  (SPIKIER, the mean over runs kept) and twice the noise in every signal and in the loss (NOISIER). A noise signal
-  then fires more in the runs with more spikes, with no timing in it.
-
-In `prone` update_rms_adamw's step-36 rise is 0.05 in the unstable runs and 0.02 in the stable ones: a signal that
-follows the schedule AND fires more in the spikier runs, which neither null of the study keeps (reported, not held
-to a bound); `prone24` is the same with 24 seeds (12 evaluate), where the pairings can reach smaller p (every rate
-reported: with instability every signal whose alarms crowd at some time in training is of this kind, the loss's
-rise included, as the loss falls fastest early). Every study is decided by research.analysis.spikes.analyze, the
-function the report uses, and the verdicts are counted: "warns" and "does not warn" per signal and check, and
-whether any null signal warns. Each rate comes with its Monte Carlo standard error, sqrt(r (1 - r) / n), and the
-bound docs/spikes.md holds it to.
 """
 from __future__ import annotations
 
@@ -311,8 +271,52 @@ def checks(r: Rates) -> list[Check]:
     return out
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Each simulated study is one condition of the real study's design: 12 seeds (6 calibrate, 6 evaluate) at two learning
+rates, 400 steps a run, alarms armed after the 20-step warm-up. Spikes: Poisson, 0.5 a run at the low rate and 2.8
+at the high one (the first 48-run study, fp32 at de69712, had 40 spikes in QK's 24 runs, 64 of its 76 at the high
+rate; the rerun of issue 64, bf16 at 5a7b978, 40 in QK, 59 of 71 at the high rate), at least 11 steps apart, 3
+steps long; each drawn with probability `clustered` at steps 34-47, around the peak learning rate, the rest
+anywhere from step 21 to 390 (a run holds about two spikes in 34-47, so the share that lands there is lower than
+the share drawn there; the output gives both). Seven signals stand for the study's seven, none of which knows a
+spike before it starts:
+
+    logit_max         follows the learning-rate schedule (warm-up to step 40, cosine decay) with a slow drift (AR(1),
+                      0.995), doubles during a spike
+    logit_growth      autocorrelated noise (AR(1), 0.9)
+    key_norm          a rising trend with a slow drift (AR(1), 0.995)
+    grad_norm         heavy-tailed noise (log-normal), triples during a spike: a reaction
+    update_rms_muon   follows the schedule, with little noise
+    update_rms_adamw  rises at step 36 in every run, spike or not, for 10 steps: the step-36 confound
+    entropy           at probe steps only (every 20), falling with the schedule
+
+The loss is a decaying curve with normal noise, 2 nats higher during a spike; the two checks are computed from it as
+in the study (loss_rise reacts to every spike and knows none before it; late_loss_rise is the negative control), so
+both are null signals here.
+
+In the scenarios with a warning (`warned` > 0) logit_max also rises, to 4 times its level, in the 5 steps before that
+share of the spikes. Two departures from the plain design, each in scenarios of its own and together:
+
+- BURSTS: with probability `bursts` a spike is followed by a second, 2 to 15 steps after its end (BURST). A signal
+  that reacts to the first (grad_norm, logit_max) raises its alarm within 10 steps before the second.
+- INSTABILITY: each run is unstable with probability 1/2; an unstable run has 4 times the spikes of a stable one
+  (SPIKIER, the mean over runs kept) and twice the noise in every signal and in the loss (NOISIER). A noise signal
+  then fires more in the runs with more spikes, with no timing in it.
+
+In `prone` update_rms_adamw's step-36 rise is 0.05 in the unstable runs and 0.02 in the stable ones: a signal that
+follows the schedule AND fires more in the spikier runs, which neither null of the study keeps (reported, not held
+to a bound); `prone24` is the same with 24 seeds (12 evaluate), where the pairings can reach smaller p (every rate
+reported: with instability every signal whose alarms crowd at some time in training is of this kind, the loss's
+rise included, as the loss falls fastest early). Every study is decided by research.analysis.spikes.analyze, the
+function the report uses, and the verdicts are counted: "warns" and "does not warn" per signal and check, and
+whether any null signal warns. Each rate comes with its Monte Carlo standard error, sqrt(r (1 - r) / n), and the
+bound docs/spikes.md holds it to.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(prog="python -m research.simulations.spikes", description=__doc__,
+    p = ArgumentParser(prog="python -m research.simulations.spikes", description=DESCRIPTION,
                        formatter_class=RawDescriptionHelpFormatter)
     p.add_argument("--studies", type=int, default=2000, help="Simulated studies per scenario. Default: 2000")
     p.add_argument("--seed", type=int, default=0, help="Seed of the random draws. Default: 0")

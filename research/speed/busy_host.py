@@ -2,20 +2,6 @@
 
     python -m research.speed.busy_host                        # every setting, 30 steps (61,440 tokens), twice
     python -m research.speed.busy_host --settings cores auto --steps 60 --repeats 3 --json
-
-Each measurement is a fresh process (an OpenMP setting is read when torch loads) that trains the tiny preset's model
-and batch (the default study's runs on CPU) for --steps steps on random tokens after 2 warm-up steps, in --precision
-(auto: as the study would), and prints its tokens/s over all timed steps (a collapse comes in spells: no median).
-"Busy" starts one process that spins on the last core this process may use, as another job would, for the length of
-the measurement. Settings and measurements alternate (each setting quiet, then busy, in turn, --repeats times), so a
-drift of the host's load touches all. Prints a table (or one JSON object) with the load average before and after:
-numbers to read, never a verdict. The settings:
-
-    cores     every core this process may use (the default before threads followed the load)
-    passive   every core, with OMP_WAIT_POLICY=PASSIVE (waiting threads sleep instead of spinning)
-    spin1000  every core, with GOMP_SPINCOUNT=1000
-    one       one thread
-    auto      the default: the cores free when the run starts (utils.threads)
 """
 from __future__ import annotations
 
@@ -121,8 +107,26 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Each measurement is a fresh process (an OpenMP setting is read when torch loads) that trains the tiny preset's model
+and batch (the default study's runs on CPU) for --steps steps on random tokens after 2 warm-up steps, in --precision
+(auto: as the study would), and prints its tokens/s over all timed steps (a collapse comes in spells: no median).
+"Busy" starts one process that spins on the last core this process may use, as another job would, for the length of
+the measurement. Settings and measurements alternate (each setting quiet, then busy, in turn, --repeats times), so a
+drift of the host's load touches all. Prints a table (or one JSON object) with the load average before and after:
+numbers to read, never a verdict. The settings:
+
+    cores     every core this process may use (the default before threads followed the load)
+    passive   every core, with OMP_WAIT_POLICY=PASSIVE (waiting threads sleep instead of spinning)
+    spin1000  every core, with GOMP_SPINCOUNT=1000
+    one       one thread
+    auto      the default: the cores free when the run starts (utils.threads)
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS), metavar="SETTING",
                    help=f"Thread settings to measure: {', '.join(SETTINGS)}. Default: all")
     p.add_argument("--steps", type=positive_int, default=30,

@@ -3,21 +3,6 @@ forward passes.
 
     python -m research.speed.probe_share                      # the QK condition, seed 0, the whole run
     python -m research.speed.probe_share --steps 49 --repeats 3
-
-Trains the study's run config (research.studies.runner: the tiny preset on CPU, its tokens and probe_every) with
-the probe callback, timing every call of the callback inside the same run, so the share (callback time / whole
-loop) is relative and robust to the host's speed; then the same config without the probe as a check (the two
-totals differ by about the callback time). `--repeats` alternates the two; min and median are printed.
-`--steps N` cuts the run after N steps and keeps the full run's probe_every. Data are prepared as the study
-prepares them (cached after the first time), outside the timings.
-
-After the first run with the probe, on its trained model in the same process and threads: the probe of its batch
-(KeyProbe.measure, no loss) against the model's plain forward of that batch (no hooks, eval mode, the probe's
-precision), alternated, median of 5 each; then 5 more probes with the probe's metric functions timed one by one
-(the rest is the hooked forward and the glue); then the probe against the plain forward at 1 and at 2 threads, in
-wall and CPU time. Prints one JSON object, the probe's cost at 1 and 2 threads, its time by metric, and last the
-line `probe: X forward passes, Y% of the run` (X the probe over the plain forward, Y the callback's median share
-of the run).
 """
 from __future__ import annotations
 
@@ -200,8 +185,27 @@ def final_line(forward_passes: float, share: float) -> str:
     return f"probe: {forward_passes:.2f} forward passes, {100 * share:.1f}% of the run"
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Trains the study's run config (research.studies.runner: the tiny preset on CPU, its tokens and probe_every) with
+the probe callback, timing every call of the callback inside the same run, so the share (callback time / whole
+loop) is relative and robust to the host's speed; then the same config without the probe as a check (the two
+totals differ by about the callback time). `--repeats` alternates the two; min and median are printed.
+`--steps N` cuts the run after N steps and keeps the full run's probe_every. Data are prepared as the study
+prepares them (cached after the first time), outside the timings.
+
+After the first run with the probe, on its trained model in the same process and threads: the probe of its batch
+(KeyProbe.measure, no loss) against the model's plain forward of that batch (no hooks, eval mode, the probe's
+precision), alternated, median of 5 each; then 5 more probes with the probe's metric functions timed one by one
+(the rest is the hooked forward and the glue); then the probe against the plain forward at 1 and at 2 threads, in
+wall and CPU time. Prints one JSON object, the probe's cost at 1 and 2 threads, its time by metric, and last the
+line `probe: X forward passes, Y% of the run` (X the probe over the plain forward, Y the callback's median share
+of the run).
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--condition", default="QK", choices=list(QK_NORM.conditions),
                    help="The study condition to train (QK runs the gain ablation after its last step). Default: QK")
     p.add_argument("--steps", type=count, default=0,

@@ -4,14 +4,6 @@ the cores: on 2 cores, two runs of one thread each).
 
     python -m research.speed.side_by_side                      # the default study's first 2 runs, 40 steps each
     python -m research.speed.side_by_side --runs 4 --steps 100 --repeats 2
-
-Builds the default study's runs (research/qk_norm_25m_study.py: the tiny preset on CPU, seed by seed, each
-condition; the first `--runs`), cut to `--steps` steps with the full run's probe_every, prepares their data once
-(outside the timings), then trains them through the study executor (research.studies.executors.execute) both ways,
-alternated `--repeats` times, each time in fresh folders: the wall time of each way (workers' start-up included),
-the runs' tokens/s, the ratio, the load average before and after, and whether both ways gave the same training
-losses bit for bit (a run on one thread against the same run on several may differ in the last bits). Prints one
-JSON object.
 """
 from __future__ import annotations
 
@@ -65,8 +57,20 @@ def timed_way(base, n_runs: int, parallel: int, threads: int = 0) -> tuple[float
     return wall, losses
 
 
+# --help's description: the module docstring, then these details
+DESCRIPTION = __doc__ + """
+Builds the default study's runs (research/qk_norm_25m_study.py: the tiny preset on CPU, seed by seed, each
+condition; the first `--runs`), cut to `--steps` steps with the full run's probe_every, prepares their data once
+(outside the timings), then trains them through the study executor (research.studies.executors.execute) both ways,
+alternated `--repeats` times, each time in fresh folders: the wall time of each way (workers' start-up included),
+the runs' tokens/s, the ratio, the load average before and after, and whether both ways gave the same training
+losses bit for bit (a run on one thread against the same run on several may differ in the last bits). Prints one
+JSON object.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--runs", type=positive_int, default=2, help="Runs of the study to train each way. Default: 2")
     p.add_argument("--steps", type=positive_int, default=40, help="Steps of each run. Default: 40")
     p.add_argument("--parallel", type=positive_int, default=2,

@@ -94,6 +94,11 @@ def test_config_help_shows_the_chosen_presets_values():
 
 # ----------------------------------------------------------------------------- every entry point
 
+def _description(script) -> str:
+    """What a script passes its parser as the description: its DESCRIPTION where its docstring is only the start."""
+    return getattr(script, "DESCRIPTION", script.__doc__)
+
+
 def _study_parser(module: str):
     def build():
         import importlib
@@ -101,7 +106,7 @@ def _study_parser(module: str):
         from research.studies.runner import build_parser
         script = importlib.import_module(module)
         study = next(v for v in vars(script).values() if type(v).__name__ == "Study")
-        return build_parser(study, script.__doc__, argv=["--device", "cpu"])
+        return build_parser(study, _description(script), argv=["--device", "cpu"])
     return build
 
 
@@ -117,7 +122,7 @@ def _file_study_parser():
         path = Path(tmp) / "s.yaml"
         path.write_text("name: s\nseeds: [0, 1]\nbaseline: A\nconditions: {A: {}, B: {qk_norm: none}}\n")
         study = read_study_file(path)
-    return build_parser(study, script.__doc__, argv=["--device", "cpu"])
+    return build_parser(study, _description(script), argv=["--device", "cpu"])
 
 
 def _module_parser(module: str, *args):
@@ -264,7 +269,7 @@ def test_a_study_scripts_help_and_docstring_agree_with_the_catalog(module):
     study = next(v for v in vars(script).values() if type(v).__name__ == "Study")
     description = ENTRY_POINTS[module]().description
     assert _listed(description, "Then the study writes into --out: ") == study.outputs()
-    doc = script.__doc__
+    doc = _description(script)
     named = set(re.findall(_FILE, doc))
     assert named <= {*study.outputs(), RESULTS_FILE}, module
     figures = {f for f in study.outputs() if f.endswith(".png")}
@@ -290,7 +295,7 @@ def test_inspection_and_pretrained_keys_help_list_what_they_write():
                                 (finetune_keys_study, ["study.json", "<condition>/seed_<s>/results.json",
                                                        *finetune.FIGURES, *report], ())):
         assert _listed(script.build_parser().description, "Writes into --out: ") == files
-        named = set(re.findall(_FILE, script.__doc__)) - set(read)
+        named = set(re.findall(_FILE, _description(script))) - set(read)
         figures = {f for f in files if f.endswith(".png")}
         assert named <= set(files) and (not named & figures or figures <= named), script.__name__
 
