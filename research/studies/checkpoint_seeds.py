@@ -1,14 +1,12 @@
-"""The checkpoint-keys study across seeds (research/checkpoint_keys_study.py): which checkpoint is which seed's, and
-the token count a checkpoint records.
+"""The checkpoint-keys study across seeds: which checkpoint is which seed's, and the tokens a checkpoint records.
 
     across_seeds(args)            # several hub ids with --revisions (each id one seed), or --seeds given
     check_seed_options(p, args)   # p.error for seeds that cannot be read or counted
     seed_entries(args, labels)    # one entry per (seed, revision): {label, name, revision, seed, index}
     read_tokens(name, revision)   # the tokens a checkpoint records, or None
 
-A seed is given by --seeds (one per entry of --checkpoints; with one hub id and --revisions, one per revision), else
-read from the hub id: the last `seed<N>` (also `seed-N`, `seed_N`) in it (EleutherAI/pythia-160m-seed3 -> 3). Local
-checkpoints of several seeds need --seeds: a folder's name is no record of its seed.
+A seed is --seeds', else the last `seed<N>` of a hub id; local checkpoints of several seeds need --seeds
+(docs/inspection.md, "Across seeds: public checkpoint suites").
 """
 from __future__ import annotations
 

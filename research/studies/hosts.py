@@ -1,19 +1,12 @@
-"""A study adds runs only in the one precision and on the one host kind of the runs its folder already holds
-(utils.hosts: a CPU model and its native bf16 path, or a GPU; bf16 numerics differ between them, and findings moved
-with them; a folder that holds several is refused too), unless it is made with --mix_hosts, which study.json then
-records and the analysis reads (its host kinds combined and counted in the report, research.analysis.identity).
-Both study runners ask before anything trains:
+"""A study adds runs only in the one precision and host kind its folder already holds, unless made with --mix_hosts.
 
     add_hosts_args(p)                                        --mix_hosts
-    check_hosts(out, here, precision, mix_hosts) -> mixed    ConfigError in one line naming both and the fix; else
-                                                             whether the folder mixes host kinds (study.json's)
+    check_hosts(out, here, precision, mix_hosts) -> mixed    ConfigError in one line naming both and the fix
+    study_threads(out, here, asked) -> (threads, line)       the --threads every run of this command gets
 
-    study_threads(out, here, asked) -> (threads, line)       the --threads every run of this command gets: a folder's
-                                                             one recorded count where none is asked; a line to print
-
-`here` is the host kind of the process that trains (utils.runtime.this_host_kind); runs handed to a Ray cluster's
-other nodes record their own: the analysis sets aside those of another kind, and the next command on the folder is
-refused until it passes --mix_hosts or the odd runs are moved out.
+`here` is the host kind of the training process (utils.runtime.this_host_kind); runs on a Ray cluster's other nodes
+record their own, and the analysis sets aside those of another kind (research.analysis.identity). Why: bf16 numerics
+differ between host kinds and findings moved with them (docs/studies.md, "The first command on each host kind").
 """
 from __future__ import annotations
 
