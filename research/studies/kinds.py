@@ -1,19 +1,11 @@
 """The one registry of study kinds: how each kind's folder is read, decided, drawn and written. No torch.
 
-A kind is one record (`Kind`): `load` reads and checks its folder's inputs, `compare` says which of its runs may be
-compared and at what budget (research.analysis.identity, the same check for every kind of trained runs), `analyze`
-decides them (a frozen dataclass of research.analysis), and from that analysis alone `figures`, `report` and
-`combined` build what is written; the report opens with what was compared. research.studies.render runs these
-steps for any folder; the study runner, every study script and research/split_panels.py go through it. A kind is
-found from the folder: its study.json names it, or its own results file does (`found_by`). What a kind's folder
-is, as against its drawing, lives in its record of the one table of kinds, utils.owners.OWNERS (`Kind.owner`): how
-its folder is recognised, the files that mark it, whether its runs are a grid; KINDS has one entry for each study
-kind of that table and no other. Each entry names its analysis and plots functions by module (`OnDemand`), imported
-at their first call: importing the registry loads no kind's decisions or figures, and a study loads its own kind's
-alone (tests/test_import_closure.py).
-
-Adding a kind: its record in utils.owners.OWNERS, its analysis (research/analysis/<kind>.py), its figures and report
-(research/plots/<kind>.py), then one `Kind(...)` entry in KINDS below (docs/layout.md gives the recipe).
+A kind is one record (`Kind`): `load` reads its folder's inputs, `compare` says which runs may be compared
+(research.analysis.identity), `analyze` decides them, and from that analysis alone `figures`, `report`, `in_short` and
+`combined` build what is written; research.studies.render runs these steps for any folder. A kind is found from its
+study.json or its own results file (`found_by`); what its folder is lives in utils.owners.OWNERS (`Kind.owner`).
+Each entry names its analysis and plots by module (`OnDemand`), imported at first call, so a study loads its own
+kind's alone (tests/test_import_closure.py). Adding a kind: docs/layout.md, "Study kinds".
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """Studies that add seeds until their question is decided: --until_decided MAX and --round R, the looks of a study and
 their record in study.json (research.analysis.sequential decides them; research.plots.looks reports them).
 
-A study trains its --seeds and decides; with --until_decided, while a primary comparison of its kind (Kind.primary)
-is undecided and fewer than MAX seeds have trained, it adds R new seeds (the integers after the largest seed), trains
-that round's runs together through the study's executor (--ray runs them at once) and decides again. Its design, the
-looks sequential.plan(len(seeds), MAX, R) gives and the alpha each spends, with everything that defines its families
-and their outcomes (its conditions, baseline, primary quantities and every margin: sequential.FAMILY), is fixed at the
-study's first command and stored in study.json, which records every look as it is taken (the seeds analysed, the
-alpha spent, planned or not), once; a later command that changes any of it is refused, and so is a study.json whose
-looks are not its design's. A study of fixed --seeds is one look at the full level; run again with other --seeds,
-its new look is recorded as unplanned and decided at the full level, and its report states the bound that then holds
-(the levels add up).
-
-    rounds = Rounds(runs, train, write_index, family)  # the study's own: its runs of some seeds, their training, its
-                                                       # index, what defines its families (family_record)
+    rounds = Rounds(runs, train, write_index, family)  # the study's runs of some seeds, their training, its index,
+                                                       # what defines its families (family_record)
     run_looks(out, seeds, until, rounds)           # the looks, from what study.json already records (a resume)
+
+The design (the looks, their alpha, the families' definition) is fixed at the first command and stored in study.json;
+a later command that changes it is refused. docs/studies.md, "Adding seeds until decided", and docs/decisions.md.
 """
 from __future__ import annotations
 

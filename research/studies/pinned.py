@@ -1,14 +1,11 @@
 """Jobs side by side on this machine, each worker process pinned to its own cores: how a study's runs share a small
 CPU host without Ray (research.studies.executors, --parallel).
 
-Each worker is a fresh interpreter (multiprocessing's spawn: no torch state, lock or thread pool copied from the
-driver) pinned with os.sched_setaffinity to its share of the cores this process may use (`core_groups`), so that a
-run's torch threads, which follow the cores the process may use (utils.runtime.local_cpu_threads), keep to that
-share: on 2 cores, two workers of one core each train two runs on one thread each. A worker takes one job at a time
-from the driver, which hands out the next only while nothing has failed, and reports each job's start and end as an
-`Event`. A worker's stdout is dropped (its runs write their own logs; the driver prints one line per event); its
-stderr is kept. A worker whose driver is gone (killed) interrupts its job as Ctrl-C would, so that no run goes on
-training, or holds its folder's lock, for a study that is no longer there. This module knows nothing of studies.
+Each worker is a fresh (spawned) interpreter pinned with os.sched_setaffinity to its share of the cores
+(`core_groups`), so its runs' torch threads keep to that share. A worker takes one job at a time while nothing has
+failed and reports each job's start and end as an `Event`; its stdout is dropped, its stderr kept. A worker whose
+driver is gone interrupts its job as Ctrl-C would. This module knows nothing of studies (docs/studies.md, "Side by
+side on one machine").
 """
 from __future__ import annotations
 

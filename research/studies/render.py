@@ -1,18 +1,14 @@
-"""From a study folder's results to its figures, report.md and combined file. No torch.
+"""From a study folder's results to its figures, report.md, report.html and combined file. No torch.
 
-Every study kind runs the same three steps, as its record in research.studies.kinds says: load the
-results (research.results), decide (research.analysis), draw and write (research.plots), the drawing
-from the decisions alone. `render_study(folder)` is what every study calls after it measured and what
-split_panels.py calls on any results folder;
-`load_and_analyze(folder)` does the first two and draws in memory, for a notebook (a study that added seeds by
-looks is decided at the looks its study.json records, and its report says so: research.plots.looks):
+Every kind runs the same steps (research.studies.kinds): load, decide, draw from the decisions alone, with "In short"
+placed first. `render_study(folder)` is what every study and split_panels.py call; `load_and_analyze(folder)` draws in
+memory, for a notebook:
 
     study = load_and_analyze("research_results/qk_norm_50m_study")
     study.analysis.verdict.text, study.report, study.figures["2_key_pr_causal.png"]
 
-Nothing is written until every results file has validated and every figure, report and
-combined file has been built in memory; then, with the target folder locked (utils.lock),
-each is written atomically, so a bad input or a crash never leaves half of the outputs new.
+Nothing is written until every input validated and every output was built; then, the folder locked, each is written
+atomically.
 """
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors alone imports this
-module, and hands its Storage to the studies; it imports no ray).
+module; it imports no ray).
 
-The storage is a folder on any filesystem pyarrow opens from a URI (file:///path, s3://bucket/path,
-gs://bucket/path; each node's own credentials, as pyarrow finds them). Each run keeps there, under its path in
-the study folder (URI/<condition>[/seed_<s>]/), what its run folder holds: config.json, metrics.jsonl, results.json,
-the tokenizer, the trackers' folders, summary.json at the end, and its checkpoints, plus stored.json, written last,
-which lists what a complete copy holds (`RunStore`). A Ray task (`train_stored`) trains its run in a new folder of
-its node's user cache (utils.cache: <cache>/runs/), first filled from the storage's newest checkpoint where one is
-stored (a retry, on any node, resumes from it), uploads the run folder after each checkpoint the trainer writes
-(`RunSync`, handed to the study's train function as StudyRun.after_checkpoint) and once more at the end, removes its
-folder and returns stored.json; the driver then downloads the run's files into the study folder (`fetch`).
-Before any run trains, `check_storage` opens the URI and writes and deletes a marker file: a bad URI, a scheme
-pyarrow has no filesystem for, missing credentials and unreachable storage are one line (ConfigError).
-
-A storage serves one study (`Storage`): its storage.json (utils.owners.STORAGE_FORMAT) names the study's name, kind
-and --out, written by the driver before the first upload (`claim`). `check_storage` refuses, before anything is
-written, a storage that serves another study, and a file:// folder that another tool owns (utils.owners: another
-study's folder, a run's) or that is --out itself, inside it or around it. Nothing read from the storage is written
-outside its run folder: every path stored.json names is checked (`check_manifest`) before any file is downloaded,
-by a worker (`RunStore.download`) and by the driver (`fetch`).
+The storage is a folder pyarrow opens from a URI (file://, s3://, gs://). Each run keeps there what its run folder
+holds, plus stored.json, written last, listing a complete copy (`RunStore`); a Ray task (`train_stored`) trains in its
+node's user cache, resuming from the storage's newest checkpoint, uploads after each checkpoint (`RunSync`) and at
+the end, and the driver downloads the run (`fetch`). `check_storage` opens the URI first (one line on failure) and
+refuses a storage that serves another study (storage.json, `claim`) or a folder another tool owns; every path
+stored.json names is checked (`check_manifest`) before any download. docs/studies.md, "On Ray".
 """
 from __future__ import annotations
 
