@@ -1,14 +1,12 @@
 """From a study folder's results to its figures, report.md, report.html and combined file. No torch.
 
-Every kind runs the same steps (research.studies.kinds): load, decide, draw from the decisions alone, with "In short"
-placed first. `render_study(folder)` is what every study and split_panels.py call; `load_and_analyze(folder)` draws in
-memory, for a notebook:
+Every kind runs the same steps (research.studies.kinds): load, decide, draw from the decisions alone, "In short"
+first. `render_study(folder)` is what every study and split_panels.py call; `load_and_analyze(folder)` draws in memory:
 
     study = load_and_analyze("research_results/qk_norm_50m_study")
     study.analysis.verdict.text, study.report, study.figures["2_key_pr_causal.png"]
 
-Nothing is written until every input validated and every output was built; then, the folder locked, each is written
-atomically.
+Nothing is written until every input validated and every output was built; then each is written atomically.
 """
 from __future__ import annotations
 
