@@ -67,6 +67,11 @@ class AdapterRope:
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
         return self(x, inverse=True)
 
+    def use(self, t: dict[str, torch.Tensor], key_energy, logit_at: torch.Tensor, context: int) -> tuple:
+        """rotary_fields of the layer's rotated queries and keys t["q_rope"], t["k_rope"] (the layer reducer's
+        call, research.probing.probe.layer_record; key_energy unread)."""
+        return rotary_fields(self, t["q_rope"], t["k_rope"], logit_at, context)
+
     def on_heads_last(self, x_BTHD: torch.Tensor) -> torch.Tensor:
         """The same on [B, T, H, D] vectors (this project's Rotary's layout, what kv_cache.layer_errors calls)."""
         return self(x_BTHD.permute(2, 0, 1, 3)).permute(1, 2, 0, 3)
