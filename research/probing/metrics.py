@@ -12,11 +12,21 @@ matrix of one head's keys.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
 from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: F401 (the names returned)
 from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED  # the names of the soft-capped model's extra records
+
+
+# Per-head metrics beyond key_metrics' and attention_metrics', each declared here once (and its name in
+# research/results/vocabulary.py): (record, name, fn), recorded by both probes (research.probing.probe.layer_record,
+# this project's model and any adapter's). record: a key site ("k_norm", "k_rope", ...) or "attn"; fn(layer) -> its
+# per-head values ([Hkv] for a site, [Hq] for attn), layer: the layer's captured tensors [heads, B, T, D] (k_norm,
+# k_rope, q_rope, and q_norm, k_proj, gate where captured), "rope" (its RoPE, or None) and "attention"
+# (attention_metrics' result).
+LAYER_METRICS: tuple[tuple[str, str, Callable[[dict], torch.Tensor]], ...] = ()
 
 
 def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

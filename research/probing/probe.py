@@ -30,6 +30,7 @@ import torch.nn as nn
 
 from research.access.adapters import heads_first
 from research.access.own_adapter import OwnAdapter
+from research.probing import metrics as declared
 from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_eigvals,
                                       key_metrics, key_moments, key_pr_sv, layer_means)
@@ -242,6 +243,9 @@ def layer_record(i: int, t: dict[str, torch.Tensor], *, gains: tuple[torch.Tenso
             k_use, q_use, pairs = rope.use(t, key_energy, attn_m["logit_at"], context)
             sites["k_norm"].update(k_use)
             attn_rec.update(q_use)
+        for record, name, fn in declared.LAYER_METRICS:  # read when called: a declaration added there is recorded
+            if record == "attn" or record in sites:
+                (attn_rec if record == "attn" else sites[record])[name] = fn({**t, "rope": rope, "attention": attn_m})
         lists, means = lists_and_means({**sites, "attn": attn_rec})
         rec.update(lists)
     if rope is not None:
