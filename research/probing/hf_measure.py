@@ -36,8 +36,7 @@ class _Sink:
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
         self.pre.setdefault(i, {})[site] = k_HBTD
 
-    def on_queries(self, i: int, site: str, q_HBTD: torch.Tensor) -> None:
-        self.pre.setdefault(i, {})[site] = q_HBTD
+    on_queries = on_keys
 
     def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
         t = self.pre.pop(i, {})

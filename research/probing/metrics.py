@@ -20,12 +20,9 @@ from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: 
 from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED  # the names of the soft-capped model's extra records
 
 
-# Per-head metrics beyond key_metrics' and attention_metrics', each declared here once (and its name in
-# research/results/vocabulary.py): (record, name, fn), recorded by both probes (research.probing.probe.layer_record,
-# this project's model and any adapter's). record: a key site ("k_norm", "k_rope", ...) or "attn"; fn(layer) -> its
-# per-head values ([Hkv] for a site, [Hq] for attn), layer: the layer's captured tensors [heads, B, T, D] (k_norm,
-# k_rope, q_rope, and q_norm, k_proj, gate where captured), "rope" (its RoPE, or None) and "attention"
-# (attention_metrics' result).
+# Per-head metrics beyond key_metrics' and attention_metrics', declared here once (their names in the vocabulary) and
+# recorded by both probes (research.probing.probe.layer_record): (record, name, fn). record: a key site or "attn";
+# fn(layer) -> [Hkv] or [Hq], layer: layer_record's captured tensors, its "rope" and "attention" (attention_metrics').
 LAYER_METRICS: tuple[tuple[str, str, Callable[[dict], torch.Tensor]], ...] = ()
 
 

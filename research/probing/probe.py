@@ -140,12 +140,14 @@ SITE_ORDER = ("k_norm", "k_proj", "k_rope", PRE_GAIN_SITES["k_norm"], PRE_GAIN_S
 RANKED_SITES = ("k_norm", "k_rope")  # the sites whose key_rank is recorded
 
 
-def site_keys(t: dict[str, torch.Tensor], pre_gain: torch.Tensor | None, rope,
-              exact: bool) -> tuple[torch.Tensor, list[str]]:
-    """The keys of each site of a layer as one contiguous float32 [sites, H, B, T, D] tensor, and the sites' names
-    in its order: the pre-RoPE sites k_norm, k_proj (where t has it) and k_hat, then k_rope and k_hat_rope. k_hat =
-    k_norm / pre_gain (0 where the gain is 0) exists where pre_gain is given, k_hat_rope = rope.rotate of it with
-    `exact` (the training probe's reading)."""
+def site_metrics(t: dict[str, torch.Tensor], pre_gain: torch.Tensor | None, rope,
+                 exact: bool) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+    """key_metrics of each site of a layer's keys, in one call over all the sites' heads (one contiguous float32
+    [sites, H, B, T, D] copy: k_norm, k_proj where t has it, k_hat = k_norm / pre_gain (0 where the gain is 0) where
+    pre_gain is given, k_rope, and with `exact` k_hat_rope = rope.rotate(k_hat)), and key_rank (RANK_METRICS) of
+    k_norm's and k_rope's, from one set of float64 moments and one eigendecomposition of them. With `exact` (the
+    training probe's reading), k_hat's moments are k_norm's divided exactly (divided_moments); else the divided keys'.
+    Also k_norm's energy per head and dim [H, D] (its second moment's diagonal), what ModelRope.use reads."""
     hat = [PRE_GAIN_SITES["k_norm"]] if pre_gain is not None else []
     names = ["k_norm", *(["k_proj"] if "k_proj" in t else []), *hat, "k_rope",
              *([PRE_GAIN_SITES["k_rope"]] if hat and exact else [])]
@@ -153,25 +155,12 @@ def site_keys(t: dict[str, torch.Tensor], pre_gain: torch.Tensor | None, rope,
     for n, name in enumerate(names):
         if name in t:
             stack[n].copy_(t[name])
-    if hat:
+    H, cut = stack.shape[1], names.index(hat[0]) if hat and exact else len(names)
+    if hat:  # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
         g = pre_gain.detach().float().reshape(-1, 1, 1, stack.shape[-1]).to(stack.device)   # [1 or H, 1, 1, D]
-        # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
         k_hat = torch.div(stack[0], torch.where(g != 0, g, math.inf), out=stack[names.index(hat[0])])
         if exact:
             stack[-1].copy_(rope.rotate(k_hat))
-    return stack, names
-
-
-def site_metrics(t: dict[str, torch.Tensor], pre_gain: torch.Tensor | None, rope,
-                 exact: bool) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
-    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
-    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments and one eigendecomposition of them (the
-    ranks read the spectra's eigenvalues). With `exact`, k_hat's moments come from k_norm's (divided_moments: exact
-    in float64, one Gram fewer); else from the divided keys. Also k_norm's energy per head and dim [H, D] (the second
-    moment's diagonal, a multiple of sum_t k_j^2), what the training probe's rotary use reads."""
-    stack, names = site_keys(t, pre_gain, rope, exact)
-    H = stack.shape[1]
-    cut = names.index(PRE_GAIN_SITES["k_norm"]) if exact and pre_gain is not None else len(names)
     parts = [key_moments(stack[:cut].flatten(0, 1))]
     if cut < len(names):  # k_hat's from k_norm's, then the sites after it
         parts += [divided_moments(tuple(m[:H] for m in parts[0]), pre_gain), key_moments(stack[cut + 1:].flatten(0, 1))]
@@ -194,8 +183,7 @@ def learned_gain(norm: nn.Module | None) -> torch.Tensor | None:
 
 
 class ModelRope:
-    """This project's Rotary (models.layers.Rotary) as the layer reducer reads it: the rotation of k_hat_rope, and
-    the rotary use of the keys from their moments and of the queries before RoPE."""
+    """This project's Rotary as layer_record reads it: the rotation of k_hat_rope and the rotary use."""
 
     def __init__(self, rotary: nn.Module):
         self.rotary, self.pairing, self.frequencies = rotary, rotary.pairing, rotary.frequencies()
@@ -206,11 +194,9 @@ class ModelRope:
 
     def use(self, t: dict[str, torch.Tensor], key_energy: torch.Tensor, logit_at: torch.Tensor,
             context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
-        """The rotary use before rotary (rotary_use, in one call over the keys' and the queries' heads) of the keys
-        (ROTARY_METRICS, [Hkv] each: k_norm's) and of the queries (QUERY_ROTARY, [Hq] each: attn's), and a layer
-        record's pair_share: each pair's share of the keys' and the queries' energy and of the largest logit at
-        logit_at (logit_pair_shares of the rotated q and k), as lists [heads][pairs]. key_energy [Hkv, D]: the keys'
-        energy per dim up to a factor per head (site_metrics gives it from the moments: no second pass over them)."""
+        """(ROTARY_METRICS of the keys [Hkv], QUERY_ROTARY of the queries [Hq], pair_share {k_norm, q_norm, logit}
+        as lists [heads][pairs]): rotary_use before RoPE in one call over both, the keys' energy per dim from their
+        moments (key_energy, site_metrics'), and logit_pair_shares of the rotated q and k at logit_at."""
         Hkv = t["k_norm"].shape[0]
         energy = torch.cat([key_energy.float(), t["q_norm"].float().square().sum((1, 2))])     # [Hkv + Hq, D]
         use = rotary_use(None, self.frequencies, context, self.pairing, energy=energy)
@@ -223,13 +209,11 @@ class ModelRope:
 def layer_record(i: int, t: dict[str, torch.Tensor], *, gains: tuple[torch.Tensor | None, torch.Tensor | None],
                  pre_gain: torch.Tensor | None, rope, context: int, exact: bool = False, scale: float | None = None,
                  window: int | None = None, softcap: float | None = None) -> dict:
-    """One layer's probe record, what both probes (KeyProbe, this project's model; hf_measure.HFKeyProbe, any
-    adapter's) record, from the layer's captured tensors t ([heads, B, T, D] each): k_norm (the keys before RoPE:
-    the k_norm output, or the raw projection), k_rope and q_rope (as attention reads them), and where captured q_norm
-    (the queries before RoPE), k_proj (the projection, beside a k_norm) and gate (gated attention's sigmoid gate).
-    gains: the q and k norms' effective gains (None: no norm); pre_gain: the gain k_hat divides by (None: no k_hat);
-    rope: the layer's RoPE (ModelRope, hf_rotary.AdapterRope; None: no RoPE), its use read against `context` tokens;
-    exact: the training probe's reading of k_hat (site_metrics); scale, window, softcap: the attention's."""
+    """One layer's record, for both probes (KeyProbe: this project's model; hf_measure.HFKeyProbe: any adapter's),
+    from its captured tensors t [heads, B, T, D]: k_norm (the keys before RoPE: k_norm's output, or the projection),
+    k_rope, q_rope, and where captured q_norm, k_proj (beside a k_norm), gate. gains: the q and k norms' effective
+    gains (None: no norm); pre_gain: what k_hat divides by (None: no k_hat); rope: ModelRope, AdapterRope or None,
+    its use read against `context` tokens; exact: site_metrics'; scale, window, softcap: the attention's."""
     g_q, g_k = gains
     rec: dict = {"layer": i}
     with torch.autocast(t["k_rope"].device.type, enabled=False):  # metrics in full precision
