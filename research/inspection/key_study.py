@@ -6,7 +6,7 @@ Per text batch (the unit of uncertainty: one model is one sample, so what varies
 with the probe's own functions (research.probing.metrics):
 - keys: key_metrics and key_rank (rank90, rank99, their uncentred forms) per layer and KV head at k_proj, at
   k_norm where the model has one, and after RoPE (k_rope), [L][Hkv] per metric; at the site before RoPE (k_norm,
-  else k_proj) also the rotary use (low_freq_share, dominant_pair; research.probing.hf_rotary);
+  else k_proj) also the rotary use (low_freq_share, dominant_pair; research.probing.hf_rotary.AdapterRope.use);
 - attn: attention_metrics per layer and query head (entropy, sink_mass over all query positions,
   sink_mass_excl_q0 over positions 1..T-1, logit_max, and the queries' rotary use q_low_freq_share,
   q_dominant_pair), [L][Hq]; pair_share: per layer, each rotary pair's share of the keys', the queries' energy
@@ -32,7 +32,7 @@ from tqdm import tqdm
 from research.access.adapters import Adapter
 from research.inspection.tour import excluding_query0
 from research.probing.hf_kv import hf_kv_cache_record
-from research.probing.hf_rotary import AdapterRope, rope_context, rotary_fields
+from research.probing.hf_rotary import AdapterRope, rope_context
 from research.probing.key_rank import ranked_key_metrics
 from research.probing.metrics import attention_metrics
 
@@ -64,8 +64,8 @@ class _KeySink:
                         "sink_mass_excl_q0": excluding_query0(st["sink_mass"], T).tolist(),
                         "logit_max": st["logit_max"].tolist()}
         if self.adapter.rope_pairing and self.adapter.rotary_dims:  # rotary use, on the keys' site before RoPE
-            k_use, q_use, self.pairs[i] = rotary_fields(AdapterRope(self.adapter, i), q, k, st["logit_at"],
-                                                        rope_context(self.adapter, T, window))
+            k_use, q_use, self.pairs[i] = AdapterRope(self.adapter, i).use(
+                {"q_rope": q, "k_rope": k}, None, st["logit_at"], rope_context(self.adapter, T, window))
             pre = "k_norm" if i in self.keys.get("k_norm", {}) else "k_proj"
             self.keys[pre][i].update({m: v.tolist() for m, v in k_use.items()})
             self.attn[i].update({m: v.tolist() for m, v in q_use.items()})

@@ -18,8 +18,7 @@ import torch.nn.functional as F
 
 from research.probing.hf_rotary import RopeError, layer_ropes
 from research.probing.key_bits import fake_quantize
-from research.probing.kv_cache import KV_BITS, LOSS_BITS, LOSS_SCHEME, kv_section, layer_bits, layer_errors
-from research.probing.probe import measuring
+from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, key_cache, layer_errors
 from utils.errors import UserError
 
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for a batch's loss
@@ -79,11 +78,10 @@ class _Errors:
     def __init__(self, adapter):
         self.adapter, self.layers, self.ropes = adapter, [], ropes_of(adapter)
 
-    def on_state(self, l, h):
+    def on_state(self, *args) -> None:  # the errors read the attention call alone
         pass
 
-    def on_keys(self, i, site, k):
-        pass
+    on_keys = on_state
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
         if window and window < q.shape[2]:
@@ -110,8 +108,7 @@ class _Quantized:
         if l == self.adapter.n_layers:
             self.final = h
 
-    def on_keys(self, i, site, k):
-        pass
+    on_keys = _Errors.on_state
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
         rope = self.ropes[i]
@@ -134,28 +131,22 @@ def quantized_losses(adapter, ids: torch.Tensor, bits=LOSS_BITS, layers=None) ->
     return losses
 
 
-@torch.no_grad()
 def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", errors: bool = True,
                        per_layer: bool = False) -> dict:
-    """kv_cache.kv_section of the model behind `adapter` on token ids [B, T] (every sequence): its layer errors
-    (errors=False: none, `layers` empty) and its losses with quantized keys, in eval mode and `precision` (the errors
-    and the attention in float32), the module's mode and the RNG states restored. len(LOSS_BITS) forwards, and one
-    more with the errors, which cost most: 30 approximate attentions per layer (layer_errors on random tensors of
-    SmolLM2-135M's sizes, 4 x 256 tokens: 5.8 s a layer on 2 cores at load 6-7). With per_layer, each layer's usable
-    bits too (kv_cache.layer_bits: len(KV_BITS) forwards a layer)."""
-    model = adapter.model
-    device = next(model.parameters()).device
-    ids = ids_BT.to(device)
-    try:
+    """kv_cache.key_cache of the model behind `adapter` on token ids [B, T] (every sequence): its layer errors
+    (errors=False: none) and its losses (quantized_losses). The errors cost most: 30 approximate attentions per layer
+    (on random tensors of SmolLM2-135M's sizes, 4 x 256 tokens: 5.8 s a layer on 2 cores at load 6-7)."""
+    ids = ids_BT.to(next(adapter.model.parameters()).device)
+
+    def layer_errors_of_a_forward() -> list[dict]:
         sink = _Errors(adapter)
-        with measuring(model, device, precision):
-            if errors:
-                with adapter.capture(sink):
-                    model(input_ids=ids, use_cache=False, logits_to_keep=1)
-            losses = quantized_losses(adapter, ids)
-            each = ([quantized_losses(adapter, ids, KV_BITS, [i]) for i in range(adapter.n_layers)]
-                    if per_layer else None)
+        if errors:
+            with adapter.capture(sink):
+                adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1)
+        return sink.layers
+    try:
+        return key_cache(adapter.model, precision, ids.shape, adapter.head_dim, adapter.n_layers,
+                         layer_errors_of_a_forward, lambda b, layers: quantized_losses(adapter, ids, (b,), layers)[b],
+                         per_layer)
     except RopeError as e:
         raise KVError(f"{e}: its keys before rotary cannot be recovered for the key-cache measurements") from e
-    section = kv_section(ids.shape, precision, adapter.head_dim, sink.layers, losses)
-    return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}

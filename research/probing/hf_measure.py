@@ -11,14 +11,10 @@ import torch.nn as nn
 from research.access.adapters import InspectError
 from research.probing.hf_model import ProbeError, adapter_for, base_model
 from research.probing.hf_kv import next_token_loss
-from research.probing.hf_rotary import AdapterRope, layer_ropes, rope_context, rotary_fields
-from research.probing.key_rank import ranked_key_metrics
-from research.probing.metrics import attention_metrics, gamma_stats, key_metrics
-from research.probing.probe import attention_record, lists_and_means, measuring
-from research.results.vocabulary import PR, PRE_GAIN_SITES
+from research.probing.hf_rotary import AdapterRope, layer_ropes, rope_context
+from research.probing.probe import layer_record, measuring
+from research.results.vocabulary import PR
 from utils.errors import shown
-
-RANKED_SITES = ("k_norm", "k_rope")  # where the probe records key_rank, as research.probing.probe does
 
 
 class _Sink:
@@ -40,35 +36,21 @@ class _Sink:
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
         self.pre.setdefault(i, {})[site] = k_HBTD
 
-    def on_queries(self, i: int, site: str, q_HBTD: torch.Tensor) -> None:
-        self.pre.setdefault(i, {})[site] = q_HBTD
+    on_queries = on_keys
 
     def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
         t = self.pre.pop(i, {})
         q_norm, k_norm = self.adapter.qk_norms(i)
-        g_q, g_k = self.adapter.gain(q_norm), self.adapter.gain(k_norm)
-        q, k = q_BHTD.transpose(0, 1), k_BKTD.transpose(0, 1)                 # [H, B, T, D]
-        with torch.autocast(q.device.type, enabled=False):  # metrics in full precision
-            attn_m = attention_metrics(q, k, scale=scaling, window=window, softcap=softcap)
-            pre_k = t.get("k_norm", t.get("k_proj"))
-            sites = {"k_norm": pre_k, **({"k_proj": t["k_proj"]} if "k_norm" in t else {}), "k_rope": k}
-            if g_k is not None and "k_norm" in t:
-                gain = g_k.to(pre_k.device).reshape(-1, 1, 1, self.adapter.head_dim)   # [1 or Hkv, 1, 1, D]
-                sites[PRE_GAIN_SITES["k_norm"]] = torch.where(gain != 0, pre_k.float() / gain, 0.0)
-            both = g_q is not None and g_k is not None and "q_norm" in t and "k_norm" in t
-            rec: dict = {"layer": i}
-            records = {s: ranked_key_metrics(x) if s in RANKED_SITES else key_metrics(x) for s, x in sites.items()}
-            records["attn"] = attention_record(attn_m, t.get("q_norm"), pre_k, g_q if both else None,
-                                               g_k if both else None)
-            if self.ropes is not None:
-                k_use, q_use, rec["pair_share"] = rotary_fields(self.ropes[i], q, k, attn_m["logit_at"],
-                                                                rope_context(self.adapter, self.context, window))
-                records["k_norm"].update(k_use)
-                records["attn"].update(q_use)
-            lists, means = lists_and_means(records)
-            rec.update(lists)
-        rec["gamma_k"], rec["gamma_q"], rec["means"] = gamma_stats(g_k), gamma_stats(g_q), means
-        self.layers.append(rec)
+        gains = self.adapter.gain(q_norm), self.adapter.gain(k_norm)
+        has_norm = "k_norm" in t  # else the raw projection stands for k_norm, as this project's qk_norm='none'
+        t.update(q_rope=q_BHTD.transpose(0, 1), k_rope=k_BKTD.transpose(0, 1))                   # [H, B, T, D]
+        if not has_norm:
+            t["k_norm"] = t.pop("k_proj")
+        rope = self.ropes[i] if self.ropes is not None else None
+        rec = layer_record(i, t, gains=gains, pre_gain=gains[1] if has_norm else None, rope=rope,
+                           context=rope_context(self.adapter, self.context, window), scale=scaling, window=window,
+                           softcap=softcap)
+        self.layers.append({"layer": i, **({"pair_share": rec["pair_share"]} if rope is not None else {}), **rec})
         return None
 
 

@@ -67,6 +67,18 @@ class AdapterRope:
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
         return self(x, inverse=True)
 
+    def use(self, t: dict[str, torch.Tensor], key_energy, logit_at: torch.Tensor, context: int) -> tuple[dict, ...]:
+        """ModelRope.use's fields from the rotated t["q_rope"], t["k_rope"] [H, B, T, D] the attention reads (a
+        rotation keeps each pair's energy: the shares before rotary; key_energy unread), pairs in `order`."""
+        q, k = t["q_rope"], t["k_rope"]
+        Hkv, order = k.shape[0], self.order.to(q.device)
+        energy = torch.cat([x.detach().float().square().sum((1, 2)).double() for x in (k, q)])  # [H, D] float64
+        use = head_rotary_use(energy, self, context)
+        pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
+                 "logit": logit_pair_shares(q[..., order], k[..., order], logit_at, "half")}
+        queries = dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS)))
+        return {n: use[n][:Hkv] for n in ROTARY_METRICS}, queries, {k: v.tolist() for k, v in pairs.items()}
+
     def on_heads_last(self, x_BTHD: torch.Tensor) -> torch.Tensor:
         """The same on [B, T, H, D] vectors (this project's Rotary's layout, what kv_cache.layer_errors calls)."""
         return self(x_BTHD.permute(2, 0, 1, 3)).permute(1, 2, 0, 3)
@@ -78,26 +90,6 @@ def head_rotary_use(energy_HD: torch.Tensor, rope: AdapterRope, context: int) ->
     after rotary give the same), pairs in `rope.order`'s order, `context` tokens the wavelengths are read against."""
     ordered = energy_HD[:, rope.order.to(energy_HD.device)]
     return rotary_use(None, rope.pair_frequencies, context, "half", energy=ordered)
-
-
-def energy_per_dim(x_HBTD: torch.Tensor) -> torch.Tensor:
-    """[H, D] float64: each head's sum over tokens of each dim's square (float32 sums)."""
-    return x_HBTD.detach().float().square().sum((1, 2)).double()
-
-
-def rotary_fields(rope: AdapterRope, q_HBTD: torch.Tensor, k_HBTD: torch.Tensor, logit_at: torch.Tensor,
-                  context: int) -> tuple[dict, dict, dict]:
-    """A probe record's rotary use of one layer, as research.probing.probe.rotary_record's: the keys'
-    (ROTARY_METRICS, [Hkv]), the queries' (QUERY_ROTARY, [Hq]) and pair_share {k_norm, q_norm, logit} as lists
-    [heads][D/2]. q, k: the rotated queries and keys the attention reads (a rotation keeps each pair's energy, so
-    the shares are those before rotary); logit_at: attention_metrics' [3, Hq], where the largest logit is."""
-    Hkv = k_HBTD.shape[0]
-    use = head_rotary_use(torch.cat([energy_per_dim(k_HBTD), energy_per_dim(q_HBTD)]), rope, context)
-    order = rope.order.to(q_HBTD.device)
-    logit = logit_pair_shares(q_HBTD[..., order], k_HBTD[..., order], logit_at, "half")
-    pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:], "logit": logit}
-    return ({n: use[n][:Hkv] for n in ROTARY_METRICS}, dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS))),
-            {k: v.tolist() for k, v in pairs.items()})
 
 
 def rope_context(adapter, fallback: int, window: int | None = None) -> int:

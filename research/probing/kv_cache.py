@@ -25,6 +25,8 @@ that attention_errors computes 32 queries at a time; the 5 loss forwards of 8 se
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn as nn
 
@@ -96,32 +98,41 @@ def layer_bits(per_layer: list[dict[int, float]], base: float) -> dict:
 
 
 @torch.no_grad()
+def key_cache(model: nn.Module, precision: str, shape_BT, D: int, n_layers: int, errors: Callable[[], list[dict]],
+              loss: Callable[[int, list[int] | None], float], per_layer: bool = False) -> dict:
+    """The one key-cache driver, of this project's model and of any adapter's (hf_kv): kv_section of each layer's
+    errors (errors(): layer_errors' records, from one hooked forward) and of the losses with every layer's keys
+    quantized (loss(bits, layers): the mean loss with the keys of `layers`, None: all, quantized to `bits`), measured
+    on sequences [B, T] in eval mode and `precision`, the module's mode and the RNG states restored. With per_layer,
+    each layer's usable bits too (layer_bits: that layer's keys alone quantized, len(KV_BITS) forwards a layer)."""
+    with measuring(model, next(model.parameters()).device, precision):
+        layers = errors()
+        losses = {b: loss(b, None) for b in LOSS_BITS}
+        each = [{b: loss(b, [i]) for b in KV_BITS} for i in range(n_layers)] if per_layer else None
+    section = kv_section(shape_BT, precision, D, layers, losses)
+    return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}
+
+
 def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Tensor, precision: str = "fp32",
                     rows: int = KV_ROWS, per_layer: bool = False) -> dict:
-    """The key cache's section of results.json for `model` on the first `rows` sequences of (ids, targets): what it
-    was measured on (sequences, seq_len, precision, bits, schemes, ranks), each layer's errors (layer_errors), and
-    the losses with every layer's keys quantized. One hooked forward of those sequences and len(LOSS_BITS) plain
-    ones, in eval mode and `precision` (the errors in float32), the module's mode and the RNG states restored. With
-    per_layer, each layer's usable bits too (layer_bits: that layer's keys alone quantized, len(KV_BITS) forwards a
-    layer)."""
+    """key_cache of `model` on the first `rows` sequences of (ids, targets): the errors from capture_layers, the
+    losses from plain forwards whose keys key_bits.quantized_keys quantizes."""
     model = unwrap(model)
     device = next(model.parameters()).device
     ids, targets = ids_BT[:rows].to(device), targets_BT[:rows].to(device)
     softcap = model.cfg.attn_softcap or None
-    layers: list[dict] = []
 
-    def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
-        with torch.autocast(device.type, enabled=False):
-            layers.append({"layer": i, **layer_errors(t, model.rotary, softcap)})
+    def errors() -> list[dict]:
+        layers: list[dict] = []
 
-    with measuring(model, device, precision):
+        def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
+            with torch.autocast(device.type, enabled=False):
+                layers.append({"layer": i, **layer_errors(t, model.rotary, softcap)})
         with capture_layers(model, on_layer, values=True):
             model.hidden(ids)
-        losses = {b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE) for b in LOSS_BITS}
-        each = [{b: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE, layers=[i]) for b in KV_BITS}
-                for i in range(len(model.blocks))] if per_layer else None
-    section = kv_section(ids.shape, precision, model.cfg.d_head, layers, losses)
-    return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}
+        return layers
+    loss = lambda b, layers: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE, layers)  # noqa: E731
+    return key_cache(model, precision, ids.shape, model.cfg.d_head, len(model.blocks), errors, loss, per_layer)
 
 
 def kv_section(shape_BT, precision: str, D: int, layers: list[dict], losses: dict[int, float]) -> dict:

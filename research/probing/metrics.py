@@ -12,11 +12,18 @@ matrix of one head's keys.
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
 from research.results.vocabulary import ATTENTION_METRICS, KEY_METRICS  # noqa: F401 (the names returned)
 from research.results.vocabulary import LOGIT_SPLIT, UNCAPPED  # the names of the soft-capped model's extra records
+
+
+# Per-head metrics beyond key_metrics' and attention_metrics', declared here once (their names in the vocabulary) and
+# recorded by both probes (research.probing.probe.layer_record): (record, name, fn). record: a key site or "attn";
+# fn(layer) -> [Hkv] or [Hq], layer: layer_record's captured tensors, its "rope" and "attention" (attention_metrics').
+LAYER_METRICS: tuple[tuple[str, str, Callable[[dict], torch.Tensor]], ...] = ()
 
 
 def _ratio_or_zero(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:

@@ -28,6 +28,8 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
+from research.access.own_adapter import OwnAdapter
+from research.probing import metrics as declared
 from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_eigvals,
                                       key_metrics, key_moments, key_pr_sv, layer_means)
@@ -134,72 +136,106 @@ def attention_record(attn_m: dict[str, torch.Tensor], q_pre: torch.Tensor, k_pre
     return out
 
 
-SITE_ORDER = ("k_norm", "k_rope", PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"])
+SITE_ORDER = ("k_norm", "k_proj", "k_rope", PRE_GAIN_SITES["k_norm"], PRE_GAIN_SITES["k_rope"])  # records' order
+RANKED_SITES = ("k_norm", "k_rope")  # the sites whose key_rank is recorded
 
 
-def learned_gain(norm: nn.Module) -> torch.Tensor | None:
+def site_metrics(t: dict[str, torch.Tensor], pre_gain: torch.Tensor | None, rope,
+                 exact: bool) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
+    """key_metrics of each site of a layer's keys, in one call over all the sites' heads (one contiguous float32
+    [sites, H, B, T, D] copy: k_norm, k_proj where t has it, k_hat = k_norm / pre_gain (0 where the gain is 0) where
+    pre_gain is given, k_rope, and with `exact` k_hat_rope = rope.rotate(k_hat)), and key_rank (RANK_METRICS) of
+    k_norm's and k_rope's, from one set of float64 moments and one eigendecomposition of them. With `exact` (the
+    training probe's reading), k_hat's moments are k_norm's divided exactly (divided_moments); else the divided keys'.
+    Also k_norm's energy per head and dim [H, D] (its second moment's diagonal), what ModelRope.use reads."""
+    hat = [PRE_GAIN_SITES["k_norm"]] if pre_gain is not None else []
+    names = ["k_norm", *(["k_proj"] if "k_proj" in t else []), *hat, "k_rope",
+             *([PRE_GAIN_SITES["k_rope"]] if hat and exact else [])]
+    stack = torch.empty(len(names), *t["k_norm"].shape, device=t["k_norm"].device)
+    for n, name in enumerate(names):
+        if name in t:
+            stack[n].copy_(t[name])
+    H, cut = stack.shape[1], names.index(hat[0]) if hat and exact else len(names)
+    if hat:  # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
+        g = pre_gain.detach().float().reshape(-1, 1, 1, stack.shape[-1]).to(stack.device)   # [1 or H, 1, 1, D]
+        k_hat = torch.div(stack[0], torch.where(g != 0, g, math.inf), out=stack[names.index(hat[0])])
+        if exact:
+            stack[-1].copy_(rope.rotate(k_hat))
+    parts = [key_moments(stack[:cut].flatten(0, 1))]
+    if cut < len(names):  # k_hat's from k_norm's, then the sites after it
+        parts += [divided_moments(tuple(m[:H] for m in parts[0]), pre_gain), key_moments(stack[cut + 1:].flatten(0, 1))]
+    moments = tuple(torch.cat(m) for m in zip(*parts))
+    eig = key_eigvals(moments)                                 # [2 * sites * H, D]: every site's M, then its C
+    m = key_metrics(stack.flatten(0, 1), moments, eig)
+    per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
+    SH = len(names) * H
+    for name in RANKED_SITES:
+        i = names.index(name)
+        per_site[name].update(key_rank(eigvals=torch.cat([eig[i * H:(i + 1) * H], eig[SH + i * H:SH + (i + 1) * H]])))
+    records = {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
+    return records, moments[0][:H].diagonal(dim1=1, dim2=2)
+
+
+def learned_gain(norm: nn.Module | None) -> torch.Tensor | None:
     """A norm's gain where it is learned (the pre-gain sites exist); else None."""
     gain = getattr(norm, "weight", None)
     return gain if gain is not None and gain.requires_grad else None
 
 
-def site_keys(attn: nn.Module, t: dict[str, torch.Tensor], rotary: nn.Module) -> tuple[torch.Tensor, list[str]]:
-    """The keys of each site of a layer as one contiguous float32 [sites, H, B, T, D] tensor, and the sites' names
-    in its order: the pre-RoPE sites, then the post-RoPE ones: k_norm (and k_hat), k_rope (and k_hat_rope).
-    k_hat = k_norm output / gain (0 where the gain is 0) and k_hat_rope = RoPE of it exist where attn's k_norm gain
-    is learned."""
-    gain = learned_gain(attn.k_norm)
-    pre = ["k_norm"] + ([PRE_GAIN_SITES["k_norm"]] if gain is not None else [])
-    post = ["k_rope"] + ([PRE_GAIN_SITES["k_rope"]] if gain is not None else [])
-    stack = torch.empty(len(pre) + len(post), *t["k_norm"].shape, device=t["k_norm"].device)
-    stack[0].copy_(t["k_norm"])
-    stack[len(pre)].copy_(t["k_rope"])
-    if gain is not None:
-        g = gain.detach().float().reshape(-1, 1, 1, stack.shape[-1])           # [1 or H (full scope), 1, 1, D]
-        # x / inf = 0 for finite x: one division, exact where g != 0, instead of where() over the keys
-        k_hat = torch.div(stack[0], torch.where(g != 0, g, math.inf), out=stack[1])
-        stack[3].copy_(rotary(k_hat.permute(1, 2, 0, 3)).permute(2, 0, 1, 3))  # RoPE takes [B, T, H, D]
-    return stack, pre + post
+class ModelRope:
+    """This project's Rotary as layer_record reads it: the rotation of k_hat_rope and the rotary use."""
+
+    def __init__(self, rotary: nn.Module):
+        self.rotary, self.pairing, self.frequencies = rotary, rotary.pairing, rotary.frequencies()
+
+    def rotate(self, x_HBTD: torch.Tensor) -> torch.Tensor:
+        """RoPE of [H, B, T, D] vectors (the model's Rotary takes [B, T, H, D])."""
+        return self.rotary(x_HBTD.permute(1, 2, 0, 3)).permute(2, 0, 1, 3)
+
+    def use(self, t: dict[str, torch.Tensor], key_energy: torch.Tensor, logit_at: torch.Tensor,
+            context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
+        """(ROTARY_METRICS of the keys [Hkv], QUERY_ROTARY of the queries [Hq], pair_share {k_norm, q_norm, logit}
+        as lists [heads][pairs]): rotary_use before RoPE in one call over both, the keys' energy per dim from their
+        moments (key_energy, site_metrics'), and logit_pair_shares of the rotated q and k at logit_at."""
+        Hkv = t["k_norm"].shape[0]
+        energy = torch.cat([key_energy.float(), t["q_norm"].float().square().sum((1, 2))])     # [Hkv + Hq, D]
+        use = rotary_use(None, self.frequencies, context, self.pairing, energy=energy)
+        pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
+                 "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, self.pairing)}
+        queries = dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS)))
+        return {n: use[n][:Hkv] for n in ROTARY_METRICS}, queries, {k: v.tolist() for k, v in pairs.items()}
 
 
-def site_metrics(attn: nn.Module, t: dict[str, torch.Tensor],
-                 rotary: nn.Module) -> tuple[dict[str, dict[str, torch.Tensor]], torch.Tensor]:
-    """key_metrics of each site of a layer's keys (site_keys), in one call over all the sites' heads, and key_rank
-    (RANK_METRICS) of k_norm's and k_rope's, from one set of float64 moments and one eigendecomposition of them (the
-    ranks read the spectra's eigenvalues); k_hat's moments come from k_norm's (divided_moments: one Gram fewer).
-    Also k_norm's energy per head and dim [H, D] (the second moment's diagonal, a multiple of sum_t k_j^2), what its
-    rotary use reads."""
-    stack, names = site_keys(attn, t, rotary)
-    H, pre = stack.shape[1], len(names) // 2
-    own = key_moments(stack[0])
-    firsts = [own, divided_moments(own, attn.k_norm.weight)] if pre == 2 else [own]
-    moments = tuple(torch.cat(parts) for parts in zip(*firsts, key_moments(stack[pre:].flatten(0, 1))))
-    eig = key_eigvals(moments)                                 # [2 * sites * H, D]: every site's M, then its C
-    m = key_metrics(stack.flatten(0, 1), moments, eig)
-    per_site = {name: {k: v[i * H:(i + 1) * H] for k, v in m.items()} for i, name in enumerate(names)}
-    SH = len(names) * H
-    for i, name in ((0, "k_norm"), (pre, "k_rope")):
-        ranks = key_rank(eigvals=torch.cat([eig[i * H:(i + 1) * H], eig[SH + i * H:SH + (i + 1) * H]]))
-        per_site[name].update(ranks)
-    records = {name: per_site[name] for name in SITE_ORDER if name in per_site}  # the records' order
-    return records, own[0].diagonal(dim1=1, dim2=2)
-
-
-def rotary_record(pairing: str, frequencies: torch.Tensor, t: dict[str, torch.Tensor], key_energy: torch.Tensor,
-                  logit_at: torch.Tensor,
-                  context: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, list]]:
-    """The rotary use before rotary (rotary_use, in one call over the keys' and the queries' heads) of the keys
-    (ROTARY_METRICS, [Hkv] each: k_norm's) and of the queries (QUERY_ROTARY, [Hq] each: attn's), and a layer
-    record's pair_share: each pair's share of the keys' and the queries' energy and of the largest logit at logit_at
-    (logit_pair_shares of the rotated q and k), as lists [heads][pairs]. key_energy [Hkv, D]: the keys' energy per
-    dim up to a factor per head (site_metrics gives it from the moments: no second pass over the keys)."""
-    Hkv = t["k_norm"].shape[0]
-    energy = torch.cat([key_energy.float(), t["q_norm"].float().square().sum((1, 2))])         # [Hkv + Hq, D]
-    use = rotary_use(None, frequencies, context, pairing, energy=energy)
-    pairs = {"k_norm": use["pair_share"][:Hkv], "q_norm": use["pair_share"][Hkv:],
-             "logit": logit_pair_shares(t["q_rope"], t["k_rope"], logit_at, pairing)}
-    return ({n: use[n][:Hkv] for n in ROTARY_METRICS}, dict(zip(QUERY_ROTARY, (use[n][Hkv:] for n in ROTARY_METRICS))),
-            {k: v.tolist() for k, v in pairs.items()})
+def layer_record(i: int, t: dict[str, torch.Tensor], *, gains: tuple[torch.Tensor | None, torch.Tensor | None],
+                 pre_gain: torch.Tensor | None, rope, context: int, exact: bool = False, scale: float | None = None,
+                 window: int | None = None, softcap: float | None = None) -> dict:
+    """One layer's record, for both probes (KeyProbe: this project's model; hf_measure.HFKeyProbe: any adapter's),
+    from its captured tensors t [heads, B, T, D]: k_norm (the keys before RoPE: k_norm's output, or the projection),
+    k_rope, q_rope, and where captured q_norm, k_proj (beside a k_norm), gate. gains: the q and k norms' effective
+    gains (None: no norm); pre_gain: what k_hat divides by (None: no k_hat); rope: ModelRope, AdapterRope or None,
+    its use read against `context` tokens; exact: site_metrics'; scale, window, softcap: the attention's."""
+    g_q, g_k = gains
+    rec: dict = {"layer": i}
+    with torch.autocast(t["k_rope"].device.type, enabled=False):  # metrics in full precision
+        attn_m = attention_metrics(t["q_rope"], t["k_rope"], scale=scale, window=window, softcap=softcap)
+        split = "q_norm" in t and g_q is not None and g_k is not None
+        attn_rec = attention_record(attn_m, t.get("q_norm"), t["k_norm"], *((g_q, g_k) if split else (None, None)))
+        if "gate" in t:
+            attn_rec.update(gate_metrics(t["gate"]))
+        sites, key_energy = site_metrics(t, pre_gain, rope, exact)
+        if rope is not None:
+            k_use, q_use, pairs = rope.use(t, key_energy, attn_m["logit_at"], context)
+            sites["k_norm"].update(k_use)
+            attn_rec.update(q_use)
+        for record, name, fn in declared.LAYER_METRICS:  # read when called: a declaration added there is recorded
+            if record == "attn" or record in sites:
+                (attn_rec if record == "attn" else sites[record])[name] = fn({**t, "rope": rope, "attention": attn_m})
+        lists, means = lists_and_means({**sites, "attn": attn_rec})
+        rec.update(lists)
+    if rope is not None:
+        rec["pair_share"] = pairs
+    rec["gamma_k"], rec["gamma_q"], rec["means"] = gamma_stats(g_k), gamma_stats(g_q), means
+    return rec
 
 
 @contextmanager
@@ -225,11 +261,6 @@ def gate_metrics(gate_HBTg: torch.Tensor) -> dict[str, torch.Tensor]:
     (unbiased=False) over the batch's tokens (and channels), float64 [H]."""
     g = gate_HBTg.detach().double().flatten(1)                                   # [H, B*T*(D or 1)]
     return dict(zip(GATE_METRICS, (g.mean(1), g.std(1, correction=0))))
-
-
-def _gain(norm: nn.Module) -> torch.Tensor | None:
-    """A q/k norm's gain (None for qk_norm='none', whose norm is an identity)."""
-    return getattr(norm, "weight", None)
 
 
 class KeyProbe:
@@ -301,29 +332,15 @@ class KeyProbe:
             raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
-        frequencies = model.rotary.frequencies()  # [D/2]: what each rotary pair turns per position
+        adapter, rope = OwnAdapter(model), ModelRope(model.rotary)
         layers: list[dict] = []
 
         def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
-            attn = model.blocks[i].attn
-            rec: dict = {"layer": i}
-            with torch.autocast(device.type, enabled=False):  # metrics in full precision
-                attn_m = attention_metrics(t["q_rope"], t["k_rope"], softcap=model.cfg.attn_softcap or None)
-                attn_rec = attention_record(attn_m, t["q_norm"], t["k_norm"], _gain(attn.q_norm), _gain(attn.k_norm))
-                if "gate" in t:
-                    attn_rec.update(gate_metrics(t["gate"]))
-                sites, key_energy = site_metrics(attn, t, model.rotary)
-                k_use, q_use, pairs = rotary_record(model.rotary.pairing, frequencies, t, key_energy,
-                                                    attn_m["logit_at"], self.context)
-                sites["k_norm"].update(k_use)
-                attn_rec.update(q_use)
-                lists, means = lists_and_means({**sites, "attn": attn_rec})
-                rec.update(lists)
-            rec["pair_share"] = pairs
-            rec["gamma_k"] = gamma_stats(_gain(attn.k_norm))
-            rec["gamma_q"] = gamma_stats(_gain(attn.q_norm))
-            rec["means"] = means
-            layers.append(rec)
+            q_norm, k_norm = adapter.qk_norms(i)
+            gains = adapter.gain(q_norm), adapter.gain(k_norm)
+            learned = learned_gain(k_norm) is not None  # the pre-gain sites exist
+            layers.append(layer_record(i, t, gains=gains, pre_gain=gains[1] if learned else None, rope=rope,
+                                       context=self.context, exact=True, softcap=model.cfg.attn_softcap or None))
 
         loss = None
         t0 = time.perf_counter()

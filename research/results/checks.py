@@ -80,7 +80,7 @@ class _LayerIndex(Spec):
 
 
 _GAIN = Obj({"values": Opt(ListOf(Number(), NUMBERS_OR_NULL))}, nullable=True, rest=Number())
-# Each rotary pair's share, per head (research.probing.probe.rotary_record): [heads][pairs]
+# Each rotary pair's share, per head (research.probing.probe.ModelRope.use): [heads][pairs]
 PAIRS = _PAIRS = ListOf(ListOf(Number(), NUMBERS_OR_NULL), "a list of one list of numbers per head")
 _RECORD = Obj({"layer": _LayerIndex(), "means": MapOf(Number(), nullable=True), "gamma_k": _GAIN, "gamma_q": _GAIN,
                "pair_share": Opt(Obj({name: Opt(_PAIRS) for name in PAIR_SHARES}))},

@@ -12,7 +12,7 @@ from models import MinimalLLM
 from research.probing import metrics
 from research.probing.key_rank import ENERGY_SHARES, UNCENTERED, energy_rank, key_rank
 from research.probing.metrics import key_eigvals, key_moments, layer_means
-from research.probing.probe import KeyProbe, as_lists, capture_layers, lists_and_means, site_metrics
+from research.probing.probe import KeyProbe, ModelRope, as_lists, capture_layers, lists_and_means, site_metrics
 
 
 def perturbed(preset: str, qk_norm: str, seed: int = 0) -> MinimalLLM:
@@ -56,8 +56,7 @@ def test_the_sites_ranks_read_the_spectra_as_a_second_eigendecomposition_would()
     with torch.no_grad(), capture_layers(model, on_layer):
         model.hidden(torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(2)))
     for i, t in seen.items():
-        attn = model.blocks[i].attn
-        records, _ = site_metrics(attn, t, model.rotary)
+        records, _ = site_metrics(t, model.blocks[i].attn.k_norm.weight, ModelRope(model.rotary), exact=True)
         for site in ("k_norm", "k_rope"):  # the moments the ranks were read from before: each site's own
             want = second_eigendecomposition(key_moments(t[site].float()))
             assert {k: records[site][k].tolist() for k in want} == {k: v.tolist() for k, v in want.items()}
