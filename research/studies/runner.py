@@ -46,12 +46,13 @@ from research.results.layout import add_study_times, condition_dir, read_study_i
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import family_record, plan
-from research.studies.executors import Storage, StudyError, StudyRun, add_ray_args, check_ray_options, execute
+from research.studies.executors import Storage, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts, study_threads
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.recorded import check_recorded_runs, check_study_folder
 from research.studies.render import render_study
+from research.studies.study_runs import StudyError, StudyRun
 from training.callbacks import AfterCheckpoint
 from training.errors import NonFiniteLossError
 from training.memory import needed_bytes, plan_memory
@@ -262,7 +263,7 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 def train_study_run(run: StudyRun[RunConfig], runtime: Runtime | None, *, progress: bool, replan_schedule: bool,
                     logger: str, divergence_is_a_result: bool) -> dict | None:
-    """The catalog studies' train function (research.studies.executors.Train): one run with the probe, on the study's
+    """The catalog studies' train function (research.studies.study_runs.Train): one run with the probe, on the study's
     runtime with `progress` bars in this process, on the worker's own without bars in a Ray task (runtime None)."""
     return train_condition(run.cfg, run.run_dir, run.cond, progress=progress and runtime is not None,
                            replan_schedule=replan_schedule, divergence_is_a_result=divergence_is_a_result,

@@ -1,5 +1,5 @@
-"""--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors alone imports this
-module, and hands its Storage to the studies; it imports no ray).
+"""--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors, which hands its
+Storage to the studies, and research.studies.ray_execution alone import this module; it imports no ray).
 
 The storage is a folder on any filesystem pyarrow opens from a URI (file:///path, s3://bucket/path,
 gs://bucket/path; each node's own credentials, as pyarrow finds them). Each run keeps there, under its path in

@@ -8,7 +8,8 @@ import pytest
 from research import finetune_keys_study, qk_norm_25m_study
 from research.analysis.finetune import CONDITIONS
 from research.studies import QK_NORM, executors, finetune, runner
-from research.studies.executors import StudyError, StudyRun, execute, results_paths
+from research.studies.executors import execute, results_paths
+from research.studies.study_runs import StudyError, StudyRun
 from tests.helpers import STEP_TOKENS, stops
 from tests.research.inspection.builders import make_hf_model
 from tests.research.studies.test_runner import study_args

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from research.studies import PILOT, executors
-from research.studies.executors import StudyError, StudyRun, check_ray_options, execute
+from research.studies.executors import check_ray_options, execute
+from research.studies.study_runs import StudyError, StudyRun
 from research.studies.pinned import core_groups
 from utils.runtime import usable_core_ids
 from research.studies.runner import run_study
