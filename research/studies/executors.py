@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import math
 import time
@@ -114,27 +115,44 @@ def check_ray_options(args: argparse.Namespace, study: str = "", kind: str = "",
     return serves
 
 
-def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, progress: bool,
-            ray: str | None = None, gpus_per_run: float | None = None, cpus_per_run: float | None = None,
-            on_cpu: bool = False, finished: Callable[[StudyRun], bool] | None = None, parallel: int = 1,
-            storage: Storage | None = None) -> None:
-    """Train `runs` with `train`, in their order in this process (`ray` None, `parallel` 1), `parallel` at a time in
-    worker processes pinned to their cores (train_side_by_side), or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto
-    or HOST:PORT; `on_cpu`: the runs ask for no GPU by default). `finished`, for a study that keeps its finished runs
-    itself: asked of every run before any trains (it may refuse one), and a run it calls finished is kept, not
-    trained; without it every run goes to `train` (the catalog studies' trainer resumes a finished run, training
-    nothing). A run that fails on a user error ends the study in run_failed's words, every way.
-    `progress`: a bar over the runs on Ray (in this process, the train function shows its own)."""
-    done = [bool(finished and finished(run)) for run in runs]
-    if ray is not None or parallel > 1:
+@dataclasses.dataclass(frozen=True)
+class ExecuteOptions:
+    """How `execute` trains a study's runs: on `runtime` in this process (`ray` None, `parallel` 1), `parallel` at a
+    time in worker processes pinned to their cores, or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto or HOST:PORT;
+    `on_cpu`: the runs ask for no GPU by default; `storage`: check_ray_options's). `progress`: a bar over the runs on
+    Ray (in this process, the train function shows its own)."""
+    runtime: Runtime
+    progress: bool = False
+    ray: str | None = None
+    gpus_per_run: float | None = None
+    cpus_per_run: float | None = None
+    parallel: int = 1
+    storage: Storage | None = None
+    on_cpu: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, runtime: Runtime, storage: Storage | None, on_cpu: bool):
+        """The options of a study command's parsed arguments (add_ray_args and --no_progress)."""
+        return cls(runtime, not args.no_progress, args.ray, args.gpus_per_run, args.cpus_per_run, args.parallel,
+                   storage, on_cpu)
+
+
+def execute(runs: list[StudyRun], out: Path, train: Train, options: ExecuteOptions,
+            finished: Callable[[StudyRun], bool] | None = None) -> None:
+    """Train `runs` with `train` as `options` say. `finished`, for a study that keeps its finished runs itself: asked
+    of every run before any trains (it may refuse one), and a run it calls finished is kept, not trained; without it
+    every run goes to `train` (the catalog studies' trainer resumes a finished run, training nothing). A run that
+    fails on a user error ends the study in run_failed's words, every way."""
+    done, o = [bool(finished and finished(run)) for run in runs], options
+    if o.ray is not None or o.parallel > 1:
         for run in (run for run, d in zip(runs, done) if d):
             print(_KEPT.format(run=run), flush=True)
         todo = [run for run, d in zip(runs, done) if not d]
-        if todo and ray is not None:
-            train_on_ray(todo, out, ray, train=train, on_cpu=on_cpu, gpus_per_run=gpus_per_run,
-                         cpus_per_run=cpus_per_run, progress=progress, storage=storage)
+        if todo and o.ray is not None:
+            train_on_ray(todo, out, o.ray, train=train, on_cpu=o.on_cpu, gpus_per_run=o.gpus_per_run,
+                         cpus_per_run=o.cpus_per_run, progress=o.progress, storage=o.storage)
         elif todo:
-            train_side_by_side(todo, out, train, min(parallel, len(todo)))
+            train_side_by_side(todo, out, train, min(o.parallel, len(todo)))
         return
     for run, d in zip(runs, done):
         if d:
@@ -142,7 +160,7 @@ def execute(runs: list[StudyRun], out: Path, train: Train, *, runtime: Runtime, 
             continue
         print(f"== {run.cond} (seed {run.seed}) -> {run.run_dir}", flush=True)
         try:
-            train(run, runtime)
+            train(run, o.runtime)
         except RunInterrupted as e:
             raise run_interrupted(run, e, out) from None
         except (UserError, OSError) as e:
