@@ -3,8 +3,7 @@
 A run is described by a `RunConfig` holding a `ModelConfig`, a `TrainConfig`, a `DataConfig` and a `ProbeConfig`.
 Field names are unique across them, so every field can be set from the command line as `--field value` (see
 `configs.cli`). Each field is declared once, here (configs.fields.knob): its type (a Literal of its values where a
-text field has a fixed set), default, help sentence, whether it is a variant, whether it changes results. Their
-files (config.json read, checked and written; --config FILE) are configs.files's.
+text field has a fixed set), default, help sentence, variant or not, results or not. Their files: configs.files.
 """
 from __future__ import annotations
 

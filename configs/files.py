@@ -10,11 +10,10 @@ or flat, one mapping of field names (they are unique across sections):
     n_layers: 8
     qk_norm: frozen
 
-Every key is checked against the config's fields (an unknown key is named, with its section) and
-every value against the field's type, so a typo never silently falls back to a default. The file
-gives a preset (optional) and values; `configs.cli` applies them: the preset (--preset, else the
-file's, else the script's default), then the file's values, then the command-line options. A run's config.json
-is read, checked and written here too (load_run_config, run_config_from_dict, save_run_config).
+Every key is checked against the config's fields (an unknown key is named, with its section) and every value against
+the field's type, so a typo never silently falls back to a default. The file gives a preset (optional) and values;
+`configs.cli` applies them: the preset (--preset, else the file's, else the script's default), then the file's values,
+then the command-line options. A run's config.json is read, checked and written here too (load_run_config, ...).
 """
 from __future__ import annotations
 
@@ -206,8 +205,7 @@ def run_config_from_dict(d: dict[str, Any], where: str = "") -> RunConfig:
     --config file's; ConfigError names the section and field after `where` (e.g. "path: ")."""
     if not isinstance(d, dict) or not {"model", "train", "data"} <= set(d):
         found = f"keys {', '.join(map(str, d))}" if isinstance(d, dict) else type(d).__name__
-        raise ConfigError(f"{where}not a run config (found {found or 'nothing'}); expected keys model, train, "
-                          f"data")
+        raise ConfigError(f"{where}not a run config (found {found or 'nothing'}); expected keys model, train, data")
     unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
     if unknown:
         raise ConfigError(f"{where}unknown key(s) {cut(', '.join(map(shown, unknown)))}: a run config holds "

@@ -1,12 +1,8 @@
-"""The one executor of every trained study's runs: the catalog studies, study files and the spike study (through
-research.studies.runner) and the fine-tuning study (research.studies.finetune) each build their runs
-(research.studies.study_runs.StudyRun) and hand them with their own train function to `execute`, which trains them in
-this process one after another, with --parallel P side by side in P worker processes pinned to their share of the
-cores (research.studies.pinned: spawned, no Ray), or with --ray as Ray tasks (research.studies.ray_execution), and
-reports a failed or interrupted run in the same words every way; and the options that choose how, checked before
-anything starts. The driver alone writes study.json (its conditions: `results_paths`), the figures and the report
-once every run is done.
-"""
+"""The one executor of every trained study's runs: the runner's studies and the fine-tuning study build their runs
+(research.studies.study_runs) and hand them with their own train function to `execute`, which trains them here one
+after another, with --parallel P side by side in P worker processes pinned to their share of the cores (.pinned, no
+Ray), or with --ray as Ray tasks (.ray_execution), a failed or interrupted run worded alike every way. The driver alone
+writes study.json (its conditions: `results_paths`), the figures and the report once every run is done."""
 from __future__ import annotations
 
 import argparse
@@ -117,10 +113,8 @@ def check_ray_options(args: argparse.Namespace, study: str = "", kind: str = "",
 
 @dataclasses.dataclass(frozen=True)
 class ExecuteOptions:
-    """How `execute` trains a study's runs: on `runtime` in this process (`ray` None, `parallel` 1), `parallel` at a
-    time in worker processes pinned to their cores, or as Ray tasks on the Ray at `ray` (LOCAL_RAY, auto or HOST:PORT;
-    `on_cpu`: the runs ask for no GPU by default; `storage`: check_ray_options's). `progress`: a bar over the runs on
-    Ray (in this process, the train function shows its own)."""
+    """How `execute` trains a study's runs: on `runtime` here (`ray` None, `parallel` 1), `parallel` at a time in pinned
+    workers, or as tasks on the Ray at `ray` (see train_on_ray); from_args: a study command's parsed options."""
     runtime: Runtime
     progress: bool = False
     ray: str | None = None
@@ -132,7 +126,6 @@ class ExecuteOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, runtime: Runtime, storage: Storage | None, on_cpu: bool):
-        """The options of a study command's parsed arguments (add_ray_args and --no_progress)."""
         return cls(runtime, not args.no_progress, args.ray, args.gpus_per_run, args.cpus_per_run, args.parallel,
                    storage, on_cpu)
 

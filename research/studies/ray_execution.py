@@ -1,13 +1,8 @@
-"""The study's runs as Ray tasks (research.studies.executors.execute with --ray): each run is one task that trains its
-run folder and returns its summary. The driver holds the study folder's lock; each task takes its own run folder's
-lock (training.run.train_run). A task whose worker is lost is retried by Ray up to MAX_RETRIES times and resumes from
-the run's newest checkpoint; a task that fails on a user error is not retried, and its message reaches the driver as
-the in-process executor would say it. Ctrl-C cancels the tasks, their checkpoints kept. Any other error of Ray's own
-ends the study in one line (`ray_failed`, raised by train_on_ray, the one boundary). The only module that imports
-ray, and only inside its functions; of the studies' modules it imports study_runs, storage and cores alone. Each task
-pins its worker to --cpus_per_run cores of its own (research.studies.cores); with --storage URI it trains in its
-node's own folder through the storage (research.studies.storage).
-"""
+"""A study's runs as Ray tasks (executors.execute with --ray), each training its run folder under that folder's own lock
+and returning its summary. A task whose worker is lost is retried up to MAX_RETRIES times, resuming from the run's
+newest checkpoint; a user error is not retried and reaches the driver in the in-process executor's words. Ctrl-C
+cancels the tasks, checkpoints kept; any other error of Ray's own ends the study in one line (ray_failed, raised by
+train_on_ray, the one boundary). The only module that imports ray, and only inside its functions."""
 from __future__ import annotations
 
 import os

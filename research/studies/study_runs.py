@@ -1,6 +1,5 @@
-"""A study's runs as every executor sees them: the run record (`StudyRun`), a study's train function (`Train`), and the
-study's error for a run that failed on a user error (`run_failed`), in the same words in this process, side by side
-(research.studies.executors) and on Ray (research.studies.ray_execution)."""
+"""A study's runs as every executor sees them: the run record (`StudyRun`), a study's train function (`Train`) and
+the study's error for a run that failed on a user error (`run_failed`), in this process, side by side and on Ray."""
 from __future__ import annotations
 
 import dataclasses

@@ -33,9 +33,8 @@ This project's MinimalLLM gets q/k from its hook points (hook_q_rope, hook_k_rop
 SDPA output.
 
 The package: base.py (the interface, InspectError), hf.py (HFAdapter: the Llama layout, which llama, mistral and
-qwen2 read unchanged, the config checks and `capture` every Hugging Face family shares), llama_like.py (the families
-that change a few of its attributes: qwen3, apertus, arcee, olmo2, gemma3), and one module per other family (gpt2,
-gpt_neox); own_adapter.py beside it reads this project's model.
+qwen2 read unchanged, the config checks and `capture` every Hugging Face family shares), llama_like.py (qwen3, apertus,
+arcee, olmo2, gemma3: a few of its attributes changed), gpt2.py, gpt_neox.py; own_adapter.py: this project's model.
 Other modules import from `research.access.adapters` only.
 """
 from __future__ import annotations

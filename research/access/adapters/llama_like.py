@@ -1,7 +1,6 @@
-"""The Hugging Face families of the Llama layout that differ from it (hf.HFAdapter) in a few attributes: Qwen3 and
-Apertus (a q_norm / k_norm per head before RoPE), Arcee (a non-gated MLP), OLMo 2 (q_norm / k_norm over the whole
-projection), Gemma 3 (RMSNorm gains of 1 + weight, soft-capped logits). research/export_hf.py writes Apertus for the
-runs with qk_norm learned or frozen, Arcee for those with qk_norm none."""
+"""Families of the Llama layout (hf.HFAdapter) changing a few attributes: Qwen3 and Apertus (per-head q_norm / k_norm
+before RoPE), Arcee (a non-gated MLP), OLMo 2 (q_norm / k_norm over the whole projection), Gemma 3 text (RMSNorm gains
+of 1 + weight, soft-capped logits). export_hf.py writes Apertus for qk_norm learned or frozen, Arcee for none."""
 from __future__ import annotations
 
 import torch
@@ -15,14 +14,10 @@ class Qwen3Adapter(HFAdapter):
 
 
 class ApertusAdapter(HFAdapter):
-    """Apertus: per-head q_norm / k_norm before RoPE (the export of qk_norm learned/frozen runs)."""
-
     family = "apertus"
 
 
 class ArceeAdapter(HFAdapter):
-    """Arcee: Llama attention with a non-gated MLP (the export of qk_norm='none' runs)."""
-
     family = "arcee"
 
 
@@ -38,8 +33,6 @@ class Olmo2Adapter(HFAdapter):
 
 
 class Gemma3Adapter(HFAdapter):
-    """Gemma 3 (text): RMSNorm gains act as 1 + weight; final logits are soft-capped."""
-
     family = "gemma3"
     gain_offset = 1.0
 
