@@ -3,27 +3,20 @@
 A run is described by a `RunConfig` holding a `ModelConfig`, a `TrainConfig`, a `DataConfig` and a `ProbeConfig`.
 Field names are unique across them, so every field can be set from the command line as `--field value` (see
 `configs.cli`). Each field is declared once, here (configs.fields.knob): its type (a Literal of its values where a
-text field has a fixed set), default, help sentence, whether it is a variant, whether it changes results.
+text field has a fixed set), default, help sentence, variant or not, results or not. Their files: configs.files.
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from configs.fields import check_choices, check_kinds, coerce_value, hints, knob, literal_choices
+from configs.fields import check_choices, check_kinds, hints, knob, literal_choices
 # ConfigError: defined in utils, which raises it too (the device)
-from utils.errors import ConfigError, PicklesWhole, cut, shown
-from utils.formats import loads_json
+from utils.errors import ConfigError, shown
 from utils.telemetry import ALARM_SIGNALS, parse_alarm
 
-
-# Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
-# its own field decayed both optimizers by `weight_decay`); read by RunConfig.from_dict and configs.files.
-LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
 
 # The largest float32: the optimizer steps scale float32 weights by their rate in every precision (bf16 autocasts the
 # forward only), and torch refuses a step scalar beyond it ("value cannot be converted to type float without
@@ -348,48 +341,6 @@ def variant_fields() -> list[str]:
 # The values of the text fields other code names, as their fields declare them
 QK_NORM_MODES, COMPILE_MODES, ORTHOGONALIZERS, MUON_UPDATE_SCALES = (
     field_choices()[name] for name in ("qk_norm", "compile", "orthogonalizer", "muon_update_scale"))
-class DuplicateKey(PicklesWhole, ValueError):
-    """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
-
-    def __init__(self, key, where: str = ""):
-        super().__init__(f"key {shown(key)} appears twice in one mapping{where}: a reader would keep only the last, "
-                         f"silently. Fix: keep one of them")
-
-
-def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
-    for key, value in pairs:
-        if key in out:
-            raise DuplicateKey(key)
-        out[key] = value
-    return out
-
-
-def parse_json(text: str) -> object:
-    """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
-    last); the one JSON reader of config files (--config, config.json)."""
-    return loads_json(text, object_pairs_hook=_unique_pairs)
-
-
-def section_values(section: str, body, where: str) -> dict[str, object]:
-    """The typed values of one section's mapping; ConfigError names the section, the key and the problem, after
-    `where` (the file, as "path: ")."""
-    if not isinstance(body, dict):
-        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {shown(body)}")
-    hints = field_hints()
-    out: dict[str, object] = {}
-    for key, value in body.items():
-        if section == "train" and key in LEGACY_TRAIN_FIELDS:  # an old field sets its successors unless given
-            for new in LEGACY_TRAIN_FIELDS[key]:
-                if new not in body:
-                    out[new] = coerce_value(key, float, value, f"{where}[{section}] ")
-            continue
-        if key not in hints or hints[key][0] != section:
-            home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
-            raise ConfigError(f"{where}unknown key {shown(key)} in section {section!r}{home}; the fields of "
-                              f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
-        out[key] = coerce_value(key, hints[key][1], value, f"{where}[{section}] ")
-    return out
 
 
 @dataclass
@@ -450,40 +401,3 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], where: str = "") -> "RunConfig":
-        """The config a to_dict() wrote (config.json, a checkpoint's state.json), every value type-checked as a
-        --config file's; ConfigError names the section and field after `where` (e.g. "path: ")."""
-        if not isinstance(d, dict) or not {"model", "train", "data"} <= set(d):
-            found = f"keys {', '.join(map(str, d))}" if isinstance(d, dict) else type(d).__name__
-            raise ConfigError(f"{where}not a run config (found {found or 'nothing'}); expected keys model, train, "
-                              f"data")
-        unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
-        if unknown:
-            raise ConfigError(f"{where}unknown key(s) {cut(', '.join(map(shown, unknown)))}: a run config holds "
-                              f"{', '.join(SECTIONS)} and preset")
-        preset = d.get("preset", "custom")
-        if not isinstance(preset, str):
-            raise ConfigError(f"{where}preset: expected a string, found {shown(preset)}")
-        values = {s: section_values(s, d.get(s, {}), where) for s in SECTIONS}
-        try:
-            return cls(**{s: c(**values[s]) for s, c in SECTIONS.items()}, preset=preset)
-        except ConfigError as e:  # a value out of its range: the file is named too
-            raise ConfigError(f"{where}{e}") from None
-
-    def save(self, path: str | Path) -> None:
-        from utils.io import atomic_write_text
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "RunConfig":
-        """A saved config.json; ConfigError names the file, the field and the fix."""
-        path = Path(path)
-        try:
-            return cls.from_dict(parse_json(path.read_text()), where=f"{path}: ")
-        except ConfigError as e:
-            raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as e:
-            raise ConfigError(f"cannot read config {path}: {cut(str(e))}; fix or restore {path.name}") from e
-

@@ -10,26 +10,75 @@ or flat, one mapping of field names (they are unique across sections):
     n_layers: 8
     qk_norm: frozen
 
-Every key is checked against the config's fields (an unknown key is named, with its section) and
-every value against the field's type, so a typo never silently falls back to a default. The file
-gives a preset (optional) and values; `configs.cli` applies them: the preset (--preset, else the
-file's, else the script's default), then the file's values, then the command-line options.
+Every key is checked against the config's fields (an unknown key is named, with its section) and every value against
+the field's type, so a typo never silently falls back to a default. The file gives a preset (optional) and values;
+`configs.cli` applies them: the preset (--preset, else the file's, else the script's default), then the file's values,
+then the command-line options. A run's config.json is read, checked and written here too (load_run_config, ...).
 """
 from __future__ import annotations
 
 import difflib
 import json
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from configs.config import SECTIONS, ConfigError, DuplicateKey, field_hints, parse_json, section_values
+from configs.config import SECTIONS, ConfigError, RunConfig, field_hints
 from configs.fields import BOOL_WORDS, coerce_value, split_list
 from configs.presets import PRESETS
-from utils.errors import cut, os_fix, os_problem, shown
-from utils.formats import unreadable
+from utils.errors import PicklesWhole, cut, os_fix, os_problem, shown
+from utils.formats import loads_json, unreadable
 
 __all__ = ["BOOL_WORDS", "SECTIONS", "ConfigFile", "read_config_file", "split_list"]
 YAML_SUFFIXES = (".yaml", ".yml")
+# Fields of older saved configs -> the fields that replaced them (configs written before Muon's weight decay had
+# its own field decayed both optimizers by `weight_decay`); read by section_values, for config.json and --config.
+LEGACY_TRAIN_FIELDS = {"weight_decay": ("muon_weight_decay", "adamw_weight_decay")}
+
+
+class DuplicateKey(PicklesWhole, ValueError):
+    """A mapping of a config file that names one key twice (JSON and YAML readers would keep the last)."""
+
+    def __init__(self, key, where: str = ""):
+        super().__init__(f"key {shown(key)} appears twice in one mapping{where}: a reader would keep only the last, "
+                         f"silently. Fix: keep one of them")
+
+
+def _unique_pairs(pairs: list[tuple[str, object]]) -> dict:
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def parse_json(text: str) -> object:
+    """JSON text as Python values, refusing an object that names a key twice (DuplicateKey; json.loads keeps the
+    last); the one JSON reader of config files (--config, config.json)."""
+    return loads_json(text, object_pairs_hook=_unique_pairs)
+
+
+def section_values(section: str, body, where: str) -> dict[str, object]:
+    """The typed values of one section's mapping; ConfigError names the section, the key and the problem, after
+    `where` (the file, as "path: ")."""
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}section {section!r} must be a mapping of its fields, found {shown(body)}")
+    hints = field_hints()
+    out: dict[str, object] = {}
+    for key, value in body.items():
+        if section == "train" and key in LEGACY_TRAIN_FIELDS:  # an old field sets its successors unless given
+            for new in LEGACY_TRAIN_FIELDS[key]:
+                if new not in body:
+                    out[new] = coerce_value(key, float, value, f"{where}[{section}] ")
+            continue
+        if key not in hints or hints[key][0] != section:
+            home = f" (it belongs to section {hints[key][0]!r})" if key in hints else ""
+            raise ConfigError(f"{where}unknown key {shown(key)} in section {section!r}{home}; the fields of "
+                              f"{section} are: {', '.join(f.name for f in dataclasses.fields(SECTIONS[section]))}")
+        out[key] = coerce_value(key, hints[key][1], value, f"{where}[{section}] ")
+    return out
 
 
 @dataclass(frozen=True)
@@ -93,7 +142,7 @@ def parse_file(path: Path, text: str) -> object:
 def field_values(data: dict, where: str | Path, skip: tuple[str, ...] = ("preset",),
                  others: tuple[str, ...] | None = None) -> dict[str, object]:
     """Field values of a nested, flat or mixed mapping (the `skip` keys left out); the type checks are
-    configs.config's, which RunConfig.from_dict applies to a saved config.json as well. `where` starts every message
+    section_values's, which run_config_from_dict applies to a saved config.json as well. `where` starts every message
     (the file, and where in it); `others`: the other keys the mapping may hold, as an unknown key's message lists
     them (default: `skip`)."""
     path = where
@@ -149,3 +198,39 @@ def read_config_file(path: str | Path) -> ConfigFile:
         raise ConfigError(f"{path}: preset {shown(preset)} is not a named preset: choose one of {', '.join(PRESETS)} "
                           f"(or leave it out and pass --preset)")
     return ConfigFile(path, preset, field_values(data, path))
+
+
+def run_config_from_dict(d: dict[str, Any], where: str = "") -> RunConfig:
+    """The config a RunConfig.to_dict() wrote (config.json, a checkpoint's state.json), every value type-checked as a
+    --config file's; ConfigError names the section and field after `where` (e.g. "path: ")."""
+    if not isinstance(d, dict) or not {"model", "train", "data"} <= set(d):
+        found = f"keys {', '.join(map(str, d))}" if isinstance(d, dict) else type(d).__name__
+        raise ConfigError(f"{where}not a run config (found {found or 'nothing'}); expected keys model, train, data")
+    unknown = sorted(str(k) for k in set(d) - {*SECTIONS, "preset"})
+    if unknown:
+        raise ConfigError(f"{where}unknown key(s) {cut(', '.join(map(shown, unknown)))}: a run config holds "
+                          f"{', '.join(SECTIONS)} and preset")
+    preset = d.get("preset", "custom")
+    if not isinstance(preset, str):
+        raise ConfigError(f"{where}preset: expected a string, found {shown(preset)}")
+    values = {s: section_values(s, d.get(s, {}), where) for s in SECTIONS}
+    try:
+        return RunConfig(**{s: c(**values[s]) for s, c in SECTIONS.items()}, preset=preset)
+    except ConfigError as e:  # a value out of its range: the file is named too
+        raise ConfigError(f"{where}{e}") from None
+
+
+def save_run_config(cfg: RunConfig, path: str | Path) -> None:
+    from utils.io import atomic_write_text
+    atomic_write_text(path, json.dumps(cfg.to_dict(), indent=2) + "\n")
+
+
+def load_run_config(path: str | Path) -> RunConfig:
+    """A saved config.json; ConfigError names the file, the field and the fix."""
+    path = Path(path)
+    try:
+        return run_config_from_dict(parse_json(path.read_text()), where=f"{path}: ")
+    except ConfigError as e:
+        raise ConfigError(f"cannot read config {e}; fix or restore {path.name}") from e
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, DuplicateKey) as e:
+        raise ConfigError(f"cannot read config {path}: {cut(str(e))}; fix or restore {path.name}") from e

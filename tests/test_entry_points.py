@@ -98,7 +98,7 @@ def test_the_packages_an_entry_module_runs_in_import_nothing():
 # Error classes that never reach a user: each is caught where it is raised and told as a UserError there.
 INTERNAL_ERRORS = {
     "FormatError": "utils/formats.py: each reader turns it into its file's error (ResultsError, CheckpointError, ...)",
-    "DuplicateKey": "configs/config.py: the config readers turn it into ConfigError naming the file",
+    "DuplicateKey": "configs/files.py: the config readers turn it into ConfigError naming the file",
     "UnreadableJSON": "utils/formats.py: a json.JSONDecodeError, which every JSON reader turns into its file's error",
 }
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from configs.config import ConfigError, RunConfig
+from configs.files import load_run_config, run_config_from_dict
 from training import checkpoint
 from training.errors import RunError
 from training.resume import check_same_run
@@ -95,12 +96,12 @@ class RunFolder:
         error = None
         if (self.path / CONFIG).exists():
             try:
-                return RunConfig.load(self.path / CONFIG)
+                return load_run_config(self.path / CONFIG)
             except ConfigError as e:
                 error = e
         for ckpt in reversed(checkpoint.list_checkpoints(self.checkpoints)):
             try:
-                cfg = RunConfig.from_dict(json.loads((ckpt.path / "state.json").read_text())["config"])
+                cfg = run_config_from_dict(json.loads((ckpt.path / "state.json").read_text())["config"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue  # ConfigError is a ValueError
             if error:

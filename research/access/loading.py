@@ -24,14 +24,15 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def _load_own(path: Path, dtype: torch.dtype):
-    from configs import ConfigError, RunConfig
+    from configs import ConfigError
+    from configs.files import load_run_config
     from models.llm import MinimalLLM
     from training.checkpoint import load_newest_weights
     from training.memory_fit import check_fits
     from utils.io import check_links
     check_links(path, "inspect another run", InspectError)
     try:
-        cfg = RunConfig.load(path / "config.json")
+        cfg = load_run_config(path / "config.json")
     except ConfigError as e:
         raise InspectError(str(e)) from e
     check_fits(cfg)  # the model is built in this machine's memory: refused with the numbers when it cannot be

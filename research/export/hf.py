@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from configs.config import ConfigError, ModelConfig, RunConfig
+from configs.files import load_run_config
 from models.llm import MinimalLLM
 from research.access.checkpoints import EXPORT_INFO
 from training.memory_fit import check_fits
@@ -148,7 +149,7 @@ def load_native(run_dir: Path, step: int | None = None) -> tuple[RunConfig, Chec
         raise ExportError(f"{run_dir} has no config.json: expected a folder written by train_llm.py or a study "
                           f"condition (research_results/<study>/<condition>[/seed_<s>])")
     try:
-        cfg = RunConfig.load(run_dir / "config.json")
+        cfg = load_run_config(run_dir / "config.json")
     except (ConfigError, RuntimeError) as e:
         raise ExportError(str(e)) from e
     why = inexpressible(cfg.model)

@@ -14,7 +14,7 @@ _NUMBERS = ListOf(Number(), "a list of numbers or null")
 _SECTION = Obj({})  # an object whose fields its own reader checks
 
 # config.json of a run (configs.RunConfig.to_dict): the sections and values readers look into, as results.json's
-# config holds them (research.results.checks); RunConfig.from_dict checks the rest when a run is resumed.
+# config holds them (research.results.checks); configs.files.run_config_from_dict checks the rest when a run is resumed.
 RUN_CONFIG = Obj({**_CONFIG.fields, **{k: Obj(spec.fields, rules=spec.rules) for k, spec in _CONFIG.fields.items()
                                        if isinstance(spec, Obj)}}, "a JSON object (a run's config)")
 

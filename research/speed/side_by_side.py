@@ -23,7 +23,7 @@ from utils.cli import ArgumentParser, command, positive_int
 from configs import ConfigError, apply_overrides
 from data import prepare_data, resolve_offline
 from research.studies import QK_NORM
-from research.studies.executors import execute
+from research.studies.executors import ExecuteOptions, execute
 from utils.runtime import usable_cores
 from research.studies.runner import base_config, resolve_preset, study_runs, train_study_run
 from utils.runtime import local_cpu_threads, resolve_runtime
@@ -50,7 +50,7 @@ def timed_way(base, n_runs: int, parallel: int, threads: int = 0) -> tuple[float
         runs = study_runs(QK_NORM, base, seeds, out)[:n_runs]
         start = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):  # the runs' own lines
-            execute(runs, out, train, runtime=runtime, progress=False, parallel=parallel)
+            execute(runs, out, train, ExecuteOptions(runtime, parallel=parallel))
         wall = time.perf_counter() - start
         losses = [[json.loads(ln)["loss"] for ln in (r.run_dir / "metrics.jsonl").read_text().splitlines()
                    if '"loss"' in ln] for r in runs]

@@ -1,6 +1,6 @@
 """A Ray task's cores of its own: each run's task pins its worker process to --cpus_per_run cores that no other task on
 its node holds, as --parallel pins its workers (research.studies.pinned), so that runs sharing a node (or a GPU)
-never share cores. research.studies.executors alone uses it, in the task; it imports no ray.
+never share cores. research.studies.ray_execution alone uses it, in the task; it imports no ray.
 
 A core is claimed with an exclusive, non-blocking lock (fcntl.flock) on a file of the node's user cache
 (<cache>/cores/<core>.lock, utils.cache): the OS releases it when the process ends, killed too, so a lost worker

@@ -33,7 +33,8 @@ from research.results.layout import condition_dir, write_study_index
 from research.results.vocabulary import RESULTS_FILE, STUDY_INDEX
 from research.studies.kinds import KINDS
 from research.studies.render import render_study
-from research.studies.executors import StudyRun, Train, add_ray_args, check_ray_options, execute
+from research.studies.study_runs import StudyRun, Train
+from research.studies.executors import ExecuteOptions, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts
 from research.studies.looks import Rounds, add_until_args, check_until, run_looks
 from utils.cli import ArgumentParser
@@ -256,7 +257,7 @@ def train_one(args, condition: str, seed: int, run_dir: Path, pool: torch.Tensor
 
 def train_run(args, pool: torch.Tensor, probe_ids: torch.Tensor, steps: int, every: int, data: dict,
               run: StudyRun[dict], runtime: Runtime | None) -> None:
-    """The study's train function (research.studies.executors.Train, with its first six arguments given): train_one
+    """The study's train function (research.studies.study_runs.Train, with its first six arguments given): train_one
     on the study's runtime in this process, or (runtime None: a Ray task) on this worker's device and precision with
     no progress bar."""
     if runtime is None:
@@ -309,12 +310,10 @@ def main(argv=None, description: str = "") -> int:
         with FolderLock(out, hint="pass another --out"):
             t0 = time.perf_counter()
             runs_of, train = study_runs(args, out, steps, every, runtime)
+            options = ExecuteOptions.from_args(args, runtime, storage, on_cpu=runtime.device.type == "cpu")
 
             def train_runs(runs: list[StudyRun[dict]], done: set) -> None:  # a round's new runs, together
-                execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-                        gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                        storage=storage, on_cpu=runtime.device.type == "cpu",
-                        # kept: asked of all before any trains
+                execute(runs, out, train, options,  # kept: asked of all before any trains
                         finished=lambda run: run.run_dir in done or kept(run.run_dir / RESULTS_FILE, run.cfg, steps))
 
             def write_index(seeds: list[int], conditions: dict, looks: list[dict], design: dict | None) -> None:

@@ -21,9 +21,10 @@ from research.analysis.sequential import (FIRST_SHARE, RHO, Design, Look, family
                                           undecided, value_text)
 from research.plots.looks import bound_text, options_text, seeds_text
 from research.results.layout import read_study_index
-from research.studies.executors import StudyRun, results_paths
+from research.studies.executors import results_paths
 from research.studies.kinds import Kind
 from research.studies.render import decide_study
+from research.studies.study_runs import StudyRun
 
 ROUND = 2  # --round's default: seeds added per round (plan(4, 8, 2) looks at 4, 6 and 8 seeds)
 

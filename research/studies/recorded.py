@@ -10,7 +10,7 @@ from configs import ConfigError, RunConfig
 from research.results import ResultsError
 from research.results.layout import read_study_index
 from research.studies.catalog import Study
-from research.studies.executors import StudyRun
+from research.studies.study_runs import StudyRun
 from training.checkpoint import latest_checkpoint
 from training.errors import RunError
 from training.resume import check_resume_length, config_differences

@@ -46,12 +46,13 @@ from research.results.layout import add_study_times, condition_dir, read_study_i
 from research.results.vocabulary import RESULTS_FILE
 from research.studies.catalog import Study
 from research.analysis.sequential import family_record, plan
-from research.studies.executors import Storage, StudyError, StudyRun, add_ray_args, check_ray_options, execute
+from research.studies.executors import ExecuteOptions, add_ray_args, check_ray_options, execute
 from research.studies.hosts import add_hosts_args, check_hosts, study_threads
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, add_until_args, check_until, rounds_text, run_looks
 from research.studies.recorded import check_recorded_runs, check_study_folder
 from research.studies.render import render_study
+from research.studies.study_runs import StudyError, StudyRun
 from training.callbacks import AfterCheckpoint
 from training.errors import NonFiniteLossError
 from training.memory import needed_bytes, plan_memory
@@ -262,7 +263,7 @@ def train_condition(cfg: RunConfig, run_dir: Path, tag: str, progress: bool, rep
 
 def train_study_run(run: StudyRun[RunConfig], runtime: Runtime | None, *, progress: bool, replan_schedule: bool,
                     logger: str, divergence_is_a_result: bool) -> dict | None:
-    """The catalog studies' train function (research.studies.executors.Train): one run with the probe, on the study's
+    """The catalog studies' train function (research.studies.study_runs.Train): one run with the probe, on the study's
     runtime with `progress` bars in this process, on the worker's own without bars in a Ray task (runtime None)."""
     return train_condition(run.cfg, run.run_dir, run.cond, progress=progress and runtime is not None,
                            replan_schedule=replan_schedule, divergence_is_a_result=divergence_is_a_result,
@@ -285,17 +286,15 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             raise ConfigError("--lr_multipliers must be positive numbers, e.g. 0.25 1 4 16")
         study = dataclasses.replace(study, lr_multipliers=tuple(sorted(set(args.lr_multipliers))))
     preset, overrides = start_from_args(args, "auto")
-    until = check_until(args, KINDS[study.kind], args.seeds or ([overrides["seed"]] if "seed" in overrides else
-                                                                list(study.default_seeds)), study.name, study.primary)
-    check_run_count(study, until.max_seeds if until else len(args.seeds or ([0] if "seed" in overrides else
-                                                                            study.default_seeds)), args.max_runs)
+    seeds = args.seeds or ([overrides["seed"]] if "seed" in overrides else list(study.default_seeds))  # else --seed N
+    until = check_until(args, KINDS[study.kind], seeds, study.name, study.primary)
+    check_run_count(study, until.max_seeds if until else len(seeds), args.max_runs)
     try:
         base = base_config(study, resolve_preset(preset, overrides.get("device", "auto"), study.gpu_preset,
                                                  study.preset), overrides)
     except ConfigError as e:
         raise ConfigError(f"{study.source}: the shared config: {e}" if study.source else str(e)) from None
     out = Path(args.out or Path("research_results") / study.name)
-    seeds = args.seeds or ([base.train.seed] if "seed" in overrides else list(study.default_seeds))
     if args.plan is not None:  # planning for CUDA needs no GPU here
         print(study_plan(study, base, args.plan or int(os.environ.get("WORLD_SIZE", "1"))))
         if until:
@@ -305,6 +304,8 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
     check_logger(args.logger)
     storage = check_ray_options(args, study.name, study.kind, out)
     check_runs(study, base, seeds[0], runtime)
+    options = ExecuteOptions.from_args(args, runtime, storage, on_cpu=all(  # a run's device: its condition's
+        r.cfg.train.device == "cpu" for r in study_runs(study, base, seeds[:1], out)))
     print(start_line(study, base, runtime, seeds, until, out), flush=True)
     for name in dict.fromkeys(k for o in study.conditions.values() for k in o if k in overrides):
         own = [c for c, o in study.conditions.items() if name in o]
@@ -320,7 +321,7 @@ def run_study(study: Study, argv: list[str] | None = None, description: str = ""
             if line:
                 print(line, flush=True)
         with FolderLock(out, hint="choose another --out"):
-            _train_and_render(study, args, base, seeds, out, runtime, until, mix_hosts, storage, started)
+            _train_and_render(study, args, base, seeds, out, options, until, mix_hosts, started)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while drawing the figures of {out}: the trained conditions are kept; python "
                           f"research/split_panels.py {out} draws them") from None
@@ -417,8 +418,8 @@ def study_times(out: Path, trained_s: float, figures_s: float, command_s: float)
     return total
 
 
-def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, runtime: Runtime,
-                      until: Until | None, mix_hosts: bool, storage: Storage | None, started: float) -> None:
+def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out: Path, options: ExecuteOptions,
+                      until: Until | None, mix_hosts: bool, started: float) -> None:
     train = functools.partial(train_study_run, progress=not args.no_progress, replan_schedule=args.replan_schedule,
                               logger=args.logger, divergence_is_a_result=bool(study.lr_multipliers))
     trained_s = [0.0]  # seconds this command spent in the executor (the runs' own time splits say where)
@@ -427,10 +428,7 @@ def _train_and_render(study: Study, args, base: RunConfig, seeds: list[int], out
         check_recorded_runs(runs, args.replan_schedule)
         t = time.perf_counter()
         try:
-            execute(runs, out, train, runtime=runtime, progress=not args.no_progress, ray=args.ray,
-                    gpus_per_run=args.gpus_per_run, cpus_per_run=args.cpus_per_run, parallel=args.parallel,
-                    storage=storage, on_cpu=all(r.cfg.train.device == "cpu" for r in runs),
-                    finished=lambda run: run.run_dir in done)
+            execute(runs, out, train, options, finished=lambda run: run.run_dir in done)
         finally:
             trained_s[0] += time.perf_counter() - t
 

@@ -1,5 +1,5 @@
-"""--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors alone imports this
-module; it imports no ray).
+"""--storage URI: a study's runs on Ray with no folder the nodes share (research.studies.executors, which hands its
+Storage to the studies, and research.studies.ray_execution alone import this module; it imports no ray).
 
 The storage is a folder pyarrow opens from a URI (file://, s3://, gs://). Each run keeps there what its run folder
 holds, plus stored.json, written last, listing a complete copy (`RunStore`); a Ray task (`train_stored`) trains in its

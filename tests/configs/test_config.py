@@ -3,7 +3,8 @@ import json
 import pytest
 import torch
 
-from configs import PRESETS, ConfigError, RunConfig, apply_overrides, get_preset
+from configs import PRESETS, ConfigError, apply_overrides, get_preset
+from configs.files import load_run_config, run_config_from_dict, save_run_config
 from models import MinimalLLM
 
 
@@ -37,7 +38,7 @@ def test_old_configs_keep_their_meaning():
     for k in ("muon_weight_decay", "adamw_weight_decay"):
         del d["train"][k]
     d["train"]["weight_decay"] = 0.1
-    t = RunConfig.from_dict(d).train
+    t = run_config_from_dict(d).train
     assert (t.muon_weight_decay, t.adamw_weight_decay) == (0.1, 0.1)
     assert get_preset("1b").tokens_per_step == 8 * 4 * 2048
 
@@ -45,8 +46,8 @@ def test_old_configs_keep_their_meaning():
 def test_config_round_trips_through_json(tmp_path):
     for name in PRESETS:
         cfg = get_preset(name)
-        cfg.save(tmp_path / f"{name}.json")
-        assert RunConfig.load(tmp_path / f"{name}.json") == cfg
+        save_run_config(cfg, tmp_path / f"{name}.json")
+        assert load_run_config(tmp_path / f"{name}.json") == cfg
 
 
 def test_overrides_validate_and_unknown_fields_are_rejected():
@@ -81,18 +82,18 @@ def test_optimizer_variants_are_set_from_the_command_line_and_kept_in_config_jso
     from configs import config_from_args
     argv = ["--qk_optimizer", "adamw", "--qk_lr_multiplier", "0.25", "--muon_update_scale", "match_rms_adamw"]
     cfg = config_from_args(train_llm.build_parser(argv).parse_args(argv))
-    cfg.save(tmp_path / "config.json")
-    t = RunConfig.load(tmp_path / "config.json").train
+    save_run_config(cfg, tmp_path / "config.json")
+    t = load_run_config(tmp_path / "config.json").train
     assert (t.qk_optimizer, t.qk_lr_multiplier, t.muon_update_scale) == ("adamw", 0.25, "match_rms_adamw")
 
 
 def test_corrupted_config_file_gets_a_clear_error(tmp_path):
     (tmp_path / "config.json").write_text('{"model": {"n_layers": 2}')
     with pytest.raises(ConfigError, match="cannot read config .*config.json"):
-        RunConfig.load(tmp_path / "config.json")
+        load_run_config(tmp_path / "config.json")
     (tmp_path / "config.json").write_text(json.dumps({"model": {}, "train": {}}))
     with pytest.raises(ConfigError, match="expected keys model, train, data"):
-        RunConfig.load(tmp_path / "config.json")
+        load_run_config(tmp_path / "config.json")
 
 
 @pytest.mark.parametrize("argv, line", [

@@ -6,7 +6,7 @@ import pytest
 
 import train_llm
 from configs import ConfigError, config_from_args
-from configs.files import read_config_file
+from configs.files import load_run_config, read_config_file, save_run_config
 from research.studies import QK_NORM
 from research.studies.runner import build_parser as study_parser
 from research import qk_norm_25m_study
@@ -107,15 +107,15 @@ def test_a_missing_file_and_a_study_without_probes_are_refused(tmp_path, capsys)
 
 
 def test_a_saved_config_json_with_a_key_twice_is_refused(tmp_path):
-    from configs import RunConfig, get_preset
+    from configs import get_preset
 
     path = tmp_path / "config.json"
-    get_preset("debug").save(path)
+    save_run_config(get_preset("debug"), path)
     text = path.read_text()
     path.write_text(text.replace('"n_layers": ', '"n_layers": 9, "n_layers": ', 1))
     with pytest.raises(ConfigError, match=r"cannot read config .*config.json: key 'n_layers' appears twice in one "
                                           r"mapping.*; fix or restore config.json"):
-        RunConfig.load(path)
+        load_run_config(path)
 
 
 def test_a_huge_value_is_refused_in_one_short_line(tmp_path, capsys):

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import train_llm
-from configs import ConfigError, RunConfig, apply_overrides, get_preset
+from configs import ConfigError, apply_overrides, get_preset
+from configs.files import load_run_config, run_config_from_dict
 from training import memory_fit
 from training.memory_fit import MemoryPlanError, check_fits
 from tests.helpers import stops
@@ -14,13 +15,13 @@ from utils.runtime import Runtime
 
 
 def _saved(tmp_path, edit) -> str:
-    """The message RunConfig.load gives for a debug config.json changed by edit(dict)."""
+    """The message load_run_config gives for a debug config.json changed by edit(dict)."""
     d = get_preset("debug").to_dict()
     edit(d)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(d))
     with pytest.raises(ConfigError) as e:
-        RunConfig.load(path)
+        load_run_config(path)
     msg = str(e.value)
     assert str(path) in msg and "fix or restore config.json" in msg and "\n" not in msg
     return msg
@@ -50,7 +51,7 @@ def test_config_json_sections_and_top_level_keys_are_checked(tmp_path):
     assert "expected keys model, train, data" in _saved(tmp_path, lambda d: d.pop("data"))
     # what a config.json holds is read back as it was written, legacy fields included
     d = get_preset("tiny").to_dict()
-    assert RunConfig.from_dict(json.loads(json.dumps(d))) == get_preset("tiny")
+    assert run_config_from_dict(json.loads(json.dumps(d))) == get_preset("tiny")
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -5,7 +5,7 @@ import pickle
 import pkgutil
 import time
 
-from configs.config import DuplicateKey
+from configs.files import DuplicateKey
 from research.results.schema import ResultsError
 from tests.helpers import REPO
 from training.checkpoint import CheckpointError

@@ -83,12 +83,13 @@ def test_training_refuses_a_run_folder_whose_checkpoints_lead_outside(corpus_fil
 
 def test_inspection_and_the_model_cache_refuse_links_leading_outside(tmp_path):
     from configs import get_preset
+    from configs.files import save_run_config
     from research.access.adapters import InspectError
     from research.access.loading import load_model
     run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     run.mkdir()
     elsewhere.mkdir()
-    get_preset("debug").save(run / "config.json")
+    save_run_config(get_preset("debug"), run / "config.json")
     (run / "checkpoints").symlink_to(elsewhere)
     with pytest.raises(InspectError, match=r"checkpoints -> .*elsewhere.*inspect another run"):
         load_model(str(run))

@@ -1,4 +1,4 @@
-"""Where things are inside a causal LM: one adapter class per model family, one module per family.
+"""Where things are inside a causal LM: one adapter class per model family.
 
     adapter = ADAPTERS[model_type](hf_model)      # or OwnAdapter(minimal_llm), own_adapter.py
     with adapter.capture(sink): adapter.forward(ids_BT)
@@ -33,21 +33,17 @@ This project's MinimalLLM gets q/k from its hook points (hook_q_rope, hook_k_rop
 SDPA output.
 
 The package: base.py (the interface, InspectError), hf.py (HFAdapter: the Llama layout, which llama, mistral and
-qwen2 read unchanged, the config checks and `capture` every Hugging Face family shares), and one module per other
-family (qwen3, apertus, arcee, olmo2, gemma3, gpt2, gpt_neox); own_adapter.py beside it reads this project's model.
+qwen2 read unchanged, the config checks and `capture` every Hugging Face family shares), llama_like.py (qwen3, apertus,
+arcee, olmo2, gemma3: a few of its attributes changed), gpt2.py, gpt_neox.py; own_adapter.py: this project's model.
 Other modules import from `research.access.adapters` only.
 """
 from __future__ import annotations
 
-from research.access.adapters.apertus import ApertusAdapter
-from research.access.adapters.arcee import ArceeAdapter
 from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError
-from research.access.adapters.gemma3 import Gemma3Adapter
 from research.access.adapters.gpt2 import GPT2Adapter
 from research.access.adapters.gpt_neox import GPTNeoXAdapter
 from research.access.adapters.hf import HFAdapter
-from research.access.adapters.olmo2 import Olmo2Adapter
-from research.access.adapters.qwen3 import Qwen3Adapter
+from research.access.adapters.llama_like import ApertusAdapter, ArceeAdapter, Gemma3Adapter, Olmo2Adapter, Qwen3Adapter
 
 __all__ = ["ADAPTERS", "DEFAULT_ATTN", "Adapter", "ApertusAdapter", "ArceeAdapter", "GPT2Adapter", "GPTNeoXAdapter",
            "Gemma3Adapter", "HFAdapter", "InspectError", "Olmo2Adapter", "Qwen3Adapter"]

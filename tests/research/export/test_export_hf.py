@@ -32,6 +32,7 @@ def make_run(run_dir, qk_norm, seed=0):
     """A run folder with two checkpoints: step 2 (initial weights) and step 5 (every trainable gain randomized,
     so q and k gains differ); returns the step-5 model."""
     from configs import get_preset
+    from configs.files import save_run_config
     from models.llm import MinimalLLM
     from training.checkpoint import save_checkpoint
     cfg = get_preset("debug")  # 2 layers, d_model 128, vocab 512, max_seq_len 64
@@ -39,7 +40,7 @@ def make_run(run_dir, qk_norm, seed=0):
     torch.manual_seed(seed)
     model = MinimalLLM(cfg.model)
     run_dir.mkdir(parents=True)
-    cfg.save(run_dir / "config.json")
+    save_run_config(cfg, run_dir / "config.json")
     save_checkpoint(run_dir / "checkpoints", 2, model, [], {"tokens": 0}, keep_last=2)
     with torch.no_grad():
         for p in model.parameters():

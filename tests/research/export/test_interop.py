@@ -93,10 +93,10 @@ def setup_code(out) -> str:
 # The native model's own view: the probe hook's keys and logits under the page's patches
 
 def load_native(run_dir):
-    from configs.config import RunConfig
+    from configs.files import load_run_config
     from models.llm import MinimalLLM
     from training.checkpoint import latest_checkpoint, load_model_weights
-    cfg = RunConfig.load(run_dir / "config.json")
+    cfg = load_run_config(run_dir / "config.json")
     model = MinimalLLM(cfg.model)
     load_model_weights(latest_checkpoint(run_dir / "checkpoints").path, model)
     return model.eval()

@@ -71,6 +71,7 @@ def make_hf_model(family, out_dir, seed=0):
 
 def make_own_run(out_dir, qk_norm="learned"):
     from configs import get_preset
+    from configs.files import save_run_config
     from models.llm import MinimalLLM
     from training.checkpoint import save_checkpoint
     cfg = get_preset("debug")
@@ -79,7 +80,7 @@ def make_own_run(out_dir, qk_norm="learned"):
     torch.manual_seed(0)
     model = MinimalLLM(cfg.model)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cfg.save(out_dir / "config.json")
+    save_run_config(cfg, out_dir / "config.json")
     save_checkpoint(out_dir / "checkpoints", 3, model, [], {"tokens": 0}, keep_last=1)
     make_tokenizer(out_dir / "tokenizer")
     return out_dir

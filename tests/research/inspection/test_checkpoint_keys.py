@@ -126,13 +126,14 @@ def test_the_hash_sees_one_changed_value_and_nothing_else():
 def _train_run(run_dir):
     """A debug-preset run folder trained with AdamW on the builders' sentences, a checkpoint kept at each of STEPS."""
     from configs import get_preset
+    from configs.files import save_run_config
     from models.llm import MinimalLLM
     from training.checkpoint import save_checkpoint
     cfg = get_preset("debug")
     cfg.model.vocab_size, cfg.model.n_layers, cfg.model.qk_norm = 300, 3, "learned"
     cfg.model.n_heads, cfg.model.n_kv_heads, cfg.model.d_model = 4, 2, 64
     run_dir.mkdir(parents=True)
-    cfg.save(run_dir / "config.json")
+    save_run_config(cfg, run_dir / "config.json")
     tok = make_tokenizer(run_dir / "tokenizer")
     ids = torch.tensor(tok(" ".join(SENTENCES * 4))["input_ids"][:4 * 24]).view(4, 24)
     torch.manual_seed(0)

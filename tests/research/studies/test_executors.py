@@ -8,7 +8,8 @@ import pytest
 from research import finetune_keys_study, qk_norm_25m_study
 from research.analysis.finetune import CONDITIONS
 from research.studies import QK_NORM, executors, finetune, runner
-from research.studies.executors import StudyError, StudyRun, execute, results_paths
+from research.studies.executors import ExecuteOptions, execute, results_paths
+from research.studies.study_runs import StudyError, StudyRun
 from tests.helpers import STEP_TOKENS, stops
 from tests.research.inspection.builders import make_hf_model
 from tests.research.studies.test_runner import study_args
@@ -37,7 +38,7 @@ def test_the_executor_keeps_finished_runs_trains_the_rest_in_order_and_names_a_f
         if (run.cond, run.seed) == ("B", 1):
             raise ConfigError("boom")
     with pytest.raises(StudyError) as failed:
-        execute(toy_runs(tmp_path), tmp_path, train, runtime=RUNTIME, progress=False, finished=finished)
+        execute(toy_runs(tmp_path), tmp_path, train, ExecuteOptions(RUNTIME), finished=finished)
     assert str(failed.value) == f"in condition B, seed 1: boom {KEPT.format(out=tmp_path)}"
     assert events == [("asked", "A", 0), ("asked", "B", 0), ("asked", "A", 1), ("asked", "B", 1),
                       ("trained", "B", 0, RUNTIME), ("trained", "A", 1, RUNTIME), ("trained", "B", 1, RUNTIME)]
@@ -56,14 +57,14 @@ def test_a_refused_run_stops_the_executor_before_any_trains_and_an_interrupted_o
             raise ConfigError(f"{run.run_dir} holds a run of other settings")
         return False
     with pytest.raises(ConfigError, match="B/seed_1 holds a run of other settings$"):  # its own words, unwrapped
-        execute(toy_runs(tmp_path), tmp_path, lambda run, runtime: trained.append(run), runtime=RUNTIME,
-                progress=False, finished=refuse)
+        execute(toy_runs(tmp_path), tmp_path, lambda run, runtime: trained.append(run), ExecuteOptions(RUNTIME),
+                finished=refuse)
     assert trained == []
 
     def interrupted(run, runtime):
         raise RunInterrupted(run.run_dir, 3, 2, True)
     with pytest.raises(Interrupted) as stop:
-        execute(toy_runs(tmp_path), tmp_path, interrupted, runtime=RUNTIME, progress=False)
+        execute(toy_runs(tmp_path), tmp_path, interrupted, ExecuteOptions(RUNTIME))
     assert str(stop.value) == (f"interrupted in condition A, seed 0, at step 3 (its checkpoint at step 2 is kept). "
                                f"Finished conditions in {tmp_path} are kept: run the same command again to continue "
                                f"the study")

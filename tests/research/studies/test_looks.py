@@ -16,7 +16,7 @@ from research.analysis.sequential import FIRST_SHARE, RHO, family_record, plan, 
 from research.results import ResultsError
 from research.results.layout import condition_dir, write_study_index
 from research.studies import PILOT
-from research.studies.executors import StudyRun
+from research.studies.study_runs import StudyRun
 from research.studies.kinds import KINDS
 from research.studies.looks import Rounds, Until, check_until, run_looks
 from research.studies.render import load_and_analyze

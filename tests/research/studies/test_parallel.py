@@ -12,7 +12,8 @@ import time
 import pytest
 
 from research.studies import PILOT, executors
-from research.studies.executors import StudyError, StudyRun, check_ray_options, execute
+from research.studies.executors import ExecuteOptions, check_ray_options, execute
+from research.studies.study_runs import StudyError, StudyRun
 from research.studies.pinned import core_groups
 from utils.runtime import usable_core_ids
 from research.studies.runner import run_study
@@ -51,7 +52,7 @@ def test_parallel_is_checked_before_anything_starts(monkeypatch):
 def test_runs_side_by_side_train_once_each_on_their_own_cores(tmp_path, capsys):
     runs = [StudyRun(c, s, {}, tmp_path / c / f"seed_{s}") for s in (0, 1) for c in ("A", "B")]
     kept = StudyRun("C", 0, {}, tmp_path / "C")
-    execute([kept, *runs], tmp_path, toy_train, runtime=RUNTIME, progress=False, parallel=2,
+    execute([kept, *runs], tmp_path, toy_train, ExecuteOptions(RUNTIME, parallel=2),
             finished=lambda run: run is kept)
     where = [json.loads((run.run_dir / "where.json").read_text()) for run in runs]
     groups = core_groups(usable_core_ids(), 2)
@@ -79,7 +80,7 @@ def test_a_failed_run_ends_the_study_in_one_line_and_the_running_one_finishes(tm
             StudyRun("B", 0, {"touch": started, "fail": True}, tmp_path / "B0"),
             StudyRun("A", 1, {}, tmp_path / "A1"), StudyRun("B", 1, {}, tmp_path / "B1")]
     with pytest.raises(StudyError) as failed:
-        execute(runs, tmp_path, toy_train, runtime=RUNTIME, progress=False, parallel=2)
+        execute(runs, tmp_path, toy_train, ExecuteOptions(RUNTIME, parallel=2))
     assert str(failed.value) == (f"in condition B, seed 0: boom (finished conditions in {tmp_path} are kept; once "
                                  f"this is fixed, the same command continues the study)")
     assert (tmp_path / "A0" / "where.json").is_file()

@@ -9,7 +9,7 @@ import pytest
 
 from research import qk_norm_500k_study
 from research.studies import PILOT
-from research.studies.executors import _restore_env, start_local_ray
+from research.studies.ray_execution import _restore_env, start_local_ray
 from research.studies.runner import run_study
 from tests.helpers import REPO, STEP_TOKENS, comparable_index, comparable_results, stops
 from tests.research.studies.test_runner import study_args
@@ -142,8 +142,8 @@ def test_a_ray_system_error_is_one_line_saying_the_same_command_continues(tmp_pa
     import functools
 
     from configs import get_preset
-    from research.studies import executors
-    from research.studies.executors import StudyRun
+    from research.studies import ray_execution
+    from research.studies.study_runs import StudyRun
     from utils.cli import command
 
     def fail(kind: str, run, runtime):  # a run's task failing as Ray's system errors reach it (by value: a closure)
@@ -161,7 +161,7 @@ def test_a_ray_system_error_is_one_line_saying_the_same_command_continues(tmp_pa
         raise ray.exceptions.RaySystemError("the raylet of this node missed its health checks")
 
     def study(kind: str) -> str:
-        main = command(lambda: executors.train_on_ray(
+        main = command(lambda: ray_execution.train_on_ray(
             [StudyRun("A", 0, get_preset("debug"), tmp_path / "A")], tmp_path, "local",
             train=functools.partial(fail, kind), on_cpu=True, gpus_per_run=0, cpus_per_run=1))
         return stops(capsys, lambda argv: main(), [])
@@ -175,7 +175,7 @@ def test_a_ray_system_error_is_one_line_saying_the_same_command_continues(tmp_pa
 
     def lost(*args):  # where the driver itself meets it (its actor of events, ray.nodes)
         raise ray.exceptions.NodeDiedError("node 1a2b missed 20 health checks\nand more lines of Ray's")
-    monkeypatch.setattr(executors, "_resources", lost)
+    monkeypatch.setattr(ray_execution, "_resources", lost)
     assert study("none") == f"error: Ray failed (NodeDiedError: node 1a2b missed 20 health checks){kept}"
 
 

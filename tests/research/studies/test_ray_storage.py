@@ -13,7 +13,7 @@ import pytest
 from research import qk_norm_500k_study
 from research.studies import HEAD_SPECIALIZATION, PILOT
 from research.studies import storage as storage_module
-from research.studies.executors import LOCAL_HEALTH_CHECKS
+from research.studies.ray_execution import LOCAL_HEALTH_CHECKS
 from research.studies.runner import run_study
 from tests.helpers import REPO, STEP_TOKENS, comparable_index, comparable_results, stops
 from tests.research.studies.test_runner import study_args

@@ -1,0 +1,42 @@
+"""Families of the Llama layout (hf.HFAdapter) changing a few attributes: Qwen3 and Apertus (per-head q_norm / k_norm
+before RoPE), Arcee (a non-gated MLP), OLMo 2 (q_norm / k_norm over the whole projection), Gemma 3 text (RMSNorm gains
+of 1 + weight, soft-capped logits). export_hf.py writes Apertus for qk_norm learned or frozen, Arcee for none."""
+from __future__ import annotations
+
+import torch
+
+from research.access.adapters.base import DEFAULT_ATTN
+from utils.tensors import heads_first
+from research.access.adapters.hf import HFAdapter
+
+
+class Qwen3Adapter(HFAdapter):
+    family = "qwen3"
+
+
+class ApertusAdapter(HFAdapter):
+    family = "apertus"
+
+
+class ArceeAdapter(HFAdapter):
+    family = "arcee"
+
+
+class Olmo2Adapter(HFAdapter):
+    """OLMo 2 normalizes the whole key projection (all heads together), before the head split."""
+
+    family = "olmo2"
+
+    @torch.no_grad()
+    def normed(self, norm, x_BTC, heads):
+        B, T, _ = x_BTC.shape
+        return heads_first(norm(x_BTC).reshape(B, T, heads, self.head_dim))
+
+
+class Gemma3Adapter(HFAdapter):
+    family = "gemma3"
+    gain_offset = 1.0
+
+    def __init__(self, model, attn_implementation: str | None = DEFAULT_ATTN):
+        super().__init__(model, attn_implementation)
+        self.logit_softcap = getattr(model.config, "final_logit_softcapping", None)
