@@ -2,24 +2,10 @@
 
     record = measure_keys(adapter, windows_NT, batch=4, init_adapter=untrained_same_architecture)
 
-Per text batch (the unit of uncertainty: one model is one sample, so what varies is the text),
-with the probe's own functions (research.probing.metrics):
-- keys: key_metrics and key_rank (rank90, rank99, their uncentred forms) per layer and KV head at k_proj, at
-  k_norm where the model has one, and after RoPE (k_rope), [L][Hkv] per metric; at the site before RoPE (k_norm,
-  else k_proj) also the rotary use (low_freq_share, dominant_pair; research.probing.hf_rotary.AdapterRope.use);
-- attn: attention_metrics per layer and query head (entropy, sink_mass over all query positions,
-  sink_mass_excl_q0 over positions 1..T-1, logit_max, and the queries' rotary use q_low_freq_share,
-  q_dominant_pair), [L][Hq]; pair_share: per layer, each rotary pair's share of the keys', the queries' energy
-  and of the largest logit, {k_norm, q_norm, logit} [heads][pairs];
-- kv (with kv_cache): what a key cache costs, research.probing.hf_kv's section: the losses with every key
-  quantized, by bits; the errors per layer in the first batch's section only (their layers empty elsewhere);
-- loss: the model's next-token loss on the batch (nats per token), its behaviour on that text;
-- init_keys: the same key metrics of an untrained model of the same architecture (its
-  initialization, seeded) on the same batch: the reference of "low rank".
-Per model, exact (weights, no sampling): the gains of k_norm / q_norm as the multiplier the model
-applies (1 + w for Gemma), [L][D].
-Nothing of a [T, T] size for all heads and nothing of the hidden states is kept: the adapter
-calls back layer by layer (research.access.adapters) and each call is reduced at once.
+Per text batch (the unit of uncertainty: one model is one sample, so what varies is the text), with the probe's own
+functions: the key metrics per layer and KV head at each key site, attention per query head, the rotary use, the
+loss, the key cache section where asked, and the same keys of an untrained model of the same architecture; per
+model, the q/k norm gains, exact. The record's fields and shapes: docs/inspection.md, "The pretrained-key study".
 """
 from __future__ import annotations
 

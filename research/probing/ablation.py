@@ -1,23 +1,12 @@
 """Gain ablations: the trained learned-gain model evaluated with its q_norm / k_norm gains replaced.
 
-For each mode the named gains of every layer are set, the validation loss is measured on fixed
-batches and the keys' PR is read by a light probe (KeyProbe.measure_pr: the full probe's mean_pr and layer PRs, bit
-for bit, from a forward that reads k_norm alone; the loss from the same forward where the batches are the probe's
-first sequences, KeyProbe.covers); the trained gains are put back exactly afterwards. The learned mode is the
-trained model itself: its entry can be taken from the final probe (`learned`), which measured that model already.
+    out = gain_ablation(model, probe, val_batches, learned=learned_entry(final_record, loss))
 
-    learned    the gains as trained
-    k_ones     every k_norm gain replaced by 1
-    q_ones     every q_norm gain replaced by 1
-    qk_ones    both replaced by 1: the frozen-gain condition's forward pass, on the trained weights
-    k_mean     every k_norm gain replaced by its own mean (a scalar per layer: its scale without its shape)
-    q_mean     the same for q_norm
-    qk_mean    the same for both
-
-What this measures: how much the TRAINED model relies on the gains it learned. It does not say
-whether learning a gain matters for training; that is the comparison of the learned-gain and the
-frozen-gain conditions (A vs B), whose other weights adapted to their gains. If "k_mean" loses little
-against "learned", the k gain's shape does not matter to the trained model's loss.
+For each of MODES (learned; k_ones, q_ones, qk_ones: gains replaced by 1; k_mean, q_mean, qk_mean: by each layer's
+own mean) the validation loss and the keys' PR, read by a light probe (KeyProbe.measure_pr); the trained gains are
+put back exactly afterwards. It says how much the TRAINED model relies on its gains, not whether learning a gain
+matters for training (the learned- vs frozen-gain comparison). docs/probing.md, "Gains, layer means and gain
+ablations", says more.
 """
 from __future__ import annotations
 

@@ -1,40 +1,13 @@
 """The key probe for Hugging Face causal LMs while they train: transformers' Trainer, or a loop of one's own.
 
-    from research.probing.hf import KeyProbeCallback, KeyRecorder
-
     probe = KeyProbeCallback("run/results.json", probe_ids_BT, every=50)      # probe_ids_BT: [B, T] token ids
     Trainer(model, args, train_dataset=..., callbacks=[probe]).train()
-
-    recorder = KeyRecorder("run/results.json", probe_ids_BT)                   # a loop of one's own
-    for step in ...:
-        ...
-        if step % 50 == 0:
-            recorder.record(model, step=step, tokens=tokens_seen, loss=mean_loss_since_last_probe)
-
+    KeyRecorder("run/results.json", probe_ids_BT).record(model, step=step, tokens=tokens_seen, loss=mean_loss)
     record_keys("run/results.json", model, probe_ids_BT, step=step, tokens=tokens_seen)   # or one call at a time
 
-Each probe is one no-grad forward of the fixed batch (eval mode, RNG states restored, so probing
-never changes training) and appends one record to results.json in the project's schema
-(research/results/schema.py), rewritten atomically: per layer and KV head the key metrics
-(research/probing/metrics.py) at k_norm (keys after the model's k_norm; for a family without one,
-the raw projection, as this project's own probe records qk_norm='none'), k_proj (where the model has a
-k_norm), k_hat (k_norm's output over its gain: the normalized keys before the gain) and k_rope (after
-RoPE, as attention uses them); per query head the attention metrics (entropy, sink mass, logit
-statistics) and the largest logit taken apart into scale, |q|, |k|, cosine and, where the model has q/k
-norm gains, how much each gain lengthens its vector there; the q/k norm gains as the model applies them
-(1 + w for Gemma) with their CV. The probe batch's next-token loss is the record's val_loss (the batch
-is held-out text; 0 at step 0 is kept as init_val_loss, as this project's own probe does).
-
-Attention statistics come from the queries and keys the model's attention receives, blockwise
-(research.access.adapters wraps the attention function of the model's own implementation inside
-the probe's forward only): the model keeps its SDPA or flash attention, computes its own output, and
-never materializes a [T, T] matrix of all heads. The vocabulary's logits are never formed for the
-whole batch either: the final hidden states go through the LM head in chunks.
-
-Families: those research.access.adapters reads (Llama, Mistral, Qwen2, Qwen3, OLMo 2, Gemma 3,
-GPT-2, GPT-NeoX, Apertus, Arcee); any other is refused with ProbeError. Models wrapped by DDP, torch.compile or
-PEFT are unwrapped. Sharded training (FSDP, DeepSpeed ZeRO-3) is refused: the probe needs the whole
-model on the process that writes the file.
+Each probe is one no-grad forward of the fixed batch (probing never changes training) appending one record to
+results.json in this project's schema; its parts are hf_model.py, hf_measure.py, hf_record.py and hf_alarm.py.
+What a record holds, the families read and what is refused: docs/probing.md, "Any Hugging Face model while it trains".
 """
 from __future__ import annotations
 

@@ -1,15 +1,13 @@
 """What a key cache would cost a Hugging Face causal LM: kv_cache.py's section (each layer's attention errors with its
 keys fake-quantized or projected on their top directions, and the loss with every layer's keys quantized) measured
 through the model's adapter, so that the pretrained-key study and the Hugging Face probe report what the training
-probe reports for this project's models. Definitions in docs/probing.md.
+probe reports for this project's models.
 
     section = hf_kv_cache_record(adapter, ids_BT)          # results.json's "kv_cache" form (KV_CACHE)
 
-The errors: one forward in which each layer's attention call hands its rotated queries and keys over (the model's
-own attention computes the output); the keys before rotary are the rotated ones turned back (hf_rotary.AdapterRope,
-exact to float rounding). The losses: one forward per width of LOSS_BITS in which every layer's attention is
-computed here (causal_attention, float32) from keys quantized per token before rotary and rotated after; 16 bits
-runs the same path with the keys unchanged, the reference the changes are taken from.
+The errors are read from the model's own attention call; the losses from forwards whose attention is computed here
+(causal_attention, float32) from keys quantized per token before rotary. How, and what was checked: docs/probing.md,
+"Any Hugging Face model while it trains".
 """
 from __future__ import annotations
 

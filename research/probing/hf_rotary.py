@@ -7,10 +7,7 @@ partial rotary). Pure tensor functions and one small class; nothing here assumes
     k_pre = rope.inverse(k_post)              # [H, B, T, D], positions 0..T-1
     use = head_rotary_use(energy_HD, rope, context)      # rotary_use's fields over all D/2 pairs
 
-Pairs over a whole head (what rotary_use reads, with pairing "half" on the reordered dims `rope.order`): first the
-rotary_dims / 2 rotated pairs in the adapter's pairing, then the unrotated dims paired among themselves (i with
-i + (D - rotary_dims) / 2), which turn with frequency 0: a head whose energy sits in unrotated dims carries no
-position there, as in this project's rope_fraction.
+How a head's dims are paired, unrotated ones included: docs/probing.md, "Any Hugging Face model while it trains".
 """
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
 """How few bits each key can be stored in: keys fake-quantized (quantized and dequantized in floating point) in
 three schemes, the attention errors they cause, and the loss of a model whose every key is quantized. Pure tensor
-functions, and one context manager that quantizes a MinimalLLM's keys at its hook points; definitions in
-docs/probing.md.
+functions, and one context manager that quantizes a MinimalLLM's keys at its hook points.
 
-Shape legend: H heads (Hq query heads, Hkv key/value heads), B batch, T sequence, D head size.
+    fake_quantize(keys, bits, scheme), quantization_errors(q, k, v), quantized_keys(model, bits, scheme, site)
 
-Schemes (all asymmetric min/max: x -> round((x - min) / step) * step + min, step = (max - min) / (2^b - 1)):
-- per_channel: each channel over groups of GROUP consecutive tokens of a sequence (KIVI, Liu et al. 2024); a
-  last group shorter than GROUP is quantized over the tokens it has.
-- per_token: each key over its D channels.
-- per_token_hadamard: per_token after an orthonormal Walsh-Hadamard rotation of the D channels (QuaRot, Ashkboos
-  et al. 2024), rotated back: as if the queries were rotated too, so that unquantized logits are unchanged.
-b = None or b >= 16: the keys unchanged (the reference).
+Schemes (SCHEMES, asymmetric min/max): per_channel over groups of GROUP tokens (KIVI), per_token, per_token_hadamard
+(QuaRot); bits None or >= 16 leave the keys unchanged. Shape legend: H heads (Hq query heads, Hkv key/value heads),
+B batch, T sequence, D head size. The schemes and what they cost: docs/probing.md, "Usable key bits".
 """
 from __future__ import annotations
 

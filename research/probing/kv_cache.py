@@ -1,27 +1,13 @@
 """What a key cache would cost the trained model: each layer's attention errors with its keys fake-quantized or
 projected on their top directions, and the loss with every layer's keys quantized. Measured once at the end of a
 run (ProbeCallback, beside the gain ablation; with kv_every_probe at every probe too), on the first KV_ROWS
-sequences of the probe batch; definitions in docs/probing.md.
+sequences of the probe batch.
 
     section = kv_cache_record(model, ids_BT, targets_BT)      # results.json's "kv_cache" (KV_CACHE)
 
-Per layer, per query head (attention_errors' logit_error, attention_kl, output_error, against the model's own
-attention: rotated queries, scale 1/sqrt(D), its soft-cap):
-- quantized[site][scheme][bits]: the keys fake-quantized (key_bits.fake_quantize) in each scheme at each of KV_BITS,
-  at `pre_rope` (the keys before rotary, rotated after quantization, as quantized_keys' pre_rope does) or `post_rope`
-  (the rotated keys the attention reads);
-- projected[site][r]: the keys projected on the top r eigenvectors of their K^T K / N, r in D/8, D/4, D/2, the
-  queries as they are: `post_rope`, the rotated keys (the same as projecting the queries too, key_rank's
-  projection_error: P is symmetric and idempotent); `pre_rope`, the keys before rotary, rotated after the
-  projection (a cache of rank-r keys that rotary is applied to when read; projecting the queries too would drop
-  the query dims RoPE pairs with the kept ones, which the exact logits use).
-And the loss (key_bits.quantized_loss) with every layer's keys quantized per token before rotary at each of LOSS_BITS
-(16: the keys themselves), its change from the unquantized loss, and usable_k_bits over KV_BITS within the studies'
-loss margin.
-
-Cost on the tiny preset, against a plain forward of its 64 x 128 probe batch: about 40 forwards (18-51 over 5
-rounds on 2 cores at load 4-10), nearly all of it the 30 approximate attentions per layer (24 quantized, 6 projected)
-that attention_errors computes 32 queries at a time; the 5 loss forwards of 8 sequences are about 0.6.
+key_cache is the one driver this project's models and Hugging Face ones (hf_kv.py) share. The section's fields
+(quantized[site][scheme][bits], projected[site][r], loss, usable_k_bits), why keys before rotary are rotated after,
+and the cost: docs/probing.md, "In the training probe".
 """
 from __future__ import annotations
 

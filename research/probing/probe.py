@@ -5,18 +5,9 @@
     record, loss = KeyProbe(eval_ids_BT, targets_BT=next_ids_BT).measure(model, loss_rows=n)
                                  # and the mean LM loss of the first n sequences, from the same forward
 
-Hooks are attached only inside `capture_layers`, which removes them in `finally`.
-Each layer's tensors are reduced to metrics as soon as its last hook (post-RoPE keys)
-fires, so memory holds one layer's q and k at a time, never the whole model's.
-The forward runs on the uncompiled module (hooks do not fire inside a compiled
-graph) in eval mode, in float32 unless asked otherwise; the module's previous mode
-and the RNG states are restored afterwards, so probing never changes training.
-
-Sites: `k_norm` = keys after k_norm, before RoPE (the write-ups' hook; for
-qk_norm='none' the raw projection); `k_rope` = keys after RoPE, as attention uses them;
-where the gain is learned also `k_hat` = k_norm output / gain (the normalized keys before the
-gain) and `k_hat_rope` = RoPE of those, so that a change of PR can be split into the gain's
-arithmetic and the geometry of the normalized keys.
+Hooks live only inside `capture_layers`; `layer_record` builds every layer's record, for this project's model and
+for a Hugging Face one. The sites (k_norm, k_rope, k_hat, k_hat_rope), the metrics, the memory and why probing never
+changes training: docs/probing.md.
 """
 from __future__ import annotations
 

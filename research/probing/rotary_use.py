@@ -1,15 +1,11 @@
 """Which rotary frequencies each head uses (Barbero et al. 2024, "Round and round we go"): the share of the keys' or
 queries' energy in each rotary pair, the share in the pairs too slow to turn within the training context, and each
-pair's part of a logit. Pure tensor functions, no model; definitions in docs/probing.md.
+pair's part of a logit. Pure tensor functions, no model: rotary_use, pair_energy, low_freq_share, dominant_pair,
+logit_pair_shares.
 
-The pairing is the model's, passed in, never assumed: "half" pairs dims (i, i + D/2) (this project's Rotary,
-Hugging Face's rotate_half), "interleaved" pairs (2i, 2i + 1) (GPT-J, Meta's original Llama). Pair i turns by
-frequency f_i radians per position in both (theta^(-2i/D) for plain RoPE; models.layers.Rotary.frequencies()
-gives them, 0 for a pair that does not rotate). A rotation within a pair keeps its energy, so the energy shares
-read the same before and after rotary; the logit split is of the vectors given (after rotary: the model's logit).
-
+The pairing ("half" or "interleaved", PAIRINGS) and the frequencies are the model's, passed in, never assumed.
 Shape legend: H heads (Hq query heads, Hkv key/value heads, G = Hq // Hkv), B batch, T sequence, D head size,
-P = D/2 pairs.
+P = D/2 pairs. Definitions: docs/probing.md, "Rotary frequency use".
 """
 from __future__ import annotations
 
