@@ -1,19 +1,10 @@
-"""How a config field is declared, and the checks that read the declaration.
+"""How a config field is declared (`knob`), and the checks that read the declaration.
 
-Each field of the config dataclasses (configs.config) is declared once, where it is defined, as litgpt's `Config`
-keeps each field's meaning beside it: its type (a `Literal` of the values where a text field has a fixed set), its
-default, its help sentence, whether it is a variant a study compares, and whether it changes what a run computes.
-What reads the declaration:
-
-    --help                 configs.help.field_help: the sentence, the Literal's values as "Choices", the default
-    the checks             check_choices (a Literal field holds one of its values), check_kinds (numbers finite,
-                           whole numbers 64-bit, text text)
-    a study file           configs.files.field_values: any declared field, typed as declared
-    resume, studies        training.resume.RESUMABLE_CHANGES: the fields declared results=False (and tokens, by rules
-                           of its own) may differ from a recorded run's (training.resume.config_differences,
-                           research.studies.runner)
-    the condition table    research.plots.conditions: the variants' values every run of a study shares
-    the variants benchmark research.speed.variants: each variant's `timed` values against the default
+Each field of the config dataclasses (configs.config) is declared once, where it is defined: its type (a `Literal`
+of the values where a text field has a fixed set), its default, its help sentence, whether it is a variant a study
+compares, and whether it changes what a run computes. `--help` (configs.help.field_help), `check_choices`,
+`check_kinds`, study files (configs.files.field_values), resume (training.resume.RESUMABLE_CHANGES), the condition
+table and the variants benchmark all read that one declaration: docs/training.md, "Attention variants".
 """
 from __future__ import annotations
 

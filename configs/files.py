@@ -1,19 +1,11 @@
 """Config files: `--config FILE`, JSON or YAML, holding the fields of a run's config.json.
 
-Two layouts are read. Nested, as `RunConfig.to_dict()` writes config.json:
-
-    {"preset": "tiny", "model": {"n_layers": 8}, "train": {"tokens": 200000}, "data": {...}, "probe": {...}}
-
-or flat, one mapping of field names (they are unique across sections):
-
-    preset: tiny
-    n_layers: 8
-    qk_norm: frozen
-
-Every key is checked against the config's fields (an unknown key is named, with its section) and every value against
-the field's type, so a typo never silently falls back to a default. The file gives a preset (optional) and values;
-`configs.cli` applies them: the preset (--preset, else the file's, else the script's default), then the file's values,
-then the command-line options. A run's config.json is read, checked and written here too (load_run_config, ...).
+`read_config_file` reads one, nested as `RunConfig.to_dict()` writes config.json or flat (one mapping of field
+names), and checks every key against the config's fields and every value against its field's type, so a typo never
+falls back to a default; `field_values` does the same for a study file's values. configs.cli applies a file's
+preset and values under the command-line options. A run's own config.json is written and read back here too
+(`save_run_config`, `load_run_config`, `run_config_from_dict`). Layouts, precedence and messages: docs/training.md,
+"Config files".
 """
 from __future__ import annotations
 

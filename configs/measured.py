@@ -1,15 +1,12 @@
 """What a run's config measures, and the one refusal of a run or a study asked to measure what its settings cannot.
 
-The probe (probe_every > 0) measures the keys, the attention and the losses at each probe; the key cache's costs
-(results.json's kv_cache section, research/probing/kv_cache.py) are measured by the probe where kv_cache,
-kv_every_probe or kv_layer_bits asks for them. A key-cache field with no probe, or a study whose primary quantity
-is read from a measurement its config leaves off, would train and then decide nothing ("no paired values" in every
-table). Every entry point refuses it before anything trains, through `check_measured`: training.run.train_run for a
-run (train_llm.py and every study's runs), and the study runner for a study's primary quantities
-(research.studies.runner.check_runs: research/study.py and every catalog study script).
+A key-cache field (kv_cache, kv_every_probe, kv_layer_bits) with no probe, or a study whose primary quantity its
+config leaves unmeasured, would train and then decide nothing; `check_measured` refuses both before anything trains.
 
     check_measured(cfg)                                                  # a run's own kv_* fields
     check_measured(cfg, {"primary quantity kv_loss_4bit": KEY_CACHE})    # what a study decides, too
+
+Who asks it: docs/probing.md, "What a key cache needs".
 """
 from __future__ import annotations
 

@@ -1,22 +1,13 @@
 """The study folder layout, and loading a whole study from it (no torch).
 
-    <study>/study.json                              index: kind, seeds, preset, margins, results files (and a study
-                                                    file's baseline, primary quantities, logit margin; the looks
-                                                    taken, and a design planned with --until_decided)
+    <study>/study.json                              index: kind, seeds, preset, margins, results files, looks
     <study>/<condition>/results.json                one seed
     <study>/<condition>/seed_<s>/results.json       several seeds
     <study>/combined_results.json                   the pilot's combined file (the write-ups' format)
 
-`load_study(folder)` recognises a study from its files: study.json (written by the study
-runner) names the kind; otherwise combined_results.json means the pilot; otherwise
-condition folders QK / QK_frozen / NoQK mean the three-condition study, as the
-write-ups' own results folder is laid out.
-
-Every file is checked on every read, each kind by one function: study.json by
-`read_study_index` (also before it is written), results.json by schema.load_results, a
-combined file by `runs_from_combined`; then the runs of a study by `check_condition` (each
-file's tag and seed against the folder it sits in, no seed twice in a condition, whether its file or its seed_<n>
-folder gives it, one model shape per condition). A ResultsError names the file, the field and the fix in one line.
+`load_study(folder)` recognises a study from its files and loads every run, each file checked on every read
+(`read_study_index`, `runs_from_combined`, `check_condition`). What each file holds, how a study is recognised and
+what is checked: docs/layout.md, "Formats declared".
 """
 from __future__ import annotations
 

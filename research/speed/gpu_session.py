@@ -4,23 +4,6 @@ time left for a rerun.
 
     python -m research.speed.gpu_session --out $OUT                       # on the GPU machine, 8 minutes at most
     REPO=<their code> python -m research.speed.gpu_session --out $OUT --seed_script shared/bench/gpu_seed.py
-
-Steps, in order (each a subprocess with its own time limit, cut to what is left of --budget_s):
-  cuda_tests       python -m pytest -m gpu (every test marked for CUDA), with each test's time
-  project_88m      research.speed.gpu on the 88m preset at the write-ups' batch (4 x 2048, no accumulation)
-  project_1b       research.speed.gpu on the 1b preset, no checkpointing
-  seed_88m/1b      the write-ups' own step (../shared/bench/gpu_seed.py), only with --seed_script and $REPO
-  variant_*        the 88m step with soft-capping, the output gate, z-loss: against project_88m
-  shared_gpu_P     the tiny study's runs P at a time on the GPU (Ray's --gpus_per_run 1/P where Ray is installed,
-                   else --parallel P): their aggregate tokens/s, against P = 1
-Without CUDA every step that needs it is recorded as skipped (the CPU check of this script). Writes
-<out>/gpu_session.json (each step: status ran / failed / timeout / skipped, seconds, and the last JSON object or
-RESULT line it printed; docs/schema/gpu_session.schema.json) and <out>/<step>.log; prints one line per step.
-
-An earlier session's record is never replaced: a session into a folder that holds one (or any file of one: a step's
-log, a shared-GPU study) writes <out>/session_<n>/ instead, the first n from 2 whose folder does not exist, and says
-so; its record holds its number. --out is the GPU session's own folder (utils.owners): a run's, a study's or another
-tool's folder is refused before anything is written.
 """
 from __future__ import annotations
 
@@ -173,8 +156,29 @@ def run_session(steps: list[Step], out: Path, budget_s: float, cuda: bool | None
     return session
 
 
+# --help's description: the module docstring, then these details (docs/speed.md, "The prepared GPU session")
+DESCRIPTION = __doc__ + """
+Steps, in order (each a subprocess with its own time limit, cut to what is left of --budget_s):
+  cuda_tests       python -m pytest -m gpu (every test marked for CUDA), with each test's time
+  project_88m      research.speed.gpu on the 88m preset at the write-ups' batch (4 x 2048, no accumulation)
+  project_1b       research.speed.gpu on the 1b preset, no checkpointing
+  seed_88m/1b      the write-ups' own step (../shared/bench/gpu_seed.py), only with --seed_script and $REPO
+  variant_*        the 88m step with soft-capping, the output gate, z-loss: against project_88m
+  shared_gpu_P     the tiny study's runs P at a time on the GPU (Ray's --gpus_per_run 1/P where Ray is installed,
+                   else --parallel P): their aggregate tokens/s, against P = 1
+Without CUDA every step that needs it is recorded as skipped (the CPU check of this script). Writes
+<out>/gpu_session.json (each step: status ran / failed / timeout / skipped, seconds, and the last JSON object or
+RESULT line it printed; docs/schema/gpu_session.schema.json) and <out>/<step>.log; prints one line per step.
+
+An earlier session's record is never replaced: a session into a folder that holds one (or any file of one: a step's
+log, a shared-GPU study) writes <out>/session_<n>/ instead, the first n from 2 whose folder does not exist, and says
+so; its record holds its number. --out is the GPU session's own folder (utils.owners): a run's, a study's or another
+tool's folder is refused before anything is written.
+"""
+
+
 def build_parser() -> ArgumentParser:
-    p = ArgumentParser(description=__doc__)
+    p = ArgumentParser(description=DESCRIPTION)
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu_session")),
                    help="Folder for gpu_session.json and the steps' logs (one holding an earlier session: its "
                         "session_<n>/). Default: $OUT, else ./gpu_session")

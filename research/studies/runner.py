@@ -1,25 +1,13 @@
 """The one training path every study shares: arguments, conditions, probing, resume, outputs.
 
-`run_study(study)` parses the command line, trains every condition (per seed) with the key
-probe attached, then draws the figures and the report from the results files
-(research.studies.render), exactly as split_panels.py would redraw them.
+`run_study(study)` parses the command line, builds the runs (`study_runs`: condition x seed x learning rate, each
+with its config and folder), hands them with the study's train function (`train_study_run`) to
+research.studies.executors, then writes study.json and draws the figures and the report (research.studies.render).
 
     research_results/<study>/<condition>/results.json          one seed
     research_results/<study>/<condition>/seed_<s>/results.json  several seeds
 
-An interrupted study started again resumes: finished conditions are kept (their folder is
-resumed, which trains nothing and rewrites nothing), the running one continues from its newest
-checkpoint; before the first run trains, every run the folder holds is compared with the config the
-study gives it now (research.studies.recorded). The study folder is locked for the whole run (utils.lock)
-and each condition folder while it trains, so a second run of the same study stops at once and names
-the first.
-
-The runs (condition x seed x learning rate, each with its config and folder: `study_runs`) are built first and
-handed with the study's train function (`train_study_run`) to research.studies.executors, the one executor of every
-study's runs: in this process one after another, or with --ray as Ray tasks; either way the driver alone writes
-study.json, the figures and the report once every run is done. With --until_decided the runs come in rounds of
-seeds, each round handed to the executor together, while a primary comparison is undecided
-(research.studies.looks); every study records its looks in study.json.
+Resume, locks, rounds of --until_decided, the executors: docs/studies.md, "Running a study" and what follows it.
 """
 from __future__ import annotations
 

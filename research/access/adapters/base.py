@@ -1,4 +1,4 @@
-"""The interface every adapter fills in (research/access/adapters/__init__.py says what it exposes): the model's
+"""The interface every adapter fills in (docs/inspection.md says what it exposes): the model's
 structure, its norms' gains, the query/key weights as maps of the residual stream, where RoPE rotates which key
 dimensions, and the hooks that call back into a sink; InspectError, the error of every model that cannot be read."""
 from __future__ import annotations

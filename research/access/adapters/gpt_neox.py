@@ -1,17 +1,9 @@
 """GPT-NeoX (Pythia, PolyPythias): one fused query_key_value Linear interleaved by head, partial RoPE, LayerNorm with
 bias, biases on the projections, and a parallel or sequential residual.
 
-Where transformers' GPTNeoXAttention keeps each thing (modeling_gpt_neox.py, read for transformers 5):
-- query_key_value: nn.Linear(d, 3 d) with a bias; its output is viewed as [B, T, H, 3 D] and each head's 3 D split
-  into q, k, v, so rows h*3D .. h*3D+D of the weight are head h's query, the next D its key, the next D its value
-  (`_per_head` takes them apart; the keys of `capture` are the projection's output, bias included).
-- partial RoPE: the first rotary_ndims = int(D x rotary_pct) dims of each head's q and k are rotated, rotate_half
-  within them (dim j turns with j + rotary_ndims / 2), the others pass unrotated (rotary_dims, rope_pairing "half";
-  rotary_split separates them, rotary_frequencies gives the model's inv_freq).
-- input_layernorm before attention, post_attention_layernorm before the MLP: LayerNorms with bias (norm_centres).
-  With use_parallel_residual (Pythia's), both read the layer's input and h + attn(ln1(h)) + mlp(ln2(h)) leaves the
-  layer; without it, h + attn(ln1(h)) is the MLP's input. The states of `capture` are the layer's input and output
-  either way.
+`GPTNeoXAdapter` takes query_key_value apart head by head (`_per_head`) and reads the rotated share of each head
+from the attention's own rotary_ndims. Where transformers' GPTNeoXAttention keeps each of these, and what `capture`
+gives for it: docs/inspection.md, "Model access: the adapters".
 """
 from __future__ import annotations
 

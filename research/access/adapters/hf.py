@@ -1,6 +1,6 @@
 """HFAdapter: Hugging Face causal LMs with the Llama layout (the families llama, mistral and qwen2 read it unchanged),
 and what every Hugging Face family shares: the config's dimensions checked where a model loads, and `capture`, which
-wraps the attention function of the model's own implementation (research/access/adapters/__init__.py)."""
+wraps the attention function of the model's own implementation (docs/inspection.md)."""
 from __future__ import annotations
 
 import sys
