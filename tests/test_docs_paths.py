@@ -1,5 +1,6 @@
-"""Every path the README and docs/ name exists in the clone, and every file docs/layout.md's table of folders names
-lies in the folder its row is about: a doc that names a moved or deleted file fails here, not in a reader's hands."""
+"""Every path the README and docs/ name exists in the clone, and every file docs/layout.md's table of folders and its
+paragraph per folder name lies in that folder: a doc that names a moved or deleted file fails here, not in a reader's
+hands."""
 from __future__ import annotations
 
 import re
@@ -23,18 +24,24 @@ def named_paths(text: str) -> set[str]:
 
 
 def table_files(text: str) -> dict[str, set[str]]:
-    """{folder: the file names its row of a '| folder | what |' table names in `code`} (names without a slash)."""
-    rows = {}
-    for folder, what in re.findall(r"^\| `([\w./*-]+/)` \| (.*) \|$", text, re.M):
-        rows[folder] = {name for name in re.findall(r"`([\w.-]+\.py)`", what)}
+    """{folder: the file names (in `code`, without a slash) that its row of the '| `folder/` | what |' table and its
+    paragraph under a '### `folder/`' heading name}; the paragraph ends at the first blank line."""
+    rows: dict[str, set[str]] = {}
+    rows_and_paragraphs = re.findall(r"^\| `([\w./*-]+/)` \| (.*) \|$", text, re.M) + \
+        re.findall(r"^### `([\w./*-]+/)`\n\n(.+?)(?:\n\n|\Z)", text, re.M | re.S)
+    for folder, what in rows_and_paragraphs:
+        rows.setdefault(folder, set()).update(re.findall(r"`([\w.-]+\.py)`", what))
     return rows
 
 
 def test_the_helpers_read_paths_and_rows_by_hand():
     text = "see `research/plots/page.py:page`, [x](docs/decisions.md#margins), `research_results/x`, `<run>/a.py`\n" \
-           "| `utils/` | `io.py` (writes), `console.py` |"
-    assert named_paths(text) == {"research/plots/page.py", "docs/decisions.md", "utils/"}
-    assert table_files(text) == {"utils/": {"io.py", "console.py"}}
+           "| `utils/` | `io.py` (writes), `console.py` |\n| `data/` | blocks |\n\n" \
+           "### `utils/`\n\n`lock.py` (locks),\n`hosts.py`.\n\nAfter the paragraph: `later.py`.\n\n" \
+           "### `models/`\n\n`llm.py`"
+    assert named_paths(text) == {"research/plots/page.py", "docs/decisions.md", "utils/", "data/", "models/"}
+    assert table_files(text) == {"utils/": {"io.py", "console.py", "lock.py", "hosts.py"}, "data/": set(),
+                                 "models/": {"llm.py"}}
 
 
 def test_every_path_the_docs_name_exists():
