@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 
 import torch
 
-from configs.config import ConfigError
+from configs.config import ConfigError, ProbeConfig
 from data import data_usage, val_batches
 from research.probing.ablation import gain_ablation, learned_entry
 from research.probing.kv_cache import kv_cache_record
@@ -25,7 +25,7 @@ from utils.time_split import TimeSplit
 
 
 class ProbeCallback:
-    """Probe at step 0, every `every` optimizer steps and at the last step.
+    """Probe at step 0, every `cfg.probe_every` optimizer steps and at the last step (cfg: the probe section).
 
     At each probe: the validation loss (all ranks take part), then on rank 0 the key probe on
     the fixed batch, kept in memory. results.json is rewritten whole (atomically) at step 0, before each checkpoint
@@ -36,11 +36,11 @@ class ProbeCallback:
     and the trainer has not validated at this step already, the validation loss comes from the probe's own forward
     (KeyProbe.measure): the same tokens' mean loss, one forward instead of two (probe_callback decides).
     The validation loss of the initial model is kept as `init_val_loss` (the write-ups' `val_loss` has no value
-    at step 0). `loss` at a probe is the mean training loss of the last `every` steps: the steps since the
+    at step 0). `loss` at a probe is the mean training loss of the last `probe_every` steps: the steps since the
     previous probe, as in the write-ups, except at a final probe that comes sooner, whose window reaches back
     so it is as long. After the last step, where the k_norm gain is learned, the gain ablation
     (research.probing.ablation) on `ablation_batches`; and at the last step, where the probe has targets, what a key
-    cache costs where asked (research.probing.kv_cache: results.json's kv_cache, once with `kv_cache`; with
+    cache costs where asked (research.probing.kv_cache: results.json's kv_cache, once with cfg's `kv_cache`; with
     `kv_every_probe` in every probe record too). A resumed run continues the file from its
     checkpoint's step: the file must then exist and hold the last probe taken before that checkpoint
     (a missing or unreadable results.json stops the resume with ResultsError in `after_resume`, never a
@@ -50,19 +50,17 @@ class ProbeCallback:
 
     name = "probe"
 
-    def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int, precision: str,
-                 header: dict, qk_norm: str, ablation_batches: list | None = None,
-                 on_probe: Callable[[int, Mapping[str, float]], None] | None = None,
-                 probe_targets_BT: torch.Tensor | None = None, share_validation: bool = False,
-                 context: int | None = None, kv_cache: bool = False, kv_every_probe: bool = False,
-                 kv_layer_bits: bool = False):
-        if every <= 0:
-            raise ValueError(f"ProbeCallback needs every > 0, got {every}")
+    def __init__(self, path: str | Path, cfg: ProbeConfig, probe_ids_BT: torch.Tensor, *, header: dict, qk_norm: str,
+                 ablation_batches: list | None = None, probe_targets_BT: torch.Tensor | None = None,
+                 on_probe: Callable[[int, Mapping[str, float]], None] | None = None, share_validation: bool = False,
+                 context: int | None = None):
+        if (every := cfg.probe_every) <= 0:
+            raise ValueError(f"ProbeCallback needs probe_every > 0, got {every}")
         self.path, self.every, self.qk_norm = Path(path), every, qk_norm
         self.header = header  # new_results' arguments: tag, config, preset, seed, provenance, data
-        self.probe = KeyProbe(probe_ids_BT, precision, probe_targets_BT, context)
-        self.kv_cache, self.kv_every_probe = kv_cache or kv_every_probe or kv_layer_bits, kv_every_probe
-        self.kv_layer_bits = kv_layer_bits
+        self.probe = KeyProbe(probe_ids_BT, cfg.probe_precision, probe_targets_BT, context)
+        self.kv_cache = cfg.kv_cache or cfg.kv_every_probe or cfg.kv_layer_bits
+        self.kv_every_probe, self.kv_layer_bits = cfg.kv_every_probe, cfg.kv_layer_bits
         # > 0: the trainer's validation set (ablation_batches) is the probe batch's first val_rows sequences
         self.val_rows = self.probe.covers(ablation_batches or []) if share_validation else 0
         self.recent_losses: deque[float] = deque(maxlen=every)
@@ -217,12 +215,9 @@ def probe_callback(cfg, data, out_dir: str | Path, runtime: Runtime, tag: str | 
     # precisions differ (a bf16 run's validation is bf16, the probe fp32: sharing would change val_loss beyond
     # rounding), nor where the validation set holds sequences the probe does not read (their forward is needed
     # anyway; splitting the validation pass would change its batches for a part of its cost).
-    return ProbeCallback(Path(out_dir) / RESULTS_FILE, ids, every=cfg.probe.probe_every,
-                         precision=cfg.probe.probe_precision, header=header, qk_norm=cfg.model.qk_norm,
+    return ProbeCallback(Path(out_dir) / RESULTS_FILE, cfg.probe, ids, header=header, qk_norm=cfg.model.qk_norm,
                          ablation_batches=validation, on_probe=on_probe, probe_targets_BT=targets,
-                         share_validation=runtime.precision == cfg.probe.probe_precision,
-                         context=cfg.data.seq_len, kv_cache=cfg.probe.kv_cache,
-                         kv_every_probe=cfg.probe.kv_every_probe, kv_layer_bits=cfg.probe.kv_layer_bits)
+                         share_validation=runtime.precision == cfg.probe.probe_precision, context=cfg.data.seq_len)
 
 
 def run_callbacks(cfg, data, out_dir: str | Path, runtime: Runtime, *, tag: str | None = None,

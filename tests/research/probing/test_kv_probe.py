@@ -118,11 +118,12 @@ def test_the_key_cache_section_of_keys_of_rank_three():
 
 def run_callback(tmp_path, **kv) -> dict:
     """A ProbeCallback's results.json after probes at steps 0, 2 and 3 of a 3-step run, with the key cache options."""
+    from configs.config import ProbeConfig
     from research.probing.callback import ProbeCallback
     from training.callbacks import StepInfo
     model, x = model_for("none"), ids(10, 24)
-    callback = ProbeCallback(tmp_path / "results.json", x, every=2, precision="fp32", header={"tag": "NoQK"},
-                             qk_norm="none", probe_targets_BT=x.roll(1, dims=1), **kv)
+    callback = ProbeCallback(tmp_path / "results.json", ProbeConfig(probe_every=2, **kv), x, header={"tag": "NoQK"},
+                             qk_norm="none", probe_targets_BT=x.roll(1, dims=1))
     for step in (0, 1, 2, 3):
         callback(StepInfo(step=step, total_steps=3, start_step=0, tokens=24 * step, loss=None if step == 0 else 5.0,
                           wall_time_s=float(step), model=model, evaluate=lambda: 5.0, is_main=True))
