@@ -55,18 +55,16 @@ def measured(setting: str, steps: int, precision: str, busy: bool) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")}
     env.update(env_add)
     spinner = subprocess.Popen([sys.executable, "-c", SPIN, str(usable_core_ids()[-1])]) if busy else None
+    from research.speed.measure import child_json  # torch: only where a child is run
     try:
         if spinner:
             time.sleep(0.5)  # running before the child looks at the load, as a job already there would be
-        out = subprocess.run([sys.executable, "-m", "research.speed.busy_host", "--child", str(threads), "--steps",
-                              str(steps), "--precision", precision], env=env, capture_output=True, text=True)
+        return child_json("research.speed.busy_host", ["--child", str(threads), "--steps", str(steps),
+                                                        "--precision", precision], env)
     finally:
         if spinner:
             spinner.kill()
             spinner.wait()
-    if out.returncode != 0:
-        raise RuntimeError(f"busy_host child {setting} failed:\n{out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run(settings: list[str], steps: int, repeats: int, precision: str) -> dict:

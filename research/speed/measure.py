@@ -251,9 +251,10 @@ def in_child(kind: str, config: str = "tiny", precision: str = "fp32", steps: in
                                                  "--compile", compile_setting])
 
 
-def child_json(module: str, argv: list[str]) -> dict:
-    """`python -m module *argv` in a fresh process; the JSON object its last line prints."""
-    out = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True)
+def child_json(module: str, argv: list[str], env: dict[str, str] | None = None) -> dict:
+    """`python -m module *argv` in a fresh process (with `env`, else this one's); the JSON object its last line
+    prints."""
+    out = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"benchmark child {module} {argv} failed:\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
