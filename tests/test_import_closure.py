@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.test_import_rules import ROOT, _imported, module_file, project_files
+from tests.test_import_rules import ROOT, _imported, module_file, project_files, write_tree
 
 ENTRY = "research/qk_norm_25m_study.py"
 MAX_SHARE = 0.60  # of the project's source lines; 78% before the kinds loaded their analysis and plots on demand
@@ -129,17 +129,10 @@ def test_the_main_study_imports_at_most_its_share_at_start():
     assert not (problem := over(main_study(), MAX_SHARE)), problem
 
 
-def _tree(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def test_the_closure_counts_what_runs_at_import_and_names_the_chain(tmp_path):
     """A package's __init__.py counts when its submodule is imported; imports in a function or under TYPE_CHECKING
     do not, those in a class body, a try or an if do; the message names the chain to each large module."""
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "app.py": "import os\nfrom pkg.sub import f\n\n\ndef g():\n    import heavy\n",
         "pkg/__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import heavy\nelse:\n"
                            "    from . import light\n",

@@ -275,7 +275,8 @@ def test_every_room_is_on_a_floor():
                                 f"floors without a room: {sorted(set(FLOOR) - rooms)}"
 
 
-def _tree(root: Path, files: dict[str, str]) -> None:
+def write_tree(root: Path, files: dict[str, str]) -> None:
+    """A small project under root: {relative path: text}, folders made as needed."""
     for name, text in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -286,7 +287,7 @@ def test_the_rules_see_a_bad_import(tmp_path):
     """The checks find what they are for: an arrow up inside a function, a pair importing each other, utils
     importing configs, and a relative import; each message names the file, the line and the module."""
     init = ""
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "utils/__init__.py": init, "configs/__init__.py": init, "research/__init__.py": init,
         "research/access/__init__.py": init, "research/probing/__init__.py": init,
         "utils/runtime.py": "import os\nfrom configs.config import ConfigError\n",
@@ -315,7 +316,7 @@ def test_the_rules_see_a_bad_import(tmp_path):
 def test_the_file_rule_sees_a_circle(tmp_path):
     """Three files in a circle, one arrow inside a function, are named with each import's line; a package's
     __init__.py importing its modules, and a module importing a sibling, are no circle."""
-    _tree(tmp_path, {
+    write_tree(tmp_path, {
         "utils/__init__.py": "", "utils/a.py": "from utils import b\n",
         "utils/b.py": "import os\n\n\ndef f():\n    from utils.c import g\n",
         "utils/c.py": "import json\nfrom utils.a import x\n",
