@@ -225,9 +225,13 @@ def needed_text(d: Decision, unit: str = "seed") -> str:
 def inline_open(text: str, unit: str = "seed") -> str:
     """`text` with each OPEN mark replaced by what would settle it, in brackets: ' (to settle it: ...)', for a file
     read without its report (a combined.json), which has no "In short" to point to."""
+    return text.replace(OPEN, f" (to settle it: {_route(unit)} ({SEQUENTIAL}))")
+
+
+def _route(unit: str) -> str:
+    """What settles an open outcome: the looks' Reading where a study of seeds has one, else settle_text's route."""
     reading = _READING.get() if unit == "seed" else None
-    route = reading.settle if reading is not None else settle_text(unit)
-    return text.replace(OPEN, f" (to settle it: {route} ({SEQUENTIAL}))")
+    return reading.settle if reading is not None else settle_text(unit)
 
 
 def settle_line(unit: str = "seed") -> str:
@@ -235,9 +239,7 @@ def settle_line(unit: str = "seed") -> str:
     seeds added to this study would be a look nobody planned, so the route named is a new study on new seeds, with
     the error a reader of both reports then faces (settle_text; a study read at several looks says it as its Reading
     does)."""
-    reading = _READING.get() if unit == "seed" else None
-    return (f"{OPEN} open at these {plural(unit)}; to settle it: "
-            f"{reading.settle if reading is not None else settle_text(unit)} ({SEQUENTIAL}).")
+    return f"{OPEN} open at these {plural(unit)}; to settle it: {_route(unit)} ({SEQUENTIAL})."
 
 
 def rule_text(margin: float = MARGIN, loss_margin: float | None = None, unit: str = "seed", family: str | None = None,
