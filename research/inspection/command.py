@@ -18,8 +18,7 @@ from research.access import load_model
 from research.inspection import DEFAULT_WORDS, DICT_SAMPLE, inspect_model
 from research.inspection.tour import check_arguments
 from research.plots import inspection as figures
-from research.plots.common import write_outputs
-from research.plots.page import with_figures
+from research.plots.common import with_figures, write_outputs
 from research.results import save_results
 from research.results.vocabulary import INSPECT_FILE, REPORT as REPORT_FILE, REPORT_PAGE
 from utils.cli import ArgumentParser

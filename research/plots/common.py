@@ -13,6 +13,7 @@ import functools
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -160,13 +161,28 @@ def save_figures(folder: str | Path, figures: dict[str, Figure]) -> list[Path]:
 
 def figure_line(name: str, what: str) -> str:
     """A figure placed in a report, in Markdown: '![what](name)', put right after the table or paragraph it explains;
-    report.html (research.plots.page) embeds the figure there, beside that table."""
+    report.html (research.plots.page) embeds the figure there, beside that table; with_figures places the rest."""
     return f"![{what}]({name})"
 
 
 def cell_text(text: str) -> str:
     """`text` as one cell of a Markdown table: its pipes escaped (a quantity named '|k_i|' would split the row)."""
     return str(text).replace("|", "\\|")
+
+
+def placed(report: str) -> set[str]:
+    """The figure files `report` places (common.figure_line: '![what](name)')."""
+    return set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))
+
+
+def with_figures(report: str, outputs: dict) -> str:
+    """`report` with a closing "Figures" section placing every figure of `outputs` (names ending .png) that it does
+    not place itself, so that report.html shows each figure drawn, once."""
+    missing = [name for name in outputs if name.endswith(".png") and name not in placed(report)]
+    if not missing:
+        return report
+    return report.rstrip("\n") + "\n\n## Figures\n\n" + "\n\n".join(
+        f"![{name.removesuffix('.png').replace('_', ' ')}]({name})" for name in missing) + "\n"
 
 
 def fmt_num(v, nd: int = 3) -> str:

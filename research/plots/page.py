@@ -193,18 +193,3 @@ def page(report: str, images: dict[str, bytes]) -> str:
     return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
-
-
-def placed(report: str) -> set[str]:
-    """The figure files `report` places (common.figure_line: '![what](name)')."""
-    return set(re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", report))
-
-
-def with_figures(report: str, outputs: dict) -> str:
-    """`report` with a closing "Figures" section placing every figure of `outputs` (names ending .png) that it does
-    not place itself, so that report.html shows each figure drawn, once."""
-    missing = [name for name in outputs if name.endswith(".png") and name not in placed(report)]
-    if not missing:
-        return report
-    return report.rstrip("\n") + "\n\n## Figures\n\n" + "\n\n".join(
-        f"![{name.removesuffix('.png').replace('_', ' ')}]({name})" for name in missing) + "\n"

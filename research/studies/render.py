@@ -20,9 +20,8 @@ from configs.config import ConfigError
 from research.analysis.identity import hosts_mixed
 from research.analysis.rules import check_margin
 from research.analysis.sequential import at_looks, family_changes, fixed_family, recorded, value_text
-from research.plots.common import write_outputs
+from research.plots.common import with_figures, write_outputs
 from research.plots.in_short import with_in_short
-from research.plots.page import with_figures
 from research.plots.looks import open_questions, section as looks_section
 from research.results.layout import read_study_index
 from research.results.vocabulary import REPORT

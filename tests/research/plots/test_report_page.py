@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from research import split_panels
-from research.plots.page import OUTCOMES, outcome_of, page, slug, with_figures
+from research.plots.common import with_figures
+from research.plots.page import OUTCOMES, outcome_of, page, slug
 from research.studies.render import load_and_analyze
 from tests.browser import needs_chromium, open_page
 from tests.helpers import REPO
