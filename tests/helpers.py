@@ -221,3 +221,23 @@ def comparable_results(out: Path) -> dict:
     """{path in the study folder: its results.json, what two trainings of the same runs share (_comparable)}."""
     return {p.relative_to(out).as_posix(): _comparable(json.loads(p.read_text()))
             for p in sorted(out.rglob("results.json"))}
+
+
+def probe_tensors(model, ids, keep_proj: bool = False) -> list[dict]:
+    """Per layer the tensors the training probe's LayerSink hands layer_record ([heads, B, T, D]: k_norm, k_rope,
+    q_norm, q_rope, where present k_proj (keep_proj), k_hat's gain side not applied), copied, from one forward of
+    this project's model on ids."""
+    import torch
+
+    from research.probing.probe import KeyProbe
+
+    sink = KeyProbe(ids).sink(model)
+    sink.keep_proj = keep_proj
+    kept: list[dict] = [{} for _ in model.blocks]
+
+    def keep(i, q, k, v, *args):
+        kept[i] = {n: x.clone() for n, x in sink.tensors(i, q, k)[0].items()}
+    sink.on_attention = keep
+    with torch.no_grad(), sink.adapter.capture(sink):
+        model.hidden(ids)
+    return kept

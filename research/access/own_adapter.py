@@ -55,28 +55,40 @@ class OwnAdapter(Adapter):
 
     @contextmanager
     def capture(self, sink):
+        """The Adapter's callbacks from the model's hook points; also on_queries "q_proj" where a layer has no q norm
+        and, where the sink has on_gate, gated attention's sigmoid gate [H, B, T, D or 1]. on_attention's v is the
+        values [B, Hkv, T, D]; the model's own attention computes the output (on_attention's return is unread)."""
+        queries, gates = hasattr(sink, "on_queries"), hasattr(sink, "on_gate")
         with self._hooks(sink) as handles:
             for i, block in enumerate(self.layers):
                 a = block.attn
+                q_norm, k_norm = self.qk_norms(i)
                 scratch = {}
+
+                def keep(name, scratch=scratch):
+                    def hook(m, inp, out):
+                        scratch[name] = out.detach().transpose(1, 2)  # [B, H, T, D]
+                    return hook
 
                 def k_proj(module, inp, out, i=i, a=a):
                     B, T, _ = out.shape
                     sink.on_keys(i, "k_proj", heads_first(out.view(B, T, a.n_kv_heads, a.d_head)))
+                if gates and hasattr(a, "hook_gate"):  # fires first
+                    handles.append(a.hook_gate.register_forward_hook(
+                        lambda m, inp, out, i=i: sink.on_gate(i, heads_first(out))))
                 handles.append(a.wk.register_forward_hook(k_proj))
-                if self.qk_norms(i)[1] is not None:
+                handles.append(a.hook_v.register_forward_hook(keep("v")))
+                if k_norm is not None:
                     handles.append(a.hook_k_norm.register_forward_hook(
                         lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
-                if self.qk_norms(i)[0] is not None and hasattr(sink, "on_queries"):
+                if queries:
+                    site = "q_proj" if q_norm is None else "q_norm"
                     handles.append(a.hook_q_norm.register_forward_hook(
-                        lambda m, inp, out, i=i: sink.on_queries(i, "q_norm", heads_first(out))))
-
-                def q_rope(m, inp, out, scratch=scratch):
-                    scratch["q"] = out.detach().transpose(1, 2)  # [B, H, T, D]
+                        lambda m, inp, out, i=i, site=site: sink.on_queries(i, site, heads_first(out))))
+                handles.append(a.hook_q_rope.register_forward_hook(keep("q")))
 
                 def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
-                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), None, a.d_head ** -0.5,
-                                      None, a.softcap or None)
-                handles.append(a.hook_q_rope.register_forward_hook(q_rope))
+                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), scratch.pop("v"),
+                                      a.d_head ** -0.5, None, a.softcap or None)
                 handles.append(a.hook_k_rope.register_forward_hook(k_rope))
             yield

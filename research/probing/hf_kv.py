@@ -16,14 +16,9 @@ import torch.nn.functional as F
 
 from research.probing.hf_rotary import RopeError, layer_ropes
 from research.probing.key_bits import fake_quantize
-from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, key_cache, layer_errors
-from utils.errors import UserError
+from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, ErrorSink, KVError, key_cache
 
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for a batch's loss
-
-
-class KVError(UserError, ValueError):
-    """Key-cache measurements this tool cannot make on a model or batch; the message says why and what to do."""
 
 
 class _NoRope:
@@ -70,30 +65,6 @@ def _heads_first(*xs: torch.Tensor) -> list[torch.Tensor]:
     return [x.transpose(0, 1).float() for x in xs]                              # [B, H, T, D] -> [H, B, T, D]
 
 
-class _Errors:
-    """Each layer's layer_errors from its attention call; the model's own attention computes the output."""
-
-    def __init__(self, adapter):
-        self.adapter, self.layers, self.ropes = adapter, [], ropes_of(adapter)
-
-    def on_state(self, *args) -> None:  # the errors read the attention call alone
-        pass
-
-    on_keys = on_state
-
-    def on_attention(self, i, q, k, v, scaling, window, softcap):
-        if window and window < q.shape[2]:
-            raise KVError(f"layer {i} attends over a sliding window of {window} tokens, shorter than the batch's "
-                          f"{q.shape[2]}: the key-cache errors are measured on full causal attention. Fix: windows "
-                          f"of at most {window} tokens (--seq_len)")
-        rope = self.ropes[i]
-        q, k, v = _heads_first(q, k, v)
-        t = {"q_rope": q, "k_rope": k, "v": v, "k_norm": rope.inverse(k)}
-        with torch.autocast(q.device.type, enabled=False):
-            self.layers.append({"layer": i, **layer_errors(t, rope.on_heads_last, softcap, scaling)})
-        return None
-
-
 class _Quantized:
     """Every layer's attention computed here, from its keys quantized per token before rotary at `bits` (16:
     unchanged) in `layers` (None: all), unchanged in the others."""
@@ -106,7 +77,8 @@ class _Quantized:
         if l == self.adapter.n_layers:
             self.final = h
 
-    on_keys = _Errors.on_state
+    def on_keys(self, *args) -> None:  # the losses read the attention call alone
+        pass
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
         rope = self.ropes[i]
@@ -137,7 +109,7 @@ def hf_kv_cache_record(adapter, ids_BT: torch.Tensor, precision: str = "fp32", e
     ids = ids_BT.to(next(adapter.model.parameters()).device)
 
     def layer_errors_of_a_forward() -> list[dict]:
-        sink = _Errors(adapter)
+        sink = ErrorSink(ropes_of(adapter), inverse=True)
         if errors:
             with adapter.capture(sink):
                 adapter.model(input_ids=ids, use_cache=False, logits_to_keep=1)

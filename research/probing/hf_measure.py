@@ -11,47 +11,10 @@ import torch.nn as nn
 from research.access.adapters import InspectError
 from research.probing.hf_model import ProbeError, adapter_for, base_model
 from research.probing.hf_kv import next_token_loss
-from research.probing.hf_rotary import AdapterRope, layer_ropes, rope_context
-from research.probing.probe import layer_record, measuring
+from research.probing.hf_rotary import layer_ropes, rope_context
+from research.probing.probe import LayerSink, measuring
 from research.results.vocabulary import PR
 from utils.errors import shown
-
-
-class _Sink:
-    """The adapter's callbacks reduced, layer by layer, to a probe record; the model's own attention computes
-    the output (on_attention returns None)."""
-
-    def __init__(self, adapter, context: int, ropes: list[AdapterRope] | None = None):
-        self.adapter = adapter
-        self.context = context  # the probe batch's length: the wavelengths' reference where the model names none
-        self.ropes = ropes if ropes is not None else layer_ropes(adapter)  # None: the model has no RoPE
-        self.pre: dict[int, dict[str, torch.Tensor]] = {}
-        self.layers: list[dict] = []
-        self.final: torch.Tensor | None = None
-
-    def on_state(self, l: int, h_BTd: torch.Tensor) -> None:
-        if l == self.adapter.n_layers:
-            self.final = h_BTd
-
-    def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
-        self.pre.setdefault(i, {})[site] = k_HBTD
-
-    on_queries = on_keys
-
-    def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
-        t = self.pre.pop(i, {})
-        q_norm, k_norm = self.adapter.qk_norms(i)
-        gains = self.adapter.gain(q_norm), self.adapter.gain(k_norm)
-        has_norm = "k_norm" in t  # else the raw projection stands for k_norm, as this project's qk_norm='none'
-        t.update(q_rope=q_BHTD.transpose(0, 1), k_rope=k_BKTD.transpose(0, 1))                   # [H, B, T, D]
-        if not has_norm:
-            t["k_norm"] = t.pop("k_proj")
-        rope = self.ropes[i] if self.ropes is not None else None
-        rec = layer_record(i, t, gains=gains, pre_gain=gains[1] if has_norm else None, rope=rope,
-                           context=rope_context(self.adapter, self.context, window), scale=scaling, window=window,
-                           softcap=softcap)
-        self.layers.append({"layer": i, **({"pair_share": rec["pair_share"]} if rope is not None else {}), **rec})
-        return None
 
 
 class HFKeyProbe:
@@ -91,12 +54,13 @@ class HFKeyProbe:
         base = adapter.model
         device = next(base.parameters()).device
         ids = self.ids.to(device)
-        sink = _Sink(adapter, ids.shape[1], self.ropes)
+        sink = LayerSink(adapter, self.ropes, lambda window: rope_context(adapter, ids.shape[1], window))
         t0 = time.perf_counter()
         with measuring(base, device, self.precision), adapter.capture(sink):
             base(input_ids=ids, use_cache=False, logits_to_keep=1)  # the vocabulary's logits: below, in chunks
             loss = next_token_loss(adapter, sink.final, ids)
-        layers = sorted(sink.layers, key=lambda r: r["layer"])
+        layers = sorted(({"layer": r["layer"], **({"pair_share": r["pair_share"]} if "pair_share" in r else {}), **r}
+                         for r in sink.layers), key=lambda r: r["layer"])
         if len(layers) != adapter.n_layers:
             raise ProbeError(f"the probe saw the attention of {len(layers)} of {adapter.n_layers} layers: the model's "
                              f"attention does not go through transformers' attention functions (a custom forward?)")

@@ -22,14 +22,20 @@ from research.analysis.key_cache import usable_k_bits
 from research.probing.key_bits import fake_quantize, quantized_loss
 from research.probing.key_rank import key_basis
 from research.probing.metrics import key_moments
-from research.probing.probe import capture_layers, measuring, unwrap
+from research.access.own_adapter import OwnAdapter
+from research.probing.probe import measuring, unwrap
 from research.results.vocabulary import KV_SCHEMES, KV_SITES
+from utils.errors import UserError
 
 KV_ROWS = 8  # the probe batch's first sequences the section is measured on (all of them where it has fewer)
 KV_BITS = (8, 4, 3, 2)  # the widths the errors are measured at and usable_k_bits chooses from
 LOSS_BITS = (16, *KV_BITS)  # 16: the keys unchanged, the reference loss (its change is 0)
 LOSS_SCHEME, LOSS_SITE = "per_token", "pre_rope"  # how the loss's keys are quantized
 RANK_DIVISORS = (8, 4, 2)  # r = D/8, D/4, D/2
+
+
+class KVError(UserError, ValueError):
+    """Key-cache measurements this tool cannot make on a model or batch; the message says why and what to do."""
 
 
 def _rotate(rotary: nn.Module, x_HBTD: torch.Tensor) -> torch.Tensor:
@@ -51,10 +57,9 @@ def schemes_for(D: int) -> tuple[str, ...]:
 @torch.no_grad()
 def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = None, scale: float | None = None) -> dict:
     """One layer's {"quantized": {site: {scheme: {bits: errors}}}, "projected": {site: {r: errors}}} (errors:
-    {logit_error, attention_kl, output_error} as float lists over the query heads), from capture_layers' tensors
-    with values: k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of
-    [B, T, H, D] vectors (the model's Rotary, or hf_rotary.AdapterRope.on_heads_last); scale: the logits' (None:
-    1/sqrt(D))."""
+    {logit_error, attention_kl, output_error} as float lists over the query heads), from ErrorSink's tensors:
+    k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of [B, T, H, D] vectors (the
+    model's Rotary, or hf_rotary.AdapterRope.on_heads_last); scale: the logits' (None: 1/sqrt(D))."""
     q, k_pre, k_post, v = (t[n].float() for n in ("q_rope", "k_norm", "k_rope", "v"))
     D = q.shape[-1]
     cases = [(site, s, b) for site in KV_SITES for s in schemes_for(D) for b in KV_BITS]
@@ -101,24 +106,50 @@ def key_cache(model: nn.Module, precision: str, shape_BT, D: int, n_layers: int,
 
 def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Tensor, precision: str = "fp32",
                     rows: int = KV_ROWS, per_layer: bool = False) -> dict:
-    """key_cache of `model` on the first `rows` sequences of (ids, targets): the errors from capture_layers, the
+    """key_cache of `model` on the first `rows` sequences of (ids, targets): the errors from OwnAdapter.capture, the
     losses from plain forwards whose keys key_bits.quantized_keys quantizes."""
     model = unwrap(model)
     device = next(model.parameters()).device
     ids, targets = ids_BT[:rows].to(device), targets_BT[:rows].to(device)
-    softcap = model.cfg.attn_softcap or None
+    adapter = OwnAdapter(model)
 
     def errors() -> list[dict]:
-        layers: list[dict] = []
-
-        def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
-            with torch.autocast(device.type, enabled=False):
-                layers.append({"layer": i, **layer_errors(t, model.rotary, softcap)})
-        with capture_layers(model, on_layer, values=True):
+        sink = ErrorSink([model.rotary] * len(model.blocks), inverse=False)
+        with adapter.capture(sink):
             model.hidden(ids)
-        return layers
+        return sink.layers
     loss = lambda b, layers: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE, layers)  # noqa: E731
     return key_cache(model, precision, ids.shape, model.cfg.d_head, len(model.blocks), errors, loss, per_layer)
+
+
+class ErrorSink:
+    """Each layer's layer_errors from an adapter's capture (the model's own attention computes the output), for both
+    drivers: the keys before rotary as hooked (k_norm's, else the projection's; ropes: RoPE of [B, T, H, D] vectors,
+    this project's Rotary) or, with `inverse`, the attention's keys rotated back (ropes: hf_rotary.AdapterRope, for a
+    Hugging Face model whose keys before rotary the hooks need not show as it rotates them)."""
+
+    def __init__(self, ropes: list, inverse: bool):
+        self.ropes, self.inverse, self.pre, self.layers = ropes, inverse, {}, []
+
+    def on_state(self, *args) -> None:  # the errors read the keys and the attention call alone
+        pass
+
+    def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
+        if site == "k_norm" or i not in self.pre:
+            self.pre[i] = k_HBTD
+
+    def on_attention(self, i, q, k, v, scaling, window, softcap):
+        if window and window < q.shape[2]:
+            raise KVError(f"layer {i} attends over a sliding window of {window} tokens, shorter than the batch's "
+                          f"{q.shape[2]}: the key-cache errors are measured on full causal attention. Fix: windows "
+                          f"of at most {window} tokens (--seq_len)")
+        rope, k_pre = self.ropes[i], self.pre.pop(i, None)
+        q, k, v = (x.transpose(0, 1).float() for x in (q, k, v))                  # [B, H, T, D] -> [H, B, T, D]
+        t = {"q_rope": q, "k_rope": k, "v": v, "k_norm": rope.inverse(k) if self.inverse else k_pre}
+        with torch.autocast(q.device.type, enabled=False):
+            self.layers.append({"layer": i, **layer_errors(t, rope.on_heads_last if self.inverse else rope, softcap,
+                                                           scaling)})
+        return None
 
 
 def kv_section(shape_BT, precision: str, D: int, layers: list[dict], losses: dict[int, float]) -> dict:

@@ -5,9 +5,9 @@
     record, loss = KeyProbe(eval_ids_BT, targets_BT=next_ids_BT).measure(model, loss_rows=n)
                                  # and the mean LM loss of the first n sequences, from the same forward
 
-Hooks live only inside `capture_layers`; `layer_record` builds every layer's record, for this project's model and
-for a Hugging Face one. The sites (k_norm, k_rope, k_hat, k_hat_rope), the metrics, the memory and why probing never
-changes training: docs/probing.md.
+The hooks are the adapter's (OwnAdapter.capture); `LayerSink` reads them and `layer_record` builds every layer's
+record, for this project's model and for a Hugging Face one. The sites (k_norm, k_rope, k_hat, k_hat_rope), the
+metrics, the memory and why probing never changes training: docs/probing.md.
 """
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from research.probing.metrics import (attention_metrics, divided_moments, gain_f
 from research.probing.rotary_use import logit_pair_shares, rotary_use
 from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
-from utils.tensors import heads_first
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -41,44 +40,57 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-@contextmanager
-def capture_layers(model: nn.Module, on_layer: Callable[[int, dict[str, torch.Tensor]], None],
-                   values: bool = False) -> Iterator[None]:
-    """Call on_layer(i, {"q_norm", "k_norm", "q_rope", "k_rope"}: [H, B, T, D]) for each block during forward
-    (with gated attention also "gate": [H, B, T, D or 1], the sigmoid gate on each head's output; with `values`
-    also "v": [Hkv, B, T, D], the values, whose hook fires before the q/k ones).
+class LayerSink:
+    """An adapter's capture callbacks reduced, layer by layer, to layer_record's records: the one reader of both probes
+    (KeyProbe through OwnAdapter, hf_measure.HFKeyProbe through a Hugging Face family's adapter). The model's own
+    attention computes the output (on_attention returns None).
 
-    The four hook points of a block fire in the order q_norm, k_norm, q_rope, k_rope; on_layer
-    runs when k_rope arrives and the layer's tensors are dropped right after.
-    """
-    handles = []
-    try:
-        for i, block in enumerate(model.blocks):
-            scratch: dict[str, torch.Tensor] = {}
+    ropes: each layer's RoPE (ModelRope, AdapterRope) or None; context(window): the tokens a layer's rotary use is
+    read against; exact: layer_record's; learned_hat: the k_hat sites only where the k norm's gain is learned (this
+    project's frozen gain is 1); keep_proj: a k_proj site beside a k_norm one. Without a k norm the projection stands
+    for k_norm (as this project's qk_norm='none'), the queries' likewise."""
 
-            def keep(name, scratch=scratch):
-                def hook(module, inputs, output):
-                    scratch[name] = heads_first(output)
-                return hook
+    def __init__(self, adapter, ropes: list | None, context: Callable[[int | None], int], *, exact: bool = False,
+                 learned_hat: bool = False, keep_proj: bool = True):
+        self.adapter, self.ropes, self.context = adapter, ropes, context
+        self.exact, self.learned_hat, self.keep_proj = exact, learned_hat, keep_proj
+        self.pre: dict[int, dict[str, torch.Tensor]] = {}
+        self.layers: list[dict] = []
+        self.final: torch.Tensor | None = None
 
-            def finish(module, inputs, output, i=i, scratch=scratch):
-                scratch["k_rope"] = heads_first(output)
-                on_layer(i, scratch)
-                scratch.clear()
+    def on_state(self, l: int, h_BTd: torch.Tensor) -> None:
+        if l == self.adapter.n_layers:
+            self.final = h_BTd
 
-            attn = block.attn
-            if hasattr(attn, "hook_gate"):  # gated attention: fires first
-                handles.append(attn.hook_gate.register_forward_hook(keep("gate")))
-            if values:
-                handles.append(attn.hook_v.register_forward_hook(keep("v")))
-            handles.append(attn.hook_q_norm.register_forward_hook(keep("q_norm")))
-            handles.append(attn.hook_k_norm.register_forward_hook(keep("k_norm")))
-            handles.append(attn.hook_q_rope.register_forward_hook(keep("q_rope")))
-            handles.append(attn.hook_k_rope.register_forward_hook(finish))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
+    def on_keys(self, i: int, site: str, x_HBTD: torch.Tensor) -> None:
+        self.pre.setdefault(i, {})[site] = x_HBTD
+
+    on_queries = on_keys
+
+    def on_gate(self, i: int, g_HBTg: torch.Tensor) -> None:
+        self.on_keys(i, "gate", g_HBTg)
+
+    def tensors(self, i: int, q_BHTD: torch.Tensor, k_BKTD: torch.Tensor) -> tuple[dict[str, torch.Tensor], bool]:
+        """(layer i's tensors as layer_record reads them [H, B, T, D], whether it has the k_hat sites)."""
+        t = self.pre.pop(i, {})
+        has_norm = "k_norm" in t
+        t.update(q_rope=q_BHTD.transpose(0, 1), k_rope=k_BKTD.transpose(0, 1))
+        for x in "qk":
+            if f"{x}_norm" not in t and f"{x}_proj" in t:
+                t[f"{x}_norm"] = t.pop(f"{x}_proj")
+        if not self.keep_proj:
+            t.pop("k_proj", None)
+        return t, has_norm and (not self.learned_hat or learned_gain(self.adapter.qk_norms(i)[1]) is not None)
+
+    def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
+        t, hat = self.tensors(i, q_BHTD, k_BKTD)
+        q_norm, k_norm = self.adapter.qk_norms(i)
+        gains = self.adapter.gain(q_norm), self.adapter.gain(k_norm)
+        self.layers.append(layer_record(i, t, gains=gains, pre_gain=gains[1] if hat else None,
+                                        rope=self.ropes[i] if self.ropes is not None else None,
+                                        context=self.context(window), exact=self.exact, scale=scaling, window=window,
+                                        softcap=softcap))
+        return None
 
 
 def as_lists(metrics: dict[str, torch.Tensor]) -> dict[str, list[float]]:
@@ -254,6 +266,25 @@ def gate_metrics(gate_HBTg: torch.Tensor) -> dict[str, torch.Tensor]:
     return dict(zip(GATE_METRICS, (g.mean(1), g.std(1, correction=0))))
 
 
+class _PRSink:
+    """measure_pr's reader: each layer's mean key_pr_sv of its keys before RoPE (k_norm's, else the projection's)."""
+
+    def __init__(self):
+        self.prs: dict[int, float] = {}
+        self.keys: dict[int, torch.Tensor] = {}
+
+    def on_state(self, l, h) -> None:
+        pass
+
+    def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
+        if site == "k_norm" or i not in self.keys:
+            self.keys[i] = k_HBTD
+
+    def on_attention(self, i, *args) -> None:
+        with torch.autocast(self.keys[i].device.type, enabled=False):
+            self.prs[i] = key_pr_sv(self.keys.pop(i)).mean().item()
+
+
 class KeyProbe:
     """Measures a model's keys on a fixed evaluation batch of token ids [B, T]; given the batch's next tokens
     (targets [B, T]), also the LM loss of its first sequences from the same forward (measure)."""
@@ -270,6 +301,11 @@ class KeyProbe:
 
     def __call__(self, model: nn.Module) -> dict:
         return self.measure(model)[0]
+
+    def sink(self, model: nn.Module) -> LayerSink:
+        """The LayerSink of this probe's reading of `model` (this project's MinimalLLM, unwrapped)."""
+        return LayerSink(OwnAdapter(model), [ModelRope(model.rotary)] * len(model.blocks), lambda window: self.context,
+                         exact=True, learned_hat=True, keep_proj=False)
 
     def covers(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
         """n where the (inputs, targets) batches, in order, are the first n sequences of the probe's batch and
@@ -293,23 +329,13 @@ class KeyProbe:
             raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
-        prs: dict[int, float] = {}
-
-        def reader(i: int):
-            def hook(module, inputs, output):
-                with torch.autocast(device.type, enabled=False):
-                    prs[i] = key_pr_sv(heads_first(output)).mean().item()
-            return hook
-        handles = [block.attn.hook_k_norm.register_forward_hook(reader(i)) for i, block in enumerate(model.blocks)]
+        sink = _PRSink()
         loss = None
-        try:
-            with measuring(model, device, self.precision):
-                h_BTd = model.hidden(self.ids.to(device))
-                if loss_rows:
-                    loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
-        finally:
-            for h in handles:
-                h.remove()
+        with measuring(model, device, self.precision), OwnAdapter(model).capture(sink):
+            h_BTd = model.hidden(self.ids.to(device))
+            if loss_rows:
+                loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
+        prs = sink.prs
         layer_pr = [prs[i] for i in sorted(prs)]
         return layer_pr, sum(layer_pr) / len(layer_pr), loss
 
@@ -323,24 +349,16 @@ class KeyProbe:
             raise ValueError(f"loss_rows={loss_rows} needs targets and at most {self.ids.shape[0]} rows")
         model = unwrap(model)
         device = next(model.parameters()).device
-        adapter, rope = OwnAdapter(model), ModelRope(model.rotary)
-        layers: list[dict] = []
-
-        def on_layer(i: int, t: dict[str, torch.Tensor]) -> None:
-            q_norm, k_norm = adapter.qk_norms(i)
-            gains = adapter.gain(q_norm), adapter.gain(k_norm)
-            learned = learned_gain(k_norm) is not None  # the pre-gain sites exist
-            layers.append(layer_record(i, t, gains=gains, pre_gain=gains[1] if learned else None, rope=rope,
-                                       context=self.context, exact=True, softcap=model.cfg.attn_softcap or None))
-
+        sink = self.sink(model)
         loss = None
         t0 = time.perf_counter()
         with measuring(model, device, self.precision):
-            with capture_layers(model, on_layer):
+            with sink.adapter.capture(sink):
                 h_BTd = model.hidden(self.ids.to(device))
             probe_time = time.perf_counter() - t0  # the probe's own cost, without the loss it shares
             if loss_rows:
                 loss = model.loss(h_BTd[:loss_rows], self.targets[:loss_rows].to(device)).item()
+        layers = sink.layers
         layers.sort(key=lambda r: r["layer"])
         return ({"layers": layers, "mean_pr": sum(r["means"][PR] for r in layers) / len(layers),
                  "probe_time_s": probe_time, "batch": list(self.ids.shape), "precision": self.precision,

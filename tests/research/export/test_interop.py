@@ -1,6 +1,6 @@
 """docs/interop.md runs: its ```python blocks, executed in order against a debug run trained and exported here,
 read the keys after QK-norm through nnsight and TransformerLens equal to the project's own probe hook
-(research/probing/probe.py capture_layers, site k_norm), and their key patches give the native model's logits
+(the training probe's LayerSink, site k_norm), and their key patches give the native model's logits
 under the same patch on hook_k_norm.
 
 nnsight and TransformerLens are optional (not in requirements.txt): each test skips where its library is not
@@ -23,7 +23,7 @@ import sys
 import pytest
 import torch
 
-from tests.helpers import REPO, cli_args
+from tests.helpers import REPO, cli_args, probe_tensors
 from tests.tolerances import forward_rel_tol, logit_atol
 
 PAGE = REPO / "docs" / "interop.md"
@@ -102,21 +102,11 @@ def load_native(run_dir):
     return model.eval()
 
 
-@torch.no_grad()
 def probe_sites(model, ids) -> list[dict[str, torch.Tensor]]:
-    """Per layer the probe's k_norm and k_rope sites ([K, B, T, D], capture_layers) and the key projection
+    """Per layer the probe's k_norm and k_rope sites ([K, B, T, D], probe_tensors) and the key projection
     ([B, T, K, D]), on ids."""
-    from research.probing.probe import capture_layers
-    layers: list[dict] = [{} for _ in model.blocks]
-    handles = [b.attn.wk.register_forward_hook(lambda m, i, out, rec=rec, a=b.attn: rec.__setitem__(
-        "k_proj", out.view(*out.shape[:2], a.n_kv_heads, a.d_head).clone())) for b, rec in zip(model.blocks, layers)]
-    try:
-        with capture_layers(model, lambda i, t: layers[i].update({k: t[k].clone() for k in ("k_norm", "k_rope")})):
-            model(ids)
-    finally:
-        for h in handles:
-            h.remove()
-    return layers
+    return [{"k_norm": t["k_norm"], "k_rope": t["k_rope"], "k_proj": t.get("k_proj", t["k_norm"]).permute(1, 2, 0, 3)}
+            for t in probe_tensors(model, ids, keep_proj=True)]
 
 
 @torch.no_grad()

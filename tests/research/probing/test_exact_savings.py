@@ -12,7 +12,8 @@ from models import MinimalLLM
 from research.probing import metrics
 from research.probing.key_rank import ENERGY_SHARES, UNCENTERED, energy_rank, key_rank
 from research.probing.metrics import key_eigvals, key_moments, layer_means
-from research.probing.probe import KeyProbe, ModelRope, as_lists, capture_layers, lists_and_means, site_metrics
+from research.probing.probe import KeyProbe, ModelRope, as_lists, lists_and_means, site_metrics
+from tests.helpers import probe_tensors
 
 
 def perturbed(preset: str, qk_norm: str, seed: int = 0) -> MinimalLLM:
@@ -49,13 +50,8 @@ def test_ranks_from_the_spectra_eigenvalues_are_those_of_their_own_eigendecompos
 
 def test_the_sites_ranks_read_the_spectra_as_a_second_eigendecomposition_would():
     model = perturbed("debug", "learned")
-    seen = {}
-
-    def on_layer(i, t):
-        seen[i] = {k: v.clone() for k, v in t.items()}
-    with torch.no_grad(), capture_layers(model, on_layer):
-        model.hidden(torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(2)))
-    for i, t in seen.items():
+    seen = probe_tensors(model, torch.randint(0, 512, (4, 32), generator=torch.Generator().manual_seed(2)))
+    for i, t in enumerate(seen):
         records, _ = site_metrics(t, model.blocks[i].attn.k_norm.weight, ModelRope(model.rotary), exact=True)
         for site in ("k_norm", "k_rope"):  # the moments the ranks were read from before: each site's own
             want = second_eigendecomposition(key_moments(t[site].float()))

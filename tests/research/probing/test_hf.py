@@ -75,8 +75,8 @@ def test_the_models_own_attention_computes_the_output(models, monkeypatch):
         plain = model.model(input_ids=x).last_hidden_state
     probe = HFKeyProbe(x)
     probe.adapter(model)
-    from research.probing.hf_measure import _Sink
-    sink = _Sink(probe.current, x.shape[1])
+    from research.probing.probe import LayerSink
+    sink = LayerSink(probe.current, probe.ropes, lambda window: x.shape[1])
     calls.clear()
     with torch.no_grad(), probe.current.capture(sink):
         probed = model.model(input_ids=x).last_hidden_state

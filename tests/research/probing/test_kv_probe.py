@@ -9,10 +9,10 @@ from configs import get_preset
 from models import MinimalLLM
 from research.probing.key_rank import key_rank
 from research.probing.kv_cache import KV_BITS, kv_cache_record
-from research.probing.probe import KeyProbe, capture_layers
+from research.probing.probe import KeyProbe
 from research.results import load_results, truncate
 from research.results.vocabulary import KV_CACHE, KV_ERRORS, KV_SCHEMES, KV_SITES, RANK_METRICS
-from tests.helpers import STEP_TOKENS
+from tests.helpers import STEP_TOKENS, probe_tensors
 from tests.research.probing.test_probe import ids, model_for, probed_trainer
 
 D = 64  # the debug preset's head size: 32 rotary pairs, pair i = dims (i, i + 32)
@@ -53,10 +53,7 @@ def test_the_probe_records_ranks_rotary_use_and_pair_shares_per_head():
 @pytest.mark.parametrize("mode", ["learned", "none"])
 def test_the_rank_fields_equal_key_rank_on_the_same_keys(mode):
     model = model_for(mode)
-    keys = {}
-    with torch.no_grad(), capture_layers(model, lambda i, t: keys.update({(i, s): t[s].float().clone()
-                                                                           for s in ("k_norm", "k_rope")})):
-        model.hidden(ids())
+    keys = {(i, s): t[s].float() for i, t in enumerate(probe_tensors(model, ids())) for s in ("k_norm", "k_rope")}
     rec = KeyProbe(ids())(model)
     for (i, site), k in keys.items():
         want = key_rank(k)
