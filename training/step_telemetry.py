@@ -29,7 +29,7 @@ def _local(t: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def squared_change(after: list[torch.Tensor], before: list[torch.Tensor]) -> torch.Tensor:
     """sum (after - before)^2 over every element of the paired tensors, in float64 (0 for none): an update's size,
-    for update_rms here and for the Hugging Face callback's alarm (research/probing/hf.py)."""
+    for update_rms here and for the Hugging Face callback's alarm (research/probing/hf/)."""
     if not after:
         return torch.zeros((), dtype=torch.float64)
     return torch.stack(torch._foreach_norm(torch._foreach_sub(after, before))).double().square().sum()

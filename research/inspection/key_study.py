@@ -17,8 +17,8 @@ from tqdm import tqdm
 
 from research.access.adapters import Adapter
 from research.inspection.tour import excluding_query0
-from research.probing.hf_kv import hf_kv_cache_record
-from research.probing.hf_rotary import AdapterRope, rope_context
+from research.probing.hf.kv import hf_kv_cache_record
+from research.probing.hf.rotary import AdapterRope, rope_context
 from research.probing.key_rank import ranked_key_metrics
 from research.probing.metrics import attention_metrics
 
@@ -84,7 +84,7 @@ def measure_keys(adapter: Adapter, windows: torch.Tensor, batch: int, init_adapt
                  desc: str = "batches", show_progress: bool = True, kv_cache: bool = False,
                  kv_layer_bits: bool = False) -> dict:
     """The per-batch records of `windows` [N, T] cut into batches of `batch` windows (N a multiple of it); with
-    kv_cache, each batch's key-cache section too (research.probing.hf_kv: its losses by bits, 5 forwards more per
+    kv_cache, each batch's key-cache section too (research.probing.hf.kv: its losses by bits, 5 forwards more per
     batch; the layers' errors on the first batch only, one forward and 30 approximate attentions per layer); with
     kv_layer_bits, each layer's usable bits on the first batch too (4 forwards a layer)."""
     if windows.shape[0] % batch:

@@ -5,7 +5,7 @@ sequences of the probe batch.
 
     section = kv_cache_record(model, ids_BT, targets_BT)      # results.json's "kv_cache" (KV_CACHE)
 
-key_cache is the one driver this project's models and Hugging Face ones (hf_kv.py) share. The section's fields
+key_cache is the one driver this project's models and Hugging Face ones (hf/kv.py) share. The section's fields
 (quantized[site][scheme][bits], projected[site][r], loss, usable_k_bits), why keys before rotary are rotated after,
 and the cost: docs/probing.md, "In the training probe".
 """
@@ -59,7 +59,7 @@ def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = Non
     """One layer's {"quantized": {site: {scheme: {bits: errors}}}, "projected": {site: {r: errors}}} (errors:
     {logit_error, attention_kl, output_error} as float lists over the query heads), from ErrorSink's tensors:
     k_norm (before rotary), q_rope, k_rope, v ([heads, B, T, D] each). rotary: RoPE of [B, T, H, D] vectors (the
-    model's Rotary, or hf_rotary.AdapterRope.on_heads_last); scale: the logits' (None: 1/sqrt(D))."""
+    model's Rotary, or hf.rotary.AdapterRope.on_heads_last); scale: the logits' (None: 1/sqrt(D))."""
     q, k_pre, k_post, v = (t[n].float() for n in ("q_rope", "k_norm", "k_rope", "v"))
     D = q.shape[-1]
     cases = [(site, s, b) for site in KV_SITES for s in schemes_for(D) for b in KV_BITS]
@@ -91,7 +91,7 @@ def layer_bits(per_layer: list[dict[int, float]], base: float) -> dict:
 @torch.no_grad()
 def key_cache(model: nn.Module, precision: str, shape_BT, D: int, n_layers: int, errors: Callable[[], list[dict]],
               loss: Callable[[int, list[int] | None], float], per_layer: bool = False) -> dict:
-    """The one key-cache driver, of this project's model and of any adapter's (hf_kv): kv_section of each layer's
+    """The one key-cache driver, of this project's model and of any adapter's (hf/kv.py): kv_section of each layer's
     errors (errors(): layer_errors' records, from one hooked forward) and of the losses with every layer's keys
     quantized (loss(bits, layers): the mean loss with the keys of `layers`, None: all, quantized to `bits`), measured
     on sequences [B, T] in eval mode and `precision`, the module's mode and the RNG states restored. With per_layer,
@@ -125,7 +125,7 @@ def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Te
 class ErrorSink:
     """Each layer's layer_errors from an adapter's capture (the model's own attention computes the output), for both
     drivers: the keys before rotary as hooked (k_norm's, else the projection's; ropes: RoPE of [B, T, H, D] vectors,
-    this project's Rotary) or, with `inverse`, the attention's keys rotated back (ropes: hf_rotary.AdapterRope, for a
+    this project's Rotary) or, with `inverse`, the attention's keys rotated back (ropes: hf.rotary.AdapterRope, for a
     Hugging Face model whose keys before rotary the hooks need not show as it rotates them)."""
 
     def __init__(self, ropes: list, inverse: bool):

@@ -42,7 +42,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 class LayerSink:
     """An adapter's capture callbacks reduced, layer by layer, to layer_record's records: the one reader of both probes
-    (KeyProbe through OwnAdapter, hf_measure.HFKeyProbe through a Hugging Face family's adapter). The model's own
+    (KeyProbe through OwnAdapter, hf.measure.HFKeyProbe through a Hugging Face family's adapter). The model's own
     attention computes the output (on_attention returns None).
 
     ropes: each layer's RoPE (ModelRope, AdapterRope) or None; context(window): the tokens a layer's rotary use is
@@ -212,7 +212,7 @@ class ModelRope:
 def layer_record(i: int, t: dict[str, torch.Tensor], *, gains: tuple[torch.Tensor | None, torch.Tensor | None],
                  pre_gain: torch.Tensor | None, rope, context: int, exact: bool = False, scale: float | None = None,
                  window: int | None = None, softcap: float | None = None) -> dict:
-    """One layer's record, for both probes (KeyProbe: this project's model; hf_measure.HFKeyProbe: any adapter's),
+    """One layer's record, for both probes (KeyProbe: this project's model; hf.measure.HFKeyProbe: any adapter's),
     from its captured tensors t [heads, B, T, D]: k_norm (the keys before RoPE: k_norm's output, or the projection),
     k_rope, q_rope, and where captured q_norm, k_proj (beside a k_norm), gate. gains: the q and k norms' effective
     gains (None: no norm); pre_gain: what k_hat divides by (None: no k_hat); rope: ModelRope, AdapterRope or None,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from research.probing.hf_kv import KVError, causal_attention, hf_kv_cache_record, quantized_losses
-from research.probing.hf_model import adapter_for
+from research.probing.hf.kv import KVError, causal_attention, hf_kv_cache_record, quantized_losses
+from research.probing.hf.model import adapter_for
 from research.probing.kv_cache import kv_cache_record
 from tests.research.inspection.builders import hf_config, make_hf
 

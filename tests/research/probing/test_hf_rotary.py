@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from research.probing.hf import HFKeyProbe
-from research.probing.hf_model import adapter_for
-from research.probing.hf_rotary import AdapterRope, RopeError, head_rotary_use
+from research.probing.hf.model import adapter_for
+from research.probing.hf.rotary import AdapterRope, RopeError, head_rotary_use
 from tests.research.inspection.builders import make_hf
 
 

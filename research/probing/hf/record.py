@@ -9,10 +9,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from research.probing.hf_kv import hf_kv_cache_record
-from research.probing.hf_measure import HFKeyProbe
+from research.probing.hf.kv import hf_kv_cache_record
+from research.probing.hf.measure import HFKeyProbe
 from research.probing.kv_cache import KV_ROWS
-from research.probing.hf_model import ProbeError, model_config, qk_norm_kind
+from research.probing.hf.model import ProbeError, model_config, qk_norm_kind
 from research.results import ResultsError, add_probe, load_results, new_results, save_results, truncate
 from research.results.vocabulary import KV_CACHE
 from utils.errors import shown
@@ -114,7 +114,7 @@ class KeyRecorder:
 
     def measure(self, model: nn.Module, kv_cache: bool = False) -> dict:
         """The probe's record of `model` now, written by `commit` (a Trainer's loss of the step comes later); with
-        kv_cache, what a key cache would cost too (research.probing.hf_kv on the probe batch's first KV_ROWS
+        kv_cache, what a key cache would cost too (research.probing.hf.kv on the probe batch's first KV_ROWS
         sequences, in the probe's precision: 6 forwards of them and 30 approximate attentions per layer)."""
         record = self.probe(model)
         record["qk_norm"] = qk_norm_kind(self.probe.adapter(model))

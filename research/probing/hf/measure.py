@@ -9,9 +9,9 @@ import torch
 import torch.nn as nn
 
 from research.access.adapters import InspectError
-from research.probing.hf_model import ProbeError, adapter_for, base_model
-from research.probing.hf_kv import next_token_loss
-from research.probing.hf_rotary import layer_ropes, rope_context
+from research.probing.hf.model import ProbeError, adapter_for, base_model
+from research.probing.hf.kv import next_token_loss
+from research.probing.hf.rotary import layer_ropes, rope_context
 from research.probing.probe import LayerSink, measuring
 from research.results.vocabulary import PR
 from utils.errors import shown

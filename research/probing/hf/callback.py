@@ -1,14 +1,5 @@
-"""The key probe for Hugging Face causal LMs while they train: transformers' Trainer, or a loop of one's own.
-
-    probe = KeyProbeCallback("run/results.json", probe_ids_BT, every=50)      # probe_ids_BT: [B, T] token ids
-    Trainer(model, args, train_dataset=..., callbacks=[probe]).train()
-    KeyRecorder("run/results.json", probe_ids_BT).record(model, step=step, tokens=tokens_seen, loss=mean_loss)
-    record_keys("run/results.json", model, probe_ids_BT, step=step, tokens=tokens_seen)   # or one call at a time
-
-Each probe is one no-grad forward of the fixed batch (probing never changes training) appending one record to
-results.json in this project's schema; its parts are hf_model.py, hf_measure.py, hf_record.py and hf_alarm.py.
-What a record holds, the families read and what is refused: docs/probing.md, "Any Hugging Face model while it trains".
-"""
+"""KeyProbeCallback: the key probe of a Hugging Face causal LM inside transformers' Trainer (the package's
+__init__ shows how it is used)."""
 from __future__ import annotations
 
 import math
@@ -18,17 +9,14 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-# the probe's public names, importable from here as the module doc and docs/probing.md show them
-from research.probing.hf_alarm import HF_ALARM_SIGNALS, hf_spike_alarm
-from research.probing.hf_measure import HFKeyProbe
-from research.probing.hf_model import ProbeError, model_config
-from research.probing.hf_record import KeyRecorder, record_keys
+from research.probing.hf.alarm import hf_spike_alarm
+from research.probing.hf.model import ProbeError
+from research.probing.hf.record import KeyRecorder
 from training.callbacks import StepInfo
 from training.step_telemetry import squared_change
 from utils.errors import shown
 
-__all__ = ["DEFAULT_EVERY", "HF_ALARM_SIGNALS", "HFKeyProbe", "KeyProbeCallback", "KeyRecorder", "ProbeError",
-           "hf_spike_alarm", "model_config", "record_keys"]
+__all__ = ["DEFAULT_EVERY", "KeyProbeCallback"]
 
 DEFAULT_EVERY = 50  # optimizer steps between probes
 
@@ -55,7 +43,7 @@ class KeyProbeCallback(TrainerCallback):
     Only the main process probes and writes. `spike_alarm` ("SIGNAL[:THRESHOLD]", HF_ALARM_SIGNALS; "none": off):
     at every Trainer log with a loss, the alarm of train_llm's --spike_alarm, printed and kept in results.json's
     "alarms" (a resumed run takes back those of its file, so it neither repeats nor loses one). `kv_cache`: at the
-    last step, what a key cache would cost too (research.probing.hf_kv, results.json's kv_cache, as train_llm's
+    last step, what a key cache would cost too (research.probing.hf.kv, results.json's kv_cache, as train_llm's
     --kv_cache); `kv_every_probe`: at every probe, kept in each probe's record."""
 
     def __init__(self, path: str | Path, probe_ids_BT: torch.Tensor, *, every: int = DEFAULT_EVERY,

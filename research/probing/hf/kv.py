@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from research.probing.hf_rotary import RopeError, layer_ropes
+from research.probing.hf.rotary import RopeError, layer_ropes
 from research.probing.key_bits import fake_quantize
 from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, ErrorSink, KVError, key_cache
 
@@ -31,7 +31,7 @@ class _NoRope:
 
 
 def ropes_of(adapter) -> list:
-    """Each layer's RoPE (hf_rotary.AdapterRope, built once), the identity where the model has none."""
+    """Each layer's RoPE (hf.rotary.AdapterRope, built once), the identity where the model has none."""
     return layer_ropes(adapter) or [_NoRope()] * adapter.n_layers
 
 
