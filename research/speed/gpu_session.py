@@ -18,7 +18,9 @@ from pathlib import Path
 
 from utils.cli import ArgumentParser, command, positive_number  # first: Ctrl-C while libraries load is one line
 
+from configs.config import declared
 from research.results.values import json_safe
+from research.speed.variants import timed_fields
 from utils.errors import UserError
 from utils.io import atomic_write_text
 from utils.owners import GPU_SESSION, refuse_foreign
@@ -55,6 +57,12 @@ def _shared(p: int, out: Path, ray: bool) -> Step:
                                     *way, "--out", str(out / f"shared_{p}")), 75, tokens=3 * p * tokens)
 
 
+def variant_values() -> list[tuple[str, str]]:
+    """(field, value) of each value a field's declaration (configs/config.py) names to time: the variants benchmark's
+    list (research.speed.variants), in declaration order."""
+    return [(name, text) for name in timed_fields() for text in declared()[name][1].metadata["timed"]]
+
+
 def session_steps(out: Path, seed_script: str | None) -> list[Step]:
     """The session's steps in priority order (the issue's 1, 2, 5, 4)."""
     steps = [Step("cuda_tests", (PY, "-m", "pytest", "-m", "gpu", "-q", "--durations=0", "-p", "no:cacheprovider",
@@ -66,10 +74,9 @@ def session_steps(out: Path, seed_script: str | None) -> list[Step]:
         steps += [Step("seed_88m", (PY, seed_script, "--cfg", "88m", "--ckpt", "0", "--batch", "4", "--accum", "1",
                                     "--steps", "20"), 120),
                   Step("seed_1b", (PY, seed_script, "--cfg", "1b", "--ckpt", "0", "--steps", "4"), 150)]
-    for name, field in (("softcap", ("--attn_softcap", "15")), ("gate", ("--attn_gate", "headwise")),
-                        ("z_loss", ("--z_loss", "0.0001"))):
-        steps.append(Step(f"variant_{name}", _gpu("--preset", "88m", "--batch_size", "4", "--grad_accum", "1",
-                                                  "--steps", "10", *field), 40))
+    for field, value in variant_values():
+        steps.append(Step(f"variant_{field}_{value}", _gpu("--preset", "88m", "--batch_size", "4", "--grad_accum", "1",
+                                                           "--steps", "10", f"--{field}", value), 40))
     ray = importlib.util.find_spec("ray") is not None
     return steps + [_shared(p, out, ray) for p in (1, 2, 4)]
 
@@ -163,7 +170,8 @@ Steps, in order (each a subprocess with its own time limit, cut to what is left 
   project_88m      research.speed.gpu on the 88m preset at the write-ups' batch (4 x 2048, no accumulation)
   project_1b       research.speed.gpu on the 1b preset, no checkpointing
   seed_88m/1b      the write-ups' own step (../shared/bench/gpu_seed.py), only with --seed_script and $REPO
-  variant_*        the 88m step with soft-capping, the output gate, z-loss: against project_88m
+  variant_F_V      the 88m step with field F at value V, each value configs/config.py declares to time (as
+                   research.speed.variants does): against project_88m
   shared_gpu_P     the tiny study's runs P at a time on the GPU (Ray's --gpus_per_run 1/P where Ray is installed,
                    else --parallel P): their aggregate tokens/s, against P = 1
 Without CUDA every step that needs it is recorded as skipped (the CPU check of this script). Writes

@@ -57,6 +57,15 @@ def test_every_measurement_steps_options_are_accepted():
             apply_overrides(get_preset(preset), overrides)  # raises on a value the config refuses
 
 
+def test_the_variant_steps_are_the_declared_timed_values():
+    """What configs/config.py declares to time is what the variants benchmark and the session run: one step each."""
+    from research.speed.variants import variants
+    steps = {s.name: s.argv[-2:] for s in session_steps(Path("out"), None) if s.name.startswith("variant_")}
+    want = {f"variant_{k.replace('=', '_')}": (f"--{k.split('=')[0]}", k.split("=")[1]) for k in variants()
+            if k != "default"}
+    assert steps == want and len(want) >= 8 and "variant_attn_softcap_15" in steps
+
+
 def test_the_cuda_test_files_are_every_file_with_a_gpu_mark():
     root = Path(__file__).resolve().parents[3]
     marked = {str(p.relative_to(root)) for p in (root / "tests").rglob("test_*.py")
