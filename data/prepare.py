@@ -117,9 +117,9 @@ def check_disk(root: Path, source: Source, text_bytes: int, vocab_size: int, val
     if need > free:
         scratch = f" and a {_size(source.scratch_bytes)} working copy" if source.scratch_bytes else ""
         raise DataError(f"not enough disk for the token blocks: {source.description} needs about {_size(need)} in "
-                        f"{root} (its {_size(text_bytes)} of text at {TEXT_BYTES_PER_TOKEN} bytes per token, "
-                        f"{token_dtype(vocab_size).itemsize} bytes each{scratch}), and {_size(free)} is free there. "
-                        f"Fix: free space there, or pass --cache_dir on a disk with room")
+                        f"{root} ({_size(text_bytes)} of text, {token_dtype(vocab_size).itemsize} bytes a "
+                        f"token{scratch}), {_size(free)} free. Fix: free space there, or pass --cache_dir on a disk "
+                        f"with room")
 
 
 class _LazyCorpus:

@@ -44,9 +44,8 @@ def check_resume_length(old: RunConfig, new: RunConfig, done: int, replan: bool,
     the total without `replan`; returns a log line when the schedule is re-planned."""
     if new.steps < done:
         raise RunError(f"{out} has already trained {done} steps ({done * new.tokens_per_step:,} tokens); "
-                       f"--tokens {new.train.tokens:,} would end at step {new.steps}. Pass --tokens "
-                       f"{done * new.tokens_per_step} or more to continue it (the finished run is kept as it is), "
-                       f"or choose another --out for a shorter run")
+                       f"--tokens {new.train.tokens:,} would end at step {new.steps}. Fix: pass --tokens "
+                       f"{done * new.tokens_per_step} or more to continue it, or another --out for a shorter run")
     if done == 0 or old.steps == new.steps or done == new.steps == old.steps:
         return None
     if not schedule_depends_on_total(new.train):
@@ -54,11 +53,9 @@ def check_resume_length(old: RunConfig, new: RunConfig, done: int, replan: bool,
     before, after = lr_factor(done, old.steps, old.train), lr_factor(done, new.steps, new.train)
     what = f"{new.train.schedule} schedule, warmup_frac {new.train.warmup_frac}"
     if not replan:
-        raise RunError(f"--tokens {new.train.tokens:,} changes the run in {out} from {old.steps} to {new.steps} "
-                       f"steps, and its learning rate is planned over the total ({what}): at step {done + 1} the "
-                       f"lr factor would jump from {before:.4g} to {after:.4g}. Resume with the original --tokens "
-                       f"{old.train.tokens}, or pass --replan_schedule to follow the schedule of {new.steps} steps "
-                       f"from here on")
+        raise RunError(f"--tokens {new.train.tokens:,} changes {out} from {old.steps} to {new.steps} steps ({what}): "
+                       f"the lr factor at step {done + 1} would jump from {before:.4g} to {after:.4g}. Fix: resume "
+                       f"with --tokens {old.train.tokens}, or pass --replan_schedule")
     return (f"resume: --replan_schedule: the schedule now spans {new.steps} steps instead of {old.steps}; "
             f"the lr factor at step {done + 1} is {after:.4g} (it would have been {before:.4g})")
 
@@ -109,7 +106,6 @@ def check_same_data(saved: Iterable[tuple[str, int, dict]], now: dict, cfg: RunC
     source = f"--source {cfg.data.source}" + (f" ({', '.join(cfg.data.paths)})" if cfg.data.paths else "")
     if now["corpus"] != cfg.data.source:
         source += f", corpus {now['corpus']}"
-    raise RunError(f"cannot resume {out}: its data changed since {name} (step {step}) was trained on them: "
-                   f"{'; '.join(data_differences(ident, now))} ({source}; tokenizer {now['tokenizer']}). The "
-                   f"checkpoints are fine: restore the original data to continue, or train the new data in another "
-                   f"--out")
+    raise RunError(f"cannot resume {out}: its data changed since {name} (step {step}): "
+                   f"{'; '.join(data_differences(ident, now))} ({source}; tokenizer {now['tokenizer']}). Fix: "
+                   f"restore the original data (the checkpoints are fine), or train the new data in another --out")

@@ -362,9 +362,9 @@ class Trainer:
         if self.is_main:
             before_stop(self.callbacks)  # the run ends here: callbacks write what they hold
         raise NonFiniteLossError(
-            f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; training stopped before "
-            f"applying it. Kept: {self.out} as it was after step {self.step}, {kept}. The same options diverge the "
-            f"same way again (a resume must keep them), so train again in another --out {fix}",
+            f"step {self.step + 1}: loss={loss}, grad norm={grad_norm} is not finite; stopped before applying it, "
+            f"{self.out} kept as after step {self.step}, {kept}; a resume keeps the options that diverged. Fix: train "
+            f"again in another --out {fix}",
             step=self.step + 1)
 
     def _run_callbacks(self, logged: dict | None = None) -> None:

@@ -193,9 +193,8 @@ def check_architecture(path: Path, summary: dict) -> None:
     adapter = ADAPTERS.get(model_type)
     if adapter is None:
         raise InspectError(f"{path.name}: architecture {arch!r} (model type {model_type!r}) has no adapter in "
-                           f"research/access/adapters/, which reads {', '.join(sorted(ADAPTERS))}: nothing was "
-                           f"converted; pass a model of one of these families, or add an adapter class that says "
-                           f"where this family keeps its keys")
+                           f"research/access/adapters/ (nothing was converted). Fix: pass a model of "
+                           f"{', '.join(sorted(ADAPTERS))}, or add an adapter for it")
     fields = {hf: summary["settings"][key] for key, hf in GGUF_CONFIG_MAPPING[arch].items()
               if hf and key in summary["settings"]}
     adapter.check_config(SimpleNamespace(**fields), f"{path.name} (its GGUF settings, as a Hugging Face config)")

@@ -83,9 +83,8 @@ def _hf_config(name: str, path: Path, local: bool, revision: str | None = None):
         return AutoConfig.from_pretrained(name, revision=revision), False
     except Exception as e:  # noqa: BLE001
         raise InspectError(f"model {shown(name)}{at} is neither a local folder nor in the local Hugging Face cache, "
-                           f"and fetching it from the hub failed ({type(e).__name__}: {e}). Without a "
-                           f"network, pass a local folder (save_pretrained) or a train_llm.py output "
-                           f"folder.") from cached_error
+                           f"and the hub failed ({type(e).__name__}: {e}). Fix: without a network, pass a local "
+                           f"folder (save_pretrained) or a train_llm.py output folder") from cached_error
 
 
 def looks_like_hub_id(name: str) -> bool:

@@ -275,9 +275,9 @@ def compare(runs: dict, divergence_is_a_result: bool = False) -> Comparison:
     kept = {c: list(rl) for c, rl in runs.items()}
     kept = kept if divergence_is_a_result else _trained_to_the_end(kept, notes)
     if runs and not kept:
-        raise ResultsError("every run of this study diverged (results.json records `diverged`): none reached a "
-                           "budget at which it could be compared; fix: train the runs again with a recipe that does "
-                           "not diverge (a lower learning rate, QK-norm, a clip)")
+        raise ResultsError("every run of this study diverged (results.json records `diverged`), so none can be "
+                           "compared. Fix: train again with a recipe that does not diverge (a lower learning rate, "
+                           "QK-norm, a clip)")
     kept = _one_recipe(_host_kinds(kept), notes)
     kept, budget = _budget(kept, notes)
     for cond, rl in kept.items():

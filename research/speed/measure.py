@@ -256,7 +256,8 @@ def child_json(module: str, argv: list[str], env: dict[str, str] | None = None) 
     prints."""
     out = subprocess.run([sys.executable, "-m", module, *argv], capture_output=True, text=True, env=env)
     if out.returncode != 0:
-        raise RuntimeError(f"benchmark child {module} {argv} failed:\n{out.stderr[-2000:]}")
+        tail = out.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"benchmark child {module} {argv} failed (exit {out.returncode}): {tail[0][:300]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -198,9 +198,8 @@ def measure(entries: list[dict], docs, args, log=print) -> tuple[list[dict], dic
                 raise InspectError(f"{e['label']} ({shape['model_type']}, {shape['n_layers']} layers, "
                                    f"{shape['n_heads']} heads of {shape['head_dim']}) is not the architecture of "
                                    f"{ref['label']} ({ref['model']['model_type']}, {ref['model']['n_layers']} layers, "
-                                   f"{ref['model']['n_heads']} heads of {ref['model']['head_dim']}): a trajectory "
-                                   f"follows one model; pass checkpoints of one training run (across seeds: of one "
-                                   f"recipe)")
+                                   f"{ref['model']['n_heads']} heads of {ref['model']['head_dim']}). Fix: pass "
+                                   f"checkpoints of one training run (across seeds: of one recipe)")
             if len(tokenizer) != ref["model"]["vocab"] or not torch.equal(windows, ref["windows"]):
                 raise InspectError(f"{e['label']}'s tokenizer is not {ref['label']}'s ({len(tokenizer):,} tokens "
                                    f"against {ref['model']['vocab']:,}, or other token ids for the same text): every "

@@ -109,10 +109,8 @@ def start(index: dict, seeds: list[int], until: Until | None, out: Path,
         changes = family_changes(fixed_family(index), family)
         if changes:
             key, fixed, now = changes[0]
-            raise ConfigError(f"{out} holds a study whose design fixed {key} {value_text(fixed)} at its first "
-                              f"command, not {value_text(now)}: its outcomes are read as planned before any data "
-                              f"were seen; give {key} {value_text(fixed)} again (the study file or the command line) "
-                              f"to continue it (python research/split_panels.py {out} redraws it), or {fix}")
+            raise ConfigError(f"{out}: the study's design fixed {key} {value_text(fixed)} at its first command, not "
+                              f"{value_text(now)}. Fix: give {key} {value_text(fixed)} again to continue it, or {fix}")
         return looks, design, list(looks[-1].seeds) if looks else list(seeds)
     if until is not None and index:
         raise ConfigError(f"--until_decided: {out} holds a study of fixed seeds ({seeds_text(index['seeds'] or [])}): "

@@ -100,10 +100,9 @@ def _connect(address: str) -> None:
         _reachable(address)
         ray.init(address=address, log_to_driver=False)
     except ConnectionError as e:
-        raise ConfigError(f"--ray {address}: no Ray cluster answers there ({e}): start one with `ray start --head` "
-                          f"and give the address it prints (a cluster with token authentication, ray start's default, "
-                          f"also needs RAY_AUTH_MODE=token here and its token: docs/studies.md, On Ray), or give --ray "
-                          f"alone to start one here") from None
+        raise ConfigError(f"--ray {address}: no Ray cluster answers there ({e}). Fix: `ray start --head` and pass the "
+                          f"address it prints (with its token: docs/studies.md, On Ray), or --ray alone to start one "
+                          f"here") from None
     except (ValueError, RuntimeError) as e:  # an address Ray refuses its own way (RAY_ADDRESS for auto, say)
         raise ConfigError(f"--ray {address}: Ray cannot connect there ({first_line(e)}): {ADDRESS_FORMS}") from None
 

@@ -47,10 +47,9 @@ def check_recorded_runs(runs: list[StudyRun[RunConfig]], replan_schedule: bool) 
             asked = dataclasses.replace(asked, data=data)
         diffs = config_differences(saved, asked)
         if diffs:
-            raise ConfigError(f"{run.run_dir} (condition {run.cond}, seed {run.seed}) was trained with another config "
-                              f"than the study gives it now: {'; '.join(diffs)} (recorded -> now). Fix: restore the "
-                              f"values it was trained with (in the study file or on the command line), or choose "
-                              f"another --out for the new config (nothing was trained)")
+            raise ConfigError(f"{run.run_dir} (condition {run.cond}, seed {run.seed}) was trained with another config: "
+                              f"{'; '.join(diffs)} (recorded -> now). Fix: restore those values, or choose another "
+                              f"--out for the new config (nothing was trained)")
         ckpt = latest_checkpoint(folder.checkpoints)
         try:
             check_resume_length(saved, run.cfg, ckpt.step if ckpt else 0, replan_schedule, run.run_dir)

@@ -95,8 +95,7 @@ class Storage:
             return
         raise StorageError(f"--storage {cut(self.uri, 100)} serves the study {record['study']!r} (kind "
                            f"{record['kind']}, --out {record['out']}: its {STORAGE_INDEX}), not {self.study!r} "
-                           f"(kind {self.kind}, --out {self.out}): one storage keeps one study's runs, which another "
-                           f"study would overwrite or extend; {_OTHER} (nothing was written)")
+                           f"(kind {self.kind}, --out {self.out}); nothing was written. Fix: {_OTHER}")
 
     def claim(self) -> None:
         """The driver, before the first upload: storage.json written where there is none, then read back; the one

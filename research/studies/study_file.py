@@ -81,9 +81,9 @@ def _not_an_owners_file(name: str, where: str) -> None:
     owner = reserved_names().get(name.lower())
     if owner is not None:
         taken = ", ".join(n for n in reserved_names() if NAME.match(n))
-        raise ConfigError(f"{where}: condition {name!r} is named as a file or folder of {owner.tool}: its folder "
-                          f"inside the study's would make the study's folder read as that owner's, and the study "
-                          f"could be neither drawn nor continued. Fix: rename the condition (none of {taken})")
+        raise ConfigError(f"{where}: condition {name!r} is named as a file or folder of {owner.tool}, which would "
+                          f"make the study's folder read as that owner's. Fix: rename the condition (none of "
+                          f"{taken})")
 
 
 def _seeds(value, where: str) -> tuple[int, ...]:

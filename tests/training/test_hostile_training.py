@@ -125,7 +125,7 @@ def test_a_resume_on_changed_data_is_refused_before_the_checkpoints_are_tried(ed
     # the shipped corpus (tests/conftest.py, the same on every Python) makes 1,522 blocks of 33 tokens with the
     # debug preset's 512-token BPE: 2% (val_frac 0.02) is 30 validation blocks, the other 1,492 train
     assert edit == "three words" or "train blocks 1492 -> " in msg
-    assert "checkpoints are fine: restore the original data to continue, or train the new data in another --out" \
+    assert "Fix: restore the original data (the checkpoints are fine), or train the new data in another --out" \
         in msg and "Restore them" not in msg
     assert snapshot(out) == before and not (out / "checkpoints" / "step-000004.unreadable").exists()
     corpus.write_bytes(original)
@@ -292,7 +292,7 @@ def test_divergence_advice_is_what_works(debug_cfg, tmp_path):
     assert msg.startswith("step 2: loss=nan") and "no checkpoint yet" in msg
     half = f"--muon_lr {cfg.train.muon_lr / 2:g} --adamw_lr {cfg.train.adamw_lr / 2:g}"
     assert f"train again in another --out with lower learning rates, e.g. {half}" in msg
-    assert "a resume must keep them" in msg and "Try lower" not in msg
+    assert "a resume keeps the options that diverged" in msg and "Try lower" not in msg
 
 
 def test_a_divergence_under_a_large_z_loss_names_z_loss(debug_cfg, tmp_path):

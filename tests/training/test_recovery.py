@@ -100,7 +100,7 @@ def test_resume_rules(args, tmp_path, capsys, fails):
     train_llm.main(args(4, "--schedule", "cosine"))
     before = snapshot(out)
     msg = fails(args(2, "--schedule", "cosine", "--resume"))
-    assert "has already trained 4 steps (1,024 tokens)" in msg and "Pass --tokens 1024 or more" in msg
+    assert "has already trained 4 steps (1,024 tokens)" in msg and "Fix: pass --tokens 1024 or more" in msg
     msg = fails(args(6, "--schedule", "cosine", "--resume"))
     jump = f"from {lr_factor(4, 4, _cosine()):.4g} to {lr_factor(4, 6, _cosine()):.4g}"
     assert "from 4 to 6 steps" in msg and jump in msg and "--replan_schedule" in msg

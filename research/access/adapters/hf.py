@@ -95,9 +95,8 @@ class HFAdapter(Adapter):
                 rows = w[m].shape[0]
                 if rows != heads * self.head_dim:
                     raise InspectError(f"{source}: layer {i}'s {m} projection has {rows} rows, not {heads} heads x "
-                                       f"head_dim {self.head_dim} = {heads * self.head_dim} as its config says: the "
-                                       f"weights and config.json do not belong together; restore the model's "
-                                       f"folder, or pass another model")
+                                       f"head_dim {self.head_dim} = {heads * self.head_dim} as its config says. Fix: "
+                                       f"restore the model's folder (weights and config.json of one model)")
 
     def _base(self) -> nn.Module:
         return self.model.model

@@ -18,8 +18,6 @@ def hf_spike_alarm(text: str) -> SpikeAlarm | None:
     if alarm is None:
         return None
     if alarm.signal.name not in HF_ALARM_SIGNALS:
-        raise ConfigError(f"spike_alarm={shown(text)}: on a Hugging Face Trainer's run the alarm can watch "
-                          f"{', '.join(HF_ALARM_SIGNALS)} (the gradient norm the Trainer logs, the RMS of the update "
-                          f"its optimizer applies); {alarm.signal.name} is recorded by this project's own trainer "
-                          f"only")
+        raise ConfigError(f"spike_alarm={shown(text)}: {alarm.signal.name} is recorded by this project's own trainer "
+                          f"only. Fix: on a Hugging Face Trainer's run watch {', '.join(HF_ALARM_SIGNALS)}")
     return SpikeAlarm(alarm, record=lambda row: None, log=print)

@@ -95,12 +95,8 @@ class KeyRecorder:
             return truncate(res, resumed_at)
         last = res["steps"][-1] if res["steps"] else None
         if last is not None and step <= last:
-            raise ProbeError(f"step {step}: {self.path} holds probes up to step {last}, and records only append (a "
-                             f"step that goes back or repeats would replace probes already taken). Count steps from "
-                             f"the start of training (a loop that restarts its counter each epoch: add the steps of "
-                             f"the epochs before); a run resumed from a checkpoint: pass resumed_at=<its step> "
-                             f"(KeyRecorder.resume, or record_keys(..., resumed_at=...)), which drops the probes "
-                             f"after it; or {fix}")
+            raise ProbeError(f"step {step}: {self.path} holds probes up to step {last} and only appends. Fix: count "
+                             f"steps from the start of training; a resumed run passes resumed_at=<its step>; or {fix}")
         return res
 
     def record(self, model: nn.Module, *, step: int, tokens: int, loss: float | None = None,

@@ -100,8 +100,7 @@ def test_the_probe_api_refuses_a_model_whose_structure_or_context_does_not_fit(t
                             f"run; {FIX}")
     model.config.num_key_value_heads, model.config.head_dim = 2, 8  # the weights hold heads of 16
     with pytest.raises(ProbeError, match=r"^the qwen3 model: layer 0's q projection has 64 rows, not 4 heads x "
-                                         r"head_dim 8 = 32 as its config says: the weights and config.json do not "
-                                         r"belong together"):
+                                         r"head_dim 8 = 32 as its config says. Fix: restore the model's folder"):
         record_keys(tmp_path / "r.json", model, ids, step=0, tokens=0)
     model.config.head_dim = 16
     with pytest.raises(ProbeError) as e:
@@ -196,10 +195,9 @@ def test_a_gguf_family_without_an_adapter_is_refused_before_conversion(tmp_path,
     path = _gguf(tmp_path / "phi.gguf", "phi3", **{"attention.head_count": 4, "attention.head_count_kv": 4})
     cache = tmp_path / "cache"
     assert stops(capsys, inspect_pretrained.main, ["--model", str(path), "--cache_dir", str(cache)]) == (
-        "error: phi.gguf: architecture 'phi3' (model type 'phi3') has no adapter in research/access/adapters/, "
-        "which reads apertus, arcee, gemma3_text, gpt2, gpt_neox, llama, mistral, olmo2, qwen2, qwen3: nothing was "
-        "converted; "
-        "pass a model of one of these families, or add an adapter class that says where this family keeps its keys")
+        "error: phi.gguf: architecture 'phi3' (model type 'phi3') has no adapter in research/access/adapters/ "
+        "(nothing was converted). Fix: pass a model of apertus, arcee, gemma3_text, gpt2, gpt_neox, llama, mistral, "
+        "olmo2, qwen2, qwen3, or add an adapter for it")
     assert not (cache / "hf-from-gguf").exists() or not any((cache / "hf-from-gguf").iterdir())
 
 

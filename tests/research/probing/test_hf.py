@@ -142,7 +142,7 @@ def test_record_keys_one_call_at_a_time(models, tmp_path):
     assert res["steps"] == [0, 5, 10] and res["tokens"] == [0, 40, 80] and res["config"]["model"]["qk_norm"] == "none"
     before = path.read_bytes()
     for step in (5, 10, 0):  # a loop that restarts its counter per epoch, or repeats a step: refused, nothing cut
-        with pytest.raises(ProbeError, match=f"step {step}: .* holds probes up to step 10, and records only append"
+        with pytest.raises(ProbeError, match=f"step {step}: .* holds probes up to step 10 and only appends"
                            if step else "holds probes of another run"):
             record_keys(path, models["llama"], ids(), step=step, tokens=40, loss=2.0)
         assert path.read_bytes() == before

@@ -169,8 +169,8 @@ def test_a_change_of_what_defines_the_families_after_look_1_is_refused(tmp_path,
     before, n = (out / "study.json").read_bytes(), len(trained)
     with pytest.raises(ConfigError) as e:
         run_looks(out, [0, 1], Until(4, 1), rounds(out, finals, trained, **family), log=lambda *a, **k: None)
-    assert f"holds a study whose design {said}" in str(e.value) and "\n" not in str(e.value)
-    assert "again (the study file or the command line) to continue it" in str(e.value)
+    assert f"the study's design {said}" in str(e.value) and "\n" not in str(e.value)
+    assert "again to continue it" in str(e.value)
     assert (out / "study.json").read_bytes() == before and len(trained) == n
 
 
@@ -349,7 +349,7 @@ def test_the_pilot_adds_seeds_until_decided_through_its_script(corpus_file, cach
     family = index(out)["design"]["family"]
     assert (family["conditions"], family["margin"], family["loss_margin"]) == (["qk_norm", "no_qk_norm"], 1e-6, 1e-6)
     before = (out / "study.json").read_bytes()  # the finished study run again with a wider loss margin: refused
-    with pytest.raises(ConfigError, match="holds a study whose design fixed loss_margin 1e-06 at its first command, "
+    with pytest.raises(ConfigError, match="the study's design fixed loss_margin 1e-06 at its first command, "
                                           "not 0.01"):
         run_study(PILOT, study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--seeds", "0", "1", "--margin",
                                     "1e-6", "--loss_margin", "0.01", "--until_decided", "3", "--round", "1"))

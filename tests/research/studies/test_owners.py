@@ -227,9 +227,8 @@ def test_a_condition_named_as_a_runs_own_folder_is_refused_when_the_study_file_i
     path.write_text(STUDY_FILE.replace("  NoQK:", f"  {name}:"))
     err = stops(capsys, study.main, [str(path), "--out", str(tmp_path / "out")])
     assert err == (f"error: {path}: condition {name!r} is named as a file or folder of a training run (train_llm.py, "
-                   f"or a study's condition): its folder inside the study's would make the study's folder read as "
-                   f"that owner's, and the study could be neither drawn nor continued. Fix: rename the condition "
-                   f"(none of checkpoints, tokenizer, tensorboard, wandb, trackio)")
+                   f"or a study's condition), which would make the study's folder read as that owner's. Fix: rename "
+                   f"the condition (none of checkpoints, tokenizer, tensorboard, wandb, trackio)")
     assert not (tmp_path / "out").exists()
 
 

@@ -79,6 +79,5 @@ def test_an_address_where_no_cluster_answers_is_one_line(corpus_file, cache_dir,
     line = stops(capsys, qk_norm_500k_study.main,
                  study_args(corpus_file, cache_dir, out, 2 * STEP_TOKENS, "--ray", f"127.0.0.1:{port}"))
     assert line.startswith(f"error: --ray 127.0.0.1:{port}: no Ray cluster answers there ("), line
-    assert line.endswith("): start one with `ray start --head` and give the address it prints (a cluster with token "
-                         "authentication, ray start's default, also needs RAY_AUTH_MODE=token here and its token: "
-                         "docs/studies.md, On Ray), or give --ray alone to start one here"), line
+    assert line.endswith("). Fix: `ray start --head` and pass the address it prints (with its token: docs/studies.md, "
+                         "On Ray), or --ray alone to start one here"), line

@@ -56,8 +56,7 @@ def test_a_storage_of_another_study_or_on_out_is_refused(corpus_file, cache_dir,
     before = snapshot(storage)
     assert pilot(capsys, corpus_file, cache_dir, out, storage) == (
         f"error: --storage {storage.as_uri()} serves the study 'keys' (kind keys, --out {tmp_path / 'keys'}: its "
-        f"storage.json), not 'qk_norm_500k_study' (kind pilot, --out {out}): one storage keeps one study's runs, "
-        f"which another study would overwrite or extend; {OTHER} (nothing was written)")
+        f"storage.json), not 'qk_norm_500k_study' (kind pilot, --out {out}); nothing was written. Fix: {OTHER}")
     assert snapshot(storage) == before and not out.exists()
     # the same study, asked with another --out: refused the same way
     (storage / "storage.json").write_text(json.dumps({**served, "study": "qk_norm_500k_study", "kind": "pilot"}))
@@ -93,7 +92,7 @@ def test_a_storage_is_claimed_by_its_study_which_resumes_on_it(tmp_path):
         again.claim()
     for other in (Storage.of(uri, "keys", "keys", out), Storage.of(uri, "pilot", "pilot", tmp_path / "out2")):
         for step in (check_storage, Storage.claim):
-            with pytest.raises(StorageError, match=f"serves the study 'pilot' .*; {OTHER} \\(nothing was written\\)$"):
+            with pytest.raises(StorageError, match=f"serves the study 'pilot' .*; nothing was written. Fix: {OTHER}$"):
                 step(other)
     assert (tmp_path / "storage" / "storage.json").read_bytes() == record
 

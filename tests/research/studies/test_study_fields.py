@@ -114,9 +114,9 @@ def test_a_changed_condition_is_refused_before_a_new_seed_trains(corpus_file, ca
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"}
     path.write_text(EDITED.replace("seeds: [0, 1]", "seeds: [2, 0, 1]").replace("0.001", "0.002"))
     assert stops(capsys, study.main, [str(path), *_args(corpus_file, cache_dir, out)]) == (
-        f"error: {out / 'B' / 'seed_0'} (condition B, seed 0) was trained with another config than the study gives it "
-        f"now: train.muon_lr: 0.001 -> 0.002 (recorded -> now). Fix: restore the values it was trained with (in the "
-        f"study file or on the command line), or choose another --out for the new config (nothing was trained)")
+        f"error: {out / 'B' / 'seed_0'} (condition B, seed 0) was trained with another config: "
+        f"train.muon_lr: 0.001 -> 0.002 (recorded -> now). Fix: restore those values, or choose another --out for "
+        f"the new config (nothing was trained)")
     assert [sorted(p.name for p in (out / c).iterdir()) for c in ("A", "B")] == [["seed_0", "seed_1"]] * 2
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.name != ".lock"} == before
 
@@ -132,7 +132,7 @@ def test_a_changed_condition_is_refused_before_a_new_seed_trains(corpus_file, ca
     check_recorded_runs(runs, replan_schedule=False)
     longer = [dataclasses.replace(r, cfg=run_config(base_config(s, "debug", {**asked, "tokens": 2 * STEP_TOKENS}),
                                                     s.conditions[r.cond], r.seed)) for r in runs]
-    with pytest.raises(RunError, match=r"changes the run in .*A.seed_0 from 1 to 2 steps.*\(nothing was trained\)$"):
+    with pytest.raises(RunError, match=r"changes .*A.seed_0 from 1 to 2 steps.*\(nothing was trained\)$"):
         check_recorded_runs(longer, replan_schedule=False)
     check_recorded_runs(longer, replan_schedule=True)
 
