@@ -57,8 +57,11 @@ class OwnAdapter(Adapter):
     def capture(self, sink):
         """The Adapter's callbacks from the model's hook points; also on_queries "q_proj" where a layer has no q norm
         and, where the sink has on_gate, gated attention's sigmoid gate [H, B, T, D or 1]. on_attention's v is the
-        values [B, Hkv, T, D]; the model's own attention computes the output (on_attention's return is unread)."""
+        values [B, Hkv, T, D]; the model's own attention computes the output (on_attention's return is unread).
+        A sink that sets `projections = False` gets no k_proj beside a k norm, and `values = False` v = None: what it
+        does not read is not held (the training probe's memory and time)."""
         queries, gates = hasattr(sink, "on_queries"), hasattr(sink, "on_gate")
+        projections, values = getattr(sink, "projections", True), getattr(sink, "values", True)
         with self._hooks(sink) as handles:
             for i, block in enumerate(self.layers):
                 a = block.attn
@@ -76,8 +79,10 @@ class OwnAdapter(Adapter):
                 if gates and hasattr(a, "hook_gate"):  # fires first
                     handles.append(a.hook_gate.register_forward_hook(
                         lambda m, inp, out, i=i: sink.on_gate(i, heads_first(out))))
-                handles.append(a.wk.register_forward_hook(k_proj))
-                handles.append(a.hook_v.register_forward_hook(keep("v")))
+                if projections or k_norm is None:  # without a k norm the projection is the keys before RoPE
+                    handles.append(a.wk.register_forward_hook(k_proj))
+                if values:
+                    handles.append(a.hook_v.register_forward_hook(keep("v")))
                 if k_norm is not None:
                     handles.append(a.hook_k_norm.register_forward_hook(
                         lambda m, inp, out, i=i: sink.on_keys(i, "k_norm", heads_first(out))))
@@ -88,7 +93,7 @@ class OwnAdapter(Adapter):
                 handles.append(a.hook_q_rope.register_forward_hook(keep("q")))
 
                 def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
-                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), scratch.pop("v"),
+                    sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), scratch.pop("v", None),
                                       a.d_head ** -0.5, None, a.softcap or None)
                 handles.append(a.hook_k_rope.register_forward_hook(k_rope))
             yield

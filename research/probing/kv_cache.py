@@ -128,6 +128,8 @@ class ErrorSink:
     this project's Rotary) or, with `inverse`, the attention's keys rotated back (ropes: hf.rotary.AdapterRope, for a
     Hugging Face model whose keys before rotary the hooks need not show as it rotates them)."""
 
+    projections = False  # the keys before rotary: k_norm's where the layer has one
+
     def __init__(self, ropes: list, inverse: bool):
         self.ropes, self.inverse, self.pre, self.layers = ropes, inverse, {}, []
 

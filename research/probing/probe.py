@@ -54,6 +54,7 @@ class LayerSink:
                  learned_hat: bool = False, keep_proj: bool = True):
         self.adapter, self.ropes, self.context = adapter, ropes, context
         self.exact, self.learned_hat, self.keep_proj = exact, learned_hat, keep_proj
+        self.projections, self.values = keep_proj, False  # what OwnAdapter.capture need not hold for it
         self.pre: dict[int, dict[str, torch.Tensor]] = {}
         self.layers: list[dict] = []
         self.final: torch.Tensor | None = None
@@ -268,6 +269,8 @@ def gate_metrics(gate_HBTg: torch.Tensor) -> dict[str, torch.Tensor]:
 
 class _PRSink:
     """measure_pr's reader: each layer's mean key_pr_sv of its keys before RoPE (k_norm's, else the projection's)."""
+
+    projections = values = False
 
     def __init__(self):
         self.prs: dict[int, float] = {}

@@ -124,8 +124,8 @@ def test_recorder_writes_the_projects_schema(models, tmp_path):
     with pytest.raises(ProbeError, match="another probe batch"):
         KeyRecorder(path, ids(seed=2), tag="gemma").record(model, step=20, tokens=960)
     before = path.read_bytes()
-    with pytest.raises(ProbeError, match=r"step 5: .*results.json holds probes up to step 10, and records only "
-                                         r"append .*pass resumed_at=<its step>"):
+    with pytest.raises(ProbeError, match=r"step 5: .*results.json holds probes up to step 10 and only appends.* "
+                                         r"passes resumed_at=<its step>"):
         KeyRecorder(path, ids(), tag="gemma").record(model, step=5, tokens=240, loss=2.6)
     assert path.read_bytes() == before  # nothing truncated
     again = KeyRecorder(path, ids(), tag="gemma")  # resumed from a checkpoint at step 4: the probe at 10 is dropped
@@ -291,6 +291,6 @@ def test_trainer_callback_spike_alarm(tmp_path, capsys):
     train(tmp_path / "update", 2, spike_alarm="update_rms_adamw:0")
     (alarm,) = load_results(tmp_path / "update" / "results.json")["alarms"]
     assert alarm["step"] == 2 and alarm["alarm"]["value"] > 0
-    with pytest.raises(ConfigError, match="spike_alarm='key_norm:3': on a Hugging Face Trainer's run the alarm can "
-                                          "watch grad_norm, update_rms_adamw"):
+    with pytest.raises(ConfigError, match="spike_alarm='key_norm:3': key_norm is recorded by this project's own "
+                                          "trainer only. Fix: on a Hugging Face Trainer's run watch grad_norm"):
         KeyProbeCallback(tmp_path / "x.json", ids(), spike_alarm="key_norm:3")
