@@ -236,7 +236,7 @@ def test_a_corpus_too_big_for_the_disk_is_refused_before_the_work(tmp_path, monk
     with pytest.raises(DataError) as ei:
         prepare_data(cfg, log=quiet)
     msg = str(ei.value)
-    assert "\n" not in msg and "needs about 1.0 MB" in msg and "1.0 MB is free there" in msg
+    assert "\n" not in msg and "needs about 1.0 MB" in msg and "1.0 MB free. Fix: free space there" in msg
     assert f"in {tmp_path / 'cache'}" in msg and "--cache_dir on a disk with room" in msg
     assert not (tmp_path / "cache").exists()  # nothing trained or written (the lock removes the bare folder)
     monkeypatch.setattr(prepare_mod.shutil, "disk_usage", free(1_010_200))
