@@ -2,6 +2,7 @@
 
     python research/qk_audit.py MODEL                         # a Hugging Face folder or id, a GGUF file, a run folder
     python research/qk_audit.py MODEL --factory port.py:build  # your own code builds the model from MODEL
+    python research/qk_audit.py MODEL --factory port.py:build --reference MODEL   # a port against its original
 """
 from utils.cli import command
 
@@ -11,8 +12,10 @@ DESCRIPTION = __doc__ + """
 Runs --batch windows of the offline text through the model once and checks, layer by layer: each declared q/k norm
 runs, its output divided by its gain has RMS 1 and the gain is the checkpoint's; RoPE's pairing, each pair's
 frequency and the θ fitted to them; the logit scale and soft-cap that reproduce the attention's output from its own
-q, k and v. Each check ends "as declared", "differs: ..." or "not measurable here: ...". Exit status 1 when anything
-differs, 0 when nothing does, 2 for a bad input. What each check measures and its tolerance: docs/audit.md.
+q, k and v. Each check ends "as declared", "differs: ..." or "not measurable here: ...". With --reference both are
+audited on the same tokens and compared layer by layer: the first layer where they part, and the check that explains
+it. Exit status 1 when anything differs or the two part, 0 when nothing does, 2 for a bad input. What each check
+measures and its tolerance: docs/audit.md.
 """
 
 

@@ -14,7 +14,8 @@ import torch
 
 from research.access import InspectError, OwnAdapter, load_model
 from research.access.loading import CACHE_HELP, DEFAULT_CACHE
-from research.audit import audit
+from research.audit import audit_layers
+from research.audit.compare import explain, first_parting
 from research.audit.checks import AS_DECLARED, DIFFERS, NOT_MEASURABLE
 from research.inspection.text import ENGLISH, text_batch
 from utils.cli import ArgumentParser
@@ -37,6 +38,10 @@ def build_parser(description: str = "") -> ArgumentParser:
     p.add_argument("--factory", default=None, metavar="FILE.py:FUNCTION",
                    help="Build the model in your own code: FUNCTION(MODEL) (or FUNCTION() without MODEL) returns a "
                         "torch model of a family the audit reads, audited as it runs (a port, a patched module)")
+    p.add_argument("--reference", default=None, metavar="MODEL2",
+                   help="Audit MODEL2 too (e.g. the Hugging Face original of a port) and compare the two on the same "
+                        "tokens: the first layer whose q, k, v or attention output part, and the check that explains "
+                        "it")
     p.add_argument("--text", default=ENGLISH, help="The text whose windows run through the model (as "
                                                    "inspect_pretrained.py's --text). Default: %(default)s")
     p.add_argument("--batch", type=int, default=2, help="Windows of text. Default: %(default)s")
@@ -129,20 +134,43 @@ def main(argv=None, description: str = "") -> int:
         ids = torch.randint(0, rows, (args.batch, seq_len), generator=torch.Generator().manual_seed(0))
         what = f"{args.batch} sequences of {seq_len} seeded random token ids (no tokenizer)"
     folder = Path(args.model) if args.model else None
-    gains = checkpoint_gains(adapter, folder) if folder is not None else None
+    findings, layers = _audited(adapter, ids, checkpoint_gains(adapter, folder) if folder is not None else None)
+    print(f"audit of {args.model or args.factory} ({adapter.family}, {adapter.n_layers} layers) on {what}")
+    counts = _report(findings)
+    record = {"model": args.model, "factory": args.factory, "family": adapter.family, "layers": adapter.n_layers,
+              "tokens": list(ids.shape), "findings": findings, "summary": counts}
+    parted = False
+    if args.reference:
+        _, _, ref = load_model(args.reference, "float32", args.cache_dir)
+        if (ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.head_dim) != \
+                (adapter.n_layers, adapter.n_heads, adapter.n_kv_heads, adapter.head_dim):
+            raise AuditError(f"--reference {args.reference}: {ref.n_layers} layers of {ref.n_heads} heads, not the "
+                             f"{adapter.n_layers} of {adapter.n_heads} of MODEL. Fix: a reference of the same shape")
+        ref_findings, ref_layers = _audited(ref, ids, checkpoint_gains(ref, Path(args.reference)))
+        print(f"audit of the reference {args.reference} ({ref.family}) on the same tokens")
+        ref_counts = _report(ref_findings)
+        parting = first_parting(layers, ref_layers, adapter.n_layers)
+        parted = parting is not None
+        print(f"against the reference: {explain(parting, findings)}")
+        record.update(reference={"model": args.reference, "findings": ref_findings, "summary": ref_counts},
+                      comparison={"parting": parting, "text": explain(parting, findings)})
+    if args.json:
+        atomic_write_text(Path(args.json), json.dumps(record, indent=1, allow_nan=False) + "\n")
+    return EXIT_DIFFERS if counts[DIFFERS] or parted else 0
+
+
+def _audited(adapter, ids, gains):
     try:
-        findings = audit(adapter, ids, checkpoint=gains)
+        return audit_layers(adapter, ids, checkpoint=gains)
     except InspectError as e:
         raise AuditError(str(e)) from None
-    print(f"audit of {args.model or args.factory} ({adapter.family}, {adapter.n_layers} layers) on {what}")
+
+
+def _report(findings: list[dict]) -> dict:
     print("\n".join(report_lines(findings)))
     counts = summary(findings)
     print(f"{len(findings)} checks: {counts[AS_DECLARED]} as declared, {counts[DIFFERS]} differ, "
           f"{counts[NOT_MEASURABLE]} not measurable")
-    if args.json:
-        record = {"model": args.model, "factory": args.factory, "family": adapter.family, "layers": adapter.n_layers,
-                  "tokens": list(ids.shape), "findings": findings, "summary": counts}
-        atomic_write_text(Path(args.json), json.dumps(record, indent=1, allow_nan=False) + "\n")
-    return EXIT_DIFFERS if counts[DIFFERS] else 0
+    return counts
 
 

@@ -71,3 +71,29 @@ def test_the_shipped_real_models_give_no_finding(name, model_cache, capsys):
         pytest.skip(f"{name} is not installed (requirements-data.txt)")
     code, out = audit_cli(capsys, [name, "--cache_dir", str(model_cache), "--batch", "1", "--seq_len", "48"])
     assert code == 0 and " 0 differ, 0 not measurable" in out, out[-3000:]
+
+
+PORT = '''
+from transformers import AutoModelForCausalLM
+
+def scaled(path):  # a port whose layer 1 attention scales its logits by 1, not 1/sqrt(16)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.model.layers[1].self_attn.scaling = 1.0
+    return model
+'''
+
+
+def test_a_port_against_its_reference_parts_where_its_check_differs(tmp_path, capsys):
+    folder = make_hf_model("llama", tmp_path / "llama")
+    (tmp_path / "port.py").write_text(PORT)
+    code, out = audit_cli(capsys, [str(folder), "--reference", str(folder), "--seq_len", "24"])
+    assert code == 0 and "against the reference: the models agree on every layer's q, k, v and attention output" \
+        in out
+    code, out = audit_cli(capsys, [str(folder), "--factory", f"{tmp_path / 'port.py'}:scaled", "--reference",
+                                   str(folder), "--seq_len", "24", "--json", str(tmp_path / "a.json")])
+    assert code == 1
+    assert ("against the reference: they part at layer 1: out differs by" in out and "; explained by that layer's "
+            "scale (differs: runs scale 1, config says 0.25 (1/sqrt(16)))" in out), out
+    record = json.loads((tmp_path / "a.json").read_text())
+    check(AUDIT, record)
+    assert record["comparison"]["parting"]["layer"] == 1 and record["reference"]["summary"]["differs"] == 0
