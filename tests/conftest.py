@@ -43,6 +43,12 @@ def user_cache(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> Path:
+    """One folder of converted real models (research.access.gguf) for the session: each converts once."""
+    return tmp_path_factory.mktemp("converted-models")
+
+
+@pytest.fixture(scope="session")
 def cache_dir(user_cache) -> Path:
     """The data cache every test shares (tests pass it as --cache_dir, and the default "auto" names it too), so
     a corpus is prepared once per session."""

@@ -47,8 +47,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("research/probing", "research/export"),
     # 9. the pretrained-model tour and the key study on text windows (measures with the probe's metrics)
     ("research/inspection",),
-    # 10. putting it together: the registry of study kinds, the catalog and runner, the studies of HF models
-    ("research/studies",),
+    # 10. putting it together: the registry of study kinds, the catalog and runner, the studies of HF models; the
+    #     audit of a model's attention against its config (through the adapters' capture)
+    ("research/studies", "research/audit"),
     # 11. the speed measurements (a study's runs measured with and without the probe, among others)
     ("research/speed",),
     # 12. the entry points

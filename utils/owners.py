@@ -29,14 +29,15 @@ CHECKPOINT_KEYS = "checkpoint_keys.json"  # research/checkpoint_keys_study.py's 
 EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exported
 STORAGE_INDEX = "storage.json"  # a --storage folder's record of the study it serves (research.studies.storage)
 GPU_SESSION = "gpu_session.json"  # research/speed/gpu_session.py's record of a session
+AUDIT_FILE = "audit.json"  # what qk-audit --json writes (any name the user gives; this one in docs)
 # python -m research.results.schema --json_schema DIR: the JSON Schema files it writes (research.results.schema
 # publishes these names, a test checks them against its table)
 SCHEMA_FILES = ("results.schema.json", "study.schema.json", "combined.qk_norm.schema.json",
                 "combined.conditions.schema.json", "combined_results.schema.json", "pretrained_keys.schema.json",
                 "checkpoint_keys.schema.json", "inspect.schema.json", "export.schema.json", "redraw.schema.json",
                 "config.schema.json", "metrics.schema.json", "summary.schema.json", "stored.schema.json",
-                "storage.schema.json", "gpu_session.schema.json", "state.schema.json", "meta.schema.json",
-                "data_tokenizer.schema.json", "gguf_source.schema.json", "lock.schema.json")
+                "storage.schema.json", "audit.schema.json", "gpu_session.schema.json", "state.schema.json",
+                "meta.schema.json", "data_tokenizer.schema.json", "gguf_source.schema.json", "lock.schema.json")
 
 
 class OwnerError(UserError):

@@ -96,4 +96,7 @@ class OwnAdapter(Adapter):
                     sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), scratch.pop("v", None),
                                       a.d_head ** -0.5, None, a.softcap or None)
                 handles.append(a.hook_k_rope.register_forward_hook(k_rope))
+                if hasattr(sink, "on_output"):  # the attention's output (times the gate), as wo reads it
+                    handles.append(a.wo.register_forward_pre_hook(
+                        lambda m, args, i=i, a=a: sink.on_output(i, args[0].detach().unflatten(-1, (a.n_heads, -1)))))
             yield

@@ -7,7 +7,7 @@ others (docs/schema/), and a test checks every stored folder's files against the
 from __future__ import annotations
 
 from research.results.checks import _CONFIG, PROVENANCE
-from utils.formats import Bool, Integer, ListOf, MapOf, Number, Obj, Opt, Text
+from utils.formats import Bool, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Text
 
 _NAME = Text(nullable=False, nonempty=True)
 _NUMBERS = ListOf(Number(), "a list of numbers or null")
@@ -87,6 +87,28 @@ _GPU_STEP = Obj({
     "result": Opt(Obj({}, "the last JSON object the step printed, or null", nullable=True)),
     "aggregate_tokens_per_s": Opt(Integer("tokens per second (an integer)", nullable=False, lo=0)),
 })
+AUDIT_CHECKS = ("q_norm", "k_norm", "rope", "scale", "softcap")
+AUDIT_STATUSES = ("as declared", "differs", "not measurable")
+AUDIT_FINDING = Obj({
+    "layer": Integer("a layer (an integer >= 0)", nullable=False, lo=0),
+    "check": OneOf(AUDIT_CHECKS), "status": OneOf(AUDIT_STATUSES), "text": _NAME,
+    **{k: Opt(Number()) for k in ("rms", "theta", "scaling", "scale")},
+}, "a JSON object (one check of one layer)")
+_AUDIT_SUMMARY = Obj({s: Integer("a count", nullable=False, lo=0) for s in AUDIT_STATUSES})
+# qk-audit --json FILE (research/audit/command.py): every check of every layer, and how many ended each way; with
+# --reference the reference's too, and where the two part (null: nowhere)
+AUDIT = Obj({
+    "model": Text("the MODEL argument, or null"), "factory": Text("--factory, or null"), "family": _NAME,
+    "layers": Integer("layers (an integer >= 1)", nullable=False, lo=1),
+    "tokens": ListOf(Integer("an integer >= 1", nullable=False, lo=1), "[sequences, tokens]", n=2),
+    "findings": ListOf(AUDIT_FINDING, "a list of findings"), "summary": _AUDIT_SUMMARY,
+    "reference": Opt(Obj({"model": _NAME, "findings": ListOf(AUDIT_FINDING, "a list of findings"),
+                          "summary": _AUDIT_SUMMARY})),
+    "comparison": Opt(Obj({"parting": Obj({"layer": Integer("a layer", nullable=False, lo=0),
+                                           "site": OneOf(("q", "k", "v", "out")), "difference": Number()},
+                                          "where the two part, or null", nullable=True),
+                           "text": _NAME})),
+}, "a JSON object (a qk-audit record)")
 GPU_SESSION = Obj({
     "session": Opt(Integer("the session's number in its folder (1, 2, ...)", nullable=False, lo=1)),
     "device": _NAME, "torch": _NAME, "budget_s": Number("a positive number of seconds", nullable=False, gt=0),

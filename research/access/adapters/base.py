@@ -161,14 +161,20 @@ class Adapter:
 
     @contextmanager
     def _hooks(self, sink) -> Iterator[list]:
-        """Yields a list to append hook handles to; on_state hooks are registered already. Every
-        handle is removed on exit, also when the forward raises."""
+        """Yields a list to append hook handles to; on_state hooks are registered already, and where the sink has
+        on_norm(i, "q" or "k", input, output) a hook on each q/k norm module's own call (the audit: whether it runs,
+        and on what). Every handle is removed on exit, also when the forward raises."""
         handles = []
         try:
             for l, layer in enumerate(self.layers):
                 def pre(module, args, kwargs, l=l):
                     sink.on_state(l, (args[0] if args else kwargs["hidden_states"]).detach())
                 handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
+                for which, norm in zip("qk", self.qk_norms(l) if hasattr(sink, "on_norm") else ()):
+                    if norm is not None:
+                        handles.append(norm.register_forward_hook(
+                            lambda m, args, out, l=l, which=which: sink.on_norm(l, which, args[0].detach(),
+                                                                              _first(out).detach())))
             last = self.n_layers
             handles.append(self.layers[-1].register_forward_hook(
                 lambda module, args, out: sink.on_state(last, _first(out).detach())))

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError
+from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError, _first
 from utils.errors import shown
 from utils.tensors import heads_first
 
@@ -178,7 +178,10 @@ class HFAdapter(Adapter):
                                     query.shape[-1] ** -0.5 if scaling is None else scaling,
                                     kwargs.get("sliding_window"), kwargs.get("softcap"))
             if out is None:  # the model's own attention computes the output
-                return own(module, query, key, value, attention_mask, *args, **kwargs)
+                result = own(module, query, key, value, attention_mask, *args, **kwargs)
+                if hasattr(sink, "on_output"):
+                    sink.on_output(i, _first(result).detach())                    # [B, T, Hq, Dv]
+                return result
             return out.to(query.dtype), None
 
         with self._hooks(sink) as handles:
@@ -191,7 +194,7 @@ class HFAdapter(Adapter):
                         k = self.keys_of(out.detach())
                         B, T, _ = k.shape
                         sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
-                        if k_norm is not None:
+                        if k_norm is not None and not hasattr(sink, "on_norm"):  # on_norm: the norm's own output
                             sink.on_keys(i, "k_norm", self.normed(k_norm, k, self.n_kv_heads))
                     handles.append(self.key_projection(i).register_forward_hook(k_hook))
                     if q_norm is not None and hasattr(sink, "on_queries"):

@@ -29,6 +29,12 @@ def hf_config(family, **overrides):
         return tf.LlamaConfig(**common)
     if family == "qwen3":
         return tf.Qwen3Config(**common, head_dim=16)
+    if family == "qwen2":
+        return tf.Qwen2Config(**common)
+    if family == "mistral":
+        return tf.MistralConfig(**common, head_dim=16)
+    if family == "olmo2":  # q/k norms over the whole projection
+        return tf.Olmo2Config(**common)
     if family == "gemma3":
         return tf.Gemma3TextConfig(**common, head_dim=16, sliding_window=4, query_pre_attn_scalar=32,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])

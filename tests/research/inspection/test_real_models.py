@@ -24,11 +24,6 @@ def _installed(name: str) -> bool:
     return all(_package_dir(m) is not None for m in (p.module, *p.parts))
 
 
-@pytest.fixture(scope="session")
-def model_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("converted-models")
-
-
 def _loss(model, tokenizer, text=CHECK_TEXT) -> float:
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     with torch.no_grad():

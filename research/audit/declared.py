@@ -1,0 +1,114 @@
+"""What a model's config declares about its attention, layer by layer, read from the config alone (never from the
+modules that run): the q/k norms, RoPE (θ, rotated dims, pairing, each pair's frequency as the config computes
+it), the logit scale and soft-cap. The audit compares what runs against this (docs/audit.md, "What is declared").
+
+    d = declared(adapter, i)      # Declared(norms, eps, rope, scale, softcap)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Rope:
+    """A layer's declared RoPE: pair j turns dims (first[j], second[j]) by position x frequency[j] (0: not at all);
+    theta and denominator where the frequencies are one ladder theta^(-2j / denominator) (None: another rope type,
+    compared by its frequencies alone); pairing: its name among research.audit.rope.pairings'."""
+
+    pairing: str
+    frequency: torch.Tensor
+    theta: float | None
+    denominator: int | None
+    rotated_dims: int
+    kind: str = "default"
+
+
+@dataclass(frozen=True)
+class Declared:
+    norms: tuple[bool, bool]          # a q norm, a k norm
+    rope: Rope | None                 # None: no RoPE (GPT-2's learned positions)
+    scale: float
+    softcap: float | None
+
+
+def ladder(theta: float, pairs: int, denominator: int, turning: int | None = None) -> torch.Tensor:
+    """theta^(-2j / denominator) for j < `turning` (default: every pair), 0 for the pairs after it, float64."""
+    j = torch.arange(pairs, dtype=torch.float64)
+    f = theta ** (-2 * j / denominator)
+    if turning is not None:
+        f[turning:] = 0
+    return f
+
+
+def _own(adapter, i: int) -> Declared:
+    from models.layers import rotated_pairs  # this project's model: its config fields, as ModelConfig states them
+    c = adapter.model.cfg
+    D = c.d_head
+    n = rotated_pairs(D, c.rope_fraction)
+    rope = Rope("half", ladder(c.rope_theta, D // 2, D, n), c.rope_theta, D, 2 * n)
+    norm = c.qk_norm != "none"
+    return Declared((norm, norm), rope, D ** -0.5, c.attn_softcap or None)
+
+
+def _rope_parameters(config, i: int) -> dict:
+    """The layer's rope parameters: transformers 5's rope_parameters (per layer type where keyed by them), else the
+    older top-level rope_theta / rope_scaling / partial_rotary_factor."""
+    params = getattr(config, "rope_parameters", None) or {}
+    kinds = getattr(config, "layer_types", None)
+    if kinds and kinds[i] in params:
+        params = params[kinds[i]]
+    out = dict(params)
+    if "rope_theta" not in out and getattr(config, "rope_theta", None) is not None:
+        out["rope_theta"] = config.rope_theta
+    scaling = getattr(config, "rope_scaling", None)
+    if "rope_type" not in out and isinstance(scaling, dict):
+        out.update(scaling, rope_type=scaling.get("rope_type", scaling.get("type", "default")))
+    if "partial_rotary_factor" not in out:
+        out["partial_rotary_factor"] = getattr(config, "partial_rotary_factor", None) or getattr(
+            config, "rotary_pct", None) or 1.0
+    return out
+
+
+def _hf_rope(adapter, i: int) -> Rope | None:
+    if not adapter.rope_pairing:
+        return None
+    config, D = adapter.model.config, adapter.head_dim
+    p = _rope_parameters(config, i)
+    R = int(D * float(p["partial_rotary_factor"]))
+    kind = p.get("rope_type", "default")
+    pairing = "half" if R == D else f"half_{R}"
+    if kind == "default":
+        theta = float(p["rope_theta"])
+        return Rope(pairing, ladder(theta, R // 2, R), theta, R, R)
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    kinds = getattr(config, "layer_types", None)
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[kind](config, torch.device("cpu"), layer_type=kinds[i] if kinds else None)
+    return Rope(pairing, inv_freq.double(), None, None, R, kind)
+
+
+def _hf_scale(adapter, i: int) -> float:
+    config, D = adapter.model.config, adapter.head_dim
+    if getattr(config, "query_pre_attn_scalar", None):
+        return float(config.query_pre_attn_scalar) ** -0.5
+    if adapter.family == "gpt2":
+        scale = D ** -0.5 if getattr(config, "scale_attn_weights", True) else 1.0
+        return scale / (i + 1) if getattr(config, "scale_attn_by_inverse_layer_idx", False) else scale
+    return D ** -0.5
+
+
+def declared(adapter, i: int) -> Declared:
+    """Layer i's declaration: this project's ModelConfig for its own model, the Hugging Face config (and the
+    family's layout: which families have q/k norms) for the others."""
+    if adapter.family == "minimal_llm":
+        return _own(adapter, i)
+    a = adapter.attn(i)
+    norms = tuple(hasattr(a, n) and not isinstance(getattr(a, n), torch.nn.Identity) for n in ("q_norm", "k_norm"))
+    cap = getattr(adapter.model.config, "attn_logit_softcapping", None)
+    return Declared(norms, _hf_rope(adapter, i), _hf_scale(adapter, i), float(cap) if cap else None)
+
+
+def close(a: float, b: float, rel: float) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)

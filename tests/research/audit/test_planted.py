@@ -1,0 +1,212 @@
+"""qk-audit on tiny models built offline: every clean model gives no finding, and each planted bug (docs/audit.md's
+list) is named, with its layer, and nothing else is flagged; θ is recovered within 1% and the scale within 1e-3."""
+from __future__ import annotations
+
+import dataclasses
+import pytest
+import torch
+import torch.nn.functional as F
+
+from configs.config import ModelConfig
+from models.llm import MinimalLLM
+from research.access import OwnAdapter
+from research.audit import audit
+from research.audit.command import checkpoint_gains
+from research.audit.declared import ladder
+from research.probing.hf.model import adapter_for
+from tests.research.inspection.builders import hf_config, make_hf
+
+IDS = torch.randint(3, 290, (2, 24), generator=torch.Generator().manual_seed(1))
+OWN = ModelConfig(vocab_size=300, n_layers=2, d_model=64, n_heads=4, d_ff=128, max_seq_len=64)
+
+
+def own(**kw) -> MinimalLLM:
+    torch.manual_seed(0)
+    model = MinimalLLM(dataclasses.replace(OWN, **kw)).float().eval()
+    with torch.no_grad():  # gains off their initial ones, so a swap or a reset shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def hf(family: str, **config) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+    c = hf_config(family)
+    for k, v in config.items():
+        setattr(c, k, v)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(c).float().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def flagged(findings: list[dict]) -> list[tuple[int, str, str]]:
+    return [(f["layer"], f["check"], f["text"]) for f in findings if f["status"] != "as declared"]
+
+
+def run(model, checkpoint=None):
+    adapter = OwnAdapter(model) if isinstance(model, MinimalLLM) else adapter_for(model)
+    return audit(adapter, IDS, checkpoint=checkpoint)
+
+
+@pytest.mark.parametrize("kw", [{}, {"qk_norm": "frozen"}, {"qk_norm": "none"}, {"attn_gate": "elementwise"},
+                                {"attn_gate": "headwise"}, {"attn_softcap": 2.0}, {"qk_norm_scope": "full"},
+                                {"n_kv_heads": 2}, {"rope_fraction": 0.5}, {"rope_theta": 5e5}],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()) or "default")
+def test_every_clean_variant_of_this_projects_model_gives_no_finding(kw):
+    findings = run(own(**kw))
+    assert flagged(findings) == [] and len(findings) >= 8
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "apertus", "arcee", "qwen2",
+                                    "mistral", "olmo2"])
+def test_every_clean_family_gives_no_finding(family):
+    findings = run(make_hf(family).float().eval())
+    assert flagged(findings) == []
+
+
+class _Skipped:
+    """A norm whose module exists, weights and all, but whose call does nothing: built, never called."""
+
+    def __call__(self, x, *args, **kwargs):
+        return x
+
+
+def skip(norm: torch.nn.Module) -> None:
+    norm.__class__ = type(f"Skipped{type(norm).__name__}", (_Skipped, type(norm)), {})
+
+
+@pytest.mark.parametrize("make", [lambda: own(), lambda: hf("qwen3"), lambda: hf("gemma3")], ids=["own", "qwen3",
+                                                                                                "gemma3"])
+def test_a_norm_built_but_never_called_is_named(make):
+    model = make()
+    adapter = OwnAdapter(model) if isinstance(model, MinimalLLM) else adapter_for(model)
+    skip(adapter.qk_norms(1)[1])
+    got = flagged(run(model))
+    assert got == [(1, "k_norm", "differs: runs no k norm, config says one runs (built, never called)")], got
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gemma3"])
+def test_gains_reset_to_ones_and_swapped_gains_are_named_against_the_checkpoint(family, tmp_path):
+    model = hf(family)
+    model.save_pretrained(tmp_path)
+    adapter = adapter_for(model)
+    stored = checkpoint_gains(adapter, tmp_path)
+    assert sorted(stored) == sorted(f"{i}.{w}" for i in range(3) for w in "qk")
+    assert flagged(run(model, stored)) == []
+    q, k = adapter.qk_norms(2)
+    with torch.no_grad():
+        k.weight.fill_(1.0 - adapter.gain_offset)  # a loader that put ones where the file holds gains
+    got = flagged(run(model, stored))
+    assert [(g[0], g[1]) for g in got] == [(2, "k_norm")] and "runs gain all ones, the checkpoint holds" in got[0][2]
+    model = hf(family)
+    q, k = adapter_for(model).qk_norms(1)
+    with torch.no_grad():
+        saved = q.weight.clone()
+        q.weight.copy_(k.weight)
+        k.weight.copy_(saved)
+    got = flagged(run(model, stored))
+    assert got == [(1, "q_norm", "differs: runs the checkpoint's k norm gain (q and k swapped)"),
+                   (1, "k_norm", "differs: runs the checkpoint's q norm gain (q and k swapped)")], got
+
+
+def _set_inv_freq(model, f: torch.Tensor) -> None:
+    emb = model.model.rotary_emb if hasattr(model, "model") else model.gpt_neox.rotary_emb
+    emb.inv_freq = f.float()
+    emb.original_inv_freq = f.float()
+
+
+@pytest.mark.parametrize("declared,runs", [(5e5, 1e4), (1e4, 5e5)])
+def test_a_wrong_theta_is_named_in_every_layer_and_recovered(declared, runs):
+    model = hf("llama", rope_parameters={"rope_type": "default", "rope_theta": declared})
+    _set_inv_freq(model, ladder(runs, 8, 16))
+    findings = run(model)
+    got = flagged(findings)
+    assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)], got
+    assert f"config says θ {declared:g}" in got[0][2]
+    for f in findings:
+        if f["check"] == "rope":
+            assert f["theta"] == pytest.approx(runs, rel=0.01)
+    m = own(rope_theta=declared)
+    m.rotary = type(m.rotary)(16, 64, runs)
+    got = run(m)
+    assert [(g[0], g[1]) for g in flagged(got)] == [(0, "rope"), (1, "rope")]
+    assert [f["theta"] for f in got if f["check"] == "rope"] == pytest.approx([runs, runs], rel=0.01)
+
+
+def test_partial_rotary_ignored_and_the_wrong_denominator_are_named():
+    model = make_hf("gpt_neox").float().eval()  # rotary_pct 0.25: 4 of 16 dims, frequencies over 4
+    for layer in model.gpt_neox.layers:
+        layer.attention.rotary_ndims = 16
+    _set_inv_freq(model, ladder(1e4, 8, 16))
+    got = flagged(run(model))
+    assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)]
+    assert "runs pairing half-split (j, j+8) over 16 of 16 dims, config says half-split (j, j+2) over 4" in got[0][2]
+    model = make_hf("gpt_neox").float().eval()
+    _set_inv_freq(model, 1e4 ** (-torch.arange(0, 4, 2, dtype=torch.float64) / 16))  # over head_dim, not 4
+    got = flagged(run(model))
+    assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)]
+    assert got[0][2] == "differs: frequencies are θ 10000 over head_dim 16, config implies the denominator 4"
+
+
+def _interleaved(q, k, cos, sin, unsqueeze_dim=1):
+    half = cos.shape[-1] // 2
+    c, s = cos[..., :half].unsqueeze(unsqueeze_dim), sin[..., :half].unsqueeze(unsqueeze_dim)
+
+    def rot(x):
+        a, b = x[..., ::2], x[..., 1::2]
+        return torch.stack((a * c - b * s, b * c + a * s), -1).flatten(-2)
+    return rot(q), rot(k)
+
+
+def test_interleaved_pairs_where_half_split_is_declared_are_named(monkeypatch):
+    import transformers.models.llama.modeling_llama as llama
+    monkeypatch.setattr(llama, "apply_rotary_pos_emb", _interleaved)
+    got = flagged(run(hf("llama")))
+    assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)]
+    assert got[0][2] == ("differs: runs pairing interleaved (2j, 2j+1), config says half-split (j, j+8) over 16 "
+                         "of 16 dims")
+    m = own()
+    rotary = m.rotary
+
+    def forward(x_BTHD):  # the model's own angles, applied to interleaved pairs
+        T = x_BTHD.shape[1]
+        cos, sin = (torch.cat([t[:T]] * 2, -1)[None] for t in (rotary.cos, rotary.sin))
+        x = x_BTHD.transpose(1, 2)
+        return _interleaved(x, x, cos, sin)[0].transpose(1, 2)
+    m.rotary.forward = forward
+    got = flagged(run(m))
+    assert [(g[0], g[1]) for g in got] == [(0, "rope"), (1, "rope")] and "interleaved" in got[0][2]
+
+
+def test_a_wrong_scale_is_named_and_measured_both_ways(monkeypatch):
+    model = hf("gemma3", query_pre_attn_scalar=1)  # Gemma 4's way: scale 1.0 declared
+    model.model.layers[1].self_attn.scaling = 16 ** -0.5
+    findings = run(model)
+    assert flagged(findings) == [(1, "scale", "differs: runs scale 0.25 (1/sqrt(16)), config says 1")]
+    assert [f["scale"] for f in findings if f["check"] == "scale"] == pytest.approx([1, 0.25, 1], rel=1e-3)
+    model = hf("llama")
+    model.model.layers[2].self_attn.scaling = 1.0
+    assert flagged(run(model)) == [(2, "scale", "differs: runs scale 1, config says 0.25 (1/sqrt(16))")]
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: sdpa(*a, **k, scale=1.0))
+    assert [(g[0], g[1]) for g in flagged(run(own()))] == [(0, "scale"), (1, "scale")]
+
+
+def test_a_declared_softcap_not_applied_is_named():
+    m = own(attn_softcap=1.0)
+    assert flagged(run(m)) == []
+    m.blocks[0].attn.softcap = 0.0  # the cap left out at run time: the plain SDPA path
+    got = flagged(run(m))
+    assert [(g[0], g[1]) for g in got] == [(0, "softcap")] and got[0][2].startswith("differs: no soft-cap runs")
+    # transformers' Gemma 3 attention never passes its config's attn_logit_softcapping on (eager or SDPA): a config
+    # that sets it declares a cap that does not run, in every layer
+    model = hf("gemma3", attn_logit_softcapping=1.0)
+    model.set_attn_implementation("eager")
+    got = flagged(run(model))
+    assert [(g[0], g[1]) for g in got] == [(i, "softcap") for i in range(3)]
+    assert got[0][2].startswith("differs: no soft-cap runs (logits reach") and got[0][2].endswith("config says 1")
