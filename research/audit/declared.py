@@ -73,8 +73,9 @@ def _rope_parameters(config, i: int) -> dict:
 
 
 def _hf_rope(adapter, i: int) -> Rope | None:
-    if not adapter.rope_pairing:
-        return None
+    config = adapter.model.config
+    if not adapter.rope_pairing or not bool((getattr(config, "no_rope_layers", None) or [1] * (i + 1))[i]):
+        return None  # GPT-2's learned positions; SmolLM3's NoPE layers (no_rope_layers[i] = 0)
     config, D = adapter.model.config, adapter.head_dim
     p = _rope_parameters(config, i)
     R = int(D * float(p["partial_rotary_factor"]))

@@ -69,6 +69,10 @@ class Adapter:
         [..., D - rotary_dims] (views; a family without RoPE has all dims unrotated)."""
         return x[..., :self.rotary_dims], x[..., self.rotary_dims:]
 
+    def layer_has_rope(self, i: int) -> bool:
+        """Whether layer i rotates its queries and keys (SmolLM3 leaves every fourth layer without RoPE)."""
+        return bool(self.rope_pairing) and self.rotary_dims > 0
+
     def rotary_frequencies(self, i: int) -> torch.Tensor | None:
         """Layer i's RoPE angular frequencies [rotary_dims / 2], float32: pair j (rope_pairing) turns by
         position x f[j] radians. None where the adapter does not know them."""

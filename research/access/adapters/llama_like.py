@@ -1,6 +1,7 @@
 """Families of the Llama layout (hf.HFAdapter) changing a few attributes: Qwen3 and Apertus (per-head q_norm / k_norm
-before RoPE), Arcee (a non-gated MLP), OLMo 2 (q_norm / k_norm over the whole projection), Gemma 3 text (RMSNorm gains
-of 1 + weight, soft-capped logits). export_hf.py writes Apertus for qk_norm learned or frozen, Arcee for none."""
+before RoPE), Arcee (a non-gated MLP), OLMo 2 and 3 (q_norm / k_norm over the whole projection), SmolLM3 (layers
+without RoPE), Gemma 3 text (RMSNorm gains of 1 + weight, soft-capped logits). export_hf.py writes Apertus for
+qk_norm learned or frozen, Arcee for none."""
 from __future__ import annotations
 
 import torch
@@ -31,6 +32,24 @@ class Olmo2Adapter(HFAdapter):
     def normed(self, norm, x_BTC, heads):
         B, T, _ = x_BTC.shape
         return heads_first(norm(x_BTC).reshape(B, T, heads, self.head_dim))
+
+
+class Olmo3Adapter(Olmo2Adapter):
+    """OLMo 3: OLMo 2's whole-projection norms, sliding-window layers with RoPE per layer type."""
+
+    family = "olmo3"
+
+
+class SmolLM3Adapter(HFAdapter):
+    """SmolLM3: the Llama layout, with the layers its config's no_rope_layers marks 0 left without RoPE (NoPE)."""
+
+    family = "smollm3"
+
+    def layer_has_rope(self, i):
+        return bool(self.model.config.no_rope_layers[i]) and super().layer_has_rope(i)
+
+    def rotary_frequencies(self, i):
+        return super().rotary_frequencies(i) if self.layer_has_rope(i) else None
 
 
 class Gemma3Adapter(HFAdapter):

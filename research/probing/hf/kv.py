@@ -32,7 +32,8 @@ class _NoRope:
 
 def ropes_of(adapter) -> list:
     """Each layer's RoPE (hf.rotary.AdapterRope, built once), the identity where the model has none."""
-    return layer_ropes(adapter) or [_NoRope()] * adapter.n_layers
+    ropes = layer_ropes(adapter) or [None] * adapter.n_layers
+    return [_NoRope() if r is None else r for r in ropes]
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None = None,

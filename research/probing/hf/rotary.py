@@ -96,8 +96,9 @@ def rope_context(adapter, fallback: int, window: int | None = None) -> int:
     return min(context, window) if window else context
 
 
-def layer_ropes(adapter) -> list[AdapterRope] | None:
-    """Each layer's AdapterRope, built once per model; None for a model without RoPE."""
+def layer_ropes(adapter) -> list[AdapterRope | None] | None:
+    """Each layer's AdapterRope, built once per model (None for a layer without RoPE: SmolLM3's NoPE layers); None
+    for a model without RoPE."""
     if not adapter.rope_pairing or not adapter.rotary_dims:
         return None
-    return [AdapterRope(adapter, i) for i in range(adapter.n_layers)]
+    return [AdapterRope(adapter, i) if adapter.layer_has_rope(i) else None for i in range(adapter.n_layers)]

@@ -35,6 +35,12 @@ def hf_config(family, **overrides):
         return tf.MistralConfig(**common, head_dim=16)
     if family == "olmo2":  # q/k norms over the whole projection
         return tf.Olmo2Config(**common)
+    if family == "olmo3":  # OLMo 2's norms, sliding windows of 4 on 2 of 3 layers, RoPE per layer type
+        return tf.Olmo3Config(**common, sliding_window=4,
+                              layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if family == "smollm3":  # the second layer without RoPE (NoPE)
+        return tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1], bos_token_id=None, eos_token_id=None,
+                                pad_token_id=None)
     if family == "gemma3":
         return tf.Gemma3TextConfig(**common, head_dim=16, sliding_window=4, query_pre_attn_scalar=32,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
