@@ -185,8 +185,7 @@ def scale_checks(i: int, layer: dict, d: Declared, tol: dict) -> list[dict]:
         if capped:
             scale, resid = fit["capped_scale"], fit["capped_residual"]
     if resid > tol["fit"] and not (d.softcap and out_[-1]["status"] == DIFFERS):
-        out_.insert(0, finding(i, "scale", NOT_MEASURABLE, f"not measurable here: weights do not follow one scale "
-                                                           f"(residual {resid:.1e})"))
+        out_.insert(0, _per_head(i, q[:, :, :T], k[:, :, :T], v[:, :, :T], out[:, :, :T], d, tol, resid))
         return out_
     ok = abs(scale / d.scale - 1) <= tol["scale"]
     out_.insert(0, finding(i, "scale", AS_DECLARED if ok else DIFFERS,
@@ -195,10 +194,27 @@ def scale_checks(i: int, layer: dict, d: Declared, tol: dict) -> list[dict]:
     return out_
 
 
+def _per_head(i: int, q, k, v, out, d: Declared, tol: dict, resid: float) -> dict:
+    """Where a layer's heads do not follow one scale together: each query head's own fit (with its KV head). The
+    heads whose scale is not the config's are named; "not measurable" where some head follows no one scale."""
+    G = q.shape[0] // k.shape[0]
+    fits = [measure_scale(q[h:h + 1], k[h // G:h // G + 1], v[h // G:h // G + 1], out[h:h + 1]) for h in
+            range(q.shape[0])]
+    if any(f is None or f["residual"] > tol["fit"] for f in fits):
+        return finding(i, "scale", NOT_MEASURABLE, f"not measurable here: weights do not follow one scale "
+                                                   f"(residual {resid:.1e}), not even head by head")
+    off = [(h, f["scale"]) for h, f in enumerate(fits) if abs(f["scale"] / d.scale - 1) > tol["scale"]]
+    if not off:
+        return finding(i, "scale", AS_DECLARED, f"runs scale {_scale_text(d.scale)} in every head (fitted head by "
+                                                f"head)", scale=fits[0]["scale"])
+    heads = ", ".join(f"head {h} runs {_scale_text(s)}" for h, s in off)
+    return finding(i, "scale", DIFFERS, f"differs: {heads}, config says {_scale_text(d.scale)}", scale=off[0][1])
+
+
 def _scale_text(s: float) -> str:
     inv = 1 / (s * s) if s > 0 else math.inf
     near = round(inv)
-    return f"{s:.6g} (1/sqrt({near}))" if near >= 1 and abs(inv - near) < 1e-3 * near and near != 1 else f"{s:.6g}"
+    return f"{s:.4g} (1/sqrt({near}))" if near >= 1 and abs(inv - near) < 1e-3 * near and near != 1 else f"{s:.4g}"
 
 
 def layer_checks(adapter, i: int, layer: dict, d: Declared, tol: dict,

@@ -210,3 +210,20 @@ def test_a_declared_softcap_not_applied_is_named():
     got = flagged(run(model))
     assert [(g[0], g[1]) for g in got] == [(i, "softcap") for i in range(3)]
     assert got[0][2].startswith("differs: no soft-cap runs (logits reach") and got[0][2].endswith("config says 1")
+
+
+def test_a_scale_that_differs_in_one_head_is_named_with_its_head(monkeypatch):
+    """An attention function that doubles head 2's logits in layer 1 (a per-head scale the layer's one fit cannot
+    follow): the heads are fitted one by one and head 2 is named."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as registry
+    model = hf("llama")
+    sdpa = registry["sdpa"]
+
+    def head_2_doubled(module, query, key, value, mask, **kwargs):
+        if module.layer_idx == 1:
+            query = query.clone()
+            query[:, 2] *= 2
+        return sdpa(module, query, key, value, mask, **kwargs)
+    monkeypatch.setitem(registry._global_mapping, "sdpa", head_2_doubled)
+    findings = run(model)
+    assert flagged(findings) == [(1, "scale", "differs: head 2 runs 0.5 (1/sqrt(4)), config says 0.25 (1/sqrt(16))")]
