@@ -15,12 +15,13 @@ from research.access.adapters.base import DEFAULT_ATTN, Adapter, InspectError
 from research.access.adapters.gpt2 import GPT2Adapter
 from research.access.adapters.gpt_neox import GPTNeoXAdapter
 from research.access.adapters.hf import HFAdapter
+from research.access.adapters.qwen3_5 import Qwen35Adapter
 from research.access.adapters.llama_like import (ApertusAdapter, ArceeAdapter, Gemma3Adapter, Olmo2Adapter,
                                                  Olmo3Adapter, Qwen3Adapter, SmolLM3Adapter)
 
 __all__ = ["ADAPTERS", "DEFAULT_ATTN", "Adapter", "ApertusAdapter", "ArceeAdapter", "GPT2Adapter", "GPTNeoXAdapter",
            "Gemma3Adapter", "HFAdapter", "InspectError", "Olmo2Adapter", "Olmo3Adapter", "Qwen3Adapter",
-           "SmolLM3Adapter"]
+           "Qwen35Adapter", "SmolLM3Adapter"]
 
 # model_type -> adapter. Tested: llama, qwen3, gemma3_text, gpt2, gpt_neox, and apertus and arcee
 # (tests/research/export); olmo3 and smollm3 (tests/research/access/test_2026_layouts.py); mistral, qwen2 and olmo2
@@ -28,4 +29,4 @@ __all__ = ["ADAPTERS", "DEFAULT_ATTN", "Adapter", "ApertusAdapter", "ArceeAdapte
 ADAPTERS: dict[str, type[HFAdapter]] = {
     "llama": HFAdapter, "mistral": HFAdapter, "qwen2": HFAdapter, "qwen3": Qwen3Adapter, "olmo2": Olmo2Adapter,
     "gemma3_text": Gemma3Adapter, "gpt2": GPT2Adapter, "gpt_neox": GPTNeoXAdapter, "apertus": ApertusAdapter,
-    "arcee": ArceeAdapter, "olmo3": Olmo3Adapter, "smollm3": SmolLM3Adapter}
+    "arcee": ArceeAdapter, "olmo3": Olmo3Adapter, "smollm3": SmolLM3Adapter, "qwen3_5_text": Qwen35Adapter}

@@ -94,6 +94,11 @@ class Adapter:
     def final_norm_module(self) -> nn.Module:
         raise NotImplementedError
 
+    def final_layer(self) -> nn.Module:
+        """The module whose output is the residual stream's end, before the final norm (the last of `layers` but
+        where the adapter's layers are some of the model's: Qwen3.5's full-attention ones)."""
+        return self.layers[-1]
+
     def output_embedding(self) -> torch.Tensor:
         raise NotImplementedError
 
@@ -180,7 +185,7 @@ class Adapter:
                             lambda m, args, out, l=l, which=which: sink.on_norm(l, which, args[0].detach(),
                                                                               _first(out).detach())))
             last = self.n_layers
-            handles.append(self.layers[-1].register_forward_hook(
+            handles.append(self.final_layer().register_forward_hook(
                 lambda module, args, out: sink.on_state(last, _first(out).detach())))
             yield handles
         finally:

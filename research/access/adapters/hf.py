@@ -152,6 +152,10 @@ class HFAdapter(Adapter):
         """The module whose output holds layer i's queries (families with a q_norm)."""
         return self.attn(i).q_proj
 
+    def queries_of(self, projected: torch.Tensor) -> torch.Tensor:
+        """Queries [B, T, H * D] from that module's output (Qwen3.5's holds each head's output gate too)."""
+        return projected
+
     @torch.no_grad()
     def normed(self, norm: nn.Module, x_BTC: torch.Tensor, heads: int) -> torch.Tensor:
         """A q/k norm applied as the model applies it (per head) to a projection's output [B, T, heads * D]:
@@ -200,7 +204,7 @@ class HFAdapter(Adapter):
                     if q_norm is not None and hasattr(sink, "on_queries"):
                         handles.append(self.query_projection(i).register_forward_hook(
                             lambda m, inp, out, i=i, q_norm=q_norm: sink.on_queries(
-                                i, "q_norm", self.normed(q_norm, out.detach(), self.n_heads))))
+                                i, "q_norm", self.normed(q_norm, self.queries_of(out.detach()), self.n_heads))))
                 yield
             finally:
                 if before is None:

@@ -1,6 +1,7 @@
 """The 2026 layouts the adapters read: OLMo 3 (OLMo 2's whole-projection norms, sliding windows, RoPE per layer
-type) and SmolLM3 (layers without RoPE). The parity every adapter has: the keys the adapter rotates are the model's
-own, attention rebuilt from the captured q, k, v gives the model's logits, and the probe and the audit read them."""
+type), SmolLM3 (layers without RoPE) and Qwen3.5's text model (its full-attention layers, among linear ones). The
+parity every adapter has: the keys the adapter rotates are the model's own, attention rebuilt from the captured q,
+k, v gives the model's logits, and the probe and the audit read them."""
 from __future__ import annotations
 
 import pytest
@@ -36,7 +37,7 @@ class _Rebuilt:
         return out.permute(1, 2, 0, 3)
 
 
-@pytest.mark.parametrize("family", ["olmo3", "smollm3"])
+@pytest.mark.parametrize("family", ["olmo3", "smollm3", "qwen3_5"])
 def test_the_layouts_rotation_attention_probe_and_audit(family):
     model = make_hf(family).float().eval()
     adapter = adapter_for(model)
@@ -55,6 +56,6 @@ def test_the_layouts_rotation_attention_probe_and_audit(family):
         else:  # SmolLM3's NoPE layer: the attention reads the keys as projected
             assert family == "smollm3" and i == 1 and torch.equal(pre, post)
     record = HFKeyProbe(IDS)(model)
-    assert len(record["layers"]) == 3 and all(("pair_share" in r) == adapter.layer_has_rope(r["layer"])
+    assert len(record["layers"]) == adapter.n_layers and all(("pair_share" in r) == adapter.layer_has_rope(r["layer"])
                                               for r in record["layers"])
     assert [f for f in audit(adapter, IDS) if f["status"] != "as declared"] == []

@@ -63,7 +63,7 @@ def test_every_clean_variant_of_this_projects_model_gives_no_finding(kw):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "apertus", "arcee", "qwen2",
-                                    "mistral", "olmo2", "olmo3", "smollm3"])
+                                    "mistral", "olmo2", "olmo3", "smollm3", "qwen3_5"])
 def test_every_clean_family_gives_no_finding(family):
     findings = run(make_hf(family).float().eval())
     assert flagged(findings) == []

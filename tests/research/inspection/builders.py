@@ -38,6 +38,9 @@ def hf_config(family, **overrides):
     if family == "olmo3":  # OLMo 2's norms, sliding windows of 4 on 2 of 3 layers, RoPE per layer type
         return tf.Olmo3Config(**common, sliding_window=4,
                               layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if family == "qwen3_5":  # linear-attention layers 0-2, full attention at 3 (and 7): 8 layers
+        return tf.Qwen3_5TextConfig(**{**common, "num_hidden_layers": 8}, head_dim=16, linear_num_value_heads=2,
+                                    linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16)
     if family == "smollm3":  # the second layer without RoPE (NoPE)
         return tf.SmolLM3Config(**common, no_rope_layers=[1, 0, 1], bos_token_id=None, eos_token_id=None,
                                 pad_token_id=None)
