@@ -227,3 +227,20 @@ def test_a_scale_that_differs_in_one_head_is_named_with_its_head(monkeypatch):
     monkeypatch.setitem(registry._global_mapping, "sdpa", head_2_doubled)
     findings = run(model)
     assert flagged(findings) == [(1, "scale", "differs: head 2 runs 0.5 (1/sqrt(4)), config says 0.25 (1/sqrt(16))")]
+
+
+def test_older_configs_and_a_rope_type_that_is_no_single_ladder():
+    """A config of before transformers 5 (rope_theta at the top, rope_scaling) is read as one of now; a linear-scaled
+    RoPE is compared by the frequencies transformers computes from the config, and the unscaled ones are named."""
+    from types import SimpleNamespace
+
+    from research.audit.declared import _rope_parameters
+    old = SimpleNamespace(rope_theta=5e5, rope_scaling={"type": "linear", "factor": 2.0}, partial_rotary_factor=0.5)
+    assert _rope_parameters(old, 0) == {"rope_theta": 5e5, "type": "linear", "factor": 2.0, "rope_type": "linear",
+                                        "partial_rotary_factor": 0.5}
+    model = hf("llama", rope_parameters={"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0})
+    assert flagged(run(model)) == []
+    _set_inv_freq(model, ladder(1e4, 8, 16))  # the scaling left out at run time
+    got = flagged(run(model))
+    assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)]
+    assert got[0][2] == "differs: frequencies off the config's (linear) by up to 100.0%"
