@@ -147,6 +147,7 @@ ENTRY_POINTS = {
     "research.pretrained_keys_study": _module_parser("research.pretrained_keys_study"),
     "research.checkpoint_keys_study": _module_parser("research.checkpoint_keys_study"),
     "research.finetune_keys_study": _module_parser("research.finetune_keys_study"),
+    "research.qk_audit": _module_parser("research.qk_audit"),
     "research.export_hf": _module_parser("research.export_hf"),
     "research.benchmark": _module_parser("research.benchmark"),
     "research.speed.gpu": _module_parser("research.speed.gpu", []),
