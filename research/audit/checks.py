@@ -111,7 +111,21 @@ def rope_check(adapter, i: int, layer: dict, d: Declared, tol: dict) -> dict:
         return finding(i, "rope", AS_DECLARED if moved <= tol["pair_norm"] else DIFFERS,
                        "no RoPE declared, keys unrotated" if moved <= tol["pair_norm"] else
                        f"differs: keys change between projection and attention (by {moved:.2e}), no RoPE declared")
-    r = d.rope
+    K = post.shape[0]
+    pooled = _rope_finding(i, pre, post, d.rope, tol)
+    if pooled["status"] != DIFFERS or K == 1:
+        return pooled
+    heads = [_rope_finding(i, pre[h:h + 1], post[h:h + 1], d.rope, tol) for h in range(K)]
+    bad = [h for h, f in enumerate(heads) if f["status"] == DIFFERS]
+    if not 0 < len(bad) < K:  # every KV head alike: the layer's finding
+        return pooled
+    first = heads[bad[0]]
+    said = first["text"].removeprefix("differs: ")
+    return {**first, "text": f"differs in KV head{'s' * (len(bad) > 1)} {', '.join(map(str, bad))} of {K}: {said}"}
+
+
+def _rope_finding(i: int, pre: torch.Tensor, post: torch.Tensor, r, tol: dict) -> dict:
+    """The RoPE check of keys before and after rotation [heads, B, T, D] against the declared Rope r."""
     m = measure_rope(pre, post, r.rotated_dims)
     if m["norm_error"] > tol["pair_norm"]:
         return finding(i, "rope", DIFFERS, f"differs: no pairing keeps every pair's norm (best {m['pairing']}, "

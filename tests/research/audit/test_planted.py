@@ -244,3 +244,22 @@ def test_older_configs_and_a_rope_type_that_is_no_single_ladder():
     got = flagged(run(model))
     assert [(g[0], g[1]) for g in got] == [(i, "rope") for i in range(3)]
     assert got[0][2] == "differs: frequencies off the config's (linear) by up to 100.0%"
+
+
+def test_a_rope_that_differs_in_one_kv_head_is_named_with_its_head():
+    """This project's model with 2 KV heads whose Rotary turns KV head 1 (and query head 1) by θ 1e4 where the config
+    says 5e5: the layer's pooled check fails, each KV head is checked alone, and head 1 is named."""
+    m = own(rope_theta=5e5, n_kv_heads=2)
+    right, wrong = m.rotary, type(m.rotary)(16, 64, 1e4)
+    forward = right.forward
+
+    def mixed(x_BTHD):
+        y = forward(x_BTHD)
+        y[:, :, 1] = wrong(x_BTHD[:, :, 1:2])[:, :, 0]
+        return y
+    right.forward = mixed
+    findings = run(m)
+    got = flagged(findings)
+    assert [(g[0], g[1]) for g in got] == [(0, "rope"), (1, "rope")], got
+    assert got[0][2] == "differs in KV head 1 of 2: runs θ 10000 (over 16 dims), config says θ 500000"
+    assert [f["theta"] for f in findings if f["check"] == "rope"] == pytest.approx([1e4, 1e4], rel=0.01)
