@@ -59,8 +59,10 @@ def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
         return finding(i, name, DIFFERS, f"differs: runs a {which} norm, config declares none")
     x, y = layer["norm"][which]
     m = measure_norm(x, y, _eps(module))
-    if abs(m["rms"] - m["expected_rms"]) > tol["rms"] or m["fit_error"] > tol["fit"]:
-        return finding(i, name, DIFFERS, f"differs: output / gain has RMS {m['rms']:.5f}, an RMS norm gives "
+    if not _normalizes(m, tol):
+        heads = _heads_apart(x, y, _eps(module), layer.get(which), tol)
+        where = f" in head{'s' * (len(heads[0]) > 1)} {', '.join(map(str, heads[0]))} of {heads[1]}" if heads else ""
+        return finding(i, name, DIFFERS, f"differs{where}: output / gain has RMS {m['rms']:.5f}, an RMS norm gives "
                                          f"{m['expected_rms']:.5f} (fit error {m['fit_error']:.1e})", rms=m["rms"])
     g = m["gain"]
     own = adapter.gain(module)
@@ -88,6 +90,22 @@ def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
                                          f"{m['expected_rms']:.5f}), gain "
                                          f"{'the checkpoint' if checkpoint is not None else 'the module'}'s",
                    rms=m["rms"])
+
+
+def _normalizes(m: dict, tol: dict) -> bool:
+    return abs(m["rms"] - m["expected_rms"]) <= tol["rms"] and m["fit_error"] <= tol["fit"]
+
+
+def _heads_apart(x, y, eps: float, attended, tol: dict) -> tuple[list[int], int] | None:
+    """Where a per-head norm ([4-D] input, its heads as the attention's q or k has them) fails over the layer: the
+    heads it fails on, each measured alone, and the head count; None where every head fails alike (or the norm
+    spans the whole projection)."""
+    if x.dim() != 4 or attended is None:
+        return None
+    H, T = attended.shape[0], attended.shape[2]
+    xh, yh = _heads_first(x, H, T), _heads_first(y, H, T)
+    bad = [h for h in range(H) if not _normalizes(measure_norm(xh[h], yh[h], eps), tol)]
+    return (bad, H) if 0 < len(bad) < H else None
 
 
 def _gain_text(g: torch.Tensor) -> str:

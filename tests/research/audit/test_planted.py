@@ -263,3 +263,20 @@ def test_a_rope_that_differs_in_one_kv_head_is_named_with_its_head():
     assert [(g[0], g[1]) for g in got] == [(0, "rope"), (1, "rope")], got
     assert got[0][2] == "differs in KV head 1 of 2: runs θ 10000 (over 16 dims), config says θ 500000"
     assert [f["theta"] for f in findings if f["check"] == "rope"] == pytest.approx([1e4, 1e4], rel=0.01)
+
+
+def test_a_norm_that_skips_one_head_is_named_with_its_head():
+    """Layer 0's k norm leaves KV head 1's keys as they come (a per-head norm applied to a slice that misses a head):
+    the layer's check fails, each head is measured alone, and head 1 is named."""
+    m = own(n_kv_heads=2)
+    norm = m.blocks[0].attn.k_norm
+    forward = norm.forward
+
+    def one_head_skipped(x):
+        y = forward(x)
+        y[..., 1, :] = x[..., 1, :]
+        return y
+    norm.forward = one_head_skipped
+    got = flagged(run(m))
+    assert [(g[0], g[1]) for g in got] == [(0, "k_norm")], got
+    assert got[0][2].startswith("differs in head 1 of 2: output / gain has RMS")
