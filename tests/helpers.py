@@ -232,7 +232,7 @@ def probe_tensors(model, ids, keep_proj: bool = False) -> list[dict]:
     from research.probing.probe import KeyProbe
 
     sink = KeyProbe(ids).sink(model)
-    sink.keep_proj = sink.projections = keep_proj
+    sink.projections = keep_proj
     kept: list[dict] = [{} for _ in model.blocks]
 
     def keep(i, q, k, v, *args):

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import torch
 
-from research.audit.checks import TOLERANCES, layer_checks
+from research.audit.checks import TOLERANCE, layer_checks
 from research.audit.declared import declared
 from research.audit.sink import AuditSink
 
 
-def audit(adapter, ids_BT: torch.Tensor, precision: str = "fp32",
-          checkpoint: dict[str, torch.Tensor] | None = None) -> list[dict]:
+def audit(adapter, ids_BT: torch.Tensor, checkpoint: dict[str, torch.Tensor] | None = None) -> list[dict]:
     """Every check of every layer from one forward of token ids [B, T] through the adapter's capture. checkpoint:
     the q/k norm gains the model's file holds ({"<layer>.q" or ".k": gain}); None: not compared."""
-    return audit_layers(adapter, ids_BT, precision, checkpoint)[0]
+    return audit_layers(adapter, ids_BT, checkpoint)[0]
 
 
 @torch.no_grad()
-def audit_layers(adapter, ids_BT: torch.Tensor, precision: str = "fp32",
-                 checkpoint: dict[str, torch.Tensor] | None = None) -> tuple[list[dict], dict[int, dict]]:
+def audit_layers(adapter, ids_BT: torch.Tensor, checkpoint: dict[str, torch.Tensor] | None = None
+                 ) -> tuple[list[dict], dict[int, dict]]:
     """(audit's findings, the tensors each layer ran: AuditSink.layers), what --reference compares."""
     sink = AuditSink()
     was_training = adapter.model.training
@@ -34,4 +33,4 @@ def audit_layers(adapter, ids_BT: torch.Tensor, precision: str = "fp32",
         adapter.model.train(was_training)
     return [f for i in range(adapter.n_layers)
             for f in layer_checks(adapter, i, sink.layers.get(i, {"norm": {}}), declared(adapter, i),
-                                  TOLERANCES[precision], checkpoint)], sink.layers
+                                  TOLERANCE, checkpoint)], sink.layers

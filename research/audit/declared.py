@@ -6,7 +6,6 @@ it), the logit scale and soft-cap. The audit compares what runs against this (do
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -109,7 +108,3 @@ def declared(adapter, i: int) -> Declared:
     norms = tuple(hasattr(a, n) and not isinstance(getattr(a, n), torch.nn.Identity) for n in ("q_norm", "k_norm"))
     cap = getattr(adapter.model.config, "attn_logit_softcapping", None)
     return Declared(norms, _hf_rope(adapter, i), _hf_scale(adapter, i), float(cap) if cap else None)
-
-
-def close(a: float, b: float, rel: float) -> bool:
-    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)

@@ -137,8 +137,7 @@ class ErrorSink:
         pass
 
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
-        if site == "k_norm" or i not in self.pre:
-            self.pre[i] = k_HBTD
+        self.pre[i] = k_HBTD  # projections=False: the one site before RoPE (k_norm's, else the projection)
 
     def on_attention(self, i, q, k, v, scaling, window, softcap):
         if window and window < q.shape[2]:

@@ -47,14 +47,15 @@ class LayerSink:
 
     ropes: each layer's RoPE (ModelRope, AdapterRope) or None; context(window): the tokens a layer's rotary use is
     read against; exact: layer_record's; learned_hat: the k_hat sites only where the k norm's gain is learned (this
-    project's frozen gain is 1); keep_proj: a k_proj site beside a k_norm one. Without a k norm the projection stands
+    project's frozen gain is 1); projections: a k_proj site beside a k_norm one (the adapters' capture hands it only
+    then). Without a k norm the projection stands
     for k_norm (as this project's qk_norm='none'), the queries' likewise."""
 
     def __init__(self, adapter, ropes: list | None, context: Callable[[int | None], int], *, exact: bool = False,
-                 learned_hat: bool = False, keep_proj: bool = True):
+                 learned_hat: bool = False, projections: bool = True):
         self.adapter, self.ropes, self.context = adapter, ropes, context
-        self.exact, self.learned_hat, self.keep_proj = exact, learned_hat, keep_proj
-        self.projections, self.values = keep_proj, False  # what OwnAdapter.capture need not hold for it
+        self.exact, self.learned_hat, self.projections = exact, learned_hat, projections
+        self.values = False  # the adapters' capture need not hold the values for it
         self.pre: dict[int, dict[str, torch.Tensor]] = {}
         self.layers: list[dict] = []
         self.final: torch.Tensor | None = None
@@ -79,8 +80,6 @@ class LayerSink:
         for x in "qk":
             if f"{x}_norm" not in t and f"{x}_proj" in t:
                 t[f"{x}_norm"] = t.pop(f"{x}_proj")
-        if not self.keep_proj:
-            t.pop("k_proj", None)
         return t, has_norm and (not self.learned_hat or learned_gain(self.adapter.qk_norms(i)[1]) is not None)
 
     def on_attention(self, i, q_BHTD, k_BKTD, v, scaling, window, softcap):
@@ -280,8 +279,7 @@ class _PRSink:
         pass
 
     def on_keys(self, i: int, site: str, k_HBTD: torch.Tensor) -> None:
-        if site == "k_norm" or i not in self.keys:
-            self.keys[i] = k_HBTD
+        self.keys[i] = k_HBTD  # projections=False: the one site before RoPE (k_norm's, else the projection)
 
     def on_attention(self, i, *args) -> None:
         with torch.autocast(self.keys[i].device.type, enabled=False):
@@ -308,7 +306,7 @@ class KeyProbe:
     def sink(self, model: nn.Module) -> LayerSink:
         """The LayerSink of this probe's reading of `model` (this project's MinimalLLM, unwrapped)."""
         return LayerSink(OwnAdapter(model), [ModelRope(model.rotary)] * len(model.blocks), lambda window: self.context,
-                         exact=True, learned_hat=True, keep_proj=False)
+                         exact=True, learned_hat=True, projections=False)
 
     def covers(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
         """n where the (inputs, targets) batches, in order, are the first n sequences of the probe's batch and

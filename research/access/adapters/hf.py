@@ -188,6 +188,7 @@ class HFAdapter(Adapter):
                 return result
             return out.to(query.dtype), None
 
+        projections = getattr(sink, "projections", True)  # as OwnAdapter.capture: no k_proj beside a k norm if False
         with self._hooks(sink) as handles:
             try:
                 local[impl] = attention
@@ -197,7 +198,8 @@ class HFAdapter(Adapter):
                     def k_hook(module, inp, out, i=i, k_norm=k_norm):
                         k = self.keys_of(out.detach())
                         B, T, _ = k.shape
-                        sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
+                        if projections or k_norm is None:  # without a k norm the projection is the key before RoPE
+                            sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
                         if k_norm is not None and not hasattr(sink, "on_norm"):  # on_norm: the norm's own output
                             sink.on_keys(i, "k_norm", self.normed(k_norm, k, self.n_kv_heads))
                     handles.append(self.key_projection(i).register_forward_hook(k_hook))
