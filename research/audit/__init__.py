@@ -31,6 +31,9 @@ def audit_layers(adapter, ids_BT: torch.Tensor, checkpoint: dict[str, torch.Tens
             adapter.forward(ids_BT.to(next(adapter.model.parameters()).device))
     finally:
         adapter.model.train(was_training)
-    return [f for i in range(adapter.n_layers)
-            for f in layer_checks(adapter, i, sink.layers.get(i, {"norm": {}}), declared(adapter, i),
-                                  TOLERANCE, checkpoint)], sink.layers
+    findings = []
+    for i in range(adapter.n_layers):
+        d = declared(adapter, i)
+        source = None if d.kv_from is None else sink.layers.get(d.kv_from)
+        findings += layer_checks(adapter, i, sink.layers.get(i, {"norm": {}}), d, TOLERANCE, checkpoint, source)
+    return findings, sink.layers

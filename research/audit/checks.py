@@ -47,8 +47,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
                checkpoint: dict[str, torch.Tensor] | None) -> dict:
-    name, module = f"{which}_norm", adapter.qk_norms(i)["qk".index(which)]
-    declared, ran = d.norms["qk".index(which)], which in layer["norm"]
+    """The q, k or v ("v": Gemma 4's value norm, no gain) norm of layer i: it runs, normalizes, with its gain."""
+    name = f"{which}_norm"
+    module = adapter.value_norm(i) if which == "v" else adapter.qk_norms(i)["qk".index(which)]
+    declared, ran = d.v_norm if which == "v" else d.norms["qk".index(which)], which in layer["norm"]
     if not declared and not ran:
         return finding(i, name, AS_DECLARED, "no norm declared, none runs")
     if not ran:
@@ -63,6 +65,12 @@ def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
         return finding(i, name, DIFFERS, f"differs{where}: output / gain has RMS {m['rms']:.5f}, an RMS norm gives "
                                          f"{m['expected_rms']:.5f} (fit error {m['fit_error']:.1e})", rms=m["rms"])
     g = m["gain"]
+    if which == "v":  # no gain: the norm's output / its input's RMS is 1 in every dim
+        if _rel(g, torch.ones_like(g)) > tol["gain"]:
+            return finding(i, name, DIFFERS, f"differs: runs gain {_gain_text(g)}, the value norm has none",
+                           rms=m["rms"])
+        return finding(i, name, AS_DECLARED, f"runs; RMS of output {m['rms']:.5f} (an RMS norm: "
+                                             f"{m['expected_rms']:.5f}), no gain", rms=m["rms"])
     own = adapter.gain(module)
     other = adapter.gain(adapter.qk_norms(i)[1 - "qk".index(which)])
     if own is not None and _rel(g, own) > tol["gain"]:
@@ -247,8 +255,42 @@ def _scale_text(s: float) -> str:
     return f"{s:.4g} (1/sqrt({near}))" if near >= 1 and abs(inv - near) < 1e-3 * near and near != 1 else f"{s:.4g}"
 
 
+def shared_checks(i: int, layer: dict, source: dict | None, d: Declared, tol: dict) -> list[dict]:
+    """A KV-shared layer (d.kv_from: Gemma 4's last layers): it attends with the keys and values of layer
+    d.kv_from, where their norms and RoPE are checked; here, that they are those tensors."""
+    j, said = d.kv_from, f"none here: it reads layer {d.kv_from}'s keys (KV sharing), checked there"
+    out = [finding(i, "k_norm", AS_DECLARED, said), finding(i, "rope", AS_DECLARED, said.replace("none here: ", ""))]
+    if "k" not in layer or source is None or "k" not in source:
+        return out + [finding(i, "kv_share", NOT_MEASURABLE, "not measurable here: the attention call was not seen")]
+    same = all(layer[x] is not None and source.get(x) is not None and layer[x].shape == source[x].shape
+               and float((layer[x] - source[x]).abs().amax()) <= tol["pair_norm"] * float(source[x].abs().amax())
+               for x in ("k", "v"))
+    return out + [finding(i, "kv_share", AS_DECLARED if same else DIFFERS,
+                          f"attends with layer {j}'s keys and values, as declared" if same else
+                          f"differs: attends with keys or values that are not layer {j}'s, config shares them")]
+
+
+def k_eq_v_check(i: int, layer: dict, d: Declared, tol: dict) -> list[dict]:
+    """Where the config declares K = V (Gemma 4's attention_k_eq_v): the value norm reads the key projection."""
+    if not d.k_eq_v or d.kv_from is not None:
+        return []
+    if "v" not in layer["norm"] or "k_proj" not in layer:
+        return [finding(i, "k_eq_v", NOT_MEASURABLE, "not measurable here: the value norm's input was not seen")]
+    k = layer["k_proj"]
+    v = _heads_first(layer["norm"]["v"][0], k.shape[0], k.shape[2])
+    same = v.shape == k.shape and float((v - k).abs().amax()) <= tol["pair_norm"] * float(k.abs().amax())
+    return [finding(i, "k_eq_v", AS_DECLARED if same else DIFFERS, "values are the key projection (K = V), as "
+                    "declared" if same else "differs: values are not the key projection, config says K = V")]
+
+
 def layer_checks(adapter, i: int, layer: dict, d: Declared, tol: dict,
-                 checkpoint: dict[str, torch.Tensor] | None = None) -> list[dict]:
+                 checkpoint: dict[str, torch.Tensor] | None = None, source: dict | None = None) -> list[dict]:
+    """Every check of layer i; source: the tensors of layer d.kv_from, where the layer reads another's keys."""
+    if d.kv_from is not None:
+        keys = shared_checks(i, layer, source, d, tol)
+        return [norm_check(adapter, i, "q", layer, d, tol, checkpoint), *keys, *scale_checks(i, layer, d, tol)]
+    values = [norm_check(adapter, i, "v", layer, d, tol, None)] if d.v_norm or "v" in layer["norm"] else []
     return [norm_check(adapter, i, "q", layer, d, tol, checkpoint), norm_check(adapter, i, "k", layer, d, tol,
                                                                                 checkpoint),
-            rope_check(adapter, i, layer, d, tol), *scale_checks(i, layer, d, tol)]
+            *values, *k_eq_v_check(i, layer, d, tol), rope_check(adapter, i, layer, d, tol),
+            *scale_checks(i, layer, d, tol)]

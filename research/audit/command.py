@@ -142,8 +142,7 @@ def main(argv=None, description: str = "") -> int:
     parted = False
     if args.reference:
         _, _, ref = load_model(args.reference, "float32", args.cache_dir)
-        if (ref.n_layers, ref.n_heads, ref.n_kv_heads, ref.head_dim) != \
-                (adapter.n_layers, adapter.n_heads, adapter.n_kv_heads, adapter.head_dim):
+        if _shape(ref) != _shape(adapter):
             raise AuditError(f"--reference {args.reference}: {ref.n_layers} layers of {ref.n_heads} heads, not the "
                              f"{adapter.n_layers} of {adapter.n_heads} of MODEL. Fix: a reference of the same shape")
         ref_findings, ref_layers = _audited(ref, ids, checkpoint_gains(ref, Path(args.reference)))
@@ -157,6 +156,12 @@ def main(argv=None, description: str = "") -> int:
     if args.json:
         atomic_write_text(Path(args.json), json.dumps(record, indent=1, allow_nan=False) + "\n")
     return EXIT_DIFFERS if counts[DIFFERS] or parted else 0
+
+
+def _shape(adapter) -> tuple:
+    """Layers, query heads and each layer's KV heads and head size (Gemma 4's differ by layer)."""
+    return adapter.n_layers, adapter.n_heads, [(adapter.kv_heads_of(i), adapter.head_dim_of(i))
+                                               for i in range(adapter.n_layers)]
 
 
 def _audited(adapter, ids, gains):

@@ -31,6 +31,9 @@ class Declared:
     rope: Rope | None                 # None: no RoPE (GPT-2's learned positions)
     scale: float
     softcap: float | None
+    v_norm: bool = False              # the values pass an RMS norm without gain (Gemma 4)
+    k_eq_v: bool = False              # the values are the key projection (Gemma 4's attention_k_eq_v)
+    kv_from: int | None = None        # the layer whose keys and values this one attends with (KV sharing)
 
 
 def ladder(theta: float, pairs: int, denominator: int, turning: int | None = None) -> torch.Tensor:
@@ -75,22 +78,31 @@ def _hf_rope(adapter, i: int) -> Rope | None:
     config = adapter.model.config
     if not adapter.rope_pairing or not bool((getattr(config, "no_rope_layers", None) or [1] * (i + 1))[i]):
         return None  # GPT-2's learned positions; SmolLM3's NoPE layers (no_rope_layers[i] = 0)
-    config, D = adapter.model.config, adapter.head_dim
+    config, D = adapter.model.config, adapter.head_dim_of(i)
     p = _rope_parameters(config, i)
-    R = int(D * float(p["partial_rotary_factor"]))
     kind = p.get("rope_type", "default")
+    if kind == "proportional" and float(p.get("factor", 1.0)) == 1.0:
+        # Gemma 4's full layers: rotate_half over the whole head, theta^(-2j / head_dim) for the first
+        # partial_rotary_factor of the pairs, the rest at frequency 0 (transformers' _compute_proportional_...)
+        theta, n = float(p["rope_theta"]), int(float(p["partial_rotary_factor"]) * D // 2)
+        return Rope("half", ladder(theta, D // 2, D, n), theta, D, 2 * n, kind)
+    R = int(D * float(p["partial_rotary_factor"])) if kind != "proportional" else D
     pairing = "half" if R == D else f"half_{R}"
     if kind == "default":
         theta = float(p["rope_theta"])
         return Rope(pairing, ladder(theta, R // 2, R), theta, R, R)
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     kinds = getattr(config, "layer_types", None)
-    inv_freq, _ = ROPE_INIT_FUNCTIONS[kind](config, torch.device("cpu"), layer_type=kinds[i] if kinds else None)
-    return Rope(pairing, inv_freq.double(), None, None, R, kind)
+    views = getattr(config, "per_layer_config", None)  # Gemma 4: the layer type's own head size
+    inv_freq, _ = ROPE_INIT_FUNCTIONS[kind](config if views is None else views[i], torch.device("cpu"),
+                                            layer_type=kinds[i] if kinds else None)
+    return Rope(pairing, inv_freq.double(), None, None, int(2 * (inv_freq > 0).sum()), kind)
 
 
 def _hf_scale(adapter, i: int) -> float:
-    config, D = adapter.model.config, adapter.head_dim
+    config, D = adapter.model.config, adapter.head_dim_of(i)
+    if adapter.family == "gemma4":
+        return 1.0  # Gemma 4: its q and k norms take the place of 1/sqrt(d) (the modeling file's scaling = 1.0)
     if getattr(config, "query_pre_attn_scalar", None):
         return float(config.query_pre_attn_scalar) ** -0.5
     if adapter.family == "gpt2":
@@ -104,7 +116,11 @@ def declared(adapter, i: int) -> Declared:
     family's layout: which families have q/k norms) for the others."""
     if adapter.family == "minimal_llm":
         return _own(adapter, i)
-    a = adapter.attn(i)
+    a, config = adapter.attn(i), adapter.model.config
     norms = tuple(hasattr(a, n) and not isinstance(getattr(a, n), torch.nn.Identity) for n in ("q_norm", "k_norm"))
-    cap = getattr(adapter.model.config, "attn_logit_softcapping", None)
-    return Declared(norms, _hf_rope(adapter, i), _hf_scale(adapter, i), float(cap) if cap else None)
+    cap = getattr(config, "attn_logit_softcapping", None)
+    source = adapter.kv_source(i) if hasattr(adapter, "kv_source") else i  # from config.kv_sharing_modes
+    kinds = getattr(config, "layer_types", None) or []
+    k_eq_v = bool(getattr(config, "attention_k_eq_v", False)) and kinds[i] != "sliding_attention"
+    return Declared(norms, _hf_rope(adapter, i), _hf_scale(adapter, i), float(cap) if cap else None,
+                    v_norm=adapter.family == "gemma4", k_eq_v=k_eq_v, kv_from=None if source == i else source)

@@ -27,21 +27,33 @@ def _pair_norms(x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tens
     return torch.sqrt(x[..., a] ** 2 + x[..., b] ** 2)                         # [..., pairs]
 
 
-def phases(pre: torch.Tensor, post: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def phases(pre: torch.Tensor, post: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The angle each pair turned by at each position [pairs, T], in (-pi, pi]: the weighted circular mean over
-    heads and sequences of the angle from the pair's vector before to after (weighted by their norms)."""
+    heads and sequences of the angle from the pair's vector before to after (weighted by their norms); and the
+    weight behind each angle [pairs, T] (0 where every key is zero there: a token whose embedding row is zero)."""
     x, y, u, v = pre[..., a], pre[..., b], post[..., a], post[..., b]           # [H, B, T, pairs]
     dot, cross = (x * u + y * v).sum((0, 1)), (x * v - y * u).sum((0, 1))         # [T, pairs]
-    return torch.atan2(cross, dot).T
+    return torch.atan2(cross, dot).T, torch.hypot(dot, cross).T
 
 
-def frequencies(phase_PT: torch.Tensor) -> torch.Tensor:
-    """Each pair's angle per position [pairs] from its phases [pairs, T] at positions 0..T-1: the phase unwrapped
-    along the positions (steps wrapped into (-pi, pi]) and its least-squares slope through the origin."""
-    step = torch.remainder(phase_PT.diff(dim=1) + math.pi, 2 * math.pi) - math.pi
-    unwrapped = torch.cat([phase_PT[:, :1], phase_PT[:, :1] + step.cumsum(1)], dim=1)
-    t = torch.arange(phase_PT.shape[1], dtype=phase_PT.dtype)
-    return (unwrapped * t).sum(1) / (t * t).sum()
+def _wrap(x: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(x + math.pi, 2 * math.pi) - math.pi
+
+
+def frequencies(phase_PT: torch.Tensor, weight_PT: torch.Tensor | None = None) -> torch.Tensor:
+    """Each pair's angle per position [pairs] from its phases [pairs, T] at positions 0..T-1: a first estimate
+    from the steps between consecutive positions (wrapped into (-pi, pi]: frequencies below pi per position), the
+    phases unwrapped around it, and their least-squares slope through the origin. weight: positions whose weight is
+    below 1e-9 of the pair's largest carry no phase (their keys are zero) and are left out."""
+    T = phase_PT.shape[1]
+    keep = torch.ones_like(phase_PT, dtype=torch.bool) if weight_PT is None else \
+        weight_PT > 1e-9 * weight_PT.amax(1, keepdim=True).clamp_min(1e-300)
+    both = (keep[:, 1:] & keep[:, :-1]).to(phase_PT.dtype)
+    first = (_wrap(phase_PT.diff(dim=1)) * both).sum(1) / both.sum(1).clamp_min(1)          # [pairs]
+    t = torch.arange(T, dtype=phase_PT.dtype)
+    unwrapped = first[:, None] * t + _wrap(phase_PT - first[:, None] * t)
+    w = keep.to(phase_PT.dtype) * t
+    return (unwrapped * w).sum(1) / (w * t).sum(1).clamp_min(1e-300)
 
 
 def measure_rope(pre: torch.Tensor, post: torch.Tensor, declared_rotated: int = 0) -> dict:
@@ -66,7 +78,7 @@ def measure_rope(pre: torch.Tensor, post: torch.Tensor, declared_rotated: int = 
         if best is None or err < best["norm_error"]:
             best = {"pairing": name, "pairs": (a, b), "norm_error": err, "scaling": scaling}
     a, b = best["pairs"]
-    best["frequency"] = frequencies(phases(pre, post, a, b))
+    best["frequency"] = frequencies(*phases(pre, post, a, b))
     best["energy"] = _pair_norms(pre, a, b).square().mean((0, 1, 2))  # a pair the keys leave empty has no phase
     best["unrotated_dims"] = int(unchanged.sum())
     return best

@@ -87,7 +87,7 @@ _GPU_STEP = Obj({
     "result": Opt(Obj({}, "the last JSON object the step printed, or null", nullable=True)),
     "aggregate_tokens_per_s": Opt(Integer("tokens per second (an integer)", nullable=False, lo=0)),
 })
-AUDIT_CHECKS = ("q_norm", "k_norm", "rope", "scale", "softcap")
+AUDIT_CHECKS = ("q_norm", "k_norm", "v_norm", "k_eq_v", "kv_share", "rope", "scale", "softcap")
 AUDIT_STATUSES = ("as declared", "differs", "not measurable")
 AUDIT_FINDING = Obj({
     "layer": Integer("a layer (an integer >= 0)", nullable=False, lo=0),

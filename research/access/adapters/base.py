@@ -64,6 +64,23 @@ class Adapter:
     def qk_norms(self, i: int) -> tuple[nn.Module | None, nn.Module | None]:
         return None, None
 
+    def value_norm(self, i: int) -> nn.Module | None:
+        """The norm layer i applies to its values (Gemma 4's v_norm, an RMS norm without gain); None: none."""
+        return None
+
+    # --- per layer: one shape for every layer but in Gemma 4 (research/access/adapters/gemma4.py) ------------
+    def head_dim_of(self, i: int) -> int:
+        """Layer i's head size (Gemma 4's full-attention layers have larger heads than its sliding ones)."""
+        return self.head_dim
+
+    def kv_heads_of(self, i: int) -> int:
+        """Layer i's key/value heads."""
+        return self.n_kv_heads
+
+    def rotary_dims_of(self, i: int) -> int:
+        """How many of layer i's head dims RoPE pairs up (rotary_dims where every layer has one head size)."""
+        return self.rotary_dims
+
     def rotary_split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries or keys [..., D] split into the dims RoPE rotates [..., rotary_dims] and those it leaves
         [..., D - rotary_dims] (views; a family without RoPE has all dims unrotated)."""
@@ -71,7 +88,7 @@ class Adapter:
 
     def layer_has_rope(self, i: int) -> bool:
         """Whether layer i rotates its queries and keys (SmolLM3 leaves every fourth layer without RoPE)."""
-        return bool(self.rope_pairing) and self.rotary_dims > 0
+        return bool(self.rope_pairing) and self.rotary_dims_of(i) > 0
 
     def rotary_frequencies(self, i: int) -> torch.Tensor | None:
         """Layer i's RoPE angular frequencies [rotary_dims / 2], float32: pair j (rope_pairing) turns by
@@ -125,7 +142,7 @@ class Adapter:
             W = W * g_out.repeat(W.shape[0] // g_out.numel())[:, None]
         if self.norm_centres:  # LayerNorm reads (I - 11^T/d) x; its bias and the projection's are constants,
             W = W - W.mean(-1, keepdim=True)  # not directions, and are left out
-        return W.reshape(-1, self.head_dim, W.shape[1])
+        return W.reshape(-1, self.head_dim_of(i), W.shape[1])
 
     def model_param_count(self) -> int:
         return self.model.num_parameters()
@@ -171,15 +188,16 @@ class Adapter:
     @contextmanager
     def _hooks(self, sink) -> Iterator[list]:
         """Yields a list to append hook handles to; on_state hooks are registered already, and where the sink has
-        on_norm(i, "q" or "k", input, output) a hook on each q/k norm module's own call (the audit: whether it runs,
-        and on what). Every handle is removed on exit, also when the forward raises."""
+        on_norm(i, "q", "k" or "v", input, output) a hook on each q/k norm's (and value norm's) own call (the audit:
+        whether it runs, and on what). Every handle is removed on exit, also when the forward raises."""
         handles = []
         try:
             for l, layer in enumerate(self.layers):
                 def pre(module, args, kwargs, l=l):
                     sink.on_state(l, (args[0] if args else kwargs["hidden_states"]).detach())
                 handles.append(layer.register_forward_pre_hook(pre, with_kwargs=True))
-                for which, norm in zip("qk", self.qk_norms(l) if hasattr(sink, "on_norm") else ()):
+                norms = (*self.qk_norms(l), self.value_norm(l)) if hasattr(sink, "on_norm") else ()
+                for which, norm in zip("qkv", norms):
                     if norm is not None:
                         handles.append(norm.register_forward_hook(
                             lambda m, args, out, l=l, which=which: sink.on_norm(l, which, args[0].detach(),

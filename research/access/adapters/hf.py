@@ -90,12 +90,12 @@ class HFAdapter(Adapter):
     def _check_weights(self, source: str) -> None:
         """Each layer's q and k projections hold heads x head_dim rows, as the config says."""
         for i in range(self.n_layers):
-            w = self.qkvo(i)
-            for m, heads in (("q", self.n_heads), ("k", self.n_kv_heads)):
+            w, D = self.qkvo(i), self.head_dim_of(i)
+            for m, heads in (("q", self.n_heads), ("k", self.kv_heads_of(i))):
                 rows = w[m].shape[0]
-                if rows != heads * self.head_dim:
+                if rows != heads * D:
                     raise InspectError(f"{source}: layer {i}'s {m} projection has {rows} rows, not {heads} heads x "
-                                       f"head_dim {self.head_dim} = {heads * self.head_dim} as its config says. Fix: "
+                                       f"head_dim {D} = {heads * D} as its config says. Fix: "
                                        f"restore the model's folder (weights and config.json of one model)")
 
     def _base(self) -> nn.Module:
@@ -140,8 +140,8 @@ class HFAdapter(Adapter):
         return self.model(input_ids=ids_BT, use_cache=False).logits
 
     # --- keys ------------------------------------------------------------------------------
-    def key_projection(self, i: int) -> nn.Module:
-        """The module whose output holds layer i's keys."""
+    def key_projection(self, i: int) -> nn.Module | None:
+        """The module whose output holds layer i's keys (None: the layer reads another's, Gemma 4's KV sharing)."""
         return self.attn(i).k_proj
 
     def keys_of(self, projected: torch.Tensor) -> torch.Tensor:
@@ -161,7 +161,7 @@ class HFAdapter(Adapter):
         """A q/k norm applied as the model applies it (per head) to a projection's output [B, T, heads * D]:
         [heads, B, T, D]. Computed from the projection, because families call the norm on different layouts."""
         B, T, _ = x_BTC.shape
-        return heads_first(norm(x_BTC.reshape(B, T, heads, self.head_dim)))
+        return heads_first(norm(x_BTC.reshape(B, T, heads, -1)))
 
     @contextmanager
     def capture(self, sink):
@@ -194,15 +194,17 @@ class HFAdapter(Adapter):
                 local[impl] = attention
                 for i in range(self.n_layers):
                     q_norm, k_norm = self.qk_norms(i)
+                    heads = self.kv_heads_of(i)
 
-                    def k_hook(module, inp, out, i=i, k_norm=k_norm):
+                    def k_hook(module, inp, out, i=i, k_norm=k_norm, heads=heads):
                         k = self.keys_of(out.detach())
                         B, T, _ = k.shape
                         if projections or k_norm is None:  # without a k norm the projection is the key before RoPE
-                            sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, self.n_kv_heads, self.head_dim)))
+                            sink.on_keys(i, "k_proj", heads_first(k.reshape(B, T, heads, -1)))
                         if k_norm is not None and not hasattr(sink, "on_norm"):  # on_norm: the norm's own output
-                            sink.on_keys(i, "k_norm", self.normed(k_norm, k, self.n_kv_heads))
-                    handles.append(self.key_projection(i).register_forward_hook(k_hook))
+                            sink.on_keys(i, "k_norm", self.normed(k_norm, k, heads))
+                    if self.key_projection(i) is not None:
+                        handles.append(self.key_projection(i).register_forward_hook(k_hook))
                     if q_norm is not None and hasattr(sink, "on_queries"):
                         handles.append(self.query_projection(i).register_forward_hook(
                             lambda m, inp, out, i=i, q_norm=q_norm: sink.on_queries(

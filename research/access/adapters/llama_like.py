@@ -31,7 +31,7 @@ class Olmo2Adapter(HFAdapter):
     @torch.no_grad()
     def normed(self, norm, x_BTC, heads):
         B, T, _ = x_BTC.shape
-        return heads_first(norm(x_BTC).reshape(B, T, heads, self.head_dim))
+        return heads_first(norm(x_BTC).reshape(B, T, heads, -1))
 
 
 class Olmo3Adapter(Olmo2Adapter):

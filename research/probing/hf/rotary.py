@@ -27,7 +27,7 @@ class AdapterRope:
     the cos and sin, transformers' convention). Call it on [H, B, T, D] vectors at positions 0..T-1."""
 
     def __init__(self, adapter, i: int):
-        D, R = adapter.head_dim, adapter.rotary_dims
+        D, R = adapter.head_dim_of(i), adapter.rotary_dims_of(i)
         f = adapter.rotary_frequencies(i) if adapter.rope_pairing else None
         if f is None or R == 0:
             raise RopeError(f"the {adapter.family} adapter knows no RoPE frequencies for layer {i}: the model has no "

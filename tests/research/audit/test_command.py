@@ -97,3 +97,30 @@ def test_a_port_against_its_reference_parts_where_its_check_differs(tmp_path, ca
     record = json.loads((tmp_path / "a.json").read_text())
     check(AUDIT, record)
     assert record["comparison"]["parting"]["layer"] == 1 and record["reference"]["summary"]["differs"] == 0
+
+
+GEMMA4_PORT = '''
+from transformers import AutoModelForCausalLM
+
+def scaled(path):  # a Gemma 4 port that scales layer 3's logits by 1/sqrt(d) where the model uses 1 (mlc-llm #3485)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.model.layers[3].self_attn.scaling = 32 ** -0.5
+    return model
+'''
+
+
+def test_a_gemma4_folder_and_its_port_against_it(tmp_path, capsys):
+    """Gemma 4's per-layer head sizes through the whole command: its saved gains compared, --reference of the same
+    per-layer shape, the port's scale named where they part. The test tokenizer reads most words of the text as
+    [UNK], id 0, which is Gemma's pad id, whose embedding row is zero: zero keys at those positions leave RoPE
+    measurable, and layer 0's values (one zero vector for every [UNK]) leave its weights unsolvable, said so."""
+    folder = make_hf_model("gemma4", tmp_path / "gemma4")
+    code, out = audit_cli(capsys, [str(folder), "--seq_len", "24"])
+    assert code == 0 and "32 checks: 31 as declared, 0 differ, 1 not measurable" in out, out
+    assert "layer   0  scale    not measurable here: too few positions to solve weights" in out
+    assert "gain the checkpoint's" in out
+    (tmp_path / "port.py").write_text(GEMMA4_PORT)
+    code, out = audit_cli(capsys, [str(folder), "--factory", f"{tmp_path / 'port.py'}:scaled", "--reference",
+                                   str(folder), "--seq_len", "24"])
+    assert code == 1 and "they part at layer 3: out differs by" in out and "runs scale 0.1768 (1/sqrt(32)), " \
+        "config says 1" in out, out

@@ -63,7 +63,7 @@ def test_every_clean_variant_of_this_projects_model_gives_no_finding(kw):
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "gpt2", "gpt_neox", "apertus", "arcee", "qwen2",
-                                    "mistral", "olmo2", "olmo3", "smollm3", "qwen3_5"])
+                                    "mistral", "olmo2", "olmo3", "smollm3", "qwen3_5", "gemma4"])
 def test_every_clean_family_gives_no_finding(family):
     findings = run(make_hf(family).float().eval())
     assert flagged(findings) == []
@@ -280,3 +280,28 @@ def test_a_norm_that_skips_one_head_is_named_with_its_head():
     got = flagged(run(m))
     assert [(g[0], g[1]) for g in got] == [(0, "k_norm")], got
     assert got[0][2].startswith("differs in head 1 of 2: output / gain has RMS")
+
+
+def test_gemma4s_own_layout_is_read_and_its_port_bugs_are_named():
+    """Gemma 4 (builders' tiny one: full-attention layers 1, 3, 5 with heads of 32, proportional RoPE turning 4 of
+    16 pairs over θ 1e6, K = V; layers 4 and 5 reading layers 2 and 3's keys): its own checks hold clean, and a
+    port's bugs are named: the scale 1/sqrt(d) where it declares 1 (mlc-llm #3485), the proportional frequencies
+    over the rotated dims instead of the head (pie #603's denominator), the value norm skipped."""
+    findings = run(make_hf("gemma4").float().eval())
+    checks = {(f["layer"], f["check"]) for f in findings}
+    assert {(1, "k_eq_v"), (3, "k_eq_v"), (0, "v_norm"), (4, "kv_share"), (5, "kv_share")} <= checks
+    assert (0, "k_eq_v") not in checks and (4, "v_norm") not in checks
+    assert [f["theta"] for f in findings if f["check"] == "rope" and f["layer"] in (1, 3)] == \
+        pytest.approx([1e6, 1e6], rel=0.01)
+    model = make_hf("gemma4").float().eval()
+    model.model.layers[1].self_attn.scaling = 32 ** -0.5
+    assert flagged(run(model)) == [(1, "scale", "differs: runs scale 0.1768 (1/sqrt(32)), config says 1")]
+    model = make_hf("gemma4").float().eval()
+    model.model.rotary_emb.full_attention_inv_freq = ladder(1e6, 16, 8, 4).float()  # θ^(-2j/8), not /32
+    got = flagged(run(model))
+    assert got == [(i, "rope", "differs: frequencies are θ 1e+06 over rotary dims 8, config implies the "
+                               "denominator 32") for i in (1, 3)], got
+    model = make_hf("gemma4").float().eval()
+    skip(model.model.layers[2].self_attn.v_norm)
+    assert flagged(run(model)) == [(2, "v_norm", "differs: runs no v norm, config says one runs (built, never "
+                                                 "called)")]

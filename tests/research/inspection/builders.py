@@ -47,6 +47,13 @@ def hf_config(family, **overrides):
     if family == "gemma3":
         return tf.Gemma3TextConfig(**common, head_dim=16, sliding_window=4, query_pre_attn_scalar=32,
                                    layer_types=["sliding_attention", "full_attention", "sliding_attention"])
+    if family == "gemma4":  # sliding heads of 16, full-attention heads of 32 with one KV head and K = V, the last
+        # two layers reading layers 2 and 3's keys (KV sharing), per-layer inputs, proportional RoPE on full layers
+        return tf.Gemma4TextConfig(**{**common, "num_hidden_layers": 6}, head_dim=16, global_head_dim=32,
+                                   num_global_key_value_heads=1, attention_k_eq_v=True, num_kv_shared_layers=2,
+                                   sliding_window=4, layer_types=["sliding_attention", "full_attention"] * 3,
+                                   hidden_size_per_layer_input=8, vocab_size_per_layer_input=300,
+                                   final_logit_softcapping=30.0)
     if family == "gpt2":
         return tf.GPT2Config(vocab_size=300, n_embd=64, n_layer=3, n_head=4, n_positions=128)
     if family == "apertus":  # what research/export_hf.py writes for qk_norm learned / frozen

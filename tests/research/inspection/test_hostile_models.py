@@ -196,8 +196,8 @@ def test_a_gguf_family_without_an_adapter_is_refused_before_conversion(tmp_path,
     cache = tmp_path / "cache"
     assert stops(capsys, inspect_pretrained.main, ["--model", str(path), "--cache_dir", str(cache)]) == (
         "error: phi.gguf: architecture 'phi3' (model type 'phi3') has no adapter in research/access/adapters/ "
-        "(nothing was converted). Fix: pass a model of apertus, arcee, gemma3_text, gpt2, gpt_neox, llama, mistral, "
-        "olmo2, olmo3, qwen2, qwen3, qwen3_5_text, smollm3, or add an adapter for it")
+        "(nothing was converted). Fix: pass a model of apertus, arcee, gemma3_text, gemma4_text, gpt2, gpt_neox, "
+        "llama, mistral, olmo2, olmo3, qwen2, qwen3, qwen3_5_text, smollm3, or add an adapter for it")
     assert not (cache / "hf-from-gguf").exists() or not any((cache / "hf-from-gguf").iterdir())
 
 

@@ -53,7 +53,7 @@ def test_the_rotation_is_the_models_own(family):
 def _adapter(D, R, theta=10000.0, pairing="half"):
     f = theta ** (-torch.arange(0, R, 2).float() / R)
     return SimpleNamespace(head_dim=D, rotary_dims=R, rope_pairing=pairing, family="toy",
-                           rotary_frequencies=lambda i: f)
+                           rotary_frequencies=lambda i: f, head_dim_of=lambda i: D, rotary_dims_of=lambda i: R)
 
 
 def test_rotary_use_finds_the_pair_of_a_partial_rotary_head():
