@@ -50,8 +50,9 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     # 10. putting it together: the registry of study kinds, the catalog and runner, the studies of HF models; the
     #     audit of a model's attention against its config (through the adapters' capture)
     ("research/studies", "research/audit"),
-    # 11. the speed measurements (a study's runs measured with and without the probe, among others)
-    ("research/speed",),
+    # 11. the speed measurements (a study's runs measured with and without the probe, among others); qk-decide's
+    #     readers and command (this project's study folders decided as their studies decide)
+    ("research/speed", "research/decide"),
     # 12. the entry points
     (SCRIPTS, "train_llm.py"),
 )

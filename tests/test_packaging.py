@@ -15,7 +15,8 @@ from packaging.utils import canonicalize_name
 from tests.helpers import REPO, pyproject
 
 # The console commands and the script whose main(argv=None) each runs.
-COMMANDS = {"qk-train": "train_llm", "qk-audit": "research.qk_audit", "qk-norm-study": "research.qk_norm_25m_study",
+COMMANDS = {"qk-train": "train_llm", "qk-audit": "research.qk_audit", "qk-decide": "research.qk_decide",
+            "qk-norm-study": "research.qk_norm_25m_study",
             "qk-pilot-study": "research.qk_norm_500k_study", "qk-key-dynamics": "research.key_dynamics_study",
             "qk-head-specialization": "research.head_specialization_study",
             "qk-lr-sensitivity": "research.lr_sensitivity_study", "qk-spike-warning": "research.spike_warning_study",
@@ -199,7 +200,7 @@ def _bad_input(command: str, tmp: Path) -> list[str]:
         return ["--model", missing, "--out", str(tmp / "out")]
     if command == "qk-export":
         return [missing, str(tmp / "out")]
-    if command in ("qk-split-panels", "qk-audit"):
+    if command in ("qk-split-panels", "qk-audit", "qk-decide"):
         return [missing]
     if command == "qk-study":
         return [f"{missing}.yaml", "--out", str(tmp / "out")]

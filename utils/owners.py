@@ -30,14 +30,17 @@ EXPORT_INFO = "export.json"  # research/export_hf.py's record of what it exporte
 STORAGE_INDEX = "storage.json"  # a --storage folder's record of the study it serves (research.studies.storage)
 GPU_SESSION = "gpu_session.json"  # research/speed/gpu_session.py's record of a session
 AUDIT_FILE = "audit.json"  # what qk-audit --json writes (any name the user gives; this one in docs)
+DECIDE_FILE = "decide.json"  # what qk-decide --json writes (any name the user gives; this one in docs)
+DECIDE_DESIGN = "decide_design.json"  # qk-decide --design's file, by the name docs/decide.md gives it
 # python -m research.results.schema --json_schema DIR: the JSON Schema files it writes (research.results.schema
 # publishes these names, a test checks them against its table)
 SCHEMA_FILES = ("results.schema.json", "study.schema.json", "combined.qk_norm.schema.json",
                 "combined.conditions.schema.json", "combined_results.schema.json", "pretrained_keys.schema.json",
                 "checkpoint_keys.schema.json", "inspect.schema.json", "export.schema.json", "redraw.schema.json",
                 "config.schema.json", "metrics.schema.json", "summary.schema.json", "stored.schema.json",
-                "storage.schema.json", "audit.schema.json", "gpu_session.schema.json", "state.schema.json",
-                "meta.schema.json", "data_tokenizer.schema.json", "gguf_source.schema.json", "lock.schema.json")
+                "storage.schema.json", "audit.schema.json", "decide.schema.json", "decide_design.schema.json",
+                "gpu_session.schema.json", "state.schema.json", "meta.schema.json", "data_tokenizer.schema.json",
+                "gguf_source.schema.json", "lock.schema.json")
 
 
 class OwnerError(UserError):
@@ -79,6 +82,7 @@ OWNERS: dict[str, Owner] = {o.kind: o for o in (
     Owner(STORAGE_KIND, "a study's --storage (research.studies.storage)", (STORAGE_INDEX,)),
     Owner("schema", "python -m research.results.schema --json_schema", SCHEMA_FILES),
     Owner("gpu_session", "research/speed/gpu_session.py", (GPU_SESSION,)),
+    Owner("decide", "qk-decide --design (research/qk_decide.py)", (DECIDE_DESIGN,)),
     _one_file("pretrained_keys", "research/pretrained_keys_study.py", PRETRAINED_KEYS),
     _one_file("checkpoint_keys", "research/checkpoint_keys_study.py", CHECKPOINT_KEYS),
     _study("qk_norm", "the QK-norm study", (QK_COMBINED,)),

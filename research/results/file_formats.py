@@ -7,7 +7,7 @@ others (docs/schema/), and a test checks every stored folder's files against the
 from __future__ import annotations
 
 from research.results.checks import _CONFIG, PROVENANCE
-from utils.formats import Bool, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Text
+from utils.formats import Bool, Integer, ListOf, MapOf, Number, Obj, OneOf, Opt, Scalar, Text, is_integer
 
 _NAME = Text(nullable=False, nonempty=True)
 _NUMBERS = ListOf(Number(), "a list of numbers or null")
@@ -109,6 +109,43 @@ AUDIT = Obj({
                                           "where the two part, or null", nullable=True),
                            "text": _NAME})),
 }, "a JSON object (a qk-audit record)")
+_MAYBE = Number("a number, or null")
+DECIDE_HOW = ("paired by seed", "unpaired (Welch)", "described")
+_SEED = Scalar(lambda v: is_integer(v) or (isinstance(v, str) and bool(v)), "a seed (an integer or a name)", False,
+               schema={"type": ["integer", "string"]})
+DECIDE_COMPARISON = Obj({
+    "metric": _NAME, "a": _NAME, "b": _NAME, "how": OneOf(DECIDE_HOW), "family": _NAME,
+    "k": Integer("the family's comparisons with an interval", nullable=False, lo=0),
+    "n": Integer("seeds (or runs) compared", nullable=False, lo=0),
+    "runs": ListOf(Integer(nullable=False, lo=0), "[runs of A, runs of B]", n=2),
+    **{k: _MAYBE for k in ("mean_a", "mean_b", "difference", "estimate", "ci_level", "margin", "margin_share", "t",
+                          "p", "p_one_sided")},
+    "on": OneOf(("difference", "ratio")), "ci": ListOf(_MAYBE, "[low, high]", n=2), "outcome": _NAME,
+    "seeds": ListOf(_SEED, "the seeds paired, or null", nullable=True),
+    "unpaired_seeds": ListOf(_SEED, "seeds in one side only"),
+    "note": Text(nullable=False),
+}, "a JSON object (one comparison)")
+_LOOK = Obj({"seeds": ListOf(_SEED, "a look's seeds", nullable=False), "alpha": Number(nullable=False, gt=0),
+             "planned": Bool(nullable=False)}, "a JSON object (one look)")
+# qk-decide --json FILE (research/decide/report.py): every comparison, the family it was decided in, what was left
+# out, the looks of its design (null: none)
+DECIDE = Obj({
+    "tool": OneOf(("qk-decide",)), "sources": ListOf(_NAME, "the files read"),
+    "conditions": ListOf(_NAME, "the conditions"), "metrics": ListOf(_NAME, "the metrics"),
+    "step": Integer("the runs' step, or null", lo=0), "family": Obj({}, "the family as given"),
+    "comparisons": ListOf(DECIDE_COMPARISON, "a list of comparisons"),
+    "left_out": ListOf(_NAME, "one line per value left out"),
+    "looks": ListOf(_LOOK, "the design's looks, or null", nullable=True),
+}, "a JSON object (a qk-decide record)")
+# qk-decide --design FILE (research/decide/design.py): the plan fixed at the first look and each look taken
+DECIDE_DESIGN_FORMAT = Obj({
+    "tool": OneOf(("qk-decide",)), "first_seeds": ListOf(_SEED, "the first look's seeds", nullable=False),
+    "max_seeds": Integer("MAX (an integer >= 2)", nullable=False, lo=2),
+    "round": Integer("seeds a round (an integer >= 1)", nullable=False, lo=1),
+    "alpha": Number(nullable=False, gt=0), "rho": Number(nullable=False, gt=0),
+    "first": Number(nullable=False, gt=0), "family": Obj({}, "the family fixed at the first look", nullable=False),
+    "looks": ListOf(_LOOK, "the looks taken", nullable=False),
+}, "a JSON object (a qk-decide design)")
 GPU_SESSION = Obj({
     "session": Opt(Integer("the session's number in its folder (1, 2, ...)", nullable=False, lo=1)),
     "device": _NAME, "torch": _NAME, "budget_s": Number("a positive number of seconds", nullable=False, gt=0),

@@ -24,9 +24,9 @@ from research.results.vocabulary import METRICS_FILE
 from utils import file_specs as fs
 from utils.formats import Spec, check, json_schema
 from utils.lock import LOCK_NAME
-from utils.owners import (AUDIT_FILE, CHECKPOINT_KEYS, EXPORT_INFO, GPU_SESSION, INSPECT_FILE, PILOT_COMBINED,
-                          QK_COMBINED, REDRAW, REDRAW_FORMAT, SCHEMA_FILES, STORAGE_FORMAT, STORAGE_INDEX, STUDY_INDEX,
-                          owners_of)
+from utils.owners import (AUDIT_FILE, CHECKPOINT_KEYS, DECIDE_DESIGN, DECIDE_FILE, EXPORT_INFO, GPU_SESSION,
+                          INSPECT_FILE, PILOT_COMBINED, QK_COMBINED, REDRAW, REDRAW_FORMAT, SCHEMA_FILES,
+                          STORAGE_FORMAT, STORAGE_INDEX, STUDY_INDEX, owners_of)
 from utils.owners import PRETRAINED_KEYS as PRETRAINED_FILE
 from utils.run_names import CONFIG, RESULTS as RESULTS_FILE, SUMMARY
 
@@ -83,6 +83,10 @@ JSON_SCHEMAS: dict[str, Published] = {  # schema file -> the kind of file it val
                                      "The one study a --storage location serves: its name, kind and --out."),
     "audit.schema.json": Published(AUDIT_FILE, ff.AUDIT, _F + "AUDIT", "One model's audit (research/qk_audit.py "
                                                                       "--json)."),
+    "decide.schema.json": Published(DECIDE_FILE, ff.DECIDE, _F + "DECIDE", "Every comparison qk-decide made "
+                                                                       "(research/qk_decide.py --json)."),
+    "decide_design.schema.json": Published(DECIDE_DESIGN, ff.DECIDE_DESIGN_FORMAT, _F + "DECIDE_DESIGN_FORMAT",
+                                           "A qk-decide design: the looks planned and taken (--design)."),
     "gpu_session.schema.json": Published(GPU_SESSION, ff.GPU_SESSION, _F + "GPU_SESSION",
                                          "One GPU session's record (research/speed/gpu_session.py)."),
     "state.schema.json": Published(fs.STATE_FILE, fs.CHECKPOINT_STATE, _U + "CHECKPOINT_STATE",

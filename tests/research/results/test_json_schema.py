@@ -76,9 +76,10 @@ def test_every_json_file_a_tool_marks_its_folder_with_is_published():
     schema tool's own files are JSON Schemas: the metaschema checks them)."""
     from research.studies.storage import STORED as MANIFEST
     from utils.run_names import ATOMIC_FILES
-    from utils.owners import AUDIT_FILE  # qk-audit --json writes where the user names, into no folder of its own
+    from utils.owners import AUDIT_FILE, DECIDE_FILE  # qk-audit's and qk-decide's --json: where the user names
     written = {n for o in OWNERS.values() for n in (*o.marks, *o.writes)} | {*ATOMIC_FILES, STUDY_INDEX, REDRAW,
-                                                                              MANIFEST, *BELOW_RESULTS, AUDIT_FILE}
+                                                                              MANIFEST, *BELOW_RESULTS, AUDIT_FILE,
+                                                                              DECIDE_FILE}
     assert {n for n in written if n.endswith((".json", ".jsonl")) or n == LOCK_NAME} - set(SCHEMA_FILES) == \
         {p.file for p in JSON_SCHEMAS.values()}
 
