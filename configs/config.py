@@ -63,6 +63,21 @@ class ModelConfig:
                                                   "projections before the head split, with a gain per component (full, "
                                                   "as OLMo 2). Needs qk_norm learned or frozen for full.",
                                                   timed=("full",))
+    qk_gain_shape: Literal["shared", "per_head", "head_scalar"] = knob(
+        "shared", "The q/k norm gain's shape: one d_head vector shared by the heads (shared, Qwen3 and Gemma 3), a "
+        "vector per head (per_head), or one scalar per head (head_scalar, Parameter Golf's q-gain). With "
+        "qk_norm_scope head only.", timed=("per_head", "head_scalar"))
+    qk_gain_on: Literal["both", "q", "k"] = knob(
+        "both", "Which norm carries the gain: both, the q norm only or the k norm only (the other normalizes "
+        "without one, its gain fixed at 1).", timed=("q",))
+    qk_gain_init: float = knob(1.0, "The q/k gains' initial value (Parameter Golf's QK_GAIN_INIT), for learned "
+                               "gains and frozen ones alike (frozen: the gain stays at it). Must be > 0.",
+                               timed=("5.0",))
+    qk_mult: float = knob(1.0, "A fixed multiplier of every attention logit after the q/k norm (marin's qk_mult): "
+                          "the logits are qk_mult x attn_scale x q . k. Must be > 0; 1: none.", timed=("1.3",))
+    attn_scale: float = knob(0.0, "The attention logit scale: 0 for 1/sqrt(d_head) (the usual), or the scale "
+                             "itself (1.0: Gemma 4, whose q/k norms take the place of 1/sqrt(d_head)).",
+                             timed=("1.0",))
     attn_softcap: float = knob(0.0, "Attention-logit soft-cap (Gemma 2): each logit becomes cap x tanh(logit / cap) "
                                "before the softmax; the attention is then written out (float32 scores) instead of "
                                "SDPA. 0 turns it off.", timed=("15",))
@@ -101,6 +116,28 @@ class ModelConfig:
         _check(self.qk_norm_scope == "head" or self.qk_norm != "none",
                f"qk_norm_scope={self.qk_norm_scope!r} with qk_norm='none': there is no q/k norm to scope; use "
                f"--qk_norm learned or frozen, or leave --qk_norm_scope head")
+        self._check_gain()
+        _check(self.qk_mult > 0 and math.isfinite(self.qk_mult), f"qk_mult={self.qk_mult} must be a positive "
+                                                                  f"number (1: no multiplier)")
+        _check(self.attn_scale >= 0 and math.isfinite(self.attn_scale), f"attn_scale={self.attn_scale} must be >= 0 "
+                                                                        f"(0: 1/sqrt(d_head); 1.0: Gemma 4's)")
+
+    def _check_gain(self) -> None:
+        """The gain settings need a q/k norm to carry them; a gain per head needs the norm per head."""
+        changed = [f"{k}={getattr(self, k)!r}" for k, v in (("qk_gain_shape", "shared"), ("qk_gain_on", "both"),
+                                                           ("qk_gain_init", 1.0)) if getattr(self, k) != v]
+        _check(not changed or self.qk_norm != "none", f"{changed[0] if changed else ''} with qk_norm='none': there "
+                                                      f"is no q/k norm gain to set; use --qk_norm learned or frozen")
+        _check(self.qk_gain_shape == "shared" or self.qk_norm_scope == "head",
+               f"qk_gain_shape={self.qk_gain_shape!r} with qk_norm_scope='full': a gain per head needs the norm per "
+               f"head; use --qk_norm_scope head, or --qk_gain_shape shared")
+        _check(self.qk_gain_init > 0 and math.isfinite(self.qk_gain_init),
+               f"qk_gain_init={self.qk_gain_init} must be a positive number (the gains' initial value; 1: today's)")
+
+    @property
+    def logit_scale(self) -> float:
+        """What multiplies q . k in every attention logit: attn_scale (1/sqrt(d_head) where 0) times qk_mult."""
+        return (self.attn_scale or self.d_head ** -0.5) * self.qk_mult
 
     def _check_rope_fraction(self) -> None:
         pairs = self.d_head // 2

@@ -26,10 +26,10 @@ class RMSNorm(nn.Module):
     which keeps it out of every optimizer.
     """
 
-    def __init__(self, dim: int, eps: float, learnable: bool = True):
+    def __init__(self, dim: int, eps: float, learnable: bool = True, init: float = 1.0):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim), requires_grad=learnable)
+        self.eps, self.init = eps, float(init)  # init: what MinimalLLM.reset_parameters sets the gain to
+        self.weight = nn.Parameter(torch.full((dim,), float(init)), requires_grad=learnable)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Normalize in float32: under bf16 autocast the mean of squares loses precision.
@@ -37,19 +37,40 @@ class RMSNorm(nn.Module):
         return y.type_as(x)
 
 
-def make_qk_norm(cfg: ModelConfig, heads: int) -> nn.Module:
-    """The q (heads = n_heads) or k (heads = n_kv_heads) norm: over each head's D-vector with one gain of size D
-    shared by the heads (qk_norm_scope head), or over the whole projection, heads x D, with a gain of that size
-    (qk_norm_scope full, OLMo 2)."""
+class HeadGainRMSNorm(nn.Module):
+    """RMSNorm over each head's D-vector of x [B, T, heads, D], then a gain per head: weight [heads, D] (a vector
+    per head) or [heads, 1] (one scalar per head, Parameter Golf's q-gain). learnable=False: frozen at `init`."""
+
+    def __init__(self, heads: int, width: int, eps: float, learnable: bool = True, init: float = 1.0):
+        super().__init__()
+        self.eps, self.init = eps, float(init)
+        self.weight = nn.Parameter(torch.full((heads, width), float(init)), requires_grad=learnable)
+
+    def forward(self, x_BTHD: torch.Tensor) -> torch.Tensor:
+        y = F.rms_norm(x_BTHD.float(), (x_BTHD.shape[-1],), None, self.eps) * self.weight.float()
+        return y.type_as(x_BTHD)
+
+
+def make_qk_norm(cfg: ModelConfig, heads: int, which: str = "q") -> nn.Module:
+    """The q (heads = n_heads, which 'q') or k (heads = n_kv_heads, 'k') norm: over each head's D-vector with one
+    gain of size D shared by the heads (qk_norm_scope head), or over the whole projection, heads x D, with a gain of
+    that size (qk_norm_scope full, OLMo 2); qk_gain_shape per_head / head_scalar: a gain per head (HeadGainRMSNorm).
+    The gains start at qk_gain_init; a norm that qk_gain_on leaves without a gain has one frozen at 1."""
     if cfg.qk_norm == "none":
         return nn.Identity()
+    gained = cfg.qk_gain_on in ("both", which)
+    learnable, init = cfg.qk_norm == "learned" and gained, cfg.qk_gain_init if gained else 1.0
+    if cfg.qk_gain_shape != "shared" and gained:
+        return HeadGainRMSNorm(heads, cfg.d_head if cfg.qk_gain_shape == "per_head" else 1, cfg.norm_eps,
+                               learnable, init)
     dim = cfg.d_head if cfg.qk_norm_scope == "head" else heads * cfg.d_head
-    return RMSNorm(dim, cfg.norm_eps, learnable=cfg.qk_norm == "learned")
+    return RMSNorm(dim, cfg.norm_eps, learnable=learnable, init=init)
 
 
 def softcapped_attention(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, v_BKTD: torch.Tensor,
-                         cap: float) -> torch.Tensor:
-    """Causal attention with soft-capped logits, cap * tanh(q . k / sqrt(D) / cap) (Gemma 2), [B, H, T, D].
+                         cap: float, scale: float | None = None) -> torch.Tensor:
+    """Causal attention with soft-capped logits, cap * tanh(scale x q . k / cap) (Gemma 2), [B, H, T, D]; scale
+    1/sqrt(D) where None.
 
     SDPA has no soft-cap, so the scores are written out: logits, cap and softmax in float32 (under bf16 autocast
     too: tanh and softmax of bf16 logits would round the cap away), the weighted sum of values in v's dtype, as
@@ -59,7 +80,7 @@ def softcapped_attention(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, v_BKTD: tor
     if H != K:
         k_BKTD, v_BKTD = k_BKTD.repeat_interleave(H // K, 1), v_BKTD.repeat_interleave(H // K, 1)   # [B, H, T, D]
     with torch.autocast(q_BHTD.device.type, enabled=False):
-        s_BHTT = (q_BHTD.float() @ k_BKTD.float().mT) * D ** -0.5
+        s_BHTT = (q_BHTD.float() @ k_BKTD.float().mT) * (D ** -0.5 if scale is None else scale)
         s_BHTT = torch.tanh(s_BHTT / cap) * cap
         future = torch.ones(T, T, dtype=torch.bool, device=s_BHTT.device).triu(1)
         p_BHTT = torch.softmax(s_BHTT.masked_fill(future, -math.inf), dim=-1)
@@ -115,8 +136,10 @@ def rotated_pairs(d_head: int, fraction: float) -> int:
 
 
 @torch.no_grad()
-def causal_max_logit(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, block: int = 256) -> torch.Tensor:
-    """[H] the largest attention logit q_t . k_j / sqrt(D), j <= t, of each query head over the batch.
+def causal_max_logit(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, block: int = 256,
+                     scale: float | None = None) -> torch.Tensor:
+    """[H] the largest attention logit scale x q_t . k_j (scale 1/sqrt(D) where None), j <= t, of each query head
+    over the batch.
 
     Query head h reads KV head h // (H / K), as SDPA's enable_gqa. Queries are taken `block`
     positions at a time against the keys up to the block's end, so the extra memory is
@@ -124,7 +147,7 @@ def causal_max_logit(q_BHTD: torch.Tensor, k_BKTD: torch.Tensor, block: int = 25
     B, H, T, D = q_BHTD.shape
     K = k_BKTD.shape[1]
     q = q_BHTD.reshape(B, K, H // K * T, D)                                  # heads of a group stacked
-    k = k_BKTD * D ** -0.5
+    k = k_BKTD * (D ** -0.5 if scale is None else scale)
     best = torch.full((H,), -math.inf, device=q_BHTD.device)
     for start in range(0, T, block):
         end = min(start + block, T)
@@ -142,7 +165,9 @@ class Attention(nn.Module):
     heads of the layer, after the head split and before RoPE (as Qwen3 and Gemma 3);
     with qk_norm_scope 'full' they normalize the whole q and k projections before the
     head split instead (OLMo 2), with gains of H x D and K x D.
-    Variants (ModelConfig): attn_softcap > 0 caps each logit to cap * tanh(logit / cap)
+    Variants (ModelConfig): qk_gain_shape / qk_gain_on / qk_gain_init set the norms' gains (make_qk_norm);
+    every logit is logit_scale x q . k (attn_scale, 1/sqrt(D) by default, times qk_mult); attn_softcap > 0 caps
+    each logit to cap * tanh(logit / cap)
     (softcapped_attention; SDPA where 0); attn_gate multiplies each head's output by
     sigmoid(wg(x)) of the block's normed input x, per channel (elementwise, wg: d -> H x D)
     or one per head (headwise, wg: d -> H), before wo (arXiv 2505.06708).
@@ -161,10 +186,14 @@ class Attention(nn.Module):
         self.wk = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
         self.wv = nn.Linear(d, cfg.n_kv_heads * D, bias=False)
         self.wo = nn.Linear(cfg.n_heads * D, d, bias=False)
-        self.q_norm = make_qk_norm(cfg, cfg.n_heads)
-        self.k_norm = make_qk_norm(cfg, cfg.n_kv_heads)
+        self.q_norm = make_qk_norm(cfg, cfg.n_heads, "q")
+        self.k_norm = make_qk_norm(cfg, cfg.n_kv_heads, "k")
         self.full_scope = cfg.qk_norm_scope == "full"
         self.softcap = cfg.attn_softcap
+        self.scale = cfg.logit_scale  # attn_scale (1/sqrt(D) where 0) x qk_mult: what multiplies q . k
+        # None where it is the default: SDPA and the written-out path take 1/sqrt(D) their own way, bit for bit as
+        # before these settings existed
+        self.given_scale = None if cfg.attn_scale == 0 and cfg.qk_mult == 1 else self.scale
         if cfg.attn_gate != "none":
             self.wg = nn.Linear(d, cfg.n_heads * (D if cfg.attn_gate == "elementwise" else 1), bias=False)
             self.hook_gate = HookPoint()
@@ -191,10 +220,10 @@ class Attention(nn.Module):
         # SDPA takes [B, heads, T, D]; query head h reads KV head h // (H / K).
         q_BHTD, k_BKTD = q_BTHD.transpose(1, 2), k_BTKD.transpose(1, 2)
         if self.softcap:
-            y_BHTD = softcapped_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), self.softcap)
+            y_BHTD = softcapped_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), self.softcap, self.given_scale)
         else:
             y_BHTD = F.scaled_dot_product_attention(q_BHTD, k_BKTD, v_BTKD.transpose(1, 2), is_causal=True,
-                                                    enable_gqa=H != K)
+                                                    enable_gqa=H != K, scale=self.given_scale)
         y_BTHD = y_BHTD.transpose(1, 2)
         if self.gate != "none":
             y_BTHD = y_BTHD * g_BTHg.to(y_BTHD.dtype)

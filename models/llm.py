@@ -64,8 +64,11 @@ class MinimalLLM(nn.Module):
         # Residual outputs are scaled down with depth (GPT-2) so the stream's
         # variance at init does not grow with n_layers.
         out_std = std / math.sqrt(2 * self.cfg.n_layers)
+        gains = {f"{m_name}.weight": m.init for m_name, m in self.named_modules() if hasattr(m, "init")}
         for name, p in self.named_parameters():
-            if p.ndim == 1:
+            if name in gains:  # a norm's gain: its initial value (1; a q/k gain qk_gain_init)
+                nn.init.constant_(p, gains[name])
+            elif p.ndim == 1:
                 nn.init.ones_(p)
             elif name.endswith(("attn.wo.weight", "ffn.down.weight")):
                 nn.init.normal_(p, std=out_std)

@@ -1,7 +1,8 @@
 """Split a MinimalLLM's parameters between Muon and AdamW.
 
-Muon: every trainable 2-D parameter but the token embedding `embed.weight` (tied to the LM head). AdamW: the
-embedding and every 1-D parameter (norm gains; weight decay only with cfg.wd_on_gains), in separate param groups.
+Muon: every trainable 2-D parameter but the token embedding `embed.weight` (tied to the LM head) and the norm gains.
+AdamW: the embedding and every norm gain (1-D, or a q/k gain per head; weight decay only with cfg.wd_on_gains), in
+separate param groups.
 W_q and W_k go to cfg.qk_optimizer, in a group of their own ("muon_qk" or "qk", peak lr cfg.qk_lr_multiplier times
 their optimizer's) unless they stay in Muon at multiplier 1; in AdamW they take the embedding's settings.
 Parameters with requires_grad=False (frozen q/k norm gains) are in no optimizer. The recipe and its variants:
@@ -19,6 +20,12 @@ from optimizers.muon import Muon
 
 EMBED_NAME = "embed.weight"
 QK_NAME = re.compile(r"blocks\.\d+\.attn\.w[qk]\.weight")  # W_q and W_k of every layer
+
+
+def is_gain(name: str) -> bool:
+    """A norm's gain, whatever its shape (a q/k norm's gain per head is [heads, D] or [heads, 1]: never Muon's)."""
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-1] == "weight" and parts[-2].endswith("norm")
 
 
 def is_qk(name: str) -> bool:
@@ -74,10 +81,10 @@ def build_optimizers(model: nn.Module, cfg: TrainConfig, device_type: str = "cpu
             embed_p.append((name, p))
         elif own_qk and is_qk(name):
             qk_p.append((name, p))
+        elif p.ndim <= 1 or is_gain(name):
+            gain_p.append((name, p))
         elif p.ndim == 2:
             muon_p.append((name, p))
-        elif p.ndim <= 1:
-            gain_p.append((name, p))
         else:
             raise ValueError(f"parameter {name!r} of shape {tuple(p.shape)}: no optimizer rule for "
                              f"{p.ndim}-D parameters (Muon takes 2-D, AdamW the embedding and 1-D)")

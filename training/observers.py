@@ -1,9 +1,11 @@
 """What training reads from the model's attention, through forward hooks at its hook points (models/layers.py
 Attention: hook_k_norm, hook_q_rope, hook_k_rope): the model knows nothing of QK-clip or of the telemetry.
 
-    LogitMax   the largest logit q . k / sqrt(D) of each query head of each layer over the training forwards since
-               reset(): QK-clip's input, the telemetry's logit_max
+    LogitMax   the largest logit (the model's logit_scale x q . k) of each query head of each layer over the training
+               forwards since reset(): QK-clip's input, the telemetry's logit_max
     KeyNorm    the mean L2 norm of each layer's keys over the training forwards since reset(): the telemetry's key_norm
+    GateClosed the share of each layer's attention-output gates below 0.05 (gated attention): the telemetry's
+               gate_closed
     QKClip     --qk_clip's part of the trainer's step: a LogitMax, its maxima over ranks, the clip, the heads clipped
 
 A hook reads only in training mode, while its reader is `on`; hooks stay attached until remove(), since a compiled
@@ -19,6 +21,7 @@ import torch.nn as nn
 from models.layers import causal_max_logit
 from optimizers.qk_clip import qk_clip_
 from utils.runtime import Runtime
+from utils.telemetry import GATE_CLOSED
 
 
 class _Hooks:
@@ -49,11 +52,12 @@ class LogitMax(_Hooks):
                 if self.on and module.training and not block.recomputing:
                     held["q"] = q_BTHD
 
-            def take(module, inputs, k_BTKD, i=i, held=held):
+            def take(module, inputs, k_BTKD, i=i, held=held, scale=block.attn.given_scale):
                 q_BTHD = held.pop("q", None)
                 if q_BTHD is not None:
                     rows = self.rows or q_BTHD.shape[0]
-                    top = causal_max_logit(q_BTHD[:rows].transpose(1, 2), k_BTKD[:rows].transpose(1, 2))
+                    top = causal_max_logit(q_BTHD[:rows].transpose(1, 2), k_BTKD[:rows].transpose(1, 2),
+                                           scale=scale)
                     self.maxima[i].copy_(torch.maximum(self.maxima[i], top))
             self.handles += [block.attn.hook_q_rope.register_forward_hook(keep),
                              block.attn.hook_k_rope.register_forward_hook(take)]
@@ -79,6 +83,28 @@ class KeyNorm(_Hooks):
                         self.sums[i].add_(torch.stack((k_BTKD.float().norm(dim=-1).mean(),
                                                        torch.ones((), device=k_BTKD.device))))
             self.handles.append(block.attn.hook_k_norm.register_forward_hook(add))
+
+    def reset(self) -> None:
+        for s in self.sums:
+            s.zero_()
+
+
+class GateClosed(_Hooks):
+    """`sums[i]` [2]: (the share of layer i's attention-output gate values below GATE_CLOSED, summed over its
+    training forwards since reset(), the forwards): gate saturation, the telemetry's gate_closed. Only for a gated
+    model (blocks whose attention has hook_gate)."""
+
+    def __init__(self, blocks: nn.ModuleList, device: torch.device, on: bool = False):
+        self.on = on
+        self.sums = [torch.zeros(2, device=device) for _ in blocks]
+        self.handles = []
+        for i, block in enumerate(blocks):
+            def add(module, inputs, g_BTHg, i=i):
+                if self.on and module.training:
+                    with torch.no_grad():
+                        self.sums[i].add_(torch.stack(((g_BTHg < GATE_CLOSED).float().mean(),
+                                                       torch.ones((), device=g_BTHg.device))))
+            self.handles.append(block.attn.hook_gate.register_forward_hook(add))
 
     def reset(self) -> None:
         for s in self.sums:

@@ -1,7 +1,8 @@
 """The spike signals of one training step (utils/telemetry.py names them), measured only at steps that write a
 metrics.jsonl line, from the work the step does anyway: "logit_max" [L] (training.observers.LogitMax: QK-clip's own
 maxima with --qk_clip, else over the first sequence of each micro-batch on each rank), "key_norm" [L]
-(training.observers.KeyNorm) and "update_rms" {"muon", "adamw"} (the RMS of each optimizer's update, before
+(training.observers.KeyNorm), with gated attention "gate_closed" [L] (training.observers.GateClosed) and
+"update_rms" {"muon", "adamw"} (the RMS of each optimizer's update, before
 QK-clip; under FSDP summed over the shards).
 
 Nothing here changes what the step computes: the extra work reads tensors under no_grad and writes only tensors of
@@ -17,7 +18,7 @@ import torch.distributed as tdist
 import torch.nn as nn
 
 from optimizers.muon import Muon
-from training.observers import KeyNorm, LogitMax
+from training.observers import GateClosed, KeyNorm, LogitMax
 from utils.runtime import Runtime
 
 
@@ -44,6 +45,7 @@ class StepTelemetry:
                  clip_logits: LogitMax | None = None):
         self.runtime, self.full_step = runtime, clip_logits is not None
         self.keys = KeyNorm(blocks, runtime.device)
+        self.gates = GateClosed(blocks, runtime.device) if hasattr(blocks[0].attn, "hook_gate") else None
         self.logits = clip_logits or LogitMax(blocks, runtime.device, rows=1, on=False)
         self.groups = {"muon": [p for o in optimizers if isinstance(o, Muon) for g in o.param_groups
                                 for p in g["params"]],
@@ -58,6 +60,9 @@ class StepTelemetry:
     def begin(self) -> None:
         self.keys.reset()
         self.keys.on = True
+        if self.gates is not None:
+            self.gates.reset()
+            self.gates.on = True
         if not self.full_step:  # QK-clip resets and tracks its own, over every sequence
             self.logits.reset()
             self.logits.on = True
@@ -85,15 +90,25 @@ class StepTelemetry:
         top = torch.stack([m.max() for m in self.logits.maxima])
         if not self.full_step:  # QK-clip took the maximum over ranks already
             top = self.runtime.max_(top)
+        gc = torch.stack(self.gates.sums) if self.gates is not None else None                # [L, 2]
         if self.runtime.distributed:
             tdist.all_reduce(kn)  # sums and forwards over ranks: the mean over every rank's tokens
+            if gc is not None:
+                tdist.all_reduce(gc)
         self.keys.on = False
+        if self.gates is not None:
+            self.gates.on = False
         if not self.full_step:
             self.logits.on = False
-        return {"logit_max": top.tolist(), "key_norm": (kn[:, 0] / kn[:, 1]).tolist(),
-                "update_rms": dict(self.update_rms)}
+        out = {"logit_max": top.tolist(), "key_norm": (kn[:, 0] / kn[:, 1]).tolist(),
+               "update_rms": dict(self.update_rms)}
+        if gc is not None:
+            out["gate_closed"] = (gc[:, 0] / gc[:, 1].clamp_min(1)).tolist()
+        return out
 
     def remove(self) -> None:
         self.keys.remove()
+        if self.gates is not None:
+            self.gates.remove()
         if not self.full_step:  # QK-clip's are QK-clip's to remove
             self.logits.remove()

@@ -5,6 +5,7 @@ spike-warning study's analysis (research/analysis/spikes.py). On the ground floo
 Every logged line of metrics.jsonl carries, besides "loss" and "grad_norm":
     "logit_max"   [L]  the largest attention logit q . k / sqrt(d_head) of each layer in the step (as QK-clip reads it)
     "key_norm"    [L]  the mean key norm of each layer in the step's forward (after the key norm, before RoPE)
+    "gate_closed" [L]  with gated attention: the share of each layer's gate values below GATE_CLOSED in the step
     "update_rms"  {"muon": x, "adamw": y}  the RMS of the update the step applied to each optimizer group's weights
 A signal is one number per step made from those lines (the largest over layers where a line holds one per layer).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from utils.errors import ConfigError, cut, shown
 
 GROWTH_STEPS = 10  # logit_growth: the rise of logit_max over this many steps
+GATE_CLOSED, GATE_OPEN = 0.05, 0.95  # a gate value below / above: shut / open (marin #8818 counted those below 0.05)
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class Signal:
     description: str
     rises: bool = True  # the alarm fires when the value reaches the threshold from below (False: from above)
     per_step: bool = True  # read from every metrics.jsonl line (False: only at probe steps, from results.json)
+    studied: bool = True  # one the spike-warning study studies (False: a gated model's, which its conditions lack)
 
 
 SIGNALS = {s.name: s for s in (
@@ -31,11 +34,14 @@ SIGNALS = {s.name: s for s in (
     Signal("logit_growth", f"the rise of logit_max over the last {GROWTH_STEPS} steps"),
     Signal("key_norm", "the largest per-layer mean key norm"),
     Signal("grad_norm", "the gradient norm before clipping"),
+    Signal("gate_closed", f"the largest per-layer share of attention-output gates below {GATE_CLOSED} (gated "
+                          f"attention)", studied=False),
     Signal("update_rms_muon", "the RMS of the update applied to the Muon group's weights"),
     Signal("update_rms_adamw", "the RMS of the update applied to the AdamW group's weights"),
     Signal("entropy", "the lowest per-layer mean attention entropy, at probe steps", rises=False, per_step=False),
 )}
 ALARM_SIGNALS = tuple(n for n, s in SIGNALS.items() if s.per_step)  # what --spike_alarm can watch
+STUDIED = {n: s for n, s in SIGNALS.items() if s.studied}  # what the spike-warning study reads
 
 # The thresholds of the signals the spike-warning study found to warn (docs/spikes.md): --spike_alarm SIGNAL with no
 # threshold uses these. Its run at 12 seeds showed none to warn (docs/spikes.md, Result), so it is empty.
@@ -53,7 +59,7 @@ def _largest(value) -> float | None:
 def step_value(name: str, row: dict) -> float | None:
     """A per-step signal's own value in one metrics.jsonl line (None where the line does not hold it); logit_growth
     needs the lines before it: series()."""
-    if name in ("logit_max", "key_norm", "grad_norm"):
+    if name in ("logit_max", "key_norm", "grad_norm", "gate_closed"):
         return _largest(row.get(name))
     if name in ("update_rms_muon", "update_rms_adamw"):
         return _largest((row.get("update_rms") or {}).get(name.rsplit("_", 1)[1]))

@@ -35,6 +35,10 @@ class OwnAdapter(Adapter):
         a = self.layers[i].attn
         return tuple(m if hasattr(m, "weight") else None for m in (a.q_norm, a.k_norm))  # qk_norm='none': Identity
 
+    def gate_weight_norms(self, i):
+        wg = getattr(self.layers[i].attn, "wg", None)  # [H x (D or 1), d]
+        return None if wg is None else wg.weight.detach().float().reshape(self.n_heads, -1).norm(dim=1)
+
     def final_norm_module(self):
         return self.model.final_norm
 
@@ -94,7 +98,7 @@ class OwnAdapter(Adapter):
 
                 def k_rope(m, inp, out, i=i, scratch=scratch, a=a):
                     sink.on_attention(i, scratch.pop("q"), out.detach().transpose(1, 2), scratch.pop("v", None),
-                                      a.d_head ** -0.5, None, a.softcap or None)
+                                      a.scale, None, a.softcap or None)
                 handles.append(a.hook_k_rope.register_forward_hook(k_rope))
                 if hasattr(sink, "on_output"):  # the attention's output (times the gate), as wo reads it
                     handles.append(a.wo.register_forward_pre_hook(

@@ -18,7 +18,7 @@ import numpy as np
 
 from research.results.values import as_float
 from research.results.vocabulary import split_grid_key
-from utils.telemetry import SIGNALS, Signal, series
+from utils.telemetry import STUDIED, Signal, series
 
 # ---------------------------------------------------------------------------------- the spike rule
 WINDOW = 20  # steps of the running median: enough for a steady MAD, short against the loss's decay
@@ -106,8 +106,8 @@ class RunSteps:
         if diverged is not None and (not steps or steps[-1] < diverged):
             steps, loss = steps + [diverged], loss + [math.nan]  # the trainer stops before logging that step
         signals = {}
-        for name_ in SIGNALS:
-            if SIGNALS[name_].per_step:
+        for name_ in STUDIED:
+            if STUDIED[name_].per_step:
                 values = series(name_, rows)
                 signals[name_] = tuple(zip(*[(s, v) for s, v in zip(steps, values) if v is not None])) or ((), ())
         signals["entropy"] = entropy_series(res)
@@ -210,7 +210,7 @@ def late_loss_rise(run: RunSteps, rise: tuple | None = None) -> tuple:
 
 
 def _kind(signal: str) -> Signal:
-    return SIGNALS.get(signal) or CHECKS[signal]
+    return STUDIED.get(signal) or CHECKS[signal]
 
 
 def alarm_matrix(run: RunSteps, signal: str, thresholds) -> np.ndarray:

@@ -26,7 +26,7 @@ from research.analysis.spike_rule import (CHECKS, HORIZON, LATE_LOSS_RISE, LOSS_
 from research.analysis.stats import binomial_upper, mean_ci
 from research.results.values import as_float
 from research.results.vocabulary import LR_CONDITIONS
-from utils.telemetry import SIGNALS
+from utils.telemetry import STUDIED
 
 # ---------------------------------------------------------------------------------- the evaluation
 FALSE_ALARM_BOUND = 20.0  # false alarms per 1,000 steps a calibrated threshold may give on the calibration seeds
@@ -395,10 +395,10 @@ def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
         cal_runs = [r for r in of if r.seed in cal_seeds]
         held = [r for r in of if r.seed in eval_seeds]
         n_spikes = {s: sum(int(r.warnable.sum()) for r in held if r.seed == s) for s in eval_seeds}
-        chosen = {sig: calibrate(cal_runs, sig) for sig in (*SIGNALS, *CHECKS)}
+        chosen = {sig: calibrate(cal_runs, sig) for sig in (*STUDIED, *CHECKS)}
         evals = {sig: evaluate(held, sig, t, eval_seeds) if t is not None and eval_seeds else None
                  for sig, (t, _) in chosen.items()}
-        tested = sum(1 for sig in SIGNALS if evals[sig] is not None and sum(1 for n in n_spikes.values() if n) >= 2)
+        tested = sum(1 for sig in STUDIED if evals[sig] is not None and sum(1 for n in n_spikes.values() if n) >= 2)
         family[cond], k = tested, max(tested, 1)
         levels[cond] = 1 - ALPHA / k
         cal_spikes = sum(int(r.warnable.sum()) for r in cal_runs)
@@ -409,9 +409,9 @@ def analyze(runs: list[RunSteps], seeds: list | None = None) -> SpikeAnalysis:
             elif t is None and not cal_spikes:
                 res = _undecided(res, f"no spike in {cond}'s calibration seeds ({', '.join(map(str, cal_seeds))}), "
                                       f"so no threshold was chosen")
-            (results if sig in SIGNALS else checks)[(sig, cond)] = res
-        summary[cond] = _summary(cond, [results[(sig, cond)] for sig in SIGNALS])
-        for name in ("loss", *SIGNALS):
+            (results if sig in STUDIED else checks)[(sig, cond)] = res
+        summary[cond] = _summary(cond, [results[(sig, cond)] for sig in STUDIED])
+        for name in ("loss", *STUDIED):
             al[(name, cond)] = aligned(raw, name)
     return SpikeAnalysis(tuple(runs), conditions, cal_seeds, eval_seeds, results, al, levels, summary, checks,
                          family)

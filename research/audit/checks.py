@@ -58,7 +58,7 @@ def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
     if not declared:
         return finding(i, name, DIFFERS, f"differs: runs a {which} norm, config declares none")
     x, y = layer["norm"][which]
-    m = measure_norm(x, y, _eps(module))
+    m = _measured(adapter, module, x, y, layer.get(which))
     if not _normalizes(m, tol):
         heads = _heads_apart(x, y, _eps(module), layer.get(which), tol)
         where = f" in head{'s' * (len(heads[0]) > 1)} {', '.join(map(str, heads[0]))} of {heads[1]}" if heads else ""
@@ -96,6 +96,20 @@ def norm_check(adapter, i: int, which: str, layer: dict, d: Declared, tol: dict,
                                          f"{m['expected_rms']:.5f}), gain "
                                          f"{'the checkpoint' if checkpoint is not None else 'the module'}'s",
                    rms=m["rms"])
+
+
+def _measured(adapter, module, x: torch.Tensor, y: torch.Tensor, attended) -> dict:
+    """measure_norm of a norm's call; where the module holds a gain per head (this project's qk_gain_shape per_head
+    or head_scalar), each head's measured alone and the gains joined head by head ([heads x D], as Adapter.gain)."""
+    eps, w = _eps(module), getattr(module, "weight", None)
+    if w is None or w.dim() != 2 or x.dim() != 4 or attended is None:
+        return measure_norm(x, y, eps)
+    H, T = w.shape[0], attended.shape[2]
+    xh, yh = _heads_first(x, H, T), _heads_first(y, H, T)
+    each = [measure_norm(xh[h], yh[h], eps) for h in range(H)]
+    return {"gain": torch.cat([m["gain"] for m in each]), "rms": float(sum(m["rms"] for m in each) / H),
+            "expected_rms": float(sum(m["expected_rms"] for m in each) / H),
+            "fit_error": max(m["fit_error"] for m in each)}
 
 
 def _normalizes(m: dict, tol: dict) -> bool:

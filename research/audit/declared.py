@@ -52,7 +52,7 @@ def _own(adapter, i: int) -> Declared:
     n = rotated_pairs(D, c.rope_fraction)
     rope = Rope("half", ladder(c.rope_theta, D // 2, D, n), c.rope_theta, D, 2 * n)
     norm = c.qk_norm != "none"
-    return Declared((norm, norm), rope, D ** -0.5, c.attn_softcap or None)
+    return Declared((norm, norm), rope, c.logit_scale, c.attn_softcap or None)  # attn_scale x qk_mult
 
 
 def _rope_parameters(config, i: int) -> dict:

@@ -5,9 +5,11 @@
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
 
 qk_norm learned or frozen exports as ApertusForCausalLM (this model op for op), none as ArceeForCausalLM (the same
-decoder without q/k norms); attn_softcap, attn_gate, qk_norm_scope full and rope_fraction < 1 are refused before
-anything is written (`inexpressible` says why). The input embedding is folded with sqrt(d_model) and the export is
-untied; whatever the classes default otherwise is set explicitly. Why each choice: docs/export.md.
+decoder without q/k norms); attn_softcap, attn_gate, qk_norm_scope full, a gain per head (qk_gain_shape) and
+rope_fraction < 1 are refused before anything is written (`inexpressible` says why); attn_scale and qk_mult are
+folded into the q norm's gain (W_q without one), qk_gain_on and qk_gain_init are the gains' values. The input
+embedding is folded with sqrt(d_model) and the export is untied; whatever the classes default otherwise is set
+explicitly. Why each choice: docs/export.md.
 """
 from __future__ import annotations
 
@@ -81,6 +83,9 @@ def inexpressible(cfg: ModelConfig) -> str | None:
     if cfg.rope_fraction != 1:
         problems.append(f"rope_fraction={cfg.rope_fraction:g}: the Hugging Face export cannot express rotating only "
                         f"the highest-frequency pairs (Apertus and Arcee rotate every pair)")
+    if cfg.qk_gain_shape != "shared":
+        problems.append(f"qk_gain_shape={cfg.qk_gain_shape}: the Hugging Face export cannot express a q/k norm gain "
+                        f"per head (Apertus's q_norm and k_norm have one gain of head_dim shared by the heads)")
     if cfg.qk_norm_scope != "head":
         problems.append(f"qk_norm_scope={cfg.qk_norm_scope}: the Hugging Face export cannot express q/k norms over "
                         f"the whole projection (Apertus normalizes each head)")
@@ -104,6 +109,12 @@ def hf_state_dict(cfg: ModelConfig, weights: dict[str, torch.Tensor]) -> dict[st
             raise ExportError(f"no place for {name!r} in {TARGETS[cfg.qk_norm].architecture}: the model code "
                               f"changed since this exporter was written (research/export/hf.py)")
         out[f"model.layers.{m.group(1)}.{table[m.group(2)]}.weight"] = w.contiguous()
+    factor = cfg.logit_scale * math.sqrt(cfg.d_head)  # attn_scale and qk_mult against the targets' 1/sqrt(head_dim)
+    if factor != 1:  # logits are bilinear in the q norm's gain (in W_q without a q norm): folded in there, exactly
+        where = "attn.q_norm" if cfg.qk_norm != "none" else "attn.wq"
+        for i in range(cfg.n_layers):
+            key = f"model.layers.{i}.{table[where]}.weight"
+            out[key] = (out[key].double() * factor).to(out[key].dtype)
     return out
 
 

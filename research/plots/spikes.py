@@ -22,7 +22,7 @@ from research.analysis.spikes import (ALIGN, FALSE_ALARM_BOUND, INCONCLUSIVE, MI
                                       spikes_to_rule_out)
 from research.plots.common import color, figure_line, label, message_figure, styled, subplots
 from research.plots.in_short import MOST
-from utils.telemetry import SIGNALS
+from utils.telemetry import STUDIED
 
 FIGURES = ("1_signals_at_spikes.png", "2_hit_vs_false_alarms.png")
 TITLE_CHARS_PER_INCH = 10  # characters of a suptitle line that fit an inch of figure at the default font
@@ -49,7 +49,7 @@ def fig_aligned(analysis: SpikeAnalysis):
     conds = [c for c in analysis.conditions if analysis.spikes_of(c)]
     if not conds:
         return message_figure("Signals around the spikes", "no run of this study had a loss spike")
-    names = list(SIGNALS)
+    names = list(STUDIED)
     fig, axes = subplots(len(names), len(conds), figsize=(4.2 * len(conds), 2.1 * len(names)), squeeze=False)
     x = np.arange(ALIGN[0], ALIGN[1] + 1)
     for j, cond in enumerate(conds):
@@ -85,7 +85,7 @@ def fig_hit_false(analysis: SpikeAnalysis):
     conds = analysis.conditions
     fig, axes = subplots(1, len(conds), figsize=(5.6 * len(conds), 6.4), squeeze=False)
     for ax, cond in zip(axes[0], conds):
-        shown = [(analysis.results[(n, cond)], f"C{k}", "o") for k, n in enumerate(SIGNALS)]
+        shown = [(analysis.results[(n, cond)], f"C{k}", "o") for k, n in enumerate(STUDIED)]
         shown += [(analysis.checks[(n, cond)], "black", m) for n, m in ((LATE_LOSS_RISE, "x"), (LOSS_RISE, "s"))
                   if (n, cond) in analysis.checks]
         for r, col, marker in shown:
@@ -175,7 +175,7 @@ def _answer(r) -> str:
 def _condition_line(analysis: SpikeAnalysis, c: str) -> str:
     """One condition's answer: the signals that warn and that do not, with their rates and intervals, then those not
     decided, and the family they were decided in."""
-    results = [analysis.results[(name, c)] for name in SIGNALS]
+    results = [analysis.results[(name, c)] for name in STUDIED]
     parts = [f"**{verdict}**: " + ", ".join(_answer(r) for r in results if r.verdict == verdict)
              for verdict in (WARNS, NO_WARNING, NO_THRESHOLD) if any(r.verdict == verdict for r in results)]
     absent = [r.signal for r in results if r.verdict == INCONCLUSIVE and r.text.endswith(f"({NOT_RECORDED}).")]
@@ -277,9 +277,9 @@ def report(analysis: SpikeAnalysis) -> str:
                   "p: paired, shifted | false alarms / 1,000 steps | in runs without a spike | lead (steps) "
                   "| verdict |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [_row(analysis.results[(name, c)], name) for name in SIGNALS]
+        lines += [_row(analysis.results[(name, c)], name) for name in STUDIED]
         lines += [_row(analysis.checks[(n, c)], f"{n} (check)") for n in CHECKS if (n, c) in analysis.checks]
-        lines += ["", *_bullets([analysis.results[(name, c)] for name in SIGNALS])]
+        lines += ["", *_bullets([analysis.results[(name, c)] for name in STUDIED])]
         checks = [analysis.checks[(name, c)] for name in CHECKS if (name, c) in analysis.checks]
         if checks:
             lines += ["", "Checks:", "", *_bullets(checks)]

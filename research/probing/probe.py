@@ -25,7 +25,8 @@ from research.probing.key_rank import key_rank
 from research.probing.metrics import (attention_metrics, divided_moments, gain_factor, gamma_stats, key_eigvals,
                                       key_metrics, key_moments, key_pr_sv, layer_means)
 from research.probing.rotary_use import logit_pair_shares, rotary_use
-from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_METRICS, LOGIT_SPLIT, PR, PRE_GAIN_SITES,
+from research.results.vocabulary import (ATTENTION_METRICS, GAIN_SPLIT, GATE_CLOSED, GATE_METRICS, GATE_OPEN,
+                                         LOGIT_SPLIT, PR, PRE_GAIN_SITES,
                                          QUERY_ROTARY, ROTARY_METRICS, UNCAPPED_SPLIT)
 
 
@@ -71,6 +72,9 @@ class LayerSink:
 
     def on_gate(self, i: int, g_HBTg: torch.Tensor) -> None:
         self.on_keys(i, "gate", g_HBTg)
+        norms = self.adapter.gate_weight_norms(i)
+        if norms is not None:
+            self.on_keys(i, "gate_weight_norm", norms)
 
     def tensors(self, i: int, q_BHTD: torch.Tensor, k_BKTD: torch.Tensor) -> tuple[dict[str, torch.Tensor], bool]:
         """(layer i's tensors as layer_record reads them [H, B, T, D], whether it has the k_hat sites)."""
@@ -224,7 +228,7 @@ def layer_record(i: int, t: dict[str, torch.Tensor], *, gains: tuple[torch.Tenso
         split = "q_norm" in t and g_q is not None and g_k is not None
         attn_rec = attention_record(attn_m, t.get("q_norm"), t["k_norm"], *((g_q, g_k) if split else (None, None)))
         if "gate" in t:
-            attn_rec.update(gate_metrics(t["gate"]))
+            attn_rec.update(gate_metrics(t["gate"], t.get("gate_weight_norm")))
         sites, key_energy = site_metrics(t, pre_gain, rope, exact)
         if rope is not None:
             k_use, q_use, pairs = rope.use(t, key_energy, attn_m["logit_at"], context)
@@ -259,11 +263,15 @@ def measuring(model: nn.Module, device: torch.device, precision: str) -> Iterato
             torch.cuda.set_rng_state(cuda_rng, device)
 
 
-def gate_metrics(gate_HBTg: torch.Tensor) -> dict[str, torch.Tensor]:
+def gate_metrics(gate_HBTg: torch.Tensor, weight_norm_H: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """GATE_METRICS of each query head from its sigmoid gate values [H, B, T, D or 1]: mean and population std
-    (unbiased=False) over the batch's tokens (and channels), float64 [H]."""
+    (unbiased=False) over the batch's tokens (and channels), the shares below GATE_CLOSED and above GATE_OPEN, and
+    the norm of the head's rows of W_g (weight_norm_H; NaN where not given), float64 [H]."""
     g = gate_HBTg.detach().double().flatten(1)                                   # [H, B*T*(D or 1)]
-    return dict(zip(GATE_METRICS, (g.mean(1), g.std(1, correction=0))))
+    norm = torch.full((g.shape[0],), math.nan, dtype=torch.float64) if weight_norm_H is None else \
+        weight_norm_H.detach().double().cpu()
+    return dict(zip(GATE_METRICS, (g.mean(1), g.std(1, correction=0), (g < GATE_CLOSED).double().mean(1),
+                                   (g > GATE_OPEN).double().mean(1), norm.to(g.device))))
 
 
 class _PRSink:

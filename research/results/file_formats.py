@@ -27,6 +27,7 @@ METRICS_LINE = Obj({
                                   "z_loss")},
     "logit_max": Opt(ListOf(Number(), "one number per layer", nullable=True)),
     "key_norm": Opt(ListOf(Number(), "one number per layer", nullable=True)),
+    "gate_closed": Opt(ListOf(Number(), "one share per layer", nullable=True)),
     "update_rms": Opt(MapOf(Number(), "an object of numbers per optimizer group", nullable=True)),
     "alarm": Opt(Obj({"signal": _NAME, "value": Number(), "threshold": Number()})),
 }, "a JSON object (one line of metrics.jsonl)")

@@ -5,6 +5,8 @@ here, so a metric or a condition is spelled in exactly one place. No torch.
 """
 from __future__ import annotations
 
+from utils.telemetry import GATE_CLOSED, GATE_OPEN  # noqa: F401  (the gate's thresholds, with its metrics)
+
 from utils import owners, run_names
 
 # Where keys are measured: after k_norm, before RoPE (the write-ups' hook; for qk_norm='none'
@@ -28,7 +30,9 @@ GAIN_SPLIT = ("logit_q_gain", "logit_k_gain")
 UNCAPPED = "_uncapped"
 UNCAPPED_SPLIT = tuple(f"{name}{UNCAPPED}" for name in ("logit_max", *LOGIT_SPLIT))
 # With gated attention (attn_gate), the gate's mean and population std over the probe batch, per query head.
-GATE_METRICS = ("gate_mean", "gate_std")
+# Gate saturation (marin's 535B run found its layer-0 gate shut for 98.3% of token x head gates): the share of gate
+# values below GATE_CLOSED and above GATE_OPEN, and the norm of each head's rows of the gate's weight W_g.
+GATE_METRICS = ("gate_mean", "gate_std", "gate_closed", "gate_open", "gate_weight_norm")
 # What a key cache needs (research/probing/key_rank.py, rotary_use.py, kv_cache.py; docs/probing.md). At k_norm and
 # k_rope, per KV head: the rank holding 90% / 99% of the energy of the covariance (Loki's) and of K^T K / N.
 RANK_METRICS = ("rank90", "rank99", "rank90_uncentered", "rank99_uncentered")

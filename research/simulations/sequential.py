@@ -12,7 +12,7 @@ import time
 from argparse import RawDescriptionHelpFormatter
 from dataclasses import dataclass
 
-from utils.cli import ArgumentParser, command, positive_number
+from utils.cli import ArgumentParser, command, positive_int, positive_number
 
 import numpy as np
 
@@ -74,11 +74,12 @@ class Outcome:
 
 def run_looks(diffs: np.ndarray, looks: tuple, levels: tuple, truth: float, margin: Margin,
               calibrated: bool = False) -> Outcome:
-    """Look after look, decided by decide_looks at each look's level, until every comparison is decided."""
+    """Look after look, decided by decide_looks at each look's level, until every comparison is decided (the family:
+    diffs' rows, k = len(diffs))."""
     families, err = [], False
     for n in looks:
         families.append(family(diffs, n))
-        dec = decide_looks(families, list(levels[:len(families)]), margin, K, calibrated)
+        dec = decide_looks(families, list(levels[:len(families)]), margin, len(diffs), calibrated)
         err = err or any(wrong(d, truth) for d in dec.values())
         if all(d.decided for d in dec.values()):
             return Outcome(err, True, n)
@@ -112,12 +113,12 @@ def study(args: tuple) -> dict:
     """One study's draws read by every design at every truth: {(truth, design): Outcome}. Its own random stream
     (seed, noise, sharing, index), shared by the truths (which only shift it), so the rates do not depend on the
     workers."""
-    seed, kind, sharing, i, first, rho = args
+    seed, kind, sharing, i, first, rho, k = args
     shared = sharing == SHARING[1]
     rng = np.random.default_rng([seed, NOISES.index(kind), SHARING.index(sharing), i])
-    z = np.broadcast_to(noise(rng, kind, (1 if shared else K, MAX)), (K, MAX))
+    z = np.broadcast_to(noise(rng, kind, (1 if shared else k, MAX)), (k, MAX))
     # drawn after z, so that the designs of one report read the draws they read before the readers were added
-    fresh = np.broadcast_to(noise(rng, kind, (1 if shared else K, FIRST)), (K, FIRST))
+    fresh = np.broadcast_to(noise(rng, kind, (1 if shared else k, FIRST)), (k, FIRST))
     margin = Margin(MARGIN_SD, absolute=True)
     plans = designs(first, rho)
     out = {(name, d): run_looks(z + truth, looks, levels, truth, margin, calibrated)
@@ -144,9 +145,10 @@ class Rates:
 
 
 def simulate(kind: str, sharing: str, studies: int, seed: int = 0, workers: int = 1, first: float = FIRST_SHARE,
-             rho: float = RHO) -> dict:
-    """{(truth, design): Rates} over `studies` studies with `kind` noise, independent or shared (`sharing`)."""
-    jobs = [(seed, kind, sharing, i, first, rho) for i in range(studies)]
+             rho: float = RHO, k: int = K) -> dict:
+    """{(truth, design): Rates} over `studies` studies with `kind` noise, independent or shared (`sharing`), of
+    families of k comparisons."""
+    jobs = [(seed, kind, sharing, i, first, rho, k) for i in range(studies)]
     if workers > 1:
         with multiprocessing.get_context("spawn").Pool(workers) as pool:
             out = pool.map(study, jobs, chunksize=max(1, studies // (8 * workers)))
@@ -249,6 +251,8 @@ def build_parser() -> ArgumentParser:
                         f"research.analysis.sequential's")
     p.add_argument("--rho", type=positive_number, default=RHO,
                    help=f"The power of the spending over the seeds added after the first look. Default: {RHO:g}")
+    p.add_argument("--k", type=positive_int, default=K, help=f"Comparisons in the family (a study file's primary "
+                   f"family: comparisons x quantities, 9 for qk_gain.yaml). Default: {K}, the QK-norm study's")
     p.add_argument("--noises", nargs="+", choices=NOISES, default=list(NOISES),
                    help="Which noise kinds to simulate, of " + ", ".join(NOISES) + ". Default: all of them")
     return p
@@ -260,14 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.studies < 1 or args.workers < 1 or args.rho <= 0 or not 0 <= args.first < 1:
         build_parser().error("--studies and --workers must be at least 1, --rho above 0 and --first in [0, 1)")
     levels = designs(args.first, args.rho)[DESIGNS[0]][1]
-    print(f"{K} comparisons a family, looks at {FIRST}-{MAX} seeds every {ROUND} spending "
+    print(f"{args.k} comparisons a family, looks at {FIRST}-{MAX} seeds every {ROUND} spending "
           f"{', '.join(f'{a:.5f}' for a in levels)} (first {args.first:g}, rho {args.rho:g}); margin {MARGIN_SD:g} sd; "
           f"{args.studies:,} studies per noise kind, seed {args.seed}")
     met = True
     for kind in args.noises:
         for sharing in SHARING:
             start = time.perf_counter()
-            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.first, args.rho)
+            rates = simulate(kind, sharing, args.studies, args.seed, args.workers, args.first, args.rho, args.k)
             print(f"\n{kind} noise, {sharing} across the comparisons ({time.perf_counter() - start:.0f} s)\n"
                   f"{table(rates)}")
             for what, ok in checks(rates):

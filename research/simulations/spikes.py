@@ -22,7 +22,7 @@ from scipy.signal import lfilter
 from research.analysis import spikes
 from research.analysis.spike_rule import CHECKS, LATE_LOSS_RISE, RunSteps, Spike
 from research.analysis.spikes import NO_WARNING, WARNS
-from utils.telemetry import SIGNALS
+from utils.telemetry import STUDIED
 
 STEPS = 400
 SEEDS = 12  # the real study's: 6 calibrate, 6 evaluate
@@ -173,7 +173,7 @@ class Rates:
 
 
 def _nulls(sc: Scenario) -> list[str]:
-    return [s for s in SIGNALS if not (sc.warned and s == WARNED_SIGNAL) and not (sc.prone and s == PRONE_SIGNAL)]
+    return [s for s in STUDIED if not (sc.warned and s == WARNED_SIGNAL) and not (sc.prone and s == PRONE_SIGNAL)]
 
 
 def _verdicts(args: tuple) -> tuple[dict, int, int, int]:
@@ -183,7 +183,7 @@ def _verdicts(args: tuple) -> tuple[dict, int, int, int]:
     name, seed, i = args
     a = study(np.random.default_rng([seed, list(SCENARIOS).index(name), i]), SCENARIOS[name])
     onsets = [s.onset for r in a.runs for s in r.spikes]
-    verdicts = {s: a.results[(s, "QK")].verdict for s in SIGNALS} | {c: a.checks[(c, "QK")].verdict for c in CHECKS}
+    verdicts = {s: a.results[(s, "QK")].verdict for s in STUDIED} | {c: a.checks[(c, "QK")].verdict for c in CHECKS}
     held = sum(int(r.warnable.sum()) for r in a.runs if r.seed in a.evaluation_seeds)
     return verdicts, held, len(onsets), sum(CLUSTER[0] <= o <= CLUSTER[1] for o in onsets)
 
@@ -197,8 +197,8 @@ def simulate(sc: Scenario, n: int, seed: int = 0, workers: int = 1) -> Rates:
     else:
         out = [_verdicts(j) for j in jobs]
     nulls = _nulls(sc)
-    warns = {s: sum(o[0][s] == WARNS for o in out) / n for s in (*SIGNALS, *CHECKS)}
-    no = {s: sum(o[0][s] == NO_WARNING for o in out) / n for s in (*SIGNALS, *CHECKS)}
+    warns = {s: sum(o[0][s] == WARNS for o in out) / n for s in (*STUDIED, *CHECKS)}
+    no = {s: sum(o[0][s] == NO_WARNING for o in out) / n for s in (*STUDIED, *CHECKS)}
     any_null = sum(any(o[0][s] == WARNS for s in nulls) for o in out) / n
     return Rates(sc, n, warns, no, any_null, sum(o[1] for o in out) / n,
                  sum(o[3] for o in out) / max(1, sum(o[2] for o in out)), time.perf_counter() - start)
@@ -237,7 +237,7 @@ def checks(r: Rates) -> list[Check]:
     no warning in it, and the negative control, 'warns' at most at the nominal level ALPHA / 2 / k (within Monte Carlo
     error), any of the null signals at most ALPHA / 2; power in `warned` within POWER_KEPT of POWER_THEN. The bounds
     hold the real design's SEEDS; with more seeds (`prone24`) every rate is reported."""
-    n, k = r.studies, len(SIGNALS)
+    n, k = r.studies, len(STUDIED)
     if r.scenario.seeds != SEEDS:
         return [dataclasses.replace(c, bound=None) for c in checks(dataclasses.replace(r, scenario=dataclasses.replace(
             r.scenario, seeds=SEEDS)))]
@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             print(c.line())
             met &= c.meets is not False
         print("  per signal and check, warns / does not warn: " + ", ".join(
-            f"{s} {r.warns[s]:.2%}/{r.no_warning[s]:.1%}" for s in (*SIGNALS, *CHECKS)))
+            f"{s} {r.warns[s]:.2%}/{r.no_warning[s]:.1%}" for s in (*STUDIED, *CHECKS)))
         sys.stdout.flush()
     return 0 if met else 1
 

@@ -84,12 +84,14 @@ def test_a_declared_field_is_a_condition_of_a_study_file_and_the_condition_table
     assert md_table(text, "condition") == [
         {"condition": "A (baseline)", "seeds": "0, 1", "what it sets": "toy_gate=none"},
         {"condition": "B", "seeds": "0, 1", "what it sets": "toy_gate=sigmoid"}]
-    assert "Every run: qk_norm=learned, qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, " \
-           "qk_clip=0.0, z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
+    assert "Every run: qk_norm=learned, qk_norm_scope=head, qk_gain_shape=shared, qk_gain_on=both, qk_gain_init=1.0, " \
+           "qk_mult=1.0, attn_scale=0.0, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, qk_clip=0.0, " \
+           "z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
     path.write_text(STUDY.replace("B: {toy_gate: sigmoid}", "B: {qk_norm: none}"))
     text = report(analyze(ConditionRuns(_runs(read_study_file(path), ("A", "B")), "A"), 0.03, 0.005))
-    assert "Every run: qk_norm_scope=head, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, toy_gate=none, " \
-           "qk_clip=0.0, z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
+    assert "Every run: qk_norm_scope=head, qk_gain_shape=shared, qk_gain_on=both, qk_gain_init=1.0, qk_mult=1.0, " \
+           "attn_scale=0.0, attn_softcap=0.0, attn_gate=none, rope_fraction=1.0, toy_gate=none, qk_clip=0.0, " \
+           "z_loss=0.0, qk_optimizer=muon, qk_lr_multiplier=1.0, muon_update_scale=none." in text
 
 
 def test_a_study_file_condition_outside_the_declared_choices_is_refused_before_training(toy_field, tmp_path,
@@ -117,16 +119,22 @@ def test_the_derived_sets_are_the_ones_kept_by_hand_before():
         "compile": ("auto", "on", "off"), "shard": ("none", "fsdp"), "source": ("english", "stdlib", "files", "hub"),
         "offline": ("error", "english"), "probe_precision": ("fp32", "bf16"), "qk_optimizer": ("muon", "adamw"),
         "muon_update_scale": ("none", "match_rms_adamw"), "attn_gate": ("none", "elementwise", "headwise"),
-        "qk_norm_scope": ("head", "full")}
+        "qk_norm_scope": ("head", "full"), "qk_gain_shape": ("shared", "per_head", "head_scalar"),
+        "qk_gain_on": ("both", "q", "k")}
     assert set(variant_fields()) == {"qk_norm", "qk_norm_scope", "attn_softcap", "attn_gate", "z_loss",
                                      "qk_optimizer", "qk_lr_multiplier", "muon_update_scale", "qk_clip",
-                                     "rope_fraction"}
+                                     "rope_fraction", "qk_gain_shape", "qk_gain_on", "qk_gain_init", "qk_mult",
+                                     "attn_scale"}
     assert variants() == {
         "default": {}, "attn_softcap=15": {"attn_softcap": 15.0}, "attn_gate=elementwise": {"attn_gate": "elementwise"},
         "attn_gate=headwise": {"attn_gate": "headwise"}, "z_loss=1e-4": {"z_loss": 1e-4},
         "qk_norm_scope=full": {"qk_norm_scope": "full"}, "qk_optimizer=adamw": {"qk_optimizer": "adamw"},
         "qk_lr_multiplier=2": {"qk_lr_multiplier": 2.0},
-        "muon_update_scale=match_rms_adamw": {"muon_update_scale": "match_rms_adamw"}}
+        "muon_update_scale=match_rms_adamw": {"muon_update_scale": "match_rms_adamw"},
+        "qk_gain_shape=per_head": {"qk_gain_shape": "per_head"}, "qk_gain_shape=head_scalar": {"qk_gain_shape":
+                                                                                              "head_scalar"},
+        "qk_gain_on=q": {"qk_gain_on": "q"}, "qk_gain_init=5.0": {"qk_gain_init": 5.0}, "qk_mult=1.3": {"qk_mult": 1.3},
+        "attn_scale=1.0": {"attn_scale": 1.0}}
     assert RESUMABLE_CHANGES == {"tokens", "log_every", "eval_every", "ckpt_every", "keep_last", "device", "compile",
                                  "fused_loss", "cache_dir", "offline_note", "telemetry", "spike_alarm", "threads"}
 

@@ -237,3 +237,70 @@ def test_rope_fraction_out_of_range_or_between_pairs_is_refused(value, message):
     with pytest.raises(ConfigError) as e:
         ModelConfig(d_model=128, n_heads=2, rope_fraction=value)
     assert str(e.value) == message
+
+
+# --- the QK-norm settings the field tunes (issue 71): gain shape, gain init, qk_mult, attn_scale -----------------
+
+def test_the_logit_scale_and_multiplier_by_hand():
+    """attn_scale and qk_mult multiply every logit: token 1's weights on its two tokens, by hand, at scale 1 (Gemma
+    4), at 1/sqrt(2) times qk_mult 1.3, and 1/sqrt(d_head) by default."""
+    for kw, scale in (({}, 2 ** -0.5), ({"attn_scale": 1.0}, 1.0), ({"qk_mult": 1.3}, 1.3 * 2 ** -0.5),
+                      ({"attn_scale": 0.25, "qk_mult": 2.0}, 0.5)):
+        cfg, attn, rotary = one_head(**kw)
+        assert cfg.logit_scale == pytest.approx(scale)
+        y = attn(X, rotary)[0]
+        e0, e1 = math.exp(2 * scale), math.exp(5 * scale)  # q1 . k0 = 2, q1 . k1 = 5
+        expect = torch.tensor([[2.0, 0.0], [(e0 * 2 + e1 * 1) / (e0 + e1), e1 * 2 / (e0 + e1)]])
+        torch.testing.assert_close(y, expect, rtol=1e-6, atol=1e-6)
+        _, capped, _ = one_head(attn_softcap=1e6, **kw)  # the written-out path takes the same scale
+        torch.testing.assert_close(capped(X, rotary)[0], expect, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,on,want_q,want_k", [
+    ("shared", "both", (16,), (16,)), ("per_head", "both", (4, 16), (2, 16)), ("head_scalar", "both", (4, 1), (2, 1)),
+    ("head_scalar", "q", (4, 1), (16,)), ("shared", "k", (16,), (16,))])
+def test_the_gain_shapes_and_which_norm_carries_them(shape, on, want_q, want_k):
+    cfg = ModelConfig(vocab_size=8, n_layers=1, d_model=64, n_heads=4, n_kv_heads=2, d_ff=8, max_seq_len=16,
+                      qk_gain_shape=shape, qk_gain_on=on, qk_gain_init=1.5)
+    model = MinimalLLM(cfg)  # reset_parameters sets every gain to its initial value
+    attn = model.blocks[0].attn
+    q, k = attn.q_norm.weight, attn.k_norm.weight
+    assert (tuple(q.shape), tuple(k.shape)) == (want_q, want_k)
+    assert q.requires_grad == (on != "k") and k.requires_grad == (on != "q")
+    assert float(q.detach().unique()) == (1.5 if on != "k" else 1.0)
+    assert float(k.detach().unique()) == (1.5 if on != "q" else 1.0)
+    x = torch.randn(2, 5, 4, 16)
+    if shape != "shared":  # each head's normalized vector times its own gain
+        with torch.no_grad():
+            q.copy_(torch.arange(1, 5, dtype=torch.float32).view(4, 1).expand_as(q))
+        y = attn.q_norm(x)
+        hat = x / x.square().mean(-1, keepdim=True).add(cfg.norm_eps).sqrt()
+        torch.testing.assert_close(y, hat * torch.arange(1, 5, dtype=torch.float32).view(4, 1), rtol=1e-5, atol=1e-6)
+
+
+def test_frozen_gains_stay_at_their_init_and_per_head_gains_go_to_adamw():
+    from configs.config import TrainConfig
+    from optimizers import build_optimizers
+    kw = dict(vocab_size=8, n_layers=1, d_model=64, n_heads=4, n_kv_heads=2, d_ff=8, max_seq_len=16)
+    frozen = MinimalLLM(ModelConfig(**kw, qk_norm="frozen", qk_gain_init=5.0)).blocks[0].attn
+    assert float(frozen.q_norm.weight.unique()) == 5.0 and not frozen.q_norm.weight.requires_grad
+    model = MinimalLLM(ModelConfig(**kw, qk_gain_shape="head_scalar"))
+    names = {n for n, p in model.named_parameters() if p.ndim == 2 and "norm" in n}
+    assert names == {"blocks.0.attn.q_norm.weight", "blocks.0.attn.k_norm.weight"}
+    opts, _ = build_optimizers(model, TrainConfig())
+    muon = {id(p) for o in opts if type(o).__name__ == "Muon" for g in o.param_groups for p in g["params"]}
+    assert not any(id(p) in muon for n, p in model.named_parameters() if n in names)
+
+
+@pytest.mark.parametrize("kw,said", [
+    ({"qk_norm": "none", "qk_gain_init": 2.0}, "qk_gain_init=2.0 with qk_norm='none': there is no q/k norm gain"),
+    ({"qk_norm": "none", "qk_gain_shape": "per_head"}, "qk_gain_shape='per_head' with qk_norm='none'"),
+    ({"qk_norm_scope": "full", "qk_gain_shape": "head_scalar"}, "qk_gain_shape='head_scalar' with "
+                                                                 "qk_norm_scope='full': a gain per head needs"),
+    ({"qk_gain_init": 0.0}, "qk_gain_init=0.0 must be a positive number"),
+    ({"qk_mult": -1.0}, "qk_mult=-1.0 must be a positive number"),
+    ({"attn_scale": -0.5}, "attn_scale=-0.5 must be >= 0")])
+def test_settings_that_cannot_work_are_refused_in_one_line(kw, said):
+    with pytest.raises(ConfigError) as e:
+        ModelConfig(vocab_size=8, n_layers=1, d_model=64, n_heads=4, n_kv_heads=2, d_ff=8, max_seq_len=16, **kw)
+    assert said in str(e.value) and "\n" not in str(e.value)

@@ -120,8 +120,8 @@ def test_an_alarm_never_crossed_records_nothing(debug_cfg, tmp_path):
 
 @pytest.mark.parametrize("value, message", [
     ("entropy:1", "--spike_alarm entropy:1: 'entropy' is not a signal the alarm can watch; give one of logit_max, "
-                  "logit_growth, key_norm, grad_norm, update_rms_muon, update_rms_adamw, optionally with a threshold "
-                  "(e.g. logit_max:150)"),
+                  "logit_growth, key_norm, grad_norm, gate_closed, update_rms_muon, update_rms_adamw, optionally "
+                  "with a threshold (e.g. logit_max:150)"),
     ("logit_max", "--spike_alarm logit_max: no calibrated threshold for logit_max: the spike-warning study found no "
                   "threshold of it that warns (docs/spikes.md); give one, e.g. --spike_alarm logit_max:VALUE"),
     ("grad_norm:inf", "--spike_alarm grad_norm:inf: the threshold 'inf' is not a finite number; give one, e.g. "

@@ -35,8 +35,8 @@ def test_the_alarm_option_is_read_or_refused_with_the_fix():
     assert alarm.signal.name == "logit_max" and alarm.threshold == 150.0
     for text, message in (
             ("entropy:0.5", "--spike_alarm entropy:0.5: 'entropy' is not a signal the alarm can watch; give one of "
-                            "logit_max, logit_growth, key_norm, grad_norm, update_rms_muon, update_rms_adamw, "
-                            "optionally with a threshold (e.g. logit_max:150)"),
+                            "logit_max, logit_growth, key_norm, grad_norm, gate_closed, update_rms_muon, "
+                            "update_rms_adamw, optionally with a threshold (e.g. logit_max:150)"),
             ("logit_max:abc", "--spike_alarm logit_max:abc: the threshold 'abc' is not a finite number; give one, "
                               "e.g. --spike_alarm logit_max:150"),
             ("grad_norm:inf", "--spike_alarm grad_norm:inf: the threshold 'inf' is not a finite number; give one, "

@@ -64,6 +64,10 @@ class Adapter:
     def qk_norms(self, i: int) -> tuple[nn.Module | None, nn.Module | None]:
         return None, None
 
+    def gate_weight_norms(self, i: int) -> torch.Tensor | None:
+        """The norm of each query head's rows of layer i's attention-output gate weight [H] (None: no gate)."""
+        return None
+
     def value_norm(self, i: int) -> nn.Module | None:
         """The norm layer i applies to its values (Gemma 4's v_norm, an RMS norm without gain); None: none."""
         return None
@@ -105,8 +109,15 @@ class Adapter:
         return out
 
     def gain(self, module: nn.Module | None) -> torch.Tensor | None:
+        """A norm's effective gain: [D] shared by the heads, or [heads x D] (over the whole projection, OLMo 2; or
+        one gain per head, this project's qk_gain_shape per_head and head_scalar, a head's scalar repeated D times)."""
         w = getattr(module, "weight", None) if module is not None else None
-        return None if w is None else w.detach().float() + self.gain_offset
+        if w is None:
+            return None
+        w = w.detach().float()
+        if w.dim() == 2:  # [heads, D] or [heads, 1]: per head
+            w = w.expand(w.shape[0], self.head_dim).reshape(-1)
+        return w + self.gain_offset
 
     def final_norm_module(self) -> nn.Module:
         raise NotImplementedError

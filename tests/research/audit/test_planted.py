@@ -193,7 +193,7 @@ def test_a_wrong_scale_is_named_and_measured_both_ways(monkeypatch):
     model.model.layers[2].self_attn.scaling = 1.0
     assert flagged(run(model)) == [(2, "scale", "differs: runs scale 1, config says 0.25 (1/sqrt(16))")]
     sdpa = F.scaled_dot_product_attention
-    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: sdpa(*a, **k, scale=1.0))
+    monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: sdpa(*a, **{**k, "scale": 1.0}))
     assert [(g[0], g[1]) for g in flagged(run(own()))] == [(0, "scale"), (1, "scale")]
 
 
@@ -305,3 +305,20 @@ def test_gemma4s_own_layout_is_read_and_its_port_bugs_are_named():
     skip(model.model.layers[2].self_attn.v_norm)
     assert flagged(run(model)) == [(2, "v_norm", "differs: runs no v norm, config says one runs (built, never "
                                                  "called)")]
+
+
+@pytest.mark.parametrize("kw", [{"qk_gain_shape": "per_head"}, {"qk_gain_shape": "head_scalar", "qk_gain_on": "q",
+                                                                 "qk_gain_init": 1.5},
+                                {"qk_gain_on": "k"}, {"qk_norm": "frozen", "qk_gain_init": 5.0}, {"qk_mult": 1.3},
+                                {"attn_scale": 1.0}, {"attn_scale": 1.0, "attn_softcap": 20.0, "n_kv_heads": 2}],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_every_qk_norm_setting_of_this_projects_model_gives_no_finding_and_a_wrong_one_is_named(kw):
+    """The gain shapes, init, multiplier and scale (issue 71) read as declared; a port that drops qk_mult or the
+    scale 1.0 (the attention at 1/sqrt(d)) is named at its layer."""
+    model = own(**kw)
+    findings = run(model)
+    assert flagged(findings) == [] and len(findings) >= 8
+    if "qk_mult" in kw or "attn_scale" in kw:
+        model.blocks[1].attn.given_scale = 16 ** -0.5  # what the port runs: the plain 1/sqrt(d_head)
+        got = flagged(run(model))
+        assert [(g[0], g[1]) for g in got if g[1] == "scale"] == [(1, "scale")], got

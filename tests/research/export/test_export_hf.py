@@ -360,6 +360,9 @@ def test_force_never_reaches_into_a_run_folder(exported, tmp_path, where, capsys
     ("rope_fraction", 0.5, "rope_fraction=0.5: the Hugging Face export cannot express rotating only the "
                            "highest-frequency pairs (Apertus and Arcee rotate every pair); export a run trained "
                            "without this variant"),
+    ("qk_gain_shape", "head_scalar", "qk_gain_shape=head_scalar: the Hugging Face export cannot express a q/k norm "
+                                     "gain per head (Apertus's q_norm and k_norm have one gain of head_dim shared by "
+                                     "the heads); export a run trained without this variant"),
 ])
 def test_variants_the_export_cannot_express_are_refused_in_one_line(tmp_path, capsys, field, value, line):
     from research import export_hf
@@ -380,3 +383,32 @@ def test_a_z_loss_run_exports_as_any_run(tmp_path):
     cfg["train"]["z_loss"] = 1e-4
     (run / "config.json").write_text(json.dumps(cfg))
     assert export_run(run, tmp_path / "hf")["architecture"] == "ApertusForCausalLM"
+
+
+@pytest.mark.parametrize("mode,settings", [("learned", {"qk_mult": 1.3, "qk_gain_on": "q", "qk_gain_init": 2.0}),
+                                           ("frozen", {"attn_scale": 1.0}), ("none", {"attn_scale": 0.5})])
+def test_the_logit_scale_and_gain_settings_export_folded_in(tmp_path, mode, settings):
+    """attn_scale and qk_mult fold into the q norm's gain (W_q without a q norm), qk_gain_on and qk_gain_init are
+    the gains' values: the export's logits equal the native model's."""
+    from configs import get_preset
+    from configs.files import save_run_config
+    from models.llm import MinimalLLM
+    from training.checkpoint import save_checkpoint
+    cfg = get_preset("debug")
+    cfg.model.qk_norm, cfg.model.n_heads, cfg.model.n_kv_heads = mode, 4, 2
+    for k, v in settings.items():
+        setattr(cfg.model, k, v)
+    cfg.model.__post_init__()
+    torch.manual_seed(0)
+    native = MinimalLLM(cfg.model).eval()
+    run = tmp_path / "run"
+    run.mkdir()
+    save_run_config(cfg, run / "config.json")
+    save_checkpoint(run / "checkpoints", 3, native, [], {"tokens": 0}, keep_last=1)
+    make_tokenizer(run / "tokenizer", SPECIALS, pad_token="<pad>")
+    export_run(run, tmp_path / "hf")
+    model = load_hf(tmp_path / "hf")
+    ids = random_ids(cfg.model.vocab_size)
+    with torch.no_grad():
+        ref, got = native(ids), model(input_ids=ids).logits
+    torch.testing.assert_close(got, ref, atol=logit_atol(ref, cfg.model.n_layers, cfg.model.d_model), rtol=0)

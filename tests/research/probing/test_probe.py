@@ -308,3 +308,36 @@ def test_full_scope_gains_are_probed_and_ablated():
     assert sum(v ** 2 for v in layer["k_hat"]["norm_mean"]) / 2 == pytest.approx(32.0, rel=0.05)
     out = gain_ablation(model, KeyProbe(ids()), [(ids(2, 24), ids(2, 24))])
     assert set(out) >= {"learned", "qk_ones", "qk_mean"}
+
+
+def test_gate_saturation_planted_as_marins_layer_0_is_read_by_the_probe_and_the_telemetry():
+    """marin's 535B run (#8818): its layer-0 gate shut (below 0.05) for 98.3% of token x head gates. Headwise gate
+    weights planted so that layer 0's gates are sigmoid(-4.6) on 189 of its 192 token x head values and sigmoid(0)
+    on 3 (head 0): the probe's closed share is 189/192 = 0.984 (per head 45/48 and 1), the telemetry's the same;
+    at initialization both are 0, and each head's gate-weight norm is its rows' norm."""
+    from training.observers import GateClosed
+    model = variant_model(attn_gate="headwise").eval()
+    x_ids = torch.randperm(512, generator=torch.Generator().manual_seed(2))[:48].view(2, 24)  # 48 distinct tokens
+    attn = model.blocks[0].attn
+    seen = []
+    h = attn.register_forward_pre_hook(lambda m, args: seen.append(args[0].detach().reshape(-1, args[0].shape[-1])))
+    with torch.no_grad():
+        model(x_ids)
+    h.remove()
+    X = seen[0].double()                                                           # [48 tokens, d]
+    rec = KeyProbe(x_ids)(model)["layers"][0]
+    assert rec["means"]["attn.gate_closed"] == 0 and rec["means"]["attn.gate_open"] == 0  # sigmoid(~0) at init
+    Z = torch.full((48, 4), -4.6, dtype=torch.float64)
+    Z[:3, 0] = 0.0
+    with torch.no_grad():
+        attn.wg.weight.copy_((Z.T @ torch.linalg.pinv(X.T)).float())             # W x_t = z_t for every token
+    rec = KeyProbe(x_ids)(model)["layers"][0]
+    assert rec["attn"]["gate_closed"] == pytest.approx([45 / 48, 1, 1, 1], abs=1e-12)
+    assert rec["means"]["attn.gate_closed"] == pytest.approx(0.983, abs=0.005) and rec["attn"]["gate_open"] == [0] * 4
+    assert rec["attn"]["gate_weight_norm"] == pytest.approx(attn.wg.weight.double().norm(dim=1).tolist(), rel=1e-6)
+    watch = GateClosed(model.blocks, torch.device("cpu"), on=True)
+    with torch.no_grad():
+        model.train()(x_ids)
+    watch.remove()
+    closed, forwards = watch.sums[0].tolist()
+    assert forwards == 1 and closed == pytest.approx(189 / 192, abs=1e-6)
