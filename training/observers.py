@@ -1,11 +1,9 @@
 """What training reads from the model's attention, through forward hooks at its hook points (models/layers.py
 Attention: hook_k_norm, hook_q_rope, hook_k_rope): the model knows nothing of QK-clip or of the telemetry.
 
-    LogitMax   the largest logit (the model's logit_scale x q . k) of each query head of each layer over the training
-               forwards since reset(): QK-clip's input, the telemetry's logit_max
+    LogitMax   each query head's largest logit (logit_scale x q . k) since reset(): QK-clip's, the telemetry's
     KeyNorm    the mean L2 norm of each layer's keys over the training forwards since reset(): the telemetry's key_norm
-    GateClosed the share of each layer's attention-output gates below 0.05 (gated attention): the telemetry's
-               gate_closed
+    GateClosed the share of each layer's gate values below 0.05 (gated attention): the telemetry's gate_closed
     QKClip     --qk_clip's part of the trainer's step: a LogitMax, its maxima over ranks, the clip, the heads clipped
 
 A hook reads only in training mode, while its reader is `on`; hooks stay attached until remove(), since a compiled

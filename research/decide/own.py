@@ -4,7 +4,7 @@ runs: the final loss, validation loss, key PR (mean_pr, mean_pr_var) each holds,
 (study.json) of the QK-norm or conditions kind is decided as its study decides it (its families, margins and looks:
 research.studies.render.decide_study), so qk-decide on it gives the very decisions its combined.json holds.
 
-    runs = own_runs(folder, condition_key)          # [readers.Run]
+    runs = own_runs(folder, condition_key)          # [records.Run]
     rows, conditions = study_rows(folder)           # [compare.Compared] as the study decided them
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from research.analysis.rules import FINAL_FIELDS, final_value
 from research.analysis.runs import PAIRED, Compared, DecideError, paired_t
+from research.decide.records import Run
 from research.results.read import seed_of
 from utils.run_names import CONFIG, RESULTS, SUMMARY, is_own_run
 
@@ -55,10 +56,9 @@ def _dotted(d: dict, key: str):
 
 
 def own_run(folder: Path, top: Path, condition_key: str | None = None):
-    """One run folder as a readers.Run: its condition is the config value at `condition_key` (dotted, e.g.
+    """One run folder as a records.Run: its condition is the config value at `condition_key` (dotted, e.g.
     model.qk_norm) where given and present, else its folder's path below `top` without a seed_<n> part; its seed the
     run's; its values those of FINAL_FIELDS it holds (a results.json's last probe, else summary.json's finals)."""
-    from research.decide.readers import Run
     if (folder / RESULTS).is_file():
         res = _read(folder / RESULTS)
         values = {f: final_value(res, f) for f in FINAL_FIELDS}

@@ -4,12 +4,10 @@
     model = AutoModelForCausalLM.from_pretrained(out_dir)     # no trust_remote_code
     tokenizer = AutoTokenizer.from_pretrained(out_dir)
 
-qk_norm learned or frozen exports as ApertusForCausalLM (this model op for op), none as ArceeForCausalLM (the same
-decoder without q/k norms); attn_softcap, attn_gate, qk_norm_scope full, a gain per head (qk_gain_shape) and
-rope_fraction < 1 are refused before anything is written (`inexpressible` says why); attn_scale and qk_mult are
-folded into the q norm's gain (W_q without one), qk_gain_on and qk_gain_init are the gains' values. The input
-embedding is folded with sqrt(d_model) and the export is untied; whatever the classes default otherwise is set
-explicitly. Why each choice: docs/export.md.
+qk_norm learned or frozen exports as ApertusForCausalLM (this model op for op), none as ArceeForCausalLM; the
+variants neither expresses are refused before anything is written (`inexpressible` says why); attn_scale and qk_mult
+fold into the q norm's gain. The input embedding is folded with sqrt(d_model) and the export is untied; whatever the
+classes default otherwise is set explicitly. Why each choice: docs/export.md.
 """
 from __future__ import annotations
 

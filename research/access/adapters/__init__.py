@@ -3,12 +3,10 @@
     adapter = ADAPTERS[model_type](hf_model)      # or OwnAdapter(minimal_llm), own_adapter.py
     with adapter.capture(sink): adapter.forward(ids_BT)
 
-An adapter gives the layers, the q/k/v/o weights in nn.Linear layout, the norms' gains, each head's query/key weights
-as maps of the residual stream (`read_weights`) and RoPE as data (`rotary_dims`, `rope_pairing`); `capture` calls
-back into a sink layer by layer. The package: base.py (the interface), hf.py (the Llama layout, and `capture` for
-every Hugging Face family), llama_like.py, gpt2.py, gpt_neox.py, qwen3_5.py, gemma4.py; other modules import
-from here only. What each exposes, the sink's calls, how attention is captured: docs/inspection.md, "Model access:
-the adapters".
+The layers, q/k/v/o weights, norms' gains, query/key maps of the residual stream (`read_weights`), RoPE as data,
+and `capture`, which calls back into a sink layer by layer. base.py (the interface), hf.py (the Llama layout and every
+HF family's capture), llama_like.py, gpt2.py, gpt_neox.py, qwen3_5.py, gemma4.py; other modules import from here
+only. docs/inspection.md, "Model access: the adapters".
 """
 from __future__ import annotations
 

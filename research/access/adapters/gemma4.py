@@ -1,14 +1,10 @@
-"""Gemma 4's text model (gemma4_text): the Llama layout with per-layer shapes. Sliding-window layers have heads of
-config.head_dim and rotate them whole (θ 1e4); full-attention layers have larger heads (global_head_dim), often
-fewer KV heads, and "proportional" RoPE: rotate_half over the whole head with frequencies θ^(-2j / head_dim) for
-the first partial_rotary_factor of the pairs and 0 for the rest. q_norm and k_norm multiply by their weight (not
-1 + weight as Gemma 3's), v_norm normalizes values without a gain, and the logit scale is 1 (the norms take the
-place of 1/sqrt(d)). Full-attention layers with attention_k_eq_v have no v_proj: the values are v_norm of the key
-projection. The last num_kv_shared_layers layers have no k/v weights: each reads the keys and values of the last
-earlier layer of its type (config.kv_sharing_modes "store"/"reuse").
-
-Tools that read one head size for the whole model (the key probe, the studies) meet an InspectError that says so;
-qk-audit reads every layer through head_dim_of / kv_heads_of."""
+"""Gemma 4's text model (gemma4_text): the Llama layout with per-layer shapes. Sliding layers have heads of head_dim
+rotated whole; full-attention layers larger heads (global_head_dim), fewer KV heads, and "proportional" RoPE (the
+first partial_rotary_factor of the pairs at theta^(-2j / head_dim), the rest at 0). q_norm and k_norm multiply by
+their weight, v_norm has no gain, the logit scale is 1. attention_k_eq_v layers have no v_proj (v is k); the last
+num_kv_shared_layers layers read an earlier layer's keys and values (config.kv_sharing_modes). A tool that reads one
+head size per model gets an InspectError; qk-audit reads every layer (head_dim_of, kv_heads_of). docs/audit.md.
+"""
 from __future__ import annotations
 
 import torch.nn as nn
