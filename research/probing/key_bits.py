@@ -88,19 +88,30 @@ def quantization_errors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None
                                             dtype=dtype)))
 
 
+def cache_quantize(keys: torch.Tensor, case, scheme: str = "per_token", group: int = GROUP) -> torch.Tensor:
+    """keys [..., T, D] as a key cache stores them: `case` bits of an integer scheme (fake_quantize), or a format
+    engines ship, "name" or "name+keepS" (research.probing.key_formats: the first S tokens unquantized)."""
+    if isinstance(case, str):
+        from research.probing.key_formats import fake_format, split_case
+        name, keep = split_case(case)
+        return fake_format(keys, name, keep)
+    return fake_quantize(keys, case, scheme, group)
+
+
 @contextmanager
-def quantized_keys(model, bits: int | None, scheme: str, site: str = "pre_rope", layers=None,
+def quantized_keys(model, bits, scheme: str, site: str = "pre_rope", layers=None,
                    group: int = GROUP):
     """While open, every forward of `model` (a models.llm.MinimalLLM) runs with the keys of `layers` (all when None)
     fake-quantized at `site`: pre_rope (hook_k_norm's output, the keys before rotary) or post_rope (hook_k_rope's,
-    what the attention reads). A forward hook that returns a tensor replaces the hook point's output; the hooks are
-    removed on leaving, even after an error."""
+    what the attention reads); `bits` a number of bits of `scheme`, or a key-cache format (cache_quantize). A forward
+    hook that returns a tensor replaces the hook point's output; the hooks are removed on leaving, even after an
+    error."""
     if site not in KEY_SITES:
         raise ValueError(f"unknown site {site!r}: choose one of {', '.join(KEY_SITES)}")
-    fake_quantize(torch.zeros(1, 1, 1, model.cfg.d_head), bits, scheme)          # refuse a bad scheme or D now
+    cache_quantize(torch.zeros(1, 1, 1, model.cfg.d_head), bits, scheme)         # refuse a bad scheme or D now
 
     def hook(module, inputs, out_BTKD):                                        # [B, T, K, D] -> tokens on dim -2
-        return fake_quantize(out_BTKD.transpose(1, 2), bits, scheme, group).transpose(1, 2)
+        return cache_quantize(out_BTKD.transpose(1, 2), bits, scheme, group).transpose(1, 2)
 
     chosen = range(len(model.blocks)) if layers is None else layers
     handles = [getattr(model.blocks[i].attn, KEY_SITES[site]).register_forward_hook(hook) for i in chosen]
@@ -112,7 +123,7 @@ def quantized_keys(model, bits: int | None, scheme: str, site: str = "pre_rope",
 
 
 @torch.no_grad()
-def quantized_loss(model, idx_BT: torch.Tensor, targets_BT: torch.Tensor, bits: int | None, scheme: str,
+def quantized_loss(model, idx_BT: torch.Tensor, targets_BT: torch.Tensor, bits, scheme: str,
                    site: str = "pre_rope", layers=None) -> float:
     """The mean cross-entropy of `model` on (idx, targets) in eval mode with its keys fake-quantized
     (quantized_keys), as a float; the model's train/eval mode is restored. One forward pass."""

@@ -34,6 +34,27 @@ FORMATS: dict[str, tuple[float, str]] = {
 KEEP = (4, 32)  # the first S tokens kept unquantized that the measurements try (tract PR #2458; KVCrush keeps 32)
 
 
+def cases(D: int) -> tuple[str, ...]:
+    """The key-cache loss's cases for head size D: every format whose blocks split D, alone and with the first S
+    tokens kept (S in KEEP), "name+keepS"."""
+    fits = [f for f in FORMATS if D % {"nvfp4": NVFP4_BLOCK, "mxfp4": MX_BLOCK, "q8_0": GGML_BLOCK,
+                                        "q4_0": GGML_BLOCK}.get(f, 1) == 0]
+    return (*fits, *(f"{f}+keep{k}" for k in KEEP for f in fits))
+
+
+def split_case(case: str) -> tuple[str, int]:
+    """'nvfp4+keep32' -> ('nvfp4', 32); 'q8_0' -> ('q8_0', 0)."""
+    name, _, keep = case.partition("+keep")
+    return name, int(keep) if keep else 0
+
+
+def usable_format(changes: dict[str, float], base: float, margin: float) -> str | None:
+    """The case of fewest bytes per key value whose loss change lies within margin x |base| (the first listed among
+    equals; keeping S tokens counts the format's bytes: S tokens of a long cache), None where none does."""
+    ok = [c for c, v in changes.items() if abs(v) <= margin * abs(base)]
+    return min(ok, key=lambda c: bytes_per_value(split_case(c)[0])) if ok else None
+
+
 class FormatError(ValueError):
     """A head size a block format cannot split, or an unknown format."""
 
@@ -50,7 +71,7 @@ def e2m1(x: torch.Tensor) -> torch.Tensor:
     grid = torch.tensor(E2M1_GRID, device=x.device)
     even = torch.tensor(E2M1_EVEN, device=x.device)
     a = x.abs().clamp(max=E2M1_MAX)
-    hi = torch.bucketize(a, grid).clamp(1, len(grid) - 1)                       # grid[hi - 1] <= a <= grid[hi]
+    hi = torch.bucketize(a.contiguous(), grid).clamp(1, len(grid) - 1)          # grid[hi - 1] <= a <= grid[hi]
     lo_v, hi_v = grid[hi - 1], grid[hi]
     up = (a - lo_v > hi_v - a) | ((a - lo_v == hi_v - a) & even[hi])
     return torch.where(up, hi_v, lo_v) * x.sign()
@@ -161,5 +182,5 @@ def e4m3_block32(x: torch.Tensor) -> torch.Tensor:
     return (_fp8(b / safe, True) * safe).flatten(-2)
 
 
-__all__ = ["FORMATS", "KEEP", "FormatError", "bytes_per_value", "camelid_regimes", "dot_rmse", "e2m1",
-           "e4m3_block32", "fake_format"]
+__all__ = ["FORMATS", "KEEP", "FormatError", "bytes_per_value", "camelid_regimes", "cases", "dot_rmse", "e2m1",
+           "e4m3_block32", "fake_format", "split_case", "usable_format"]

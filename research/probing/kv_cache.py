@@ -5,9 +5,9 @@ sequences of the probe batch.
 
     section = kv_cache_record(model, ids_BT, targets_BT)      # results.json's "kv_cache" (KV_CACHE)
 
-key_cache is the one driver this project's models and Hugging Face ones (hf/kv.py) share. The section's fields
-(quantized[site][scheme][bits], projected[site][r], loss, usable_k_bits), why keys before rotary are rotated after,
-and the cost: docs/probing.md, "In the training probe".
+key_cache is the one driver this project's models and Hugging Face ones (hf/kv.py) share. The section's fields, why
+keys before rotary are rotated after, the formats engines ship and the cost: docs/probing.md, "In the training
+probe" and "Key-cache formats".
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import torch.nn as nn
 from research.analysis.rules import LOSS_MARGIN
 from research.probing.attention_error import attention_errors
 from research.analysis.key_cache import usable_k_bits
-from research.probing.key_bits import fake_quantize, quantized_loss
+from research.probing.key_bits import cache_quantize, fake_quantize, quantized_loss
+from research.probing.key_formats import bytes_per_value, cases as format_cases, split_case, usable_format
 from research.probing.key_rank import key_basis
 from research.probing.metrics import key_moments
 from research.access.own_adapter import OwnAdapter
@@ -65,6 +66,8 @@ def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = Non
     cases = [(site, s, b) for site in KV_SITES for s in schemes_for(D) for b in KV_BITS]
     approx = [(q, _rotate(rotary, fake_quantize(k_pre, b, s)) if site == "pre_rope" else fake_quantize(k_post, b, s))
               for site, s, b in cases]
+    formats = [c for c in format_cases(D) if "+keep" not in c]  # the engines' formats, on the cache (after RoPE)
+    approx += [(q, cache_quantize(k_post, c)) for c in formats]
     ranks = [D // n for n in RANK_DIVISORS]
     bases = {"pre_rope": key_basis(key_moments(k_pre)), "post_rope": key_basis(key_moments(k_post))}
     projected = [(site, r) for site in KV_SITES for r in ranks]
@@ -73,19 +76,26 @@ def layer_errors(t: dict[str, torch.Tensor], rotary, softcap: float | None = Non
         approx.append((q, _rotate(rotary, k_pre @ P) if site == "pre_rope" else k_post @ P))
     errors = [{name: e.tolist() for name, e in err.items()}
               for err in attention_errors(q, k_post, v, approx, scale=scale, softcap=softcap)]
-    out: dict = {"quantized": {}, "projected": {}}
+    out: dict = {"quantized": {}, "projected": {}, "formats": {}}
     for (site, s, b), err in zip(cases, errors):
         out["quantized"].setdefault(site, {}).setdefault(s, {})[str(b)] = err
-    for (site, r), err in zip(projected, errors[len(cases):]):
+    for c, err in zip(formats, errors[len(cases):]):
+        out["formats"][c] = err
+    for (site, r), err in zip(projected, errors[len(cases) + len(formats):]):
         out["projected"].setdefault(site, {})[str(r)] = err
     return out
 
 
-def layer_bits(per_layer: list[dict[int, float]], base: float) -> dict:
-    """The section's per-layer usable bits: each layer's losses with only its keys quantized, by bits ({bits: loss}
-    per layer), and each layer's usable_k_bits within the loss margin of `base`, the unquantized loss."""
-    return {"by_bits": [{str(b): v for b, v in losses.items()} for losses in per_layer],
-            "usable_k_bits": [usable_k_bits(losses, base, LOSS_MARGIN) for losses in per_layer]}
+def layer_bits(per_layer: list[dict], base: float) -> dict:
+    """The section's per-layer usable bits and formats: each layer's losses with only its keys quantized, by bits
+    and by format ({bits or format: loss} per layer), each layer's usable_k_bits within the loss margin of `base`
+    (the unquantized loss), and its usable_k_format (the fewest bytes per value within it)."""
+    bits = [{b: v for b, v in losses.items() if not isinstance(b, str)} for losses in per_layer]
+    fmts = [{c: v for c, v in losses.items() if isinstance(c, str)} for losses in per_layer]
+    return {"by_bits": [{str(b): v for b, v in x.items()} for x in bits],
+            "usable_k_bits": [usable_k_bits(x, base, LOSS_MARGIN) for x in bits],
+            "by_format": fmts,
+            "usable_k_format": [usable_format({c: v - base for c, v in x.items()}, base, LOSS_MARGIN) for x in fmts]}
 
 
 @torch.no_grad()
@@ -96,10 +106,11 @@ def key_cache(model: nn.Module, precision: str, shape_BT, D: int, n_layers: int,
     quantized (loss(bits, layers): the mean loss with the keys of `layers`, None: all, quantized to `bits`), measured
     on sequences [B, T] in eval mode and `precision`, the module's mode and the RNG states restored. With per_layer,
     each layer's usable bits too (layer_bits: that layer's keys alone quantized, len(KV_BITS) forwards a layer)."""
+    plain = [c for c in format_cases(D) if "+keep" not in c]
     with measuring(model, next(model.parameters()).device, precision):
         layers = errors()
-        losses = {b: loss(b, None) for b in LOSS_BITS}
-        each = [{b: loss(b, [i]) for b in KV_BITS} for i in range(n_layers)] if per_layer else None
+        losses = {b: loss(b, None) for b in (*LOSS_BITS, *format_cases(D))}
+        each = [{b: loss(b, [i]) for b in (*KV_BITS, *plain)} for i in range(n_layers)] if per_layer else None
     section = kv_section(shape_BT, precision, D, layers, losses)
     return section if each is None else {**section, "layer_bits": layer_bits(each, losses[16])}
 
@@ -118,7 +129,9 @@ def kv_cache_record(model: nn.Module, ids_BT: torch.Tensor, targets_BT: torch.Te
         with adapter.capture(sink):
             model.hidden(ids)
         return sink.layers
-    loss = lambda b, layers: quantized_loss(model, ids, targets, b, LOSS_SCHEME, LOSS_SITE, layers)  # noqa: E731
+    def loss(case, layers) -> float:  # bits: per_token before RoPE; a format: the cache after RoPE, as engines hold it
+        site = "post_rope" if isinstance(case, str) else LOSS_SITE
+        return quantized_loss(model, ids, targets, case, LOSS_SCHEME, site, layers)
     return key_cache(model, precision, ids.shape, model.cfg.d_head, len(model.blocks), errors, loss, per_layer)
 
 
@@ -157,10 +170,15 @@ def kv_section(shape_BT, precision: str, D: int, layers: list[dict], losses: dic
     """results.json's kv_cache section (KV_CACHE) of layer_errors' records and the losses by bits (16: the
     reference) of sequences [B, T] measured in `precision`."""
     base = losses[16]
+    fmts = {c: v for c, v in losses.items() if isinstance(c, str)}
+    losses = {b: v for b, v in losses.items() if not isinstance(b, str)}
+    formats = {"site": "post_rope", "cases": list(fmts), "bytes": {c: bytes_per_value(split_case(c)[0]) for c in fmts},
+               "by_format": fmts, "change": {c: v - base for c, v in fmts.items()},
+               "usable_k_format": usable_format({c: v - base for c, v in fmts.items()}, base, LOSS_MARGIN)}
     return {"sequences": int(shape_BT[0]), "seq_len": int(shape_BT[1]), "precision": precision,
             "bits": list(KV_BITS), "schemes": list(schemes_for(D)), "ranks": [D // n for n in RANK_DIVISORS],
             "loss": {"scheme": LOSS_SCHEME, "site": LOSS_SITE, "by_bits": {str(b): v for b, v in losses.items()},
                      "change": {str(b): v - base for b, v in losses.items()}},
             "usable_k_bits": usable_k_bits({b: losses[b] for b in KV_BITS}, base, LOSS_MARGIN),
-            "loss_margin": LOSS_MARGIN,
+            "loss_margin": LOSS_MARGIN, **({"formats": formats} if fmts else {}),
             "layers": sorted(layers, key=lambda r: r["layer"])}

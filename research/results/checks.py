@@ -98,7 +98,8 @@ _KV_LAYER = Obj({
     "quantized": MapOf(MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="bits ('8', '4', ...)"),
                              key_pattern="|".join(KV_SCHEMES), key_kind=f"a scheme ({', '.join(KV_SCHEMES)})"),
                        **_BY_SITE),
-    "projected": MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="a rank ('8', '16', ...)"), **_BY_SITE)})
+    "projected": MapOf(MapOf(_ERRORS, key_pattern=_WHOLE_KEY, key_kind="a rank ('8', '16', ...)"), **_BY_SITE),
+    "formats": Opt(MapOf(_ERRORS))})  # since 2026-11-29: each key-cache format's errors, after RoPE
 _BY_BITS = MapOf(Number(), key_pattern=_WHOLE_KEY, key_kind="bits ('16', '8', ...)")
 KV_SECTION = _KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=False)),
            "sequences": Req(Integer("a positive integer", nullable=False, lo=1)),
@@ -108,10 +109,18 @@ KV_SECTION = _KV = Obj({"step": Opt(Integer("a step (an integer)", nullable=Fals
            "loss": Obj({"scheme": Text(), "site": Text(), "by_bits": Req(_BY_BITS), "change": Req(_BY_BITS)},
                        nullable=True),
            "usable_k_bits": Integer("a number of bits (an integer)", lo=1), "loss_margin": Number(),
+           # since 2026-11-29: the formats engines ship (research.probing.key_formats), the loss with every key in
+           # each, after RoPE, and the fewest bytes per value within the loss margin
+           "formats": Opt(Obj({"site": Text(), "cases": ListOf(Text(nullable=False), "a list of format names"),
+                               "bytes": MapOf(Number()), "by_format": MapOf(Number()), "change": MapOf(Number()),
+                               "usable_k_format": Text("a format name, or null")})),
            # since 2026-11-28, with kv_layer_bits: each layer's losses with only its keys quantized, its usable bits
            "layer_bits": Opt(Obj({"by_bits": Req(ListOf(_BY_BITS, "a list of one object per layer")),
                                   "usable_k_bits": Req(ListOf(Integer("a number of bits (an integer)", lo=1),
-                                                              "a list of one number of bits (or null) per layer"))})),
+                                                              "a list of one number of bits (or null) per layer")),
+                                  "by_format": Opt(ListOf(MapOf(Number()), "a list of one object per layer")),
+                                  "usable_k_format": Opt(ListOf(Text("a format name, or null"),
+                                                                "a list of one format (or null) per layer"))})),
            "layers": Req(ListOf(_KV_LAYER, "a list of layer records"))})
 _PROBE = Obj({"layers": ListOf(_RECORD, "a list of one or more layer records", nonempty=True, uniform=True,
                                size="should be a list of {n} layer records, as in every other probe, found {len}"),

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from research.probing.hf.rotary import RopeError, layer_ropes
-from research.probing.key_bits import fake_quantize
+from research.probing.key_bits import cache_quantize, fake_quantize
 from research.probing.kv_cache import LOSS_BITS, LOSS_SCHEME, ErrorSink, KVError, key_cache
 
 LOSS_CHUNK = 64  # positions whose vocabulary logits are formed at once for a batch's loss
@@ -85,7 +85,9 @@ class _Quantized:
         rope = self.ropes[i]
         q, k, v = _heads_first(q, k, v)
         with torch.autocast(q.device.type, enabled=False):
-            if i in self.layers:
+            if i in self.layers and isinstance(self.bits, str):  # a format engines ship: the cache after RoPE
+                k = cache_quantize(k, self.bits)
+            elif i in self.layers:
                 k = rope(fake_quantize(rope.inverse(k), self.bits, LOSS_SCHEME))
             return causal_attention(q, k, v, scaling, window, softcap).permute(1, 2, 0, 3)
 

@@ -184,3 +184,27 @@ def test_per_layer_usable_bits_of_a_layer_without_keys():
 def test_the_callback_measures_per_layer_bits_when_asked(tmp_path):
     res = run_callback(tmp_path, kv_layer_bits=True)
     assert res[KV_CACHE]["step"] == 3 and len(res[KV_CACHE]["layer_bits"]["usable_k_bits"]) == 2
+
+
+def test_the_key_cache_formats_engines_ship_are_measured_and_the_fewest_bytes_within_the_margin_chosen():
+    """Every format (and each with the first 4 and 32 tokens kept) gets a loss with every key in it, after RoPE;
+    the per-layer errors hold each plain format; a layer whose keys are all zero keeps the unquantized loss in every
+    format (zero is on every grid), so its usable format is the one of fewest bytes per value, MXFP4's 0.53125 (17
+    bytes per 32 values; NVFP4 and q4_0 take 0.5625)."""
+    from research.probing.key_formats import FORMATS, KEEP, bytes_per_value
+    model = keys_in(list(range(D)))
+    with torch.no_grad():
+        model.blocks[1].attn.wk.weight.zero_()
+    x = ids(4, 40)
+    section = kv_cache_record(model, x, x.roll(1, dims=1), rows=3, per_layer=True)
+    f = section["formats"]
+    assert f["cases"] == [*FORMATS, *(f"{n}+keep{k}" for k in KEEP for n in FORMATS)] and f["site"] == "post_rope"
+    base = section["loss"]["by_bits"]["16"]
+    assert all(f["change"][c] == pytest.approx(f["by_format"][c] - base, abs=0) for c in f["cases"])
+    assert f["change"]["q8_0"] != 0 and abs(f["change"]["q8_0"]) < abs(f["change"]["q4_0"])
+    ok = [c for c in f["cases"] if abs(f["change"][c]) <= section["loss_margin"] * base]
+    assert f["usable_k_format"] == (min(ok, key=lambda c: bytes_per_value(c.split("+")[0])) if ok else None)
+    assert all(set(layer["formats"]) == set(FORMATS) for layer in section["layers"])
+    lb = section["layer_bits"]
+    assert lb["by_format"][1] == {n: base for n in FORMATS} and lb["usable_k_format"][1] == "mxfp4"
+    assert set(lb["by_format"][0]) == set(FORMATS)
