@@ -56,7 +56,7 @@ class Quantity:
     @property
     def layered(self) -> bool:
         """Whether it has a value per layer (a probed quantity, or a key cache error; not a loss)."""
-        return self.site is not None or (bool(self.kv) and self.kv[0] != "loss")
+        return self.site is not None or (bool(self.kv) and self.kv[0] not in ("loss", "format"))
 
     def final(self, res: dict) -> float:
         """Its final value in a run: the layer mean at the last probe record, the last per-probe value, or the key
@@ -97,7 +97,8 @@ QUANTITIES = (
 )
 # What a key cache costs (docs/probing.md): the keys' rank at 90% energy after RoPE, their energy in rotary pairs too
 # slow to turn within the training context, the loss change with every key quantized per token before RoPE at 4 and 3
-# bits (a share of the unquantized loss: its margin is KV_LOSS_MARGIN, absolute), the logits' error with 4-bit keys.
+# bits (a share of the unquantized loss: its margin is KV_LOSS_MARGIN, absolute), the logits' error with 4-bit keys,
+# and the loss change with every key in each key-cache format engines ship (the same share and margin).
 KV_QUANTITIES = (
     Quantity("rank90", "key rank at 90% energy after RoPE (rank90)", "k_rope", "rank90", decimals=2),
     Quantity("low_freq_share", "keys' energy share in low rotary frequencies", "k_norm", "low_freq_share"),
@@ -107,6 +108,10 @@ KV_QUANTITIES = (
              margin="loss_share", decimals=4, kv=("loss", "3")),
     Quantity("kv_logit_error_4bit", "logit error with 4-bit keys", None, "kv_logit_error_4bit",
              kv=("quantized", "pre_rope", "per_token", "4", "logit_error")),
+    # the formats engines ship (research.probing.key_formats), every key in it after RoPE, as the engines cache it
+    *(Quantity(f"kv_loss_{f}", f"loss change with {f} keys (share of the loss)", None, f"kv_loss_{f}",
+               margin="loss_share", decimals=4, kv=("format", f))
+      for f in ("fp8_e4m3", "fp8_e5m2", "nvfp4", "mxfp4", "q8_0", "q4_0", "nvfp4+keep32", "q4_0+keep32")),
 )
 ALL_QUANTITIES = QUANTITIES + KV_QUANTITIES
 KEYS = tuple(q.key for q in ALL_QUANTITIES)

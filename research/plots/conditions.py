@@ -4,6 +4,7 @@
     per_layer.png      each probed quantity per layer at the last probe, mean over seeds with its 95% band
     comparisons.png    every comparison of every quantity: its estimate and interval in the quantity's units,
                        against its margin (the outcome the report names is read off these)
+    kv_formats.png     where the runs measured the key-cache formats: loss change against bytes per key value
 
 Each figure stands right after the paragraph that says what it shows. What the report and its "In short" (in_short,
 placed under the title by research.studies.render) state, and how each difference and margin is printed:
@@ -153,8 +154,51 @@ def fig_comparisons(a: ConditionsAnalysis):
     return fig
 
 
+KV_FORMATS = "kv_formats.png"  # drawn where the runs' key-cache sections hold the formats engines ship
+
+
+def _format_changes(res: dict) -> dict[str, tuple[float, float]]:
+    """{format case: (bytes per key value, loss change as a share of the unquantized loss)} of a run's section."""
+    kv = res.get("kv_cache") or {}
+    f, base = kv.get("formats") or {}, ((kv.get("loss") or {}).get("by_bits") or {}).get("16")
+    if not f or not base:
+        return {}
+    return {c: (f["bytes"][c], f["change"][c] / base) for c in f.get("cases", []) if c in f.get("change", {})}
+
+
+@styled
+def fig_kv_formats(a: ConditionsAnalysis):
+    """Loss change against bytes per key value, every format (and each with the first tokens kept) a point per
+    condition: mean over seeds with its 95% interval, the key-cache loss margin shaded."""
+    from research.analysis.stats import mean_ci95
+    fig, ax = subplots(figsize=(9, 5))
+    cols = colors(a.conditions)
+    for n, cond in enumerate(a.conditions):
+        per = [_format_changes(r) for r in a.runs[cond]]
+        names = sorted({c for p in per for c in p}, key=lambda c: (per[0].get(c, (9, 0))[0], c))
+        for c in names:
+            x = next(p[c][0] for p in per if c in p) * (1 + 0.012 * (n - len(a.conditions) / 2))
+            m, h = mean_ci95([100 * p[c][1] for p in per if c in p])
+            ax.errorbar([x], [m], yerr=[[h if math.isfinite(h) else 0]], fmt="o" if "+keep" not in c else "^",
+                        color=cols[cond], ms=5, capsize=2, label=cond if c == names[0] else None)
+            if n == 0:
+                ax.annotate(c, (x, m), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhspan(-100 * a.kv_loss_margin, 100 * a.kv_loss_margin, color="0.85", zorder=0)
+    ax.set_xlabel("bytes per key value")
+    ax.set_ylabel("loss change, every key in the format (% of the loss)")
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.legend(fontsize=8)
+    ax.set_title("Key-cache formats: loss change against bytes per key value\nmean over seeds with its 95% "
+                 "interval; triangles: the first tokens kept; grey: the key-cache loss margin", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
 def figures(a: ConditionsAnalysis) -> dict:
-    return dict(zip(FIGURES, (fig_trajectories(a), fig_per_layer(a), fig_comparisons(a))))
+    out = dict(zip(FIGURES, (fig_trajectories(a), fig_per_layer(a), fig_comparisons(a))))
+    if any(_format_changes(r) for runs in a.runs.values() for r in runs):
+        out[KV_FORMATS] = fig_kv_formats(a)
+    return out
 
 
 # ----------------------------------------------------------------------------- report

@@ -110,11 +110,13 @@ def kv_layers(section: dict | None, path: tuple[str, ...]) -> np.ndarray:
 
 def kv_value(section: dict | None, path: tuple[str, ...]) -> float:
     """One number of a key cache section (results.json's kv_cache): for ("loss", bits) the change of the loss with
-    every key quantized at `bits` as a share of the unquantized loss, (L_bits - L_16) / L_16; for a path of per-layer
+    every key quantized at `bits` as a share of the unquantized loss, (L_bits - L_16) / L_16, and for ("format",
+    name) with every key in that key-cache format; for a path of per-layer
     errors (kv_layers) their mean over layers. NaN where the section or the value is missing."""
-    if path[0] == "loss":
+    if path[0] in ("loss", "format"):  # ("format", name): every key in a key-cache format, after RoPE
         by_bits = ((section or {}).get("loss") or {}).get("by_bits") or {}
-        base, value = as_float(by_bits.get("16")), as_float(by_bits.get(path[1]))
+        found = by_bits if path[0] == "loss" else ((section or {}).get("formats") or {}).get("by_format") or {}
+        base, value = as_float(by_bits.get("16")), as_float(found.get(path[1]))
         return (value - base) / base if base else math.nan
     layers = kv_layers(section, path)
     return float(np.nanmean(layers)) if np.isfinite(layers).any() else math.nan

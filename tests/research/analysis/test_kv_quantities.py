@@ -62,7 +62,8 @@ def test_a_study_names_key_cache_quantities_primary():
             "NoQK": [kv_run("NoQK", s, loss_4bit=4.0 * (1 + x), rank90=12.0 + s) for s, x in
                      zip(SEEDS, (0.05, 0.06, 0.07))]}
     a = analyze(ConditionRuns(runs, "QK", ("kv_loss_4bit", "rank90")), 0.03, 0.005)
-    assert a.quantities == QUANTITIES + KV_QUANTITIES and a.primary == ("rank90", "kv_loss_4bit")
+    # the formats' loss changes are not held: these runs' sections measured none (a section before them)
+    assert a.quantities == QUANTITIES + KV_QUANTITIES[:5] and a.primary == ("rank90", "kv_loss_4bit")
     d = a.decisions["kv_loss_4bit"][("NoQK", "QK")]
     assert (d.diff, d.margin, d.share, d.ci_level) == (pytest.approx(0.055), 0.001, None, 1 - 0.05 / 2)
     assert d.ci == pytest.approx((0.055 - 0.03583, 0.055 + 0.03583), abs=1e-4) and d.outcome == DIFFERENT
@@ -83,3 +84,39 @@ def test_runs_without_them_are_decided_as_before_unless_named_primary():
     named = analyze(ConditionRuns(runs, "QK", ("kv_loss_3bit",)), 0.03, 0.005)
     assert [q.key for q in named.quantities] == [*(q.key for q in QUANTITIES), "kv_loss_3bit"]
     assert named.decisions["kv_loss_3bit"][("NoQK", "QK")].outcome == NO_DATA
+
+
+def test_the_key_cache_formats_loss_changes_are_quantities_where_the_sections_hold_them():
+    """A section with formats (research.probing.kv_cache since issue 72): kv_loss_<format> is the loss with every key
+    in the format as a share of the unquantized loss, decided against the same absolute kv_loss_margin; where the
+    runs hold them they are decided, beside the others."""
+    def with_formats(tag, seed, nvfp4):
+        run = kv_run(tag, seed)
+        run["kv_cache"]["formats"] = {"site": "post_rope", "cases": ["nvfp4", "q8_0"], "bytes": {"nvfp4": 0.5625,
+                                                                                                  "q8_0": 1.0625},
+                                      "by_format": {"nvfp4": nvfp4, "q8_0": 4.0004},
+                                      "change": {"nvfp4": nvfp4 - 4.0, "q8_0": 0.0004}, "usable_k_format": "q8_0"}
+        return validate(run)
+    run = with_formats("QK", 0, 4.08)
+    assert Q["kv_loss_nvfp4"].final(run) == pytest.approx(0.02) and Q["kv_loss_q8_0"].final(run) == \
+        pytest.approx(0.0001) and math.isnan(Q["kv_loss_mxfp4"].final(run)) and not Q["kv_loss_nvfp4"].layered
+    runs = {"QK": [with_formats("QK", s, 4.08) for s in SEEDS],
+            "NoQK": [with_formats("NoQK", s, 4.0 + x) for s, x in zip(SEEDS, (0.01, 0.012, 0.014))]}
+    a = analyze(ConditionRuns(runs, "QK"), 0.03, 0.005)
+    held = {q.key for q in a.quantities}
+    assert {"kv_loss_nvfp4", "kv_loss_q8_0"} <= held and "kv_loss_mxfp4" not in held
+    d = a.decisions["kv_loss_nvfp4"][("NoQK", "QK")]
+    assert d.diff == pytest.approx(-0.017) and d.margin == 0.001 and d.outcome == DIFFERENT
+
+
+def test_the_formats_figure_is_drawn_only_where_the_runs_measured_them():
+    from research.plots.conditions import KV_FORMATS, figures
+    plain = analyze(ConditionRuns({c: [kv_run(c, s) for s in SEEDS] for c in ("QK", "NoQK")}, "QK"), 0.03, 0.005)
+    assert KV_FORMATS not in figures(plain)
+    run = kv_run("QK", 0)
+    run["kv_cache"]["formats"] = {"site": "post_rope", "cases": ["q8_0"], "bytes": {"q8_0": 1.0625},
+                                  "by_format": {"q8_0": 4.004}, "change": {"q8_0": 0.004}, "usable_k_format": "q8_0"}
+    a = analyze(ConditionRuns({"QK": [validate(run)], "NoQK": [kv_run("NoQK", 0)]}, "QK"), 0.03, 0.005)
+    fig = figures(a)[KV_FORMATS]
+    (x, y), = fig.axes[0].lines[0].get_xydata()[:1]
+    assert y == pytest.approx(0.1)  # 0.004 / 4.0, in % of the loss
