@@ -240,6 +240,9 @@ def run(kind: str, config: str, precision: str, steps: int, layers: int, impl: s
     if kind == "telemetry":
         from research.speed.telemetry import measure_telemetry
         return measure_telemetry(steps)
+    if kind == "kv-formats":
+        from research.speed.kv_formats import measure_kv_formats
+        return measure_kv_formats(steps)
     raise ValueError(f"unknown measurement {kind!r}")
 
 
@@ -275,6 +278,8 @@ MEASUREMENTS = {
     "telemetry": "the per-step telemetry's cost (logit_max, key_norm, update_rms at every step, as log_every 1 "
                  "logs) on the tiny preset's training step, with and without, alternating in one process: the median "
                  "relative cost",
+    "kv-formats": "the key-cache section with and without the key-cache formats on the tiny preset's model and the "
+                  "section's 8 sequences, --steps rounds alternating: the formats' cost in plain forwards",
 }
 
 
