@@ -395,6 +395,9 @@ class RunConfig:
         _check(self.train.qk_clip == 0 or self.model.qk_norm == "none",
                f"qk_clip={self.train.qk_clip} with qk_norm={self.model.qk_norm!r}: under QK-norm the logits do not "
                f"depend on the scale of W_q and W_k, so QK-clip applies only with --qk_norm none")
+        _check(not self.train.spike_alarm.startswith("gate_closed") or self.model.attn_gate != "none",
+               f"spike_alarm={shown(self.train.spike_alarm)} watches the attention gates, and attn_gate is none: "
+               f"give --attn_gate elementwise or headwise, or watch another signal")
         _check(self.data.tokenizer != "bpe" or self.model.vocab_size >= 260,
                f"vocab_size={self.model.vocab_size} is too small for a byte-level BPE (256 bytes + specials)")
         self._check_step_scalars()

@@ -176,3 +176,19 @@ def test_recomputed_forwards_and_qk_in_adamw_keep_the_signals(debug_cfg, tmp_pat
         assert b["key_norm"] == pytest.approx(a["key_norm"], rel=1e-6) and b["logit_max"] == a["logit_max"]
     qk = train_lines(tmp_path / "qk_adamw")[0]["update_rms"]
     assert qk["muon"] != plain[0]["update_rms"]["muon"] and qk["adamw"] != plain[0]["update_rms"]["adamw"]
+
+
+def test_a_gate_alarm_without_gates_is_refused_and_with_them_the_line_holds_gate_closed(tmp_path):
+    """gate_closed is only measured with gated attention: watching it without gates is refused in one line; with a
+    headwise gate every logged line holds one share per layer, 0 at the first step (gates near 0.5)."""
+    import json
+    from configs import ConfigError, apply_overrides, get_preset
+    with pytest.raises(ConfigError, match="watches the attention gates, and attn_gate is none"):
+        apply_overrides(get_preset("debug"), {"spike_alarm": "gate_closed:0.9"})
+    from train_llm import main
+    summary = main(["--preset", "debug", "--attn_gate", "headwise", "--spike_alarm", "gate_closed:0.9", "--out",
+                    str(tmp_path / "run"), "--log_every", "1", "--no_progress"])
+    assert summary["alarms"] == []
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if "loss" in x and "gate_closed" in x]
+    assert train and all(len(x["gate_closed"]) == 2 for x in train) and train[0]["gate_closed"] == [0.0, 0.0]
