@@ -168,28 +168,34 @@ def _format_changes(res: dict) -> dict[str, tuple[float, float]]:
 
 @styled
 def fig_kv_formats(a: ConditionsAnalysis):
-    """Loss change against bytes per key value, every format (and each with the first tokens kept) a point per
-    condition: mean over seeds with its 95% interval, the key-cache loss margin shaded."""
+    """Loss change per key-cache format, the formats in order of bytes per key value (the tick labels say how many),
+    each condition a colour, the format alone (circle) and with the first 4 and 32 tokens kept (square, triangle):
+    mean over seeds with its 95% interval, the key-cache loss margin shaded."""
     from research.analysis.stats import mean_ci95
-    fig, ax = subplots(figsize=(9, 5))
-    cols = colors(a.conditions)
-    for n, cond in enumerate(a.conditions):
-        per = [_format_changes(r) for r in a.runs[cond]]
-        names = sorted({c for p in per for c in p}, key=lambda c: (per[0].get(c, (9, 0))[0], c))
-        for c in names:
-            x = next(p[c][0] for p in per if c in p) * (1 + 0.012 * (n - len(a.conditions) / 2))
-            m, h = mean_ci95([100 * p[c][1] for p in per if c in p])
-            ax.errorbar([x], [m], yerr=[[h if math.isfinite(h) else 0]], fmt="o" if "+keep" not in c else "^",
-                        color=cols[cond], ms=5, capsize=2, label=cond if c == names[0] else None)
-            if n == 0:
-                ax.annotate(c, (x, m), textcoords="offset points", xytext=(4, 4), fontsize=7)
-    ax.axhspan(-100 * a.kv_loss_margin, 100 * a.kv_loss_margin, color="0.85", zorder=0)
-    ax.set_xlabel("bytes per key value")
+    per = {c: [_format_changes(r) for r in a.runs[c]] for c in a.conditions}
+    seen = {name: v[0] for runs in per.values() for p in runs for name, v in p.items()}
+    plain = sorted((n for n in seen if "+keep" not in n), key=lambda n: (seen[n], n))
+    fig, ax = subplots(figsize=(max(8, 1.3 * len(plain)), 5))
+    cols, C = colors(a.conditions), len(a.conditions)
+    for i, cond in enumerate(a.conditions):
+        for j, (suffix, marker) in enumerate((("", "o"), ("+keep4", "s"), ("+keep32", "^"))):
+            for x, name in enumerate(plain):
+                vals = [100 * p[name + suffix][1] for p in per[cond] if name + suffix in p]
+                if not vals:
+                    continue
+                m, h = mean_ci95(vals)
+                ax.errorbar([x + (i - (C - 1) / 2) * 0.18 + (j - 1) * 0.05], [m], yerr=[[h if math.isfinite(h)
+                                                                                       else 0]],
+                            fmt=marker, color=cols[cond], ms=4, capsize=1.5, lw=0.8,
+                            label=cond if (j, x) == (0, 0) else None)
+    ax.axhspan(-100 * a.kv_loss_margin, 100 * a.kv_loss_margin, color="0.88", zorder=0)
+    ax.axhline(0, color="0.5", lw=0.6)
+    ax.set_xticks(range(len(plain)), [f"{n}\n{seen[n]:.3g} B" for n in plain], fontsize=8)
     ax.set_ylabel("loss change, every key in the format (% of the loss)")
-    ax.set_yscale("symlog", linthresh=0.1)
     ax.legend(fontsize=8)
-    ax.set_title("Key-cache formats: loss change against bytes per key value\nmean over seeds with its 95% "
-                 "interval; triangles: the first tokens kept; grey: the key-cache loss margin", fontsize=9)
+    ax.set_title("Key-cache formats by bytes per key value: loss change, mean over seeds with its 95% interval\n"
+                 "circle: the format; square, triangle: the first 4, 32 tokens kept; grey: the key-cache loss margin",
+                 fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -467,6 +473,11 @@ def report(a: ConditionsAnalysis) -> str:
               "Every comparison's estimate and interval against its margin (grey), in the quantity's units or as a "
               "ratio minus 1: red beyond the margin, blue inside it, dark grey not decided.", "",
               figure_line("comparisons.png", "every comparison's interval against its margin"), ""]
+    if any(_format_changes(r) for runs in a.runs.values() for r in runs):
+        lines += ["Every key-cache format's loss change (every key in it, after RoPE, a share of the loss) against its "
+                  "bytes per key value, per condition: mean over seeds with its 95% interval, the key-cache loss "
+                  "margin shaded; each run's fewest bytes within it is its results.json's usable_k_format.", "",
+                  figure_line(KV_FORMATS, "loss change against bytes per key value, every format"), ""]
     for q in a.quantities:
         lines += [f"### {q.text}", ""] + ([_family(a, q), ""] if _family(a, q) else [])
         lines += ["| condition | final | n |", "|---|---|---|"]
