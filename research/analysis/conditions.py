@@ -115,6 +115,9 @@ KV_QUANTITIES = (
 )
 ALL_QUANTITIES = QUANTITIES + KV_QUANTITIES
 KEYS = tuple(q.key for q in ALL_QUANTITIES)
+# How a message lists them: the formats' loss changes as one entry (docs/probing.md, "Key-cache formats")
+KEYS_TEXT = ", ".join([k for k in KEYS if not (k.startswith("kv_loss_") and not k.endswith("bit"))]
+                      + ["kv_loss_<format> of the key-cache formats"])
 
 
 def primary_needs(primary) -> dict[str, str]:
@@ -127,12 +130,12 @@ def check_primary(value) -> tuple[str, ...]:
     """A study's primary quantities (a non-empty list of distinct keys of QUANTITIES) as a tuple; ConfigError (one
     line: what is wrong and the fix) otherwise. The one check of a study file's `primary` and of study.json's."""
     if not isinstance(value, list) or not value:
-        raise ConfigError(f"primary: expected a non-empty list of quantity keys ({', '.join(KEYS)}), found "
+        raise ConfigError(f"primary: expected a non-empty list of quantity keys ({KEYS_TEXT}), found "
                           f"{shown(value, 60)}. Fix: e.g. primary: [logit_max, val_loss], or leave primary out")
     for key in value:
         if key not in KEYS:
             close = difflib.get_close_matches(str(key), KEYS, n=1)
-            raise ConfigError(f"primary: {shown(key, 40)} is not a quantity of the study ({', '.join(KEYS)})"
+            raise ConfigError(f"primary: {shown(key, 40)} is not a quantity of the study ({KEYS_TEXT})"
                               + (f"; did you mean {close[0]!r}?" if close else ".") + " Fix: name quantities of "
                               "that list")
     twice = sorted({k for k in value if value.count(k) > 1}, key=KEYS.index)

@@ -2,8 +2,7 @@
 
     trajectories.png   each quantity (layer mean) over training: mean over seeds with its 95% band, per condition
     per_layer.png      each probed quantity per layer at the last probe, mean over seeds with its 95% band
-    comparisons.png    every comparison of every quantity: its estimate and interval in the quantity's units,
-                       against its margin (the outcome the report names is read off these)
+    comparisons.png    every comparison of every quantity: its estimate and interval against its margin
     kv_formats.png     where the runs measured the key-cache formats: loss change against bytes per key value
 
 Each figure stands right after the paragraph that says what it shows. What the report and its "In short" (in_short,

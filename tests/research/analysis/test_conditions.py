@@ -218,8 +218,9 @@ def test_primary_names_are_checked_with_the_closest_and_the_fix():
     assert check_primary(["logit_max", "val_loss"]) == ("logit_max", "val_loss")
     with pytest.raises(ConfigError, match=r"primary: 'logit_mx' is not a quantity of the study \(pr_sv, pr_var, "
                                           r"key_norm, max_abs, logit_max, entropy, sink_mass, val_loss, loss, rank90, "
-                                              r"low_freq_share, kv_loss_4bit, kv_loss_3bit, kv_logit_error_4bit\); did "
-                                          r"you mean 'logit_max'\? Fix: name quantities of that list"):
+                                          r"low_freq_share, kv_loss_4bit, kv_loss_3bit, kv_logit_error_4bit, "
+                                          r"kv_loss_<format> of the key-cache formats\); did you mean 'logit_max'\? "
+                                          r"Fix: name quantities of that list"):
         check_primary(["logit_mx"])
     with pytest.raises(ConfigError, match=r"primary: expected a non-empty list of quantity keys .*found \[\]"):
         check_primary([])

@@ -74,8 +74,8 @@ def test_a_study_file_is_read_into_a_study(tmp_path):
     (GOOD.replace("margin: 0.05", "margin: 5"), "s.yaml: margin 5 must be a share of the mean between 0 and 1"),
     (GOOD.replace("margin: 0.05", "primary: [logit_mx]"),
      "s.yaml: primary: 'logit_mx' is not a quantity of the study (pr_sv, pr_var, key_norm, max_abs, logit_max, "
-     "entropy, sink_mass, val_loss, loss, rank90, low_freq_share, kv_loss_4bit, kv_loss_3bit, kv_logit_error_4bit); "
-     "did you mean 'logit_max'? Fix: name quantities of that list"),
+     "entropy, sink_mass, val_loss, loss, rank90, low_freq_share, kv_loss_4bit, kv_loss_3bit, kv_logit_error_4bit, "
+     "kv_loss_<format> of the key-cache formats); did you mean 'logit_max'? Fix: name quantities of that list"),
     (GOOD.replace("margin: 0.05", "primary: []"), "s.yaml: primary: expected a non-empty list of quantity keys"),
     (GOOD.replace("margin: 0.05", "primary: [val_loss, pr_sv, val_loss]"),
      "s.yaml: primary: val_loss named more than once. Fix: name each quantity once"),
@@ -323,7 +323,8 @@ def test_a_study_folder_keeps_its_primary_quantities_and_logit_margin(tmp_path, 
 @pytest.mark.parametrize("field, message", [
     ({"primary": ["pr_sv2"]}, "primary: 'pr_sv2' is not a quantity of the study (pr_sv, pr_var, key_norm, max_abs, "
                               "logit_max, entropy, sink_mass, val_loss, loss, rank90, low_freq_share, kv_loss_4bit, "
-                              "kv_loss_3bit, kv_logit_error_4bit); did you mean 'pr_sv'?"),
+                              "kv_loss_3bit, kv_logit_error_4bit, kv_loss_<format> of the key-cache formats); did "
+                              "you mean 'pr_sv'?"),
     ({"primary": ["pr_sv", "pr_sv"]}, "primary: expected each quantity once, found pr_sv more than once"),
     ({"primary": []}, "primary: expected a non-empty list of quantity keys, found an empty list"),
     ({"logit_margin": 0}, "logit_margin 0 must be a positive number of logits"),
