@@ -12,7 +12,7 @@ import math
 
 from research.analysis.rules import RATIO
 from research.analysis.wording import OPEN, interval_text, settle_line
-from research.analysis.runs import DESCRIBED, UNPAIRED, Compared, Table, family_sizes
+from research.analysis.runs import UNPAIRED, Compared, Table, family_sizes
 from research.plots.common import cell_text, fmt_p
 from research.plots.in_short import MOST, family_text, outcome_words, section
 
@@ -124,4 +124,4 @@ def json_record(rows: list[Compared], table: Table, sources: list[str], family: 
             "looks": looks}
 
 
-__all__ = ["DESCRIBED", "json_record", "line", "report"]
+__all__ = ["json_record", "line", "report"]

@@ -17,6 +17,7 @@ from functools import lru_cache
 import torch
 
 from research.probing.attention_error import attention_errors
+from research.probing.key_formats import fake_format, split_case
 from research.results.vocabulary import KV_SCHEMES
 
 SCHEMES = KV_SCHEMES
@@ -92,7 +93,6 @@ def cache_quantize(keys: torch.Tensor, case, scheme: str = "per_token", group: i
     """keys [..., T, D] as a key cache stores them: `case` bits of an integer scheme (fake_quantize), or a format
     engines ship, "name" or "name+keepS" (research.probing.key_formats: the first S tokens unquantized)."""
     if isinstance(case, str):
-        from research.probing.key_formats import fake_format, split_case
         name, keep = split_case(case)
         return fake_format(keys, name, keep)
     return fake_quantize(keys, case, scheme, group)
